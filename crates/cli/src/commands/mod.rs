@@ -1,0 +1,3 @@
+//! One module per subcommand: each exposes its clap `Args` (or subcommand enum) and a `run` function.
+
+pub mod tasks;

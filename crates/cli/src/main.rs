@@ -1,0 +1,37 @@
+//! `hyperlens`: one binary from training to report. A thin `main`: parse the arguments, run the
+//! subcommand, report any error once, and exit with 0 (success), 1 (the command failed) or 2 (bad usage,
+//! reported by clap).
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// Transformer interpretability: latent codes of attention as a hypernetwork, and circuits.
+#[derive(Debug, Parser)]
+#[command(name = "hyperlens", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands; each lives in its own file under `commands/`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Task generators: list splits, sample problem sets.
+    #[command(subcommand)]
+    Tasks(commands::tasks::TasksCommand),
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Tasks(c) => commands::tasks::run(c),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(err) = run(cli) {
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,1 @@
+//! hyperlens viz.
