@@ -1,0 +1,136 @@
+//! The [`Figure`] trait (draw onto any plotters backend) and the PNG/SVG writers.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use image::ImageEncoder;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::error::{Result, VizError};
+use crate::font::ensure_fonts;
+use crate::glyph::GlyphBackend;
+use crate::util::check_size;
+
+/// A figure that can draw itself onto any plotters drawing area.
+///
+/// Every figure type of this crate implements it. `draw` first checks the data (so bad input is a
+/// [`VizError`] before any pixel is drawn), fills the area white, and lays the figure out to the
+/// area's size; [`Figure::size`] is only the default canvas size used by [`save_png`] and
+/// [`save_svg`].
+pub trait Figure {
+    /// Default canvas size in pixels, `(width, height)`, chosen so that text is readable.
+    fn size(&self) -> (u32, u32);
+
+    /// Checks the data and draws the figure onto `area`.
+    ///
+    /// # Errors
+    /// [`VizError`] for invalid data or options (named in the error), or a backend failure.
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>;
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Writes `bytes` to `path` atomically: first to `path.tmp`, then renamed over `path`.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let werr = |p: &Path, e: std::io::Error| VizError::Write {
+        path: p.to_path_buf(),
+        message: e.to_string(),
+    };
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| werr(&tmp, e))?;
+        f.write_all(bytes).map_err(|e| werr(&tmp, e))?;
+        f.sync_all().map_err(|e| werr(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| werr(path, e))
+    })();
+    if result.is_err() {
+        // Best effort: do not leave a half-written temporary file behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Renders `fig` at `size` into an RGB buffer and encodes it as PNG bytes. Text is drawn
+/// through [`GlyphBackend`] (correct glyph spacing and bold titles).
+///
+/// # Errors
+/// [`VizError::InvalidOption`] for a size outside 16..=16384 pixels per side, the figure's own
+/// input errors, or an encoding failure.
+pub fn render_png<F: Figure>(fig: &F, size: (u32, u32)) -> Result<Vec<u8>> {
+    check_size(size)?;
+    ensure_fonts()?;
+    let (w, h) = size;
+    let mut buf = vec![0u8; w as usize * h as usize * 3];
+    {
+        let root =
+            GlyphBackend::new(BitMapBackend::with_buffer(&mut buf, size)).into_drawing_area();
+        fig.draw(&root)?;
+        root.present()?;
+    }
+    let mut png = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(&buf, w, h, image::ColorType::Rgb8)
+        .map_err(|e| VizError::Write {
+            path: PathBuf::from("<png buffer>"),
+            message: e.to_string(),
+        })?;
+    Ok(png)
+}
+
+/// Renders `fig` at `size` as an SVG document. Text stays text (`<text>` elements with
+/// `font-family="sans-serif"`), so titles and legends are searchable.
+///
+/// # Errors
+/// As [`render_png`].
+pub fn render_svg<F: Figure>(fig: &F, size: (u32, u32)) -> Result<String> {
+    check_size(size)?;
+    ensure_fonts()?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        fig.draw(&root)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Saves `fig` as a PNG at its default [`Figure::size`], atomically (`path.tmp`, then rename).
+///
+/// Nothing is written when the figure's data are invalid.
+///
+/// # Errors
+/// The figure's input errors, or [`VizError::Write`] naming the file that could not be written.
+pub fn save_png<F: Figure>(path: impl AsRef<Path>, fig: &F) -> Result<()> {
+    save_png_sized(path, fig, fig.size())
+}
+
+/// Saves `fig` as a PNG of `size` pixels, atomically.
+///
+/// # Errors
+/// As [`save_png`], plus [`VizError::InvalidOption`] for a size outside 16..=16384 per side.
+pub fn save_png_sized<F: Figure>(path: impl AsRef<Path>, fig: &F, size: (u32, u32)) -> Result<()> {
+    let bytes = render_png(fig, size)?;
+    write_atomic(path.as_ref(), &bytes)
+}
+
+/// Saves `fig` as an SVG at its default [`Figure::size`], atomically (`path.tmp`, then rename).
+///
+/// # Errors
+/// As [`save_png`].
+pub fn save_svg<F: Figure>(path: impl AsRef<Path>, fig: &F) -> Result<()> {
+    save_svg_sized(path, fig, fig.size())
+}
+
+/// Saves `fig` as an SVG of `size` pixels, atomically.
+///
+/// # Errors
+/// As [`save_png_sized`].
+pub fn save_svg_sized<F: Figure>(path: impl AsRef<Path>, fig: &F, size: (u32, u32)) -> Result<()> {
+    let svg = render_svg(fig, size)?;
+    write_atomic(path.as_ref(), svg.as_bytes())
+}
