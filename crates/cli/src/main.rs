@@ -20,11 +20,14 @@ enum Command {
     /// Task generators: list splits, sample problem sets.
     #[command(subcommand)]
     Tasks(commands::tasks::TasksCommand),
+    /// Latent-code analyses of an ID / OOD pair of code sets: PCA, rule decoding, k-means, similarity.
+    Analyze(commands::analyze::AnalyzeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Tasks(c) => commands::tasks::run(c),
+        Command::Analyze(a) => commands::analyze::run(a),
     }
 }
 

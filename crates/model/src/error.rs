@@ -80,6 +80,10 @@ pub enum ModelError {
         source: serde_json::Error,
     },
 
+    /// An error from the task crate (problem sets, splits).
+    #[error(transparent)]
+    Tasks(#[from] hyperlens_tasks::TasksError),
+
     /// An error from candle (tensor maths or device).
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

@@ -1,1 +1,13 @@
-//! hyperlens probe.
+//! hyperlens-probe: extraction of latent codes (the attention scores of all heads for selected
+//! query-key pairs, spec/latent-codes.md) from a checkpoint over a problem set, streamed in batches to
+//! `.npz` with labels and a JSON sidecar. This is the only crate that sees both candle tensors and
+//! host arrays.
+
+pub mod error;
+pub mod extract;
+pub mod npz_stream;
+pub mod site;
+
+pub use error::{ProbeError, Result};
+pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
+pub use site::{Selection, Site};

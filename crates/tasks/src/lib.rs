@@ -1,1 +1,15 @@
-//! hyperlens tasks.
+//! hyperlens tasks: the SRAVEN benchmark (rules, tasks, paper splits, problem sets, an ambiguity
+//! checker, `.npz` files), the fuzzy-logic task, and token corpora for circuit analyses (an induction
+//! corpus and repeated random tokens).
+//!
+//! Specs: `spec/sraven.md` (SRAVEN and fuzzy logic), `spec/circuits.md` (induction).
+
+pub mod ambiguity;
+pub mod error;
+pub mod induction;
+pub mod logic;
+pub mod npz;
+mod rng;
+pub mod sraven;
+
+pub use error::{Result, TasksError};

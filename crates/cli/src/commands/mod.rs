@@ -1,3 +1,4 @@
 //! One module per subcommand: each exposes its clap `Args` (or subcommand enum) and a `run` function.
 
+pub mod analyze;
 pub mod tasks;

@@ -1,0 +1,617 @@
+//! The full latent-code analysis of a pair of code sets (in-distribution train set, OOD test set):
+//! per layer and on all layers concatenated, PCA, rule decoding, k-means clustering and mean-code
+//! similarity (`spec/latent-codes.md`, analyses 1-5), collected in a [`LatentReport`] that writes
+//! the tables users load (`decoding.csv`, `pca.csv`, `pca.npz`, `clusters.csv`,
+//! `similarity.csv`, `confusion.csv`, `summary.json`).
+//!
+//! Which set each analysis sees: decoding always trains on the train set and tests on the test
+//! set; the unsupervised analyses (PCA, clustering, similarity) run on one set chosen by
+//! [`LatentAnalysisParams::unsupervised_on`], the test (OOD) set by default, since the question is
+//! whether the code is structured by rule on compositions the model never saw.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+
+use ndarray::{Array1, Array2};
+use ndarray_npy::NpzWriter;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{write_atomic, CodeSet};
+use crate::cluster::{cluster_against_labels, ClusterReport, KMeansParams};
+use crate::decode::{decode, DecodeParams, DecodeResult, LogisticParams};
+use crate::error::{AnalysisError, Result};
+use crate::pca::Pca;
+use crate::similarity::{mean_code_similarity, MeanCodeSimilarity};
+
+/// Which features an analysis row uses: one layer's codes, or all layers concatenated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub enum LayerSel {
+    /// The codes of one layer, [H*Q*K] features.
+    Layer(usize),
+    /// All layers concatenated, [L*H*Q*K] features.
+    All,
+}
+
+impl LayerSel {
+    /// The layer index for [`CodeSet::features`] (`None` for all layers).
+    pub fn index(self) -> Option<usize> {
+        match self {
+            Self::Layer(l) => Some(l),
+            Self::All => None,
+        }
+    }
+}
+
+impl fmt::Display for LayerSel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Layer(l) => write!(f, "{l}"),
+            Self::All => write!(f, "all"),
+        }
+    }
+}
+
+impl From<LayerSel> for String {
+    fn from(l: LayerSel) -> String {
+        l.to_string()
+    }
+}
+
+/// One of the two code sets of an analysis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CodeSplit {
+    /// The training (in-distribution) set.
+    Train,
+    /// The test (OOD) set.
+    Test,
+}
+
+impl fmt::Display for CodeSplit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Train => "train",
+            Self::Test => "test",
+        })
+    }
+}
+
+impl FromStr for CodeSplit {
+    type Err = AnalysisError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "train" => Ok(Self::Train),
+            "test" => Ok(Self::Test),
+            other => Err(AnalysisError::InvalidInput(format!(
+                "unknown code set `{other}` (expected `train` or `test`)"
+            ))),
+        }
+    }
+}
+
+/// Hyperparameters of [`analyze_pair`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatentAnalysisParams {
+    /// Seed of the shuffled-label control, k-means initialisation and silhouette subsample.
+    pub seed: u64,
+    /// PCA components kept for the projections (capped at the number of features).
+    pub n_components: usize,
+    /// The decoding probe (scikit-learn's LogisticRegression defaults).
+    pub logistic: LogisticParams,
+    /// Whether to run the shuffled-label control of the decoding.
+    pub shuffled_control: bool,
+    /// k-means++ restarts per clustering.
+    pub kmeans_runs: usize,
+    /// Maximum Lloyd iterations per k-means run.
+    pub kmeans_max_iterations: u64,
+    /// Largest number of points the silhouette scores use (seeded subsample above it).
+    pub silhouette_max_points: usize,
+    /// The set PCA, clustering and similarity run on.
+    pub unsupervised_on: CodeSplit,
+}
+
+impl Default for LatentAnalysisParams {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            n_components: 2,
+            logistic: LogisticParams::default(),
+            shuffled_control: true,
+            kmeans_runs: 3,
+            kmeans_max_iterations: 300,
+            silhouette_max_points: 5_000,
+            unsupervised_on: CodeSplit::Test,
+        }
+    }
+}
+
+impl LatentAnalysisParams {
+    /// Checks the hyperparameters on their own.
+    ///
+    /// # Errors
+    /// [`AnalysisError::InvalidInput`] naming the bad field.
+    pub fn check(&self) -> Result<()> {
+        if self.n_components == 0 {
+            return Err(AnalysisError::InvalidInput("n_components must be >= 1".into()));
+        }
+        self.logistic.check()?;
+        self.kmeans_params(2).check()
+    }
+
+    fn kmeans_params(&self, k: usize) -> KMeansParams {
+        KMeansParams {
+            n_clusters: k,
+            seed: self.seed,
+            n_runs: self.kmeans_runs,
+            max_iterations: self.kmeans_max_iterations,
+            tolerance: 1e-4,
+            silhouette_max_points: self.silhouette_max_points,
+        }
+    }
+}
+
+/// The stages of [`analyze_pair`], reported to its progress callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// PCA of the unsupervised set.
+    Pca,
+    /// Logistic probe train -> test (and its shuffled control).
+    Decoding,
+    /// k-means and the ARI / NMI / silhouette scores.
+    Clustering,
+    /// Mean-code cosine similarity.
+    Similarity,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Pca => "pca",
+            Self::Decoding => "decoding",
+            Self::Clustering => "clustering",
+            Self::Similarity => "similarity",
+        })
+    }
+}
+
+/// Progress of [`analyze_pair`]: `done` of `total` steps finished; `stage` / `layer` is the step
+/// about to run (`None` once everything is done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// The step about to run, if any.
+    pub next: Option<(Stage, LayerSel)>,
+    /// Steps finished.
+    pub done: usize,
+    /// Steps in all: 4 per layer plus 4 for all layers.
+    pub total: usize,
+}
+
+/// Everything computed for one [`LayerSel`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerAnalysis {
+    /// Which features.
+    pub layer: LayerSel,
+    /// PCA fitted on the unsupervised set.
+    pub pca: Pca,
+    /// That set projected on the kept components. # Shapes: [N_u, n_components].
+    pub projection: Array2<f64>,
+    /// Train -> test decoding of the labels.
+    pub decoding: DecodeResult,
+    /// k-means scores on the unsupervised set (None if it has fewer than 2 distinct labels).
+    pub clusters: Option<ClusterReport>,
+    /// Mean-code similarity on the unsupervised set, over the union of train and test labels.
+    pub similarity: MeanCodeSimilarity,
+}
+
+/// The result of [`analyze_pair`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatentReport {
+    /// The hyperparameters used.
+    pub params: LatentAnalysisParams,
+    /// Source of the train set (file path).
+    pub train_source: String,
+    /// Source of the test set (file path).
+    pub test_source: String,
+    /// Problems in the train set.
+    pub n_train: usize,
+    /// Problems in the test set.
+    pub n_test: usize,
+    /// Code axes (L, H, Q, K).
+    pub code_dims: (usize, usize, usize, usize),
+    /// Union of the train and test labels, sorted.
+    pub labels: Vec<i64>,
+    /// The model's accuracy on the train set (from its `correct` array), if stored.
+    pub train_model_accuracy: Option<f64>,
+    /// The model's accuracy on the test set, if stored.
+    pub test_model_accuracy: Option<f64>,
+    /// Labels of the unsupervised set (for the PCA scatter). # Shapes: [N_u].
+    pub unsupervised_label: Array1<i64>,
+    /// Targets of the unsupervised set, if stored. # Shapes: [N_u].
+    pub unsupervised_target: Option<Array1<i64>>,
+    /// Whether the model was correct on the unsupervised set, if stored. # Shapes: [N_u].
+    pub unsupervised_correct: Option<Array1<bool>>,
+    /// One entry per layer, then one for all layers.
+    pub layers: Vec<LayerAnalysis>,
+    /// Wall-clock seconds of the analysis.
+    pub elapsed_s: f64,
+}
+
+/// Analyses a pair of code sets: for every layer and for all layers concatenated, PCA, rule
+/// decoding train -> test (with baseline, shuffled control, balanced accuracy, confusion),
+/// k-means against the labels and mean-code cosine similarity (`spec/latent-codes.md`).
+///
+/// `progress` is called before every step and once at the end.
+///
+/// # Shapes
+/// Both sets hold codes [N, L, H, Q, K] with the same (L, H, Q, K).
+///
+/// # Errors
+/// [`AnalysisError::Shape`] if the code axes differ; the errors of the analyses (e.g.
+/// [`AnalysisError::InvalidInput`] if the train set has a single label).
+pub fn analyze_pair(
+    train: &CodeSet,
+    test: &CodeSet,
+    params: &LatentAnalysisParams,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<LatentReport> {
+    params.check()?;
+    let start = Instant::now();
+    if train.code_dims() != test.code_dims() {
+        return Err(AnalysisError::Shape(format!(
+            "train codes {} have (L, H, Q, K) = {:?} but test codes {} have {:?}",
+            train.source(),
+            train.code_dims(),
+            test.source(),
+            test.code_dims()
+        )));
+    }
+    let unsup = match params.unsupervised_on {
+        CodeSplit::Train => train,
+        CodeSplit::Test => test,
+    };
+    let mut labels: Vec<i64> = train.label().iter().chain(test.label().iter()).copied().collect();
+    labels.sort_unstable();
+    labels.dedup();
+    let n_unsup_labels = {
+        let mut v = unsup.label().to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    };
+
+    let mut selections: Vec<LayerSel> = (0..train.n_layers()).map(LayerSel::Layer).collect();
+    selections.push(LayerSel::All);
+    let total = selections.len() * 4;
+    let mut done = 0;
+    let decode_params = DecodeParams {
+        logistic: params.logistic,
+        shuffled_control: params.shuffled_control,
+        seed: params.seed,
+    };
+    let mut layers = Vec::with_capacity(selections.len());
+    for &sel in &selections {
+        let train_x = train.features(sel.index())?;
+        let test_x = test.features(sel.index())?;
+        let unsup_x = match params.unsupervised_on {
+            CodeSplit::Train => &train_x,
+            CodeSplit::Test => &test_x,
+        };
+        let context = |e: AnalysisError, stage: Stage| match e {
+            AnalysisError::InvalidInput(m) => {
+                AnalysisError::InvalidInput(format!("{stage} of layer {sel}: {m}"))
+            }
+            AnalysisError::Numerical(m) => {
+                AnalysisError::Numerical(format!("{stage} of layer {sel}: {m}"))
+            }
+            other => other,
+        };
+
+        progress(&Progress { next: Some((Stage::Pca, sel)), done, total });
+        let k = params.n_components.min(unsup_x.ncols());
+        let pca = Pca::params(k).fit(unsup_x.view()).map_err(|e| context(e, Stage::Pca))?;
+        let projection = pca.transform(unsup_x.view())?;
+        done += 1;
+
+        progress(&Progress { next: Some((Stage::Decoding, sel)), done, total });
+        let decoding = decode(
+            train_x.view(),
+            train.label().view(),
+            test_x.view(),
+            test.label().view(),
+            &decode_params,
+        )
+        .map_err(|e| context(e, Stage::Decoding))?;
+        done += 1;
+
+        progress(&Progress { next: Some((Stage::Clustering, sel)), done, total });
+        let clusters = if n_unsup_labels >= 2 {
+            Some(
+                cluster_against_labels(
+                    unsup_x.view(),
+                    unsup.label().view(),
+                    &params.kmeans_params(n_unsup_labels),
+                )
+                .map_err(|e| context(e, Stage::Clustering))?,
+            )
+        } else {
+            None
+        };
+        done += 1;
+
+        progress(&Progress { next: Some((Stage::Similarity, sel)), done, total });
+        let similarity = mean_code_similarity(unsup_x.view(), unsup.label().view(), Some(&labels))
+            .map_err(|e| context(e, Stage::Similarity))?;
+        done += 1;
+
+        layers.push(LayerAnalysis {
+            layer: sel,
+            pca,
+            projection,
+            decoding,
+            clusters,
+            similarity,
+        });
+    }
+    progress(&Progress { next: None, done, total });
+    Ok(LatentReport {
+        params: *params,
+        train_source: train.source().to_string(),
+        test_source: test.source().to_string(),
+        n_train: train.n_samples(),
+        n_test: test.n_samples(),
+        code_dims: train.code_dims(),
+        labels,
+        train_model_accuracy: train.model_accuracy(),
+        test_model_accuracy: test.model_accuracy(),
+        unsupervised_label: unsup.label().clone(),
+        unsupervised_target: unsup.target().cloned(),
+        unsupervised_correct: unsup.correct().cloned(),
+        layers,
+        elapsed_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Formats a float for CSV: shortest round-trip decimal, `NaN` for NaN.
+fn num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_string()
+    } else {
+        format!("{v}")
+    }
+}
+
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    write_atomic(path, |w| {
+        use std::io::Write;
+        w.write_all(text.as_bytes()).map_err(|source| AnalysisError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    })
+}
+
+impl LatentReport {
+    /// Names of the files [`LatentReport::write_tables`] writes.
+    pub const FILES: [&'static str; 7] = [
+        "decoding.csv",
+        "pca.csv",
+        "pca.npz",
+        "clusters.csv",
+        "similarity.csv",
+        "confusion.csv",
+        "summary.json",
+    ];
+
+    /// `decoding.csv`: one row per layer and one `all`, columns
+    /// `layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control,train_accuracy,majority_class,n_train,n_test`
+    /// (`shuffled_control` empty when not run).
+    pub fn decoding_csv(&self) -> String {
+        let mut s = String::from(
+            "layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control,train_accuracy,majority_class,n_train,n_test\n",
+        );
+        for l in &self.layers {
+            let d = &l.decoding;
+            s += &format!(
+                "{},{},{},{},{},{},{},{},{}\n",
+                l.layer,
+                num(d.accuracy),
+                num(d.balanced_accuracy),
+                num(d.majority_baseline),
+                d.shuffled_control.map(num).unwrap_or_default(),
+                num(d.train_accuracy),
+                d.majority_class,
+                d.n_train,
+                d.n_test
+            );
+        }
+        s
+    }
+
+    /// `pca.csv`: `layer,component,explained_variance_ratio,explained_variance`, one row per
+    /// component (0-based, in decreasing order of variance) over ALL components.
+    pub fn pca_csv(&self) -> String {
+        let mut s = String::from("layer,component,explained_variance_ratio,explained_variance\n");
+        for l in &self.layers {
+            let ratio = l.pca.explained_variance_ratio();
+            let var = l.pca.explained_variance();
+            for c in 0..ratio.len() {
+                s += &format!("{},{c},{},{}\n", l.layer, num(ratio[c]), num(var[c]));
+            }
+        }
+        s
+    }
+
+    /// `clusters.csv`: `layer,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia`
+    /// (`silhouette` partitions the codes by label, `silhouette_kmeans` by k-means cluster; a
+    /// layer without clustering, because the set has one label, has NaN scores).
+    pub fn clusters_csv(&self) -> String {
+        let mut s =
+            String::from("layer,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia\n");
+        for l in &self.layers {
+            match &l.clusters {
+                Some(c) => {
+                    s += &format!(
+                        "{},{},{},{},{},{},{},{}\n",
+                        l.layer,
+                        num(c.ari),
+                        num(c.nmi),
+                        num(c.silhouette),
+                        num(c.silhouette_kmeans),
+                        c.k,
+                        c.silhouette_points,
+                        num(c.inertia)
+                    )
+                }
+                None => s += &format!("{},NaN,NaN,NaN,NaN,1,0,NaN\n", l.layer),
+            }
+        }
+        s
+    }
+
+    /// `similarity.csv`: `layer,label_a,label_b,cosine`, every ordered pair of labels (NaN for a
+    /// label without samples in the set).
+    pub fn similarity_csv(&self) -> String {
+        let mut s = String::from("layer,label_a,label_b,cosine\n");
+        for l in &self.layers {
+            let sim = &l.similarity;
+            for (i, a) in sim.labels.iter().enumerate() {
+                for (j, b) in sim.labels.iter().enumerate() {
+                    s += &format!("{},{a},{b},{}\n", l.layer, num(sim.cosine[[i, j]]));
+                }
+            }
+        }
+        s
+    }
+
+    /// `confusion.csv`: `layer,true_label,predicted_label,count`, every pair of the union of
+    /// train and test labels.
+    pub fn confusion_csv(&self) -> String {
+        let mut s = String::from("layer,true_label,predicted_label,count\n");
+        for l in &self.layers {
+            let d = &l.decoding;
+            for (i, t) in d.classes.iter().enumerate() {
+                for (j, p) in d.classes.iter().enumerate() {
+                    s += &format!("{},{t},{p},{}\n", l.layer, d.confusion[[i, j]]);
+                }
+            }
+        }
+        s
+    }
+
+    /// `summary.json`: provenance (sources, sizes, code axes, parameters, version) and every
+    /// result. NaN values appear as `null`.
+    pub fn summary(&self) -> serde_json::Value {
+        let (l, h, q, k) = self.code_dims;
+        let layers: Vec<serde_json::Value> = self
+            .layers
+            .iter()
+            .map(|a| {
+                json!({
+                    "layer": a.layer.to_string(),
+                    "n_features": a.pca.mean().len(),
+                    "decoding": &a.decoding,
+                    "pca": {
+                        "n_components": a.projection.ncols(),
+                        "explained_variance_ratio": a.pca.explained_variance_ratio().to_vec(),
+                    },
+                    "clusters": a.clusters,
+                    "similarity": {
+                        "labels": &a.similarity.labels,
+                        "counts": &a.similarity.counts,
+                        "cosine": a.similarity.cosine.rows().into_iter().map(|r| r.to_vec()).collect::<Vec<_>>(),
+                    },
+                })
+            })
+            .collect();
+        json!({
+            "tool": "hyperlens-analysis",
+            "version": env!("CARGO_PKG_VERSION"),
+            "analysis": "latent codes: PCA, rule decoding train -> test, k-means, mean-code similarity",
+            "train": {"source": &self.train_source, "n": self.n_train, "model_accuracy": self.train_model_accuracy},
+            "test": {"source": &self.test_source, "n": self.n_test, "model_accuracy": self.test_model_accuracy},
+            "code_dims": {"layers": l, "heads": h, "queries": q, "keys": k},
+            "labels": &self.labels,
+            "params": &self.params,
+            "elapsed_s": self.elapsed_s,
+            "files": Self::FILES,
+            "layers": layers,
+        })
+    }
+
+    /// Writes the PCA projections as `.npz`: `layer{l}` and `all` [N_u, k] projections,
+    /// `components_layer{l}` / `components_all` [k, D], `explained_variance_ratio_layer{l}` /
+    /// `explained_variance_ratio_all` [D], and `label` (plus `target`, `correct` when stored)
+    /// [N_u] of the unsupervised set.
+    ///
+    /// # Errors
+    /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path.
+    pub fn write_pca_npz(&self, path: &Path) -> Result<()> {
+        let shown = path.display().to_string();
+        write_atomic(path, |w| {
+            let mut npz = NpzWriter::new(w);
+            let err = |name: &str, e: ndarray_npy::WriteNpzError| {
+                AnalysisError::Npz(format!("{shown}: writing array `{name}`: {e}"))
+            };
+            for a in &self.layers {
+                let key = match a.layer {
+                    LayerSel::Layer(l) => format!("layer{l}"),
+                    LayerSel::All => "all".to_string(),
+                };
+                npz.add_array(key.as_str(), &a.projection).map_err(|e| err(&key, e))?;
+                let ck = format!("components_{key}");
+                npz.add_array(ck.as_str(), a.pca.components()).map_err(|e| err(&ck, e))?;
+                let rk = format!("explained_variance_ratio_{key}");
+                npz.add_array(rk.as_str(), a.pca.explained_variance_ratio())
+                    .map_err(|e| err(&rk, e))?;
+            }
+            npz.add_array("label", &self.unsupervised_label).map_err(|e| err("label", e))?;
+            if let Some(t) = &self.unsupervised_target {
+                npz.add_array("target", t).map_err(|e| err("target", e))?;
+            }
+            if let Some(c) = &self.unsupervised_correct {
+                npz.add_array("correct", c).map_err(|e| err("correct", e))?;
+            }
+            npz.finish().map_err(|e| err("(archive)", e))?;
+            Ok(())
+        })
+    }
+
+    /// Writes all tables ([`LatentReport::FILES`]) into `dir` (created if missing), each
+    /// atomically. Returns the paths written.
+    ///
+    /// # Errors
+    /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path that failed.
+    pub fn write_tables(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).map_err(|source| AnalysisError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let mut written = Vec::new();
+        let texts = [
+            ("decoding.csv", self.decoding_csv()),
+            ("pca.csv", self.pca_csv()),
+            ("clusters.csv", self.clusters_csv()),
+            ("similarity.csv", self.similarity_csv()),
+            ("confusion.csv", self.confusion_csv()),
+        ];
+        for (name, text) in texts {
+            let path = dir.join(name);
+            write_text(&path, &text)?;
+            written.push(path);
+        }
+        let path = dir.join("pca.npz");
+        self.write_pca_npz(&path)?;
+        written.push(path);
+        let path = dir.join("summary.json");
+        let text = serde_json::to_string_pretty(&self.summary()).map_err(|e| {
+            AnalysisError::InvalidInput(format!("serialising summary.json: {e}"))
+        })?;
+        write_text(&path, &(text + "\n"))?;
+        written.push(path);
+        Ok(written)
+    }
+}

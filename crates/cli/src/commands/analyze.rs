@@ -1,0 +1,138 @@
+//! `hyperlens analyze`: the latent-code analyses of a pair of code sets written by the probe
+//! (in-distribution codes to train the rule decoder on, OOD codes to test it on): per layer and on
+//! all layers, PCA, rule decoding with its controls, k-means scores and mean-code similarity
+//! (`spec/latent-codes.md`). Writes `decoding.csv`, `pca.csv`, `pca.npz`, `clusters.csv`,
+//! `similarity.csv`, `confusion.csv` and `summary.json` into `--out`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use hyperlens_analysis::codes::report::{CodeSplit, Progress};
+use hyperlens_analysis::decode::LogisticParams;
+use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `hyperlens analyze`.
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// Codes to train the rule decoder on (in-distribution), a `.npz` written by the probe.
+    #[arg(long)]
+    pub train: PathBuf,
+    /// Codes to test the decoder on (OOD), a `.npz` written by the probe.
+    #[arg(long)]
+    pub test: PathBuf,
+    /// Output directory for the tables (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the shuffled-label control, k-means initialisation and silhouette subsample.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Set that PCA, clustering and similarity run on: `test` (OOD) or `train`.
+    #[arg(long, default_value = "test", value_parser = parse_split)]
+    pub unsupervised_on: CodeSplit,
+    /// PCA components kept for the projections in pca.npz.
+    #[arg(long, default_value_t = 2)]
+    pub components: usize,
+    /// Inverse L2 regularisation C of the logistic probe (scikit-learn's default 1.0).
+    #[arg(long, default_value_t = 1.0)]
+    pub c: f64,
+    /// Maximum L-BFGS iterations of the logistic probe (scikit-learn's default 100).
+    #[arg(long, default_value_t = 100)]
+    pub max_iter: u64,
+    /// Largest number of points the silhouette scores use (a seeded subsample above it).
+    #[arg(long, default_value_t = 5_000)]
+    pub silhouette_points: usize,
+    /// Skip the shuffled-label control (halves the decoding time).
+    #[arg(long)]
+    pub no_shuffled_control: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_split(s: &str) -> Result<CodeSplit, String> {
+    s.parse().map_err(|e: hyperlens_analysis::AnalysisError| e.to_string())
+}
+
+/// Runs `hyperlens analyze`.
+///
+/// # Errors
+/// Unreadable or inconsistent code files (naming the file and array), invalid flags, a training
+/// set with a single label, or failing writes (naming the path).
+pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
+    let train = CodeSet::read_npz(&args.train)
+        .with_context(|| format!("reading --train {}", args.train.display()))?;
+    let test = CodeSet::read_npz(&args.test)
+        .with_context(|| format!("reading --test {}", args.test.display()))?;
+    let params = LatentAnalysisParams {
+        seed: args.seed,
+        n_components: args.components,
+        logistic: LogisticParams {
+            c: args.c,
+            max_iterations: args.max_iter,
+            ..LogisticParams::default()
+        },
+        shuffled_control: !args.no_shuffled_control,
+        silhouette_max_points: args.silhouette_points,
+        unsupervised_on: args.unsupervised_on,
+        ..LatentAnalysisParams::default()
+    };
+    let (l, h, q, k) = train.code_dims();
+    if !args.quiet {
+        eprintln!(
+            "analyze: train {} problems, test {} problems, codes [L {l}, H {h}, Q {q}, K {k}]",
+            train.n_samples(),
+            test.n_samples()
+        );
+    }
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    };
+    let mut on_progress = |p: &Progress| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        match p.next {
+            Some((stage, layer)) => bar.set_message(format!("{stage}, layer {layer}")),
+            None => bar.set_message("done"),
+        }
+    };
+    let report = analyze_pair(&train, &test, &params, &mut on_progress)?;
+    bar.finish_and_clear();
+    let written = report
+        .write_tables(&args.out)
+        .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
+
+    println!("layer  accuracy  balanced  majority  shuffled  ari    nmi    silhouette");
+    for a in &report.layers {
+        let d = &a.decoding;
+        let (ari, nmi, sil) = a
+            .clusters
+            .map_or((f64::NAN, f64::NAN, f64::NAN), |c| (c.ari, c.nmi, c.silhouette));
+        println!(
+            "{:<6} {:>8.3}  {:>8.3}  {:>8.3}  {:>8}  {:>5.3}  {:>5.3}  {:>6.3}",
+            a.layer.to_string(),
+            d.accuracy,
+            d.balanced_accuracy,
+            d.majority_baseline,
+            d.shuffled_control.map_or_else(|| "-".to_string(), |s| format!("{s:.3}")),
+            ari,
+            nmi,
+            sil
+        );
+    }
+    println!(
+        "wrote {} files to {} in {:.1} s",
+        written.len(),
+        args.out.display(),
+        report.elapsed_s
+    );
+    Ok(())
+}

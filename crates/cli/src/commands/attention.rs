@@ -1,0 +1,133 @@
+//! `hyperlens attention`: the attention patterns of a token language model on one token sequence,
+//! written as `pattern` [layer, head, query, key] (float32) to a `.npz` file.
+//!
+//! The checkpoint kind is detected: a hyperlens token-model directory, a Hugging Face Llama or
+//! GPT-2 directory, or a llama.cpp `.gguf` file (`hyperlens_model::lm::detect`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use hyperlens_model::lm;
+use hyperlens_model::Device;
+use ndarray::{Array1, Array4};
+
+/// Arguments of `hyperlens attention`.
+#[derive(Debug, Args)]
+pub struct AttentionArgs {
+    /// The checkpoint: a token-model, Hugging Face Llama or GPT-2 directory, or a .gguf file.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Token ids, comma-separated (e.g. `1,2,3`).
+    #[arg(long)]
+    pub tokens: String,
+    /// Output `.npz` file: `pattern` [layer, head, query, key] float32 and `tokens` [T] int64; a
+    /// JSON sidecar `<out>.json` says what produced it.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Compute device: cpu, cuda[:N] or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+}
+
+/// Parses `--tokens`: comma-separated non-negative integers that fit in u32.
+///
+/// # Errors
+/// An empty list or an entry that is not such an integer (named in the message).
+pub fn parse_tokens(s: &str) -> anyhow::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for (i, part) in s.split(',').enumerate() {
+        let p = part.trim();
+        let v: u32 = p
+            .parse()
+            .with_context(|| format!("--tokens: entry {i} `{p}` is not a token id (a non-negative integer)"))?;
+        out.push(v);
+    }
+    if out.is_empty() {
+        bail!("--tokens: no token ids given");
+    }
+    Ok(out)
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+fn write_npz(path: &Path, pattern: &Array4<f32>, tokens: &[u32]) -> anyhow::Result<()> {
+    let tmp = tmp_path(path);
+    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut npz = ndarray_npy::NpzWriter::new(file);
+    npz.add_array("pattern", pattern).with_context(|| format!("writing {}", tmp.display()))?;
+    let toks: Array1<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+    npz.add_array("tokens", &toks).with_context(|| format!("writing {}", tmp.display()))?;
+    npz.finish().with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+/// Runs `hyperlens attention`.
+///
+/// # Errors
+/// An unknown or invalid checkpoint (named with the file and tensor), bad `--tokens` (ids out of
+/// the vocabulary, too long), an unavailable device, a failed write.
+pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
+    let tokens = parse_tokens(&args.tokens)?;
+    let kind = lm::detect(&args.checkpoint)?;
+    let device = args.device.to_candle()?;
+    let t0 = std::time::Instant::now();
+    let model = lm::load(&args.checkpoint, &device)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let t1 = std::time::Instant::now();
+    let pattern = model.attention_patterns(&tokens).context("--tokens")?;
+    let fwd_s = t1.elapsed().as_secs_f64();
+    if let Some(parent) = args.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    write_npz(&args.out, &pattern, &tokens)?;
+    let sidecar = {
+        let mut s = args.out.as_os_str().to_owned();
+        s.push(".json");
+        PathBuf::from(s)
+    };
+    let meta = serde_json::json!({
+        "producer": format!("hyperlens {} attention", env!("CARGO_PKG_VERSION")),
+        "checkpoint": args.checkpoint,
+        "checkpoint_kind": kind.to_string(),
+        "tokens": tokens,
+        "arrays": {"pattern": "[layer, head, query, key] float32, softmax (or mixer) attention, causal",
+                   "tokens": "[T] int64"},
+        "shape": pattern.shape(),
+        "device": args.device.to_string(),
+    });
+    let tmp = tmp_path(&sidecar);
+    std::fs::write(&tmp, serde_json::to_string_pretty(&meta)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &sidecar).with_context(|| format!("renaming {} to {}", tmp.display(), sidecar.display()))?;
+    let s = pattern.shape();
+    println!(
+        "{} ({kind}): {} layers x {} heads x {} x {} -> {} (load {load_s:.2} s, forward {fwd_s:.2} s)",
+        args.checkpoint.display(),
+        s[0],
+        s[1],
+        s[2],
+        s[3],
+        args.out.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_tokens_accepts_lists_and_names_bad_entries() {
+        assert_eq!(parse_tokens("1, 2,30").unwrap(), vec![1, 2, 30]);
+        let e = parse_tokens("1,x,3").unwrap_err().to_string();
+        assert!(e.contains("entry 1") && e.contains("`x`"), "{e}");
+        assert!(parse_tokens("").is_err());
+        assert!(parse_tokens("-1").is_err());
+        assert!(parse_tokens("4294967296").is_err());
+    }
+}

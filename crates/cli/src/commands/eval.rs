@@ -1,0 +1,126 @@
+//! `hyperlens eval`: accuracy (all features right), per-feature accuracy and loss of a checkpoint on
+//! a SRAVEN problem set, either read from a `.npz` file or sampled from a split.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use hyperlens_model::eval::evaluate_with;
+use hyperlens_model::{Device, Transformer};
+use hyperlens_tasks::npz::load_problems;
+use hyperlens_tasks::sraven::{sample, ProblemSet, Set, SravenParams, Split};
+use indicatif::{ProgressBar, ProgressStyle};
+use ndarray::{Array2, Array3};
+
+/// Arguments of `hyperlens eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The checkpoint directory (config.json + model.safetensors).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// A problem-set file written by `hyperlens tasks` (arrays x, y, rules, perms).
+    #[arg(long, conflicts_with_all = ["split", "set", "n", "seed", "unpermuted"])]
+    pub problems: Option<PathBuf>,
+    /// Sample problems from this split (`paper-seed0|1|2|2024` or `seed{N}`).
+    #[arg(long, required_unless_present = "problems")]
+    pub split: Option<String>,
+    /// Which task list to sample from: `id` (in-distribution) or `ood` (held out).
+    #[arg(long, default_value = "ood")]
+    pub set: Set,
+    /// Number of problems to sample.
+    #[arg(long, default_value_t = 10_000)]
+    pub n: usize,
+    /// Seed of the evaluation sample (domain-separated from training streams).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Sample problems without feature permutation.
+    #[arg(long)]
+    pub unpermuted: bool,
+    /// Compute device: cpu, cuda[:N] or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Problems per forward pass (memory is bounded by this).
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Print one JSON object: accuracy, per_feature_accuracy, loss, n.
+    #[arg(long)]
+    pub json: bool,
+    /// Write logits [N, F, M] (f32), pred [N, F] and y [N, F] (i64) to this `.npz` file.
+    #[arg(long)]
+    pub save_logits: Option<PathBuf>,
+}
+
+fn write_logits(path: &Path, logits: &Array3<f32>, pred: &Array2<i64>, y: &Array2<i64>) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut npz = ndarray_npy::NpzWriter::new(file);
+    npz.add_array("logits", logits)?;
+    npz.add_array("pred", pred)?;
+    npz.add_array("y", y)?;
+    npz.finish().with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+/// Runs `hyperlens eval`.
+///
+/// # Errors
+/// A bad checkpoint, problem file, split or flag; an unavailable device; a failed write.
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    if args.batch == 0 {
+        bail!("--batch must be positive");
+    }
+    let device = args.device.to_candle()?;
+    let model = Transformer::load(&args.checkpoint, &device)?;
+    let cfg = model.config().clone();
+    let params = SravenParams { features: cfg.n_outputs, values: cfg.d_in, ..SravenParams::default() };
+    let (problems, what): (ProblemSet, String) = match (&args.problems, &args.split) {
+        (Some(path), _) => (load_problems(path, &params)?, path.display().to_string()),
+        (None, Some(name)) => {
+            if args.n == 0 {
+                bail!("--n must be positive");
+            }
+            let split = Split::named_with(name, params)?;
+            let set = sample(&split, args.set, args.n, args.seed, args.unpermuted)?;
+            let kind = if args.unpermuted { "unpermuted" } else { "permuted" };
+            (set, format!("{name} {}, seed {}, {kind}", args.set, args.seed))
+        }
+        (None, None) => bail!("give --problems FILE or --split NAME"),
+    };
+    let n = problems.len();
+    let bar = ProgressBar::new(n as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} eval [{bar:30}] {pos}/{len} problems ({per_sec}, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let out = evaluate_with(&model, &problems, args.batch, args.save_logits.is_some(), |done| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
+    if let (Some(path), Some(logits), Some(pred)) = (&args.save_logits, &out.logits, &out.pred) {
+        write_logits(path, logits, pred, &problems.y)?;
+    }
+    let m = &out.metrics;
+    if args.json {
+        let obj = serde_json::json!({
+            "accuracy": m.accuracy,
+            "per_feature_accuracy": m.per_feature_accuracy,
+            "loss": m.loss,
+            "n": m.n,
+        });
+        println!("{obj}");
+    } else {
+        println!("checkpoint   {} ({}, {} parameters)", args.checkpoint.display(), cfg.mixer, cfg.n_params());
+        println!("problems     {what}: {n}");
+        println!("accuracy     {:.2} % (all {} features right)", 100.0 * m.accuracy, cfg.n_outputs);
+        let per: Vec<String> = m.per_feature_accuracy.iter().map(|a| format!("{:.2} %", 100.0 * a)).collect();
+        println!("per feature  {}", per.join("  "));
+        println!("loss         {:.4}", m.loss);
+        if let Some(p) = &args.save_logits {
+            println!("logits       {}", p.display());
+        }
+    }
+    Ok(())
+}

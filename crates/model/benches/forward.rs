@@ -1,0 +1,46 @@
+//! Criterion bench `forward`: problems/s of the base SRAVEN model (4 layers, width 1) at batch 128
+//! on the CPU, with and without capturing the attention (latent codes), for softmax and HYLA.
+
+// criterion's macros generate undocumented public functions.
+#![allow(missing_docs)]
+
+use candle_core::{Device, Tensor};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use hyperlens_model::{Config, Mixer, Transformer};
+use rand::{Rng, SeedableRng};
+
+const BATCH: usize = 128;
+
+/// Random one-hot SRAVEN-shaped inputs `[B, 36, 8]` with zero query tokens.
+fn inputs(cfg: &Config) -> Tensor {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let (t, m) = (cfg.n_tokens, cfg.d_in);
+    let mut v = vec![0f32; BATCH * t * m];
+    for b in 0..BATCH {
+        for tok in 0..t - cfg.n_outputs {
+            v[(b * t + tok) * m + rng.gen_range(0..m)] = 1.0;
+        }
+    }
+    Tensor::from_vec(v, (BATCH, t, m), &Device::Cpu).expect("bench input")
+}
+
+fn bench_forward(c: &mut Criterion) {
+    let mut group = c.benchmark_group("forward");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.sample_size(10);
+    for mixer in [Mixer::Softmax, Mixer::Hyla] {
+        let cfg = Config::sraven_base(mixer);
+        let (model, _) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
+        let x = inputs(&cfg);
+        for capture in [false, true] {
+            let name = format!("{mixer}/batch{BATCH}/{}", if capture { "capture" } else { "no-capture" });
+            group.bench_function(name, |b| {
+                b.iter(|| model.forward(&x, capture).expect("forward"));
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_forward);
+criterion_main!(benches);

@@ -1,0 +1,243 @@
+//! Native checkpoints: a directory with `config.json` ([`Config`]) and `model.safetensors` (every
+//! parameter as `f32`, TransformerLens names and layouts, `spec/models.md`, "Parameter names").
+//!
+//! Loading checks every tensor (present, shape, dtype f32, finite, no unexpected names) against the
+//! config and reports the first problem naming the file and the tensor. Saving is atomic.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+
+use crate::config::Config;
+use crate::error::{ModelError, Result};
+use crate::transformer::Transformer;
+
+/// File name of the configuration inside a checkpoint directory.
+pub const CONFIG_FILE: &str = "config.json";
+/// File name of the weights inside a checkpoint directory.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// A host-side f32 tensor for safetensors serialisation.
+struct F32View {
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl View for &F32View {
+    fn dtype(&self) -> StDtype {
+        StDtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
+    move |source| ModelError::Io { path: path.to_path_buf(), source }
+}
+
+/// Writes `bytes` to `path` atomically: `path.tmp`, then rename.
+///
+/// # Errors
+/// [`ModelError::Io`] naming the path.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// Serialises named tensors to safetensors bytes after checking them against `config`.
+fn weights_bytes(config: &Config, tensors: &[(String, Tensor)], path: &Path) -> Result<Vec<u8>> {
+    let given: HashMap<&str, &Tensor> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let expected = config.tensor_shapes();
+    if given.len() != expected.len() {
+        return Err(ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: format!("{} tensors given, the config has {}", given.len(), expected.len()),
+        });
+    }
+    let mut views = Vec::with_capacity(expected.len());
+    for (name, shape) in &expected {
+        let terr = |msg: String| ModelError::Tensor { path: path.to_path_buf(), name: name.clone(), msg };
+        let t = given.get(name.as_str()).ok_or_else(|| terr("missing".into()))?;
+        if t.dims() != shape.as_slice() {
+            return Err(terr(format!("shape {:?}, config implies {:?}", t.dims(), shape)));
+        }
+        let v: Vec<f32> = t.to_dtype(DType::F32)?.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()?;
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(terr(format!("refusing to save a non-finite value (flat index {i})")));
+        }
+        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        views.push((name.clone(), F32View { shape: shape.clone(), bytes }));
+    }
+    let meta = HashMap::from([
+        ("producer".to_string(), format!("hyperlens {}", env!("CARGO_PKG_VERSION"))),
+        ("mixer".to_string(), config.mixer.to_string()),
+    ]);
+    safetensors::tensor::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), Some(meta)).map_err(|e| {
+        ModelError::Checkpoint { path: path.to_path_buf(), msg: format!("cannot serialise: {e}") }
+    })
+}
+
+fn write_files(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
+    write_atomic(&dir.join(WEIGHTS_FILE), weights)?;
+    write_atomic(&dir.join(CONFIG_FILE), config_json)
+}
+
+/// Saves a checkpoint directory. A new directory is written under a temporary name and renamed
+/// into place; in an existing directory each file is written to `*.tmp` and renamed.
+///
+/// # Shapes
+/// `tensors` must be exactly the tensors of [`Config::tensor_shapes`] (any order).
+///
+/// # Errors
+/// [`ModelError::Config`] for an invalid config; [`ModelError::Tensor`] for a missing, misshapen
+/// or non-finite tensor; [`ModelError::Io`] for file-system errors.
+pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result<()> {
+    config.check()?;
+    let weights = weights_bytes(config, tensors, &dir.join(WEIGHTS_FILE))?;
+    let mut config_json = serde_json::to_vec_pretty(config)
+        .map_err(|source| ModelError::Json { path: dir.join(CONFIG_FILE), source })?;
+    config_json.push(b'\n');
+    if dir.is_dir() {
+        return write_files(dir, &config_json, &weights);
+    }
+    let name = dir.file_name().ok_or_else(|| ModelError::Checkpoint {
+        path: dir.to_path_buf(),
+        msg: "not a valid directory name".into(),
+    })?;
+    let mut tmp_name = name.to_owned();
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = dir.with_file_name(tmp_name);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    write_files(&tmp, &config_json, &weights)?;
+    std::fs::rename(&tmp, dir).map_err(io_err(dir))
+}
+
+/// Reads and validates `config.json` of a checkpoint directory.
+///
+/// # Errors
+/// [`ModelError::Io`] if unreadable, [`ModelError::Json`] if malformed (e.g. an unknown mixer or
+/// field), [`ModelError::Checkpoint`] if it fails [`Config::check`].
+pub fn read_config(dir: &Path) -> Result<Config> {
+    let path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    let config: Config =
+        serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.clone(), source })?;
+    config
+        .check()
+        .map_err(|e| ModelError::Checkpoint { path, msg: e.to_string() })?;
+    Ok(config)
+}
+
+/// Validates safetensors bytes against `config` and returns the tensors on `device`.
+///
+/// Checks, in canonical order: every expected tensor is present, f32, of the shape the config
+/// implies, and finite; then that no other tensor is present.
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] (not a safetensors file, e.g. truncated) or [`ModelError::Tensor`]
+/// naming `path` and the tensor.
+pub fn validate_weights(
+    path: &Path,
+    bytes: &[u8],
+    config: &Config,
+    device: &Device,
+) -> Result<HashMap<String, Tensor>> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        msg: format!("not a valid safetensors file: {e}"),
+    })?;
+    let expected = config.tensor_shapes();
+    let mut out = HashMap::with_capacity(expected.len());
+    for (name, shape) in &expected {
+        let terr = |msg: String| ModelError::Tensor { path: path.to_path_buf(), name: name.clone(), msg };
+        let view = st
+            .tensor(name)
+            .map_err(|_| terr(format!("missing (config.json implies shape {shape:?})")))?;
+        if view.dtype() != StDtype::F32 {
+            return Err(terr(format!("dtype {:?}, expected F32", view.dtype())));
+        }
+        if view.shape() != shape.as_slice() {
+            return Err(terr(format!(
+                "shape {:?}, but config.json implies {:?} (config and weights disagree)",
+                view.shape(),
+                shape
+            )));
+        }
+        let data: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+            let n_bad = data.iter().filter(|x| !x.is_finite()).count();
+            return Err(terr(format!(
+                "{n_bad} non-finite value(s), first {} at flat index {i}",
+                data[i]
+            )));
+        }
+        out.insert(name.clone(), Tensor::from_vec(data, shape.as_slice(), device)?);
+    }
+    let mut extra: Vec<&str> = st.names().into_iter().filter(|n| !out.contains_key(*n)).collect();
+    extra.sort_unstable();
+    if let Some(name) = extra.first() {
+        return Err(ModelError::Tensor {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            msg: format!(
+                "unexpected tensor ({} in all), not part of the model described by config.json \
+                 ({} layers, mixer {})",
+                extra.len(),
+                config.n_layers,
+                config.mixer
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// Loads and validates a checkpoint directory.
+///
+/// # Errors
+/// As [`read_config`] and [`validate_weights`]; [`ModelError::Io`] if the weights are unreadable.
+pub fn load(dir: &Path, device: &Device) -> Result<(Config, HashMap<String, Tensor>)> {
+    let config = read_config(dir)?;
+    let path = dir.join(WEIGHTS_FILE);
+    let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+    let tensors = validate_weights(&path, &bytes, &config, device)?;
+    Ok((config, tensors))
+}
+
+impl Transformer {
+    /// Loads a checkpoint directory as a frozen model on `device`.
+    ///
+    /// # Errors
+    /// As [`load`].
+    pub fn load(dir: &Path, device: &Device) -> Result<Transformer> {
+        let (config, tensors) = load(dir, device)?;
+        Transformer::from_tensors(&config, tensors, device)
+    }
+
+    /// Saves the model as a checkpoint directory ([`save`]).
+    ///
+    /// # Errors
+    /// As [`save`].
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        save(dir, self.config(), self.named_tensors())
+    }
+}

@@ -1,0 +1,299 @@
+//! GPT-2 (LayerNorm, learned absolute positions, GELU MLP, fused Conv1D attention projection) loaded
+//! offline from a Hugging Face safetensors directory.
+//!
+//! Source: Hugging Face `transformers` `modeling_gpt2.py` (Conv1D computes `x W + b` with `W`
+//! [in, out]; `c_attn` output columns are `[q | k | v]`, each split into heads of width `d`).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use ndarray::{s, Array2};
+
+use super::hf::{read_weights, HfConfig};
+use super::weights::{fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn};
+use super::{causal_mask, check_tokens, matmul, matmul_t, LmOutput};
+use crate::error::{ModelError, Result};
+
+/// The MLP non-linearity of a GPT-2 checkpoint (`activation_function` in `config.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gpt2Activation {
+    /// `gelu_new` / `gelu_pytorch_tanh`: the tanh approximation (GPT-2's own).
+    GeluTanh,
+    /// `gelu`: the exact erf form.
+    GeluErf,
+    /// `relu`.
+    Relu,
+}
+
+/// Hyper-parameters of a [`Gpt2`] model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpt2Config {
+    /// Vocabulary size `V`.
+    pub vocab_size: usize,
+    /// Number of learned positions (longest sequence).
+    pub n_ctx: usize,
+    /// Residual width `D`.
+    pub d_model: usize,
+    /// Number of layers `L`.
+    pub n_layers: usize,
+    /// Number of heads `H` (divides `D`; `d = D / H`).
+    pub n_heads: usize,
+    /// MLP hidden width (`n_inner`, default `4 D`).
+    pub d_mlp: usize,
+    /// LayerNorm epsilon.
+    pub ln_eps: f64,
+    /// MLP non-linearity.
+    pub activation: Gpt2Activation,
+}
+
+/// One GPT-2 block; Conv1D matrices in [in, out] layout.
+#[derive(Debug, Clone)]
+struct Gpt2Layer {
+    ln1_w: Tensor,
+    ln1_b: Tensor,
+    c_attn_w: Tensor,
+    c_attn_b: Tensor,
+    c_proj_w: Tensor,
+    c_proj_b: Tensor,
+    ln2_w: Tensor,
+    ln2_b: Tensor,
+    fc_w: Tensor,
+    fc_b: Tensor,
+    proj_w: Tensor,
+    proj_b: Tensor,
+}
+
+/// A GPT-2 language model on candle (float32, inference only).
+///
+/// ```text
+/// h = W_E[tokens] + W_pos[positions]
+/// per layer: [q | k | v] = LN1(h) c_attn + b;  a = softmax(q k^T / sqrt(d) + causal mask)
+///            h = h + (a v) c_proj + b;  h = h + act(LN2(h) c_fc + b) c_proj + b
+/// logits = LN_f(h) W_E^T   (or `lm_head.weight` when present)
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gpt2 {
+    config: Gpt2Config,
+    wte: Tensor,
+    wpe: Tensor,
+    layers: Vec<Gpt2Layer>,
+    ln_f_w: Tensor,
+    ln_f_b: Tensor,
+    lm_head: Tensor,
+    device: Device,
+    source: PathBuf,
+}
+
+impl Gpt2 {
+    /// Loads a Hugging Face GPT-2 directory: `config.json` (`model_type` `gpt2`; `n_embd`, `n_head`,
+    /// `n_layer`, `n_positions`, `vocab_size`, `n_inner`, `layer_norm_epsilon`,
+    /// `activation_function`) and `model.safetensors` with tensors `wte.weight`, `wpe.weight`,
+    /// `h.{l}.ln_1.{weight,bias}`, `h.{l}.attn.c_attn.{weight [D, 3D], bias}`,
+    /// `h.{l}.attn.c_proj.{weight, bias}`, `h.{l}.ln_2.*`, `h.{l}.mlp.c_fc.*`, `h.{l}.mlp.c_proj.*`,
+    /// `ln_f.*` (optionally all prefixed `transformer.`, plus an optional `lm_head.weight`). The
+    /// causal-mask buffers `h.{l}.attn.bias` / `masked_bias` of older exports are ignored.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] naming `config.json` for a missing key or unsupported feature
+    /// (another activation, `scale_attn_by_inverse_layer_idx`, `scale_attn_weights` false);
+    /// [`ModelError::Tensor`] naming the file and tensor for a missing or misshapen tensor.
+    pub fn from_hf_dir(dir: &Path, device: &Device) -> Result<Self> {
+        let cfg = HfConfig::read(dir)?;
+        if !cfg.kind_names().iter().any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model") {
+            return Err(cfg.unsupported("model_type / architectures is not gpt2"));
+        }
+        if cfg.bool_opt("scale_attn_by_inverse_layer_idx")?.unwrap_or(false) {
+            return Err(cfg.unsupported("scale_attn_by_inverse_layer_idx"));
+        }
+        if !cfg.bool_opt("scale_attn_weights")?.unwrap_or(true) {
+            return Err(cfg.unsupported("scale_attn_weights = false"));
+        }
+        let activation = match cfg.str_opt("activation_function")?.unwrap_or("gelu_new") {
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Gpt2Activation::GeluTanh,
+            "gelu" => Gpt2Activation::GeluErf,
+            "relu" => Gpt2Activation::Relu,
+            other => return Err(cfg.unsupported(&format!("activation_function `{other}`"))),
+        };
+        let d_model = cfg.usize("n_embd")?;
+        let n_ctx = match cfg.usize_opt("n_positions")? {
+            Some(n) => n,
+            None => cfg.usize("n_ctx")?,
+        };
+        let config = Gpt2Config {
+            vocab_size: cfg.usize("vocab_size")?,
+            n_ctx,
+            d_model,
+            n_layers: cfg.usize("n_layer")?,
+            n_heads: cfg.usize("n_head")?,
+            d_mlp: cfg.usize_opt("n_inner")?.unwrap_or(4 * d_model),
+            ln_eps: cfg.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5),
+            activation,
+        };
+        let c = &config;
+        let bad = [("n_embd", c.d_model), ("n_head", c.n_heads), ("n_layer", c.n_layers), ("vocab_size", c.vocab_size), ("n_positions", c.n_ctx)];
+        if let Some((k, _)) = bad.iter().find(|(_, v)| *v == 0) {
+            return Err(ModelError::Checkpoint { path: cfg.path.clone(), msg: format!("key `{k}` must be positive") });
+        }
+        if d_model % c.n_heads != 0 {
+            return Err(ModelError::Checkpoint {
+                path: cfg.path.clone(),
+                msg: format!("n_embd {d_model} is not a multiple of n_head {}", c.n_heads),
+            });
+        }
+        let mut store = read_weights(dir)?;
+        let p = if store.contains("transformer.wte.weight") { "transformer." } else { "" };
+        let (dm, f) = (c.d_model, c.d_mlp);
+        let wte = store.take(&format!("{p}wte.weight"), &[c.vocab_size, dm], device)?;
+        let wpe = store.take(&format!("{p}wpe.weight"), &[c.n_ctx, dm], device)?;
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let mut t = |n: &str, dims: &[usize]| store.take(&format!("{p}h.{l}.{n}"), dims, device);
+            layers.push(Gpt2Layer {
+                ln1_w: t("ln_1.weight", &[dm])?,
+                ln1_b: t("ln_1.bias", &[dm])?,
+                c_attn_w: t("attn.c_attn.weight", &[dm, 3 * dm])?,
+                c_attn_b: t("attn.c_attn.bias", &[3 * dm])?,
+                c_proj_w: t("attn.c_proj.weight", &[dm, dm])?,
+                c_proj_b: t("attn.c_proj.bias", &[dm])?,
+                ln2_w: t("ln_2.weight", &[dm])?,
+                ln2_b: t("ln_2.bias", &[dm])?,
+                fc_w: t("mlp.c_fc.weight", &[dm, f])?,
+                fc_b: t("mlp.c_fc.bias", &[f])?,
+                proj_w: t("mlp.c_proj.weight", &[f, dm])?,
+                proj_b: t("mlp.c_proj.bias", &[dm])?,
+            });
+        }
+        let ln_f_w = store.take(&format!("{p}ln_f.weight"), &[dm], device)?;
+        let ln_f_b = store.take(&format!("{p}ln_f.bias"), &[dm], device)?;
+        let lm_head = store.take_opt("lm_head.weight", &[c.vocab_size, dm], device)?.unwrap_or_else(|| wte.clone());
+        let extra: Vec<String> = store
+            .remaining()
+            .into_iter()
+            .filter(|n| !(n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")))
+            .collect();
+        if !extra.is_empty() {
+            return Err(ModelError::Checkpoint {
+                path: store.path().to_path_buf(),
+                msg: format!("unsupported: unexpected tensors for a GPT-2 model: {}", extra.join(", ")),
+            });
+        }
+        Ok(Self { config, wte, wpe, layers, ln_f_w, ln_f_b, lm_head, device: device.clone(), source: dir.to_path_buf() })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Gpt2Config {
+        &self.config
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The directory the model was loaded from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// Runs the model on a batch of token sequences.
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V]; with `capture`, one softmax attention pattern per
+    /// layer, [B, H, T, T] ([batch, head, query, key]).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] when `tokens` is not [B, T] u32, is empty, longer than `n_ctx`, or holds
+    /// an id >= V.
+    pub fn forward(&self, tokens: &Tensor, capture: bool) -> Result<LmOutput> {
+        let c = &self.config;
+        let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
+        let tokens = tokens.to_device(&self.device)?;
+        let (hh, d, dm) = (c.n_heads, c.d_model / c.n_heads, c.d_model);
+        let eps = c.ln_eps as f32;
+        let mask = causal_mask(t, &self.device)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let emb = self.wte.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, dm))?;
+        let mut h = emb.broadcast_add(&self.wpe.narrow(0, 0, t)?)?;
+        let mut patterns = Vec::new();
+        for layer in &self.layers {
+            let x = candle_nn::ops::layer_norm(&h, &layer.ln1_w, &layer.ln1_b, eps)?;
+            let qkv = matmul(&x, &layer.c_attn_w)?.broadcast_add(&layer.c_attn_b)?;
+            let part = |i: usize| -> Result<Tensor> {
+                Ok(qkv.narrow(2, i * dm, dm)?.reshape((b, t, hh, d))?.transpose(1, 2)?.contiguous()?)
+            };
+            let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
+            let a = candle_nn::ops::softmax_last_dim(&scores)?;
+            let o = a.matmul(&v)?.transpose(1, 2)?.reshape((b, t, dm))?;
+            if capture {
+                patterns.push(a);
+            }
+            h = (h + matmul(&o, &layer.c_proj_w)?.broadcast_add(&layer.c_proj_b)?)?;
+            let x = candle_nn::ops::layer_norm(&h, &layer.ln2_w, &layer.ln2_b, eps)?;
+            let z = matmul(&x, &layer.fc_w)?.broadcast_add(&layer.fc_b)?;
+            let z = match c.activation {
+                Gpt2Activation::GeluTanh => z.gelu()?,
+                Gpt2Activation::GeluErf => z.gelu_erf()?,
+                Gpt2Activation::Relu => z.relu()?,
+            };
+            h = (h + matmul(&z, &layer.proj_w)?.broadcast_add(&layer.proj_b)?)?;
+        }
+        let h = candle_nn::ops::layer_norm(&h, &self.ln_f_w, &self.ln_f_b, eps)?;
+        let logits = matmul_t(&h, &self.lm_head)?;
+        Ok(LmOutput { logits, patterns: capture.then_some(patterns) })
+    }
+
+    /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] =
+    /// c_attn.weight[:, h*d..(h+1)*d]` (K and V from the column blocks at `D` and `2D`),
+    /// `b_Q[l, h]` likewise from `c_attn.bias`, `W_O[l, h] = c_proj.weight[h*d..(h+1)*d, :]`,
+    /// `b_O = c_proj.bias`, `W_E = wte`, `W_pos = wpe`, `W_U = lm_head^T` (tied: `wte^T`), `b_U = 0`.
+    /// With `fold_norm`, `ln_1` is folded into Q/K/V (`diag(g) W`, `b + beta W`) and `ln_f` into
+    /// `W_U`, `b_U`, as TransformerLens' `fold_ln` (without its weight centring).
+    ///
+    /// # Shapes
+    /// See [`HeadWeights`].
+    ///
+    /// # Errors
+    /// [`ModelError::Candle`] when copying from the device fails.
+    pub fn head_weights(&self, fold_norm: bool) -> Result<HeadWeights> {
+        let c = &self.config;
+        let (hh, dm) = (c.n_heads, c.d_model);
+        let mut col = HeadCollector::new(hh, dm / hh, dm);
+        for layer in &self.layers {
+            // Conv1D [in, out] -> torch layout [out, in].
+            let w: Array2<f32> = to_array2(&layer.c_attn_w)?.reversed_axes();
+            let bias = to_array1(&layer.c_attn_b)?;
+            let o = to_array2(&layer.c_proj_w)?.reversed_axes();
+            let bo = to_array1(&layer.c_proj_b)?;
+            let g = to_array1(&layer.ln1_w)?;
+            let beta = to_array1(&layer.ln1_b)?;
+            let bslice = |i: usize| bias.slice(s![i * dm..(i + 1) * dm]).to_vec();
+            let (bq, bk, bv) = (bslice(0), bslice(1), bslice(2));
+            col.push(
+                &TorchAttn {
+                    q: w.slice(s![0..dm, ..]),
+                    k: w.slice(s![dm..2 * dm, ..]),
+                    v: w.slice(s![2 * dm..3 * dm, ..]),
+                    o: o.view(),
+                    b_q: Some(&bq),
+                    b_k: Some(&bk),
+                    b_v: Some(&bv),
+                    b_o: bo.as_slice(),
+                    gain: if fold_norm { g.as_slice() } else { None },
+                    beta: if fold_norm { beta.as_slice() } else { None },
+                },
+                hh,
+            );
+        }
+        let w_e = to_array2(&self.wte)?;
+        let w_pos = to_array2(&self.wpe)?;
+        let mut w_u = to_array2(&self.lm_head)?.reversed_axes().as_standard_layout().into_owned();
+        let mut b_u = ndarray::Array1::zeros(c.vocab_size);
+        if fold_norm {
+            let g = to_array1(&self.ln_f_w)?.to_vec();
+            let beta = to_array1(&self.ln_f_b)?.to_vec();
+            fold_final_norm(&mut w_u, &mut b_u, &g, Some(&beta));
+        }
+        col.finish(w_e, Some(w_pos), w_u, b_u)
+    }
+}

@@ -1,0 +1,511 @@
+//! A Llama-family decoder (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention) loaded
+//! offline from a GGUF file or a Hugging Face safetensors directory, for reading attention patterns
+//! and per-head weights of real language models.
+//!
+//! Source: Hugging Face `transformers` `modeling_llama.py` and candle-transformers `models/llama.rs`
+//! (same computation); llama.cpp for the GGUF names and layout.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use ndarray::Array1;
+
+use super::gguf::{read_gguf, unpermute_qk_rows};
+use super::hf::{read_weights, HfConfig};
+use super::store::TensorStore;
+use super::weights::{fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn};
+use super::{causal_mask, check_tokens, matmul_t, LmOutput};
+use crate::error::{ModelError, Result};
+
+/// Hyper-parameters of a [`Llama`] model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// Vocabulary size `V`.
+    pub vocab_size: usize,
+    /// Residual width `D`.
+    pub d_model: usize,
+    /// Number of decoder layers `L`.
+    pub n_layers: usize,
+    /// Number of query heads `H`.
+    pub n_heads: usize,
+    /// Number of key/value heads `H_kv` (divides `H`; `H_kv < H` is grouped-query attention).
+    pub n_kv_heads: usize,
+    /// Head width `d` (even).
+    pub d_head: usize,
+    /// Hidden width of the SwiGLU MLP.
+    pub d_mlp: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f64,
+    /// Rotary base `theta` (frequencies `theta^(-2i/d)`).
+    pub rope_theta: f64,
+    /// Longest supported sequence.
+    pub max_seq_len: usize,
+    /// Whether the unembedding is the transposed token embedding.
+    pub tied_embeddings: bool,
+}
+
+impl LlamaConfig {
+    /// Checks that the sizes are positive and consistent.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the offending field.
+    pub fn check(&self) -> Result<()> {
+        let pos = [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("n_kv_heads", self.n_kv_heads),
+            ("d_head", self.d_head),
+            ("d_mlp", self.d_mlp),
+            ("max_seq_len", self.max_seq_len),
+        ];
+        for (name, v) in pos {
+            if v == 0 {
+                return Err(ModelError::Config(format!("llama: {name} must be positive")));
+            }
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return Err(ModelError::Config(format!(
+                "llama: n_kv_heads {} does not divide n_heads {}",
+                self.n_kv_heads, self.n_heads
+            )));
+        }
+        if self.d_head % 2 != 0 {
+            return Err(ModelError::Config(format!("llama: d_head {} must be even for rotary positions", self.d_head)));
+        }
+        if !(self.rms_eps > 0.0 && self.rms_eps.is_finite()) || !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
+            return Err(ModelError::Config("llama: rms_eps and rope_theta must be positive and finite".into()));
+        }
+        Ok(())
+    }
+}
+
+/// One decoder layer; matrices in PyTorch layout [out, in] (`y = x W^T`).
+#[derive(Debug, Clone)]
+struct LlamaLayer {
+    attn_norm: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    w_o: Tensor,
+    mlp_norm: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+}
+
+/// A Llama-family language model on candle (float32, inference only).
+///
+/// ```text
+/// h = W_E[tokens]
+/// per layer: x = RMSNorm(h); q, k = RoPE(x W_Q^T), RoPE(x W_K^T); v = x W_V^T
+///            a = softmax(q k^T / sqrt(d) + causal mask)      (K/V heads shared by H / H_kv query heads)
+///            h = h + (a v) W_O^T;  x = RMSNorm(h);  h = h + (silu(x W_gate^T) * (x W_up^T)) W_down^T
+/// logits = RMSNorm(h) W_U^T
+/// ```
+/// Rotary positions rotate the two halves of each head (Hugging Face `rotate_half`) by angles
+/// `p * theta^(-2i/d)`, `i < d/2`.
+#[derive(Debug, Clone)]
+pub struct Llama {
+    config: LlamaConfig,
+    embed: Tensor,
+    layers: Vec<LlamaLayer>,
+    norm: Tensor,
+    lm_head: Tensor,
+    device: Device,
+    source: PathBuf,
+}
+
+impl Llama {
+    /// Loads a llama.cpp GGUF file (architecture `llama`), dequantising every tensor to float32 and
+    /// undoing llama.cpp's permutation of the Q/K rows ([`super::gguf::unpermute_qk_rows`]).
+    ///
+    /// Reads `llama.block_count`, `.embedding_length`, `.feed_forward_length`,
+    /// `.attention.head_count`, `.attention.head_count_kv`, `.attention.key_length`,
+    /// `.attention.layer_norm_rms_epsilon`, `.rope.freq_base`, `.rope.dimension_count`,
+    /// `.context_length`, and the tensors `token_embd.weight`, `blk.{l}.{attn_norm, attn_q, attn_k,
+    /// attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight`, `output_norm.weight` and
+    /// `output.weight` (absent: tied to the embedding).
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] for an unreadable file, missing metadata or an unsupported
+    /// architecture (another `general.architecture`, partial rotary, rotary scaling, extra tensors
+    /// such as biases); [`ModelError::Tensor`] naming the file and tensor for a missing or misshapen
+    /// tensor.
+    pub fn from_gguf(path: &Path, device: &Device) -> Result<Self> {
+        let (meta, mut store) = read_gguf(path)?;
+        let unsupported = |msg: String| ModelError::Checkpoint { path: path.to_path_buf(), msg: format!("unsupported: {msg}") };
+        let arch = meta.str_opt("general.architecture")?.unwrap_or("");
+        if arch != "llama" {
+            return Err(unsupported(format!("general.architecture `{arch}` (supported: llama)")));
+        }
+        let key = |k: &str| format!("llama.{k}");
+        let n_heads = meta.usize(&key("attention.head_count"))?;
+        let d_model = meta.usize(&key("embedding_length"))?;
+        let d_head = meta.usize_opt(&key("attention.key_length"))?.unwrap_or(if n_heads > 0 { d_model / n_heads } else { 0 });
+        if let Some(dv) = meta.usize_opt(&key("attention.value_length"))? {
+            if dv != d_head {
+                return Err(unsupported(format!("value head width {dv} != key head width {d_head}")));
+            }
+        }
+        if let Some(rd) = meta.usize_opt(&key("rope.dimension_count"))? {
+            if rd != d_head {
+                return Err(unsupported(format!("partial rotary embedding ({rd} of {d_head} dimensions)")));
+            }
+        }
+        if let Some(s) = meta.str_opt(&key("rope.scaling.type"))? {
+            if s != "none" {
+                return Err(unsupported(format!("rotary scaling `{s}`")));
+            }
+        }
+        if store.contains("rope_freqs.weight") {
+            return Err(unsupported("rotary frequency factors (rope_freqs.weight)".into()));
+        }
+        let vocab_size = store.dims("token_embd.weight")?.first().copied().unwrap_or(0);
+        let config = LlamaConfig {
+            vocab_size,
+            d_model,
+            n_layers: meta.usize(&key("block_count"))?,
+            n_heads,
+            n_kv_heads: meta.usize_opt(&key("attention.head_count_kv"))?.unwrap_or(n_heads),
+            d_head,
+            d_mlp: meta.usize(&key("feed_forward_length"))?,
+            rms_eps: meta.f64_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            rope_theta: meta.f64_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0),
+            max_seq_len: meta.usize_opt(&key("context_length"))?.unwrap_or(2048),
+            tied_embeddings: !store.contains("output.weight"),
+        };
+        config.check().map_err(|e| ModelError::Checkpoint { path: path.to_path_buf(), msg: e.to_string() })?;
+        let names = Names {
+            embed: "token_embd.weight".into(),
+            norm: "output_norm.weight".into(),
+            lm_head: "output.weight".into(),
+            layer: Box::new(|l, w| {
+                let n = match w {
+                    W::AttnNorm => "attn_norm",
+                    W::Q => "attn_q",
+                    W::K => "attn_k",
+                    W::V => "attn_v",
+                    W::O => "attn_output",
+                    W::MlpNorm => "ffn_norm",
+                    W::Gate => "ffn_gate",
+                    W::Up => "ffn_up",
+                    W::Down => "ffn_down",
+                };
+                format!("blk.{l}.{n}.weight")
+            }),
+        };
+        Self::build(config, &mut store, &names, true, device, path, &|_| false)
+    }
+
+    /// Loads a Hugging Face Llama directory: `config.json` (`model_type` `llama` or architecture
+    /// `LlamaForCausalLM`) and `model.safetensors` (or shards with `model.safetensors.index.json`),
+    /// tensors `model.embed_tokens.weight`, `model.layers.{l}.input_layernorm.weight`,
+    /// `.self_attn.{q,k,v,o}_proj.weight`, `.post_attention_layernorm.weight`,
+    /// `.mlp.{gate,up,down}_proj.weight`, `model.norm.weight`, `lm_head.weight` (unless
+    /// `tie_word_embeddings`). Any float dtype is converted to float32.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] / [`ModelError::Json`] naming `config.json` for a missing key or an
+    /// unsupported feature (rotary scaling, attention or MLP biases, an activation other than silu);
+    /// [`ModelError::Tensor`] naming the file and tensor for a missing or misshapen tensor.
+    pub fn from_hf_dir(dir: &Path, device: &Device) -> Result<Self> {
+        let cfg = HfConfig::read(dir)?;
+        if !cfg.kind_names().iter().any(|n| n == "llama" || n == "llamaforcausallm") {
+            return Err(cfg.unsupported("model_type / architectures is not llama"));
+        }
+        if cfg.json.get("rope_scaling").is_some_and(|v| !v.is_null()) {
+            return Err(cfg.unsupported("rope_scaling"));
+        }
+        if cfg.bool_opt("attention_bias")?.unwrap_or(false) || cfg.bool_opt("mlp_bias")?.unwrap_or(false) {
+            return Err(cfg.unsupported("attention_bias / mlp_bias"));
+        }
+        if let Some(act) = cfg.str_opt("hidden_act")? {
+            if act != "silu" {
+                return Err(cfg.unsupported(&format!("hidden_act `{act}` (supported: silu)")));
+            }
+        }
+        let d_model = cfg.usize("hidden_size")?;
+        let n_heads = cfg.usize("num_attention_heads")?;
+        let config = LlamaConfig {
+            vocab_size: cfg.usize("vocab_size")?,
+            d_model,
+            n_layers: cfg.usize("num_hidden_layers")?,
+            n_heads,
+            n_kv_heads: cfg.usize_opt("num_key_value_heads")?.unwrap_or(n_heads),
+            d_head: cfg.usize_opt("head_dim")?.unwrap_or(if n_heads > 0 { d_model / n_heads } else { 0 }),
+            d_mlp: cfg.usize("intermediate_size")?,
+            rms_eps: cfg.f64_opt("rms_norm_eps")?.unwrap_or(1e-6),
+            rope_theta: cfg.f64_opt("rope_theta")?.unwrap_or(10_000.0),
+            max_seq_len: cfg.usize_opt("max_position_embeddings")?.unwrap_or(2048),
+            tied_embeddings: cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false),
+        };
+        config.check().map_err(|e| ModelError::Checkpoint { path: cfg.path.clone(), msg: e.to_string() })?;
+        let mut store = read_weights(dir)?;
+        if config.tied_embeddings {
+            // A tied checkpoint may still carry a copy of the embedding as `lm_head.weight`.
+            let _ = store.take_opt("lm_head.weight", &[config.vocab_size, config.d_model], &Device::Cpu)?;
+        }
+        let names = Names {
+            embed: "model.embed_tokens.weight".into(),
+            norm: "model.norm.weight".into(),
+            lm_head: "lm_head.weight".into(),
+            layer: Box::new(|l, w| {
+                let n = match w {
+                    W::AttnNorm => "input_layernorm",
+                    W::Q => "self_attn.q_proj",
+                    W::K => "self_attn.k_proj",
+                    W::V => "self_attn.v_proj",
+                    W::O => "self_attn.o_proj",
+                    W::MlpNorm => "post_attention_layernorm",
+                    W::Gate => "mlp.gate_proj",
+                    W::Up => "mlp.up_proj",
+                    W::Down => "mlp.down_proj",
+                };
+                format!("model.layers.{l}.{n}.weight")
+            }),
+        };
+        Self::build(config, &mut store, &names, false, device, dir, &|n: &str| n.ends_with("rotary_emb.inv_freq"))
+    }
+
+    fn build(
+        config: LlamaConfig,
+        store: &mut TensorStore,
+        names: &Names,
+        gguf_layout: bool,
+        device: &Device,
+        source: &Path,
+        ignorable: &dyn Fn(&str) -> bool,
+    ) -> Result<Self> {
+        let c = &config;
+        let (dm, qd, kvd) = (c.d_model, c.n_heads * c.d_head, c.n_kv_heads * c.d_head);
+        let embed = store.take(&names.embed, &[c.vocab_size, dm], device)?;
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let n = |w: W| (names.layer)(l, w);
+            let mut w_q = store.take(&n(W::Q), &[qd, dm], device)?;
+            let mut w_k = store.take(&n(W::K), &[kvd, dm], device)?;
+            if gguf_layout {
+                w_q = unpermute_qk_rows(&w_q, c.n_heads)?;
+                w_k = unpermute_qk_rows(&w_k, c.n_kv_heads)?;
+            }
+            layers.push(LlamaLayer {
+                attn_norm: store.take(&n(W::AttnNorm), &[dm], device)?,
+                w_q,
+                w_k,
+                w_v: store.take(&n(W::V), &[kvd, dm], device)?,
+                w_o: store.take(&n(W::O), &[dm, qd], device)?,
+                mlp_norm: store.take(&n(W::MlpNorm), &[dm], device)?,
+                w_gate: store.take(&n(W::Gate), &[c.d_mlp, dm], device)?,
+                w_up: store.take(&n(W::Up), &[c.d_mlp, dm], device)?,
+                w_down: store.take(&n(W::Down), &[dm, c.d_mlp], device)?,
+            });
+        }
+        let norm = store.take(&names.norm, &[dm], device)?;
+        let lm_head = if c.tied_embeddings { embed.clone() } else { store.take(&names.lm_head, &[c.vocab_size, dm], device)? };
+        let extra: Vec<String> = store.remaining().into_iter().filter(|n| !ignorable(n)).collect();
+        if !extra.is_empty() {
+            return Err(ModelError::Checkpoint {
+                path: store.path().to_path_buf(),
+                msg: format!("unsupported: unexpected tensors for a Llama model: {}", extra.join(", ")),
+            });
+        }
+        Ok(Self { config, embed, layers, norm, lm_head, device: device.clone(), source: source.to_path_buf() })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The file or directory the model was loaded from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// Cosine and sine tables of the rotary embedding, [T, d/2] each, computed in float64.
+    fn rope_tables(&self, t: usize) -> Result<(Tensor, Tensor)> {
+        let d = self.config.d_head;
+        let mut cos = Vec::with_capacity(t * d / 2);
+        let mut sin = Vec::with_capacity(t * d / 2);
+        for p in 0..t {
+            for i in 0..d / 2 {
+                let ang = p as f64 * self.config.rope_theta.powf(-2.0 * i as f64 / d as f64);
+                cos.push(ang.cos() as f32);
+                sin.push(ang.sin() as f32);
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (t, d / 2), &self.device)?,
+            Tensor::from_vec(sin, (t, d / 2), &self.device)?,
+        ))
+    }
+
+    /// Runs the model on a batch of token sequences.
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V]; with `capture`, one softmax attention pattern per
+    /// layer, [B, H, T, T] ([batch, head, query, key]; rows sum to 1, zero above the diagonal).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] when `tokens` is not [B, T] u32, is empty, longer than `max_seq_len`, or
+    /// holds an id >= V.
+    pub fn forward(&self, tokens: &Tensor, capture: bool) -> Result<LmOutput> {
+        let c = &self.config;
+        let (b, t) = check_tokens(tokens, c.vocab_size, c.max_seq_len)?;
+        let tokens = tokens.to_device(&self.device)?;
+        let (h_, hkv, d) = (c.n_heads, c.n_kv_heads, c.d_head);
+        let eps = c.rms_eps as f32;
+        let (cos, sin) = self.rope_tables(t)?;
+        let mask = causal_mask(t, &self.device)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut h = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, c.d_model))?;
+        let mut patterns = Vec::new();
+        for layer in &self.layers {
+            let x = candle_nn::ops::rms_norm(&h, &layer.attn_norm, eps)?;
+            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
+                Ok(matmul_t(&x, w)?.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?)
+            };
+            let q = candle_nn::rotary_emb::rope(&heads(&layer.w_q, h_)?, &cos, &sin)?;
+            let k = candle_nn::rotary_emb::rope(&heads(&layer.w_k, hkv)?, &cos, &sin)?;
+            let v = heads(&layer.w_v, hkv)?;
+            let (k, v) = (repeat_kv(&k, h_ / hkv)?, repeat_kv(&v, h_ / hkv)?);
+            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
+            let a = candle_nn::ops::softmax_last_dim(&scores)?;
+            let o = a.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h_ * d))?;
+            if capture {
+                patterns.push(a);
+            }
+            h = (h + matmul_t(&o, &layer.w_o)?)?;
+            let x = candle_nn::ops::rms_norm(&h, &layer.mlp_norm, eps)?;
+            let g = candle_nn::ops::silu(&matmul_t(&x, &layer.w_gate)?)?;
+            let u = matmul_t(&x, &layer.w_up)?;
+            h = (h + matmul_t(&(g * u)?, &layer.w_down)?)?;
+        }
+        let h = candle_nn::ops::rms_norm(&h, &self.norm, eps)?;
+        let logits = matmul_t(&h, &self.lm_head)?;
+        Ok(LmOutput { logits, patterns: capture.then_some(patterns) })
+    }
+
+    /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] = q_proj[h*d..(h+1)*d, :]^T`,
+    /// `W_K[l, h]` / `W_V[l, h]` from key/value head `h / (H / H_kv)`, `W_O[l, h] = o_proj[:, h*d..(h+1)*d]^T`,
+    /// `W_E` = the embedding, `W_U` = the unembedding transposed; biases are zero. Q/K rows are in the
+    /// Hugging Face (half-split rotary) layout whatever the source file. With `fold_norm`, each
+    /// layer's input RMSNorm gain is folded into `W_Q`, `W_K`, `W_V` and the final gain into `W_U`.
+    ///
+    /// # Shapes
+    /// See [`HeadWeights`]; `w_pos` is `None` (rotary positions).
+    ///
+    /// # Errors
+    /// [`ModelError::Candle`] when copying from the device fails.
+    pub fn head_weights(&self, fold_norm: bool) -> Result<HeadWeights> {
+        let c = &self.config;
+        let mut col = HeadCollector::new(c.n_heads, c.d_head, c.d_model);
+        for layer in &self.layers {
+            let (q, k, v, o) = (to_array2(&layer.w_q)?, to_array2(&layer.w_k)?, to_array2(&layer.w_v)?, to_array2(&layer.w_o)?);
+            let gain = layer.attn_norm.to_vec1::<f32>()?;
+            col.push(
+                &TorchAttn {
+                    q: q.view(),
+                    k: k.view(),
+                    v: v.view(),
+                    o: o.view(),
+                    b_q: None,
+                    b_k: None,
+                    b_v: None,
+                    b_o: None,
+                    gain: fold_norm.then_some(gain.as_slice()),
+                    beta: None,
+                },
+                c.n_kv_heads,
+            );
+        }
+        let w_e = to_array2(&self.embed)?;
+        let mut w_u = to_array2(&self.lm_head)?.reversed_axes().as_standard_layout().into_owned();
+        let mut b_u = Array1::zeros(c.vocab_size);
+        if fold_norm {
+            fold_final_norm(&mut w_u, &mut b_u, &to_array1(&self.norm)?.to_vec(), None);
+        }
+        col.finish(w_e, None, w_u, b_u)
+    }
+}
+
+/// Which weight of a layer (for the per-format naming closures).
+#[derive(Debug, Clone, Copy)]
+enum W {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    MlpNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+/// Tensor names of one checkpoint format.
+struct Names {
+    embed: String,
+    norm: String,
+    lm_head: String,
+    layer: Box<dyn Fn(usize, W) -> String>,
+}
+
+/// Expands key/value heads for grouped-query attention: head `h` of the result is head
+/// `h / n_rep` of the input (Hugging Face `repeat_kv`).
+///
+/// # Shapes
+/// `x` [B, H_kv, T, d] -> [B, H_kv * n_rep, T, d].
+fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x.clone());
+    }
+    let (b, hkv, t, d) = x.dims4()?;
+    Ok(x.unsqueeze(2)?.expand((b, hkv, n_rep, t, d))?.reshape((b, hkv * n_rep, t, d))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeat_kv_maps_query_head_to_kv_head_by_integer_division() {
+        let x = Tensor::arange(0f32, 2.0 * 3.0, &Device::Cpu).unwrap().reshape((1, 2, 3, 1)).unwrap();
+        let r = repeat_kv(&x, 3).unwrap();
+        assert_eq!(r.dims(), &[1, 6, 3, 1]);
+        let v = r.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for h in 0..6 {
+            for p in 0..3 {
+                assert_eq!(v[h * 3 + p], ((h / 3) * 3 + p) as f32);
+            }
+        }
+    }
+
+    #[test]
+    fn config_check_rejects_bad_grouping_and_odd_heads() {
+        let ok = LlamaConfig {
+            vocab_size: 5,
+            d_model: 12,
+            n_layers: 1,
+            n_heads: 3,
+            n_kv_heads: 1,
+            d_head: 4,
+            d_mlp: 7,
+            rms_eps: 1e-5,
+            rope_theta: 1e4,
+            max_seq_len: 8,
+            tied_embeddings: true,
+        };
+        assert!(ok.check().is_ok());
+        assert!(LlamaConfig { n_kv_heads: 2, ..ok.clone() }.check().is_err());
+        assert!(LlamaConfig { d_head: 5, ..ok.clone() }.check().is_err());
+        assert!(LlamaConfig { d_mlp: 0, ..ok }.check().is_err());
+    }
+}

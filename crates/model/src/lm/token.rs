@@ -1,0 +1,542 @@
+//! Trainable token-sequence transformers for the circuits analyses: token embedding, learned
+//! absolute positions, causally masked attention with any of the eight mixers, optional MLP and
+//! LayerNorm, unembedding. The attention-only presets with 0, 1 or 2 layers are the toy models of
+//! Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits" (`spec/circuits.md`).
+//!
+//! Parameter names and layouts are those of TransformerLens (`HookedTransformer`).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::{Init, VarBuilder, VarMap};
+use ndarray::{Array2, Axis};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::ckpt::{load_dir, read_config_json, save_dir};
+use super::weights::{fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn};
+use super::{check_tokens, matmul, LmOutput};
+use crate::attention;
+use crate::error::{ModelError, Result};
+use crate::mixer::Mixer;
+
+/// The `model_type` written into a token model's `config.json` (how [`super::detect`] knows it).
+pub const TOKEN_MODEL_TYPE: &str = "hyperlens-token";
+
+/// LayerNorm epsilon of token models (TransformerLens default).
+pub const TOKEN_LN_EPS: f32 = 1e-5;
+
+/// Architecture of a [`TokenModel`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Vocabulary size `V`.
+    pub vocab_size: usize,
+    /// Number of learned positions (longest sequence).
+    pub n_ctx: usize,
+    /// Residual width `D`.
+    pub d_model: usize,
+    /// Heads per layer `H`.
+    pub n_heads: usize,
+    /// Head width `d` of queries, keys and values.
+    pub d_head: usize,
+    /// Number of layers (0 gives the direct path `W_E W_U` only).
+    pub n_layers: usize,
+    /// MLP hidden width; `None` for an attention-only model.
+    pub d_mlp: Option<usize>,
+    /// Pre-LayerNorm before attention and MLP, and a final LayerNorm (eps 1e-5).
+    pub layer_norm: bool,
+    /// The sequence mixer of every layer (always causally masked).
+    pub mixer: Mixer,
+}
+
+impl TokenConfig {
+    /// The attention-only toy model of Elhage et al. with `n_layers` in {0, 1, 2}: no MLP, no
+    /// LayerNorm, softmax attention, `D = 64`, 4 heads of width 16.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] when `n_layers > 2` or a size is zero.
+    pub fn attn_only(n_layers: usize, vocab_size: usize, n_ctx: usize) -> Result<Self> {
+        if n_layers > 2 {
+            return Err(ModelError::Config(format!(
+                "the attention-only presets have 0, 1 or 2 layers, got {n_layers}"
+            )));
+        }
+        let c = Self {
+            vocab_size,
+            n_ctx,
+            d_model: 64,
+            n_heads: 4,
+            d_head: 16,
+            n_layers,
+            d_mlp: None,
+            layer_norm: false,
+            mixer: Mixer::Softmax,
+        };
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Validates the sizes.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the zero field.
+    pub fn check(&self) -> Result<()> {
+        let sizes = [
+            ("vocab_size", self.vocab_size),
+            ("n_ctx", self.n_ctx),
+            ("d_model", self.d_model),
+            ("n_heads", self.n_heads),
+            ("d_head", self.d_head),
+            ("d_mlp", self.d_mlp.unwrap_or(1)),
+        ];
+        for (name, v) in sizes {
+            if v == 0 {
+                return Err(ModelError::Config(format!("token model: `{name}` must be positive")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The name and shape of every parameter in canonical order (TransformerLens names).
+    ///
+    /// # Shapes
+    /// `embed.W_E [V, D]`, `pos_embed.W_pos [n_ctx, D]`; per layer `blocks.{l}.ln1.w/.b [D]` (with
+    /// LayerNorm), `attn.W_Q/W_K/W_V [H, D, d]`, `attn.b_Q/b_K/b_V [H, d]`, `attn.W_O [H, d, D]`,
+    /// `attn.b_O [D]`, `ln2.w/.b [D]` and `mlp.W_in [D, D_mlp]`, `mlp.b_in`, `mlp.W_out
+    /// [D_mlp, D]`, `mlp.b_out` (with an MLP); `ln_final.w/.b [D]` (with LayerNorm);
+    /// `unembed.W_U [D, V]`, `unembed.b_U [V]`.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (dm, h, d, v) = (self.d_model, self.n_heads, self.d_head, self.vocab_size);
+        let mut out: Vec<(String, Vec<usize>)> =
+            vec![("embed.W_E".into(), vec![v, dm]), ("pos_embed.W_pos".into(), vec![self.n_ctx, dm])];
+        for l in 0..self.n_layers {
+            let p = |s: &str| format!("blocks.{l}.{s}");
+            if self.layer_norm {
+                out.push((p("ln1.w"), vec![dm]));
+                out.push((p("ln1.b"), vec![dm]));
+            }
+            for w in ["W_Q", "W_K", "W_V"] {
+                out.push((p(&format!("attn.{w}")), vec![h, dm, d]));
+            }
+            for b in ["b_Q", "b_K", "b_V"] {
+                out.push((p(&format!("attn.{b}")), vec![h, d]));
+            }
+            out.push((p("attn.W_O"), vec![h, d, dm]));
+            out.push((p("attn.b_O"), vec![dm]));
+            if let Some(f) = self.d_mlp {
+                if self.layer_norm {
+                    out.push((p("ln2.w"), vec![dm]));
+                    out.push((p("ln2.b"), vec![dm]));
+                }
+                out.push((p("mlp.W_in"), vec![dm, f]));
+                out.push((p("mlp.b_in"), vec![f]));
+                out.push((p("mlp.W_out"), vec![f, dm]));
+                out.push((p("mlp.b_out"), vec![dm]));
+            }
+        }
+        if self.layer_norm {
+            out.push(("ln_final.w".into(), vec![dm]));
+            out.push(("ln_final.b".into(), vec![dm]));
+        }
+        out.push(("unembed.W_U".into(), vec![dm, v]));
+        out.push(("unembed.b_U".into(), vec![v]));
+        out
+    }
+
+    /// Total number of parameters.
+    pub fn n_params(&self) -> usize {
+        self.tensor_shapes().iter().map(|(_, s)| s.iter().product::<usize>()).sum()
+    }
+
+    /// The config as it is written to `config.json` (with `model_type` = [`TOKEN_MODEL_TYPE`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] if serialisation fails.
+    pub fn to_json(&self) -> Result<serde_json::Value> {
+        let mut v = serde_json::to_value(self).map_err(|e| ModelError::Input(format!("token config: {e}")))?;
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("model_type".into(), serde_json::Value::String(TOKEN_MODEL_TYPE.into()));
+        }
+        Ok(v)
+    }
+
+    /// Parses and checks a `config.json` written by [`TokenConfig::to_json`]; `path` names it in
+    /// errors.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] when `model_type` is not [`TOKEN_MODEL_TYPE`] or the config fails
+    /// [`TokenConfig::check`]; [`ModelError::Json`] for unknown or missing fields.
+    pub fn from_json(mut v: serde_json::Value, path: &Path) -> Result<Self> {
+        let ty = match &mut v {
+            serde_json::Value::Object(m) => m.remove("model_type"),
+            _ => None,
+        };
+        if ty.as_ref().and_then(|t| t.as_str()) != Some(TOKEN_MODEL_TYPE) {
+            return Err(ModelError::Checkpoint {
+                path: path.to_path_buf(),
+                msg: format!("`model_type` is {ty:?}, expected \"{TOKEN_MODEL_TYPE}\""),
+            });
+        }
+        let c: Self = serde_json::from_value(v).map_err(|source| ModelError::Json { path: path.to_path_buf(), source })?;
+        c.check().map_err(|e| ModelError::Checkpoint { path: path.to_path_buf(), msg: e.to_string() })?;
+        Ok(c)
+    }
+}
+
+/// One block's parameters.
+#[derive(Debug, Clone)]
+struct TokenBlock {
+    ln1: Option<(Tensor, Tensor)>,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    b_q: Tensor,
+    b_k: Tensor,
+    b_v: Tensor,
+    w_o: Tensor,
+    b_o: Tensor,
+    ln2: Option<(Tensor, Tensor)>,
+    mlp: Option<[Tensor; 4]>,
+}
+
+/// A token-sequence transformer on candle, trainable.
+///
+/// ```text
+/// h = W_E[tokens] + W_pos[0..T]
+/// per layer: x = LN1(h) (or h); q, k, v = x W_{Q,K,V}[h] + b; (o, a) = mix(q, k, v, causal, mixer)
+///            h = h + sum_h o[h] W_O[h] + b_O;  with an MLP: h = h + GELU(LN2(h) W_in + b_in) W_out + b_out
+/// logits = LN_final(h) W_U + b_U
+/// ```
+/// `mix` is [`crate::attention::mix`] (any of the eight mixers); masked (future) keys get weight 0.
+#[derive(Debug, Clone)]
+pub struct TokenModel {
+    config: TokenConfig,
+    w_e: Tensor,
+    w_pos: Tensor,
+    blocks: Vec<TokenBlock>,
+    ln_final: Option<(Tensor, Tensor)>,
+    w_u: Tensor,
+    b_u: Tensor,
+    params: Vec<(String, Tensor)>,
+    device: Device,
+}
+
+/// Initialisation of one parameter (TransformerLens `init_weights` with its default
+/// `initializer_range = 0.8 / sqrt(D)`): weight matrices normal with that std, biases 0,
+/// LayerNorm scales 1.
+fn init_std(cfg: &TokenConfig, name: &str) -> Option<f64> {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    if last.starts_with("W_") {
+        Some(0.8 / (cfg.d_model as f64).sqrt())
+    } else {
+        None
+    }
+}
+
+fn init_const(name: &str) -> f64 {
+    if name.ends_with(".w") {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+impl TokenModel {
+    /// Builds the model from a `VarBuilder`, fetching every tensor of
+    /// [`TokenConfig::tensor_shapes`] by name (over a fresh `VarMap`, missing tensors are created
+    /// as trainable `Var`s with the TransformerLens initialisation, unseeded).
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for an invalid config; candle errors for a missing tensor or a shape
+    /// mismatch.
+    pub fn new(config: &TokenConfig, vb: VarBuilder) -> Result<Self> {
+        config.check()?;
+        let device = vb.device().clone();
+        let mut map: HashMap<String, Tensor> = HashMap::new();
+        let mut params = Vec::new();
+        for (name, shape) in config.tensor_shapes() {
+            let hint = match init_std(config, &name) {
+                Some(stdev) => Init::Randn { mean: 0.0, stdev },
+                None => Init::Const(init_const(&name)),
+            };
+            let t = vb.get_with_hints(shape, &name, hint)?;
+            if t.dtype() != DType::F32 {
+                return Err(ModelError::Input(format!("tensor `{name}` has dtype {:?}, expected f32", t.dtype())));
+            }
+            map.insert(name.clone(), t.clone());
+            params.push((name, t));
+        }
+        let p = |n: String| map.get(&n).cloned().ok_or_else(|| ModelError::Input(format!("missing tensor `{n}`")));
+        let ln = |prefix: String| -> Result<Option<(Tensor, Tensor)>> {
+            if config.layer_norm {
+                Ok(Some((p(format!("{prefix}.w"))?, p(format!("{prefix}.b"))?)))
+            } else {
+                Ok(None)
+            }
+        };
+        let mut blocks = Vec::with_capacity(config.n_layers);
+        for l in 0..config.n_layers {
+            let a = |s: &str| p(format!("blocks.{l}.attn.{s}"));
+            let m = |s: &str| p(format!("blocks.{l}.mlp.{s}"));
+            let has_mlp = config.d_mlp.is_some();
+            blocks.push(TokenBlock {
+                ln1: ln(format!("blocks.{l}.ln1"))?,
+                w_q: a("W_Q")?,
+                w_k: a("W_K")?,
+                w_v: a("W_V")?,
+                b_q: a("b_Q")?,
+                b_k: a("b_K")?,
+                b_v: a("b_V")?,
+                w_o: a("W_O")?,
+                b_o: a("b_O")?,
+                ln2: if has_mlp { ln(format!("blocks.{l}.ln2"))? } else { None },
+                mlp: if has_mlp { Some([m("W_in")?, m("b_in")?, m("W_out")?, m("b_out")?]) } else { None },
+            });
+        }
+        Ok(Self {
+            config: config.clone(),
+            w_e: p("embed.W_E".into())?,
+            w_pos: p("pos_embed.W_pos".into())?,
+            blocks,
+            ln_final: ln("ln_final".into())?,
+            w_u: p("unembed.W_U".into())?,
+            b_u: p("unembed.b_U".into())?,
+            params,
+            device,
+        })
+    }
+
+    /// Seeded parameters with the TransformerLens initialisation, in canonical order.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for an invalid config; candle errors.
+    pub fn init_tensors(config: &TokenConfig, seed: u64, device: &Device) -> Result<Vec<(String, Tensor)>> {
+        config.check()?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        config
+            .tensor_shapes()
+            .into_iter()
+            .map(|(name, shape)| {
+                let n: usize = shape.iter().product();
+                let data: Vec<f32> = match init_std(config, &name) {
+                    Some(std) => (0..n)
+                        .map(|_| {
+                            let u1: f64 = rng.gen::<f64>().max(f64::MIN_POSITIVE);
+                            let u2: f64 = rng.gen();
+                            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std) as f32
+                        })
+                        .collect(),
+                    None => vec![init_const(&name) as f32; n],
+                };
+                Ok((name, Tensor::from_vec(data, shape, device)?))
+            })
+            .collect()
+    }
+
+    /// A trainable model with seeded initialisation ([`TokenModel::init_tensors`]); its
+    /// parameters are the `Var`s of the returned `VarMap`.
+    ///
+    /// # Errors
+    /// As [`TokenModel::trainable_from_tensors`].
+    pub fn init(config: &TokenConfig, seed: u64, device: &Device) -> Result<(Self, VarMap)> {
+        let t = Self::init_tensors(config, seed, device)?;
+        Self::trainable_from_tensors(config, t, device)
+    }
+
+    /// A trainable model starting from the given named tensors (e.g. a checkpoint to resume).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] when the tensors are not exactly the config's parameters; candle
+    /// errors on a shape mismatch.
+    pub fn trainable_from_tensors(
+        config: &TokenConfig,
+        tensors: impl IntoIterator<Item = (String, Tensor)>,
+        device: &Device,
+    ) -> Result<(Self, VarMap)> {
+        let varmap = VarMap::new();
+        {
+            let mut data = varmap.data().lock().map_err(|_| ModelError::Input("VarMap lock poisoned".into()))?;
+            for (name, t) in tensors {
+                let t = t.to_device(device)?.to_dtype(DType::F32)?;
+                data.insert(name, Var::from_tensor(&t)?);
+            }
+        }
+        let model = Self::new(config, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
+        let n = varmap.all_vars().len();
+        if n != model.params.len() {
+            return Err(ModelError::Input(format!("{n} tensors given, the config has {} parameters", model.params.len())));
+        }
+        Ok((model, varmap))
+    }
+
+    /// A frozen model from named tensors.
+    ///
+    /// # Errors
+    /// As [`TokenModel::new`].
+    pub fn from_tensors(config: &TokenConfig, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Self> {
+        Self::new(config, VarBuilder::from_tensors(tensors, DType::F32, device))
+    }
+
+    /// Loads a checkpoint directory written by [`TokenModel::save`] (checked: every tensor present,
+    /// of the shape the config implies, finite, none extra).
+    ///
+    /// # Errors
+    /// As [`super::ckpt::load_dir`] and [`TokenConfig::from_json`]; errors name the file and tensor.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let config = TokenConfig::from_json(read_config_json(dir)?, &dir.join(crate::checkpoint::CONFIG_FILE))?;
+        let tensors = load_dir(dir, &config.tensor_shapes(), device)?;
+        Self::from_tensors(&config, tensors, device)
+    }
+
+    /// Saves the model as a checkpoint directory (`config.json` + `model.safetensors`, atomically).
+    ///
+    /// # Errors
+    /// As [`super::ckpt::save_dir`].
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        save_dir(dir, &self.config.to_json()?, &self.config.tensor_shapes(), &self.params)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TokenConfig {
+        &self.config
+    }
+
+    /// The device holding the parameters.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Every parameter by TransformerLens name, in canonical order.
+    pub fn named_tensors(&self) -> &[(String, Tensor)] {
+        &self.params
+    }
+
+    /// Evaluation-mode forward pass.
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V] and, with `capture`, the normalised attention of
+    /// every layer [B, H, T, T] ([batch, head, query, key]; zero above the diagonal).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] when `tokens` is not [B, T] u32, is empty, longer than `n_ctx`, or holds
+    /// an id >= V.
+    pub fn forward(&self, tokens: &Tensor, capture: bool) -> Result<LmOutput> {
+        self.forward_with(tokens, None, capture)
+    }
+
+    /// Training-mode forward pass with attention dropout `p` (one mask per layer shared over batch
+    /// and heads, [`crate::attention::dropout_mask`]); `p = 0` equals [`TokenModel::forward`].
+    ///
+    /// # Shapes
+    /// As [`TokenModel::forward`].
+    ///
+    /// # Errors
+    /// As [`TokenModel::forward`]; [`ModelError::Input`] when `p` is not in [0, 1).
+    pub fn forward_train<R: Rng + ?Sized>(&self, tokens: &Tensor, p: f64, rng: &mut R, capture: bool) -> Result<LmOutput> {
+        if !(0.0..1.0).contains(&p) {
+            return Err(ModelError::Input(format!("attention dropout rate must be in [0, 1), got {p}")));
+        }
+        if p == 0.0 {
+            return self.forward_with(tokens, None, capture);
+        }
+        let t = tokens.dim(1).map_err(|_| ModelError::Input("tokens must be [batch, time]".into()))?;
+        let masks = (0..self.blocks.len())
+            .map(|_| attention::dropout_mask(t, t, p, rng, &self.device))
+            .collect::<Result<Vec<_>>>()?;
+        self.forward_with(tokens, Some(&masks), capture)
+    }
+
+    fn forward_with(&self, tokens: &Tensor, dropout: Option<&[Tensor]>, capture: bool) -> Result<LmOutput> {
+        let c = &self.config;
+        let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
+        let tokens = tokens.to_device(&self.device)?;
+        let (hh, d, dm) = (c.n_heads, c.d_head, c.d_model);
+        let mask = attention::causal_mask(t, &self.device)?;
+        let ln = |x: &Tensor, p: &Option<(Tensor, Tensor)>| -> Result<Tensor> {
+            match p {
+                Some((w, bias)) => Ok(candle_nn::ops::layer_norm_slow(x, w, bias, TOKEN_LN_EPS)?),
+                None => Ok(x.clone()),
+            }
+        };
+        let emb = self.w_e.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, dm))?;
+        let mut h = emb.broadcast_add(&self.w_pos.narrow(0, 0, t)?)?;
+        let mut patterns = Vec::new();
+        for (l, blk) in self.blocks.iter().enumerate() {
+            let x = ln(&h, &blk.ln1)?;
+            // y[b, h, t, :] = x[b, t] W[h] + bias[h]
+            let project = |w: &Tensor, bias: &Tensor| -> Result<Tensor> {
+                let w2 = w.transpose(0, 1)?.reshape((dm, hh * d))?;
+                let y = matmul(&x, &w2)?.broadcast_add(&bias.reshape(hh * d)?)?;
+                Ok(y.reshape((b, t, hh, d))?.transpose(1, 2)?.contiguous()?)
+            };
+            let (q, k, v) = (project(&blk.w_q, &blk.b_q)?, project(&blk.w_k, &blk.b_k)?, project(&blk.w_v, &blk.b_v)?);
+            let drop = dropout.and_then(|m| m.get(l));
+            let (o, a) = attention::mix(&q, &k, &v, None, Some(&mask), c.mixer, drop)?;
+            if capture {
+                patterns.push(a);
+            }
+            let out = matmul(&o.reshape((b, t, hh * d))?, &blk.w_o.reshape((hh * d, dm))?)?.broadcast_add(&blk.b_o)?;
+            h = (h + out)?;
+            if let Some([w_in, b_in, w_out, b_out]) = &blk.mlp {
+                let x = ln(&h, &blk.ln2)?;
+                let z = matmul(&x, w_in)?.broadcast_add(b_in)?.gelu()?;
+                h = (h + matmul(&z, w_out)?.broadcast_add(b_out)?)?;
+            }
+        }
+        let h = ln(&h, &self.ln_final)?;
+        let logits = matmul(&h, &self.w_u)?.broadcast_add(&self.b_u)?;
+        Ok(LmOutput { logits, patterns: capture.then_some(patterns) })
+    }
+
+    /// Exports per-head weights ([`HeadWeights`]); the parameters are already in TransformerLens
+    /// layout. With `fold_norm` and LayerNorm, `ln1` is folded into `W_Q`, `W_K`, `W_V`, `b_Q`,
+    /// `b_K`, `b_V` and `ln_final` into `W_U`, `b_U` (TransformerLens `fold_ln` without centring).
+    ///
+    /// # Shapes
+    /// See [`HeadWeights`]; `w_pos` is `pos_embed.W_pos`.
+    ///
+    /// # Errors
+    /// [`ModelError::Candle`] when copying from the device fails.
+    pub fn head_weights(&self, fold_norm: bool) -> Result<HeadWeights> {
+        let c = &self.config;
+        let (hh, d, dm) = (c.n_heads, c.d_head, c.d_model);
+        let mut col = HeadCollector::new(hh, d, dm);
+        // [H, D, d] -> torch layout [H*d, D]
+        let torch = |w: &Tensor| -> Result<Array2<f32>> { to_array2(&w.permute((0, 2, 1))?.reshape((hh * d, dm))?) };
+        for blk in &self.blocks {
+            let (q, k, v) = (torch(&blk.w_q)?, torch(&blk.w_k)?, torch(&blk.w_v)?);
+            let o = to_array2(&blk.w_o.reshape((hh * d, dm))?)?.reversed_axes();
+            let (bq, bk, bv) = (blk.b_q.flatten_all()?.to_vec1::<f32>()?, blk.b_k.flatten_all()?.to_vec1::<f32>()?, blk.b_v.flatten_all()?.to_vec1::<f32>()?);
+            let bo = blk.b_o.to_vec1::<f32>()?;
+            let (g, beta) = match (&blk.ln1, fold_norm) {
+                (Some((g, b)), true) => (Some(g.to_vec1::<f32>()?), Some(b.to_vec1::<f32>()?)),
+                _ => (None, None),
+            };
+            col.push(
+                &TorchAttn {
+                    q: q.view(),
+                    k: k.view(),
+                    v: v.view(),
+                    o: o.view(),
+                    b_q: Some(&bq),
+                    b_k: Some(&bk),
+                    b_v: Some(&bv),
+                    b_o: Some(&bo),
+                    gain: g.as_deref(),
+                    beta: beta.as_deref(),
+                },
+                hh,
+            );
+        }
+        let mut w_u = to_array2(&self.w_u)?;
+        let mut b_u = to_array1(&self.b_u)?;
+        if let (Some((g, beta)), true) = (&self.ln_final, fold_norm) {
+            fold_final_norm(&mut w_u, &mut b_u, &g.to_vec1::<f32>()?, Some(&beta.to_vec1::<f32>()?));
+        }
+        debug_assert_eq!(w_u.len_of(Axis(1)), c.vocab_size);
+        col.finish(to_array2(&self.w_e)?, Some(to_array2(&self.w_pos)?), w_u, b_u)
+    }
+}

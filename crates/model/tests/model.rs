@@ -1,0 +1,597 @@
+//! Integration tests of `hyperlens-model`: parameter counts of the paper, every mixer against a
+//! plain float64 reference, relative-position buckets, RMSHead, gradients, checkpoints (round trip
+//! and a corpus of broken ones), the JAX importer, and the paper's reference checkpoints.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use hyperlens_model::attention::relative_position_bucket;
+use hyperlens_model::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
+use hyperlens_model::import::import_jax_npz;
+use hyperlens_model::{Config, Mixer, ModelError, Transformer};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+// ---------------------------------------------------------------------------------------------
+// Sizes of the paper
+
+#[test]
+fn parameter_counts_of_the_paper() {
+    for mixer in Mixer::ALL {
+        let cfg = Config::sraven_base(mixer);
+        assert_eq!(cfg.n_params(), 402_824, "{mixer}");
+        let (m, _) = Transformer::init(&cfg, 0, &Device::Cpu).unwrap();
+        assert_eq!(m.n_params(), 402_824, "{mixer}");
+        assert_eq!(m.named_tensors().len(), 4 + 4 * 18 + 4);
+    }
+    assert_eq!(Config::sraven(Mixer::Hyla, 1, 8).unwrap().n_params(), 803_208);
+    let w4 = Config::sraven(Mixer::Softmax, 4, 4).unwrap();
+    assert_eq!((w4.d_model, w4.n_heads, w4.d_head, w4.d_mlp), (512, 64, 4, 1024));
+    assert_eq!(w4.n_params(), 6_329_864);
+    let (m, _) = Transformer::init(&w4, 0, &Device::Cpu).unwrap();
+    assert_eq!(m.n_params(), 6_329_864);
+}
+
+#[test]
+fn bucket_row_for_query_35_of_36() {
+    let expect = [
+        35, 34, 33, 32, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+        11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+    ];
+    let row: Vec<usize> = (0..36).map(|k| relative_position_bucket(35, k, 36)).collect();
+    assert_eq!(row, expect);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float64 reference, written plainly (loops over heads, queries, keys)
+
+type Weights = HashMap<String, (Vec<usize>, Vec<f64>)>;
+
+fn unusual(mixer: Mixer, causal: bool) -> Config {
+    Config {
+        d_in: 6,
+        n_tokens: 7,
+        n_outputs: 2,
+        d_model: 15,
+        n_heads: 3,
+        d_head: 5,
+        n_layers: 2,
+        d_mlp: 11,
+        d_out: 4,
+        n_buckets: 7,
+        causal,
+        mixer,
+    }
+}
+
+/// Random weights (f32-representable) with non-trivial biases and LayerNorm parameters.
+fn random_weights(cfg: &Config, seed: u64) -> (Weights, HashMap<String, Tensor>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut w = Weights::new();
+    let mut t = HashMap::new();
+    for (name, shape) in cfg.tensor_shapes() {
+        let n: usize = shape.iter().product();
+        let last = name.rsplit('.').next().unwrap().to_string();
+        let (lo, hi) = if last == "w" {
+            (0.5, 1.5)
+        } else if last.starts_with("W_") {
+            let fan_in = if last == "W_O" { shape[0] * shape[1] } else if shape.len() == 3 { shape[1] } else { shape[0] };
+            let a = (3.0 / fan_in as f64).sqrt();
+            (-a, a)
+        } else if last == "rel_pos" {
+            (-1.0, 1.0)
+        } else {
+            (-0.3, 0.3)
+        };
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(lo..hi) as f32).collect();
+        t.insert(name.clone(), Tensor::from_vec(v.clone(), shape.as_slice(), &Device::Cpu).unwrap());
+        w.insert(name, (shape, v.into_iter().map(f64::from).collect()));
+    }
+    (w, t)
+}
+
+fn ref_bucket(q: usize, k: usize, nb: usize) -> usize {
+    let n = q.saturating_sub(k);
+    let max_exact = nb / 2;
+    if n < max_exact {
+        n
+    } else {
+        let v = max_exact as f64
+            + ((n as f64 / max_exact as f64).ln() / (nb as f64 / max_exact as f64).ln()
+                * (nb - max_exact) as f64)
+                .floor();
+        (v as usize).min(nb - 1)
+    }
+}
+
+fn layer_norm(x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    x.iter().enumerate().map(|(i, v)| (v - mean) / (var + 1e-6).sqrt() * w[i] + b[i]).collect()
+}
+
+fn gelu_tanh(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+}
+
+/// One problem `x [T, d_in]` -> (logits [F][d_out], attention per layer [H][T][T]).
+#[allow(clippy::type_complexity, clippy::needless_range_loop)]
+fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>>, Vec<Vec<Vec<Vec<f64>>>>) {
+    let g = |name: &str| -> &Vec<f64> { &w[name].1 };
+    let (t_len, dm, nh, d) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.d_head);
+    // embedding
+    let (we, be) = (g("embed.W_E"), g("embed.b_E"));
+    let mut h: Vec<Vec<f64>> = (0..t_len)
+        .map(|t| (0..dm).map(|o| be[o] + (0..cfg.d_in).map(|i| x[t][i] * we[i * dm + o]).sum::<f64>()).collect())
+        .collect();
+    let mut attn_all = Vec::new();
+    for l in 0..cfg.n_layers {
+        let p = |s: &str| format!("blocks.{l}.{s}");
+        let z: Vec<Vec<f64>> = h.iter().map(|r| layer_norm(r, g(&p("ln1.w")), g(&p("ln1.b")))).collect();
+        let proj = |wn: &str, bn: &str| -> Vec<Vec<Vec<f64>>> {
+            // [H][T][d]
+            let (wk, bk) = (g(&p(wn)), g(&p(bn)));
+            (0..nh)
+                .map(|hh| {
+                    (0..t_len)
+                        .map(|t| {
+                            (0..d)
+                                .map(|e| bk[hh * d + e] + (0..dm).map(|i| z[t][i] * wk[(hh * dm + i) * d + e]).sum::<f64>())
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let (q, k, v) = (proj("attn.W_Q", "attn.b_Q"), proj("attn.W_K", "attn.b_K"), proj("attn.W_V", "attn.b_V"));
+        let rel = g(&p("attn.rel_pos"));
+        let visible = |i: usize, j: usize| !cfg.causal || j <= i;
+        let mut s = vec![vec![vec![0.0; t_len]; t_len]; nh];
+        for hh in 0..nh {
+            for i in 0..t_len {
+                for j in 0..t_len {
+                    let dot: f64 = (0..d).map(|e| q[hh][i][e] * k[hh][j][e]).sum();
+                    s[hh][i][j] = dot / (d as f64).sqrt() + rel[hh * cfg.n_buckets + ref_bucket(i, j, cfg.n_buckets)];
+                }
+            }
+        }
+        let mut a = vec![vec![vec![0.0; t_len]; t_len]; nh];
+        match mixer_norm(cfg.mixer) {
+            "softmax" => {
+                for hh in 0..nh {
+                    for i in 0..t_len {
+                        let m = (0..t_len).filter(|&j| visible(i, j)).map(|j| s[hh][i][j]).fold(f64::MIN, f64::max);
+                        let z: f64 = (0..t_len).filter(|&j| visible(i, j)).map(|j| (s[hh][i][j] - m).exp()).sum();
+                        for j in 0..t_len {
+                            a[hh][i][j] = if visible(i, j) { (s[hh][i][j] - m).exp() / z } else { 0.0 };
+                        }
+                    }
+                }
+            }
+            "none" => {
+                for hh in 0..nh {
+                    for i in 0..t_len {
+                        for j in 0..t_len {
+                            a[hh][i][j] = if visible(i, j) { s[hh][i][j] } else { 0.0 };
+                        }
+                    }
+                }
+            }
+            _ => {
+                for i in 0..t_len {
+                    for j in 0..t_len {
+                        let ms: f64 = (0..nh).map(|hh| s[hh][i][j].powi(2)).sum::<f64>() / nh as f64;
+                        for hh in 0..nh {
+                            a[hh][i][j] = if visible(i, j) { s[hh][i][j] / (ms + 1e-6).sqrt() } else { 0.0 };
+                        }
+                    }
+                }
+            }
+        }
+        // value network: o[i][h][e]
+        let mut o = vec![vec![vec![0.0; d]; nh]; t_len];
+        match mixer_value(cfg.mixer) {
+            "default" => {
+                for i in 0..t_len {
+                    for hh in 0..nh {
+                        for e in 0..d {
+                            o[i][hh][e] = (0..t_len).map(|j| a[hh][i][j] * v[hh][j][e]).sum();
+                        }
+                    }
+                }
+            }
+            kind => {
+                for i in 0..t_len {
+                    let mut hidden = vec![vec![0.0; d]; t_len];
+                    for j in 0..t_len {
+                        for e in 0..d {
+                            let val: f64 = (0..nh).map(|hh| a[hh][i][j] * v[hh][j][e]).sum();
+                            hidden[j][e] = if kind == "mlp_relu" { val.max(0.0) } else { val };
+                        }
+                    }
+                    for hh in 0..nh {
+                        for e in 0..d {
+                            o[i][hh][e] = (0..t_len).map(|j| a[hh][i][j] * hidden[j][e]).sum();
+                        }
+                    }
+                }
+            }
+        }
+        let (wo, bo) = (g(&p("attn.W_O")), g(&p("attn.b_O")));
+        for i in 0..t_len {
+            for c in 0..dm {
+                let mut acc = bo[c];
+                for hh in 0..nh {
+                    for e in 0..d {
+                        acc += o[i][hh][e] * wo[(hh * d + e) * dm + c];
+                    }
+                }
+                h[i][c] += acc;
+            }
+        }
+        let (wi, bi, wout, bout) = (g(&p("mlp.W_in")), g(&p("mlp.b_in")), g(&p("mlp.W_out")), g(&p("mlp.b_out")));
+        for i in 0..t_len {
+            let z2 = layer_norm(&h[i], g(&p("ln2.w")), g(&p("ln2.b")));
+            let hid: Vec<f64> = (0..cfg.d_mlp)
+                .map(|m| gelu_tanh(bi[m] + (0..dm).map(|c| z2[c] * wi[c * cfg.d_mlp + m]).sum::<f64>()))
+                .collect();
+            for c in 0..dm {
+                h[i][c] += bout[c] + (0..cfg.d_mlp).map(|m| hid[m] * wout[m * dm + c]).sum::<f64>();
+            }
+        }
+        attn_all.push(a);
+    }
+    let (wu, bu) = (g("unembed.W_U"), g("unembed.b_U"));
+    let logits = (t_len - cfg.n_outputs..t_len)
+        .map(|i| {
+            let z = layer_norm(&h[i], g("ln_final.w"), g("ln_final.b"));
+            (0..cfg.d_out).map(|o| bu[o] + (0..dm).map(|c| z[c] * wu[c * cfg.d_out + o]).sum::<f64>()).collect()
+        })
+        .collect();
+    (logits, attn_all)
+}
+
+/// The normalisation of each mixer, from the table in spec/models.md (not from the crate).
+fn mixer_norm(m: Mixer) -> &'static str {
+    match m.to_string().as_str() {
+        "softmax" | "softmax-hypatt" => "softmax",
+        "linear" | "hyla-no-rmshead" | "hyla-linear-value-no-rmshead" => "none",
+        _ => "rms_head",
+    }
+}
+
+/// The value network of each mixer, from the table in spec/models.md.
+fn mixer_value(m: Mixer) -> &'static str {
+    match m.to_string().as_str() {
+        "softmax" | "linear" | "linear-rmshead" => "default",
+        "hyla-linear-value" | "hyla-linear-value-no-rmshead" => "mlp_linear",
+        _ => "mlp_relu",
+    }
+}
+
+fn assert_close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * scale, "{what}[{i}]: got {g}, want {w} (scale {scale})");
+    }
+}
+
+fn check_against_reference(cfg: &Config, seed: u64) {
+    let (w, t) = random_weights(cfg, seed);
+    let model = Transformer::from_tensors(cfg, t, &Device::Cpu).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
+    let batch = 3;
+    let xs: Vec<Vec<Vec<f64>>> = (0..batch)
+        .map(|_| (0..cfg.n_tokens).map(|_| (0..cfg.d_in).map(|_| rng.gen_range(-1.0f32..1.0) as f64).collect()).collect())
+        .collect();
+    let flat: Vec<f32> = xs.iter().flatten().flatten().map(|&v| v as f32).collect();
+    let x = Tensor::from_vec(flat, (batch, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap();
+    let out = model.forward(&x, true).unwrap();
+    let logits: Vec<Vec<Vec<f32>>> = out.logits.to_vec3().unwrap();
+    let attn = out.attention.unwrap();
+    for (b, xb) in xs.iter().enumerate() {
+        let (rl, ra) = reference_forward(cfg, &w, xb);
+        let got: Vec<f64> = logits[b].iter().flatten().map(|&v| v as f64).collect();
+        let want: Vec<f64> = rl.into_iter().flatten().collect();
+        assert_close(&got, &want, &format!("{} logits of problem {b}", cfg.mixer));
+        for (l, a) in attn.iter().enumerate() {
+            let a: Vec<f32> = a.get(b).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let got: Vec<f64> = a.into_iter().map(f64::from).collect();
+            let want: Vec<f64> = ra[l].iter().flatten().flatten().copied().collect();
+            assert_close(&got, &want, &format!("{} attention of layer {l}, problem {b}", cfg.mixer));
+        }
+    }
+}
+
+#[test]
+fn every_mixer_matches_the_float64_reference() {
+    for (i, mixer) in Mixer::ALL.into_iter().enumerate() {
+        check_against_reference(&unusual(mixer, false), 10 + i as u64);
+    }
+}
+
+#[test]
+fn causal_mask_matches_the_float64_reference() {
+    for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear].into_iter().enumerate() {
+        check_against_reference(&unusual(mixer, true), 40 + i as u64);
+    }
+}
+
+#[test]
+fn rmshead_codes_have_unit_mean_square_over_heads() {
+    let cfg = unusual(Mixer::Hyla, false);
+    let (_, t) = random_weights(&cfg, 3);
+    let model = Transformer::from_tensors(&cfg, t, &Device::Cpu).unwrap();
+    let x = Tensor::randn(0f32, 1.0, (4, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap();
+    let attn = model.forward(&x, true).unwrap().attention.unwrap();
+    for a in attn {
+        // mean over the head axis of a^2, for every (batch, query, key)
+        let ms: Vec<f32> = a.sqr().unwrap().mean(1).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(ms.len(), 4 * 7 * 7);
+        for v in ms {
+            assert!((v - 1.0).abs() < 1e-3, "mean square over heads {v}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradients
+
+fn grad_norms(mixer: Mixer) -> Vec<(String, f32)> {
+    let cfg = unusual(mixer, false);
+    let (model, varmap) = Transformer::init(&cfg, 5, &Device::Cpu).unwrap();
+    assert_eq!(varmap.all_vars().len(), model.named_tensors().len());
+    let x = Tensor::randn(0f32, 1.0, (5, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap();
+    let y = Tensor::from_vec((0..10u32).map(|i| i % 4).collect::<Vec<_>>(), 10, &Device::Cpu).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let logits = model.forward_train(&x, 0.1, &mut rng, false).unwrap().logits;
+    let loss = candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y).unwrap();
+    let grads = loss.backward().unwrap();
+    model
+        .named_tensors()
+        .iter()
+        .map(|(name, t)| {
+            let g = grads.get(t).unwrap_or_else(|| panic!("{mixer}: no gradient for {name}"));
+            (name.clone(), g.sqr().unwrap().sum_all().unwrap().sqrt().unwrap().to_scalar::<f32>().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn every_parameter_gets_a_gradient() {
+    for mixer in [Mixer::Hyla, Mixer::Linear, Mixer::LinearRmsHead, Mixer::HylaLinearValue] {
+        for (name, g) in grad_norms(mixer) {
+            assert!(g > 0.0 && g.is_finite(), "{mixer}: {name} has gradient norm {g}");
+        }
+    }
+    // Softmax is invariant to a shift of the scores along the keys, and b_K shifts every key's score
+    // of a query by the same q . b_K: its gradient vanishes (up to rounding); every other parameter
+    // gets one.
+    for mixer in [Mixer::Softmax, Mixer::SoftmaxHypatt] {
+        let norms = grad_norms(mixer);
+        let max = norms.iter().map(|(_, g)| *g).fold(0.0, f32::max);
+        for (name, g) in norms {
+            if name.ends_with("attn.b_K") {
+                assert!(g < 1e-4 * max, "{mixer}: {name} gradient {g} should vanish");
+            } else {
+                assert!(g > 0.0 && g.is_finite(), "{mixer}: {name} has gradient norm {g}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints
+
+fn tiny_checkpoint(dir: &Path, mixer: Mixer) -> (Config, Transformer) {
+    let cfg = unusual(mixer, false);
+    let (m, _) = Transformer::init(&cfg, 9, &Device::Cpu).unwrap();
+    m.save(dir).unwrap();
+    (cfg, m)
+}
+
+#[test]
+fn save_load_round_trip_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    let (cfg, m) = tiny_checkpoint(&dir, Mixer::HylaNoRmsHead);
+    assert!(dir.join(CONFIG_FILE).is_file() && dir.join(WEIGHTS_FILE).is_file());
+    assert!(!tmp.path().read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains("tmp")));
+    let loaded = Transformer::load(&dir, &Device::Cpu).unwrap();
+    assert_eq!(loaded.config(), &cfg);
+    for ((n1, t1), (n2, t2)) in m.named_tensors().iter().zip(loaded.named_tensors()) {
+        assert_eq!(n1, n2);
+        let a: Vec<f32> = t1.flatten_all().unwrap().to_vec1().unwrap();
+        let b: Vec<f32> = t2.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{n1}");
+    }
+    let x = Tensor::randn(0f32, 1.0, (2, 7, 6), &Device::Cpu).unwrap();
+    let l1: Vec<f32> = m.forward(&x, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
+    let l2: Vec<f32> = loaded.forward(&x, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(l1, l2);
+    // saving over an existing checkpoint replaces it (per-file atomic writes)
+    let (m2, _) = Transformer::init(&cfg, 10, &Device::Cpu).unwrap();
+    m2.save(&dir).unwrap();
+    let again = Transformer::load(&dir, &Device::Cpu).unwrap();
+    let a: Vec<f32> = again.w_e.flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f32> = m2.w_e.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(a, b);
+    assert!(!dir.join("model.safetensors.tmp").exists());
+}
+
+/// Writes the tensors of `dir`'s checkpoint, modified by `edit`, back as `model.safetensors`.
+fn rewrite_weights(dir: &Path, edit: impl FnOnce(&mut HashMap<String, Tensor>)) {
+    let (_, mut t) = checkpoint::load(dir, &Device::Cpu).unwrap();
+    edit(&mut t);
+    candle_core::safetensors::save(&t, dir.join(WEIGHTS_FILE)).unwrap();
+}
+
+fn load_err(dir: &Path) -> String {
+    match Transformer::load(dir, &Device::Cpu) {
+        Ok(_) => panic!("{} loaded but is broken", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn broken_checkpoints_give_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fresh = |name: &str| -> PathBuf {
+        let d = tmp.path().join(name);
+        tiny_checkpoint(&d, Mixer::Hyla);
+        d
+    };
+
+    // truncated safetensors
+    let d = fresh("truncated");
+    let bytes = std::fs::read(d.join(WEIGHTS_FILE)).unwrap();
+    std::fs::write(d.join(WEIGHTS_FILE), &bytes[..bytes.len() / 2]).unwrap();
+    let e = load_err(&d);
+    assert!(e.contains("model.safetensors") && e.contains("not a valid safetensors"), "{e}");
+    std::fs::write(d.join(WEIGHTS_FILE), &bytes[..5]).unwrap();
+    assert!(load_err(&d).contains("not a valid safetensors"));
+
+    // missing tensor
+    let d = fresh("missing");
+    rewrite_weights(&d, |t| {
+        t.remove("blocks.1.attn.W_V");
+    });
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.1.attn.W_V`") && e.contains("missing"), "{e}");
+
+    // extra tensor
+    let d = fresh("extra");
+    rewrite_weights(&d, |t| {
+        t.insert("blocks.1.attn.W_X".into(), Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap());
+    });
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.1.attn.W_X`") && e.contains("unexpected"), "{e}");
+
+    // wrong shape
+    let d = fresh("shape");
+    rewrite_weights(&d, |t| {
+        t.insert("blocks.0.mlp.W_in".into(), Tensor::zeros((15, 12), DType::F32, &Device::Cpu).unwrap());
+    });
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.0.mlp.W_in`") && e.contains("[15, 12]") && e.contains("[15, 11]"), "{e}");
+
+    // wrong dtype
+    let d = fresh("dtype");
+    rewrite_weights(&d, |t| {
+        let v = t["ln_final.w"].to_dtype(DType::F64).unwrap();
+        t.insert("ln_final.w".into(), v);
+    });
+    let e = load_err(&d);
+    assert!(e.contains("`ln_final.w`") && e.contains("F64"), "{e}");
+
+    // NaN
+    let d = fresh("nan");
+    rewrite_weights(&d, |t| {
+        let mut v: Vec<f32> = t["blocks.0.attn.rel_pos"].flatten_all().unwrap().to_vec1().unwrap();
+        v[5] = f32::NAN;
+        t.insert("blocks.0.attn.rel_pos".into(), Tensor::from_vec(v, (3, 7), &Device::Cpu).unwrap());
+    });
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.0.attn.rel_pos`") && e.contains("non-finite") && e.contains("index 5"), "{e}");
+
+    // config disagreeing with the weights: more layers, fewer layers, another width
+    let edit_config = |d: &Path, from: &str, to: &str| {
+        let p = d.join(CONFIG_FILE);
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains(from), "{s}");
+        std::fs::write(&p, s.replace(from, to)).unwrap();
+    };
+    let d = fresh("more-layers");
+    edit_config(&d, "\"n_layers\": 2", "\"n_layers\": 3");
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.2.ln1.w`") && e.contains("missing"), "{e}");
+    let d = fresh("fewer-layers");
+    edit_config(&d, "\"n_layers\": 2", "\"n_layers\": 1");
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.1.") && e.contains("unexpected"), "{e}");
+    let d = fresh("width");
+    edit_config(&d, "\"d_mlp\": 11", "\"d_mlp\": 12");
+    let e = load_err(&d);
+    assert!(e.contains("`blocks.0.mlp.W_in`") && e.contains("disagree"), "{e}");
+
+    // unknown mixer, unknown field, invalid sizes, missing or malformed config
+    let d = fresh("mixer");
+    edit_config(&d, "\"hyla\"", "\"lstm\"");
+    let e = load_err(&d);
+    assert!(e.contains("config.json") && e.contains("unknown mixer `lstm`"), "{e}");
+    let d = fresh("field");
+    edit_config(&d, "\"causal\"", "\"casual\"");
+    assert!(load_err(&d).contains("casual"));
+    let d = fresh("zero");
+    edit_config(&d, "\"d_head\": 5", "\"d_head\": 0");
+    assert!(load_err(&d).contains("d_head"));
+    let d = fresh("no-config");
+    std::fs::remove_file(d.join(CONFIG_FILE)).unwrap();
+    assert!(load_err(&d).contains("config.json"));
+    let d = fresh("bad-json");
+    std::fs::write(d.join(CONFIG_FILE), "{ not json").unwrap();
+    assert!(load_err(&d).contains("config.json"));
+    let d = fresh("no-weights");
+    std::fs::remove_file(d.join(WEIGHTS_FILE)).unwrap();
+    assert!(load_err(&d).contains("model.safetensors"));
+    assert!(load_err(&tmp.path().join("does-not-exist")).contains("does-not-exist"));
+
+    // saving refuses tensors that do not fit the config
+    let cfg = unusual(Mixer::Hyla, false);
+    let (m, _) = Transformer::init(&cfg, 1, &Device::Cpu).unwrap();
+    let mut bad: Vec<(String, Tensor)> = m.named_tensors().to_vec();
+    bad[0].1 = Tensor::zeros((2, 2), DType::F32, &Device::Cpu).unwrap();
+    let e = checkpoint::save(&tmp.path().join("refused"), &cfg, &bad).unwrap_err();
+    assert!(matches!(e, ModelError::Tensor { .. }), "{e}");
+    assert!(!tmp.path().join("refused").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paper checkpoints (JAX export) -> import -> save -> load -> eval
+
+fn reference_dir() -> PathBuf {
+    let d = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference-checkpoints/paper-jax-seed1"));
+    assert!(
+        d.join("hyla_params.npz").is_file(),
+        "reference checkpoints not found at {} (the repository expects `shared/` beside it)",
+        d.display()
+    );
+    d
+}
+
+#[test]
+fn importer_reports_missing_and_misshapen_keys() {
+    use ndarray::ArrayD;
+    use ndarray_npy::{NpzReader, NpzWriter};
+    let src = reference_dir().join("softmax_params.npz");
+    let mut r = NpzReader::new(std::fs::File::open(&src).unwrap()).unwrap();
+    let names = r.names().unwrap();
+    let arrays: Vec<(String, ArrayD<f32>)> = names.iter().map(|n| (n.clone(), r.by_name(n).unwrap())).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    type Edit<'a> = &'a dyn Fn(&str, &ArrayD<f32>) -> Option<ArrayD<f32>>;
+    let write = |name: &str, f: Edit| -> PathBuf {
+        let p = tmp.path().join(name);
+        let mut w = NpzWriter::new(std::fs::File::create(&p).unwrap());
+        for (n, a) in &arrays {
+            if let Some(a) = f(n, a) {
+                w.add_array(n.as_str(), &a).unwrap();
+            }
+        }
+        w.finish().unwrap();
+        p
+    };
+    let key = "transformer_block_2/sequence_mixer/value/bias";
+    let p = write("missing.npz", &|n, a| (n != key).then(|| a.clone()));
+    let e = import_jax_npz(&p, Mixer::Softmax, 4).unwrap_err().to_string();
+    assert!(e.contains(key) && e.contains("missing"), "{e}");
+    let p = write("shape.npz", &|n, a| {
+        Some(if n == key { ArrayD::zeros(ndarray::IxDyn(&[16, 5])) } else { a.clone() })
+    });
+    let e = import_jax_npz(&p, Mixer::Softmax, 4).unwrap_err().to_string();
+    assert!(e.contains(key) && e.contains("[16, 5]") && e.contains("[16, 4]"), "{e}");
+    let e = import_jax_npz(&tmp.path().join("none.npz"), Mixer::Softmax, 4).unwrap_err().to_string();
+    assert!(e.contains("none.npz"), "{e}");
+}

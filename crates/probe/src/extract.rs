@@ -1,0 +1,305 @@
+//! Streaming extraction of latent codes with their labels.
+//!
+//! For each batch of problems the model runs once on the device with attention capture; the
+//! normalised attention of the selected layers is indexed at the site's query and keys on the device,
+//! and only those `[B, L, H, Q, K]` values, the labels and the predictions travel to the host, where
+//! they are appended to the streaming `.npz` ([`crate::npz_stream`]). Peak memory is bounded by the
+//! batch size, not by the number of problems (spec/latent-codes.md, "Outputs users expect").
+
+use std::path::Path;
+
+use candle_core::{IndexOp, Tensor};
+use hyperlens_model::eval::batch_tensor;
+use hyperlens_model::Transformer;
+use hyperlens_tasks::sraven::ProblemSet;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ProbeError, Result};
+use crate::npz_stream::{NpyDtype, NpzStream};
+use crate::site::{Selection, Site};
+
+/// What a probe run extracts.
+#[derive(Debug, Clone)]
+pub struct ProbeParams {
+    /// The site (query/key selection and label).
+    pub site: Site,
+    /// Layers to keep, in output order; `None` = all layers.
+    pub layers: Option<Vec<usize>>,
+}
+
+impl ProbeParams {
+    /// Checks the layer selection against the model.
+    ///
+    /// # Errors
+    /// [`ProbeError::InvalidInput`] for an empty, repeated or out-of-range layer list.
+    pub fn check(&self, n_layers: usize) -> Result<Vec<usize>> {
+        let layers = match &self.layers {
+            None => (0..n_layers).collect::<Vec<_>>(),
+            Some(l) => l.clone(),
+        };
+        if layers.is_empty() {
+            return Err(ProbeError::InvalidInput("the layer selection is empty".into()));
+        }
+        for (i, &l) in layers.iter().enumerate() {
+            if l >= n_layers {
+                return Err(ProbeError::InvalidInput(format!(
+                    "layer {l} out of range: the model has {n_layers} layers"
+                )));
+            }
+            if layers[..i].contains(&l) {
+                return Err(ProbeError::InvalidInput(format!("layer {l} selected twice")));
+            }
+        }
+        Ok(layers)
+    }
+}
+
+/// The JSON sidecar written next to the codes (`codes.npz` -> `codes.json`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbeMeta {
+    /// Checkpoint directory the model came from.
+    pub checkpoint: String,
+    /// The model's mixer (CLI name).
+    pub mixer: String,
+    /// The normalisation that produced the codes (softmax, none, rms_head).
+    pub normalisation: String,
+    /// Where the problems came from: a file path or `generated`.
+    pub problems: String,
+    /// Split name, if generated.
+    pub split: Option<String>,
+    /// `id` or `ood`, if generated.
+    pub set: Option<String>,
+    /// Problem seed, if generated.
+    pub seed: Option<u64>,
+    /// Whether the problems are unpermuted, if known.
+    pub unpermuted: Option<bool>,
+    /// Site in CLI form.
+    pub site: String,
+    /// Per stacked row: query, keys and answer slot.
+    pub selections: Vec<SelectionMeta>,
+    /// Layers kept, in the order of the `codes` layer axis.
+    pub layers: Vec<usize>,
+    /// Number of heads.
+    pub heads: usize,
+    /// Number of problems.
+    pub n_problems: usize,
+    /// Number of rows (problems x selections).
+    pub n_rows: usize,
+    /// Array shapes, e.g. `codes: [N, L, H, Q, K]`.
+    pub shapes: std::collections::BTreeMap<String, Vec<usize>>,
+    /// hyperlens version that wrote the file.
+    pub version: String,
+}
+
+/// A [`Selection`] in the sidecar.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SelectionMeta {
+    /// Query position.
+    pub query: usize,
+    /// Key positions.
+    pub keys: Vec<usize>,
+    /// Answer slot labelling the row.
+    pub slot: usize,
+}
+
+/// Summary of a finished probe run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeSummary {
+    /// Rows written.
+    pub n_rows: usize,
+    /// Fraction of rows whose answer slot the model predicts correctly.
+    pub slot_accuracy: f64,
+}
+
+/// Extracts the codes of `model` over `batches` (which must yield `n_problems` problems in total)
+/// and writes them to `out` (`.npz`) with the sidecar `meta` completed and written beside it.
+///
+/// Arrays written (row = `problem * S + selection` for `S` stacked selections):
+/// `codes` f32 `[N, L, H, 1, K]`, `label` i64 `[N]` (rule of the feature shown in the row's answer
+/// slot), `rules` i64 `[N, F]` (the task's rule per unpermuted slot), `inputs` i64 `[N, K]` (values of
+/// the key tokens; -1 for a query token), `target` i64 `[N]`, `prediction` i64 `[N]`, `correct` bool
+/// `[N]` (prediction == target for the row's slot), `slot` i64 `[N]`, `problem` i64 `[N]`.
+///
+/// # Shapes
+/// Each batch: `x [B, T, M]`, `y [B, F]`, `rules [B, F]`, optional `perms [B, 3, F]`.
+///
+/// # Errors
+/// Invalid site/layers, batches that do not fit the model or do not add up to `n_problems`, candle
+/// and I/O errors. On error no output file is left behind.
+pub fn extract<I, P>(
+    model: &Transformer,
+    batches: I,
+    n_problems: usize,
+    params: &ProbeParams,
+    out: &Path,
+    mut meta: ProbeMeta,
+    mut progress: P,
+) -> Result<ProbeSummary>
+where
+    I: IntoIterator<Item = Result<ProblemSet>>,
+    P: FnMut(usize),
+{
+    let cfg = model.config().clone();
+    let layers = params.check(cfg.n_layers)?;
+    let mut task_params = hyperlens_tasks::sraven::SravenParams::default();
+    task_params.features = cfg.n_outputs;
+    let selections: Vec<Selection> = params.site.resolve(&task_params)?;
+    if task_params.n_tokens() != cfg.n_tokens {
+        return Err(ProbeError::InvalidInput(format!(
+            "the model reads {} tokens; SRAVEN problems with {} features have {}",
+            cfg.n_tokens,
+            cfg.n_outputs,
+            task_params.n_tokens()
+        )));
+    }
+    let n_keys = selections[0].keys.len();
+    let (h, f, s) = (cfg.n_heads, cfg.n_outputs, selections.len());
+    let n_rows = n_problems * s;
+    let device = model.device().clone();
+    let key_idx: Vec<Tensor> = selections
+        .iter()
+        .map(|sel| Tensor::from_vec(sel.keys.iter().map(|&k| k as u32).collect(), sel.keys.len(), &device))
+        .collect::<std::result::Result<_, _>>()?;
+
+    let mut w = NpzStream::create(out)?;
+    let codes_id = w.add_array("codes", NpyDtype::F32, &[n_rows, layers.len(), h, 1, n_keys])?;
+    let label_id = w.add_array("label", NpyDtype::I64, &[n_rows])?;
+    let rules_id = w.add_array("rules", NpyDtype::I64, &[n_rows, f])?;
+    let inputs_id = w.add_array("inputs", NpyDtype::I64, &[n_rows, n_keys])?;
+    let target_id = w.add_array("target", NpyDtype::I64, &[n_rows])?;
+    let pred_id = w.add_array("prediction", NpyDtype::I64, &[n_rows])?;
+    let correct_id = w.add_array("correct", NpyDtype::Bool, &[n_rows])?;
+    let slot_id = w.add_array("slot", NpyDtype::I64, &[n_rows])?;
+    let problem_id = w.add_array("problem", NpyDtype::I64, &[n_rows])?;
+
+    let mut done = 0usize;
+    let mut n_correct = 0usize;
+    for batch in batches {
+        let batch = batch?;
+        let b = batch.len();
+        if b == 0 {
+            continue;
+        }
+        if done + b > n_problems {
+            return Err(ProbeError::InvalidInput(format!(
+                "the problem batches hold more than the announced {n_problems} problems"
+            )));
+        }
+        let (_, t, m) = batch.x.dim();
+        if t != cfg.n_tokens || m != cfg.d_in || batch.y.dim() != (b, f) || batch.rules.dim() != (b, f) {
+            return Err(ProbeError::InvalidInput(format!(
+                "problem batch x {:?}, y {:?}, rules {:?} does not fit the model (T {}, M {}, F {})",
+                batch.x.shape(),
+                batch.y.shape(),
+                batch.rules.shape(),
+                cfg.n_tokens,
+                cfg.d_in,
+                f
+            )));
+        }
+        let x = batch_tensor(&batch.x, &device)?;
+        let fwd = model.forward(&x, true)?;
+        let attention = fwd
+            .attention
+            .ok_or_else(|| ProbeError::InvalidInput("the model returned no attention".into()))?;
+        // [B, F, C] logits -> predicted class per slot.
+        let pred: Vec<u32> = fwd.logits.argmax(2)?.flatten_all()?.to_vec1()?;
+        // Per selection and layer: [B, H, K] on the device, then to the host.
+        let mut picked: Vec<Vec<Vec<f32>>> = Vec::with_capacity(s);
+        for (sel, keys) in selections.iter().zip(&key_idx) {
+            let mut per_layer = Vec::with_capacity(layers.len());
+            for &l in &layers {
+                let a = attention[l].i((.., .., sel.query, ..))?.contiguous()?; // [B, H, T]
+                let a = a.index_select(keys, 2)?; // [B, H, K]
+                per_layer.push(a.flatten_all()?.to_vec1::<f32>()?);
+            }
+            picked.push(per_layer);
+        }
+        let mut codes = Vec::with_capacity(b * s * layers.len() * h * n_keys);
+        let (mut label, mut rules, mut inputs, mut target, mut prediction, mut correct, mut slot, mut problem) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..b {
+            for (si, sel) in selections.iter().enumerate() {
+                for per_layer in &picked[si] {
+                    codes.extend_from_slice(&per_layer[i * h * n_keys..(i + 1) * h * n_keys]);
+                }
+                // The feature shown in answer slot `sel.slot` (column 2's permutation).
+                let feature = match &batch.perms {
+                    Some(p) => {
+                        let v = p[[i, 2, sel.slot]];
+                        usize::try_from(v).ok().filter(|&v| v < f).ok_or_else(|| {
+                            ProbeError::InvalidInput(format!("perms[{i}, 2, {}] = {v} is not a slot", sel.slot))
+                        })?
+                    }
+                    None => sel.slot,
+                };
+                label.push(batch.rules[[i, feature]]);
+                rules.extend(batch.rules.row(i).iter().copied());
+                for &k in &sel.keys {
+                    let row = batch.x.slice(ndarray::s![i, k, ..]);
+                    let v = row.iter().position(|&v| v > 0.5).map_or(-1, |p| p as i64);
+                    inputs.push(v);
+                }
+                let tgt = batch.y[[i, sel.slot]];
+                let p = pred[i * f + sel.slot] as i64;
+                target.push(tgt);
+                prediction.push(p);
+                correct.push(p == tgt);
+                n_correct += usize::from(p == tgt);
+                slot.push(sel.slot as i64);
+                problem.push((done + i) as i64);
+            }
+        }
+        w.append_f32(codes_id, &codes)?;
+        w.append_i64(label_id, &label)?;
+        w.append_i64(rules_id, &rules)?;
+        w.append_i64(inputs_id, &inputs)?;
+        w.append_i64(target_id, &target)?;
+        w.append_i64(pred_id, &prediction)?;
+        w.append_bool(correct_id, &correct)?;
+        w.append_i64(slot_id, &slot)?;
+        w.append_i64(problem_id, &problem)?;
+        done += b;
+        progress(done);
+    }
+    if done != n_problems {
+        return Err(ProbeError::InvalidInput(format!(
+            "the problem batches held {done} problems, {n_problems} were announced"
+        )));
+    }
+
+    meta.site = params.site.to_string();
+    meta.selections = selections
+        .iter()
+        .map(|s| SelectionMeta { query: s.query, keys: s.keys.clone(), slot: s.slot })
+        .collect();
+    meta.layers = layers.clone();
+    meta.heads = h;
+    meta.n_problems = n_problems;
+    meta.n_rows = n_rows;
+    meta.mixer = cfg.mixer.to_string();
+    meta.normalisation = cfg.mixer.normalisation().name().to_string();
+    meta.shapes = [
+        ("codes", vec![n_rows, layers.len(), h, 1, n_keys]),
+        ("label", vec![n_rows]),
+        ("rules", vec![n_rows, f]),
+        ("inputs", vec![n_rows, n_keys]),
+        ("target", vec![n_rows]),
+        ("prediction", vec![n_rows]),
+        ("correct", vec![n_rows]),
+        ("slot", vec![n_rows]),
+        ("problem", vec![n_rows]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    meta.version = env!("CARGO_PKG_VERSION").to_string();
+    w.finish()?;
+    let json = serde_json::to_vec_pretty(&meta)
+        .map_err(|e| ProbeError::InvalidInput(format!("sidecar serialisation: {e}")))?;
+    hyperlens_model::checkpoint::write_atomic(&out.with_extension("json"), &json)?;
+    Ok(ProbeSummary {
+        n_rows,
+        slot_accuracy: if n_rows == 0 { 0.0 } else { n_correct as f64 / n_rows as f64 },
+    })
+}

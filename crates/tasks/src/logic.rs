@@ -1,0 +1,386 @@
+//! The fuzzy-logic task, the second benchmark of Schug et al. 2024 (spec/sraven.md, last section;
+//! the authors' `hyla/data/logic.py`).
+//!
+//! A task is a disjunction of K conjunctive terms over L variables in [0, 1]. A term is a bit vector
+//! t in {0,1}^L; its literal for variable i is x_i if t_i = 1 and 1 - x_i otherwise; the term's value is
+//! the minimum of its literals and the task's value f(x) the maximum over its terms (Zadeh logic).
+//! All 2^L terms are listed in binary order (term index i has bit t_v = (i >> (L - 1 - v)) & 1, so
+//! 0000, 0001, ... with variable 0 the most significant bit). The last `int(2^L * unknown_fraction)`
+//! terms are never trained ("unknown"); tasks are the K-combinations of the known terms, shuffled with
+//! the split seed, of which the first `int(n * frac_test)` are held out as the compositional test set.
+//! The OOD set holds the K-combinations of unknown terms.
+//!
+//! A sequence holds N samples; token n = (x_1..x_L, f(x)) with the final token's f zeroed: the model
+//! predicts it (MSE at the last position). Metric: R² per sequence, 1 - (pred - y)² / var, where var is
+//! the variance of the sequence's N targets (the reference's `base_mse`).
+
+use ndarray::{Array1, Array2, Array3, ArrayView1, ArrayView2};
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use crate::error::{Result, TasksError};
+use crate::rng::{self, Domain};
+
+/// Sizes of the fuzzy-logic task. Defaults: L = 4 variables, K = 2 terms, 25 % unknown terms,
+/// 30 % of the known-term tasks held out, N = 16 samples per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LogicParams {
+    /// L: number of variables (1..=12).
+    pub variables: usize,
+    /// K: terms per task (>= 1).
+    pub terms: usize,
+    /// Fraction of the 2^L terms (the last ones in binary order) that are never trained, in [0, 1).
+    pub unknown_fraction: f64,
+    /// Fraction of the known-term tasks held out as the compositional test set (paper: 0.3, 0.5,
+    /// 0.7), in [0, 1).
+    pub frac_test: f64,
+    /// N: samples (tokens) per sequence, the last one being the query (>= 1; paper 16, ablation 32).
+    pub samples: usize,
+}
+
+impl Default for LogicParams {
+    fn default() -> Self {
+        LogicParams { variables: 4, terms: 2, unknown_fraction: 0.25, frac_test: 0.3, samples: 16 }
+    }
+}
+
+/// Largest number of tasks a split may enumerate.
+const MAX_TASKS: u128 = 10_000_000;
+
+fn binomial(n: usize, k: usize) -> u128 {
+    if k > n {
+        return 0;
+    }
+    let mut c: u128 = 1;
+    for i in 0..k {
+        c = c * (n - i) as u128 / (i + 1) as u128;
+        if c > MAX_TASKS * 1000 {
+            return c;
+        }
+    }
+    c
+}
+
+impl LogicParams {
+    /// Number of terms 2^L.
+    pub fn n_terms(&self) -> usize {
+        1 << self.variables
+    }
+
+    /// Number of unknown terms, `int(2^L * unknown_fraction)`.
+    pub fn n_unknown(&self) -> usize {
+        (self.n_terms() as f64 * self.unknown_fraction).floor() as usize
+    }
+
+    /// Validates the parameters.
+    ///
+    /// # Errors
+    /// [`TasksError::InvalidParam`] naming the field: `variables` outside 1..=12, `terms` 0 or more
+    /// than the known terms, fractions outside [0, 1), `samples` 0, fewer than one training task, or
+    /// more than 10 million tasks.
+    pub fn check(&self) -> Result<()> {
+        if !(1..=12).contains(&self.variables) {
+            return Err(TasksError::param("variables", format!("{} is not in 1..=12", self.variables)));
+        }
+        for (name, v) in [("unknown_fraction", self.unknown_fraction), ("frac_test", self.frac_test)] {
+            if !(v.is_finite() && (0.0..1.0).contains(&v)) {
+                return Err(TasksError::param(name, format!("{v} is not in [0, 1)")));
+            }
+        }
+        let known = self.n_terms() - self.n_unknown();
+        if self.terms == 0 || self.terms > known {
+            return Err(TasksError::param("terms", format!("{} is not in 1..={known} (the known terms)", self.terms)));
+        }
+        if self.samples == 0 {
+            return Err(TasksError::param("samples", "must be at least 1"));
+        }
+        let n = binomial(known, self.terms) + binomial(self.n_unknown(), self.terms);
+        if n > MAX_TASKS {
+            return Err(TasksError::param("terms", format!("{n} tasks is more than {MAX_TASKS}")));
+        }
+        let n_known = binomial(known, self.terms) as usize;
+        if n_known - (n_known as f64 * self.frac_test).floor() as usize == 0 {
+            return Err(TasksError::param("frac_test", "no training task would remain"));
+        }
+        Ok(())
+    }
+
+    /// The bits of term `index` (binary order, variable 0 most significant).
+    pub fn term_bits(&self, index: usize) -> Vec<u8> {
+        (0..self.variables).map(|v| ((index >> (self.variables - 1 - v)) & 1) as u8).collect()
+    }
+}
+
+/// Which task list a batch draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogicSet {
+    /// Training tasks (pairs of known terms not held out).
+    Train,
+    /// Held-out pairs of known terms (compositional generalisation).
+    Test,
+    /// Pairs of unknown terms (never seen in training).
+    Ood,
+}
+
+impl LogicSet {
+    /// "train", "test" or "ood".
+    pub fn name(self) -> &'static str {
+        match self {
+            LogicSet::Train => "train",
+            LogicSet::Test => "test",
+            LogicSet::Ood => "ood",
+        }
+    }
+}
+
+/// Whether a batch belongs to the training stream or to an evaluation stream. The two are keyed
+/// differently, so evaluating on training tasks (`LogicSet::Train`, `Purpose::Eval`) never reuses
+/// training sequences of the same seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Purpose {
+    /// The training stream.
+    Train,
+    /// Evaluation / probing.
+    Eval,
+}
+
+/// The tasks of one fuzzy-logic split; each task is a sorted list of K term indices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicSplit {
+    /// The sizes.
+    pub params: LogicParams,
+    /// The seed of the task shuffle.
+    pub seed: u64,
+    /// Training tasks.
+    pub train: Vec<Vec<usize>>,
+    /// Held-out known-term tasks (the first `int(n * frac_test)` of the shuffle).
+    pub test: Vec<Vec<usize>>,
+    /// Tasks made of unknown terms only.
+    pub ood: Vec<Vec<usize>>,
+}
+
+/// K-combinations of `items` in lexicographic order.
+fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+    let n = items.len();
+    let mut out = Vec::new();
+    if k == 0 || k > n {
+        return out;
+    }
+    let mut idx: Vec<usize> = (0..k).collect();
+    loop {
+        out.push(idx.iter().map(|&i| items[i]).collect());
+        let Some(pos) = (0..k).rev().find(|&i| idx[i] < n - k + i) else {
+            break;
+        };
+        idx[pos] += 1;
+        for i in pos + 1..k {
+            idx[i] = idx[i - 1] + 1;
+        }
+    }
+    out
+}
+
+impl LogicSplit {
+    /// Builds the split: known-term K-combinations shuffled with `seed`, the first
+    /// `int(n * frac_test)` held out (as the reference code does).
+    ///
+    /// # Errors
+    /// [`TasksError::InvalidParam`] if `params.check()` fails.
+    pub fn new(params: LogicParams, seed: u64) -> Result<LogicSplit> {
+        params.check()?;
+        let n_terms = params.n_terms();
+        let n_known = n_terms - params.n_unknown();
+        let known: Vec<usize> = (0..n_known).collect();
+        let unknown: Vec<usize> = (n_known..n_terms).collect();
+        let mut tasks = combinations(&known, params.terms);
+        tasks.shuffle(&mut rng::stream(seed, Domain::LogicSplit, params.variables as u64, params.terms as u64));
+        let n_test = (tasks.len() as f64 * params.frac_test).floor() as usize;
+        let train = tasks.split_off(n_test);
+        Ok(LogicSplit { params, seed, train, test: tasks, ood: combinations(&unknown, params.terms) })
+    }
+
+    /// The task list of one set.
+    pub fn tasks(&self, set: LogicSet) -> &[Vec<usize>] {
+        match set {
+            LogicSet::Train => &self.train,
+            LogicSet::Test => &self.test,
+            LogicSet::Ood => &self.ood,
+        }
+    }
+}
+
+/// A batch of fuzzy-logic sequences.
+///
+/// # Shapes
+/// - `x`: [B, N, L + 1]: token n = (x_1..x_L, f(x)); the last token's f is 0.
+/// - `y`: [B] the target f(x) of the last token.
+/// - `targets`: [B, N] f(x) of every token (the last equals `y`), for the R² baseline.
+/// - `terms`: [B, K, L] the task's term bits (the latent to decode).
+/// - `term_ids`: [B, K] the task's term indices (binary order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicBatch {
+    /// [B, N, L + 1] inputs.
+    pub x: Array3<f32>,
+    /// [B] targets of the last token.
+    pub y: Array1<f32>,
+    /// [B, N] targets of all tokens.
+    pub targets: Array2<f32>,
+    /// [B, K, L] term bits.
+    pub terms: Array3<u8>,
+    /// [B, K] term indices.
+    pub term_ids: Array2<u32>,
+}
+
+/// Value of a disjunction of conjunctive terms at `x` (Zadeh: min for AND, max for OR, 1 - x for NOT).
+///
+/// # Shapes
+/// `terms`: [K, L] bits; `x`: [L] values in [0, 1]. Source: reference `apply_fuzzy_logic`.
+///
+/// # Errors
+/// [`TasksError::InvalidInput`] if the L of `terms` and `x` differ or K = 0.
+pub fn fuzzy_value(terms: ArrayView2<u8>, x: ArrayView1<f32>) -> Result<f32> {
+    if terms.ncols() != x.len() || terms.nrows() == 0 {
+        return Err(TasksError::input(
+            "terms",
+            format!("shape {:?} does not fit x of length {} (need [K >= 1, L])", terms.shape(), x.len()),
+        ));
+    }
+    Ok(terms
+        .outer_iter()
+        .map(|t| t.iter().zip(x.iter()).map(|(&b, &v)| if b != 0 { v } else { 1.0 - v }).fold(f32::INFINITY, f32::min))
+        .fold(f32::NEG_INFINITY, f32::max))
+}
+
+/// Draws batch `index` of `set` for `purpose`: `batch` sequences, each of a task drawn uniformly from
+/// the set with N inputs uniform in [0, 1)^L. Deterministic in (split, set, purpose, seed, index,
+/// batch).
+///
+/// # Errors
+/// [`TasksError::InvalidSplit`] if the set has no task (e.g. `Test` with `frac_test = 0`).
+pub fn sample_logic(
+    split: &LogicSplit,
+    set: LogicSet,
+    purpose: Purpose,
+    batch: usize,
+    seed: u64,
+    index: u64,
+) -> Result<LogicBatch> {
+    let p = &split.params;
+    p.check()?;
+    let tasks = split.tasks(set);
+    if tasks.is_empty() {
+        return Err(TasksError::InvalidSplit {
+            split: format!("logic seed {}", split.seed),
+            reason: format!("the {} set has no task", set.name()),
+        });
+    }
+    let (l, k, n) = (p.variables, p.terms, p.samples);
+    let domain = match purpose {
+        Purpose::Train => Domain::LogicTrain,
+        Purpose::Eval => Domain::LogicEval,
+    };
+    let mut rng = rng::stream(seed, domain, set as u64, index);
+    let mut x = Array3::<f32>::zeros((batch, n, l + 1));
+    let mut y = Array1::<f32>::zeros(batch);
+    let mut targets = Array2::<f32>::zeros((batch, n));
+    let mut terms = Array3::<u8>::zeros((batch, k, l));
+    let mut term_ids = Array2::<u32>::zeros((batch, k));
+    for b in 0..batch {
+        let task = &tasks[rng.gen_range(0..tasks.len())];
+        if task.len() != k || task.iter().any(|&t| t >= p.n_terms()) {
+            return Err(TasksError::InvalidSplit {
+                split: format!("logic seed {}", split.seed),
+                reason: format!("task {task:?} is not {k} term indices below {}", p.n_terms()),
+            });
+        }
+        for (j, &t) in task.iter().enumerate() {
+            term_ids[[b, j]] = t as u32;
+            for (v, bit) in p.term_bits(t).into_iter().enumerate() {
+                terms[[b, j, v]] = bit;
+            }
+        }
+        let tb = terms.index_axis(ndarray::Axis(0), b).to_owned();
+        for s in 0..n {
+            for v in 0..l {
+                x[[b, s, v]] = rng.gen::<f32>();
+            }
+            let xs = x.index_axis(ndarray::Axis(0), b);
+            let row = xs.index_axis(ndarray::Axis(0), s);
+            let f = fuzzy_value(tb.view(), row.slice_axis(ndarray::Axis(0), ndarray::Slice::from(0..l)))?;
+            targets[[b, s]] = f;
+            if s + 1 < n {
+                x[[b, s, l]] = f;
+            } else {
+                y[b] = f;
+            }
+        }
+    }
+    Ok(LogicBatch { x, y, targets, terms, term_ids })
+}
+
+/// R² per sequence: 1 - (pred - y)² / var(targets), var over the sequence's N targets (population
+/// variance, the reference's `base_mse`). A sequence whose targets are all equal gets NaN.
+///
+/// # Shapes
+/// `pred`: [B] predictions for the last token; returns [B].
+///
+/// # Errors
+/// [`TasksError::InvalidInput`] if `pred` does not have B entries.
+pub fn r2(pred: ArrayView1<f32>, batch: &LogicBatch) -> Result<Array1<f64>> {
+    let b = batch.y.len();
+    if pred.len() != b || batch.targets.nrows() != b {
+        return Err(TasksError::input("pred", format!("length {}, expected {b}", pred.len())));
+    }
+    Ok(Array1::from_iter((0..b).map(|i| {
+        let t = batch.targets.row(i);
+        let n = t.len() as f64;
+        let mean = t.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = t.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let err = (pred[i] as f64 - batch.y[i] as f64).powi(2);
+        if var > 0.0 {
+            1.0 - err / var
+        } else {
+            f64::NAN
+        }
+    })))
+}
+
+/// Mean R² over the sequences with a finite R² (NaN if none).
+///
+/// # Errors
+/// As [`r2`].
+pub fn mean_r2(pred: ArrayView1<f32>, batch: &LogicBatch) -> Result<f64> {
+    let r = r2(pred, batch)?;
+    let finite: Vec<f64> = r.iter().copied().filter(|v| v.is_finite()).collect();
+    if finite.is_empty() {
+        return Ok(f64::NAN);
+    }
+    Ok(finite.iter().sum::<f64>() / finite.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::arr2;
+
+    #[test]
+    fn default_split_sizes_match_reference_arithmetic() {
+        let s = LogicSplit::new(LogicParams::default(), 0).unwrap();
+        // 16 terms, 4 unknown, C(12, 2) = 66 known pairs, int(66 * 0.3) = 19 test, C(4, 2) = 6 OOD.
+        assert_eq!((s.train.len(), s.test.len(), s.ood.len()), (47, 19, 6));
+        assert!(s.ood.iter().flatten().all(|&t| t >= 12));
+        assert!(s.train.iter().chain(&s.test).flatten().all(|&t| t < 12));
+        let p = LogicParams::default();
+        assert_eq!(p.term_bits(1), vec![0, 0, 0, 1]);
+        assert_eq!(p.term_bits(12), vec![1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn fuzzy_value_matches_hand_computation() {
+        // terms 01 and 11 over x = (0.2, 0.7): min(0.8, 0.7) = 0.7; min(0.2, 0.7) = 0.2; max = 0.7.
+        let t = arr2(&[[0u8, 1], [1, 1]]);
+        let v = fuzzy_value(t.view(), ndarray::arr1(&[0.2f32, 0.7]).view()).unwrap();
+        assert!((v - 0.7).abs() < 1e-6);
+        assert!(fuzzy_value(t.view(), ndarray::arr1(&[0.2f32]).view()).is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! SRAVEN problem sets as `.npz` files, readable by `numpy.load`.
+//!
+//! Arrays (names are fixed):
+//! - `x`: [N, T, M] one-hot inputs. Written as `uint8` (4x smaller than float32; `x.astype("float32")`
+//!   in numpy restores the model input). `uint8`, `float32` or `float64` are accepted on load.
+//! - `y`: [N, F] answers in column 2's order; `rules`: [N, F] rule index per unpermuted slot;
+//!   `perms`: [N, 3, F] per-column permutations (optional). Written as `int64`; `int64` or `int32`
+//!   accepted on load.
+//!
+//! Files are written uncompressed (like `np.savez`); files written by `np.savez_compressed` load as
+//! well. Writing is atomic: the archive goes to `<path>.tmp` and is renamed over `path`.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek};
+use std::path::{Path, PathBuf};
+
+use ndarray::{Array3, ArrayD, Ix2, Ix3};
+use ndarray_npy::{NpzReader, NpzWriter, ReadNpyError, ReadNpzError};
+
+use crate::error::{Result, TasksError};
+use crate::sraven::{ProblemSet, SravenParams};
+
+/// Writes a problem set to `path` atomically (`<path>.tmp`, then rename).
+///
+/// # Shapes
+/// `x` [N, T, M] is stored as `uint8`; `y`, `rules` [N, F] and `perms` [N, 3, F] (if present) as
+/// `int64`.
+///
+/// # Errors
+/// [`TasksError::InvalidInput`] if the set fails [`ProblemSet::validate`] (nothing is written);
+/// [`TasksError::Io`] / [`TasksError::NpzFile`] naming the file if writing fails.
+pub fn save_problems(path: &Path, set: &ProblemSet) -> Result<()> {
+    set.validate()?;
+    let tmp = tmp_path(path);
+    let write = || -> std::result::Result<(), String> {
+        let file = File::create(&tmp).map_err(|e| e.to_string())?;
+        let mut npz = NpzWriter::new(BufWriter::new(file));
+        let x8 = set.x.mapv(|v| v as u8);
+        npz.add_array("x", &x8).map_err(|e| format!("array `x`: {e}"))?;
+        npz.add_array("y", &set.y).map_err(|e| format!("array `y`: {e}"))?;
+        npz.add_array("rules", &set.rules).map_err(|e| format!("array `rules`: {e}"))?;
+        if let Some(p) = &set.perms {
+            npz.add_array("perms", p).map_err(|e| format!("array `perms`: {e}"))?;
+        }
+        let mut w = npz.finish().map_err(|e| e.to_string())?;
+        std::io::Write::flush(&mut w).map_err(|e| e.to_string())?;
+        w.into_inner().map_err(|e| e.to_string())?.sync_all().map_err(|e| e.to_string())?;
+        Ok(())
+    };
+    if let Err(reason) = write() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(TasksError::NpzFile { path: path.to_path_buf(), reason: format!("cannot write: {reason}") });
+    }
+    std::fs::rename(&tmp, path).map_err(|source| TasksError::Io { path: path.to_path_buf(), source })
+}
+
+/// Reads a problem set written by [`save_problems`] or by numpy (`np.savez` / `np.savez_compressed`
+/// with the arrays described in the module docs) and validates it against `params`.
+///
+/// # Shapes
+/// Returns `x` [N, T, M] as `f32`, `y`, `rules` [N, F] and `perms` [N, 3, F] as `i64`, with
+/// T = `params.n_tokens()`, M = `params.values`, F = `params.features`.
+///
+/// # Errors
+/// [`TasksError::Io`] if the file cannot be opened; [`TasksError::NpzFile`] if it is not a zip
+/// archive; [`TasksError::NpzArray`] naming the array if one is missing, has an unsupported dtype,
+/// the wrong rank or shape, a different N from `x`, non-one-hot context tokens or non-zero query
+/// tokens (`x`), values outside 0..M (`y`), outside 0..8 (`rules`) or rows that are not permutations
+/// (`perms`).
+pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
+    params.check()?;
+    let file = File::open(path).map_err(|source| TasksError::Io { path: path.to_path_buf(), source })?;
+    let mut npz = NpzReader::new(BufReader::new(file)).map_err(|e| TasksError::NpzFile {
+        path: path.to_path_buf(),
+        reason: format!("not a readable .npz (zip) archive: {e}"),
+    })?;
+    let names = npz.names().map_err(|e| TasksError::NpzFile {
+        path: path.to_path_buf(),
+        reason: format!("cannot list the archive: {e}"),
+    })?;
+    let ctx = Ctx { path: path.to_path_buf() };
+    for required in ["x", "y", "rules"] {
+        if !names.iter().any(|n| n == required) {
+            return Err(ctx.err(required, format!("missing (the archive holds: {})", names.join(", "))));
+        }
+    }
+    let (f, m, t) = (params.features, params.values, params.n_tokens());
+
+    let x = read_x(&mut npz, &ctx)?;
+    let x: Array3<f32> = x
+        .into_dimensionality::<Ix3>()
+        .map_err(|_| ctx.err("x", "expected rank 3 [N, T, M]".to_string()))?;
+    let n = x.shape()[0];
+    if x.shape()[1..] != [t, m] {
+        return Err(ctx.err("x", format!("shape {:?}, expected [N, {t}, {m}]", x.shape())));
+    }
+    let y = read_int(&mut npz, &ctx, "y")?
+        .into_dimensionality::<Ix2>()
+        .map_err(|_| ctx.err("y", "expected rank 2 [N, F]".to_string()))?;
+    let rules = read_int(&mut npz, &ctx, "rules")?
+        .into_dimensionality::<Ix2>()
+        .map_err(|_| ctx.err("rules", "expected rank 2 [N, F]".to_string()))?;
+    let perms = if names.iter().any(|n| n == "perms") {
+        Some(
+            read_int(&mut npz, &ctx, "perms")?
+                .into_dimensionality::<Ix3>()
+                .map_err(|_| ctx.err("perms", "expected rank 3 [N, 3, F]".to_string()))?,
+        )
+    } else {
+        None
+    };
+    check_shape(&ctx, "y", y.shape(), &[n, f], "x")?;
+    check_shape(&ctx, "rules", rules.shape(), &[n, f], "x")?;
+    if let Some(p) = &perms {
+        check_shape(&ctx, "perms", p.shape(), &[n, 3, f], "x")?;
+    }
+    let set = ProblemSet { x, y, rules, perms, params: *params };
+    set.validate().map_err(|e| match e {
+        TasksError::InvalidInput { name, reason } => ctx.err(&name, reason),
+        other => other,
+    })?;
+    Ok(set)
+}
+
+struct Ctx {
+    path: PathBuf,
+}
+
+impl Ctx {
+    fn err(&self, array: &str, reason: String) -> TasksError {
+        TasksError::NpzArray { path: self.path.clone(), array: array.to_string(), reason }
+    }
+}
+
+fn check_shape(ctx: &Ctx, name: &str, got: &[usize], want: &[usize], n_from: &str) -> Result<()> {
+    if got.first() != want.first() {
+        return Err(ctx.err(
+            name,
+            format!("has {} problems but `{n_from}` has {}", got.first().copied().unwrap_or(0), want[0]),
+        ));
+    }
+    if got != want {
+        return Err(ctx.err(name, format!("shape {got:?}, expected {want:?}")));
+    }
+    Ok(())
+}
+
+fn is_wrong_dtype(e: &ReadNpzError) -> bool {
+    matches!(e, ReadNpzError::Npy(ReadNpyError::WrongDescriptor(_)))
+}
+
+/// Reads `x` as f32, accepting f32, u8 and f64 files.
+fn read_x<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx) -> Result<ArrayD<f32>> {
+    match npz.by_name::<_, _>("x") {
+        Ok(a) => return Ok(a),
+        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err("x", e.to_string())),
+        Err(_) => {}
+    }
+    match npz.by_name::<ndarray::OwnedRepr<u8>, _>("x") {
+        Ok(a) => return Ok(a.mapv(f32::from)),
+        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err("x", e.to_string())),
+        Err(_) => {}
+    }
+    match npz.by_name::<ndarray::OwnedRepr<f64>, _>("x") {
+        Ok(a) => Ok(a.mapv(|v| v as f32)),
+        Err(e) if !is_wrong_dtype(&e) => Err(ctx.err("x", e.to_string())),
+        Err(e) => Err(ctx.err("x", format!("unsupported dtype ({e}); expected uint8 or float32"))),
+    }
+}
+
+/// Reads an integer array as i64, accepting int64 and int32 files.
+fn read_int<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx, name: &str) -> Result<ArrayD<i64>> {
+    match npz.by_name::<ndarray::OwnedRepr<i64>, _>(name) {
+        Ok(a) => return Ok(a),
+        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err(name, e.to_string())),
+        Err(_) => {}
+    }
+    match npz.by_name::<ndarray::OwnedRepr<i32>, _>(name) {
+        Ok(a) => Ok(a.mapv(i64::from)),
+        Err(e) if !is_wrong_dtype(&e) => Err(ctx.err(name, e.to_string())),
+        Err(e) => Err(ctx.err(name, format!("unsupported dtype ({e}); expected int64 or int32"))),
+    }
+}
+
+/// `<path>.tmp`: the temporary file of an atomic write.
+pub(crate) fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}

@@ -1,0 +1,12 @@
+//! SRAVEN, symbolic Raven progressive matrices: rules, tasks, splits and problem generation
+//! (spec/sraven.md; Schug et al. 2024, "Attention as a Hypernetwork", arXiv 2406.05816).
+
+mod params;
+mod problems;
+mod rule;
+mod split;
+
+pub use params::SravenParams;
+pub use problems::{sample, ProblemSet, TrainStream};
+pub use rule::Rule;
+pub use split::{all_tasks, Set, Split, Task};

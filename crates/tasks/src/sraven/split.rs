@@ -1,0 +1,310 @@
+//! Tasks and in-distribution / OOD splits (spec/sraven.md, "Tasks and the split").
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use rand::seq::SliceRandom;
+use serde::Deserialize;
+
+use super::{Rule, SravenParams};
+use crate::error::{Result, TasksError};
+use crate::rng::{self, Domain};
+
+/// A task: a sorted (non-decreasing) multiset of F rule indices. Feature slot j (unpermuted) carries
+/// the j-th smallest rule of the task.
+pub type Task = Vec<u8>;
+
+/// All tasks for `params.features` = F: the combinations with replacement of the 8 rules taken F, in
+/// lexicographic order (as Python's `itertools.combinations_with_replacement`, which the reference
+/// code uses). 330 tasks for F = 4.
+pub fn all_tasks(params: &SravenParams) -> Vec<Task> {
+    let f = params.features;
+    let mut out = Vec::new();
+    if f == 0 {
+        return out;
+    }
+    let mut cur = vec![0u8; f];
+    loop {
+        out.push(cur.clone());
+        // Next non-decreasing tuple: bump the right-most position that can grow, reset the tail.
+        let Some(pos) = (0..f).rev().find(|&i| (cur[i] as usize) < Rule::COUNT - 1) else {
+            break;
+        };
+        let v = cur[pos] + 1;
+        for c in cur.iter_mut().skip(pos) {
+            *c = v;
+        }
+    }
+    out
+}
+
+/// Which task list a problem set draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Set {
+    /// In-distribution tasks (the ones training sees).
+    Id,
+    /// Held-out (out-of-distribution) tasks.
+    Ood,
+}
+
+impl Set {
+    /// Both sets, ID first.
+    pub const ALL: [Set; 2] = [Set::Id, Set::Ood];
+
+    /// The CLI name: "id" or "ood".
+    pub fn name(self) -> &'static str {
+        match self {
+            Set::Id => "id",
+            Set::Ood => "ood",
+        }
+    }
+}
+
+impl fmt::Display for Set {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Set {
+    type Err = TasksError;
+
+    /// Parses "id" (or "in-distribution") and "ood" (or "out-of-distribution"), case-insensitively.
+    fn from_str(s: &str) -> Result<Set> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "id" | "in-distribution" => Ok(Set::Id),
+            "ood" | "out-of-distribution" => Ok(Set::Ood),
+            _ => Err(TasksError::UnknownVariant {
+                what: "set",
+                value: s.to_string(),
+                valid: "id, ood".to_string(),
+            }),
+        }
+    }
+}
+
+/// A split of all tasks into in-distribution and held-out (OOD) tasks.
+///
+/// `ood_tasks` keeps the order in which the split's permutation lists them (for the paper splits, the
+/// order of `paper-splits.json`); `id_tasks` are the remaining tasks in lexicographic order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    /// The split's name: "paper-seed0" ... or "seed{N}".
+    pub name: String,
+    /// The sizes the tasks are for.
+    pub params: SravenParams,
+    /// In-distribution tasks (248 for the defaults).
+    pub id_tasks: Vec<Task>,
+    /// Held-out tasks (82 for the defaults).
+    pub ood_tasks: Vec<Task>,
+}
+
+/// The paper's held-out task lists, copied from `spec/paper-splits.json` (reference JAX code, seeds
+/// 0, 1, 2, 2024; F = 4, M = 8, 25 % held out).
+const PAPER_SPLITS_JSON: &str = include_str!("../../../../data/splits/paper-splits.json");
+
+const PAPER_NAMES: [&str; 4] = ["paper-seed0", "paper-seed1", "paper-seed2", "paper-seed2024"];
+
+#[derive(Deserialize)]
+struct PaperSplitsFile {
+    splits: BTreeMap<String, Vec<Vec<i64>>>,
+}
+
+impl Split {
+    /// A split drawn from our own seeded permutation of [`all_tasks`]: the first
+    /// `int(n_tasks * holdout_fraction)` tasks of the permutation are OOD (spec/sraven.md). Named
+    /// `seed{seed}`.
+    ///
+    /// # Errors
+    /// [`TasksError::InvalidParam`] if `params.check()` fails.
+    pub fn seeded(params: SravenParams, seed: u64) -> Result<Split> {
+        params.check()?;
+        let mut perm = all_tasks(&params);
+        perm.shuffle(&mut rng::stream(seed, Domain::SravenSplit, params.features as u64, 0));
+        let n_ood = params.n_ood_tasks();
+        let ood_tasks = perm[..n_ood].to_vec();
+        let mut id_tasks = perm[n_ood..].to_vec();
+        id_tasks.sort_unstable();
+        Ok(Split { name: format!("seed{seed}"), params, id_tasks, ood_tasks })
+    }
+
+    /// A split by name with the default [`SravenParams`]: one of [`Split::paper_names`] (the paper's
+    /// exact held-out lists, embedded and validated on every load) or `seed{N}` (see [`Split::seeded`]).
+    ///
+    /// # Errors
+    /// [`TasksError::UnknownSplit`] listing the valid names; [`TasksError::InvalidSplit`] if the
+    /// embedded data were corrupt.
+    pub fn named(name: &str) -> Result<Split> {
+        Split::named_with(name, SravenParams::default())
+    }
+
+    /// Like [`Split::named`] with explicit sizes. The paper splits exist only for F = 4 and a 25 %
+    /// hold-out (any M).
+    ///
+    /// # Errors
+    /// As [`Split::named`]; [`TasksError::InvalidParam`] if `params` fail `check()` or do not fit a
+    /// paper split.
+    pub fn named_with(name: &str, params: SravenParams) -> Result<Split> {
+        params.check()?;
+        if PAPER_NAMES.contains(&name) {
+            let default = SravenParams::default();
+            if params.features != default.features || params.n_ood_tasks() != default.n_ood_tasks() {
+                return Err(TasksError::param(
+                    "features/holdout_fraction",
+                    format!("the paper split `{name}` exists only for F = 4 features with 25 % held out"),
+                ));
+            }
+            let mut all = paper_splits()?;
+            let ood_tasks = all.remove(name).ok_or_else(|| unknown_split(name))?;
+            let held: HashSet<&Task> = ood_tasks.iter().collect();
+            let id_tasks = all_tasks(&params).into_iter().filter(|t| !held.contains(t)).collect();
+            return Ok(Split { name: name.to_string(), params, id_tasks, ood_tasks });
+        }
+        match name.strip_prefix("seed").map(str::parse::<u64>) {
+            Some(Ok(seed)) => Split::seeded(params, seed),
+            _ => Err(unknown_split(name)),
+        }
+    }
+
+    /// The names of the paper splits: "paper-seed0", "paper-seed1", "paper-seed2", "paper-seed2024".
+    pub fn paper_names() -> &'static [&'static str] {
+        &PAPER_NAMES
+    }
+
+    /// The task list of one set.
+    pub fn tasks(&self, set: Set) -> &[Task] {
+        match set {
+            Set::Id => &self.id_tasks,
+            Set::Ood => &self.ood_tasks,
+        }
+    }
+
+    /// Whether `task` is one of the held-out tasks.
+    pub fn is_ood(&self, task: &[u8]) -> bool {
+        self.ood_tasks.iter().any(|t| t.as_slice() == task)
+    }
+
+    /// Checks that the split is usable for sampling: valid params; every task a non-decreasing tuple
+    /// of F rule indices; ID and OOD disjoint; at least one ID task.
+    ///
+    /// # Errors
+    /// [`TasksError::InvalidSplit`] naming the split and the first problem found.
+    pub fn check(&self) -> Result<()> {
+        self.params.check()?;
+        let bad = |reason: String| TasksError::InvalidSplit { split: self.name.clone(), reason };
+        for (list, which) in [(&self.id_tasks, "id"), (&self.ood_tasks, "ood")] {
+            for t in list.iter() {
+                validate_task(t, self.params.features).map_err(|r| bad(format!("{which} task {t:?}: {r}")))?;
+            }
+        }
+        if self.id_tasks.is_empty() {
+            return Err(bad("no in-distribution task".to_string()));
+        }
+        let ood: HashSet<&Task> = self.ood_tasks.iter().collect();
+        if let Some(t) = self.id_tasks.iter().find(|t| ood.contains(t)) {
+            return Err(bad(format!("task {t:?} is both in-distribution and OOD")));
+        }
+        Ok(())
+    }
+}
+
+fn unknown_split(name: &str) -> TasksError {
+    TasksError::UnknownSplit {
+        name: name.to_string(),
+        valid: format!("{}, seed{{N}} (e.g. seed0)", PAPER_NAMES.join(", ")),
+    }
+}
+
+/// Checks one task: length F, rule indices < 8, non-decreasing.
+fn validate_task(t: &[u8], features: usize) -> std::result::Result<(), String> {
+    if t.len() != features {
+        return Err(format!("has {} rules, expected {features}", t.len()));
+    }
+    if let Some(r) = t.iter().find(|&&r| r as usize >= Rule::COUNT) {
+        return Err(format!("rule index {r} is not in 0..=7"));
+    }
+    if t.windows(2).any(|w| w[0] > w[1]) {
+        return Err("is not sorted".to_string());
+    }
+    Ok(())
+}
+
+/// Parses and validates the embedded paper splits: each of the four names present, 82 distinct
+/// sorted 4-tuples of rule indices 0..=7.
+fn paper_splits() -> Result<BTreeMap<String, Vec<Task>>> {
+    parse_paper_splits(PAPER_SPLITS_JSON)
+}
+
+fn parse_paper_splits(json: &str) -> Result<BTreeMap<String, Vec<Task>>> {
+    let file: PaperSplitsFile = serde_json::from_str(json).map_err(|e| TasksError::InvalidSplit {
+        split: "paper-splits.json".to_string(),
+        reason: e.to_string(),
+    })?;
+    let n_ood = SravenParams::default().n_ood_tasks();
+    let mut out = BTreeMap::new();
+    for name in PAPER_NAMES {
+        let bad = |reason: String| TasksError::InvalidSplit { split: name.to_string(), reason };
+        let raw = file.splits.get(name).ok_or_else(|| bad("missing from paper-splits.json".to_string()))?;
+        if raw.len() != n_ood {
+            return Err(bad(format!("has {} tasks, expected {n_ood}", raw.len())));
+        }
+        let mut tasks = Vec::with_capacity(raw.len());
+        let mut seen = HashSet::new();
+        for t in raw {
+            let task: Task = t
+                .iter()
+                .map(|&r| u8::try_from(r).map_err(|_| bad(format!("task {t:?}: rule index {r} is not in 0..=7"))))
+                .collect::<Result<_>>()?;
+            validate_task(&task, 4).map_err(|r| bad(format!("task {t:?}: {r}")))?;
+            if !seen.insert(task.clone()) {
+                return Err(bad(format!("task {t:?} is listed twice")));
+            }
+            tasks.push(task);
+        }
+        out.insert(name.to_string(), tasks);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_tasks_are_sorted_distinct_lexicographic() {
+        let p = SravenParams::default();
+        let t = all_tasks(&p);
+        assert_eq!(t.len(), 330);
+        assert_eq!(t[0], vec![0, 0, 0, 0]);
+        assert_eq!(t[1], vec![0, 0, 0, 1]);
+        assert_eq!(t[8], vec![0, 0, 1, 1]);
+        assert_eq!(t[329], vec![7, 7, 7, 7]);
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+        let p3 = SravenParams { features: 3, ..p };
+        assert_eq!(all_tasks(&p3).len(), 120);
+    }
+
+    #[test]
+    fn corrupt_paper_data_is_rejected() {
+        let ok = PAPER_SPLITS_JSON;
+        assert!(parse_paper_splits(ok).is_ok());
+        // Unsorted task, duplicate task, out-of-range rule, missing split, wrong count, not JSON.
+        let unsorted = ok.replacen("[2, 3, 4, 7]", "[3, 2, 4, 7]", 1);
+        let dup = ok.replacen("[2, 2, 2, 7]", "[2, 3, 4, 7]", 1);
+        let range = ok.replacen("[2, 3, 4, 7]", "[2, 3, 4, 8]", 1);
+        let missing = ok.replacen("\"paper-seed1\"", "\"paper-seedX\"", 1);
+        let short = ok.replacen("[2, 3, 4, 7], ", "", 1);
+        for (bad, needle) in [
+            (unsorted, "not sorted"),
+            (dup, "twice"),
+            (range, "not in 0..=7"),
+            (missing, "missing"),
+            (short, "expected 82"),
+            ("{".to_string(), "paper-splits.json"),
+        ] {
+            let e = parse_paper_splits(&bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The one error type of `hyperlens-train`.
+
+use thiserror::Error;
+
+/// Errors of training: bad parameters, a run directory that cannot be resumed, tensor failures.
+#[derive(Debug, Error)]
+pub enum TrainError {
+    /// A training parameter is out of range; names the parameter.
+    #[error("invalid training parameter: {0}")]
+    InvalidParam(String),
+    /// A run directory cannot be resumed (missing or inconsistent state); names the file.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// The loss became NaN or infinite at a step: training diverged.
+    #[error("training diverged at step {step}: loss {loss}")]
+    Diverged {
+        /// The step (0-based) at which the loss was not finite.
+        step: u64,
+        /// The loss value.
+        loss: f32,
+    },
+    /// A tensor operation failed.
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// The model crate reported an error (checkpoint, config, forward).
+    #[error(transparent)]
+    Model(#[from] hyperlens_model::ModelError),
+    /// The task generators reported an error.
+    #[error(transparent)]
+    Tasks(#[from] hyperlens_tasks::error::TasksError),
+    /// Reading or writing a file failed; names the path.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A JSON file could not be parsed or written; names the path.
+    #[error("json error on {path}: {source}")]
+    Json {
+        /// The file.
+        path: String,
+        /// The underlying error.
+        source: serde_json::Error,
+    },
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, TrainError>;

@@ -1,0 +1,255 @@
+//! Fuzzy-logic training: MSE at the last position, R² per sequence (`spec/sraven.md`, "The fuzzy-logic
+//! task"; `spec/models.md`: D 128, H 8, d 2, 2 layers, 50,000 steps, warm-up 100, same optimiser).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor, Var};
+use candle_nn::VarMap;
+use hyperlens_model::{Config, Transformer};
+use hyperlens_tasks::logic::{r2, sample_logic, LogicBatch, LogicSet, LogicSplit, Purpose};
+use ndarray::Array1;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Result, TrainError};
+use crate::job::{varmap_vars, BatchLoss, Job};
+use crate::loss::mse;
+use crate::metrics::{Evaluation, SetMetrics};
+use crate::settings::TrainSettings;
+
+/// The model a logic run trains: `Config::logic(mixer, L, N)` with `layers` layers and D, H, D_mlp
+/// multiplied by `width` (d stays 2).
+///
+/// # Errors
+/// [`TrainError::Model`] if the resulting config is invalid.
+pub fn model_config(settings: &TrainSettings) -> Result<Config> {
+    let base = Config::logic(settings.mixer, settings.logic.variables, settings.logic.samples);
+    let cfg = Config {
+        n_layers: settings.layers,
+        d_model: base.d_model * settings.width,
+        n_heads: base.n_heads * settings.width,
+        d_mlp: base.d_mlp * settings.width,
+        ..base
+    };
+    cfg.check()?;
+    Ok(cfg)
+}
+
+/// Per-sequence weights of the R² numerator: `1 / var(targets)` where the variance is positive
+/// (else 0), and the number of sequences with a defined R².
+fn r2_weights(batch: &LogicBatch) -> (Vec<f32>, f64) {
+    let mut count = 0.0;
+    let w = batch
+        .targets
+        .outer_iter()
+        .map(|t| {
+            let n = t.len() as f64;
+            let mean = t.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let var = t.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+            if var > 0.0 {
+                count += 1.0;
+                (1.0 / var) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    (w, count)
+}
+
+/// The model's prediction for the last token of every sequence.
+///
+/// # Shapes
+/// `batch.x [B, N, L + 1]` -> `[B]`.
+fn predict<R: Rng + ?Sized>(model: &Transformer, batch: &LogicBatch, dropout: f64, rng: &mut R) -> Result<Tensor> {
+    let dev = model.device();
+    let (b, n, d) = batch.x.dim();
+    let data: Vec<f32> = batch.x.as_standard_layout().iter().copied().collect();
+    let x = Tensor::from_vec(data, (b, n, d), dev)?;
+    let out = if dropout > 0.0 {
+        model.forward_train(&x, dropout, rng, false)?
+    } else {
+        model.forward(&x, false)?
+    };
+    Ok(out.logits.reshape(b)?)
+}
+
+/// The training loss of one logic batch: MSE of the prediction at the last position, with attention
+/// dropout. `metric_sum` is the sum of the per-sequence R² (`1 - (pred - y)² / var(targets)`, the
+/// tasks crate's definition) over sequences whose targets vary; `metric_count` their number.
+///
+/// # Shapes
+/// `batch.x [B, N, L + 1]`, `batch.y [B]`.
+///
+/// # Errors
+/// Model errors if the batch does not fit the model; candle errors.
+pub fn batch_loss<R: Rng + ?Sized>(
+    model: &Transformer,
+    batch: &LogicBatch,
+    dropout: f64,
+    rng: &mut R,
+) -> Result<BatchLoss> {
+    let dev = model.device();
+    let pred = predict(model, batch, dropout, rng)?;
+    let y = Tensor::from_vec(batch.y.to_vec(), batch.y.len(), dev)?;
+    let loss = mse(&pred, &y)?;
+    let (w, count) = r2_weights(batch);
+    let w = Tensor::from_vec(w, batch.y.len(), dev)?;
+    let err = (pred.detach() - &y)?.sqr()?;
+    let metric_sum = ((err * w)?.sum_all()?.neg()? + count)?;
+    Ok(BatchLoss { loss, metric_sum, metric_count: count })
+}
+
+/// Evaluates on `n` sequences of `set` (evaluation stream `seed`, batches of `batch`): mean R² over
+/// sequences with a defined R², and MSE.
+///
+/// # Errors
+/// Task errors (e.g. an empty set); model errors.
+pub fn evaluate_set(
+    model: &Transformer,
+    split: &LogicSplit,
+    set: LogicSet,
+    n: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<SetMetrics> {
+    let mut r2_sum = 0.0;
+    let mut r2_n = 0usize;
+    let mut se = 0.0;
+    let mut done = 0usize;
+    let mut index = 0u64;
+    let mut rng = rand::rngs::mock::StepRng::new(0, 0);
+    while done < n {
+        let b = batch.min(n - done);
+        let lb = sample_logic(split, set, Purpose::Eval, b, seed, index)?;
+        let pred: Vec<f32> = predict(model, &lb, 0.0, &mut rng)?.to_vec1()?;
+        let pred = Array1::from_vec(pred);
+        for (v, (&p, &y)) in r2(pred.view(), &lb)?.iter().zip(pred.iter().zip(lb.y.iter())) {
+            if v.is_finite() {
+                r2_sum += v;
+                r2_n += 1;
+            }
+            se += (p as f64 - y as f64).powi(2);
+        }
+        done += b;
+        index += 1;
+    }
+    Ok(SetMetrics {
+        n,
+        metric: if r2_n > 0 { r2_sum / r2_n as f64 } else { f64::NAN },
+        loss: se / n as f64,
+        per_feature: Vec::new(),
+    })
+}
+
+/// A fuzzy-logic run.
+pub(crate) struct LogicJob {
+    model: Transformer,
+    varmap: VarMap,
+    split: LogicSplit,
+    seed: u64,
+    batch: usize,
+    dropout: f64,
+    eval_n: usize,
+    eval_seed: u64,
+}
+
+impl LogicJob {
+    fn new(settings: &TrainSettings, model: Transformer, varmap: VarMap) -> Result<LogicJob> {
+        let split = LogicSplit::new(settings.logic.params(), settings.split_seed()?)?;
+        Ok(LogicJob {
+            model,
+            varmap,
+            split,
+            seed: settings.seed,
+            batch: settings.batch,
+            dropout: settings.dropout,
+            eval_n: settings.eval_n,
+            eval_seed: settings.eval_seed,
+        })
+    }
+
+    /// A freshly initialised job (the paper's initialisation).
+    pub(crate) fn fresh(settings: &TrainSettings, device: &Device) -> Result<LogicJob> {
+        let (model, varmap) = Transformer::init(&model_config(settings)?, settings.seed, device)?;
+        LogicJob::new(settings, model, varmap)
+    }
+
+    /// A job continuing from the checkpoint in `dir`.
+    pub(crate) fn resume(settings: &TrainSettings, dir: &Path, device: &Device) -> Result<LogicJob> {
+        let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
+        if config != model_config(settings)? {
+            return Err(TrainError::Resume(format!(
+                "{}: the checkpoint's model config differs from the run's settings",
+                dir.join(hyperlens_model::checkpoint::CONFIG_FILE).display()
+            )));
+        }
+        let (model, varmap) = Transformer::trainable_from_tensors(&config, tensors, device)?;
+        LogicJob::new(settings, model, varmap)
+    }
+}
+
+impl Job for LogicJob {
+    fn vars(&self) -> Result<Vec<(String, Var)>> {
+        varmap_vars(&self.varmap)
+    }
+
+    fn batch_loss(&mut self, step: u64, rng: &mut ChaCha8Rng) -> Result<BatchLoss> {
+        let batch = sample_logic(&self.split, LogicSet::Train, Purpose::Train, self.batch, self.seed, step)?;
+        batch_loss(&self.model, &batch, self.dropout, rng)
+    }
+
+    fn evaluate(&mut self, step: u64) -> Result<Evaluation> {
+        let batch = self.batch.max(256);
+        let ev = |set| evaluate_set(&self.model, &self.split, set, self.eval_n, batch, self.eval_seed);
+        let id = ev(LogicSet::Train)?;
+        let ood = ev(LogicSet::Test)?;
+        let mut extra = BTreeMap::new();
+        if !self.split.ood.is_empty() {
+            extra.insert("unknown_terms".to_string(), ev(LogicSet::Ood)?);
+        }
+        Ok(Evaluation { step, id, ood, extra })
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        Ok(self.model.save(dir)?)
+    }
+
+    fn model_config(&self) -> Result<serde_json::Value> {
+        serde_json::to_value(self.model.config())
+            .map_err(|source| TrainError::Json { path: "model config".into(), source })
+    }
+
+    fn n_params(&self) -> usize {
+        self.model.n_params()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyperlens_tasks::logic::LogicParams;
+
+    #[test]
+    fn on_device_r2_matches_the_tasks_crate() {
+        let params = LogicParams { samples: 7, ..LogicParams::default() };
+        let split = LogicSplit::new(params, 3).unwrap();
+        let batch = sample_logic(&split, LogicSet::Train, Purpose::Train, 13, 5, 0).unwrap();
+        let cfg = Config { n_layers: 1, ..Config::logic(hyperlens_model::Mixer::Softmax, 4, 7) };
+        let (model, _) = Transformer::init(&cfg, 2, &Device::Cpu).unwrap();
+        let mut rng = rand::rngs::mock::StepRng::new(0, 0);
+        let bl = batch_loss(&model, &batch, 0.0, &mut rng).unwrap();
+        let pred: Vec<f32> = predict(&model, &batch, 0.0, &mut rng).unwrap().to_vec1().unwrap();
+        let r = r2(Array1::from_vec(pred.clone()).view(), &batch).unwrap();
+        let finite: Vec<f64> = r.iter().copied().filter(|v| v.is_finite()).collect();
+        let got = bl.metric_sum.to_scalar::<f32>().unwrap() as f64;
+        let want: f64 = finite.iter().sum();
+        assert!((got - want).abs() < 1e-3 * want.abs().max(1.0), "{got} vs {want}");
+        assert_eq!(bl.metric_count as usize, finite.len());
+        let mse_ref: f64 =
+            pred.iter().zip(batch.y.iter()).map(|(&p, &y)| (p as f64 - y as f64).powi(2)).sum::<f64>() / 13.0;
+        let got_mse = bl.loss.to_scalar::<f32>().unwrap() as f64;
+        assert!((got_mse - mse_ref).abs() < 1e-6, "{got_mse} vs {mse_ref}");
+    }
+}

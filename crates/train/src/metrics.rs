@@ -1,0 +1,210 @@
+//! Evaluation results and the `metrics.csv` log.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+
+/// Metrics of a model on one evaluation set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetMetrics {
+    /// Number of problems (sequences) evaluated.
+    pub n: usize,
+    /// The task's metric: SRAVEN accuracy (all features right), logic mean R², induction next-token
+    /// accuracy; in [0, 1] except R² (at most 1).
+    pub metric: f64,
+    /// The training loss on this set: SRAVEN / induction cross-entropy (nats), logic MSE.
+    pub loss: f64,
+    /// SRAVEN: the fraction right per output position (feature); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_feature: Vec<f64>,
+}
+
+/// The result of one evaluation: the in-distribution set, the OOD set, and task-specific extras.
+///
+/// SRAVEN: ID = in-distribution tasks, OOD = held-out tasks (permuted problems, `spec/sraven.md`).
+/// Logic: ID = training term pairs, OOD = held-out term pairs, extra `unknown` = pairs of never-trained
+/// terms. Induction: ID = held-out corpus sequences, OOD = repeated random tokens (second half),
+/// extra `induction_positions` = corpus positions predictable only by induction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// Step (updates done) at which the model was evaluated.
+    pub step: u64,
+    /// In-distribution metrics.
+    pub id: SetMetrics,
+    /// Out-of-distribution metrics.
+    pub ood: SetMetrics,
+    /// Further sets by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, SetMetrics>,
+}
+
+/// One row of `metrics.csv`: a logging interval, an evaluation, or both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    /// Updates done.
+    pub step: u64,
+    /// Learning rate of the last update (of update 0 for the row at step 0).
+    pub lr: f64,
+    /// Mean training loss over the interval (with dropout), if any step was trained in it.
+    pub train_loss: Option<f64>,
+    /// Mean training metric over the interval (SRAVEN accuracy, logic R², token accuracy).
+    pub train_acc: Option<f64>,
+    /// In-distribution loss, at evaluations.
+    pub id_loss: Option<f64>,
+    /// In-distribution metric, at evaluations.
+    pub id_acc: Option<f64>,
+    /// OOD loss, at evaluations.
+    pub ood_loss: Option<f64>,
+    /// OOD metric, at evaluations.
+    pub ood_acc: Option<f64>,
+    /// Wall-clock seconds since the run started (summed over resumed sessions).
+    pub wall_time_s: f64,
+    /// Training steps per second over the interval (excluding evaluation and checkpoint time).
+    pub steps_per_s: Option<f64>,
+}
+
+/// The header of `metrics.csv`.
+pub const METRICS_HEADER: &str =
+    "step,lr,train_loss,train_acc,id_loss,id_acc,ood_loss,ood_acc,wall_time_s,steps_per_s";
+
+/// File name of the metrics log in a run directory.
+pub const METRICS_FILE: &str = "metrics.csv";
+
+impl MetricsRow {
+    /// The CSV line (no newline); missing values are empty fields.
+    pub fn to_csv(&self) -> String {
+        let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "{},{},{},{},{},{},{},{},{:.3},{}",
+            self.step,
+            self.lr,
+            opt(self.train_loss),
+            opt(self.train_acc),
+            opt(self.id_loss),
+            opt(self.id_acc),
+            opt(self.ood_loss),
+            opt(self.ood_acc),
+            self.wall_time_s,
+            self.steps_per_s.map(|x| format!("{x:.4}")).unwrap_or_default()
+        );
+        s
+    }
+
+    /// Parses a line written by [`MetricsRow::to_csv`].
+    ///
+    /// # Errors
+    /// [`TrainError::Resume`] naming the line if a field is missing or not a number.
+    pub fn from_csv(line: &str) -> Result<MetricsRow> {
+        let bad = || TrainError::Resume(format!("{METRICS_FILE}: malformed row `{line}`"));
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 10 {
+            return Err(bad());
+        }
+        let opt = |s: &str| -> Result<Option<f64>> {
+            if s.is_empty() {
+                Ok(None)
+            } else {
+                s.parse::<f64>().map(Some).map_err(|_| bad())
+            }
+        };
+        Ok(MetricsRow {
+            step: f[0].parse().map_err(|_| bad())?,
+            lr: f[1].parse().map_err(|_| bad())?,
+            train_loss: opt(f[2])?,
+            train_acc: opt(f[3])?,
+            id_loss: opt(f[4])?,
+            id_acc: opt(f[5])?,
+            ood_loss: opt(f[6])?,
+            ood_acc: opt(f[7])?,
+            wall_time_s: f[8].parse().map_err(|_| bad())?,
+            steps_per_s: opt(f[9])?,
+        })
+    }
+}
+
+/// Reads every row of a `metrics.csv`.
+///
+/// # Errors
+/// [`TrainError::Io`] if unreadable; [`TrainError::Resume`] for a wrong header or a malformed row.
+pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| TrainError::Io { path: path.display().to_string(), source })?;
+    let mut lines = text.lines();
+    if lines.next() != Some(METRICS_HEADER) {
+        return Err(TrainError::Resume(format!("{}: unexpected header", path.display())));
+    }
+    lines.filter(|l| !l.is_empty()).map(MetricsRow::from_csv).collect()
+}
+
+/// Appends rows to `metrics.csv`, one flushed line per row.
+#[derive(Debug)]
+pub(crate) struct MetricsLog {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl MetricsLog {
+    /// Opens the log of a run directory. A fresh log gets the header; on resume the rows after
+    /// `keep_until` (written after the checkpoint being resumed) are dropped, atomically.
+    pub(crate) fn open(dir: &Path, resume_from: Option<u64>) -> Result<MetricsLog> {
+        let path = dir.join(METRICS_FILE);
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |source| TrainError::Io { path: p, source }
+        };
+        let mut text = format!("{METRICS_HEADER}\n");
+        if let Some(step) = resume_from {
+            if path.exists() {
+                for row in read_metrics(&path)?.into_iter().filter(|r| r.step <= step) {
+                    text.push_str(&row.to_csv());
+                    text.push('\n');
+                }
+            }
+        }
+        crate::state::write_atomic(&path, text.as_bytes())?;
+        let file = std::fs::OpenOptions::new().append(true).open(&path).map_err(io(&path))?;
+        Ok(MetricsLog { path, file })
+    }
+
+    /// Appends one row.
+    pub(crate) fn push(&mut self, row: &MetricsRow) -> Result<()> {
+        let p = self.path.display().to_string();
+        writeln!(self.file, "{}", row.to_csv())
+            .and_then(|_| self.file.flush())
+            .map_err(|source| TrainError::Io { path: p, source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_round_trip_with_empty_fields() {
+        let row = MetricsRow {
+            step: 1300,
+            lr: 7.5e-4,
+            train_loss: Some(1.25),
+            train_acc: Some(0.125),
+            id_loss: None,
+            id_acc: None,
+            ood_loss: Some(2.5),
+            ood_acc: Some(0.0625),
+            wall_time_s: 12.5,
+            steps_per_s: None,
+        };
+        let line = row.to_csv();
+        assert_eq!(line, "1300,0.00075,1.25,0.125,,,2.5,0.0625,12.500,");
+        assert_eq!(MetricsRow::from_csv(&line).unwrap(), row);
+        assert!(MetricsRow::from_csv("1,2,3").is_err());
+        assert!(MetricsRow::from_csv("x,0,,,,,,,0,").is_err());
+        assert_eq!(METRICS_HEADER.split(',').count(), 10);
+    }
+}

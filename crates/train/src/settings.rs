@@ -1,0 +1,340 @@
+//! What a training run does: the task, the model size, the paper's optimiser recipe and the
+//! evaluation / checkpoint cadence. Saved verbatim in `train_state.json` and `train.json`, so a run
+//! can be resumed exactly and its provenance read back.
+
+use std::fmt;
+use std::str::FromStr;
+
+use hyperlens_model::Mixer;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+
+/// The task a model is trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainTask {
+    /// SRAVEN (`spec/sraven.md`): 4-way softmax cross-entropy at the last 4 positions.
+    Sraven,
+    /// The fuzzy-logic task (`spec/sraven.md`, last section): MSE at the last position, R².
+    Logic,
+    /// Next-token prediction on the tasks crate's induction corpus with a causal token model
+    /// (`spec/circuits.md`).
+    Induction,
+}
+
+impl TrainTask {
+    /// Every task, in CLI order.
+    pub const ALL: [TrainTask; 3] = [TrainTask::Sraven, TrainTask::Logic, TrainTask::Induction];
+
+    /// The CLI name (`sraven`, `logic`, `induction`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainTask::Sraven => "sraven",
+            TrainTask::Logic => "logic",
+            TrainTask::Induction => "induction",
+        }
+    }
+
+    /// What the `*_acc` columns of `metrics.csv` hold for this task.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            TrainTask::Sraven => "accuracy (all features right)",
+            TrainTask::Logic => "R^2 (mean over sequences)",
+            TrainTask::Induction => "next-token accuracy",
+        }
+    }
+}
+
+impl fmt::Display for TrainTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TrainTask {
+    type Err = TrainError;
+
+    /// Parses `sraven`, `logic` or `induction`.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] for anything else.
+    fn from_str(s: &str) -> Result<Self> {
+        TrainTask::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| TrainError::InvalidParam(format!("unknown task `{s}` (expected sraven, logic or induction)")))
+    }
+}
+
+/// Sizes of the fuzzy-logic task used for training (`hyperlens_tasks::logic::LogicParams`).
+/// Defaults are the setting of the paper's headline table: L 4, K 2, 25 % unknown terms, 70 % of
+/// the known-term pairs held out, 32 samples per sequence (`spec/models.md`, Table A1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LogicSettings {
+    /// L, number of variables.
+    pub variables: usize,
+    /// K, terms per task.
+    pub terms: usize,
+    /// Fraction of the 2^L terms never trained.
+    pub unknown_fraction: f64,
+    /// Fraction of the known-term pairs held out (the OOD set).
+    pub frac_test: f64,
+    /// N, samples (tokens) per sequence.
+    pub samples: usize,
+}
+
+impl Default for LogicSettings {
+    fn default() -> Self {
+        LogicSettings { variables: 4, terms: 2, unknown_fraction: 0.25, frac_test: 0.7, samples: 32 }
+    }
+}
+
+impl LogicSettings {
+    /// The tasks crate's parameters.
+    pub fn params(&self) -> hyperlens_tasks::logic::LogicParams {
+        hyperlens_tasks::logic::LogicParams {
+            variables: self.variables,
+            terms: self.terms,
+            unknown_fraction: self.unknown_fraction,
+            frac_test: self.frac_test,
+            samples: self.samples,
+        }
+    }
+}
+
+/// The induction corpus used for training (`hyperlens_tasks::induction::CorpusParams`, whose
+/// defaults these are: V 64, T 64, bigram strength 3, repeat probability 0.05, copies of 4..=12).
+pub type InductionSettings = hyperlens_tasks::induction::CorpusParams;
+
+/// Everything that defines a training run. Construct with [`TrainSettings::for_task`] and adjust.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainSettings {
+    /// The task.
+    pub task: TrainTask,
+    /// The sequence mixer of every layer.
+    pub mixer: Mixer,
+    /// The split: SRAVEN `paper-seed0|1|2|2024` or `seed{N}`; logic `seed{N}` (seed of the task
+    /// shuffle); induction `seed{N}` (seed of the bigram table).
+    pub split: String,
+    /// Seed of the initialisation, the training stream and the dropout masks.
+    pub seed: u64,
+    /// Total number of optimiser updates.
+    pub steps: u64,
+    /// Problems (sequences) per update.
+    pub batch: usize,
+    /// Peak learning rate (paper grid: 1e-3, 3e-4).
+    pub lr: f64,
+    /// Decoupled weight decay on parameters with 2 or more dimensions (paper grid: 0.1, 0.3).
+    pub weight_decay: f64,
+    /// Linear warm-up steps (paper grid: 1000, 3000; logic 100).
+    pub warmup: u64,
+    /// Attention dropout rate on the normalised scores (0.1 in the paper).
+    pub dropout: f64,
+    /// Number of layers.
+    pub layers: usize,
+    /// Width multiplier (SRAVEN: 1, 2 or 4; logic and induction: multiplies D, H and D_mlp).
+    pub width: usize,
+    /// Induction only: an attention-only model (no MLP, no LayerNorm; 0, 1 or 2 layers).
+    pub attn_only: bool,
+    /// Evaluate every this many steps (and at the end); 0 = only at the end.
+    pub eval_every: u64,
+    /// Problems (sequences) per evaluation set.
+    pub eval_n: usize,
+    /// Seed of the evaluation sets (domain-separated from the training stream in the tasks crate,
+    /// so evaluation never reuses training problems).
+    pub eval_seed: u64,
+    /// Write a checkpoint every this many steps (and at the end); 0 = only at the end.
+    pub checkpoint_every: u64,
+    /// Write a training row to `metrics.csv` every this many steps.
+    pub log_every: u64,
+    /// Logic task sizes (used when `task` is logic).
+    pub logic: LogicSettings,
+    /// Induction corpus (used when `task` is induction; its `seed` is set from `split`).
+    pub induction: InductionSettings,
+}
+
+impl TrainSettings {
+    /// The paper's recipe for `task` (`spec/models.md`, "Training recipe"): SRAVEN HYLA, 4 layers,
+    /// width 1, 156,250 steps of batch 128, lr 1e-3, wd 0.1, warm-up 1000, dropout 0.1; logic 2 layers,
+    /// 50,000 steps, warm-up 100; induction a 2-layer softmax token model, 3,000 steps of batch 32,
+    /// warm-up 100, no dropout.
+    pub fn for_task(task: TrainTask) -> TrainSettings {
+        let base = TrainSettings {
+            task,
+            mixer: Mixer::Hyla,
+            split: "paper-seed0".into(),
+            seed: 0,
+            steps: 156_250,
+            batch: 128,
+            lr: 1e-3,
+            weight_decay: 0.1,
+            warmup: 1000,
+            dropout: 0.1,
+            layers: 4,
+            width: 1,
+            attn_only: false,
+            eval_every: 2500,
+            eval_n: 4096,
+            eval_seed: 0,
+            checkpoint_every: 5000,
+            log_every: 100,
+            logic: LogicSettings::default(),
+            induction: InductionSettings::default(),
+        };
+        match task {
+            TrainTask::Sraven => base,
+            TrainTask::Logic => TrainSettings {
+                split: "seed0".into(),
+                steps: 50_000,
+                warmup: 100,
+                layers: 2,
+                ..base
+            },
+            TrainTask::Induction => TrainSettings {
+                mixer: Mixer::Softmax,
+                split: "seed0".into(),
+                steps: 3000,
+                batch: 32,
+                warmup: 100,
+                dropout: 0.0,
+                layers: 2,
+                eval_every: 500,
+                eval_n: 256,
+                checkpoint_every: 1000,
+                log_every: 50,
+                ..base
+            },
+        }
+    }
+
+    /// The seed `N` of a `seed{N}` split name.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] naming `--split` if the name is not `seed{N}`.
+    pub fn split_seed(&self) -> Result<u64> {
+        self.split.strip_prefix("seed").and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| {
+            TrainError::InvalidParam(format!(
+                "--split `{}`: the {} task takes a split `seed{{N}}`",
+                self.split, self.task
+            ))
+        })
+    }
+
+    /// Validates every field once.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] naming the flag: zero steps / batch / layers / log interval /
+    /// evaluation size, a learning rate that is not positive, a negative weight decay, a dropout rate
+    /// outside [0, 1), a bad width, `attn_only` outside the induction task, or bad task sizes.
+    pub fn check(&self) -> Result<()> {
+        let bad = |msg: String| Err(TrainError::InvalidParam(msg));
+        if self.steps == 0 {
+            return bad("--steps must be at least 1".into());
+        }
+        if self.batch == 0 {
+            return bad("--batch must be at least 1".into());
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("--lr must be positive, got {}", self.lr));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return bad(format!("--weight-decay must be non-negative, got {}", self.weight_decay));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("--dropout must be in [0, 1), got {}", self.dropout));
+        }
+        if self.log_every == 0 {
+            return bad("--log-every must be at least 1".into());
+        }
+        if self.eval_n == 0 {
+            return bad("--eval-n must be at least 1".into());
+        }
+        if self.width == 0 {
+            return bad("--width must be at least 1".into());
+        }
+        if self.attn_only && self.task != TrainTask::Induction {
+            return bad(format!("--attn-only applies to the induction task, not {}", self.task));
+        }
+        match self.task {
+            TrainTask::Sraven => {
+                if self.layers == 0 {
+                    return bad("--layers must be at least 1".into());
+                }
+                if ![1, 2, 4].contains(&self.width) {
+                    return bad(format!("--width must be 1, 2 or 4 for sraven, got {}", self.width));
+                }
+                hyperlens_tasks::sraven::Split::named(&self.split)?;
+            }
+            TrainTask::Logic => {
+                if self.layers == 0 {
+                    return bad("--layers must be at least 1".into());
+                }
+                self.split_seed()?;
+                self.logic.params().check()?;
+            }
+            TrainTask::Induction => {
+                if self.attn_only && self.layers > 2 {
+                    return bad(format!(
+                        "--attn-only models have 0, 1 or 2 layers (the circuits paper's presets), got {}",
+                        self.layers
+                    ));
+                }
+                self.split_seed()?;
+                self.induction.check()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_paper_and_check() {
+        let s = TrainSettings::for_task(TrainTask::Sraven);
+        assert_eq!((s.steps, s.batch, s.warmup, s.layers), (156_250, 128, 1000, 4));
+        assert_eq!((s.lr, s.weight_decay, s.dropout), (1e-3, 0.1, 0.1));
+        s.check().unwrap();
+        let l = TrainSettings::for_task(TrainTask::Logic);
+        assert_eq!((l.steps, l.warmup, l.layers), (50_000, 100, 2));
+        l.check().unwrap();
+        assert_eq!(l.split_seed().unwrap(), 0);
+        TrainSettings::for_task(TrainTask::Induction).check().unwrap();
+    }
+
+    #[test]
+    fn check_names_the_flag() {
+        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        s.width = 3;
+        assert!(s.check().unwrap_err().to_string().contains("--width"));
+        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        s.attn_only = true;
+        assert!(s.check().unwrap_err().to_string().contains("--attn-only"));
+        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        s.dropout = 1.0;
+        assert!(s.check().unwrap_err().to_string().contains("--dropout"));
+        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        s.split = "nope".into();
+        assert!(s.check().is_err());
+        let mut s = TrainSettings::for_task(TrainTask::Logic);
+        s.split = "paper-seed0".into();
+        assert!(s.check().unwrap_err().to_string().contains("--split"));
+        let mut s = TrainSettings::for_task(TrainTask::Induction);
+        s.attn_only = true;
+        s.layers = 3;
+        assert!(s.check().unwrap_err().to_string().contains("--attn-only"));
+        assert_eq!("logic".parse::<TrainTask>().unwrap(), TrainTask::Logic);
+        assert!("raven".parse::<TrainTask>().is_err());
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let s = TrainSettings::for_task(TrainTask::Logic);
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(j.contains("\"task\":\"logic\""));
+        assert_eq!(serde_json::from_str::<TrainSettings>(&j).unwrap(), s);
+    }
+}

@@ -1,0 +1,204 @@
+//! The saved state of a run directory (`train_state.json`, `optimizer.safetensors`), the dropout
+//! random stream, and atomic file writes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::optim::AdamW;
+use crate::settings::TrainSettings;
+
+/// File name of the run state.
+pub const STATE_FILE: &str = "train_state.json";
+/// File name of the optimiser state (moments `m.{name}`, `v.{name}` and the update count `step`).
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// File name of the final training record.
+pub const RECORD_FILE: &str = "train.json";
+
+/// The version of hyperlens that wrote a file.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Writes `bytes` to `path` atomically: `path.tmp`, then rename.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the path.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    std::fs::write(&tmp, bytes).map_err(|source| TrainError::Io { path: tmp.display().to_string(), source })?;
+    std::fs::rename(&tmp, path).map_err(|source| TrainError::Io { path: path.display().to_string(), source })
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+/// Writes a value as pretty JSON, atomically.
+///
+/// # Errors
+/// [`TrainError::Json`] or [`TrainError::Io`] naming the path.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value)
+        .map_err(|source| TrainError::Json { path: path.display().to_string(), source })?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// 64-bit FNV-1a of a byte string (to tie the weights file to the state that was saved with it).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The FNV-1a hash of a file, as 16 hex digits.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the file.
+pub fn file_hash(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|source| TrainError::Io { path: path.display().to_string(), source })?;
+    Ok(format!("{:016x}", fnv1a64(&bytes)))
+}
+
+/// The random stream of the attention-dropout masks of update `step`: a ChaCha8 stream keyed by the
+/// run seed (with a domain tag, so it never equals the initialisation stream) and numbered by the
+/// step. The masks therefore depend only on `(seed, step)`, which makes resumed runs exact.
+pub fn dropout_rng(seed: u64, step: u64) -> ChaCha8Rng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    let tag = b"hyperlens/train/dropout\0";
+    key[8..].copy_from_slice(tag);
+    let mut rng = ChaCha8Rng::from_seed(key);
+    rng.set_stream(step);
+    rng
+}
+
+/// One session of a run (a fresh start or a resume).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// First update of the session.
+    pub start_step: u64,
+    /// Updates done when the session last saved.
+    pub end_step: u64,
+    /// The device it ran on.
+    pub device: String,
+    /// Value of `CANDLE_NUM_THREADS` (empty if unset).
+    pub threads: String,
+}
+
+/// `train_state.json`: everything needed to continue a run exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// hyperlens version that wrote it.
+    pub version: String,
+    /// The run's settings.
+    pub settings: TrainSettings,
+    /// Updates done (the next update is number `step`, 0-based).
+    pub step: u64,
+    /// Position of the training data stream: batches drawn so far (batch `i` depends only on
+    /// `(seed, i)`; equal to `step`).
+    pub data_position: u64,
+    /// How the dropout masks are drawn: `dropout_rng(seed, step)`, so only the seed is state.
+    pub dropout_stream: String,
+    /// Seconds spent in training steps so far (all sessions).
+    pub train_time_s: f64,
+    /// Wall-clock seconds so far (all sessions, including evaluation and checkpoints).
+    pub wall_time_s: f64,
+    /// FNV-1a hash of `model.safetensors` as saved with this state.
+    pub weights_hash: String,
+    /// Sessions so far.
+    pub sessions: Vec<Session>,
+}
+
+impl TrainState {
+    /// Reads `train_state.json` of a run directory.
+    ///
+    /// # Errors
+    /// [`TrainError::Resume`] if the file is missing; [`TrainError::Json`] if malformed.
+    pub fn read(dir: &Path) -> Result<TrainState> {
+        let path = dir.join(STATE_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            TrainError::Resume(format!("{}: {e} (is this a run directory written by `hyperlens train`?)", path.display()))
+        })?;
+        serde_json::from_str(&text).map_err(|source| TrainError::Json { path: path.display().to_string(), source })
+    }
+}
+
+/// Saves the optimiser state atomically (moments plus the update count as an i64 tensor `step`).
+///
+/// # Errors
+/// Candle or I/O errors naming the file.
+pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW) -> Result<()> {
+    let (mut map, step) = opt.state();
+    let dev = Device::Cpu;
+    for t in map.values_mut() {
+        *t = t.to_device(&dev)?;
+    }
+    map.insert("step".into(), Tensor::new(&[step as i64], &dev)?);
+    let path = dir.join(OPTIMIZER_FILE);
+    let tmp = tmp_path(&path);
+    candle_core::safetensors::save(&map, &tmp)?;
+    std::fs::rename(&tmp, &path).map_err(|source| TrainError::Io { path: path.display().to_string(), source })
+}
+
+/// Loads the optimiser state saved by [`save_optimizer`] into `opt`; returns its update count.
+///
+/// # Errors
+/// [`TrainError::Resume`] naming the file if it is missing or does not fit the model.
+pub(crate) fn load_optimizer(dir: &Path, opt: &mut AdamW, device: &Device) -> Result<u64> {
+    let path = dir.join(OPTIMIZER_FILE);
+    let mut map: HashMap<String, Tensor> = candle_core::safetensors::load(&path, device)
+        .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;
+    let step = map
+        .remove("step")
+        .ok_or_else(|| TrainError::Resume(format!("{}: no `step` tensor", path.display())))?
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_vec1::<i64>()
+        .map_err(|e| TrainError::Resume(format!("{}: tensor `step`: {e}", path.display())))?;
+    let step = match step.as_slice() {
+        [s] if *s >= 0 => *s as u64,
+        _ => return Err(TrainError::Resume(format!("{}: bad `step` tensor {step:?}", path.display()))),
+    };
+    opt.load_state(&map, step)
+        .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;
+    Ok(step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    #[test]
+    fn dropout_stream_depends_only_on_seed_and_step() {
+        let draw = |seed, step| -> Vec<u32> {
+            let mut r = dropout_rng(seed, step);
+            (0..8).map(|_| r.gen()).collect()
+        };
+        assert_eq!(draw(3, 17), draw(3, 17));
+        assert_ne!(draw(3, 17), draw(3, 18));
+        assert_ne!(draw(3, 17), draw(4, 17));
+        // Not the initialisation stream of the model crate (ChaCha8 seeded from the plain seed).
+        let mut init = ChaCha8Rng::seed_from_u64(3);
+        let v: Vec<u32> = (0..8).map(|_| init.gen()).collect();
+        assert_ne!(draw(3, 0), v);
+    }
+
+    #[test]
+    fn fnv_reference_values() {
+        // Published FNV-1a 64 test vectors.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}
