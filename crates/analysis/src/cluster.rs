@@ -260,7 +260,9 @@ pub struct KMeansParams {
     pub n_runs: usize,
     /// Maximum Lloyd iterations per run.
     pub max_iterations: u64,
-    /// Convergence tolerance on the centroid shift (linfa's definition).
+    /// Convergence tolerance in scikit-learn's definition: a run stops when the summed squared
+    /// shift of the centroids falls below `tolerance` times the mean per-feature variance of the
+    /// data (passed to linfa, which compares the unsquared shift, as its square root).
     pub tolerance: f64,
     /// Largest number of points the silhouette is computed on (seeded subsample above it).
     pub silhouette_max_points: usize,
@@ -341,12 +343,15 @@ pub fn kmeans(x: ArrayView2<'_, f64>, params: &KMeansParams) -> Result<KMeansFit
         )));
     }
     check_finite(x, "k-means input")?;
+    let mean_var = x.var_axis(Axis(0), 0.0).mean().unwrap_or(0.0);
+    // scikit-learn: squared shift <= tol * mean variance; linfa: shift < its tolerance
+    let linfa_tol = (params.tolerance * mean_var).sqrt().max(f64::MIN_POSITIVE);
     let rng = ChaCha8Rng::seed_from_u64(params.seed);
     let dataset = DatasetBase::from(x);
     let model = KMeans::params_with_rng(params.n_clusters, rng)
         .n_runs(params.n_runs)
         .max_n_iterations(params.max_iterations)
-        .tolerance(params.tolerance)
+        .tolerance(linfa_tol)
         .fit(&dataset)
         .map_err(|e| AnalysisError::Numerical(format!("k-means: {e}")))?;
     let centroids = model.centroids().to_owned();

@@ -388,7 +388,31 @@ pub fn decode(
         )));
     }
     check_finite(test_x, "test features")?;
-    let probe = LogisticProbe::fit(train_x, train_y, &params.logistic)?;
+    // the shuffled-label control is an independent fit: run it on a second thread
+    let (fitted, control) = std::thread::scope(|scope| {
+        let control = params.shuffled_control.then(|| {
+            scope.spawn(move || -> Result<f64> {
+                let mut permuted = train_y.to_vec();
+                let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+                permuted.shuffle(&mut rng);
+                let permuted = Array1::from(permuted);
+                let control = LogisticProbe::fit(train_x, permuted.view(), &params.logistic)?;
+                let p = control.predict(test_x)?;
+                accuracy(test_y, p.view())
+            })
+        });
+        let fitted = LogisticProbe::fit(train_x, train_y, &params.logistic);
+        let control = control.map(|handle| {
+            handle.join().unwrap_or_else(|_| {
+                Err(AnalysisError::Numerical(
+                    "the shuffled-label control fit panicked".into(),
+                ))
+            })
+        });
+        (fitted, control)
+    });
+    let probe = fitted?;
+    let shuffled_control = control.transpose()?;
     let predicted = probe.predict(test_x)?;
     let train_pred = probe.predict(train_x)?;
     let train_accuracy = accuracy(train_y, train_pred.view())?;
@@ -415,18 +439,6 @@ pub fn decode(
     }
     let majority_baseline =
         test_y.iter().filter(|&&l| l == majority_class).count() as f64 / test_y.len() as f64;
-
-    let shuffled_control = if params.shuffled_control {
-        let mut permuted = train_y.to_vec();
-        let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-        permuted.shuffle(&mut rng);
-        let permuted = Array1::from(permuted);
-        let control = LogisticProbe::fit(train_x, permuted.view(), &params.logistic)?;
-        let p = control.predict(test_x)?;
-        Some(accuracy(test_y, p.view())?)
-    } else {
-        None
-    };
 
     Ok(DecodeResult {
         classes,

@@ -7,8 +7,8 @@ use std::fs::File;
 use hyperlens_analysis::circuits::{
     bigram_top_k, composition_baseline, composition_scores, detection_pattern, head_scores,
     head_scores_batch, head_scores_prompts, repeated_token_scores, skip_trigrams, AttnWeights,
-    CompositionKind, CompositionMethod, CompositionParams, DetectOptions, Eigenvalues, ErrorMeasure,
-    FactoredMatrix, HeadPattern, SkipTrigramParams,
+    CompositionKind, CompositionMethod, CompositionParams, DetectOptions, Eigenvalues,
+    ErrorMeasure, FactoredMatrix, HeadPattern, SkipTrigramParams,
 };
 use ndarray::{s, Array, Array1, Array2, Array3, Array4, Axis, Dimension, Ix0, Ix1, Ix2, Ix4};
 use ndarray_npy::NpzReader;
@@ -86,19 +86,31 @@ fn assert_eigs_match_dense(e: &Eigenvalues, dense: &Array2<f64>, tol: f64) {
     for (p, (re, im)) in power_sums(e, m).into_iter().enumerate() {
         let t = trace(&pow);
         let scale = 1.0 + t.abs();
-        assert!((re - t).abs() < tol * scale, "power {}: {re} vs trace {t}", p + 1);
-        assert!(im.abs() < tol * scale, "power {}: imaginary part {im}", p + 1);
+        assert!(
+            (re - t).abs() < tol * scale,
+            "power {}: {re} vs trace {t}",
+            p + 1
+        );
+        assert!(
+            im.abs() < tol * scale,
+            "power {}: imaginary part {im}",
+            p + 1
+        );
         pow = mm(&pow, dense);
     }
 }
 
 fn npz() -> NpzReader<File> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/circuits/tl_tiny.npz");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/circuits/tl_tiny.npz"
+    );
     NpzReader::new(File::open(path).expect("fixture tl_tiny.npz")).expect("npz")
 }
 
 fn get<D: Dimension>(z: &mut NpzReader<File>, name: &str) -> Array<f64, D> {
-    z.by_name(name).unwrap_or_else(|e| panic!("fixture array {name}: {e}"))
+    z.by_name(name)
+        .unwrap_or_else(|e| panic!("fixture array {name}: {e}"))
 }
 
 fn tl_weights(z: &mut NpzReader<File>) -> AttnWeights<f64> {
@@ -146,7 +158,10 @@ fn assert_same_spectrum(
                     .map(|(i, &(x, y))| (i, (x - a).hypot(y - b)))
                     .min_by(|p, q| p.1.total_cmp(&q.1))
                     .unwrap();
-                assert!(dist < tol, "L{li}H{hi}: eigenvalue {a}+{b}i unmatched (dist {dist})");
+                assert!(
+                    dist < tol,
+                    "L{li}H{hi}: eigenvalue {a}+{b}i unmatched (dist {dist})"
+                );
                 want_left.remove(idx);
             }
         }
@@ -192,7 +207,10 @@ fn factored_svd_and_norm_match_dense() {
         assert!(max_abs_diff(&vtv, &Array2::eye(k)) < 1e-10);
         let us = Array2::from_shape_fn((l, k), |(i, j)| svd.u[[i, j]] * svd.s[j]);
         let rec = mm(&us, &svd.v.t().to_owned());
-        assert!(max_abs_diff(&rec, &dense) < 1e-10, "({l},{m},{r}) reconstruction");
+        assert!(
+            max_abs_diff(&rec, &dense) < 1e-10,
+            "({l},{m},{r}) reconstruction"
+        );
         let fro = frob(&dense);
         assert!((f.frobenius_norm() - fro).abs() < 1e-10 * fro);
         let s2: f64 = svd.s.iter().map(|x| x * x).sum();
@@ -202,7 +220,12 @@ fn factored_svd_and_norm_match_dense() {
         assert_eq!(cl.dim(), (k, r));
         assert!((frob(&cl) - fro).abs() < 1e-10 * fro);
         // Row blocks of the dense product.
-        assert!(max_abs_diff(&f.rows(1..l).unwrap(), &dense.slice(s![1..l, ..]).to_owned()) < 1e-12);
+        assert!(
+            max_abs_diff(
+                &f.rows(1..l).unwrap(),
+                &dense.slice(s![1..l, ..]).to_owned()
+            ) < 1e-12
+        );
     }
 }
 
@@ -231,7 +254,14 @@ fn factored_products_and_transpose_match_dense() {
 // ---------------------------------------------------------------------------------------------
 // Per-head circuits, copying and composition scores against dense float64.
 
-fn random_weights(rng: &mut ChaCha8Rng, l: usize, h: usize, d: usize, dqk: usize, dv: usize) -> AttnWeights<f64> {
+fn random_weights(
+    rng: &mut ChaCha8Rng,
+    l: usize,
+    h: usize,
+    d: usize,
+    dqk: usize,
+    dv: usize,
+) -> AttnWeights<f64> {
     AttnWeights::new(
         rand4(rng, (l, h, d, dqk)),
         rand4(rng, (l, h, d, dqk)),
@@ -246,9 +276,17 @@ fn head(w: &Array4<f64>, l: usize, h: usize) -> Array2<f64> {
 }
 
 /// Dense reference of the composition score of (l1, h1) into (l2, h2).
-fn dense_composition(w: &AttnWeights<f64>, kind: CompositionKind, a: (usize, usize), b: (usize, usize)) -> f64 {
+fn dense_composition(
+    w: &AttnWeights<f64>,
+    kind: CompositionKind,
+    a: (usize, usize),
+    b: (usize, usize),
+) -> f64 {
     let ov1 = mm(&head(&w.w_v, a.0, a.1), &head(&w.w_o, a.0, a.1));
-    let qk2 = mm(&head(&w.w_q, b.0, b.1), &head(&w.w_k, b.0, b.1).t().to_owned());
+    let qk2 = mm(
+        &head(&w.w_q, b.0, b.1),
+        &head(&w.w_k, b.0, b.1).t().to_owned(),
+    );
     let m = match kind {
         CompositionKind::Q => qk2,
         CompositionKind::K => qk2.t().to_owned(),
@@ -263,9 +301,9 @@ fn composition_scores_match_dense_for_every_method() {
     // L 3, H 2, D 11, d_qk 3, d_v 4: distinct sizes so a swapped axis fails.
     let w = random_weights(&mut rng, 3, 2, 11, 3, 4);
     let settings = [
-        (CompositionMethod::Gram, 1usize, 1usize),     // one D-row per chunk
-        (CompositionMethod::Gram, 3, 11 * 6 * 8 * 4),  // 4 rows per chunk, 3 threads
-        (CompositionMethod::Gram, 2, 1 << 30),         // one chunk
+        (CompositionMethod::Gram, 1usize, 1usize), // one D-row per chunk
+        (CompositionMethod::Gram, 3, 11 * 6 * 8 * 4), // 4 rows per chunk, 3 threads
+        (CompositionMethod::Gram, 2, 1 << 30),     // one chunk
         (CompositionMethod::Direct, 1, 0),
         (CompositionMethod::Direct, 4, 0),
         (CompositionMethod::Auto, 0, 16 << 20),
@@ -309,12 +347,17 @@ fn composition_scores_match_dense_for_every_method() {
 #[test]
 fn composition_accepts_f32_weights() {
     let mut rng = ChaCha8Rng::seed_from_u64(22);
-    let w64 = random_weights(&mut rng, 2, 3, 7, 2, 2).w_q.mapv(|x| x as f32);
+    let w64 = random_weights(&mut rng, 2, 3, 7, 2, 2)
+        .w_q
+        .mapv(|x| x as f32);
     let w32 = AttnWeights::new(
         w64.clone(),
         w64.mapv(|x| x * 0.5 + 0.1),
         w64.mapv(|x| -x + 0.2),
-        w64.clone().permuted_axes([0, 1, 3, 2]).as_standard_layout().to_owned(),
+        w64.clone()
+            .permuted_axes([0, 1, 3, 2])
+            .as_standard_layout()
+            .to_owned(),
     )
     .unwrap();
     let w_f64 = AttnWeights::new(
@@ -358,11 +401,18 @@ fn ov_eigenvalues_and_copying_scores_match_dense() {
             assert_eigs_match_dense(&full.head(li, hi), &dense_full, 1e-9);
             // The factored circuits represent the same matrices.
             assert!(max_abs_diff(&w.ov_circuit(li, hi).unwrap().to_dense(), &dense_ov) < 1e-12);
-            assert!(max_abs_diff(&w.full_ov_circuit(li, hi).unwrap().to_dense(), &dense_full) < 1e-10);
+            assert!(
+                max_abs_diff(&w.full_ov_circuit(li, hi).unwrap().to_dense(), &dense_full) < 1e-10
+            );
             let dense_qk = mm(&head(&w.w_q, li, hi), &head(&w.w_k, li, hi).t().to_owned());
             assert!(max_abs_diff(&w.qk_circuit(li, hi).unwrap().to_dense(), &dense_qk) < 1e-12);
             let dense_full_qk = mm(&mm(&w_e, &dense_qk), &w_e.t().to_owned());
-            assert!(max_abs_diff(&w.full_qk_circuit(li, hi).unwrap().to_dense(), &dense_full_qk) < 1e-10);
+            assert!(
+                max_abs_diff(
+                    &w.full_qk_circuit(li, hi).unwrap().to_dense(),
+                    &dense_full_qk
+                ) < 1e-10
+            );
         }
     }
     // Copying score = Re(sum lambda) / sum |lambda| of the returned eigenvalues; sum re = trace.
@@ -380,7 +430,11 @@ fn ov_eigenvalues_and_copying_scores_match_dense() {
     // Planted: W_O = W_V^T makes W_OV = V V^T positive semi-definite (copying score +1);
     // W_O = -W_V^T gives -1.
     let v = rand4(&mut rng, (1, 2, 8, 3));
-    let mut o = v.clone().permuted_axes([0, 1, 3, 2]).as_standard_layout().to_owned();
+    let mut o = v
+        .clone()
+        .permuted_axes([0, 1, 3, 2])
+        .as_standard_layout()
+        .to_owned();
     o.slice_mut(s![0, 1, .., ..]).mapv_inplace(|x| -x);
     let q = rand4(&mut rng, (1, 2, 8, 3));
     let planted = AttnWeights::new(q.clone(), q, v, o).unwrap();
@@ -403,7 +457,11 @@ fn baseline_places_a_planted_composition_above_its_99th_percentile() {
     let p99 = base.percentile(CompositionKind::K, 99.0).unwrap();
     let p50 = base.percentile(CompositionKind::K, 50.0).unwrap();
     assert!(p50 < p99 && p99 < 1.0);
-    assert!(k[[0, 1, 1, 0]] > p99, "planted {} vs p99 {p99}", k[[0, 1, 1, 0]]);
+    assert!(
+        k[[0, 1, 1, 0]] > p99,
+        "planted {} vs p99 {p99}",
+        k[[0, 1, 1, 0]]
+    );
     let above = base.exceeds(CompositionKind::K, &k, 99.0).unwrap();
     assert!(above[[0, 1, 1, 0]]);
     assert!(base.fraction_below(CompositionKind::K, k[[0, 1, 1, 0]]) > 0.99);
@@ -456,8 +514,15 @@ fn transformer_lens_eigenvalues_copying_and_svd() {
     let full = w.full_ov_eigenvalues().unwrap();
     let want_re: Array3<f64> = get(&mut z, "full_ov_eig_re");
     let want_im: Array3<f64> = get(&mut z, "full_ov_eig_im");
-    let scale = want_re.iter().chain(want_im.iter()).fold(0.0f64, |a, &b| a.max(b.abs()));
-    assert_same_spectrum((&full.re, &full.im), (&want_re, &want_im), 1e-9 * scale.max(1.0));
+    let scale = want_re
+        .iter()
+        .chain(want_im.iter())
+        .fold(0.0f64, |a, &b| a.max(b.abs()));
+    assert_same_spectrum(
+        (&full.re, &full.im),
+        (&want_re, &want_im),
+        1e-9 * scale.max(1.0),
+    );
     let want: Array2<f64> = get(&mut z, "full_ov_copying");
     assert!(max_abs_diff(&full.copying_scores(), &want) < 1e-9);
 
@@ -487,7 +552,11 @@ fn transformer_lens_head_detector() {
         (HeadPattern::Induction, "induction"),
     ] {
         let want_pat: Array2<f64> = get(&mut z, &format!("detpat_{short}"));
-        assert_eq!(detection_pattern(&kind, &tokens).unwrap(), want_pat, "{short}");
+        assert_eq!(
+            detection_pattern(&kind, &tokens).unwrap(),
+            want_pat,
+            "{short}"
+        );
         for (measure, tol) in [(ErrorMeasure::Mul, 1e-12), (ErrorMeasure::Abs, 5.1e-4)] {
             // TransformerLens rounds "abs" to 3 decimals; we do not.
             for (bos, cur) in [(false, false), (true, true), (true, false)] {
@@ -530,7 +599,9 @@ fn causal_patterns(rng: &mut ChaCha8Rng, l: usize, h: usize, s: usize) -> Array4
     for li in 0..l {
         for hi in 0..h {
             for q in 0..s {
-                let row: Vec<f64> = (0..=q).map(|_| rng.gen_range(0.0..1.0f64).powi(3)).collect();
+                let row: Vec<f64> = (0..=q)
+                    .map(|_| rng.gen_range(0.0..1.0f64).powi(3))
+                    .collect();
                 let sum: f64 = row.iter().sum();
                 for (k, x) in row.into_iter().enumerate() {
                     p[[li, hi, q, k]] = x / sum;
@@ -548,7 +619,11 @@ fn prompts_and_batches_honour_options() {
     let toks_b: Vec<u32> = vec![2, 7, 1, 8, 2, 8, 1];
     let pa = causal_patterns(&mut rng, 2, 3, toks_a.len());
     let pb = causal_patterns(&mut rng, 2, 3, toks_b.len());
-    for kind in [HeadPattern::DuplicateToken, HeadPattern::Induction, HeadPattern::PreviousToken] {
+    for kind in [
+        HeadPattern::DuplicateToken,
+        HeadPattern::Induction,
+        HeadPattern::PreviousToken,
+    ] {
         for measure in [ErrorMeasure::Mul, ErrorMeasure::Abs] {
             let opts = DetectOptions {
                 measure,
@@ -604,7 +679,13 @@ fn prompts_and_batches_honour_options() {
         }
     }
     assert!(max_abs_diff(&got, &want) < 1e-14);
-    assert!(head_scores_batch(&batch, &toks.slice(s![..1, ..]), &HeadPattern::Induction, &opts).is_err());
+    assert!(head_scores_batch(
+        &batch,
+        &toks.slice(s![..1, ..]),
+        &HeadPattern::Induction,
+        &opts
+    )
+    .is_err());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -631,12 +712,28 @@ fn bigram_top_k_matches_full_table() {
             assert!((top.log_probs[[src, c]] - (row[order[c]] - lse)).abs() < 1e-12);
         }
     }
-    let sub = bigram_top_k(w_e.view(), w_u.view(), Some(b_u.view()), k, Some(&[7, 2]), 1).unwrap();
+    let sub = bigram_top_k(
+        w_e.view(),
+        w_u.view(),
+        Some(b_u.view()),
+        k,
+        Some(&[7, 2]),
+        1,
+    )
+    .unwrap();
     assert_eq!(sub.sources, vec![7, 2]);
     assert_eq!(sub.tokens.row(0), top.tokens.row(7));
     assert_eq!(sub.tokens.row(1), top.tokens.row(2));
     // f32 input gives the same ranking.
-    let top32 = bigram_top_k(w_e.mapv(|x| x as f32).view(), w_u.mapv(|x| x as f32).view(), Some(b_u.mapv(|x| x as f32).view()), k, None, 5).unwrap();
+    let top32 = bigram_top_k(
+        w_e.mapv(|x| x as f32).view(),
+        w_u.mapv(|x| x as f32).view(),
+        Some(b_u.mapv(|x| x as f32).view()),
+        k,
+        None,
+        5,
+    )
+    .unwrap();
     assert_eq!(top32.tokens.column(0), top.tokens.column(0));
 }
 
@@ -654,8 +751,14 @@ fn skip_trigrams_match_brute_force() {
     let w_e = w.w_e.clone().unwrap();
     let w_u = w.w_u.clone().unwrap();
     for h in 0..2 {
-        let qk = mm(&mm(&w_e, &head(&w.w_q, 0, h)), &mm(&head(&w.w_k, 0, h).t().to_owned(), &w_e.t().to_owned()));
-        let ov = mm(&mm(&w_e, &head(&w.w_v, 0, h)), &mm(&head(&w.w_o, 0, h), &w_u));
+        let qk = mm(
+            &mm(&w_e, &head(&w.w_q, 0, h)),
+            &mm(&head(&w.w_k, 0, h).t().to_owned(), &w_e.t().to_owned()),
+        );
+        let ov = mm(
+            &mm(&w_e, &head(&w.w_v, 0, h)),
+            &mm(&head(&w.w_o, 0, h), &w_u),
+        );
         // Centre QK over sources (per destination row) and OV over outputs (per source row).
         let qkc = &qk - &qk.mean_axis(Axis(1)).unwrap().insert_axis(Axis(1));
         let ovc = &ov - &ov.mean_axis(Axis(1)).unwrap().insert_axis(Axis(1));
@@ -669,7 +772,10 @@ fn skip_trigrams_match_brute_force() {
                 }
             }
         }
-        all.sort_by(|x, y| y.0.total_cmp(&x.0).then((x.1, x.2, x.3).cmp(&(y.1, y.2, y.3))));
+        all.sort_by(|x, y| {
+            y.0.total_cmp(&x.0)
+                .then((x.1, x.2, x.3).cmp(&(y.1, y.2, y.3)))
+        });
         let params = SkipTrigramParams {
             top_k: 15,
             sources: None,
@@ -678,7 +784,11 @@ fn skip_trigrams_match_brute_force() {
         let got = skip_trigrams(&w, 0, h, &params).unwrap();
         assert_eq!(got.len(), 15);
         for (g, want) in got.iter().zip(all.iter()) {
-            assert_eq!((g.source, g.dest, g.out), (want.1, want.2, want.3), "head {h}");
+            assert_eq!(
+                (g.source, g.dest, g.out),
+                (want.1, want.2, want.3),
+                "head {h}"
+            );
             assert!((g.score - want.0).abs() < 1e-12);
             assert!((g.qk - qkc[[g.dest, g.source]]).abs() < 1e-12);
             assert!((g.ov - ovc[[g.source, g.out]]).abs() < 1e-12);
@@ -707,9 +817,21 @@ fn skip_trigrams_match_brute_force() {
 #[test]
 fn detection_errors_are_clear() {
     let p = Array4::<f64>::zeros((1, 2, 4, 4));
-    let err = head_scores(&p, &[1, 2, 3], &HeadPattern::Induction, &DetectOptions::default()).unwrap_err();
+    let err = head_scores(
+        &p,
+        &[1, 2, 3],
+        &HeadPattern::Induction,
+        &DetectOptions::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("query = key = 3"), "{err}");
     let mut bad = p.clone();
     bad[[0, 1, 2, 1]] = f64::NAN;
-    assert!(head_scores(&bad, &[1, 2, 3, 4], &HeadPattern::Induction, &DetectOptions::default()).is_err());
+    assert!(head_scores(
+        &bad,
+        &[1, 2, 3, 4],
+        &HeadPattern::Induction,
+        &DetectOptions::default()
+    )
+    .is_err());
 }

@@ -340,11 +340,17 @@ fn analyze_pair_end_to_end_and_tables() {
     let mut steps = Vec::new();
     let report = analyze_pair(&train, &test, &params, &mut |p| steps.push(*p)).unwrap();
 
-    // progress: 4 stages x (3 layers + all), then a final call
+    // progress: every stage of every selection announced once (in any order across
+    // selections, which may run concurrently), `done` never decreases, then a final call
     assert_eq!(steps.len(), 17);
-    assert_eq!(steps[0].next, Some((Stage::Pca, LayerSel::Layer(0))));
-    assert_eq!(steps[16].next, None);
-    assert_eq!(steps[16].done, 16);
+    let sels = [LayerSel::Layer(0), LayerSel::Layer(1), LayerSel::Layer(2), LayerSel::All];
+    for sel in sels {
+        for stage in [Stage::Pca, Stage::Decoding, Stage::Clustering, Stage::Similarity] {
+            assert_eq!(steps.iter().filter(|p| p.next == Some((stage, sel))).count(), 1);
+        }
+    }
+    assert!(steps.windows(2).all(|w| w[0].done <= w[1].done && w[0].total == 16));
+    assert_eq!((steps[16].next, steps[16].done), (None, 16));
 
     assert_eq!(report.labels, (0..8).collect::<Vec<i64>>());
     let sels: Vec<LayerSel> = report.layers.iter().map(|l| l.layer).collect();

@@ -22,12 +22,16 @@ enum Command {
     Tasks(commands::tasks::TasksCommand),
     /// Latent-code analyses of an ID / OOD pair of code sets: PCA, rule decoding, k-means, similarity.
     Analyze(commands::analyze::AnalyzeArgs),
+    /// Attention patterns [layer, head, query, key] of a token language model (token model, Hugging
+    /// Face Llama / GPT-2 directory, or .gguf file) on one token sequence, to a .npz file.
+    Attention(commands::attention::AttentionArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Tasks(c) => commands::tasks::run(c),
         Command::Analyze(a) => commands::analyze::run(a),
+        Command::Attention(a) => commands::attention::run(a),
     }
 }
 

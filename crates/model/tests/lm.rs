@@ -44,7 +44,9 @@ struct Mat {
 
 impl Mat {
     fn rand(rng: &mut ChaCha8Rng, r: usize, c: usize, scale: f64) -> Self {
-        let v = (0..r * c).map(|_| f64::from((rng.gen_range(-1.0..1.0) * scale) as f32)).collect();
+        let v = (0..r * c)
+            .map(|_| f64::from((rng.gen_range(-1.0..1.0) * scale) as f32))
+            .collect();
         Self { r, c, v }
     }
     fn at(&self, i: usize, j: usize) -> f64 {
@@ -60,27 +62,51 @@ impl Mat {
     }
     /// Rounds every value to bfloat16 (what a bf16 checkpoint stores).
     fn round_bf16(&mut self) {
-        let t = self.tensor().to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
-        self.v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap().into_iter().map(f64::from).collect();
+        let t = self
+            .tensor()
+            .to_dtype(DType::BF16)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        self.v = t
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect();
     }
     /// `x W^T` for torch-layout `self` [out, in] and a vector `x` [in].
     fn apply_t(&self, x: &[f64]) -> Vec<f64> {
-        (0..self.r).map(|o| (0..self.c).map(|i| self.at(o, i) * x[i]).sum()).collect()
+        (0..self.r)
+            .map(|o| (0..self.c).map(|i| self.at(o, i) * x[i]).sum())
+            .collect()
     }
     /// `x W` for `self` [in, out].
     fn apply(&self, x: &[f64]) -> Vec<f64> {
-        (0..self.c).map(|o| (0..self.r).map(|i| self.at(i, o) * x[i]).sum()).collect()
+        (0..self.c)
+            .map(|o| (0..self.r).map(|i| self.at(i, o) * x[i]).sum())
+            .collect()
     }
 }
 
 fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - y).abs())
+        .fold(0.0, f64::max)
 }
 
 fn softmax_causal(scores: &[f64], q: usize) -> Vec<f64> {
-    let m = scores[..=q].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = (0..scores.len()).map(|k| if k <= q { (scores[k] - m).exp() } else { 0.0 }).collect();
+    let m = scores[..=q]
+        .iter()
+        .cloned()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = (0..scores.len())
+        .map(|k| if k <= q { (scores[k] - m).exp() } else { 0.0 })
+        .collect();
     let s: f64 = e.iter().sum();
     e.into_iter().map(|x| x / s).collect()
 }
@@ -96,7 +122,10 @@ fn model_out(m: &LanguageModel, tokens: &[u32]) -> (Vec<f32>, Vec<f32>) {
     let out = m.forward(&x, true).unwrap();
     let logits = out.logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let pats = m.attention_patterns(tokens).unwrap();
-    assert_eq!(pats.shape(), &[m.n_layers(), m.n_heads(), tokens.len(), tokens.len()]);
+    assert_eq!(
+        pats.shape(),
+        &[m.n_layers(), m.n_heads(), tokens.len(), tokens.len()]
+    );
     (logits, pats.iter().copied().collect())
 }
 
@@ -185,7 +214,10 @@ fn rope_half(x: &[f64], p: usize) -> Vec<f64> {
 /// Plain float64 Llama forward (Hugging Face semantics), one sequence.
 fn llama_reference(w: &LlamaW, tokens: &[u32]) -> RefOut {
     let t = tokens.len();
-    let mut h: Vec<Vec<f64>> = tokens.iter().map(|&tk| w.embed.v[tk as usize * DM..(tk as usize + 1) * DM].to_vec()).collect();
+    let mut h: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&tk| w.embed.v[tk as usize * DM..(tk as usize + 1) * DM].to_vec())
+        .collect();
     let mut patterns = Vec::new();
     for l in &w.layers {
         let x: Vec<Vec<f64>> = h.iter().map(|r| rms(r, &l.attn_norm)).collect();
@@ -218,13 +250,20 @@ fn llama_reference(w: &LlamaW, tokens: &[u32]) -> RefOut {
             let x = rms(hr, &l.mlp_norm);
             let g = l.gate.apply_t(&x);
             let u = l.up.apply_t(&x);
-            let z: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let z: Vec<f64> = g
+                .iter()
+                .zip(&u)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
             let add = l.down.apply_t(&z);
             hr.iter_mut().zip(add).for_each(|(a, b)| *a += b);
         }
     }
     let head = w.lm_head.as_ref().unwrap_or(&w.embed);
-    let logits = h.iter().flat_map(|r| head.apply_t(&rms(r, &w.norm))).collect();
+    let logits = h
+        .iter()
+        .flat_map(|r| head.apply_t(&rms(r, &w.norm)))
+        .collect();
     RefOut { logits, patterns }
 }
 
@@ -276,8 +315,14 @@ fn write_llama_gguf(w: &LlamaW, path: &Path, arch: &str) {
         ("llama.embedding_length".into(), Value::U32(DM as u32)),
         ("llama.feed_forward_length".into(), Value::U32(FF as u32)),
         ("llama.attention.head_count".into(), Value::U32(NH as u32)),
-        ("llama.attention.head_count_kv".into(), Value::U32(NKV as u32)),
-        ("llama.attention.layer_norm_rms_epsilon".into(), Value::F32(EPS as f32)),
+        (
+            "llama.attention.head_count_kv".into(),
+            Value::U32(NKV as u32),
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            Value::F32(EPS as f32),
+        ),
         ("llama.rope.freq_base".into(), Value::F32(THETA as f32)),
         ("llama.rope.dimension_count".into(), Value::U32(DH as u32)),
     ];
@@ -293,12 +338,18 @@ fn write_llama_hf(w: &LlamaW, dir: &Path, tied: bool) {
     map.insert("model.embed_tokens.weight".into(), bf(w.embed.tensor()));
     for (i, l) in w.layers.iter().enumerate() {
         let p = format!("model.layers.{i}.");
-        map.insert(format!("{p}input_layernorm.weight"), bf(l.attn_norm.vec_tensor()));
+        map.insert(
+            format!("{p}input_layernorm.weight"),
+            bf(l.attn_norm.vec_tensor()),
+        );
         map.insert(format!("{p}self_attn.q_proj.weight"), bf(l.q.tensor()));
         map.insert(format!("{p}self_attn.k_proj.weight"), bf(l.k.tensor()));
         map.insert(format!("{p}self_attn.v_proj.weight"), bf(l.v.tensor()));
         map.insert(format!("{p}self_attn.o_proj.weight"), bf(l.o.tensor()));
-        map.insert(format!("{p}post_attention_layernorm.weight"), bf(l.mlp_norm.vec_tensor()));
+        map.insert(
+            format!("{p}post_attention_layernorm.weight"),
+            bf(l.mlp_norm.vec_tensor()),
+        );
         map.insert(format!("{p}mlp.gate_proj.weight"), bf(l.gate.tensor()));
         map.insert(format!("{p}mlp.up_proj.weight"), bf(l.up.tensor()));
         map.insert(format!("{p}mlp.down_proj.weight"), bf(l.down.tensor()));
@@ -325,7 +376,17 @@ fn round_llama_bf16(w: &mut LlamaW) {
         h.round_bf16();
     }
     for l in &mut w.layers {
-        for m in [&mut l.attn_norm, &mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.mlp_norm, &mut l.gate, &mut l.up, &mut l.down] {
+        for m in [
+            &mut l.attn_norm,
+            &mut l.q,
+            &mut l.k,
+            &mut l.v,
+            &mut l.o,
+            &mut l.mlp_norm,
+            &mut l.gate,
+            &mut l.up,
+            &mut l.down,
+        ] {
             m.round_bf16();
         }
     }
@@ -342,8 +403,14 @@ fn tiny_llama_gguf_matches_float64_reference() {
     assert_eq!((m.n_layers(), m.n_heads(), m.vocab_size()), (NL, NH, V));
     let (logits, pats) = model_out(&m, &TOKENS);
     let r = llama_reference(&w, &TOKENS);
-    let (dl, dp) = (max_abs_diff(&logits, &r.logits), max_abs_diff(&pats, &r.patterns));
-    assert!(dl < 1e-4 && dp < 1e-5, "logits diff {dl}, pattern diff {dp}");
+    let (dl, dp) = (
+        max_abs_diff(&logits, &r.logits),
+        max_abs_diff(&pats, &r.patterns),
+    );
+    assert!(
+        dl < 1e-4 && dp < 1e-5,
+        "logits diff {dl}, pattern diff {dp}"
+    );
     // The patterns are not trivial (a wrong rotary layout changes them by far more than the tolerance).
     assert!(r.patterns.iter().any(|&p| p > 0.05 && p < 0.95));
 }
@@ -359,7 +426,12 @@ fn tiny_llama_gguf_without_unpermuting_would_differ() {
         l.k = to_gguf_rows(&l.k, NKV);
     }
     let (a, b) = (llama_reference(&w, &TOKENS), llama_reference(&wp, &TOKENS));
-    let d = a.patterns.iter().zip(&b.patterns).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let d = a
+        .patterns
+        .iter()
+        .zip(&b.patterns)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
     assert!(d > 1e-3, "{d}");
 }
 
@@ -373,15 +445,28 @@ fn tiny_llama_hf_bf16_untied_matches_reference_and_exports_heads() {
     let m = lm::load(&dir.0, &Device::Cpu).unwrap();
     let (logits, pats) = model_out(&m, &TOKENS);
     let r = llama_reference(&w, &TOKENS);
-    let (dl, dp) = (max_abs_diff(&logits, &r.logits), max_abs_diff(&pats, &r.patterns));
-    assert!(dl < 1e-4 && dp < 1e-5, "logits diff {dl}, pattern diff {dp}");
+    let (dl, dp) = (
+        max_abs_diff(&logits, &r.logits),
+        max_abs_diff(&pats, &r.patterns),
+    );
+    assert!(
+        dl < 1e-4 && dp < 1e-5,
+        "logits diff {dl}, pattern diff {dp}"
+    );
 
     // Batched forward equals per-sequence forward.
     let other: [u32; 7] = [1, 2, 3, 4, 5, 6, 0];
     let both = Tensor::new(&[TOKENS, other], &Device::Cpu).unwrap();
     let out = m.forward(&both, true).unwrap();
     assert_eq!(out.logits.dims(), &[2, 7, V]);
-    let first = out.logits.get(0).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let first = out
+        .logits
+        .get(0)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
     assert!(max_abs_diff(&first, &r.logits) < 1e-4);
 
     // TransformerLens export: W_Q[l,h][i,j] = q_proj[h*d+j, i]; K/V expanded from kv head h / 3.
@@ -396,9 +481,18 @@ fn tiny_llama_hf_bf16_untied_matches_reference_and_exports_heads() {
                     let g = if fold { l.attn_norm.v[i] } else { 1.0 };
                     for j in 0..DH {
                         let kv = h / (NH / NKV);
-                        assert_eq!(f64::from(hw.w_q[[li, h, i, j]]), (l.q.at(h * DH + j, i) * g) as f32 as f64);
-                        assert_eq!(f64::from(hw.w_k[[li, h, i, j]]), (l.k.at(kv * DH + j, i) * g) as f32 as f64);
-                        assert_eq!(f64::from(hw.w_v[[li, h, i, j]]), (l.v.at(kv * DH + j, i) * g) as f32 as f64);
+                        assert_eq!(
+                            f64::from(hw.w_q[[li, h, i, j]]),
+                            (l.q.at(h * DH + j, i) * g) as f32 as f64
+                        );
+                        assert_eq!(
+                            f64::from(hw.w_k[[li, h, i, j]]),
+                            (l.k.at(kv * DH + j, i) * g) as f32 as f64
+                        );
+                        assert_eq!(
+                            f64::from(hw.w_v[[li, h, i, j]]),
+                            (l.v.at(kv * DH + j, i) * g) as f32 as f64
+                        );
                         assert_eq!(f64::from(hw.w_o[[li, h, j, i]]), l.o.at(i, h * DH + j));
                     }
                 }
@@ -408,7 +502,10 @@ fn tiny_llama_hf_bf16_untied_matches_reference_and_exports_heads() {
         for i in 0..DM {
             let g = if fold { w.norm.v[i] } else { 1.0 };
             for tk in 0..V {
-                assert_eq!(f64::from(hw.w_u[[i, tk]]), (head.at(tk, i) * g) as f32 as f64);
+                assert_eq!(
+                    f64::from(hw.w_u[[i, tk]]),
+                    (head.at(tk, i) * g) as f32 as f64
+                );
                 assert_eq!(f64::from(hw.w_e[[tk, i]]), w.embed.at(tk, i));
             }
         }
@@ -427,12 +524,23 @@ fn llama_errors_name_the_file_and_tensor() {
     map.remove("model.layers.1.mlp.up_proj.weight");
     candle_core::safetensors::save(&map, &st).unwrap();
     let e = lm::load(&dir.0, &Device::Cpu).unwrap_err().to_string();
-    assert!(e.contains("model.safetensors") && e.contains("model.layers.1.mlp.up_proj.weight") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("model.safetensors")
+            && e.contains("model.layers.1.mlp.up_proj.weight")
+            && e.contains("missing"),
+        "{e}"
+    );
     // Wrong shape.
-    map.insert("model.layers.1.mlp.up_proj.weight".into(), Tensor::zeros((FF, DM + 1), DType::F32, &Device::Cpu).unwrap());
+    map.insert(
+        "model.layers.1.mlp.up_proj.weight".into(),
+        Tensor::zeros((FF, DM + 1), DType::F32, &Device::Cpu).unwrap(),
+    );
     candle_core::safetensors::save(&map, &st).unwrap();
     let e = lm::load(&dir.0, &Device::Cpu).unwrap_err().to_string();
-    assert!(e.contains("up_proj") && e.contains("[10, 13]") && e.contains("[10, 12]"), "{e}");
+    assert!(
+        e.contains("up_proj") && e.contains("[10, 13]") && e.contains("[10, 12]"),
+        "{e}"
+    );
     // Unsupported architecture in a GGUF file.
     let g = dir.0.join("other.gguf");
     write_llama_gguf(&w, &g, "qwen2");
@@ -441,7 +549,10 @@ fn llama_errors_name_the_file_and_tensor() {
     // Not a checkpoint at all.
     let junk = dir.0.join("junk.bin");
     std::fs::write(&junk, b"hello").unwrap();
-    assert!(lm::detect(&junk).unwrap_err().to_string().contains("junk.bin"));
+    assert!(lm::detect(&junk)
+        .unwrap_err()
+        .to_string()
+        .contains("junk.bin"));
     let e = lm::detect(&dir.0.join("nope")).unwrap_err().to_string();
     assert!(e.contains("nope"), "{e}");
     // Token ids out of range.
@@ -511,7 +622,10 @@ fn layer_norm(x: &[f64], g: &Mat, b: &Mat) -> Vec<f64> {
     let n = x.len() as f64;
     let mu = x.iter().sum::<f64>() / n;
     let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
-    x.iter().enumerate().map(|(i, v)| (v - mu) / (var + 1e-5).sqrt() * g.v[i] + b.v[i]).collect()
+    x.iter()
+        .enumerate()
+        .map(|(i, v)| (v - mu) / (var + 1e-5).sqrt() * g.v[i] + b.v[i])
+        .collect()
 }
 
 fn add(a: &mut [f64], b: &[f64]) {
@@ -524,7 +638,11 @@ fn gpt2_reference(w: &Gpt2W, tokens: &[u32]) -> RefOut {
     let mut h: Vec<Vec<f64>> = tokens
         .iter()
         .enumerate()
-        .map(|(p, &tk)| (0..DM).map(|i| w.wte.at(tk as usize, i) + w.wpe.at(p, i)).collect())
+        .map(|(p, &tk)| {
+            (0..DM)
+                .map(|i| w.wte.at(tk as usize, i) + w.wpe.at(p, i))
+                .collect()
+        })
         .collect();
     let mut patterns = Vec::new();
     for l in &w.layers {
@@ -540,7 +658,12 @@ fn gpt2_reference(w: &Gpt2W, tokens: &[u32]) -> RefOut {
         for hd in 0..NH {
             for (qi, orow) in o.iter_mut().enumerate() {
                 let scores: Vec<f64> = (0..t)
-                    .map(|ki| (0..d).map(|j| qkv[qi][hd * d + j] * qkv[ki][DM + hd * d + j]).sum::<f64>() / (d as f64).sqrt())
+                    .map(|ki| {
+                        (0..d)
+                            .map(|j| qkv[qi][hd * d + j] * qkv[ki][DM + hd * d + j])
+                            .sum::<f64>()
+                            / (d as f64).sqrt()
+                    })
                     .collect();
                 let a = softmax_causal(&scores, qi);
                 for (ki, av) in a.iter().enumerate() {
@@ -558,20 +681,31 @@ fn gpt2_reference(w: &Gpt2W, tokens: &[u32]) -> RefOut {
             add(&mut z, &l.fc_b.v);
             let z: Vec<f64> = z
                 .iter()
-                .map(|x| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()))
+                .map(|x| {
+                    0.5 * x
+                        * (1.0
+                            + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x))
+                                .tanh())
+                })
                 .collect();
             add(hr, &l.mproj_w.apply(&z));
             add(hr, &l.mproj_b.v);
         }
     }
-    let logits = h.iter().flat_map(|r| w.wte.apply_t(&layer_norm(r, &w.lnf_w, &w.lnf_b))).collect();
+    let logits = h
+        .iter()
+        .flat_map(|r| w.wte.apply_t(&layer_norm(r, &w.lnf_w, &w.lnf_b)))
+        .collect();
     RefOut { logits, patterns }
 }
 
 fn write_gpt2(w: &Gpt2W, dir: &Path, prefix: &str) {
     let mut map: HashMap<String, Tensor> = HashMap::new();
     let mut put = |n: String, m: &Mat, vec: bool| {
-        map.insert(format!("{prefix}{n}"), if vec { m.vec_tensor() } else { m.tensor() });
+        map.insert(
+            format!("{prefix}{n}"),
+            if vec { m.vec_tensor() } else { m.tensor() },
+        );
     };
     put("wte.weight".into(), &w.wte, false);
     put("wpe.weight".into(), &w.wpe, false);
@@ -594,7 +728,10 @@ fn write_gpt2(w: &Gpt2W, dir: &Path, prefix: &str) {
     put("ln_f.bias".into(), &w.lnf_b, true);
     for i in 0..NL {
         // The causal-mask buffer older exports carry.
-        map.insert(format!("{prefix}h.{i}.attn.bias"), Tensor::ones((1, 1, G_CTX, G_CTX), DType::F32, &Device::Cpu).unwrap());
+        map.insert(
+            format!("{prefix}h.{i}.attn.bias"),
+            Tensor::ones((1, 1, G_CTX, G_CTX), DType::F32, &Device::Cpu).unwrap(),
+        );
     }
     candle_core::safetensors::save(&map, dir.join("model.safetensors")).unwrap();
     let cfg = serde_json::json!({
@@ -615,8 +752,14 @@ fn tiny_gpt2_matches_float64_reference_and_exports_heads() {
         let m = lm::load(&dir.0, &Device::Cpu).unwrap();
         let (logits, pats) = model_out(&m, &TOKENS);
         let r = gpt2_reference(&w, &TOKENS);
-        let (dl, dp) = (max_abs_diff(&logits, &r.logits), max_abs_diff(&pats, &r.patterns));
-        assert!(dl < 1e-4 && dp < 1e-5, "prefix {prefix:?}: logits diff {dl}, pattern diff {dp}");
+        let (dl, dp) = (
+            max_abs_diff(&logits, &r.logits),
+            max_abs_diff(&pats, &r.patterns),
+        );
+        assert!(
+            dl < 1e-4 && dp < 1e-5,
+            "prefix {prefix:?}: logits diff {dl}, pattern diff {dp}"
+        );
         // Longer than n_positions is an input error, not a panic.
         assert!(m.attention_patterns(&[1; G_CTX + 1]).is_err());
 
@@ -630,11 +773,16 @@ fn tiny_gpt2_matches_float64_reference_and_exports_heads() {
                     assert_eq!(f64::from(hw.b_k[[li, h, j]]), l.attn_b.v[DM + h * d + j]);
                     // Folded bias: b + beta W.
                     let folded: f64 = l.attn_b.v[2 * DM + h * d + j]
-                        + (0..DM).map(|i| l.ln1_b.v[i] * l.attn_w.at(i, 2 * DM + h * d + j)).sum::<f64>();
+                        + (0..DM)
+                            .map(|i| l.ln1_b.v[i] * l.attn_w.at(i, 2 * DM + h * d + j))
+                            .sum::<f64>();
                     assert!((f64::from(hf.b_v[[li, h, j]]) - folded).abs() < 1e-5);
                     for i in 0..DM {
                         assert_eq!(f64::from(hw.w_q[[li, h, i, j]]), l.attn_w.at(i, h * d + j));
-                        assert_eq!(f64::from(hw.w_v[[li, h, i, j]]), l.attn_w.at(i, 2 * DM + h * d + j));
+                        assert_eq!(
+                            f64::from(hw.w_v[[li, h, i, j]]),
+                            l.attn_w.at(i, 2 * DM + h * d + j)
+                        );
                         assert_eq!(f64::from(hw.w_o[[li, h, j, i]]), l.proj_w.at(h * d + j, i));
                         let fq = l.attn_w.at(i, h * d + j) * l.ln1_w.v[i];
                         assert!((f64::from(hf.w_q[[li, h, i, j]]) - fq).abs() < 1e-6);
@@ -666,7 +814,8 @@ fn smollm2_patterns_match_numpy_float64_reference() {
         );
         return;
     };
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm/smollm2_patterns.npz");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm/smollm2_patterns.npz");
     let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(&fixture).unwrap()).unwrap();
     let tokens: ndarray::ArrayD<i64> = npz.by_name("tokens").unwrap();
     let want: ndarray::ArrayD<f32> = npz.by_name("pattern").unwrap();
@@ -682,14 +831,28 @@ fn smollm2_patterns_match_numpy_float64_reference() {
     let got = m.attention_patterns(&tokens).unwrap();
     let t_fwd = t1.elapsed();
     assert_eq!(got.shape(), want.shape());
-    let diff = got.iter().zip(want.iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let diff = got
+        .iter()
+        .zip(want.iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
 
     let x = Tensor::from_slice(&tokens, (1, tokens.len()), &Device::Cpu).unwrap();
     let logits = m.forward(&x, false).unwrap().logits.get(0).unwrap();
     let argmax: Vec<u32> = logits.argmax(1).unwrap().to_vec1().unwrap();
     let n = want_logits.shape()[1];
-    let sub = logits.narrow(1, 0, n).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let ldiff = sub.iter().zip(want_logits.iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let sub = logits
+        .narrow(1, 0, n)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let ldiff = sub
+        .iter()
+        .zip(want_logits.iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     println!(
         "SmolLM2-135M: max |pattern - numpy float64| = {diff:.3e}, max |logit diff| (first {n} ids) = {ldiff:.3e}; \
          load {t_load:.2?}, forward {t_fwd:.2?}"
@@ -698,4 +861,434 @@ fn smollm2_patterns_match_numpy_float64_reference() {
     assert!(ldiff < 1e-2, "max logit difference {ldiff}");
     let want_argmax: Vec<u32> = want_argmax.iter().map(|&t| t as u32).collect();
     assert_eq!(argmax, want_argmax);
+}
+
+// ---------------------------------------------------------------- token models (ours)
+
+use hyperlens_model::lm::{TokenConfig, TokenModel};
+use hyperlens_model::{Mixer, Normalisation, ValueNetwork};
+
+/// Random values for every parameter of `cfg` (biases and LayerNorm parameters included, so that a
+/// dropped bias shows), as f32-exact f64 vectors.
+fn token_params(cfg: &TokenConfig, seed: u64) -> HashMap<String, (Vec<usize>, Vec<f64>)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    cfg.tensor_shapes()
+        .into_iter()
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            let base = if name.ends_with(".w") { 1.0 } else { 0.0 };
+            let v = (0..n)
+                .map(|_| f64::from((base + rng.gen_range(-0.6..0.6)) as f32))
+                .collect();
+            (name, (shape, v))
+        })
+        .collect()
+}
+
+fn token_tensors(p: &HashMap<String, (Vec<usize>, Vec<f64>)>) -> HashMap<String, Tensor> {
+    p.iter()
+        .map(|(n, (s, v))| {
+            let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            (
+                n.clone(),
+                Tensor::from_vec(f, s.as_slice(), &Device::Cpu).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn ln_ref(x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+    let n = x.len() as f64;
+    let mu = x.iter().sum::<f64>() / n;
+    let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
+    x.iter()
+        .enumerate()
+        .map(|(i, v)| (v - mu) / (var + 1e-5).sqrt() * w[i] + b[i])
+        .collect()
+}
+
+fn gelu_tanh(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// Plain float64 forward of a token model (`spec/models.md` maths with a causal mask).
+fn token_reference(
+    cfg: &TokenConfig,
+    p: &HashMap<String, (Vec<usize>, Vec<f64>)>,
+    tokens: &[u32],
+) -> RefOut {
+    let g = |n: &str| &p[n].1;
+    let (dm, hh, d, t) = (cfg.d_model, cfg.n_heads, cfg.d_head, tokens.len());
+    let mut h: Vec<Vec<f64>> = tokens
+        .iter()
+        .enumerate()
+        .map(|(pos, &tk)| {
+            (0..dm)
+                .map(|i| g("embed.W_E")[tk as usize * dm + i] + g("pos_embed.W_pos")[pos * dm + i])
+                .collect()
+        })
+        .collect();
+    let mut patterns = Vec::new();
+    for l in 0..cfg.n_layers {
+        let n = |s: &str| format!("blocks.{l}.{s}");
+        let x: Vec<Vec<f64>> = if cfg.layer_norm {
+            h.iter()
+                .map(|r| ln_ref(r, g(&n("ln1.w")), g(&n("ln1.b"))))
+                .collect()
+        } else {
+            h.clone()
+        };
+        // proj[t][h][j] = sum_i x[t][i] W[h, i, j] + b[h, j]
+        let proj = |w: &str, b: &str| -> Vec<Vec<Vec<f64>>> {
+            let (w, b) = (g(&n(w)), g(&n(b)));
+            x.iter()
+                .map(|r| {
+                    (0..hh)
+                        .map(|hd| {
+                            (0..d)
+                                .map(|j| {
+                                    b[hd * d + j]
+                                        + (0..dm)
+                                            .map(|i| r[i] * w[(hd * dm + i) * d + j])
+                                            .sum::<f64>()
+                                })
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let (q, k, v) = (
+            proj("attn.W_Q", "attn.b_Q"),
+            proj("attn.W_K", "attn.b_K"),
+            proj("attn.W_V", "attn.b_V"),
+        );
+        // a[h][i][j]
+        let mut a = vec![vec![vec![0.0; t]; t]; hh];
+        for (hd, ah) in a.iter_mut().enumerate() {
+            for (i, row) in ah.iter_mut().enumerate() {
+                let s: Vec<f64> = (0..t)
+                    .map(|j| {
+                        (0..d).map(|e| q[i][hd][e] * k[j][hd][e]).sum::<f64>() / (d as f64).sqrt()
+                    })
+                    .collect();
+                *row = match cfg.mixer.normalisation() {
+                    Normalisation::Softmax => softmax_causal(&s, i),
+                    _ => (0..t).map(|j| if j <= i { s[j] } else { 0.0 }).collect(),
+                };
+            }
+        }
+        if cfg.mixer.normalisation() == Normalisation::RmsHead {
+            let a0 = a.clone();
+            for i in 0..t {
+                for j in 0..t {
+                    let ms = (0..hh).map(|hd| a0[hd][i][j] * a0[hd][i][j]).sum::<f64>() / hh as f64;
+                    for ah in a.iter_mut() {
+                        ah[i][j] /= (ms + 1e-6).sqrt();
+                    }
+                }
+            }
+        }
+        for ah in &a {
+            for row in ah {
+                patterns.extend(row.iter().copied());
+            }
+        }
+        // o[i][h][e]
+        let mut o = vec![vec![vec![0.0; d]; hh]; t];
+        for (i, oi) in o.iter_mut().enumerate() {
+            match cfg.mixer.value_network() {
+                ValueNetwork::Default => {
+                    for (hd, ohd) in oi.iter_mut().enumerate() {
+                        for j in 0..t {
+                            for e in 0..d {
+                                ohd[e] += a[hd][i][j] * v[j][hd][e];
+                            }
+                        }
+                    }
+                }
+                vn => {
+                    for j in 0..t {
+                        let mut hidden: Vec<f64> = (0..d)
+                            .map(|e| (0..hh).map(|hd| a[hd][i][j] * v[j][hd][e]).sum())
+                            .collect();
+                        if vn == ValueNetwork::MlpRelu {
+                            hidden.iter_mut().for_each(|x| *x = x.max(0.0));
+                        }
+                        for (hd, ohd) in oi.iter_mut().enumerate() {
+                            for e in 0..d {
+                                ohd[e] += a[hd][i][j] * hidden[e];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let (wo, bo) = (g(&n("attn.W_O")), g(&n("attn.b_O")));
+        for (i, hr) in h.iter_mut().enumerate() {
+            for (c, hc) in hr.iter_mut().enumerate() {
+                *hc += bo[c]
+                    + (0..hh)
+                        .map(|hd| {
+                            (0..d)
+                                .map(|e| o[i][hd][e] * wo[(hd * d + e) * dm + c])
+                                .sum::<f64>()
+                        })
+                        .sum::<f64>();
+            }
+            if let Some(f) = cfg.d_mlp {
+                let x = if cfg.layer_norm {
+                    ln_ref(hr, g(&n("ln2.w")), g(&n("ln2.b")))
+                } else {
+                    hr.clone()
+                };
+                let (wi, bi, wout, bout) = (
+                    g(&n("mlp.W_in")),
+                    g(&n("mlp.b_in")),
+                    g(&n("mlp.W_out")),
+                    g(&n("mlp.b_out")),
+                );
+                let z: Vec<f64> = (0..f)
+                    .map(|u| gelu_tanh(bi[u] + (0..dm).map(|c| x[c] * wi[c * f + u]).sum::<f64>()))
+                    .collect();
+                for (c, hc) in hr.iter_mut().enumerate() {
+                    *hc += bout[c] + (0..f).map(|u| z[u] * wout[u * dm + c]).sum::<f64>();
+                }
+            }
+        }
+    }
+    let (wu, bu) = (g("unembed.W_U"), g("unembed.b_U"));
+    let vocab = cfg.vocab_size;
+    let logits = h
+        .iter()
+        .flat_map(|r| {
+            let x = if cfg.layer_norm {
+                ln_ref(r, g("ln_final.w"), g("ln_final.b"))
+            } else {
+                r.clone()
+            };
+            (0..vocab)
+                .map(move |tk| bu[tk] + (0..dm).map(|c| x[c] * wu[c * vocab + tk]).sum::<f64>())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    RefOut { logits, patterns }
+}
+
+fn small_token_config(
+    mixer: Mixer,
+    n_layers: usize,
+    d_mlp: Option<usize>,
+    layer_norm: bool,
+) -> TokenConfig {
+    TokenConfig {
+        vocab_size: V,
+        n_ctx: 9,
+        d_model: DM,
+        n_heads: NH,
+        d_head: 5,
+        n_layers,
+        d_mlp,
+        layer_norm,
+        mixer,
+    }
+}
+
+#[test]
+fn token_model_matches_float64_reference_for_several_mixers() {
+    let cases = [
+        small_token_config(Mixer::Softmax, 2, Some(10), true),
+        small_token_config(Mixer::Softmax, 2, None, false),
+        small_token_config(Mixer::Hyla, 2, Some(10), true),
+        small_token_config(Mixer::Linear, 1, None, false),
+        small_token_config(Mixer::HylaLinearValue, 1, None, true),
+        small_token_config(Mixer::Softmax, 0, None, false),
+    ];
+    for (ci, cfg) in cases.iter().enumerate() {
+        let p = token_params(cfg, 100 + ci as u64);
+        let m = TokenModel::from_tensors(cfg, token_tensors(&p), &Device::Cpu).unwrap();
+        let lmm = LanguageModel::Token(m);
+        let (logits, pats) = model_out(&lmm, &TOKENS);
+        let r = token_reference(cfg, &p, &TOKENS);
+        let scale = r.logits.iter().fold(1.0f64, |a, b| a.max(b.abs()));
+        let (dl, dp) = (
+            max_abs_diff(&logits, &r.logits) / scale,
+            max_abs_diff(&pats, &r.patterns),
+        );
+        assert!(
+            dl < 1e-5 && dp < 1e-5,
+            "case {ci} ({}): logits rel diff {dl}, pattern diff {dp}",
+            cfg.mixer
+        );
+    }
+}
+
+#[test]
+fn attn_only_presets_have_the_circuit_papers_parameters() {
+    for l in 0..3 {
+        let c = TokenConfig::attn_only(l, 50, 20).unwrap();
+        let (dm, h, d) = (c.d_model, c.n_heads, c.d_head);
+        let per_layer = 3 * h * dm * d + 3 * h * d + h * d * dm + dm;
+        assert_eq!(
+            c.n_params(),
+            50 * dm + 20 * dm + dm * 50 + 50 + l * per_layer
+        );
+        assert!(c.d_mlp.is_none() && !c.layer_norm && c.mixer == Mixer::Softmax);
+        assert!(c
+            .tensor_shapes()
+            .iter()
+            .all(|(n, _)| !n.contains("mlp") && !n.contains("ln")));
+    }
+    assert!(TokenConfig::attn_only(3, 50, 20).is_err());
+    assert!(TokenConfig::attn_only(1, 0, 20).is_err());
+}
+
+#[test]
+fn token_model_trains_every_parameter() {
+    let cfg = small_token_config(Mixer::Softmax, 2, Some(10), true);
+    let (m, varmap) = TokenModel::init(&cfg, 3, &Device::Cpu).unwrap();
+    let x = Tensor::new(
+        &[
+            [1u32, 5, 2, 7, 1, 5, 2, 7, 0],
+            [3, 3, 12, 4, 0, 9, 8, 6, 11],
+        ],
+        &Device::Cpu,
+    )
+    .unwrap();
+    let y = Tensor::new(
+        &[
+            [5u32, 2, 7, 1, 5, 2, 7, 0, 1],
+            [3, 12, 4, 0, 9, 8, 6, 11, 2],
+        ],
+        &Device::Cpu,
+    )
+    .unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let logits = m.forward_train(&x, 0.1, &mut rng, false).unwrap().logits;
+    let loss = candle_nn::loss::cross_entropy(
+        &logits.reshape((18, V)).unwrap(),
+        &y.flatten_all().unwrap(),
+    )
+    .unwrap();
+    let grads = loss.backward().unwrap();
+    let vars = varmap.data().lock().unwrap();
+    assert_eq!(vars.len(), cfg.tensor_shapes().len());
+    for (name, var) in vars.iter() {
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("no gradient for {name}"));
+        let gmax = g
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        if name.ends_with("attn.b_K") {
+            // Softmax is invariant to adding q . b_K to every visible score: zero gradient.
+            assert!(gmax < 1e-5, "{name}: {gmax}");
+        } else {
+            assert!(gmax > 1e-7, "{name} got no gradient");
+        }
+    }
+    // Dropout 0 is the evaluation forward; dropout is seeded.
+    let eval = m
+        .forward(&x, false)
+        .unwrap()
+        .logits
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let run = |p: f64, seed: u64| {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        m.forward_train(&x, p, &mut rng, false)
+            .unwrap()
+            .logits
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    assert_eq!(run(0.0, 1), eval);
+    assert_eq!(run(0.3, 4), run(0.3, 4));
+    assert_ne!(run(0.3, 4), eval);
+    assert!(m.forward_train(&x, 1.0, &mut rng, false).is_err());
+}
+
+#[test]
+fn token_checkpoint_round_trip_detection_and_errors() {
+    let dir = TempDir::new("token-ckpt");
+    let cfg = small_token_config(Mixer::Hyla, 2, None, true);
+    let p = token_params(&cfg, 9);
+    let m = TokenModel::from_tensors(&cfg, token_tensors(&p), &Device::Cpu).unwrap();
+    let ck = dir.0.join("attn2");
+    m.save(&ck).unwrap();
+    assert_eq!(lm::detect(&ck).unwrap(), CheckpointKind::TokenModel);
+    let back = lm::load(&ck, &Device::Cpu).unwrap();
+    let (a, _) = model_out(&LanguageModel::Token(m.clone()), &TOKENS);
+    let (b, pb) = model_out(&back, &TOKENS);
+    assert_eq!(a, b);
+    assert_eq!(pb.len(), 2 * NH * 49);
+    // Saving again into the existing directory works (file-by-file atomic writes).
+    m.save(&ck).unwrap();
+
+    // Head weights: TransformerLens layout as stored; folding ln1 scales W_Q rows and moves beta into b_Q.
+    let hw = back.head_weights(false).unwrap();
+    let hf = back.head_weights(true).unwrap();
+    let (wq, g1, b1, bq) = (
+        &p["blocks.1.attn.W_Q"].1,
+        &p["blocks.1.ln1.w"].1,
+        &p["blocks.1.ln1.b"].1,
+        &p["blocks.1.attn.b_Q"].1,
+    );
+    let d = cfg.d_head;
+    for h in 0..NH {
+        for j in 0..d {
+            let folded = bq[h * d + j]
+                + (0..DM)
+                    .map(|i| b1[i] * wq[(h * DM + i) * d + j])
+                    .sum::<f64>();
+            assert!((f64::from(hf.b_q[[1, h, j]]) - folded).abs() < 1e-5);
+            for i in 0..DM {
+                let w = wq[(h * DM + i) * d + j];
+                assert_eq!(f64::from(hw.w_q[[1, h, i, j]]), w);
+                assert!((f64::from(hf.w_q[[1, h, i, j]]) - w * g1[i]).abs() < 1e-6);
+            }
+        }
+    }
+    assert_eq!(hw.w_pos.as_ref().unwrap().shape(), &[9, DM]);
+    assert_eq!(hw.w_u.shape(), &[DM, V]);
+
+    // A missing tensor and a config that disagrees with the weights are named errors.
+    let st = ck.join("model.safetensors");
+    let mut map = candle_core::safetensors::load(&st, &Device::Cpu).unwrap();
+    let saved = map.remove("blocks.1.attn.W_O").unwrap();
+    candle_core::safetensors::save(&map, &st).unwrap();
+    let e = lm::load(&ck, &Device::Cpu).unwrap_err().to_string();
+    assert!(
+        e.contains("model.safetensors") && e.contains("blocks.1.attn.W_O") && e.contains("missing"),
+        "{e}"
+    );
+    map.insert("blocks.1.attn.W_O".into(), saved);
+    map.insert(
+        "blocks.2.attn.W_O".into(),
+        Tensor::zeros((1, 1), DType::F32, &Device::Cpu).unwrap(),
+    );
+    candle_core::safetensors::save(&map, &st).unwrap();
+    let e = lm::load(&ck, &Device::Cpu).unwrap_err().to_string();
+    assert!(
+        e.contains("blocks.2.attn.W_O") && e.contains("unexpected"),
+        "{e}"
+    );
+    let cfgp = ck.join("config.json");
+    let text = std::fs::read_to_string(&cfgp)
+        .unwrap()
+        .replace("\"d_head\": 5", "\"d_head\": 6");
+    std::fs::write(&cfgp, text).unwrap();
+    let e = lm::load(&ck, &Device::Cpu).unwrap_err().to_string();
+    assert!(
+        e.contains("W_Q") && e.contains("[3, 12, 5]") && e.contains("[3, 12, 6]"),
+        "{e}"
+    );
 }

@@ -23,7 +23,7 @@ fn parameter_counts_of_the_paper() {
         assert_eq!(cfg.n_params(), 402_824, "{mixer}");
         let (m, _) = Transformer::init(&cfg, 0, &Device::Cpu).unwrap();
         assert_eq!(m.n_params(), 402_824, "{mixer}");
-        assert_eq!(m.named_tensors().len(), 4 + 4 * 18 + 4);
+        assert_eq!(m.named_tensors().len(), 2 + 4 * 17 + 4); // the 74 arrays of the JAX export
     }
     assert_eq!(Config::sraven(Mixer::Hyla, 1, 8).unwrap().n_params(), 803_208);
     let w4 = Config::sraven(Mixer::Softmax, 4, 4).unwrap();
@@ -594,4 +594,40 @@ fn importer_reports_missing_and_misshapen_keys() {
     assert!(e.contains(key) && e.contains("[16, 5]") && e.contains("[16, 4]"), "{e}");
     let e = import_jax_npz(&tmp.path().join("none.npz"), Mixer::Softmax, 4).unwrap_err().to_string();
     assert!(e.contains("none.npz"), "{e}");
+}
+
+/// The README's official figures (51,200 problems per set): OOD accuracy, ID accuracy, OOD loss.
+const PAPER_SEED1: [(&str, Mixer, f64, f64, f64); 3] = [
+    ("hyla", Mixer::Hyla, 30.35, 30.57, 0.7154),
+    ("softmax", Mixer::Softmax, 55.79, 55.52, 0.3726),
+    ("linear", Mixer::Linear, 55.68, 55.78, 0.3510),
+];
+
+/// Imports a reference export, saves it as a native checkpoint, and loads that back.
+fn imported(stem: &str, mixer: Mixer, tmp: &Path) -> Transformer {
+    let (cfg, tensors) = import_jax_npz(&reference_dir().join(format!("{stem}_params.npz")), mixer, 4).unwrap();
+    assert_eq!(cfg, Config::sraven_base(mixer));
+    let dir = tmp.join(stem);
+    checkpoint::save(&dir, &cfg, &tensors).unwrap();
+    Transformer::load(&dir, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn paper_checkpoints_reproduce_their_accuracy() {
+    use hyperlens_model::eval::evaluate;
+    use hyperlens_tasks::sraven::{sample, Set, Split};
+    let n_ood: usize = std::env::var("N_OOD").map(|s| s.parse().unwrap()).unwrap_or(2048);
+    let n_id: usize = std::env::var("N_ID").map(|s| s.parse().unwrap()).unwrap_or(1024);
+    let split = Split::named("paper-seed1").unwrap();
+    let ood = sample(&split, Set::Ood, n_ood, 7, false).unwrap();
+    let id = sample(&split, Set::Id, n_id, 7, false).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (stem, mixer, ood_acc, id_acc, ood_loss) in PAPER_SEED1 {
+        let model = imported(stem, mixer, tmp.path());
+        let t0 = std::time::Instant::now();
+        let m_ood = evaluate(&model, &ood, 256).unwrap();
+        let m_id = evaluate(&model, &id, 256).unwrap();
+        eprintln!("{stem}: OOD {:.2} % (README {ood_acc}), ID {:.2} % (README {id_acc}), OOD loss {:.4} (README {ood_loss}), per-feature {:?}, {:.1}s",
+            100.0 * m_ood.accuracy, 100.0 * m_id.accuracy, m_ood.loss, m_ood.per_feature_accuracy, t0.elapsed().as_secs_f64());
+    }
 }

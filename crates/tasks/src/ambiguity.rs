@@ -31,13 +31,17 @@ use crate::sraven::{ProblemSet, Rule, SravenParams};
 pub enum Criterion {
     /// Some consistent hypothesis (column correspondence and one rule per feature, any rules) completes
     /// the answer panel to a vector that differs from the target in at least one slot. This is the
-    /// logical definition: the context does not determine the answer.
+    /// logical definition: the context does not determine the answer. About 24 % of default problems
+    /// (23.9-24.6 % measured on 100,000 problems per split and set), mostly because addition and
+    /// subtraction both fit rows whose second value is 0 or M/2, and because add/sub fit a row of
+    /// another rule by coincidence with probability 1/M per row.
     #[default]
     AnswerDiffers,
     /// Some column correspondence in which **every** feature has a fitting rule whose completion
     /// differs from the target at its slot. This is what the reference code's `check_is_ambiguous`
-    /// counts (`all` over features of `any` over rules of `applies & differs`), the source of the
-    /// spec's "about 0.5 %".
+    /// counts (`all` over features of `any` over rules of `applies & differs`). Measured: 0.18-0.25 %
+    /// of default problems (100,000 per split and set), below the "about 0.5 %" quoted in
+    /// spec/sraven.md.
     EveryFeatureDiffers,
 }
 

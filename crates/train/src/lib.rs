@@ -1,1 +1,43 @@
-//! hyperlens train.
+//! hyperlens train: the paper's training recipe on candle (`spec/models.md`, "Training recipe").
+//!
+//! - [`optim::AdamW`]: AdamW with decoupled weight decay on parameters of 2 or more dimensions and a
+//!   saveable state; [`schedule::WarmupCosine`]: linear warm-up, cosine decay to 0.1 x peak, then flat.
+//! - [`run::train`]: the loop over a run directory: a fresh, seeded batch every update, attention
+//!   dropout whose masks depend only on (seed, step), evaluation on ID / OOD sets, `metrics.csv`,
+//!   atomic checkpoints (`config.json` + `model.safetensors` + `optimizer.safetensors` +
+//!   `train_state.json`) from which a run resumes exactly, and `train.json` at the end.
+//! - Tasks: [`sraven`] (cross-entropy over the 4 answer positions), [`logic`] (MSE at the last
+//!   position, R²), [`induction`] (next-token cross-entropy of a causal token model).
+//!
+//! ```no_run
+//! use hyperlens_train::{train, RunOptions, TrainSettings, TrainTask};
+//! # fn main() -> hyperlens_train::Result<()> {
+//! let mut settings = TrainSettings::for_task(TrainTask::Sraven);
+//! settings.steps = 2000;
+//! let outcome = train(std::path::Path::new("runs/demo"), &settings, &RunOptions::default(), |_| {
+//!     std::ops::ControlFlow::Continue(())
+//! })?;
+//! println!("OOD accuracy {:?}", outcome.last_eval.map(|e| e.ood.metric));
+//! # Ok(()) }
+//! ```
+
+pub mod error;
+pub mod induction;
+mod job;
+pub mod logic;
+pub mod loss;
+pub mod metrics;
+pub mod optim;
+pub mod run;
+pub mod schedule;
+pub mod settings;
+pub mod sraven;
+pub mod state;
+
+pub use error::{Result, TrainError};
+pub use job::BatchLoss;
+pub use metrics::{Evaluation, MetricsRow, SetMetrics};
+pub use optim::{AdamW, AdamWParams};
+pub use run::{read_settings, train, Event, RunOptions, TrainOutcome, TrainRecord};
+pub use schedule::WarmupCosine;
+pub use settings::{LogicSettings, ModelSize, TrainSettings, TrainTask};

@@ -32,8 +32,7 @@ pub fn model_config(settings: &TrainSettings) -> Result<Config> {
         d_mlp: base.d_mlp * settings.width,
         ..base
     };
-    cfg.check()?;
-    Ok(cfg)
+    crate::settings::apply_size(cfg, settings.size)
 }
 
 /// Per-sequence weights of the R² numerator: `1 / var(targets)` where the variance is positive

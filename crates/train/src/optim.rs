@@ -106,20 +106,23 @@ impl AdamW {
         self.step
     }
 
-    /// Applies one update with learning rate `lr`. A variable without a gradient is left unchanged
-    /// (its moments too), as optax does for a zero gradient only approximately; every parameter of our
-    /// models receives a gradient (tested in the model crate).
+    /// Applies one update with learning rate `lr` and returns the names of the variables that had no
+    /// gradient. Such a variable is left unchanged (its moments too); the training loop treats a
+    /// missing gradient at its first step as an error (fused candle ops silently drop gradients,
+    /// `TOOLCHAIN.md`).
     ///
     /// # Errors
     /// A tensor operation failure.
-    pub fn step(&mut self, grads: &candle_core::backprop::GradStore, lr: f64) -> Result<()> {
+    pub fn step(&mut self, grads: &candle_core::backprop::GradStore, lr: f64) -> Result<Vec<String>> {
         self.step += 1;
-        let t = self.step as i32;
+        let t = self.step as f64;
         let AdamWParams { beta1, beta2, eps, weight_decay } = self.params;
-        let scale_m = 1.0 / (1.0 - beta1.powi(t));
-        let scale_v = 1.0 / (1.0 - beta2.powi(t));
+        let scale_m = 1.0 / (1.0 - beta1.powf(t));
+        let scale_v = 1.0 / (1.0 - beta2.powf(t));
+        let mut missing = Vec::new();
         for slot in &mut self.slots {
             let Some(g) = grads.get(slot.var.as_tensor()) else {
+                missing.push(slot.name.clone());
                 continue;
             };
             let m = ((&slot.m * beta1)? + (g * (1.0 - beta1))?)?;
@@ -135,7 +138,7 @@ impl AdamW {
             slot.m = m;
             slot.v = v;
         }
-        Ok(())
+        Ok(missing)
     }
 
     /// The optimiser state as named tensors (`m.{name}`, `v.{name}`) plus the step count, for saving

@@ -107,6 +107,19 @@ impl LogicSettings {
 /// defaults these are: V 64, T 64, bigram strength 3, repeat probability 0.05, copies of 4..=12).
 pub type InductionSettings = hyperlens_tasks::induction::CorpusParams;
 
+/// Explicit model sizes, overriding the ones derived from `width` (for small experiments and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSize {
+    /// Residual width D.
+    pub d_model: usize,
+    /// Heads per layer H.
+    pub n_heads: usize,
+    /// Per-head width d of queries, keys and values.
+    pub d_head: usize,
+    /// MLP hidden width (ignored by attention-only models).
+    pub d_mlp: usize,
+}
+
 /// Everything that defines a training run. Construct with [`TrainSettings::for_task`] and adjust.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainSettings {
@@ -137,6 +150,9 @@ pub struct TrainSettings {
     pub width: usize,
     /// Induction only: an attention-only model (no MLP, no LayerNorm; 0, 1 or 2 layers).
     pub attn_only: bool,
+    /// Explicit sizes instead of the paper's sizes at `width` (`width` must then be 1).
+    #[serde(default)]
+    pub size: Option<ModelSize>,
     /// Evaluate every this many steps (and at the end); 0 = only at the end.
     pub eval_every: u64,
     /// Problems (sequences) per evaluation set.
@@ -174,6 +190,7 @@ impl TrainSettings {
             layers: 4,
             width: 1,
             attn_only: false,
+            size: None,
             eval_every: 2500,
             eval_n: 4096,
             eval_seed: 0,
@@ -253,6 +270,14 @@ impl TrainSettings {
         if self.width == 0 {
             return bad("--width must be at least 1".into());
         }
+        if let Some(z) = self.size {
+            if self.width != 1 {
+                return bad(format!("--width must be 1 with explicit model sizes, got {}", self.width));
+            }
+            if z.d_model == 0 || z.n_heads == 0 || z.d_head == 0 || z.d_mlp == 0 {
+                return bad(format!("model sizes must be positive, got {z:?}"));
+            }
+        }
         if self.attn_only && self.task != TrainTask::Induction {
             return bad(format!("--attn-only applies to the induction task, not {}", self.task));
         }
@@ -286,6 +311,25 @@ impl TrainSettings {
         }
         Ok(())
     }
+}
+
+/// A model config with the explicit sizes of `size`, if any, then checked.
+///
+/// # Errors
+/// [`TrainError::Model`] if the resulting config is invalid.
+pub fn apply_size(cfg: hyperlens_model::Config, size: Option<ModelSize>) -> Result<hyperlens_model::Config> {
+    let cfg = match size {
+        Some(z) => hyperlens_model::Config {
+            d_model: z.d_model,
+            n_heads: z.n_heads,
+            d_head: z.d_head,
+            d_mlp: z.d_mlp,
+            ..cfg
+        },
+        None => cfg,
+    };
+    cfg.check()?;
+    Ok(cfg)
 }
 
 #[cfg(test)]

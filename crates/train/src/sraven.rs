@@ -16,12 +16,14 @@ use crate::loss::{count_correct, cross_entropy};
 use crate::metrics::{Evaluation, SetMetrics};
 use crate::settings::TrainSettings;
 
-/// The model a SRAVEN run trains: `Config::sraven(mixer, width, layers)` (`spec/models.md`, "Sizes").
+/// The model a SRAVEN run trains: `Config::sraven(mixer, width, layers)` (`spec/models.md`, "Sizes"),
+/// or explicit sizes ([`crate::settings::ModelSize`]).
 ///
 /// # Errors
 /// [`TrainError::Model`] for a width other than 1, 2, 4 or zero layers.
 pub fn model_config(settings: &TrainSettings) -> Result<Config> {
-    Ok(Config::sraven(settings.mixer, settings.width, settings.layers)?)
+    let cfg = Config::sraven(settings.mixer, settings.width, settings.layers)?;
+    crate::settings::apply_size(cfg, settings.size)
 }
 
 /// The targets of a problem set as a u32 tensor.

@@ -50,7 +50,8 @@ pub enum CompositionKind {
 
 impl CompositionKind {
     /// The three kinds, in the order Q, K, V.
-    pub const ALL: [CompositionKind; 3] = [CompositionKind::Q, CompositionKind::K, CompositionKind::V];
+    pub const ALL: [CompositionKind; 3] =
+        [CompositionKind::Q, CompositionKind::K, CompositionKind::V];
 
     /// CLI / file name: `"q"`, `"k"` or `"v"`.
     pub fn name(self) -> &'static str {
@@ -274,7 +275,8 @@ fn stack<A: Real>(w: &AttnWeights<A>, dims: &AttnDims, kinds: &[CompositionKind]
             let q = AttnWeights::head_f64(&w.w_q, l, h);
             let k = AttnWeights::head_f64(&w.w_k, l, h);
             let f = head_factors(v.view(), o.view(), q.view(), k.view(), kinds);
-            left.slice_mut(s![idx * kl..(idx + 1) * kl, ..]).assign(&f.left);
+            left.slice_mut(s![idx * kl..(idx + 1) * kl, ..])
+                .assign(&f.left);
             left_norm[idx] = frob(f.left.view());
             for (kind, kr, mat, norms) in rights.iter_mut() {
                 if let Some(r) = &f.right[kind.index()] {
@@ -437,7 +439,8 @@ fn gram_numerators(
         let mut buf_r = vec![0.0f64; cap];
         for &(i0, i1) in chunks.iter().skip(tid).step_by(threads) {
             let (c, width) = (i1 - i0, d - i0);
-            let shape_err = |e: ndarray::ShapeError| AnalysisError::Shape(format!("gram chunk: {e}"));
+            let shape_err =
+                |e: ndarray::ShapeError| AnalysisError::Shape(format!("gram chunk: {e}"));
             // Left Gram slices, weighted for the symmetric half: entries (i, j), i in the chunk,
             // j >= i0; weight 0 for j < i, 1 for j == i, 2 for j > i.
             let mut xl = ArrayViewMut2::from_shape((n, c * width), &mut buf_l[..n * c * width])
@@ -504,7 +507,9 @@ fn gram_numerators(
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(AnalysisError::Numerical("a composition worker panicked".into()))
+                        Err(AnalysisError::Numerical(
+                            "a composition worker panicked".into(),
+                        ))
                     })
                 })
                 .collect()
@@ -605,7 +610,12 @@ impl CompositionBaseline {
     ///
     /// # Errors
     /// As [`CompositionBaseline::percentile`].
-    pub fn exceeds(&self, kind: CompositionKind, scores: &Array4<f64>, p: f64) -> Result<Array4<bool>> {
+    pub fn exceeds(
+        &self,
+        kind: CompositionKind,
+        scores: &Array4<f64>,
+        p: f64,
+    ) -> Result<Array4<bool>> {
         let cut = self.percentile(kind, p)?;
         Ok(scores.mapv(|x| x > cut))
     }
@@ -643,7 +653,11 @@ pub fn composition_baseline(
                 CompositionKind::Q | CompositionKind::K => {
                     let q2 = gaussian_matrix(&mut rng, d_model, d_qk);
                     let k2 = gaussian_matrix(&mut rng, d_model, d_qk);
-                    let (a, b) = if kind == CompositionKind::Q { (q2, k2) } else { (k2, q2) };
+                    let (a, b) = if kind == CompositionKind::Q {
+                        (q2, k2)
+                    } else {
+                        (k2, q2)
+                    };
                     a.dot(&qr_r(b.view()).t())
                 }
                 CompositionKind::V => {

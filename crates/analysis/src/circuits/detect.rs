@@ -118,7 +118,10 @@ pub fn detection_pattern<T: PartialEq>(kind: &HeadPattern, tokens: &[T]) -> Resu
     let n = tokens.len();
     let p = match kind {
         HeadPattern::PreviousToken => {
-            Array2::from_shape_fn((n, n), |(i, j)| if i >= 1 && j == i - 1 { 1.0 } else { 0.0 })
+            Array2::from_shape_fn(
+                (n, n),
+                |(i, j)| if i >= 1 && j == i - 1 { 1.0 } else { 0.0 },
+            )
         }
         HeadPattern::DuplicateToken => Array2::from_shape_fn((n, n), |(i, j)| {
             if j < i && tokens[i] == tokens[j] {
@@ -153,13 +156,18 @@ pub fn detection_pattern<T: PartialEq>(kind: &HeadPattern, tokens: &[T]) -> Resu
 ///
 /// # Shapes
 /// `attn` [seq (query), seq (key)], `pattern` [seq, seq].
-fn similarity<S: Data>(attn: &ArrayBase<S, Ix2>, pattern: ArrayView2<f64>, opts: &DetectOptions) -> f64
+fn similarity<S: Data>(
+    attn: &ArrayBase<S, Ix2>,
+    pattern: ArrayView2<f64>,
+    opts: &DetectOptions,
+) -> f64
 where
     S::Elem: Real,
 {
     let n = pattern.nrows();
-    let keep =
-        |i: usize, j: usize| !((opts.exclude_bos && j == 0) || (opts.exclude_current_token && i == j));
+    let keep = |i: usize, j: usize| {
+        !((opts.exclude_bos && j == 0) || (opts.exclude_current_token && i == j))
+    };
     match opts.measure {
         ErrorMeasure::Mul => {
             let (mut num, mut mass) = (0.0, 0.0);
@@ -191,9 +199,7 @@ where
 
 fn check_abs_pattern(pattern: ArrayView2<f64>, opts: &DetectOptions) -> Result<()> {
     if opts.measure == ErrorMeasure::Abs
-        && pattern
-            .indexed_iter()
-            .any(|((i, j), &p)| j > i && p != 0.0)
+        && pattern.indexed_iter().any(|((i, j), &p)| j > i && p != 0.0)
     {
         return Err(AnalysisError::InvalidInput(
             "the \"abs\" error measure needs a lower-triangular detection pattern".into(),
@@ -421,8 +427,13 @@ mod tests {
         let a = array![[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.25, 0.25, 0.5]];
         let pats = a.clone().into_shape_with_order((1, 1, 3, 3)).unwrap();
         let toks = [1, 2, 3];
-        let mul = head_scores(&pats, &toks, &HeadPattern::PreviousToken, &DetectOptions::default())
-            .unwrap();
+        let mul = head_scores(
+            &pats,
+            &toks,
+            &HeadPattern::PreviousToken,
+            &DetectOptions::default(),
+        )
+        .unwrap();
         assert!((mul[[0, 0]] - 0.75 / 3.0).abs() < 1e-15);
         let opts = DetectOptions {
             exclude_bos: true,
@@ -446,7 +457,10 @@ mod tests {
 
     #[test]
     fn parse_names() {
-        assert_eq!("induction".parse::<HeadPattern>().unwrap(), HeadPattern::Induction);
+        assert_eq!(
+            "induction".parse::<HeadPattern>().unwrap(),
+            HeadPattern::Induction
+        );
         assert_eq!(
             "previous_token".parse::<HeadPattern>().unwrap(),
             HeadPattern::PreviousToken

@@ -267,7 +267,9 @@ pub fn skip_trigrams<A: Real>(
     e_mean /= vocab as f64;
     // Output side: W_O W_U [d_v, vocab], centred over outputs.
     let mut ou = wo.dot(&to_f64(w_u));
-    let ou_mean = ou.mean_axis(Axis(1)).unwrap_or_else(|| Array1::zeros(ou.nrows()));
+    let ou_mean = ou
+        .mean_axis(Axis(1))
+        .unwrap_or_else(|| Array1::zeros(ou.nrows()));
     ou -= &ou_mean.insert_axis(Axis(1));
     let k = params.top_k;
     let mut best: Vec<SkipTrigram> = Vec::new();

@@ -407,7 +407,11 @@ mod tests {
         let a = array![[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];
         let b = array![[1.0, 2.0, 3.0], [0.0, 1.0, -1.0]];
         let m = FactoredMatrix::new(&a, &b).unwrap();
-        let c = array![[1.0, 0.0, 2.0, 1.0], [0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]];
+        let c = array![
+            [1.0, 0.0, 2.0, 1.0],
+            [0.0, 1.0, 0.0, 1.0],
+            [1.0, 1.0, 1.0, 0.0]
+        ];
         let mc = m.matmul(&c).unwrap();
         assert_eq!(mc.mdim(), 2);
         let dense = a.dot(&b).dot(&c);

@@ -242,9 +242,9 @@ impl<A: Real> AttnWeights<A> {
     }
 
     fn embed(&self) -> Result<&Array2<A>> {
-        self.w_e
-            .as_ref()
-            .ok_or_else(|| AnalysisError::InvalidInput("this analysis needs W_E (embedding)".into()))
+        self.w_e.as_ref().ok_or_else(|| {
+            AnalysisError::InvalidInput("this analysis needs W_E (embedding)".into())
+        })
     }
 
     fn unembed(&self) -> Result<&Array2<A>> {
@@ -438,13 +438,20 @@ mod tests {
         let w = AttnWeights::new(q.clone(), q.clone(), q.clone(), o.clone()).unwrap();
         let err = w
             .clone()
-            .with_embeddings(Some(Array2::zeros((7, 5))), Some(Array2::zeros((5, 8))), None)
+            .with_embeddings(
+                Some(Array2::zeros((7, 5))),
+                Some(Array2::zeros((5, 8))),
+                None,
+            )
             .unwrap_err();
         assert!(err.to_string().contains("W_U"), "{err}");
         let mut bad = q.clone();
         bad[[1, 2, 0, 0]] = f32::INFINITY;
         let err = AttnWeights::new(q.clone(), bad, q.clone(), o).unwrap_err();
-        assert!(matches!(err, AnalysisError::NonFinite(ref n) if n == "W_K"), "{err}");
+        assert!(
+            matches!(err, AnalysisError::NonFinite(ref n) if n == "W_K"),
+            "{err}"
+        );
         assert!(w.ov_circuit(2, 0).is_err());
         assert!(w.full_ov_circuit(0, 0).is_err());
     }

@@ -70,14 +70,24 @@ pub(crate) fn svd_small(a: ArrayView2<f64>) -> Result<(Array2<f64>, Array1<f64>,
     let (p, q) = a.dim();
     let k = p.min(q);
     if k == 0 {
-        return Ok((Array2::zeros((p, 0)), Array1::zeros(0), Array2::zeros((q, 0))));
+        return Ok((
+            Array2::zeros((p, 0)),
+            Array1::zeros(0),
+            Array2::zeros((q, 0)),
+        ));
     }
     let svd = to_na(&a)
         .try_svd(true, true, f64::EPSILON, 100_000)
-        .ok_or_else(|| AnalysisError::Numerical(format!("SVD of a {p}x{q} matrix did not converge")))?;
+        .ok_or_else(|| {
+            AnalysisError::Numerical(format!("SVD of a {p}x{q} matrix did not converge"))
+        })?;
     let (u, v_t) = match (svd.u.as_ref(), svd.v_t.as_ref()) {
         (Some(u), Some(v_t)) => (from_na(u), from_na(v_t)),
-        _ => return Err(AnalysisError::Numerical("SVD returned no singular vectors".into())),
+        _ => {
+            return Err(AnalysisError::Numerical(
+                "SVD returned no singular vectors".into(),
+            ))
+        }
     };
     let s = Array1::from_iter(svd.singular_values.iter().copied());
     // nalgebra's `try_svd` sorts in descending order already; keep the invariant explicit.
@@ -132,7 +142,11 @@ pub(crate) fn eig_general(m: ArrayView2<f64>) -> Result<(Vec<f64>, Vec<f64>)> {
             if disc >= 0.0 {
                 let s = disc.sqrt();
                 // Stable pair: the larger-magnitude root directly, the other through the determinant.
-                let big = if half_tr >= 0.0 { half_tr + s } else { half_tr - s };
+                let big = if half_tr >= 0.0 {
+                    half_tr + s
+                } else {
+                    half_tr - s
+                };
                 let det = a * d - b * cc;
                 let small = if big != 0.0 { det / big } else { half_tr - s };
                 re.extend([big, small]);
@@ -193,7 +207,13 @@ mod tests {
 
     #[test]
     fn qr_r_preserves_gram() {
-        let a = array![[1.0, 2.0], [3.0, -1.0], [0.5, 0.25], [2.0, 2.0], [-1.0, 0.0]];
+        let a = array![
+            [1.0, 2.0],
+            [3.0, -1.0],
+            [0.5, 0.25],
+            [2.0, 2.0],
+            [-1.0, 0.0]
+        ];
         let r = qr_r(a.view());
         assert_eq!(r.dim(), (2, 2));
         let g1 = a.t().dot(&a);

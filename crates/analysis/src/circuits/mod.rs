@@ -27,8 +27,8 @@ pub mod heads;
 mod linalg;
 
 pub use composition::{
-    composition_baseline, composition_memory_bytes, composition_scores, CompositionBaseline, CompositionKind,
-    CompositionMethod, CompositionParams, CompositionScores,
+    composition_baseline, composition_memory_bytes, composition_scores, CompositionBaseline,
+    CompositionKind, CompositionMethod, CompositionParams, CompositionScores,
 };
 pub use detect::{
     detection_pattern, head_scores, head_scores_batch, head_scores_prompts, repeated_token_scores,

@@ -12,6 +12,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use ndarray::{Array1, Array2};
@@ -205,6 +207,8 @@ pub struct LayerAnalysis {
     pub clusters: Option<ClusterReport>,
     /// Mean-code similarity on the unsupervised set, over the union of train and test labels.
     pub similarity: MeanCodeSimilarity,
+    /// Wall-clock seconds of the four stages (PCA, decoding, clustering, similarity).
+    pub seconds: [f64; 4],
 }
 
 /// The result of [`analyze_pair`].
@@ -240,11 +244,113 @@ pub struct LatentReport {
     pub elapsed_s: f64,
 }
 
+/// Progress events from the worker threads of [`analyze_pair`].
+enum Event {
+    Start(Stage, LayerSel),
+    Finished,
+}
+
+/// What every selection of [`analyze_pair`] shares.
+struct SelectionJob<'a> {
+    train: &'a CodeSet,
+    test: &'a CodeSet,
+    params: &'a LatentAnalysisParams,
+    labels: &'a [i64],
+    n_unsup_labels: usize,
+}
+
+impl SelectionJob<'_> {
+    /// PCA, decoding, clustering and similarity of one selection, reporting each stage.
+    fn run(&self, sel: LayerSel, report: &dyn Fn(Event)) -> Result<LayerAnalysis> {
+        let params = self.params;
+        let train_x = self.train.features(sel.index())?;
+        let test_x = self.test.features(sel.index())?;
+        let (unsup, unsup_x) = match params.unsupervised_on {
+            CodeSplit::Train => (self.train, &train_x),
+            CodeSplit::Test => (self.test, &test_x),
+        };
+        let context = |e: AnalysisError, stage: Stage| match e {
+            AnalysisError::InvalidInput(m) => {
+                AnalysisError::InvalidInput(format!("{stage} of layer {sel}: {m}"))
+            }
+            AnalysisError::Numerical(m) => {
+                AnalysisError::Numerical(format!("{stage} of layer {sel}: {m}"))
+            }
+            other => other,
+        };
+        let mut seconds = [0.0; 4];
+
+        report(Event::Start(Stage::Pca, sel));
+        let t = Instant::now();
+        let k = params.n_components.min(unsup_x.ncols());
+        let pca = Pca::params(k).fit(unsup_x.view()).map_err(|e| context(e, Stage::Pca))?;
+        let projection = pca.transform(unsup_x.view())?;
+        seconds[0] = t.elapsed().as_secs_f64();
+        report(Event::Finished);
+
+        report(Event::Start(Stage::Decoding, sel));
+        let t = Instant::now();
+        let decode_params = DecodeParams {
+            logistic: params.logistic,
+            shuffled_control: params.shuffled_control,
+            seed: params.seed,
+        };
+        let decoding = decode(
+            train_x.view(),
+            self.train.label().view(),
+            test_x.view(),
+            self.test.label().view(),
+            &decode_params,
+        )
+        .map_err(|e| context(e, Stage::Decoding))?;
+        seconds[1] = t.elapsed().as_secs_f64();
+        report(Event::Finished);
+
+        report(Event::Start(Stage::Clustering, sel));
+        let t = Instant::now();
+        let clusters = if self.n_unsup_labels >= 2 {
+            Some(
+                cluster_against_labels(
+                    unsup_x.view(),
+                    unsup.label().view(),
+                    &params.kmeans_params(self.n_unsup_labels),
+                )
+                .map_err(|e| context(e, Stage::Clustering))?,
+            )
+        } else {
+            None
+        };
+        seconds[2] = t.elapsed().as_secs_f64();
+        report(Event::Finished);
+
+        report(Event::Start(Stage::Similarity, sel));
+        let t = Instant::now();
+        let similarity =
+            mean_code_similarity(unsup_x.view(), unsup.label().view(), Some(self.labels))
+                .map_err(|e| context(e, Stage::Similarity))?;
+        seconds[3] = t.elapsed().as_secs_f64();
+        report(Event::Finished);
+
+        Ok(LayerAnalysis {
+            layer: sel,
+            pca,
+            projection,
+            decoding,
+            clusters,
+            similarity,
+            seconds,
+        })
+    }
+}
+
 /// Analyses a pair of code sets: for every layer and for all layers concatenated, PCA, rule
 /// decoding train -> test (with baseline, shuffled control, balanced accuracy, confusion),
 /// k-means against the labels and mean-code cosine similarity (`spec/latent-codes.md`).
 ///
-/// `progress` is called before every step and once at the end.
+/// Selections (layers and `all`) are analysed concurrently on up to half the available cores
+/// (each decoding fits its shuffled control on a second thread); results do not depend on the
+/// number of threads. `progress` is called on the calling thread before every step and once at
+/// the end.
 ///
 /// # Shapes
 /// Both sets hold codes [N, L, H, Q, K] with the same (L, H, Q, K).
@@ -287,74 +393,82 @@ pub fn analyze_pair(
     selections.push(LayerSel::All);
     let total = selections.len() * 4;
     let mut done = 0;
-    let decode_params = DecodeParams {
-        logistic: params.logistic,
-        shuffled_control: params.shuffled_control,
-        seed: params.seed,
+    let job = SelectionJob {
+        train,
+        test,
+        params,
+        labels: &labels,
+        n_unsup_labels,
     };
+    // independent selections run on worker threads (each decoding uses a second thread for its
+    // shuffled control); progress events come back to this thread, which calls `progress`
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get() / 2)
+        .unwrap_or(1)
+        .clamp(1, selections.len());
+    let next = AtomicUsize::new(0);
+    let abort = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut results: Vec<Option<Result<LayerAnalysis>>> = (0..selections.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let tx = tx.clone();
+                let (job, selections, next, abort) = (&job, &selections, &next, &abort);
+                scope.spawn(move || {
+                    let mut out = Vec::new();
+                    while !abort.load(Ordering::SeqCst) {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(&sel) = selections.get(i) else { break };
+                        let result = job.run(sel, &|e| {
+                            let _ = tx.send(e);
+                        });
+                        if result.is_err() {
+                            abort.store(true, Ordering::SeqCst);
+                        }
+                        out.push((i, result));
+                    }
+                    out
+                })
+            })
+            .collect();
+        drop(tx);
+        for event in rx {
+            match event {
+                Event::Start(stage, sel) => {
+                    progress(&Progress { next: Some((stage, sel)), done, total })
+                }
+                Event::Finished => done += 1,
+            }
+        }
+        for handle in handles {
+            match handle.join() {
+                Ok(out) => {
+                    for (i, r) in out {
+                        results[i] = Some(r);
+                    }
+                }
+                Err(_) => {
+                    abort.store(true, Ordering::SeqCst);
+                    results.push(Some(Err(AnalysisError::Numerical(
+                        "an analysis worker thread panicked".into(),
+                    ))));
+                }
+            }
+        }
+    });
+    // the first error in selection order wins; every selection must have a result otherwise
     let mut layers = Vec::with_capacity(selections.len());
-    for &sel in &selections {
-        let train_x = train.features(sel.index())?;
-        let test_x = test.features(sel.index())?;
-        let unsup_x = match params.unsupervised_on {
-            CodeSplit::Train => &train_x,
-            CodeSplit::Test => &test_x,
-        };
-        let context = |e: AnalysisError, stage: Stage| match e {
-            AnalysisError::InvalidInput(m) => {
-                AnalysisError::InvalidInput(format!("{stage} of layer {sel}: {m}"))
-            }
-            AnalysisError::Numerical(m) => {
-                AnalysisError::Numerical(format!("{stage} of layer {sel}: {m}"))
-            }
-            other => other,
-        };
-
-        progress(&Progress { next: Some((Stage::Pca, sel)), done, total });
-        let k = params.n_components.min(unsup_x.ncols());
-        let pca = Pca::params(k).fit(unsup_x.view()).map_err(|e| context(e, Stage::Pca))?;
-        let projection = pca.transform(unsup_x.view())?;
-        done += 1;
-
-        progress(&Progress { next: Some((Stage::Decoding, sel)), done, total });
-        let decoding = decode(
-            train_x.view(),
-            train.label().view(),
-            test_x.view(),
-            test.label().view(),
-            &decode_params,
-        )
-        .map_err(|e| context(e, Stage::Decoding))?;
-        done += 1;
-
-        progress(&Progress { next: Some((Stage::Clustering, sel)), done, total });
-        let clusters = if n_unsup_labels >= 2 {
-            Some(
-                cluster_against_labels(
-                    unsup_x.view(),
-                    unsup.label().view(),
-                    &params.kmeans_params(n_unsup_labels),
-                )
-                .map_err(|e| context(e, Stage::Clustering))?,
-            )
-        } else {
-            None
-        };
-        done += 1;
-
-        progress(&Progress { next: Some((Stage::Similarity, sel)), done, total });
-        let similarity = mean_code_similarity(unsup_x.view(), unsup.label().view(), Some(&labels))
-            .map_err(|e| context(e, Stage::Similarity))?;
-        done += 1;
-
-        layers.push(LayerAnalysis {
-            layer: sel,
-            pca,
-            projection,
-            decoding,
-            clusters,
-            similarity,
-        });
+    let mut missing = false;
+    for r in results {
+        match r {
+            Some(Ok(a)) => layers.push(a),
+            Some(Err(e)) => return Err(e),
+            None => missing = true,
+        }
+    }
+    if missing || layers.len() != selections.len() {
+        return Err(AnalysisError::Numerical("an analysis step did not complete".into()));
     }
     progress(&Progress { next: None, done, total });
     Ok(LatentReport {
@@ -519,6 +633,7 @@ impl LatentReport {
                         "explained_variance_ratio": a.pca.explained_variance_ratio().to_vec(),
                     },
                     "clusters": a.clusters,
+                    "seconds": {"pca": a.seconds[0], "decoding": a.seconds[1], "clustering": a.seconds[2], "similarity": a.seconds[3]},
                     "similarity": {
                         "labels": &a.similarity.labels,
                         "counts": &a.similarity.counts,

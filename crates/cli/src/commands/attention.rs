@@ -38,9 +38,9 @@ pub fn parse_tokens(s: &str) -> anyhow::Result<Vec<u32>> {
     let mut out = Vec::new();
     for (i, part) in s.split(',').enumerate() {
         let p = part.trim();
-        let v: u32 = p
-            .parse()
-            .with_context(|| format!("--tokens: entry {i} `{p}` is not a token id (a non-negative integer)"))?;
+        let v: u32 = p.parse().with_context(|| {
+            format!("--tokens: entry {i} `{p}` is not a token id (a non-negative integer)")
+        })?;
         out.push(v);
     }
     if out.is_empty() {
@@ -57,13 +57,18 @@ fn tmp_path(path: &Path) -> PathBuf {
 
 fn write_npz(path: &Path, pattern: &Array4<f32>, tokens: &[u32]) -> anyhow::Result<()> {
     let tmp = tmp_path(path);
-    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut npz = ndarray_npy::NpzWriter::new(file);
-    npz.add_array("pattern", pattern).with_context(|| format!("writing {}", tmp.display()))?;
+    npz.add_array("pattern", pattern)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     let toks: Array1<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-    npz.add_array("tokens", &toks).with_context(|| format!("writing {}", tmp.display()))?;
-    npz.finish().with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    npz.add_array("tokens", &toks)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    npz.finish()
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -83,7 +88,8 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
     let pattern = model.attention_patterns(&tokens).context("--tokens")?;
     let fwd_s = t1.elapsed().as_secs_f64();
     if let Some(parent) = args.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
     write_npz(&args.out, &pattern, &tokens)?;
     let sidecar = {
@@ -102,8 +108,10 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "device": args.device.to_string(),
     });
     let tmp = tmp_path(&sidecar);
-    std::fs::write(&tmp, serde_json::to_string_pretty(&meta)? + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &sidecar).with_context(|| format!("renaming {} to {}", tmp.display(), sidecar.display()))?;
+    std::fs::write(&tmp, serde_json::to_string_pretty(&meta)? + "\n")
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &sidecar)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), sidecar.display()))?;
     let s = pattern.shape();
     println!(
         "{} ({kind}): {} layers x {} heads x {} x {} -> {} (load {load_s:.2} s, forward {fwd_s:.2} s)",

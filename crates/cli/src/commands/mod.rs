@@ -1,4 +1,5 @@
 //! One module per subcommand: each exposes its clap `Args` (or subcommand enum) and a `run` function.
 
 pub mod analyze;
+pub mod attention;
 pub mod tasks;

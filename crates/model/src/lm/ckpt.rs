@@ -35,30 +35,57 @@ pub fn save_dir(
     let given: HashMap<&str, &Tensor> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut host: Vec<(String, Tensor)> = Vec::with_capacity(expected.len());
     for (name, shape) in expected {
-        let terr = |msg: String| ModelError::Tensor { path: wpath.clone(), name: name.clone(), msg };
-        let t = given.get(name.as_str()).ok_or_else(|| terr("missing".into()))?;
+        let terr = |msg: String| ModelError::Tensor {
+            path: wpath.clone(),
+            name: name.clone(),
+            msg,
+        };
+        let t = given
+            .get(name.as_str())
+            .ok_or_else(|| terr("missing".into()))?;
         if t.dims() != shape.as_slice() {
             return Err(terr(format!("shape {:?}, expected {:?}", t.dims(), shape)));
         }
-        let t = t.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.contiguous()?;
+        let t = t
+            .to_dtype(DType::F32)?
+            .to_device(&Device::Cpu)?
+            .contiguous()?;
         let v = t.flatten_all()?.to_vec1::<f32>()?;
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(terr(format!("refusing to save a non-finite value (flat index {i})")));
+            return Err(terr(format!(
+                "refusing to save a non-finite value (flat index {i})"
+            )));
         }
         host.push((name.clone(), t));
     }
     if given.len() != expected.len() {
-        let known: std::collections::HashSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
-        let extra: Vec<&str> = given.keys().copied().filter(|n| !known.contains(n)).collect();
-        return Err(ModelError::Checkpoint { path: wpath, msg: format!("unexpected tensors: {}", extra.join(", ")) });
+        let known: std::collections::HashSet<&str> =
+            expected.iter().map(|(n, _)| n.as_str()).collect();
+        let extra: Vec<&str> = given
+            .keys()
+            .copied()
+            .filter(|n| !known.contains(n))
+            .collect();
+        return Err(ModelError::Checkpoint {
+            path: wpath,
+            msg: format!("unexpected tensors: {}", extra.join(", ")),
+        });
     }
     let weights = safetensors::tensor::serialize(
         host.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(HashMap::from([("producer".to_string(), format!("hyperlens {}", env!("CARGO_PKG_VERSION")))])),
+        Some(HashMap::from([(
+            "producer".to_string(),
+            format!("hyperlens {}", env!("CARGO_PKG_VERSION")),
+        )])),
     )
-    .map_err(|e| ModelError::Checkpoint { path: wpath.clone(), msg: format!("cannot serialise: {e}") })?;
-    let mut cfg = serde_json::to_vec_pretty(config)
-        .map_err(|source| ModelError::Json { path: dir.join(CONFIG_FILE), source })?;
+    .map_err(|e| ModelError::Checkpoint {
+        path: wpath.clone(),
+        msg: format!("cannot serialise: {e}"),
+    })?;
+    let mut cfg = serde_json::to_vec_pretty(config).map_err(|source| ModelError::Json {
+        path: dir.join(CONFIG_FILE),
+        source,
+    })?;
     cfg.push(b'\n');
     let io = |p: &Path| {
         let p = p.to_path_buf();
@@ -68,9 +95,10 @@ pub fn save_dir(
         write_atomic(&dir.join(WEIGHTS_FILE), &weights)?;
         return write_atomic(&dir.join(CONFIG_FILE), &cfg);
     }
-    let name = dir
-        .file_name()
-        .ok_or_else(|| ModelError::Checkpoint { path: dir.to_path_buf(), msg: "not a valid directory name".into() })?;
+    let name = dir.file_name().ok_or_else(|| ModelError::Checkpoint {
+        path: dir.to_path_buf(),
+        msg: "not a valid directory name".into(),
+    })?;
     let mut tmp_name = name.to_owned();
     tmp_name.push(format!(".tmp-{}", std::process::id()));
     let tmp = dir.with_file_name(tmp_name);
@@ -89,7 +117,10 @@ pub fn save_dir(
 /// [`ModelError::Io`] / [`ModelError::Json`] naming the file.
 pub fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
     let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+        path: path.clone(),
+        source,
+    })?;
     serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })
 }
 
@@ -102,7 +133,11 @@ pub fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
 /// [`ModelError::Checkpoint`] when the weights file is missing or not safetensors, or holds an
 /// unexpected tensor; [`ModelError::Tensor`] naming the file and tensor when one is missing, of
 /// another shape, not a float dtype or not finite.
-pub fn load_dir(dir: &Path, expected: &[(String, Vec<usize>)], device: &Device) -> Result<HashMap<String, Tensor>> {
+pub fn load_dir(
+    dir: &Path,
+    expected: &[(String, Vec<usize>)],
+    device: &Device,
+) -> Result<HashMap<String, Tensor>> {
     let wpath = dir.join(WEIGHTS_FILE);
     let mut store = TensorStore::new(&wpath);
     store.read_safetensors(&wpath)?;
@@ -115,7 +150,10 @@ pub fn load_dir(dir: &Path, expected: &[(String, Vec<usize>)], device: &Device) 
         return Err(ModelError::Tensor {
             path: wpath,
             name: first.clone(),
-            msg: format!("unexpected tensor ({} in all) not described by config.json", extra.len()),
+            msg: format!(
+                "unexpected tensor ({} in all) not described by config.json",
+                extra.len()
+            ),
         });
     }
     Ok(out)

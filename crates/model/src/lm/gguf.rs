@@ -24,7 +24,10 @@ pub(crate) struct GgufMeta<'a> {
 
 impl GgufMeta<'_> {
     fn err(&self, key: &str, msg: &str) -> ModelError {
-        ModelError::Checkpoint { path: self.path.to_path_buf(), msg: format!("metadata `{key}`: {msg}") }
+        ModelError::Checkpoint {
+            path: self.path.to_path_buf(),
+            msg: format!("metadata `{key}`: {msg}"),
+        }
     }
 
     /// An integer value, whatever its stored width; `None` when absent.
@@ -47,7 +50,9 @@ impl GgufMeta<'_> {
             Value::I64(x) => (*x).into(),
             _ => return Err(self.err(key, "expected an integer")),
         };
-        usize::try_from(n).map(Some).map_err(|_| self.err(key, &format!("value {n} out of range")))
+        usize::try_from(n)
+            .map(Some)
+            .map_err(|_| self.err(key, &format!("value {n} out of range")))
     }
 
     /// A required integer value.
@@ -93,10 +98,15 @@ impl GgufMeta<'_> {
 /// [`ModelError::Checkpoint`] naming the file when it cannot be opened or parsed;
 /// [`ModelError::Tensor`] naming the file and tensor when a tensor cannot be read or dequantised.
 pub(crate) fn read_gguf(path: &Path) -> Result<(GgufMeta<'_>, TensorStore)> {
-    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let file = File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut reader = BufReader::new(file);
-    let content = Content::read(&mut reader)
-        .map_err(|e| ModelError::Checkpoint { path: path.to_path_buf(), msg: format!("not a readable GGUF file: {e}") })?;
+    let content = Content::read(&mut reader).map_err(|e| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        msg: format!("not a readable GGUF file: {e}"),
+    })?;
     let mut store = TensorStore::new(path);
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
@@ -106,11 +116,19 @@ pub(crate) fn read_gguf(path: &Path) -> Result<(GgufMeta<'_>, TensorStore)> {
             name: name.clone(),
             msg: format!("cannot read or dequantise: {e}"),
         };
-        let q = content.tensor(&mut reader, name, &Device::Cpu).map_err(terr)?;
+        let q = content
+            .tensor(&mut reader, name, &Device::Cpu)
+            .map_err(terr)?;
         let t = q.dequantize(&Device::Cpu).map_err(terr)?;
         store.insert(name.clone(), t, path);
     }
-    Ok((GgufMeta { path, map: content.metadata }, store))
+    Ok((
+        GgufMeta {
+            path,
+            map: content.metadata,
+        },
+        store,
+    ))
 }
 
 /// Undoes llama.cpp's permutation of query/key projection rows (GGUF layout -> Hugging Face layout).
@@ -137,7 +155,10 @@ pub fn unpermute_qk_rows(w: &Tensor, n_heads: usize) -> Result<Tensor> {
         )));
     }
     let half = rows / n_heads / 2;
-    Ok(w.reshape((n_heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))?)
+    Ok(w.reshape((n_heads, half, 2, cols))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((rows, cols))?)
 }
 
 /// Applies llama.cpp's permutation (Hugging Face layout -> GGUF layout), the inverse of
@@ -151,10 +172,15 @@ pub fn unpermute_qk_rows(w: &Tensor, n_heads: usize) -> Result<Tensor> {
 pub fn permute_qk_rows(w: &Tensor, n_heads: usize) -> Result<Tensor> {
     let (rows, cols) = w.dims2()?;
     if n_heads == 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 {
-        return Err(ModelError::Input(format!("cannot permute {rows} rows into {n_heads} heads of even width")));
+        return Err(ModelError::Input(format!(
+            "cannot permute {rows} rows into {n_heads} heads of even width"
+        )));
     }
     let half = rows / n_heads / 2;
-    Ok(w.reshape((n_heads, 2, half, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))?)
+    Ok(w.reshape((n_heads, 2, half, cols))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((rows, cols))?)
 }
 
 #[cfg(test)]
@@ -167,18 +193,29 @@ mod tests {
         let (nh, d, cols) = (3usize, 6usize, 5usize);
         let hf: Vec<f32> = (0..nh * d * cols).map(|x| x as f32).collect();
         let hf_t = Tensor::from_vec(hf.clone(), (nh * d, cols), &Device::Cpu).unwrap();
-        let g = permute_qk_rows(&hf_t, nh).unwrap().to_vec2::<f32>().unwrap();
+        let g = permute_qk_rows(&hf_t, nh)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
         for h in 0..nh {
             for i in 0..d / 2 {
                 for j in 0..2 {
                     for c in 0..cols {
-                        assert_eq!(g[h * d + 2 * i + j][c], hf[(h * d + j * d / 2 + i) * cols + c]);
+                        assert_eq!(
+                            g[h * d + 2 * i + j][c],
+                            hf[(h * d + j * d / 2 + i) * cols + c]
+                        );
                     }
                 }
             }
         }
         let gt = Tensor::new(g, &Device::Cpu).unwrap();
-        let back = unpermute_qk_rows(&gt, nh).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let back = unpermute_qk_rows(&gt, nh)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         assert_eq!(back, hf);
         assert!(unpermute_qk_rows(&hf_t, 4).is_err());
     }

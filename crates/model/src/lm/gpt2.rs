@@ -10,7 +10,9 @@ use candle_core::{Device, Tensor};
 use ndarray::{s, Array2};
 
 use super::hf::{read_weights, HfConfig};
-use super::weights::{fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn};
+use super::weights::{
+    fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
+};
 use super::{causal_mask, check_tokens, matmul, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
 
@@ -99,10 +101,17 @@ impl Gpt2 {
     /// [`ModelError::Tensor`] naming the file and tensor for a missing or misshapen tensor.
     pub fn from_hf_dir(dir: &Path, device: &Device) -> Result<Self> {
         let cfg = HfConfig::read(dir)?;
-        if !cfg.kind_names().iter().any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model") {
+        if !cfg
+            .kind_names()
+            .iter()
+            .any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model")
+        {
             return Err(cfg.unsupported("model_type / architectures is not gpt2"));
         }
-        if cfg.bool_opt("scale_attn_by_inverse_layer_idx")?.unwrap_or(false) {
+        if cfg
+            .bool_opt("scale_attn_by_inverse_layer_idx")?
+            .unwrap_or(false)
+        {
             return Err(cfg.unsupported("scale_attn_by_inverse_layer_idx"));
         }
         if !cfg.bool_opt("scale_attn_weights")?.unwrap_or(true) {
@@ -130,9 +139,18 @@ impl Gpt2 {
             activation,
         };
         let c = &config;
-        let bad = [("n_embd", c.d_model), ("n_head", c.n_heads), ("n_layer", c.n_layers), ("vocab_size", c.vocab_size), ("n_positions", c.n_ctx)];
+        let bad = [
+            ("n_embd", c.d_model),
+            ("n_head", c.n_heads),
+            ("n_layer", c.n_layers),
+            ("vocab_size", c.vocab_size),
+            ("n_positions", c.n_ctx),
+        ];
         if let Some((k, _)) = bad.iter().find(|(_, v)| *v == 0) {
-            return Err(ModelError::Checkpoint { path: cfg.path.clone(), msg: format!("key `{k}` must be positive") });
+            return Err(ModelError::Checkpoint {
+                path: cfg.path.clone(),
+                msg: format!("key `{k}` must be positive"),
+            });
         }
         if d_model % c.n_heads != 0 {
             return Err(ModelError::Checkpoint {
@@ -141,13 +159,18 @@ impl Gpt2 {
             });
         }
         let mut store = read_weights(dir)?;
-        let p = if store.contains("transformer.wte.weight") { "transformer." } else { "" };
+        let p = if store.contains("transformer.wte.weight") {
+            "transformer."
+        } else {
+            ""
+        };
         let (dm, f) = (c.d_model, c.d_mlp);
         let wte = store.take(&format!("{p}wte.weight"), &[c.vocab_size, dm], device)?;
         let wpe = store.take(&format!("{p}wpe.weight"), &[c.n_ctx, dm], device)?;
         let mut layers = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
-            let mut t = |n: &str, dims: &[usize]| store.take(&format!("{p}h.{l}.{n}"), dims, device);
+            let mut t =
+                |n: &str, dims: &[usize]| store.take(&format!("{p}h.{l}.{n}"), dims, device);
             layers.push(Gpt2Layer {
                 ln1_w: t("ln_1.weight", &[dm])?,
                 ln1_b: t("ln_1.bias", &[dm])?,
@@ -165,7 +188,9 @@ impl Gpt2 {
         }
         let ln_f_w = store.take(&format!("{p}ln_f.weight"), &[dm], device)?;
         let ln_f_b = store.take(&format!("{p}ln_f.bias"), &[dm], device)?;
-        let lm_head = store.take_opt("lm_head.weight", &[c.vocab_size, dm], device)?.unwrap_or_else(|| wte.clone());
+        let lm_head = store
+            .take_opt("lm_head.weight", &[c.vocab_size, dm], device)?
+            .unwrap_or_else(|| wte.clone());
         let extra: Vec<String> = store
             .remaining()
             .into_iter()
@@ -174,10 +199,23 @@ impl Gpt2 {
         if !extra.is_empty() {
             return Err(ModelError::Checkpoint {
                 path: store.path().to_path_buf(),
-                msg: format!("unsupported: unexpected tensors for a GPT-2 model: {}", extra.join(", ")),
+                msg: format!(
+                    "unsupported: unexpected tensors for a GPT-2 model: {}",
+                    extra.join(", ")
+                ),
             });
         }
-        Ok(Self { config, wte, wpe, layers, ln_f_w, ln_f_b, lm_head, device: device.clone(), source: dir.to_path_buf() })
+        Ok(Self {
+            config,
+            wte,
+            wpe,
+            layers,
+            ln_f_w,
+            ln_f_b,
+            lm_head,
+            device: device.clone(),
+            source: dir.to_path_buf(),
+        })
     }
 
     /// The model's hyper-parameters.
@@ -212,14 +250,21 @@ impl Gpt2 {
         let eps = c.ln_eps as f32;
         let mask = causal_mask(t, &self.device)?;
         let scale = 1.0 / (d as f64).sqrt();
-        let emb = self.wte.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, dm))?;
+        let emb = self
+            .wte
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, dm))?;
         let mut h = emb.broadcast_add(&self.wpe.narrow(0, 0, t)?)?;
         let mut patterns = Vec::new();
         for layer in &self.layers {
             let x = candle_nn::ops::layer_norm(&h, &layer.ln1_w, &layer.ln1_b, eps)?;
             let qkv = matmul(&x, &layer.c_attn_w)?.broadcast_add(&layer.c_attn_b)?;
             let part = |i: usize| -> Result<Tensor> {
-                Ok(qkv.narrow(2, i * dm, dm)?.reshape((b, t, hh, d))?.transpose(1, 2)?.contiguous()?)
+                Ok(qkv
+                    .narrow(2, i * dm, dm)?
+                    .reshape((b, t, hh, d))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
             };
             let (q, k, v) = (part(0)?, part(1)?, part(2)?);
             let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
@@ -240,7 +285,10 @@ impl Gpt2 {
         }
         let h = candle_nn::ops::layer_norm(&h, &self.ln_f_w, &self.ln_f_b, eps)?;
         let logits = matmul_t(&h, &self.lm_head)?;
-        Ok(LmOutput { logits, patterns: capture.then_some(patterns) })
+        Ok(LmOutput {
+            logits,
+            patterns: capture.then_some(patterns),
+        })
     }
 
     /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] =
@@ -287,7 +335,10 @@ impl Gpt2 {
         }
         let w_e = to_array2(&self.wte)?;
         let w_pos = to_array2(&self.wpe)?;
-        let mut w_u = to_array2(&self.lm_head)?.reversed_axes().as_standard_layout().into_owned();
+        let mut w_u = to_array2(&self.lm_head)?
+            .reversed_axes()
+            .as_standard_layout()
+            .into_owned();
         let mut b_u = ndarray::Array1::zeros(c.vocab_size);
         if fold_norm {
             let g = to_array1(&self.ln_f_w)?.to_vec();

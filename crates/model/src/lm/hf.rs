@@ -24,16 +24,28 @@ impl HfConfig {
     /// it is not a JSON object.
     pub(crate) fn read(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
-        let v: Value = serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let v: Value = serde_json::from_str(&text).map_err(|source| ModelError::Json {
+            path: path.clone(),
+            source,
+        })?;
         match v {
             Value::Object(json) => Ok(Self { path, json }),
-            _ => Err(ModelError::Checkpoint { path, msg: "expected a JSON object".into() }),
+            _ => Err(ModelError::Checkpoint {
+                path,
+                msg: "expected a JSON object".into(),
+            }),
         }
     }
 
     fn err(&self, key: &str, msg: &str) -> ModelError {
-        ModelError::Checkpoint { path: self.path.clone(), msg: format!("key `{key}`: {msg}") }
+        ModelError::Checkpoint {
+            path: self.path.clone(),
+            msg: format!("key `{key}`: {msg}"),
+        }
     }
 
     /// A non-negative integer; `None` when absent or null.
@@ -66,7 +78,10 @@ impl HfConfig {
     pub(crate) fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
         match self.json.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| self.err(key, "expected a number")),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(key, "expected a number")),
         }
     }
 
@@ -77,7 +92,10 @@ impl HfConfig {
     pub(crate) fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
         match self.json.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_bool().map(Some).ok_or_else(|| self.err(key, "expected a boolean")),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.err(key, "expected a boolean")),
         }
     }
 
@@ -88,7 +106,10 @@ impl HfConfig {
     pub(crate) fn str_opt(&self, key: &str) -> Result<Option<&str>> {
         match self.json.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_str().map(Some).ok_or_else(|| self.err(key, "expected a string")),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| self.err(key, "expected a string")),
         }
     }
 
@@ -106,7 +127,10 @@ impl HfConfig {
 
     /// An unsupported-feature error naming the file.
     pub(crate) fn unsupported(&self, what: &str) -> ModelError {
-        ModelError::Checkpoint { path: self.path.clone(), msg: format!("unsupported: {what}") }
+        ModelError::Checkpoint {
+            path: self.path.clone(),
+            msg: format!("unsupported: {what}"),
+        }
     }
 }
 
@@ -130,12 +154,21 @@ pub(crate) fn read_weights(dir: &Path) -> Result<TensorStore> {
             msg: "no model.safetensors or model.safetensors.index.json".into(),
         });
     }
-    let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io { path: index.clone(), source })?;
-    let v: Value = serde_json::from_str(&text).map_err(|source| ModelError::Json { path: index.clone(), source })?;
-    let map = v.get("weight_map").and_then(Value::as_object).ok_or_else(|| ModelError::Checkpoint {
+    let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
         path: index.clone(),
-        msg: "no `weight_map` object".into(),
+        source,
     })?;
+    let v: Value = serde_json::from_str(&text).map_err(|source| ModelError::Json {
+        path: index.clone(),
+        source,
+    })?;
+    let map = v
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| ModelError::Checkpoint {
+            path: index.clone(),
+            msg: "no `weight_map` object".into(),
+        })?;
     let mut files = BTreeSet::new();
     for (name, f) in map {
         let f = f.as_str().ok_or_else(|| ModelError::Checkpoint {
@@ -143,7 +176,10 @@ pub(crate) fn read_weights(dir: &Path) -> Result<TensorStore> {
             msg: format!("weight_map entry `{name}` is not a file name"),
         })?;
         if f.contains('/') || f.contains('\\') || f.contains("..") {
-            return Err(ModelError::Checkpoint { path: index.clone(), msg: format!("shard name `{f}` is not a plain file name") });
+            return Err(ModelError::Checkpoint {
+                path: index.clone(),
+                msg: format!("shard name `{f}` is not a plain file name"),
+            });
         }
         files.insert(f.to_string());
     }

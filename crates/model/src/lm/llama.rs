@@ -13,7 +13,9 @@ use ndarray::Array1;
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
 use super::store::TensorStore;
-use super::weights::{fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn};
+use super::weights::{
+    fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
+};
 use super::{causal_mask, check_tokens, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
 
@@ -62,7 +64,9 @@ impl LlamaConfig {
         ];
         for (name, v) in pos {
             if v == 0 {
-                return Err(ModelError::Config(format!("llama: {name} must be positive")));
+                return Err(ModelError::Config(format!(
+                    "llama: {name} must be positive"
+                )));
             }
         }
         if self.n_heads % self.n_kv_heads != 0 {
@@ -72,10 +76,16 @@ impl LlamaConfig {
             )));
         }
         if self.d_head % 2 != 0 {
-            return Err(ModelError::Config(format!("llama: d_head {} must be even for rotary positions", self.d_head)));
+            return Err(ModelError::Config(format!(
+                "llama: d_head {} must be even for rotary positions",
+                self.d_head
+            )));
         }
-        if !(self.rms_eps > 0.0 && self.rms_eps.is_finite()) || !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
-            return Err(ModelError::Config("llama: rms_eps and rope_theta must be positive and finite".into()));
+        let positive = |x: f64| x > 0.0 && x.is_finite();
+        if !positive(self.rms_eps) || !positive(self.rope_theta) {
+            return Err(ModelError::Config(
+                "llama: rms_eps and rope_theta must be positive and finite".into(),
+            ));
         }
         Ok(())
     }
@@ -135,23 +145,34 @@ impl Llama {
     /// tensor.
     pub fn from_gguf(path: &Path, device: &Device) -> Result<Self> {
         let (meta, mut store) = read_gguf(path)?;
-        let unsupported = |msg: String| ModelError::Checkpoint { path: path.to_path_buf(), msg: format!("unsupported: {msg}") };
+        let unsupported = |msg: String| ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: format!("unsupported: {msg}"),
+        };
         let arch = meta.str_opt("general.architecture")?.unwrap_or("");
         if arch != "llama" {
-            return Err(unsupported(format!("general.architecture `{arch}` (supported: llama)")));
+            return Err(unsupported(format!(
+                "general.architecture `{arch}` (supported: llama)"
+            )));
         }
         let key = |k: &str| format!("llama.{k}");
         let n_heads = meta.usize(&key("attention.head_count"))?;
         let d_model = meta.usize(&key("embedding_length"))?;
-        let d_head = meta.usize_opt(&key("attention.key_length"))?.unwrap_or(if n_heads > 0 { d_model / n_heads } else { 0 });
+        let d_head = meta
+            .usize_opt(&key("attention.key_length"))?
+            .unwrap_or(d_model.checked_div(n_heads).unwrap_or(0));
         if let Some(dv) = meta.usize_opt(&key("attention.value_length"))? {
             if dv != d_head {
-                return Err(unsupported(format!("value head width {dv} != key head width {d_head}")));
+                return Err(unsupported(format!(
+                    "value head width {dv} != key head width {d_head}"
+                )));
             }
         }
         if let Some(rd) = meta.usize_opt(&key("rope.dimension_count"))? {
             if rd != d_head {
-                return Err(unsupported(format!("partial rotary embedding ({rd} of {d_head} dimensions)")));
+                return Err(unsupported(format!(
+                    "partial rotary embedding ({rd} of {d_head} dimensions)"
+                )));
             }
         }
         if let Some(s) = meta.str_opt(&key("rope.scaling.type"))? {
@@ -160,23 +181,36 @@ impl Llama {
             }
         }
         if store.contains("rope_freqs.weight") {
-            return Err(unsupported("rotary frequency factors (rope_freqs.weight)".into()));
+            return Err(unsupported(
+                "rotary frequency factors (rope_freqs.weight)".into(),
+            ));
         }
-        let vocab_size = store.dims("token_embd.weight")?.first().copied().unwrap_or(0);
+        let vocab_size = store
+            .dims("token_embd.weight")?
+            .first()
+            .copied()
+            .unwrap_or(0);
         let config = LlamaConfig {
             vocab_size,
             d_model,
             n_layers: meta.usize(&key("block_count"))?,
             n_heads,
-            n_kv_heads: meta.usize_opt(&key("attention.head_count_kv"))?.unwrap_or(n_heads),
+            n_kv_heads: meta
+                .usize_opt(&key("attention.head_count_kv"))?
+                .unwrap_or(n_heads),
             d_head,
             d_mlp: meta.usize(&key("feed_forward_length"))?,
-            rms_eps: meta.f64_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            rms_eps: meta
+                .f64_opt(&key("attention.layer_norm_rms_epsilon"))?
+                .unwrap_or(1e-5),
             rope_theta: meta.f64_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0),
             max_seq_len: meta.usize_opt(&key("context_length"))?.unwrap_or(2048),
             tied_embeddings: !store.contains("output.weight"),
         };
-        config.check().map_err(|e| ModelError::Checkpoint { path: path.to_path_buf(), msg: e.to_string() })?;
+        config.check().map_err(|e| ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
         let names = Names {
             embed: "token_embd.weight".into(),
             norm: "output_norm.weight".into(),
@@ -212,13 +246,19 @@ impl Llama {
     /// [`ModelError::Tensor`] naming the file and tensor for a missing or misshapen tensor.
     pub fn from_hf_dir(dir: &Path, device: &Device) -> Result<Self> {
         let cfg = HfConfig::read(dir)?;
-        if !cfg.kind_names().iter().any(|n| n == "llama" || n == "llamaforcausallm") {
+        if !cfg
+            .kind_names()
+            .iter()
+            .any(|n| n == "llama" || n == "llamaforcausallm")
+        {
             return Err(cfg.unsupported("model_type / architectures is not llama"));
         }
         if cfg.json.get("rope_scaling").is_some_and(|v| !v.is_null()) {
             return Err(cfg.unsupported("rope_scaling"));
         }
-        if cfg.bool_opt("attention_bias")?.unwrap_or(false) || cfg.bool_opt("mlp_bias")?.unwrap_or(false) {
+        if cfg.bool_opt("attention_bias")?.unwrap_or(false)
+            || cfg.bool_opt("mlp_bias")?.unwrap_or(false)
+        {
             return Err(cfg.unsupported("attention_bias / mlp_bias"));
         }
         if let Some(act) = cfg.str_opt("hidden_act")? {
@@ -234,18 +274,27 @@ impl Llama {
             n_layers: cfg.usize("num_hidden_layers")?,
             n_heads,
             n_kv_heads: cfg.usize_opt("num_key_value_heads")?.unwrap_or(n_heads),
-            d_head: cfg.usize_opt("head_dim")?.unwrap_or(if n_heads > 0 { d_model / n_heads } else { 0 }),
+            d_head: cfg
+                .usize_opt("head_dim")?
+                .unwrap_or(d_model.checked_div(n_heads).unwrap_or(0)),
             d_mlp: cfg.usize("intermediate_size")?,
             rms_eps: cfg.f64_opt("rms_norm_eps")?.unwrap_or(1e-6),
             rope_theta: cfg.f64_opt("rope_theta")?.unwrap_or(10_000.0),
             max_seq_len: cfg.usize_opt("max_position_embeddings")?.unwrap_or(2048),
             tied_embeddings: cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false),
         };
-        config.check().map_err(|e| ModelError::Checkpoint { path: cfg.path.clone(), msg: e.to_string() })?;
+        config.check().map_err(|e| ModelError::Checkpoint {
+            path: cfg.path.clone(),
+            msg: e.to_string(),
+        })?;
         let mut store = read_weights(dir)?;
         if config.tied_embeddings {
             // A tied checkpoint may still carry a copy of the embedding as `lm_head.weight`.
-            let _ = store.take_opt("lm_head.weight", &[config.vocab_size, config.d_model], &Device::Cpu)?;
+            let _ = store.take_opt(
+                "lm_head.weight",
+                &[config.vocab_size, config.d_model],
+                &Device::Cpu,
+            )?;
         }
         let names = Names {
             embed: "model.embed_tokens.weight".into(),
@@ -266,7 +315,15 @@ impl Llama {
                 format!("model.layers.{l}.{n}.weight")
             }),
         };
-        Self::build(config, &mut store, &names, false, device, dir, &|n: &str| n.ends_with("rotary_emb.inv_freq"))
+        Self::build(
+            config,
+            &mut store,
+            &names,
+            false,
+            device,
+            dir,
+            &|n: &str| n.ends_with("rotary_emb.inv_freq"),
+        )
     }
 
     fn build(
@@ -303,15 +360,34 @@ impl Llama {
             });
         }
         let norm = store.take(&names.norm, &[dm], device)?;
-        let lm_head = if c.tied_embeddings { embed.clone() } else { store.take(&names.lm_head, &[c.vocab_size, dm], device)? };
-        let extra: Vec<String> = store.remaining().into_iter().filter(|n| !ignorable(n)).collect();
+        let lm_head = if c.tied_embeddings {
+            embed.clone()
+        } else {
+            store.take(&names.lm_head, &[c.vocab_size, dm], device)?
+        };
+        let extra: Vec<String> = store
+            .remaining()
+            .into_iter()
+            .filter(|n| !ignorable(n))
+            .collect();
         if !extra.is_empty() {
             return Err(ModelError::Checkpoint {
                 path: store.path().to_path_buf(),
-                msg: format!("unsupported: unexpected tensors for a Llama model: {}", extra.join(", ")),
+                msg: format!(
+                    "unsupported: unexpected tensors for a Llama model: {}",
+                    extra.join(", ")
+                ),
             });
         }
-        Ok(Self { config, embed, layers, norm, lm_head, device: device.clone(), source: source.to_path_buf() })
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            device: device.clone(),
+            source: source.to_path_buf(),
+        })
     }
 
     /// The model's hyper-parameters.
@@ -365,12 +441,18 @@ impl Llama {
         let (cos, sin) = self.rope_tables(t)?;
         let mask = causal_mask(t, &self.device)?;
         let scale = 1.0 / (d as f64).sqrt();
-        let mut h = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, c.d_model))?;
+        let mut h = self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, c.d_model))?;
         let mut patterns = Vec::new();
         for layer in &self.layers {
             let x = candle_nn::ops::rms_norm(&h, &layer.attn_norm, eps)?;
             let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(matmul_t(&x, w)?.reshape((b, t, n, d))?.transpose(1, 2)?.contiguous()?)
+                Ok(matmul_t(&x, w)?
+                    .reshape((b, t, n, d))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
             };
             let q = candle_nn::rotary_emb::rope(&heads(&layer.w_q, h_)?, &cos, &sin)?;
             let k = candle_nn::rotary_emb::rope(&heads(&layer.w_k, hkv)?, &cos, &sin)?;
@@ -390,7 +472,10 @@ impl Llama {
         }
         let h = candle_nn::ops::rms_norm(&h, &self.norm, eps)?;
         let logits = matmul_t(&h, &self.lm_head)?;
-        Ok(LmOutput { logits, patterns: capture.then_some(patterns) })
+        Ok(LmOutput {
+            logits,
+            patterns: capture.then_some(patterns),
+        })
     }
 
     /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] = q_proj[h*d..(h+1)*d, :]^T`,
@@ -408,7 +493,12 @@ impl Llama {
         let c = &self.config;
         let mut col = HeadCollector::new(c.n_heads, c.d_head, c.d_model);
         for layer in &self.layers {
-            let (q, k, v, o) = (to_array2(&layer.w_q)?, to_array2(&layer.w_k)?, to_array2(&layer.w_v)?, to_array2(&layer.w_o)?);
+            let (q, k, v, o) = (
+                to_array2(&layer.w_q)?,
+                to_array2(&layer.w_k)?,
+                to_array2(&layer.w_v)?,
+                to_array2(&layer.w_o)?,
+            );
             let gain = layer.attn_norm.to_vec1::<f32>()?;
             col.push(
                 &TorchAttn {
@@ -427,7 +517,10 @@ impl Llama {
             );
         }
         let w_e = to_array2(&self.embed)?;
-        let mut w_u = to_array2(&self.lm_head)?.reversed_axes().as_standard_layout().into_owned();
+        let mut w_u = to_array2(&self.lm_head)?
+            .reversed_axes()
+            .as_standard_layout()
+            .into_owned();
         let mut b_u = Array1::zeros(c.vocab_size);
         if fold_norm {
             fold_final_norm(&mut w_u, &mut b_u, &to_array1(&self.norm)?.to_vec(), None);
@@ -468,7 +561,9 @@ fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     let (b, hkv, t, d) = x.dims4()?;
-    Ok(x.unsqueeze(2)?.expand((b, hkv, n_rep, t, d))?.reshape((b, hkv * n_rep, t, d))?)
+    Ok(x.unsqueeze(2)?
+        .expand((b, hkv, n_rep, t, d))?
+        .reshape((b, hkv * n_rep, t, d))?)
 }
 
 #[cfg(test)]
@@ -477,7 +572,10 @@ mod tests {
 
     #[test]
     fn repeat_kv_maps_query_head_to_kv_head_by_integer_division() {
-        let x = Tensor::arange(0f32, 2.0 * 3.0, &Device::Cpu).unwrap().reshape((1, 2, 3, 1)).unwrap();
+        let x = Tensor::arange(0f32, 2.0 * 3.0, &Device::Cpu)
+            .unwrap()
+            .reshape((1, 2, 3, 1))
+            .unwrap();
         let r = repeat_kv(&x, 3).unwrap();
         assert_eq!(r.dims(), &[1, 6, 3, 1]);
         let v = r.flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -504,8 +602,18 @@ mod tests {
             tied_embeddings: true,
         };
         assert!(ok.check().is_ok());
-        assert!(LlamaConfig { n_kv_heads: 2, ..ok.clone() }.check().is_err());
-        assert!(LlamaConfig { d_head: 5, ..ok.clone() }.check().is_err());
+        assert!(LlamaConfig {
+            n_kv_heads: 2,
+            ..ok.clone()
+        }
+        .check()
+        .is_err());
+        assert!(LlamaConfig {
+            d_head: 5,
+            ..ok.clone()
+        }
+        .check()
+        .is_err());
         assert!(LlamaConfig { d_mlp: 0, ..ok }.check().is_err());
     }
 }

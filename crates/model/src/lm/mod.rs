@@ -78,15 +78,26 @@ impl std::fmt::Display for CheckpointKind {
 /// # Errors
 /// [`ModelError::Checkpoint`] naming the path when it does not exist or is none of these kinds.
 pub fn detect(path: &Path) -> Result<CheckpointKind> {
-    let err = |msg: &str| ModelError::Checkpoint { path: path.to_path_buf(), msg: msg.to_string() };
+    let err = |msg: &str| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        msg: msg.to_string(),
+    };
     if path.is_file() {
         let mut magic = [0u8; 4];
-        let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-        let n = f.read(&mut magic).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+        let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let n = f.read(&mut magic).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if n == 4 && &magic == b"GGUF" {
             return Ok(CheckpointKind::Gguf);
         }
-        return Err(err("not a GGUF file (no GGUF magic); expected a .gguf file or a checkpoint directory"));
+        return Err(err(
+            "not a GGUF file (no GGUF magic); expected a .gguf file or a checkpoint directory",
+        ));
     }
     if !path.is_dir() {
         return Err(err("no such file or directory"));
@@ -98,14 +109,22 @@ pub fn detect(path: &Path) -> Result<CheckpointKind> {
     let names = cfg.kind_names();
     if names.iter().any(|n| n == TOKEN_MODEL_TYPE) {
         Ok(CheckpointKind::TokenModel)
-    } else if names.iter().any(|n| n == "llama" || n == "llamaforcausallm") {
+    } else if names
+        .iter()
+        .any(|n| n == "llama" || n == "llamaforcausallm")
+    {
         Ok(CheckpointKind::HfLlama)
-    } else if names.iter().any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model") {
+    } else if names
+        .iter()
+        .any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model")
+    {
         Ok(CheckpointKind::HfGpt2)
     } else {
         Err(ModelError::Checkpoint {
             path: cfg.path.clone(),
-            msg: format!("unsupported model kind {names:?} (supported: {TOKEN_MODEL_TYPE}, llama, gpt2)"),
+            msg: format!(
+                "unsupported model kind {names:?} (supported: {TOKEN_MODEL_TYPE}, llama, gpt2)"
+            ),
         })
     }
 }
@@ -241,7 +260,12 @@ impl LanguageModel {
 pub(crate) fn stack_patterns(pats: &[Tensor], n_heads: usize, t: usize) -> Result<Array4<f32>> {
     let mut data = Vec::with_capacity(pats.len() * n_heads * t * t);
     for p in pats {
-        data.extend(p.get(0)?.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?);
+        data.extend(
+            p.get(0)?
+                .to_device(&Device::Cpu)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        );
     }
     Array4::from_shape_vec((pats.len(), n_heads, t, t), data)
         .map_err(|e| ModelError::Input(format!("attention patterns: {e}")))
@@ -251,22 +275,36 @@ pub(crate) fn stack_patterns(pats: &[Tensor], n_heads: usize, t: usize) -> Resul
 ///
 /// # Shapes
 /// `tokens` [B, T] -> (B, T).
-pub(crate) fn check_tokens(tokens: &Tensor, vocab: usize, max_len: usize) -> Result<(usize, usize)> {
+pub(crate) fn check_tokens(
+    tokens: &Tensor,
+    vocab: usize,
+    max_len: usize,
+) -> Result<(usize, usize)> {
     if tokens.dtype() != DType::U32 {
-        return Err(ModelError::Input(format!("tokens must be u32, got {:?}", tokens.dtype())));
+        return Err(ModelError::Input(format!(
+            "tokens must be u32, got {:?}",
+            tokens.dtype()
+        )));
     }
-    let (b, t) = tokens
-        .dims2()
-        .map_err(|_| ModelError::Input(format!("tokens must be [batch, time], got shape {:?}", tokens.dims())))?;
+    let (b, t) = tokens.dims2().map_err(|_| {
+        ModelError::Input(format!(
+            "tokens must be [batch, time], got shape {:?}",
+            tokens.dims()
+        ))
+    })?;
     if b == 0 || t == 0 {
         return Err(ModelError::Input("empty token batch".into()));
     }
     if t > max_len {
-        return Err(ModelError::Input(format!("sequence of {t} tokens is longer than the model's {max_len}")));
+        return Err(ModelError::Input(format!(
+            "sequence of {t} tokens is longer than the model's {max_len}"
+        )));
     }
     let max = tokens.flatten_all()?.max(0)?.to_scalar::<u32>()?;
     if max as usize >= vocab {
-        return Err(ModelError::Input(format!("token id {max} is out of range for a vocabulary of {vocab}")));
+        return Err(ModelError::Input(format!(
+            "token id {max} is out of range for a vocabulary of {vocab}"
+        )));
     }
     Ok((b, t))
 }
@@ -276,7 +314,15 @@ pub(crate) fn check_tokens(tokens: &Tensor, vocab: usize, max_len: usize) -> Res
 /// # Shapes
 /// -> [T, T] ([query, key]).
 pub(crate) fn causal_mask(t: usize, device: &Device) -> Result<Tensor> {
-    let v: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 }).collect();
+    let v: Vec<f32> = (0..t * t)
+        .map(|i| {
+            if i % t > i / t {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
     Ok(Tensor::from_vec(v, (t, t), device)?)
 }
 
@@ -304,7 +350,10 @@ mod tests {
 
     #[test]
     fn causal_mask_is_zero_on_and_below_the_diagonal() {
-        let m = causal_mask(3, &Device::Cpu).unwrap().to_vec2::<f32>().unwrap();
+        let m = causal_mask(3, &Device::Cpu)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
         for (q, row) in m.iter().enumerate() {
             for (k, v) in row.iter().enumerate() {
                 assert_eq!(*v == 0.0, k <= q);
@@ -317,7 +366,10 @@ mod tests {
         let dev = Device::Cpu;
         let ok = Tensor::new(&[[1u32, 4, 2]], &dev).unwrap();
         assert_eq!(check_tokens(&ok, 5, 3).unwrap(), (1, 3));
-        assert!(check_tokens(&ok, 4, 3).unwrap_err().to_string().contains("token id 4"));
+        assert!(check_tokens(&ok, 4, 3)
+            .unwrap_err()
+            .to_string()
+            .contains("token id 4"));
         assert!(check_tokens(&ok, 5, 2).is_err());
         assert!(check_tokens(&ok.to_dtype(DType::I64).unwrap(), 5, 3).is_err());
         assert!(check_tokens(&Tensor::new(&[1u32, 2], &dev).unwrap(), 5, 3).is_err());

@@ -22,7 +22,11 @@ pub(crate) struct TensorStore {
 impl TensorStore {
     /// An empty store for the checkpoint at `path`.
     pub(crate) fn new(path: &Path) -> Self {
-        Self { path: path.to_path_buf(), sources: HashMap::new(), tensors: HashMap::new() }
+        Self {
+            path: path.to_path_buf(),
+            sources: HashMap::new(),
+            tensors: HashMap::new(),
+        }
     }
 
     /// Adds a tensor read from `file`.
@@ -37,11 +41,16 @@ impl TensorStore {
     /// [`ModelError::Checkpoint`] naming `file` when it cannot be read or parsed.
     pub(crate) fn read_safetensors(&mut self, file: &Path) -> Result<()> {
         if !file.is_file() {
-            return Err(ModelError::Checkpoint { path: file.to_path_buf(), msg: "file not found".into() });
+            return Err(ModelError::Checkpoint {
+                path: file.to_path_buf(),
+                msg: "file not found".into(),
+            });
         }
-        let map = candle_core::safetensors::load(file, &Device::Cpu).map_err(|e| ModelError::Checkpoint {
-            path: file.to_path_buf(),
-            msg: format!("cannot read safetensors: {e}"),
+        let map = candle_core::safetensors::load(file, &Device::Cpu).map_err(|e| {
+            ModelError::Checkpoint {
+                path: file.to_path_buf(),
+                msg: format!("cannot read safetensors: {e}"),
+            }
         })?;
         for (name, t) in map {
             self.insert(name, t, file);
@@ -71,11 +80,18 @@ impl TensorStore {
     }
 
     fn missing(&self, name: &str) -> ModelError {
-        ModelError::Tensor { path: self.path.clone(), name: name.to_string(), msg: "missing".into() }
+        ModelError::Tensor {
+            path: self.path.clone(),
+            name: name.to_string(),
+            msg: "missing".into(),
+        }
     }
 
     fn source(&self, name: &str) -> PathBuf {
-        self.sources.get(name).cloned().unwrap_or_else(|| self.path.clone())
+        self.sources
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| self.path.clone())
     }
 
     /// Removes tensor `name`, checks that its shape is `dims` and that every value is finite, converts
@@ -88,8 +104,15 @@ impl TensorStore {
     /// [`ModelError::Tensor`] naming the file and tensor when it is missing, has another shape, a
     /// non-float dtype, or holds NaN / infinite values.
     pub(crate) fn take(&mut self, name: &str, dims: &[usize], device: &Device) -> Result<Tensor> {
-        let t = self.tensors.remove(name).ok_or_else(|| self.missing(name))?;
-        let err = |msg: String| ModelError::Tensor { path: self.source(name), name: name.to_string(), msg };
+        let t = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| self.missing(name))?;
+        let err = |msg: String| ModelError::Tensor {
+            path: self.source(name),
+            name: name.to_string(),
+            msg,
+        };
         if t.dims() != dims {
             return Err(err(format!("shape {:?}, expected {:?}", t.dims(), dims)));
         }
@@ -98,9 +121,15 @@ impl TensorStore {
             other => return Err(err(format!("dtype {other:?}, expected a float dtype"))),
         }
         let t = t.to_dtype(DType::F32).map_err(|e| err(e.to_string()))?;
-        let values = t.flatten_all().and_then(|f| f.to_vec1::<f32>()).map_err(|e| err(e.to_string()))?;
+        let values = t
+            .flatten_all()
+            .and_then(|f| f.to_vec1::<f32>())
+            .map_err(|e| err(e.to_string()))?;
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(err(format!("non-finite value {} at flat index {i}", values[i])));
+            return Err(err(format!(
+                "non-finite value {} at flat index {i}",
+                values[i]
+            )));
         }
         drop(values);
         t.to_device(device).map_err(|e| err(e.to_string()))
@@ -110,7 +139,12 @@ impl TensorStore {
     ///
     /// # Errors
     /// As [`TensorStore::take`] for a tensor that is present.
-    pub(crate) fn take_opt(&mut self, name: &str, dims: &[usize], device: &Device) -> Result<Option<Tensor>> {
+    pub(crate) fn take_opt(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
         if self.contains(name) {
             self.take(name, dims, device).map(Some)
         } else {
@@ -134,17 +168,35 @@ mod tests {
     fn take_checks_presence_shape_and_finiteness() {
         let mut s = TensorStore::new(Path::new("ckpt.safetensors"));
         let dev = Device::Cpu;
-        s.insert("a".into(), Tensor::zeros((2, 3), DType::F32, &dev).unwrap(), Path::new("f1"));
-        s.insert("b".into(), Tensor::new(&[1.0f32, f32::NAN], &dev).unwrap(), Path::new("f2"));
-        s.insert("c".into(), Tensor::new(&[1u32, 2], &dev).unwrap(), Path::new("f3"));
+        s.insert(
+            "a".into(),
+            Tensor::zeros((2, 3), DType::F32, &dev).unwrap(),
+            Path::new("f1"),
+        );
+        s.insert(
+            "b".into(),
+            Tensor::new(&[1.0f32, f32::NAN], &dev).unwrap(),
+            Path::new("f2"),
+        );
+        s.insert(
+            "c".into(),
+            Tensor::new(&[1u32, 2], &dev).unwrap(),
+            Path::new("f3"),
+        );
         let e = s.take("a", &[3, 2], &dev).unwrap_err().to_string();
-        assert!(e.contains("f1") && e.contains("`a`") && e.contains("[2, 3]"), "{e}");
+        assert!(
+            e.contains("f1") && e.contains("`a`") && e.contains("[2, 3]"),
+            "{e}"
+        );
         let e = s.take("b", &[2], &dev).unwrap_err().to_string();
         assert!(e.contains("f2") && e.contains("non-finite"), "{e}");
         let e = s.take("c", &[2], &dev).unwrap_err().to_string();
         assert!(e.contains("dtype"), "{e}");
         let e = s.take("zz", &[2], &dev).unwrap_err().to_string();
-        assert!(e.contains("ckpt.safetensors") && e.contains("`zz`") && e.contains("missing"), "{e}");
+        assert!(
+            e.contains("ckpt.safetensors") && e.contains("`zz`") && e.contains("missing"),
+            "{e}"
+        );
         assert!(s.take_opt("zz", &[1], &dev).unwrap().is_none());
         assert!(s.remaining().is_empty());
     }

@@ -16,7 +16,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::ckpt::{load_dir, read_config_json, save_dir};
-use super::weights::{fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn};
+use super::weights::{
+    fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
+};
 use super::{check_tokens, matmul, LmOutput};
 use crate::attention;
 use crate::error::{ModelError, Result};
@@ -94,7 +96,9 @@ impl TokenConfig {
         ];
         for (name, v) in sizes {
             if v == 0 {
-                return Err(ModelError::Config(format!("token model: `{name}` must be positive")));
+                return Err(ModelError::Config(format!(
+                    "token model: `{name}` must be positive"
+                )));
             }
         }
         Ok(())
@@ -110,8 +114,10 @@ impl TokenConfig {
     /// `unembed.W_U [D, V]`, `unembed.b_U [V]`.
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
         let (dm, h, d, v) = (self.d_model, self.n_heads, self.d_head, self.vocab_size);
-        let mut out: Vec<(String, Vec<usize>)> =
-            vec![("embed.W_E".into(), vec![v, dm]), ("pos_embed.W_pos".into(), vec![self.n_ctx, dm])];
+        let mut out: Vec<(String, Vec<usize>)> = vec![
+            ("embed.W_E".into(), vec![v, dm]),
+            ("pos_embed.W_pos".into(), vec![self.n_ctx, dm]),
+        ];
         for l in 0..self.n_layers {
             let p = |s: &str| format!("blocks.{l}.{s}");
             if self.layer_norm {
@@ -148,7 +154,10 @@ impl TokenConfig {
 
     /// Total number of parameters.
     pub fn n_params(&self) -> usize {
-        self.tensor_shapes().iter().map(|(_, s)| s.iter().product::<usize>()).sum()
+        self.tensor_shapes()
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum()
     }
 
     /// The config as it is written to `config.json` (with `model_type` = [`TOKEN_MODEL_TYPE`]).
@@ -156,9 +165,13 @@ impl TokenConfig {
     /// # Errors
     /// [`ModelError::Input`] if serialisation fails.
     pub fn to_json(&self) -> Result<serde_json::Value> {
-        let mut v = serde_json::to_value(self).map_err(|e| ModelError::Input(format!("token config: {e}")))?;
+        let mut v = serde_json::to_value(self)
+            .map_err(|e| ModelError::Input(format!("token config: {e}")))?;
         if let serde_json::Value::Object(m) = &mut v {
-            m.insert("model_type".into(), serde_json::Value::String(TOKEN_MODEL_TYPE.into()));
+            m.insert(
+                "model_type".into(),
+                serde_json::Value::String(TOKEN_MODEL_TYPE.into()),
+            );
         }
         Ok(v)
     }
@@ -180,8 +193,14 @@ impl TokenConfig {
                 msg: format!("`model_type` is {ty:?}, expected \"{TOKEN_MODEL_TYPE}\""),
             });
         }
-        let c: Self = serde_json::from_value(v).map_err(|source| ModelError::Json { path: path.to_path_buf(), source })?;
-        c.check().map_err(|e| ModelError::Checkpoint { path: path.to_path_buf(), msg: e.to_string() })?;
+        let c: Self = serde_json::from_value(v).map_err(|source| ModelError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        c.check().map_err(|e| ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
         Ok(c)
     }
 }
@@ -264,12 +283,19 @@ impl TokenModel {
             };
             let t = vb.get_with_hints(shape, &name, hint)?;
             if t.dtype() != DType::F32 {
-                return Err(ModelError::Input(format!("tensor `{name}` has dtype {:?}, expected f32", t.dtype())));
+                return Err(ModelError::Input(format!(
+                    "tensor `{name}` has dtype {:?}, expected f32",
+                    t.dtype()
+                )));
             }
             map.insert(name.clone(), t.clone());
             params.push((name, t));
         }
-        let p = |n: String| map.get(&n).cloned().ok_or_else(|| ModelError::Input(format!("missing tensor `{n}`")));
+        let p = |n: String| {
+            map.get(&n)
+                .cloned()
+                .ok_or_else(|| ModelError::Input(format!("missing tensor `{n}`")))
+        };
         let ln = |prefix: String| -> Result<Option<(Tensor, Tensor)>> {
             if config.layer_norm {
                 Ok(Some((p(format!("{prefix}.w"))?, p(format!("{prefix}.b"))?)))
@@ -292,8 +318,16 @@ impl TokenModel {
                 b_v: a("b_V")?,
                 w_o: a("W_O")?,
                 b_o: a("b_O")?,
-                ln2: if has_mlp { ln(format!("blocks.{l}.ln2"))? } else { None },
-                mlp: if has_mlp { Some([m("W_in")?, m("b_in")?, m("W_out")?, m("b_out")?]) } else { None },
+                ln2: if has_mlp {
+                    ln(format!("blocks.{l}.ln2"))?
+                } else {
+                    None
+                },
+                mlp: if has_mlp {
+                    Some([m("W_in")?, m("b_in")?, m("W_out")?, m("b_out")?])
+                } else {
+                    None
+                },
             });
         }
         Ok(Self {
@@ -313,7 +347,11 @@ impl TokenModel {
     ///
     /// # Errors
     /// [`ModelError::Config`] for an invalid config; candle errors.
-    pub fn init_tensors(config: &TokenConfig, seed: u64, device: &Device) -> Result<Vec<(String, Tensor)>> {
+    pub fn init_tensors(
+        config: &TokenConfig,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Vec<(String, Tensor)>> {
         config.check()?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         config
@@ -326,7 +364,9 @@ impl TokenModel {
                         .map(|_| {
                             let u1: f64 = rng.gen::<f64>().max(f64::MIN_POSITIVE);
                             let u2: f64 = rng.gen();
-                            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std) as f32
+                            ((-2.0 * u1.ln()).sqrt()
+                                * (2.0 * std::f64::consts::PI * u2).cos()
+                                * std) as f32
                         })
                         .collect(),
                     None => vec![init_const(&name) as f32; n],
@@ -358,7 +398,10 @@ impl TokenModel {
     ) -> Result<(Self, VarMap)> {
         let varmap = VarMap::new();
         {
-            let mut data = varmap.data().lock().map_err(|_| ModelError::Input("VarMap lock poisoned".into()))?;
+            let mut data = varmap
+                .data()
+                .lock()
+                .map_err(|_| ModelError::Input("VarMap lock poisoned".into()))?;
             for (name, t) in tensors {
                 let t = t.to_device(device)?.to_dtype(DType::F32)?;
                 data.insert(name, Var::from_tensor(&t)?);
@@ -367,7 +410,10 @@ impl TokenModel {
         let model = Self::new(config, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
         let n = varmap.all_vars().len();
         if n != model.params.len() {
-            return Err(ModelError::Input(format!("{n} tensors given, the config has {} parameters", model.params.len())));
+            return Err(ModelError::Input(format!(
+                "{n} tensors given, the config has {} parameters",
+                model.params.len()
+            )));
         }
         Ok((model, varmap))
     }
@@ -376,8 +422,15 @@ impl TokenModel {
     ///
     /// # Errors
     /// As [`TokenModel::new`].
-    pub fn from_tensors(config: &TokenConfig, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Self> {
-        Self::new(config, VarBuilder::from_tensors(tensors, DType::F32, device))
+    pub fn from_tensors(
+        config: &TokenConfig,
+        tensors: HashMap<String, Tensor>,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::new(
+            config,
+            VarBuilder::from_tensors(tensors, DType::F32, device),
+        )
     }
 
     /// Loads a checkpoint directory written by [`TokenModel::save`] (checked: every tensor present,
@@ -386,7 +439,10 @@ impl TokenModel {
     /// # Errors
     /// As [`super::ckpt::load_dir`] and [`TokenConfig::from_json`]; errors name the file and tensor.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
-        let config = TokenConfig::from_json(read_config_json(dir)?, &dir.join(crate::checkpoint::CONFIG_FILE))?;
+        let config = TokenConfig::from_json(
+            read_config_json(dir)?,
+            &dir.join(crate::checkpoint::CONFIG_FILE),
+        )?;
         let tensors = load_dir(dir, &config.tensor_shapes(), device)?;
         Self::from_tensors(&config, tensors, device)
     }
@@ -396,7 +452,12 @@ impl TokenModel {
     /// # Errors
     /// As [`super::ckpt::save_dir`].
     pub fn save(&self, dir: &Path) -> Result<()> {
-        save_dir(dir, &self.config.to_json()?, &self.config.tensor_shapes(), &self.params)
+        save_dir(
+            dir,
+            &self.config.to_json()?,
+            &self.config.tensor_shapes(),
+            &self.params,
+        )
     }
 
     /// The configuration.
@@ -435,21 +496,36 @@ impl TokenModel {
     ///
     /// # Errors
     /// As [`TokenModel::forward`]; [`ModelError::Input`] when `p` is not in [0, 1).
-    pub fn forward_train<R: Rng + ?Sized>(&self, tokens: &Tensor, p: f64, rng: &mut R, capture: bool) -> Result<LmOutput> {
+    pub fn forward_train<R: Rng + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        p: f64,
+        rng: &mut R,
+        capture: bool,
+    ) -> Result<LmOutput> {
         if !(0.0..1.0).contains(&p) {
-            return Err(ModelError::Input(format!("attention dropout rate must be in [0, 1), got {p}")));
+            return Err(ModelError::Input(format!(
+                "attention dropout rate must be in [0, 1), got {p}"
+            )));
         }
         if p == 0.0 {
             return self.forward_with(tokens, None, capture);
         }
-        let t = tokens.dim(1).map_err(|_| ModelError::Input("tokens must be [batch, time]".into()))?;
+        let t = tokens
+            .dim(1)
+            .map_err(|_| ModelError::Input("tokens must be [batch, time]".into()))?;
         let masks = (0..self.blocks.len())
             .map(|_| attention::dropout_mask(t, t, p, rng, &self.device))
             .collect::<Result<Vec<_>>>()?;
         self.forward_with(tokens, Some(&masks), capture)
     }
 
-    fn forward_with(&self, tokens: &Tensor, dropout: Option<&[Tensor]>, capture: bool) -> Result<LmOutput> {
+    fn forward_with(
+        &self,
+        tokens: &Tensor,
+        dropout: Option<&[Tensor]>,
+        capture: bool,
+    ) -> Result<LmOutput> {
         let c = &self.config;
         let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
         let tokens = tokens.to_device(&self.device)?;
@@ -461,7 +537,10 @@ impl TokenModel {
                 None => Ok(x.clone()),
             }
         };
-        let emb = self.w_e.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, dm))?;
+        let emb = self
+            .w_e
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, dm))?;
         let mut h = emb.broadcast_add(&self.w_pos.narrow(0, 0, t)?)?;
         let mut patterns = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
@@ -472,13 +551,18 @@ impl TokenModel {
                 let y = matmul(&x, &w2)?.broadcast_add(&bias.reshape(hh * d)?)?;
                 Ok(y.reshape((b, t, hh, d))?.transpose(1, 2)?.contiguous()?)
             };
-            let (q, k, v) = (project(&blk.w_q, &blk.b_q)?, project(&blk.w_k, &blk.b_k)?, project(&blk.w_v, &blk.b_v)?);
+            let (q, k, v) = (
+                project(&blk.w_q, &blk.b_q)?,
+                project(&blk.w_k, &blk.b_k)?,
+                project(&blk.w_v, &blk.b_v)?,
+            );
             let drop = dropout.and_then(|m| m.get(l));
             let (o, a) = attention::mix(&q, &k, &v, None, Some(&mask), c.mixer, drop)?;
             if capture {
                 patterns.push(a);
             }
-            let out = matmul(&o.reshape((b, t, hh * d))?, &blk.w_o.reshape((hh * d, dm))?)?.broadcast_add(&blk.b_o)?;
+            let out = matmul(&o.reshape((b, t, hh * d))?, &blk.w_o.reshape((hh * d, dm))?)?
+                .broadcast_add(&blk.b_o)?;
             h = (h + out)?;
             if let Some([w_in, b_in, w_out, b_out]) = &blk.mlp {
                 let x = ln(&h, &blk.ln2)?;
@@ -488,7 +572,10 @@ impl TokenModel {
         }
         let h = ln(&h, &self.ln_final)?;
         let logits = matmul(&h, &self.w_u)?.broadcast_add(&self.b_u)?;
-        Ok(LmOutput { logits, patterns: capture.then_some(patterns) })
+        Ok(LmOutput {
+            logits,
+            patterns: capture.then_some(patterns),
+        })
     }
 
     /// Exports per-head weights ([`HeadWeights`]); the parameters are already in TransformerLens
@@ -505,11 +592,17 @@ impl TokenModel {
         let (hh, d, dm) = (c.n_heads, c.d_head, c.d_model);
         let mut col = HeadCollector::new(hh, d, dm);
         // [H, D, d] -> torch layout [H*d, D]
-        let torch = |w: &Tensor| -> Result<Array2<f32>> { to_array2(&w.permute((0, 2, 1))?.reshape((hh * d, dm))?) };
+        let torch = |w: &Tensor| -> Result<Array2<f32>> {
+            to_array2(&w.permute((0, 2, 1))?.reshape((hh * d, dm))?)
+        };
         for blk in &self.blocks {
             let (q, k, v) = (torch(&blk.w_q)?, torch(&blk.w_k)?, torch(&blk.w_v)?);
             let o = to_array2(&blk.w_o.reshape((hh * d, dm))?)?.reversed_axes();
-            let (bq, bk, bv) = (blk.b_q.flatten_all()?.to_vec1::<f32>()?, blk.b_k.flatten_all()?.to_vec1::<f32>()?, blk.b_v.flatten_all()?.to_vec1::<f32>()?);
+            let (bq, bk, bv) = (
+                blk.b_q.flatten_all()?.to_vec1::<f32>()?,
+                blk.b_k.flatten_all()?.to_vec1::<f32>()?,
+                blk.b_v.flatten_all()?.to_vec1::<f32>()?,
+            );
             let bo = blk.b_o.to_vec1::<f32>()?;
             let (g, beta) = match (&blk.ln1, fold_norm) {
                 (Some((g, b)), true) => (Some(g.to_vec1::<f32>()?), Some(b.to_vec1::<f32>()?)),
@@ -534,9 +627,19 @@ impl TokenModel {
         let mut w_u = to_array2(&self.w_u)?;
         let mut b_u = to_array1(&self.b_u)?;
         if let (Some((g, beta)), true) = (&self.ln_final, fold_norm) {
-            fold_final_norm(&mut w_u, &mut b_u, &g.to_vec1::<f32>()?, Some(&beta.to_vec1::<f32>()?));
+            fold_final_norm(
+                &mut w_u,
+                &mut b_u,
+                &g.to_vec1::<f32>()?,
+                Some(&beta.to_vec1::<f32>()?),
+            );
         }
         debug_assert_eq!(w_u.len_of(Axis(1)), c.vocab_size);
-        col.finish(to_array2(&self.w_e)?, Some(to_array2(&self.w_pos)?), w_u, b_u)
+        col.finish(
+            to_array2(&self.w_e)?,
+            Some(to_array2(&self.w_pos)?),
+            w_u,
+            b_u,
+        )
     }
 }

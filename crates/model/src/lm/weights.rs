@@ -164,7 +164,11 @@ impl HeadCollector {
         let n_rep = hh / n_kv_heads.max(1);
         let gain = |i: usize| a.gain.map_or(1.0, |g| g[i]);
         // (input-row matrix [rows, D], bias, output W [L,H,D,d], output b [L,H,d], head -> row block)
-        let put = |w: &ArrayView2<'_, f32>, b: Option<&[f32]>, ow: &mut Vec<f32>, ob: &mut Vec<f32>, kv: bool| {
+        let put = |w: &ArrayView2<'_, f32>,
+                   b: Option<&[f32]>,
+                   ow: &mut Vec<f32>,
+                   ob: &mut Vec<f32>,
+                   kv: bool| {
             for h in 0..hh {
                 let blk = if kv { h / n_rep } else { h };
                 for i in 0..dm {
@@ -231,7 +235,12 @@ impl HeadCollector {
 ///
 /// # Shapes
 /// `w_u` [D, V], `b_u` [V], `gain` and `beta` [D].
-pub(crate) fn fold_final_norm(w_u: &mut Array2<f32>, b_u: &mut Array1<f32>, gain: &[f32], beta: Option<&[f32]>) {
+pub(crate) fn fold_final_norm(
+    w_u: &mut Array2<f32>,
+    b_u: &mut Array1<f32>,
+    gain: &[f32],
+    beta: Option<&[f32]>,
+) {
     if let Some(beta) = beta {
         for (i, row) in w_u.outer_iter().enumerate() {
             b_u.scaled_add(beta[i], &row);

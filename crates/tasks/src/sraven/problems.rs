@@ -255,6 +255,9 @@ pub(crate) fn generate(
 /// spec/sraven.md, "Known quirk"). `unpermuted = true` gives the same problems as `false` but with
 /// identity column permutations (the latent-code analysis uses them).
 ///
+/// # Shapes
+/// Returns `x` [n, T, M], `y` and `rules` [n, F], `perms` [n, 3, F] (see [`ProblemSet`]).
+///
 /// # Errors
 /// [`TasksError::InvalidSplit`] if the split is invalid or `set` has no task (e.g. OOD with a 0 %
 /// hold-out).
@@ -324,6 +327,10 @@ impl TrainStream {
     }
 
     /// The next batch of `batch` problems (permuted, ID tasks); advances the position by one.
+    ///
+    /// # Shapes
+    /// Returns `x` [batch, T, M], `y` and `rules` [batch, F], `perms` [batch, 3, F] (see
+    /// [`ProblemSet`]); 0 problems if the split failed its check.
     pub fn next_batch(&mut self, batch: usize) -> ProblemSet {
         let n = if self.valid { batch } else { 0 };
         let mut rng = rng::stream(self.seed, Domain::SravenTrain, 0, self.position);

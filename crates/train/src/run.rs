@@ -1,0 +1,477 @@
+//! The training loop: a run directory, the paper's optimiser and schedule, periodic logging,
+//! evaluation and checkpoints, and exact resumption.
+//!
+//! A run directory holds
+//! - `config.json` + `model.safetensors`: the model crate's checkpoint of the latest weights (so the
+//!   directory itself is a checkpoint for `hyperlens eval` and the probes);
+//! - `optimizer.safetensors`: AdamW moments `m.{name}`, `v.{name}` and the update count `step`;
+//! - `train_state.json`: the settings, the step, the data-stream position, the timings and a hash of
+//!   the weights saved with them (written last, so a checkpoint interrupted half-way is detected);
+//! - `metrics.csv`: one row per logging interval and per evaluation;
+//! - `train.json`: at the end, exactly how the model was trained and its final ID / OOD metrics.
+//!
+//! Exactness: batch `i` depends only on `(seed, i)` (the tasks crate's streams), the dropout masks of
+//! update `i` only on `(seed, i)` ([`dropout_rng`]), and the optimiser moments are saved bit for bit, so
+//! on the same device a resumed run ends with the same weights as an uninterrupted one.
+
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::job::Job;
+use crate::metrics::{Evaluation, MetricsLog, MetricsRow};
+use crate::optim::{AdamW, AdamWParams};
+use crate::schedule::WarmupCosine;
+use crate::settings::{TrainSettings, TrainTask};
+use crate::state::{
+    dropout_rng, file_hash, load_optimizer, save_optimizer, write_json, Session, TrainState, RECORD_FILE,
+    STATE_FILE, VERSION,
+};
+
+/// How to run: the device and whether to continue an existing run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunOptions {
+    /// The compute device.
+    pub device: hyperlens_model::Device,
+    /// Continue the run in the output directory (it must hold `train_state.json`).
+    pub resume: bool,
+}
+
+/// What the loop reports to its caller's callback (for a progress bar, a log, or to stop early).
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// The run is about to train from update `step` of `total`.
+    Start {
+        /// First update of this session.
+        step: u64,
+        /// Total updates of the run.
+        total: u64,
+        /// Parameters of the model.
+        n_params: usize,
+    },
+    /// Update `step` (0-based) was applied with learning rate `lr`.
+    Step {
+        /// The update just applied.
+        step: u64,
+        /// Total updates of the run.
+        total: u64,
+        /// Its learning rate.
+        lr: f64,
+    },
+    /// A row was appended to `metrics.csv`.
+    Row(&'a MetricsRow),
+    /// The model was evaluated.
+    Evaluated(&'a Evaluation),
+    /// A checkpoint was written after `step` updates.
+    Checkpoint {
+        /// Updates done.
+        step: u64,
+    },
+}
+
+/// `train.json`: exactly how a model was trained, and how it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainRecord {
+    /// hyperlens version.
+    pub hyperlens_version: String,
+    /// The task.
+    pub task: TrainTask,
+    /// The mixer.
+    pub mixer: hyperlens_model::Mixer,
+    /// The split.
+    pub split: String,
+    /// The run seed.
+    pub seed: u64,
+    /// Updates done.
+    pub steps: u64,
+    /// Batch size.
+    pub batch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Weight decay.
+    pub weight_decay: f64,
+    /// Warm-up steps.
+    pub warmup: u64,
+    /// Attention dropout.
+    pub dropout: f64,
+    /// Device of the last session.
+    pub device: String,
+    /// Wall-clock seconds over all sessions (including evaluation and checkpoints).
+    pub wall_time_s: f64,
+    /// Seconds in training steps over all sessions.
+    pub train_time_s: f64,
+    /// Training updates per second (`steps / train_time_s`).
+    pub steps_per_s: f64,
+    /// What the `metric` fields of the evaluation hold.
+    pub metric: String,
+    /// Final evaluation (ID, OOD, extras).
+    pub final_eval: Evaluation,
+    /// Number of parameters.
+    pub n_params: usize,
+    /// The model's `config.json`.
+    pub model: serde_json::Value,
+    /// The optimiser's hyper-parameters.
+    pub optimizer: AdamWParams,
+    /// The learning-rate schedule.
+    pub schedule: WarmupCosine,
+    /// Every setting of the run.
+    pub settings: TrainSettings,
+    /// Sessions (fresh start and resumes).
+    pub sessions: Vec<Session>,
+}
+
+/// The result of [`train`].
+#[derive(Debug, Clone)]
+pub struct TrainOutcome {
+    /// Updates done when the session ended.
+    pub step: u64,
+    /// Whether the run reached its total (`false` when the callback stopped it; resume it later).
+    pub completed: bool,
+    /// The last evaluation of the session, if any.
+    pub last_eval: Option<Evaluation>,
+    /// `train.json`, when completed.
+    pub record: Option<TrainRecord>,
+}
+
+/// Settings that may change when resuming (they do not change the trajectory of the weights).
+fn with_cadence_of(stored: &TrainSettings, given: &TrainSettings) -> TrainSettings {
+    TrainSettings {
+        eval_every: given.eval_every,
+        eval_n: given.eval_n,
+        eval_seed: given.eval_seed,
+        checkpoint_every: given.checkpoint_every,
+        log_every: given.log_every,
+        ..stored.clone()
+    }
+}
+
+/// The first top-level field in which two settings differ.
+fn first_difference(a: &TrainSettings, b: &TrainSettings) -> String {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(a), serde_json::to_value(b))
+    else {
+        return "settings".into();
+    };
+    a.iter()
+        .find(|(k, v)| b.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k} (run: {v}, given: {})", b.get(k).cloned().unwrap_or_default()))
+        .unwrap_or_else(|| "settings".into())
+}
+
+fn make_job(settings: &TrainSettings, dir: Option<&Path>, device: &candle_core::Device) -> Result<Box<dyn Job>> {
+    Ok(match (settings.task, dir) {
+        (TrainTask::Sraven, None) => Box::new(crate::sraven::SravenJob::fresh(settings, device)?),
+        (TrainTask::Sraven, Some(d)) => Box::new(crate::sraven::SravenJob::resume(settings, d, device)?),
+        (TrainTask::Logic, None) => Box::new(crate::logic::LogicJob::fresh(settings, device)?),
+        (TrainTask::Logic, Some(d)) => Box::new(crate::logic::LogicJob::resume(settings, d, device)?),
+        (TrainTask::Induction, None) => Box::new(crate::induction::InductionJob::fresh(settings, device)?),
+        (TrainTask::Induction, Some(d)) => Box::new(crate::induction::InductionJob::resume(settings, d, device)?),
+    })
+}
+
+fn threads() -> String {
+    std::env::var("CANDLE_NUM_THREADS").unwrap_or_default()
+}
+
+/// Trains a model into the run directory `out` (see the module docs for its files), or continues the
+/// run there with `options.resume`. `on_event` is called at every update, row, evaluation and
+/// checkpoint; returning `ControlFlow::Break` stops the run at the end of the current update after
+/// writing a checkpoint (continue it later with `resume`).
+///
+/// Recipe (`spec/models.md`, "Training recipe"): [`AdamW`] with decoupled weight decay on parameters
+/// of 2 or more dimensions, the [`WarmupCosine`] schedule, attention dropout on the normalised scores,
+/// a fresh batch every update, the paper's initialisation.
+///
+/// # Errors
+/// [`TrainError::InvalidParam`] for bad settings, a non-empty `out` without `resume`, or a parameter
+/// that receives no gradient; [`TrainError::Resume`] if the run cannot be continued (missing or
+/// inconsistent files, settings that change the trajectory, a finished run); [`TrainError::Diverged`]
+/// if the loss is not finite; model, task, tensor and I/O errors.
+pub fn train<F>(out: &Path, settings: &TrainSettings, options: &RunOptions, mut on_event: F) -> Result<TrainOutcome>
+where
+    F: FnMut(&Event<'_>) -> ControlFlow<()>,
+{
+    settings.check()?;
+    let session_start = Instant::now();
+    let device = options.device.to_candle()?;
+    let params = AdamWParams { weight_decay: settings.weight_decay, ..AdamWParams::default() };
+    let schedule = WarmupCosine::paper(settings.lr, settings.warmup, settings.steps);
+    schedule.check()?;
+    let io = |p: &Path| {
+        let p = p.display().to_string();
+        move |source| TrainError::Io { path: p, source }
+    };
+
+    let (mut state, mut job, mut opt) = if options.resume {
+        let stored = TrainState::read(out)?;
+        let merged = with_cadence_of(&stored.settings, settings);
+        if &merged != settings {
+            return Err(TrainError::Resume(format!(
+                "{}: the run was started with different settings: {}",
+                out.join(STATE_FILE).display(),
+                first_difference(&merged, settings)
+            )));
+        }
+        if stored.step >= settings.steps {
+            return Err(TrainError::Resume(format!(
+                "{}: the run is already complete ({} of {} steps)",
+                out.display(),
+                stored.step,
+                settings.steps
+            )));
+        }
+        let weights = out.join(hyperlens_model::checkpoint::WEIGHTS_FILE);
+        if file_hash(&weights)? != stored.weights_hash {
+            return Err(TrainError::Resume(format!(
+                "{} does not match {} (a checkpoint was interrupted while being written)",
+                weights.display(),
+                STATE_FILE
+            )));
+        }
+        let job = make_job(settings, Some(out), &device)?;
+        let mut opt = AdamW::new(job.vars()?, params)?;
+        let opt_step = load_optimizer(out, &mut opt, &device)?;
+        if opt_step != stored.step {
+            return Err(TrainError::Resume(format!(
+                "{} is at step {opt_step}, {} at step {}",
+                crate::state::OPTIMIZER_FILE,
+                STATE_FILE,
+                stored.step
+            )));
+        }
+        let mut state = TrainState { settings: settings.clone(), version: VERSION.into(), ..stored };
+        state.sessions.push(Session {
+            start_step: state.step,
+            end_step: state.step,
+            device: options.device.to_string(),
+            threads: threads(),
+        });
+        (state, job, opt)
+    } else {
+        if out.exists() {
+            let mut entries = std::fs::read_dir(out).map_err(io(out))?;
+            if entries.next().is_some() {
+                return Err(TrainError::InvalidParam(format!(
+                    "--out {} is not empty: pass --resume to continue the run there, or choose another directory",
+                    out.display()
+                )));
+            }
+        }
+        std::fs::create_dir_all(out).map_err(io(out))?;
+        let job = make_job(settings, None, &device)?;
+        let opt = AdamW::new(job.vars()?, params)?;
+        let state = TrainState {
+            version: VERSION.into(),
+            settings: settings.clone(),
+            step: 0,
+            data_position: 0,
+            dropout_stream: "ChaCha8, key (seed, \"hyperlens/train/dropout\"), stream = step".into(),
+            train_time_s: 0.0,
+            wall_time_s: 0.0,
+            weights_hash: String::new(),
+            sessions: vec![Session {
+                start_step: 0,
+                end_step: 0,
+                device: options.device.to_string(),
+                threads: threads(),
+            }],
+        };
+        (state, job, opt)
+    };
+
+    let start = state.step;
+    let wall_before = state.wall_time_s;
+    let train_before = state.train_time_s;
+    let mut log = MetricsLog::open(out, options.resume.then_some(start))?;
+    let mut session_train_s = 0.0;
+    let mut checkpoint = |job: &dyn Job, opt: &AdamW, state: &mut TrainState, done: u64, train_s: f64| -> Result<()> {
+        job.save(out)?;
+        save_optimizer(out, opt)?;
+        state.weights_hash = file_hash(&out.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
+        state.step = done;
+        state.data_position = done;
+        state.train_time_s = train_before + train_s;
+        state.wall_time_s = wall_before + session_start.elapsed().as_secs_f64();
+        if let Some(s) = state.sessions.last_mut() {
+            s.end_step = done;
+        }
+        write_json(&out.join(STATE_FILE), state)
+    };
+    let mut stop = false;
+    let mut last_eval: Option<Evaluation> = None;
+    if !options.resume {
+        checkpoint(job.as_ref(), &opt, &mut state, 0, 0.0)?;
+    }
+    stop |= on_event(&Event::Start { step: start, total: settings.steps, n_params: job.n_params() }).is_break();
+    if !options.resume && settings.eval_every > 0 {
+        let ev = job.evaluate(0)?;
+        let row = eval_row(0, schedule.lr(0), None, None, &ev, wall_before + session_start.elapsed().as_secs_f64());
+        log.push(&row)?;
+        stop |= on_event(&Event::Evaluated(&ev)).is_break();
+        stop |= on_event(&Event::Row(&row)).is_break();
+        last_eval = Some(ev);
+    }
+
+    let mut loss_sum: Option<Tensor> = None;
+    let mut metric_sum: Option<Tensor> = None;
+    let mut metric_count = 0.0;
+    let mut interval_steps = 0u64;
+    let mut interval_start = Instant::now();
+    let mut step = start;
+    while step < settings.steps && !stop {
+        let lr = schedule.lr(step);
+        let mut rng = dropout_rng(settings.seed, step);
+        let bl = job.batch_loss(step, &mut rng)?;
+        let grads = bl.loss.backward()?;
+        let missing = opt.step(&grads, lr)?;
+        if step == start && !missing.is_empty() {
+            return Err(TrainError::InvalidParam(format!(
+                "no gradient reached {} parameter(s): {}",
+                missing.len(),
+                missing.join(", ")
+            )));
+        }
+        let l = bl.loss.detach();
+        loss_sum = Some(match loss_sum {
+            Some(s) => (s + l)?,
+            None => l,
+        });
+        metric_sum = Some(match metric_sum {
+            Some(s) => (s + bl.metric_sum)?,
+            None => bl.metric_sum,
+        });
+        metric_count += bl.metric_count;
+        interval_steps += 1;
+        let done = step + 1;
+        step = done;
+        stop |= on_event(&Event::Step { step: done - 1, total: settings.steps, lr }).is_break();
+
+        let every = |k: u64| k > 0 && done % k == 0;
+        let last = done == settings.steps;
+        let eval_due = every(settings.eval_every) || last;
+        let log_due = every(settings.log_every) || eval_due || stop;
+        let ckpt_due = every(settings.checkpoint_every) || last || stop;
+        if !(log_due || ckpt_due) {
+            continue;
+        }
+        // Synchronise: read the interval's sums (this waits for the device).
+        let mean_loss = match loss_sum.take() {
+            Some(s) => s.to_scalar::<f32>()? as f64 / interval_steps.max(1) as f64,
+            None => f64::NAN,
+        };
+        let mean_metric = match metric_sum.take() {
+            Some(s) if metric_count > 0.0 => Some(s.to_scalar::<f32>()? as f64 / metric_count),
+            _ => None,
+        };
+        let interval_s = interval_start.elapsed().as_secs_f64();
+        session_train_s += interval_s;
+        if !mean_loss.is_finite() {
+            return Err(TrainError::Diverged { step: done - 1, loss: mean_loss as f32 });
+        }
+        let wall = || wall_before + session_start.elapsed().as_secs_f64();
+        if log_due {
+            let rate = (interval_s > 0.0).then(|| interval_steps as f64 / interval_s);
+            let mut row = MetricsRow {
+                step: done,
+                lr,
+                train_loss: Some(mean_loss),
+                train_acc: mean_metric,
+                id_loss: None,
+                id_acc: None,
+                ood_loss: None,
+                ood_acc: None,
+                wall_time_s: 0.0,
+                steps_per_s: rate,
+            };
+            if eval_due {
+                let ev = job.evaluate(done)?;
+                row = MetricsRow { steps_per_s: rate, ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0) };
+                stop |= on_event(&Event::Evaluated(&ev)).is_break();
+                last_eval = Some(ev);
+            }
+            row.wall_time_s = wall();
+            log.push(&row)?;
+            stop |= on_event(&Event::Row(&row)).is_break();
+        }
+        if ckpt_due || stop {
+            checkpoint(job.as_ref(), &opt, &mut state, done, session_train_s)?;
+            stop |= on_event(&Event::Checkpoint { step: done }).is_break();
+        }
+        metric_count = 0.0;
+        interval_steps = 0;
+        interval_start = Instant::now();
+    }
+
+    let completed = step >= settings.steps;
+    let record = if completed {
+        let final_eval = match &last_eval {
+            Some(ev) if ev.step == step => ev.clone(),
+            _ => job.evaluate(step)?,
+        };
+        let train_time_s = state.train_time_s;
+        let record = TrainRecord {
+            hyperlens_version: VERSION.into(),
+            task: settings.task,
+            mixer: settings.mixer,
+            split: settings.split.clone(),
+            seed: settings.seed,
+            steps: step,
+            batch: settings.batch,
+            lr: settings.lr,
+            weight_decay: settings.weight_decay,
+            warmup: settings.warmup,
+            dropout: settings.dropout,
+            device: options.device.to_string(),
+            wall_time_s: wall_before + session_start.elapsed().as_secs_f64(),
+            train_time_s,
+            steps_per_s: if train_time_s > 0.0 { step as f64 / train_time_s } else { 0.0 },
+            metric: settings.task.metric_name().into(),
+            final_eval,
+            n_params: job.n_params(),
+            model: job.model_config()?,
+            optimizer: params,
+            schedule,
+            settings: settings.clone(),
+            sessions: state.sessions.clone(),
+        };
+        write_json(&out.join(RECORD_FILE), &record)?;
+        Some(record)
+    } else {
+        None
+    };
+    Ok(TrainOutcome { step, completed, last_eval, record })
+}
+
+fn eval_row(
+    step: u64,
+    lr: f64,
+    train_loss: Option<f64>,
+    train_acc: Option<f64>,
+    ev: &Evaluation,
+    wall_time_s: f64,
+) -> MetricsRow {
+    MetricsRow {
+        step,
+        lr,
+        train_loss,
+        train_acc,
+        id_loss: Some(ev.id.loss),
+        id_acc: Some(ev.id.metric),
+        ood_loss: Some(ev.ood.loss),
+        ood_acc: Some(ev.ood.metric),
+        wall_time_s,
+        steps_per_s: None,
+    }
+}
+
+/// Reads the settings of an existing run directory (for `--resume`).
+///
+/// # Errors
+/// As [`TrainState::read`].
+pub fn read_settings(dir: &Path) -> Result<TrainSettings> {
+    Ok(TrainState::read(dir)?.settings)
+}
