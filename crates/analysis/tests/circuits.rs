@@ -391,14 +391,15 @@ fn ov_eigenvalues_and_copying_scores_match_dense() {
     let ov = w.ov_eigenvalues().unwrap();
     let full = w.full_ov_eigenvalues().unwrap();
     assert_eq!(ov.re.dim(), (l, h, dv));
+    assert!(ov.head(l, 0).is_err());
     let w_e = w.w_e.clone().unwrap();
     let w_u = w.w_u.clone().unwrap();
     for li in 0..l {
         for hi in 0..h {
             let dense_ov = mm(&head(&w.w_v, li, hi), &head(&w.w_o, li, hi)); // [D, D]
-            assert_eigs_match_dense(&ov.head(li, hi), &dense_ov, 1e-9);
+            assert_eigs_match_dense(&ov.head(li, hi).unwrap(), &dense_ov, 1e-9);
             let dense_full = mm(&mm(&w_e, &dense_ov), &w_u); // [vocab, vocab]
-            assert_eigs_match_dense(&full.head(li, hi), &dense_full, 1e-9);
+            assert_eigs_match_dense(&full.head(li, hi).unwrap(), &dense_full, 1e-9);
             // The factored circuits represent the same matrices.
             assert!(max_abs_diff(&w.ov_circuit(li, hi).unwrap().to_dense(), &dense_ov) < 1e-12);
             assert!(
@@ -419,7 +420,7 @@ fn ov_eigenvalues_and_copying_scores_match_dense() {
     let cs = w.ov_copying_scores().unwrap();
     for li in 0..l {
         for hi in 0..h {
-            let e = ov.head(li, hi);
+            let e = ov.head(li, hi).unwrap();
             let tr = trace(&mm(&head(&w.w_v, li, hi), &head(&w.w_o, li, hi)));
             let want = tr / e.moduli().sum();
             assert!((cs[[li, hi]] - want).abs() < 1e-10);

@@ -20,6 +20,13 @@ enum Command {
     /// Task generators: list splits, sample problem sets.
     #[command(subcommand)]
     Tasks(commands::tasks::TasksCommand),
+    /// Import foreign parameter files (the paper's JAX export) as a native checkpoint.
+    #[command(subcommand)]
+    Import(commands::import::ImportCommand),
+    /// Describe a checkpoint: config, mixer, parameter count, tensor table.
+    Info(commands::info::InfoArgs),
+    /// Accuracy, per-feature accuracy and loss of a checkpoint on SRAVEN problems.
+    Eval(commands::eval::EvalArgs),
     /// Latent-code analyses of an ID / OOD pair of code sets: PCA, rule decoding, k-means, similarity.
     Analyze(commands::analyze::AnalyzeArgs),
     /// Attention patterns [layer, head, query, key] of a token language model (token model, Hugging
@@ -30,6 +37,9 @@ enum Command {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Tasks(c) => commands::tasks::run(c),
+        Command::Import(c) => commands::import::run(c),
+        Command::Info(a) => commands::info::run(a),
+        Command::Eval(a) => commands::eval::run(a),
         Command::Analyze(a) => commands::analyze::run(a),
         Command::Attention(a) => commands::attention::run(a),
     }

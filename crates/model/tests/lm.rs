@@ -555,6 +555,18 @@ fn llama_errors_name_the_file_and_tensor() {
         .contains("junk.bin"));
     let e = lm::detect(&dir.0.join("nope")).unwrap_err().to_string();
     assert!(e.contains("nope"), "{e}");
+    // A directory whose config.json names no language model (e.g. a SRAVEN checkpoint).
+    let sr = dir.0.join("sraven");
+    std::fs::create_dir_all(&sr).unwrap();
+    std::fs::write(sr.join("config.json"), r#"{"d_in": 8, "mixer": "hyla"}"#).unwrap();
+    let e = lm::detect(&sr).unwrap_err().to_string();
+    assert!(
+        e.contains("config.json") && e.contains("no `model_type`"),
+        "{e}"
+    );
+    std::fs::write(sr.join("config.json"), r#"{"model_type": "bert"}"#).unwrap();
+    let e = lm::load(&sr, &Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("bert") && e.contains("unsupported"), "{e}");
     // Token ids out of range.
     let gg = dir.0.join("ok.gguf");
     write_llama_gguf(&w, &gg, "llama");

@@ -104,6 +104,31 @@ pub enum CompositionMethod {
     Direct,
 }
 
+impl fmt::Display for CompositionMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompositionMethod::Auto => "auto",
+            CompositionMethod::Gram => "gram",
+            CompositionMethod::Direct => "direct",
+        })
+    }
+}
+
+impl FromStr for CompositionMethod {
+    type Err = AnalysisError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(CompositionMethod::Auto),
+            "gram" => Ok(CompositionMethod::Gram),
+            "direct" => Ok(CompositionMethod::Direct),
+            other => Err(AnalysisError::InvalidInput(format!(
+                "unknown composition method {other:?} (expected auto, gram or direct)"
+            ))),
+        }
+    }
+}
+
 /// Parameters of [`composition_scores`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompositionParams {
@@ -350,7 +375,7 @@ pub fn composition_scores<A: Real>(
     let n = dims.n_layers * dims.n_heads;
     let threads = params.n_threads().max(1);
     let sq = match params.resolve_method(&dims) {
-        CompositionMethod::Direct => direct_numerators(&st, &dims, threads),
+        CompositionMethod::Direct => direct_numerators(&st, &dims, threads)?,
         _ => gram_numerators(&st, &dims, threads, params.chunk_rows(n, dims.d_model))?,
     };
     let (nl, nh) = (dims.n_layers, dims.n_heads);
@@ -383,13 +408,13 @@ pub fn composition_scores<A: Real>(
 
 /// Squared numerators `||L(a) R_t(b)||_F^2` [N, N] per kind (only `layer(a) < layer(b)` filled),
 /// with the small products per pair.
-fn direct_numerators(st: &Stacked, dims: &AttnDims, threads: usize) -> Vec<Array2<f64>> {
+fn direct_numerators(st: &Stacked, dims: &AttnDims, threads: usize) -> Result<Vec<Array2<f64>>> {
     let nh = dims.n_heads;
     let n = dims.n_layers * nh;
     let kl = st.kl;
     // Source heads that have any later layer.
     let sources: Vec<usize> = (0..n.saturating_sub(nh)).collect();
-    let work = |tid: usize| -> Vec<Array2<f64>> {
+    let work = |tid: usize| -> Result<Vec<Array2<f64>>> {
         let mut acc: Vec<Array2<f64>> = st.rights.iter().map(|_| Array2::zeros((n, n))).collect();
         for &a in sources.iter().skip(tid).step_by(threads) {
             let first = (a / nh + 1) * nh;
@@ -402,7 +427,7 @@ fn direct_numerators(st: &Stacked, dims: &AttnDims, threads: usize) -> Vec<Array
                 }
             }
         }
-        acc
+        Ok(acc)
     };
     run_threads(threads, st.rights.len(), n, work)
 }
@@ -498,10 +523,22 @@ fn gram_numerators(
         }
         Ok(acc)
     };
-    let results: Vec<Result<Vec<Array2<f64>>>> = if threads <= 1 {
+    run_threads(threads, st.rights.len(), n, work)
+}
+
+/// Runs `work(tid)` on `threads` scoped threads and sums the per-kind accumulators.
+///
+/// # Errors
+/// The first error of a worker; [`AnalysisError::Numerical`] if a worker panicked.
+fn run_threads<F>(threads: usize, kinds: usize, n: usize, work: F) -> Result<Vec<Array2<f64>>>
+where
+    F: Fn(usize) -> Result<Vec<Array2<f64>>> + Sync,
+{
+    let parts: Vec<Result<Vec<Array2<f64>>>> = if threads <= 1 {
         vec![work(0)]
     } else {
         std::thread::scope(|scope| {
+            let work = &work;
             let handles: Vec<_> = (0..threads).map(|t| scope.spawn(move || work(t))).collect();
             handles
                 .into_iter()
@@ -515,36 +552,13 @@ fn gram_numerators(
                 .collect()
         })
     };
-    let mut total: Vec<Array2<f64>> = st.rights.iter().map(|_| Array2::zeros((n, n))).collect();
-    for r in results {
-        for (t, a) in total.iter_mut().zip(r?) {
+    let mut total: Vec<Array2<f64>> = (0..kinds).map(|_| Array2::zeros((n, n))).collect();
+    for part in parts {
+        for (t, a) in total.iter_mut().zip(part?) {
             *t += &a;
         }
     }
     Ok(total)
-}
-
-/// Runs `work(tid)` on `threads` scoped threads and sums the per-kind accumulators.
-fn run_threads<F>(threads: usize, kinds: usize, n: usize, work: F) -> Vec<Array2<f64>>
-where
-    F: Fn(usize) -> Vec<Array2<f64>> + Sync,
-{
-    let parts: Vec<Option<Vec<Array2<f64>>>> = if threads <= 1 {
-        vec![Some(work(0))]
-    } else {
-        std::thread::scope(|scope| {
-            let work = &work;
-            let handles: Vec<_> = (0..threads).map(|t| scope.spawn(move || work(t))).collect();
-            handles.into_iter().map(|h| h.join().ok()).collect()
-        })
-    };
-    let mut total: Vec<Array2<f64>> = (0..kinds).map(|_| Array2::zeros((n, n))).collect();
-    for part in parts.into_iter().flatten() {
-        for (t, a) in total.iter_mut().zip(part) {
-            *t += &a;
-        }
-    }
-    total
 }
 
 /// A standard normal sample (Box-Muller transform on two uniform draws).
@@ -573,7 +587,7 @@ pub struct CompositionBaseline {
 }
 
 impl CompositionBaseline {
-    /// The sorted samples of one kind ([n_samples], ascending).
+    /// The sorted samples of one kind (`[n_samples]`, ascending).
     pub fn samples(&self, kind: CompositionKind) -> &[f64] {
         &self.samples[kind.index()]
     }
@@ -686,6 +700,38 @@ mod tests {
         }
         assert_eq!("Q".parse::<CompositionKind>().unwrap(), CompositionKind::Q);
         assert!("x".parse::<CompositionKind>().is_err());
+        for m in [
+            CompositionMethod::Auto,
+            CompositionMethod::Gram,
+            CompositionMethod::Direct,
+        ] {
+            assert_eq!(m.to_string().parse::<CompositionMethod>().unwrap(), m);
+        }
+        assert!("dense".parse::<CompositionMethod>().is_err());
+    }
+
+    #[test]
+    fn single_layer_has_no_pairs() {
+        let w = AttnWeights::new(
+            ndarray::Array4::<f64>::ones((1, 2, 5, 3)),
+            ndarray::Array4::<f64>::ones((1, 2, 5, 3)),
+            ndarray::Array4::<f64>::ones((1, 2, 5, 2)),
+            ndarray::Array4::<f64>::ones((1, 2, 2, 5)),
+        )
+        .unwrap();
+        for method in [CompositionMethod::Gram, CompositionMethod::Direct] {
+            let p = CompositionParams {
+                method,
+                threads: 2,
+                ..Default::default()
+            };
+            let sc = composition_scores(&w, &p).unwrap();
+            for k in CompositionKind::ALL {
+                let a = sc.get(k).unwrap();
+                assert_eq!(a.dim(), (1, 2, 1, 2));
+                assert!(a.iter().all(|&x| x == 0.0));
+            }
+        }
     }
 
     #[test]

@@ -109,7 +109,7 @@ pub struct DetectOptions {
 /// The detection pattern of a token sequence, as in TransformerLens.
 ///
 /// # Shapes
-/// `tokens` [seq] -> [seq (query), seq (key)], entries 0/1 (or the custom pattern, checked to be
+/// `tokens` `[seq]` -> [seq (query), seq (key)], entries 0/1 (or the custom pattern, checked to be
 /// [seq, seq]).
 ///
 /// # Errors
@@ -212,7 +212,7 @@ fn check_abs_pattern(pattern: ArrayView2<f64>, opts: &DetectOptions) -> Result<(
 ///
 /// # Shapes
 /// `patterns` [layer, head, query, key] (e.g. `blocks.{l}.attn.hook_pattern` of one sequence, query
-/// and key over the same `seq` positions), `tokens` [seq] -> [layer, head].
+/// and key over the same `seq` positions), `tokens` `[seq]` -> [layer, head].
 ///
 /// # Errors
 /// [`AnalysisError::Shape`] if the pattern is not square or disagrees with `tokens`;
@@ -290,7 +290,7 @@ where
 /// prompt (unlike TransformerLens, whose list path dropped them).
 ///
 /// # Shapes
-/// Each item: patterns [layer, head, seq_i, seq_i] and tokens [seq_i]; all with the same layer and
+/// Each item: patterns [layer, head, seq_i, seq_i] and tokens `[seq_i]`; all with the same layer and
 /// head counts. Returns [layer, head].
 ///
 /// # Errors

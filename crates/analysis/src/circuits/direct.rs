@@ -9,14 +9,14 @@
 use ndarray::{s, Array1, Array2, ArrayView1, ArrayView2, Axis};
 
 use super::heads::AttnWeights;
-use super::linalg::{check_finite, to_f64};
+use super::linalg::{check_finite, dot_cols_f64, to_f64};
 use super::Real;
 use crate::error::{AnalysisError, Result};
 
 /// Top continuations per source token.
 ///
 /// # Shapes
-/// `sources` [n]; `tokens`, `logits`, `log_probs` [n, k], best first (ties: lower token id first).
+/// `sources` `[n]`; `tokens`, `logits`, `log_probs` [n, k], best first (ties: lower token id first).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopTokens {
     /// Source token ids, one per row.
@@ -62,9 +62,9 @@ fn check_sources(sources: &[usize], vocab: usize) -> Result<()> {
 /// table of a zero-layer model (and the direct term of any model without layer norm).
 ///
 /// # Shapes
-/// `w_e` [vocab, D], `w_u` [D, vocab], `b_u` [vocab]; `sources` token ids (default: every token);
+/// `w_e` [vocab, D], `w_u` [D, vocab], `b_u` `[vocab]`; `sources` token ids (default: every token);
 /// returns [n_sources, k] arrays (see [`TopTokens`]). Rows are computed in blocks of `block_rows`, so
-/// memory is `block_rows x vocab` numbers.
+/// memory is `block_rows x vocab` numbers plus one `f64` copy of `W_U`.
 ///
 /// # Errors
 /// [`AnalysisError::Shape`] on inconsistent shapes; [`AnalysisError::InvalidInput`] if `k` is 0 or
@@ -266,7 +266,7 @@ pub fn skip_trigrams<A: Real>(
     }
     e_mean /= vocab as f64;
     // Output side: W_O W_U [d_v, vocab], centred over outputs.
-    let mut ou = wo.dot(&to_f64(w_u));
+    let mut ou = dot_cols_f64(wo.view(), w_u);
     let ou_mean = ou
         .mean_axis(Axis(1))
         .unwrap_or_else(|| Array1::zeros(ou.nrows()));

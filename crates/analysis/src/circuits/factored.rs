@@ -32,9 +32,9 @@ pub struct FactoredMatrix {
 /// larger real part, then larger imaginary part first; a complex pair appears as `+im` then `-im`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Eigenvalues {
-    /// Real parts, [n].
+    /// Real parts, `[n]`.
     pub re: Array1<f64>,
-    /// Imaginary parts, [n].
+    /// Imaginary parts, `[n]`.
     pub im: Array1<f64>,
 }
 
@@ -65,7 +65,7 @@ impl Eigenvalues {
         self.re.is_empty()
     }
 
-    /// Moduli `|lambda|`, [n].
+    /// Moduli `|lambda|`, `[n]`.
     pub fn moduli(&self) -> Array1<f64> {
         Array1::from_iter(self.re.iter().zip(self.im.iter()).map(|(r, i)| r.hypot(*i)))
     }
@@ -91,7 +91,7 @@ impl Eigenvalues {
 pub struct FactoredSvd {
     /// Left singular vectors, [l, k], orthonormal columns.
     pub u: Array2<f64>,
-    /// Singular values, [k], descending, non-negative.
+    /// Singular values, `[k]`, descending, non-negative.
     pub s: Array1<f64>,
     /// Right singular vectors, [r, k], orthonormal columns (TransformerLens calls this `Vh`, but it
     /// holds `V`, not `V^T`).
@@ -286,7 +286,7 @@ impl FactoredMatrix {
     /// documentation.
     ///
     /// # Shapes
-    /// `u` [l, k], `s` [k], `v` [r, k], k = min(l, m, r).
+    /// `u` [l, k], `s` `[k]`, `v` [r, k], k = min(l, m, r).
     ///
     /// # Errors
     /// [`AnalysisError::Numerical`] if the middle SVD does not converge.

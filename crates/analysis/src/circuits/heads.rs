@@ -9,7 +9,9 @@
 use ndarray::{s, Array2, Array3, Array4, ArrayBase, Axis, Data, Ix4};
 
 use super::factored::{Eigenvalues, FactoredMatrix};
-use super::linalg::{check_finite, eig_general, to_f64};
+use super::linalg::{
+    check_finite, dot_cols_f64, dot_rows_f64, eig_general, inner_blocks_f64, to_f64,
+};
 use super::Real;
 use crate::error::{AnalysisError, Result};
 
@@ -18,7 +20,7 @@ use crate::error::{AnalysisError, Result};
 ///
 /// # Shapes
 /// - `w_q`, `w_k`: [L, H, D, d_qk]; `w_v`: [L, H, D, d_v]; `w_o`: [L, H, d_v, D].
-/// - `w_e`: [vocab, D]; `w_u`: [D, vocab]; `b_u`: [vocab] (all optional; needed for full circuits).
+/// - `w_e`: [vocab, D]; `w_u`: [D, vocab]; `b_u`: `[vocab]` (all optional; needed for full circuits).
 ///
 /// Grouped-query models: expand their K/V heads to one per query head first with
 /// [`expand_kv_heads`].
@@ -36,7 +38,7 @@ pub struct AttnWeights<A: Real = f64> {
     pub w_e: Option<Array2<A>>,
     /// Unembedding `unembed.W_U`, [D, vocab].
     pub w_u: Option<Array2<A>>,
-    /// Unembedding bias `unembed.b_U`, [vocab].
+    /// Unembedding bias `unembed.b_U`, `[vocab]`.
     pub b_u: Option<ndarray::Array1<A>>,
 }
 
@@ -75,11 +77,24 @@ impl HeadEigenvalues {
     /// [L, H].
     pub fn copying_scores(&self) -> Array2<f64> {
         let (l, h, _) = self.re.dim();
-        Array2::from_shape_fn((l, h), |(i, j)| self.head(i, j).copying_score())
+        Array2::from_shape_fn((l, h), |(i, j)| self.head_unchecked(i, j).copying_score())
     }
 
-    /// The eigenvalues of head `(layer, head)`. Panics if out of range (indices are the caller's).
-    pub fn head(&self, layer: usize, head: usize) -> Eigenvalues {
+    /// The eigenvalues of head `(layer, head)`.
+    ///
+    /// # Errors
+    /// [`AnalysisError::InvalidInput`] if the head is out of range.
+    pub fn head(&self, layer: usize, head: usize) -> Result<Eigenvalues> {
+        let (l, h, _) = self.re.dim();
+        if layer >= l || head >= h {
+            return Err(AnalysisError::InvalidInput(format!(
+                "head L{layer}H{head} outside eigenvalues of {l} layers x {h} heads"
+            )));
+        }
+        Ok(self.head_unchecked(layer, head))
+    }
+
+    fn head_unchecked(&self, layer: usize, head: usize) -> Eigenvalues {
         Eigenvalues {
             re: self.re.slice(s![layer, head, ..]).to_owned(),
             im: self.im.slice(s![layer, head, ..]).to_owned(),
@@ -116,7 +131,7 @@ impl<A: Real> AttnWeights<A> {
     /// Adds the embedding, unembedding and unembedding bias.
     ///
     /// # Shapes
-    /// `w_e` [vocab, D], `w_u` [D, vocab], `b_u` [vocab].
+    /// `w_e` [vocab, D], `w_u` [D, vocab], `b_u` `[vocab]`.
     ///
     /// # Errors
     /// As [`AttnWeights::check`].
@@ -287,10 +302,11 @@ impl<A: Real> AttnWeights<A> {
     /// [`AnalysisError::InvalidInput`] if `W_E`/`W_U` is missing or the head is out of range.
     pub fn full_ov_circuit(&self, layer: usize, head: usize) -> Result<FactoredMatrix> {
         self.head_index(layer, head)?;
-        let w_e = to_f64(self.embed()?);
-        let w_u = to_f64(self.unembed()?);
-        let a = w_e.dot(&Self::head_f64(&self.w_v, layer, head));
-        let b = Self::head_f64(&self.w_o, layer, head).dot(&w_u);
+        let a = dot_rows_f64(self.embed()?, Self::head_f64(&self.w_v, layer, head).view());
+        let b = dot_cols_f64(
+            Self::head_f64(&self.w_o, layer, head).view(),
+            self.unembed()?,
+        );
         FactoredMatrix::from_owned(a, b)
     }
 
@@ -302,11 +318,9 @@ impl<A: Real> AttnWeights<A> {
     /// [`AnalysisError::InvalidInput`] if `W_E` is missing or the head is out of range.
     pub fn full_qk_circuit(&self, layer: usize, head: usize) -> Result<FactoredMatrix> {
         self.head_index(layer, head)?;
-        let w_e = to_f64(self.embed()?);
-        let a = w_e.dot(&Self::head_f64(&self.w_q, layer, head));
-        let b = w_e
-            .dot(&Self::head_f64(&self.w_k, layer, head))
-            .reversed_axes();
+        let w_e = self.embed()?;
+        let a = dot_rows_f64(w_e, Self::head_f64(&self.w_q, layer, head).view());
+        let b = dot_rows_f64(w_e, Self::head_f64(&self.w_k, layer, head).view()).reversed_axes();
         FactoredMatrix::from_owned(a, b)
     }
 
@@ -337,7 +351,7 @@ impl<A: Real> AttnWeights<A> {
     /// [`AttnWeights::ov_eigenvalues`].
     pub fn full_ov_eigenvalues(&self) -> Result<HeadEigenvalues> {
         let dims = self.check()?;
-        let ue = to_f64(self.unembed()?).dot(&to_f64(self.embed()?)); // [D, D]
+        let ue = inner_blocks_f64(self.unembed()?, self.embed()?); // [D, D]
         self.per_head_eigenvalues(dims, |l, h| {
             Ok(Self::head_f64(&self.w_o, l, h)
                 .dot(&ue)

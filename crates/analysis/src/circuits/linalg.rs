@@ -3,7 +3,7 @@
 //! (`matrixmultiply`); decompositions in nalgebra.
 
 use nalgebra::DMatrix;
-use ndarray::{Array1, Array2, ArrayBase, ArrayView2, Data, Ix2};
+use ndarray::{s, Array1, Array2, ArrayBase, ArrayView2, Data, Ix2};
 
 use super::Real;
 use crate::error::{AnalysisError, Result};
@@ -30,6 +30,65 @@ where
     S::Elem: Real,
 {
     a.mapv(|x| x.into())
+}
+
+/// Rows converted to `f64` at a time by the block-wise products below (memory: block x width).
+const BLOCK: usize = 4096;
+
+/// `x m` with `x` [n, p] of any accepted element and `m` [p, q], converting `x` to `f64` in row
+/// blocks so that no full `f64` copy of a `[vocab, D]` embedding is made.
+pub(crate) fn dot_rows_f64<S>(x: &ArrayBase<S, Ix2>, m: ArrayView2<f64>) -> Array2<f64>
+where
+    S: Data,
+    S::Elem: Real,
+{
+    let n = x.nrows();
+    let mut out = Array2::zeros((n, m.ncols()));
+    for start in (0..n).step_by(BLOCK) {
+        let end = (start + BLOCK).min(n);
+        let rows = to_f64(&x.slice(s![start..end, ..]));
+        out.slice_mut(s![start..end, ..]).assign(&rows.dot(&m));
+    }
+    out
+}
+
+/// `m x` with `m` [q, p] and `x` [p, n] of any accepted element, converting `x` in column blocks.
+pub(crate) fn dot_cols_f64<S>(m: ArrayView2<f64>, x: &ArrayBase<S, Ix2>) -> Array2<f64>
+where
+    S: Data,
+    S::Elem: Real,
+{
+    let n = x.ncols();
+    let mut out = Array2::zeros((m.nrows(), n));
+    for start in (0..n).step_by(BLOCK) {
+        let end = (start + BLOCK).min(n);
+        let cols = to_f64(&x.slice(s![.., start..end]));
+        out.slice_mut(s![.., start..end]).assign(&m.dot(&cols));
+    }
+    out
+}
+
+/// `u e` with `u` [p, n] and `e` [n, q] (e.g. `W_U W_E` [D, D] over the vocabulary), summed over
+/// blocks of the inner dimension `n`.
+pub(crate) fn inner_blocks_f64<S1, S2>(
+    u: &ArrayBase<S1, Ix2>,
+    e: &ArrayBase<S2, Ix2>,
+) -> Array2<f64>
+where
+    S1: Data,
+    S1::Elem: Real,
+    S2: Data,
+    S2::Elem: Real,
+{
+    let n = u.ncols();
+    let mut out = Array2::zeros((u.nrows(), e.ncols()));
+    for start in (0..n).step_by(BLOCK) {
+        let end = (start + BLOCK).min(n);
+        let a = to_f64(&u.slice(s![.., start..end]));
+        let b = to_f64(&e.slice(s![start..end, ..]));
+        out += &a.dot(&b);
+    }
+    out
 }
 
 /// Fails with [`AnalysisError::NonFinite`] if `a` holds NaN or infinite values.
@@ -59,7 +118,7 @@ pub(crate) fn qr_r(a: ArrayView2<f64>) -> Array2<f64> {
     from_na(&to_na(&a).qr().r())
 }
 
-/// Thin SVD of a small dense matrix `a` [p, q]: `(U [p, k], s [k] descending, V [q, k])`,
+/// Thin SVD of a small dense matrix `a` [p, q]: `U` [p, k], `s` `[k]` descending, `V` [q, k],
 /// k = min(p, q), `a = U diag(s) V^T`.
 ///
 /// # Errors
@@ -203,6 +262,32 @@ mod tests {
         assert!(s[0] >= s[1]);
         let rec = u.dot(&Array2::from_diag(&s)).dot(&v.t());
         assert!((&rec - &a).iter().all(|x| x.abs() < 1e-12));
+    }
+
+    #[test]
+    fn block_products_cross_block_boundaries() {
+        // 2 * BLOCK + 5 rows: three blocks, the last one partial.
+        let n = 2 * BLOCK + 5;
+        let x = Array2::from_shape_fn((n, 3), |(i, j)| ((i * 7 + j * 3) % 11) as f32 - 5.0);
+        let m = array![[1.0, -2.0], [0.5, 0.0], [0.25, 3.0]];
+        let got = dot_rows_f64(&x, m.view());
+        let xt = x.t().to_owned();
+        let got_cols = dot_cols_f64(m.t(), &xt);
+        let inner = inner_blocks_f64(&xt, &x);
+        let mut want_inner = Array2::<f64>::zeros((3, 3));
+        for i in 0..n {
+            for a in 0..2 {
+                let want: f64 = (0..3).map(|k| f64::from(x[[i, k]]) * m[[k, a]]).sum();
+                assert_eq!(got[[i, a]], want);
+                assert_eq!(got_cols[[a, i]], want);
+            }
+            for a in 0..3 {
+                for b in 0..3 {
+                    want_inner[[a, b]] += f64::from(x[[i, a]]) * f64::from(x[[i, b]]);
+                }
+            }
+        }
+        assert!((&inner - &want_inner).iter().all(|d| d.abs() < 1e-9));
     }
 
     #[test]

@@ -2,4 +2,7 @@
 
 pub mod analyze;
 pub mod attention;
+pub mod eval;
+pub mod import;
+pub mod info;
 pub mod tasks;

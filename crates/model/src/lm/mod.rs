@@ -119,6 +119,14 @@ pub fn detect(path: &Path) -> Result<CheckpointKind> {
         .any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model")
     {
         Ok(CheckpointKind::HfGpt2)
+    } else if names.is_empty() {
+        Err(ModelError::Checkpoint {
+            path: cfg.path.clone(),
+            msg: format!(
+                "no `model_type`: not a token language model (a SRAVEN / fuzzy-logic checkpoint?); \
+                 supported: {TOKEN_MODEL_TYPE}, llama, gpt2 directories and .gguf files"
+            ),
+        })
     } else {
         Err(ModelError::Checkpoint {
             path: cfg.path.clone(),
