@@ -62,8 +62,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("decode 51200x64 (+shuffled control)", |b| {
         b.iter(|| {
             black_box(
-                decode(x_train.view(), y_train, x_test.view(), y_test, &DecodeParams::default())
-                    .map(|d| d.accuracy),
+                decode(
+                    x_train.view(),
+                    y_train,
+                    x_test.view(),
+                    y_test,
+                    &DecodeParams::default(),
+                )
+                .map(|d| d.accuracy),
             )
         })
     });

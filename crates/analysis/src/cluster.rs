@@ -356,7 +356,9 @@ pub fn kmeans(x: ArrayView2<'_, f64>, params: &KMeansParams) -> Result<KMeansFit
         .map_err(|e| AnalysisError::Numerical(format!("k-means: {e}")))?;
     let centroids = model.centroids().to_owned();
     if centroids.dim() != (params.n_clusters, d) || centroids.iter().any(|v| !v.is_finite()) {
-        return Err(AnalysisError::Numerical("k-means returned invalid centroids".into()));
+        return Err(AnalysisError::Numerical(
+            "k-means returned invalid centroids".into(),
+        ));
     }
     let assignments = model.predict(&x);
     Ok(KMeansFit {
@@ -427,12 +429,16 @@ pub fn cluster_against_labels(
     let (silhouette, points) =
         silhouette_score_sampled(x, labels, params.silhouette_max_points, params.seed)?;
     let assigned = fit.assignments.mapv(|a| a as i64);
-    let silhouette_kmeans =
-        match silhouette_score_sampled(x, assigned.view(), params.silhouette_max_points, params.seed) {
-            Ok((s, _)) => s,
-            Err(AnalysisError::InvalidInput(_)) => f64::NAN,
-            Err(e) => return Err(e),
-        };
+    let silhouette_kmeans = match silhouette_score_sampled(
+        x,
+        assigned.view(),
+        params.silhouette_max_points,
+        params.seed,
+    ) {
+        Ok((s, _)) => s,
+        Err(AnalysisError::InvalidInput(_)) => f64::NAN,
+        Err(e) => return Err(e),
+    };
     Ok(ClusterReport {
         k,
         ari,
@@ -485,7 +491,9 @@ mod tests {
 
     #[test]
     fn silhouette_matches_naive_loops() {
-        let x = Array2::from_shape_fn((13, 3), |(i, j)| ((i * 7 + j * 3) % 11) as f64 + 0.1 * j as f64);
+        let x = Array2::from_shape_fn((13, 3), |(i, j)| {
+            ((i * 7 + j * 3) % 11) as f64 + 0.1 * j as f64
+        });
         let l: Vec<i64> = (0..13).map(|i| [4, 9, -1][i % 3]).collect();
         // one singleton cluster exercises the s = 0 rule
         let mut l2 = l.clone();
@@ -513,9 +521,15 @@ mod tests {
         // one cluster each: both 1; one vs many: NMI 0, ARI 0
         let ones = array![5, 5, 5, 5];
         assert_eq!(adjusted_rand_index(ones.view(), ones.view()).unwrap(), 1.0);
-        assert_eq!(normalized_mutual_info(ones.view(), ones.view()).unwrap(), 1.0);
+        assert_eq!(
+            normalized_mutual_info(ones.view(), ones.view()).unwrap(),
+            1.0
+        );
         let many = array![0, 1, 2, 3];
-        assert_eq!(normalized_mutual_info(ones.view(), many.view()).unwrap(), 0.0);
+        assert_eq!(
+            normalized_mutual_info(ones.view(), many.view()).unwrap(),
+            0.0
+        );
         assert_eq!(adjusted_rand_index(ones.view(), many.view()).unwrap(), 0.0);
         assert!(adjusted_rand_index(a.view(), many.view()).is_err());
         let empty = Array1::<i64>::zeros(0);

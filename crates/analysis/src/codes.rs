@@ -134,7 +134,12 @@ impl CodeSet {
     /// # Errors
     /// [`AnalysisError::Shape`] if `prediction` does not have N entries.
     pub fn with_prediction(mut self, prediction: Array1<i64>) -> Result<Self> {
-        check_len(&self.source, "prediction", prediction.len(), self.n_samples())?;
+        check_len(
+            &self.source,
+            "prediction",
+            prediction.len(),
+            self.n_samples(),
+        )?;
         self.prediction = Some(prediction);
         Ok(self)
     }
@@ -201,9 +206,9 @@ impl CodeSet {
 
     /// Fraction of problems the model answered correctly (from `correct`), if stored.
     pub fn model_accuracy(&self) -> Option<f64> {
-        self.correct.as_ref().map(|c| {
-            c.iter().filter(|&&b| b).count() as f64 / c.len().max(1) as f64
-        })
+        self.correct
+            .as_ref()
+            .map(|c| c.iter().filter(|&&b| b).count() as f64 / c.len().max(1) as f64)
     }
 
     /// Flattens the codes into a feature matrix: one layer (`Some(l)`) or all layers (`None`).
@@ -256,8 +261,9 @@ impl CodeSet {
             path: shown.clone(),
             source,
         })?;
-        let mut npz = NpzReader::new(file)
-            .map_err(|e| AnalysisError::Npz(format!("{shown}: not a readable .npz archive: {e}")))?;
+        let mut npz = NpzReader::new(file).map_err(|e| {
+            AnalysisError::Npz(format!("{shown}: not a readable .npz archive: {e}"))
+        })?;
         let names = npz
             .names()
             .map_err(|e| AnalysisError::Npz(format!("{shown}: cannot list arrays: {e}")))?;
@@ -286,7 +292,11 @@ impl CodeSet {
             set = set.with_target(a)?;
         }
         if has("prediction") {
-            let a = to_1d(read_int(&mut npz, &shown, "prediction")?, &shown, "prediction")?;
+            let a = to_1d(
+                read_int(&mut npz, &shown, "prediction")?,
+                &shown,
+                "prediction",
+            )?;
             set = set.with_prediction(a)?;
         }
         if has("correct") {
@@ -309,8 +319,10 @@ impl CodeSet {
             let err = |name: &str, e: ndarray_npy::WriteNpzError| {
                 AnalysisError::Npz(format!("{shown}: writing array `{name}`: {e}"))
             };
-            npz.add_array("codes", &self.codes).map_err(|e| err("codes", e))?;
-            npz.add_array("label", &self.label).map_err(|e| err("label", e))?;
+            npz.add_array("codes", &self.codes)
+                .map_err(|e| err("codes", e))?;
+            npz.add_array("label", &self.label)
+                .map_err(|e| err("label", e))?;
             if let Some(a) = &self.rules {
                 npz.add_array("rules", a).map_err(|e| err("rules", e))?;
             }
@@ -321,7 +333,8 @@ impl CodeSet {
                 npz.add_array("target", a).map_err(|e| err("target", e))?;
             }
             if let Some(a) = &self.prediction {
-                npz.add_array("prediction", a).map_err(|e| err("prediction", e))?;
+                npz.add_array("prediction", a)
+                    .map_err(|e| err("prediction", e))?;
             }
             if let Some(a) = &self.correct {
                 npz.add_array("correct", a).map_err(|e| err("correct", e))?;
@@ -354,16 +367,18 @@ fn read_codes(npz: &mut NpzReader<File>, path: &str) -> Result<Array5<f32>> {
     };
     match npz.by_name::<OwnedRepr<f32>, Ix5>("codes") {
         Ok(a) => return Ok(a),
-        Err(ReadNpzError::Npy(ReadNpyError::WrongNdim(_, got))) => return Err(wrong_ndim(Some(got))),
+        Err(ReadNpzError::Npy(ReadNpyError::WrongNdim(_, got))) => {
+            return Err(wrong_ndim(Some(got)))
+        }
         Err(ReadNpzError::Npy(ReadNpyError::WrongDescriptor(_))) => {}
         Err(e) => return Err(npz_err(path, "codes", e)),
     }
     match npz.by_name::<OwnedRepr<f64>, Ix5>("codes") {
         Ok(a) => Ok(a.mapv(|v| v as f32)),
         Err(ReadNpzError::Npy(ReadNpyError::WrongNdim(_, got))) => Err(wrong_ndim(Some(got))),
-        Err(ReadNpzError::Npy(ReadNpyError::WrongDescriptor(d))) => Err(AnalysisError::Npz(format!(
-            "{path}: array `codes` has dtype {d}; expected float32 or float64"
-        ))),
+        Err(ReadNpzError::Npy(ReadNpyError::WrongDescriptor(d))) => Err(AnalysisError::Npz(
+            format!("{path}: array `codes` has dtype {d}; expected float32 or float64"),
+        )),
         Err(e) => Err(npz_err(path, "codes", e)),
     }
 }
@@ -426,14 +441,18 @@ fn read_bool(npz: &mut NpzReader<File>, path: &str, name: &str) -> Result<ArrayD
 fn to_1d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array1<T>> {
     let ndim = a.ndim();
     a.into_dimensionality().map_err(|_| {
-        AnalysisError::Npz(format!("{path}: array `{name}` must have 1 axis [N], found {ndim}"))
+        AnalysisError::Npz(format!(
+            "{path}: array `{name}` must have 1 axis [N], found {ndim}"
+        ))
     })
 }
 
 fn to_2d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array2<T>> {
     let ndim = a.ndim();
     a.into_dimensionality().map_err(|_| {
-        AnalysisError::Npz(format!("{path}: array `{name}` must have 2 axes [N, *], found {ndim}"))
+        AnalysisError::Npz(format!(
+            "{path}: array `{name}` must have 2 axes [N, *], found {ndim}"
+        ))
     })
 }
 
@@ -445,7 +464,10 @@ where
 {
     let shown = path.display().to_string();
     let mut tmp = PathBuf::from(path);
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     name.push(".tmp");
     tmp.set_file_name(name);
     let result = (|| {
@@ -503,7 +525,10 @@ mod tests {
         let all = set.features(None).unwrap();
         assert_eq!(all.dim(), (11, 3 * 70));
         assert_eq!(all[[4, 2 * 70 + 3 * 14 + 7 + 5]], f[[4, 3 * 14 + 7 + 5]]);
-        assert!(matches!(set.features(Some(3)), Err(AnalysisError::InvalidInput(_))));
+        assert!(matches!(
+            set.features(Some(3)),
+            Err(AnalysisError::InvalidInput(_))
+        ));
     }
 
     #[test]
@@ -547,9 +572,12 @@ mod tests {
         let path2 = dir.join("alt.npz");
         {
             let mut npz = NpzWriter::new(File::create(&path2).unwrap());
-            npz.add_array("codes", &set.codes().mapv(f64::from)).unwrap();
-            npz.add_array("label", &set.label().mapv(|v| v as i32)).unwrap();
-            npz.add_array("correct", &Array1::from_iter((0..9u8).map(|i| i % 2))).unwrap();
+            npz.add_array("codes", &set.codes().mapv(f64::from))
+                .unwrap();
+            npz.add_array("label", &set.label().mapv(|v| v as i32))
+                .unwrap();
+            npz.add_array("correct", &Array1::from_iter((0..9u8).map(|i| i % 2)))
+                .unwrap();
             npz.finish().unwrap();
         }
         let alt = CodeSet::read_npz(&path2).unwrap();
@@ -573,15 +601,22 @@ mod tests {
             npz.finish().unwrap();
         }
         let err = CodeSet::read_npz(&path3).unwrap_err();
-        assert!(err.to_string().contains("`label`") && err.to_string().contains("integer"), "{err}");
+        assert!(
+            err.to_string().contains("`label`") && err.to_string().contains("integer"),
+            "{err}"
+        );
         {
             let mut npz = NpzWriter::new(File::create(&path3).unwrap());
-            npz.add_array("codes", &Array2::<f32>::zeros((9, 3))).unwrap();
+            npz.add_array("codes", &Array2::<f32>::zeros((9, 3)))
+                .unwrap();
             npz.add_array("label", set.label()).unwrap();
             npz.finish().unwrap();
         }
         let err = CodeSet::read_npz(&path3).unwrap_err();
-        assert!(err.to_string().contains("`codes`") && err.to_string().contains("5 axes"), "{err}");
+        assert!(
+            err.to_string().contains("`codes`") && err.to_string().contains("5 axes"),
+            "{err}"
+        );
         let err = CodeSet::read_npz(dir.join("absent.npz")).unwrap_err();
         assert!(matches!(err, AnalysisError::Io { .. }));
         std::fs::remove_dir_all(&dir).unwrap();

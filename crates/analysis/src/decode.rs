@@ -168,7 +168,11 @@ impl LogisticProbe {
     /// [`AnalysisError::InvalidInput`] for an empty set, a single class or bad hyperparameters;
     /// [`AnalysisError::Shape`] if `x` and `y` disagree in N; [`AnalysisError::NonFinite`] for
     /// NaN/infinite features; [`AnalysisError::Numerical`] if the optimiser fails.
-    pub fn fit(x: ArrayView2<'_, f64>, y: ArrayView1<'_, i64>, params: &LogisticParams) -> Result<Self> {
+    pub fn fit(
+        x: ArrayView2<'_, f64>,
+        y: ArrayView1<'_, i64>,
+        params: &LogisticParams,
+    ) -> Result<Self> {
         params.check()?;
         let (n, d) = x.dim();
         if n == 0 || d == 0 {
@@ -371,7 +375,9 @@ pub fn decode(
 ) -> Result<DecodeResult> {
     params.logistic.check()?;
     if test_x.nrows() == 0 {
-        return Err(AnalysisError::InvalidInput("decoding: the test set is empty".into()));
+        return Err(AnalysisError::InvalidInput(
+            "decoding: the test set is empty".into(),
+        ));
     }
     if test_y.len() != test_x.nrows() {
         return Err(AnalysisError::Shape(format!(
@@ -463,7 +469,11 @@ pub fn decode(
 /// [`AnalysisError::InvalidInput`] if empty; [`AnalysisError::Shape`] if lengths differ.
 pub fn accuracy(y_true: ArrayView1<'_, i64>, y_pred: ArrayView1<'_, i64>) -> Result<f64> {
     check_pair(y_true.len(), y_pred.len())?;
-    let hits = y_true.iter().zip(y_pred.iter()).filter(|(a, b)| a == b).count();
+    let hits = y_true
+        .iter()
+        .zip(y_pred.iter())
+        .filter(|(a, b)| a == b)
+        .count();
     Ok(hits as f64 / y_true.len() as f64)
 }
 
@@ -527,7 +537,10 @@ pub fn confusion_matrix(
     Ok(m)
 }
 
-fn serialize_rows<S: serde::Serializer>(m: &Array2<u64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+fn serialize_rows<S: serde::Serializer>(
+    m: &Array2<u64>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
     let rows: Vec<Vec<u64>> = m.rows().into_iter().map(|r| r.to_vec()).collect();
     rows.serialize(s)
 }
@@ -593,28 +606,68 @@ mod tests {
     fn decode_rejects_bad_inputs() {
         let x = array![[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]];
         let one_class = array![3, 3, 3];
-        let err = decode(x.view(), one_class.view(), x.view(), one_class.view(), &DecodeParams::default());
-        assert!(matches!(err, Err(AnalysisError::InvalidInput(ref m)) if m.contains("two classes")));
+        let err = decode(
+            x.view(),
+            one_class.view(),
+            x.view(),
+            one_class.view(),
+            &DecodeParams::default(),
+        );
+        assert!(
+            matches!(err, Err(AnalysisError::InvalidInput(ref m)) if m.contains("two classes"))
+        );
         let y = array![0, 1, 0];
         let short = array![0, 1];
         assert!(matches!(
-            decode(x.view(), short.view(), x.view(), y.view(), &DecodeParams::default()),
+            decode(
+                x.view(),
+                short.view(),
+                x.view(),
+                y.view(),
+                &DecodeParams::default()
+            ),
             Err(AnalysisError::Shape(_))
         ));
         let wide = Array2::<f64>::zeros((3, 3));
         assert!(matches!(
-            decode(x.view(), y.view(), wide.view(), y.view(), &DecodeParams::default()),
+            decode(
+                x.view(),
+                y.view(),
+                wide.view(),
+                y.view(),
+                &DecodeParams::default()
+            ),
             Err(AnalysisError::Shape(_))
         ));
         let mut nan = x.clone();
         nan[[2, 1]] = f64::INFINITY;
         assert!(matches!(
-            decode(nan.view(), y.view(), x.view(), y.view(), &DecodeParams::default()),
+            decode(
+                nan.view(),
+                y.view(),
+                x.view(),
+                y.view(),
+                &DecodeParams::default()
+            ),
             Err(AnalysisError::NonFinite(_))
         ));
         let empty = Array2::<f64>::zeros((0, 2));
         let none = Array1::<i64>::zeros(0);
-        assert!(decode(empty.view(), none.view(), x.view(), y.view(), &DecodeParams::default()).is_err());
-        assert!(decode(x.view(), y.view(), empty.view(), none.view(), &DecodeParams::default()).is_err());
+        assert!(decode(
+            empty.view(),
+            none.view(),
+            x.view(),
+            y.view(),
+            &DecodeParams::default()
+        )
+        .is_err());
+        assert!(decode(
+            x.view(),
+            y.view(),
+            empty.view(),
+            none.view(),
+            &DecodeParams::default()
+        )
+        .is_err());
     }
 }

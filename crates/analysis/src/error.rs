@@ -18,8 +18,9 @@ pub enum AnalysisError {
     /// A numerical routine (eigendecomposition, SVD, optimiser) failed to converge or errored.
     #[error("numerical failure: {0}")]
     Numerical(String),
-    /// Reading or writing a file failed; names the path.
-    #[error("i/o error on {path}: {source}")]
+    /// Reading or writing a file failed; names the path (the cause is the error's `source()`,
+    /// printed by error-chain reporters such as anyhow's `{:#}`).
+    #[error("i/o error on {path}")]
     Io {
         /// The file that could not be read or written.
         path: String,

@@ -67,7 +67,9 @@ impl PcaParams {
             )));
         }
         if d == 0 {
-            return Err(AnalysisError::InvalidInput("PCA input has no features".into()));
+            return Err(AnalysisError::InvalidInput(
+                "PCA input has no features".into(),
+            ));
         }
         if self.n_components > d {
             return Err(AnalysisError::InvalidInput(format!(
@@ -78,9 +80,9 @@ impl PcaParams {
         if x.iter().any(|v| !v.is_finite()) {
             return Err(AnalysisError::NonFinite("PCA input".into()));
         }
-        let mean = x.mean_axis(Axis(0)).ok_or_else(|| {
-            AnalysisError::InvalidInput("PCA input has no samples".into())
-        })?;
+        let mean = x
+            .mean_axis(Axis(0))
+            .ok_or_else(|| AnalysisError::InvalidInput("PCA input has no samples".into()))?;
         let centred = &x - &mean;
         let mut cov = centred.t().dot(&centred) / (n as f64 - 1.0);
         // enforce exact symmetry before the symmetric solver
@@ -239,7 +241,10 @@ mod tests {
                 let cv: f64 = (0..3).map(|b| cov[a][b] * comp[b]).sum();
                 assert!((cv - var[c] * comp[a]).abs() < 1e-9);
             }
-            let big = comp.iter().cloned().fold(0.0_f64, |m, v| if v.abs() > m.abs() { v } else { m });
+            let big = comp
+                .iter()
+                .cloned()
+                .fold(0.0_f64, |m, v| if v.abs() > m.abs() { v } else { m });
             assert!(big > 0.0);
         }
         let proj = pca.transform(x.view()).unwrap();
@@ -260,7 +265,10 @@ mod tests {
         assert!(Pca::params(1).fit(Array2::zeros((1, 3)).view()).is_err());
         let mut bad = Array2::<f64>::zeros((4, 3));
         bad[[1, 1]] = f64::NAN;
-        assert!(matches!(Pca::params(1).fit(bad.view()), Err(AnalysisError::NonFinite(_))));
+        assert!(matches!(
+            Pca::params(1).fit(bad.view()),
+            Err(AnalysisError::NonFinite(_))
+        ));
         assert!(Pca::params(4).fit(Array2::zeros((6, 3)).view()).is_err());
         assert!(Pca::params(0).fit(Array2::zeros((6, 3)).view()).is_err());
         assert!(pca.transform(Array2::zeros((2, 4)).view()).is_err());

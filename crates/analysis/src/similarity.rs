@@ -124,7 +124,13 @@ mod tests {
 
     #[test]
     fn means_and_cosines_by_hand() {
-        let x = array![[1.0, 0.0, 0.0], [3.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]];
+        let x = array![
+            [1.0, 0.0, 0.0],
+            [3.0, 0.0, 0.0],
+            [0.0, 2.0, 0.0],
+            [1.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0]
+        ];
         let l = array![7, 7, 2, 5, 9];
         let sim = mean_code_similarity(x.view(), l.view(), Some(&[2, 5, 7, 9, 11])).unwrap();
         assert_eq!(sim.counts, vec![1, 1, 2, 1, 0]);

@@ -6,8 +6,8 @@ use std::fs::File;
 use std::path::PathBuf;
 
 use hyperlens_analysis::cluster::{
-    adjusted_rand_index, cluster_against_labels, kmeans, normalized_mutual_info,
-    silhouette_score, silhouette_score_sampled, KMeansParams,
+    adjusted_rand_index, cluster_against_labels, kmeans, normalized_mutual_info, silhouette_score,
+    silhouette_score_sampled, KMeansParams,
 };
 use hyperlens_analysis::codes::report::{CodeSplit, LayerSel, Stage};
 use hyperlens_analysis::decode::{decode, DecodeParams, LogisticParams, LogisticProbe};
@@ -32,7 +32,10 @@ impl Reference {
     fn load() -> Self {
         let npz = NpzReader::new(File::open(fixtures().join("reference.npz")).unwrap()).unwrap();
         let text = std::fs::read_to_string(fixtures().join("reference.json")).unwrap();
-        Self { npz, json: serde_json::from_str(&text).unwrap() }
+        Self {
+            npz,
+            json: serde_json::from_str(&text).unwrap(),
+        }
     }
     fn f2(&mut self, name: &str) -> Array2<f64> {
         self.npz.by_name(name).unwrap()
@@ -44,30 +47,59 @@ impl Reference {
         self.npz.by_name(name).unwrap()
     }
     fn scalar(&self, name: &str) -> f64 {
-        self.json[name].as_f64().unwrap_or_else(|| panic!("reference.json lacks {name}"))
+        self.json[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("reference.json lacks {name}"))
     }
 }
 
 fn close(a: f64, b: f64, tol: f64, what: &str) {
-    assert!((a - b).abs() <= tol, "{what}: {a} vs reference {b} (tol {tol})");
+    assert!(
+        (a - b).abs() <= tol,
+        "{what}: {a} vs reference {b} (tol {tol})"
+    );
 }
 
 #[test]
 fn ari_and_nmi_match_sklearn() {
     let mut r = Reference::load();
     let a = r.i1("part_a");
-    for (other, key) in [("part_b", "ab"), ("part_noisy", "noisy"), ("part_relabel", "relabel")] {
+    for (other, key) in [
+        ("part_b", "ab"),
+        ("part_noisy", "noisy"),
+        ("part_relabel", "relabel"),
+    ] {
         let b = r.i1(other);
         let ari = adjusted_rand_index(a.view(), b.view()).unwrap();
         let nmi = normalized_mutual_info(a.view(), b.view()).unwrap();
-        close(ari, r.scalar(&format!("ari_{key}")), 1e-12, &format!("ARI {key}"));
-        close(nmi, r.scalar(&format!("nmi_{key}")), 1e-12, &format!("NMI {key}"));
+        close(
+            ari,
+            r.scalar(&format!("ari_{key}")),
+            1e-12,
+            &format!("ARI {key}"),
+        );
+        close(
+            nmi,
+            r.scalar(&format!("nmi_{key}")),
+            1e-12,
+            &format!("NMI {key}"),
+        );
     }
     // identical and relabelled partitions: exactly 1; symmetric in its arguments
     let relabel = r.i1("part_relabel");
     assert_eq!(adjusted_rand_index(a.view(), a.view()).unwrap(), 1.0);
-    close(adjusted_rand_index(a.view(), relabel.view()).unwrap(), 1.0, 1e-12, "ARI relabel");
-    close(normalized_mutual_info(relabel.view(), a.view()).unwrap(), 1.0, 1e-12, "NMI relabel");
+    close(
+        adjusted_rand_index(a.view(), relabel.view()).unwrap(),
+        1.0,
+        1e-12,
+        "ARI relabel",
+    );
+    close(
+        normalized_mutual_info(relabel.view(), a.view()).unwrap(),
+        1.0,
+        1e-12,
+        "NMI relabel",
+    );
     let noisy = r.i1("part_noisy");
     close(
         adjusted_rand_index(noisy.view(), a.view()).unwrap(),
@@ -80,7 +112,12 @@ fn ari_and_nmi_match_sklearn() {
     let ari = adjusted_rand_index(ba.view(), bb.view()).unwrap();
     assert!(ari.abs() < 0.005, "random ARI {ari}");
     close(ari, r.scalar("ari_big"), 1e-12, "ARI big");
-    close(normalized_mutual_info(ba.view(), bb.view()).unwrap(), r.scalar("nmi_big"), 1e-12, "NMI big");
+    close(
+        normalized_mutual_info(ba.view(), bb.view()).unwrap(),
+        r.scalar("nmi_big"),
+        1e-12,
+        "NMI big",
+    );
     // labels of a different type (cluster indices) work too
     let as_usize = a.mapv(|v| v as usize);
     assert_eq!(adjusted_rand_index(a.view(), as_usize.view()).unwrap(), 1.0);
@@ -90,7 +127,10 @@ fn ari_and_nmi_match_sklearn() {
 fn silhouette_matches_sklearn_on_blobs() {
     let mut r = Reference::load();
     let labels = r.i1("blob_labels");
-    for (x, key) in [("blobs", "silhouette_blobs"), ("wide_blobs", "silhouette_wide")] {
+    for (x, key) in [
+        ("blobs", "silhouette_blobs"),
+        ("wide_blobs", "silhouette_wide"),
+    ] {
         let x = r.f2(x);
         let got = silhouette_score(x.view(), labels.view()).unwrap();
         close(got, r.scalar(key), 1e-10, key);
@@ -125,22 +165,46 @@ fn pca_matches_sklearn_and_known_covariance() {
     let pca = Pca::params(2).fit(x.view()).unwrap();
     let ratio = r.f1("pca_ratio");
     let var = r.f1("pca_var");
-    assert_eq!(pca.explained_variance_ratio().len(), 7, "ratios over ALL components");
+    assert_eq!(
+        pca.explained_variance_ratio().len(),
+        7,
+        "ratios over ALL components"
+    );
     for c in 0..7 {
         close(pca.explained_variance_ratio()[c], ratio[c], 1e-10, "ratio");
-        close(pca.explained_variance()[c], var[c], 1e-9 * var[c].max(1.0), "variance");
+        close(
+            pca.explained_variance()[c],
+            var[c],
+            1e-9 * var[c].max(1.0),
+            "variance",
+        );
     }
-    close(pca.explained_variance_ratio().sum(), 1.0, 1e-12, "ratios sum");
+    close(
+        pca.explained_variance_ratio().sum(),
+        1.0,
+        1e-12,
+        "ratios sum",
+    );
     // the population variances the data were drawn with (sampling error about sqrt(2/503) = 6%)
     let truth = r.f1("pca_true_var");
     for c in 0..7 {
         let rel = (pca.explained_variance()[c] - truth[c]).abs() / truth[c];
-        assert!(rel < 0.2, "component {c}: {} vs true {}", pca.explained_variance()[c], truth[c]);
+        assert!(
+            rel < 0.2,
+            "component {c}: {} vs true {}",
+            pca.explained_variance()[c],
+            truth[c]
+        );
     }
     let comps = r.f2("pca_components");
     for c in 0..7 {
         for j in 0..7 {
-            close(pca.all_components()[[c, j]], comps[[c, j]], 1e-7, "component (same sign rule)");
+            close(
+                pca.all_components()[[c, j]],
+                comps[[c, j]],
+                1e-7,
+                "component (same sign rule)",
+            );
         }
     }
     let proj = pca.transform(x.view()).unwrap();
@@ -158,11 +222,21 @@ fn pca_rank_deficient_with_constant_column() {
     let pca = Pca::params(2).fit(x.view()).unwrap();
     let ratio = r.f1("pca_def_ratio");
     for c in 0..9 {
-        close(pca.explained_variance_ratio()[c], ratio[c], 1e-10, "rank-deficient ratio");
+        close(
+            pca.explained_variance_ratio()[c],
+            ratio[c],
+            1e-10,
+            "rank-deficient ratio",
+        );
     }
     // rank 3: everything after the third component is (numerically) zero, never negative
     assert!(pca.explained_variance().iter().all(|&v| v >= 0.0));
-    assert!(pca.explained_variance_ratio().slice_axis(Axis(0), Slice::from(3..)).sum() < 1e-12);
+    assert!(
+        pca.explained_variance_ratio()
+            .slice_axis(Axis(0), Slice::from(3..))
+            .sum()
+            < 1e-12
+    );
     let proj = pca.transform(x.view()).unwrap();
     let want = r.f2("pca_def_proj");
     for (a, b) in proj.iter().zip(want.iter()) {
@@ -175,7 +249,10 @@ fn logistic_decoding_matches_sklearn() {
     let mut r = Reference::load();
     let (xtr, ytr) = (r.f2("lr_x_train"), r.i1("lr_y_train"));
     let (xte, yte) = (r.f2("lr_x_test"), r.i1("lr_y_test"));
-    let params = DecodeParams { seed: 5, ..DecodeParams::default() };
+    let params = DecodeParams {
+        seed: 5,
+        ..DecodeParams::default()
+    };
     let res = decode(xtr.view(), ytr.view(), xte.view(), yte.view(), &params).unwrap();
     let sk_acc = r.scalar("lr_accuracy");
     eprintln!(
@@ -185,38 +262,78 @@ fn logistic_decoding_matches_sklearn() {
         r.scalar("lr_balanced_accuracy"),
         res.shuffled_control
     );
-    assert!((res.accuracy - sk_acc).abs() <= 0.01, "accuracy {} vs sklearn {sk_acc}", res.accuracy);
+    assert!(
+        (res.accuracy - sk_acc).abs() <= 0.01,
+        "accuracy {} vs sklearn {sk_acc}",
+        res.accuracy
+    );
     let sk_bal = r.scalar("lr_balanced_accuracy");
-    assert!((res.balanced_accuracy - sk_bal).abs() <= 0.01, "balanced {} vs {sk_bal}", res.balanced_accuracy);
-    close(res.train_accuracy, r.scalar("lr_train_accuracy"), 0.01, "train accuracy");
+    assert!(
+        (res.balanced_accuracy - sk_bal).abs() <= 0.01,
+        "balanced {} vs {sk_bal}",
+        res.balanced_accuracy
+    );
+    close(
+        res.train_accuracy,
+        r.scalar("lr_train_accuracy"),
+        0.01,
+        "train accuracy",
+    );
     // labels: union of train (0..4) and test (adds 9), confusion over the union
     assert_eq!(res.classes, r.i1("lr_labels").to_vec());
     assert_eq!(res.confusion.dim(), (6, 6));
-    let sk_conf = r.npz.by_name::<ndarray::OwnedRepr<i64>, ndarray::Ix2>("lr_confusion").unwrap();
-    assert_eq!(res.confusion.sum_axis(Axis(1)), sk_conf.sum_axis(Axis(1)).mapv(|v| v as u64));
+    let sk_conf = r
+        .npz
+        .by_name::<ndarray::OwnedRepr<i64>, ndarray::Ix2>("lr_confusion")
+        .unwrap();
+    assert_eq!(
+        res.confusion.sum_axis(Axis(1)),
+        sk_conf.sum_axis(Axis(1)).mapv(|v| v as u64)
+    );
     assert_eq!(res.confusion.row(5).sum(), 11, "label 9 (test only) row");
-    assert_eq!(res.confusion.column(5).sum(), 0, "label 9 can never be predicted");
+    assert_eq!(
+        res.confusion.column(5).sum(),
+        0,
+        "label 9 can never be predicted"
+    );
     let diag: u64 = (0..6).map(|i| res.confusion[[i, i]]).sum();
-    close(diag as f64 / 397.0, res.accuracy, 1e-12, "accuracy = trace / N");
+    close(
+        diag as f64 / 397.0,
+        res.accuracy,
+        1e-12,
+        "accuracy = trace / N",
+    );
     // majority baseline: the train majority label evaluated on the test labels
     let mut counts = [0usize; 5];
     ytr.iter().for_each(|&y| counts[y as usize] += 1);
-    let maj = (0..5).max_by_key(|&c| (counts[c], std::cmp::Reverse(c))).unwrap() as i64;
+    let maj = (0..5)
+        .max_by_key(|&c| (counts[c], std::cmp::Reverse(c)))
+        .unwrap() as i64;
     assert_eq!(res.majority_class, maj);
     let base = yte.iter().filter(|&&y| y == maj).count() as f64 / 397.0;
     close(res.majority_baseline, base, 1e-12, "majority baseline");
     // shuffled-label control: near chance, far below the real probe, reproducible
     let shuffled = res.shuffled_control.unwrap();
-    assert!(shuffled < 0.35 && shuffled < res.accuracy - 0.2, "shuffled control {shuffled}");
+    assert!(
+        shuffled < 0.35 && shuffled < res.accuracy - 0.2,
+        "shuffled control {shuffled}"
+    );
     let again = decode(xtr.view(), ytr.view(), xte.view(), yte.view(), &params).unwrap();
     assert_eq!(again.shuffled_control, res.shuffled_control);
     // predictions agree with sklearn's on nearly every test point
     let probe = LogisticProbe::fit(xtr.view(), ytr.view(), &LogisticParams::default()).unwrap();
     let pred = probe.predict(xte.view()).unwrap();
     let sk_pred = r.i1("lr_pred");
-    let agree = pred.iter().zip(sk_pred.iter()).filter(|(a, b)| a == b).count();
+    let agree = pred
+        .iter()
+        .zip(sk_pred.iter())
+        .filter(|(a, b)| a == b)
+        .count();
     eprintln!("{agree}/397 predictions agree with sklearn");
-    assert!(agree as f64 >= 0.98 * 397.0, "only {agree}/397 predictions agree with sklearn");
+    assert!(
+        agree as f64 >= 0.98 * 397.0,
+        "only {agree}/397 predictions agree with sklearn"
+    );
 }
 
 #[test]
@@ -225,7 +342,11 @@ fn logistic_converged_weights_match_sklearn() {
     // loss), so the weights agree; a wrong alpha scaling (e.g. per mean loss) fails this
     let mut r = Reference::load();
     let (xtr, ytr) = (r.f2("lr_x_train"), r.i1("lr_y_train"));
-    let tight = LogisticParams { c: 1.0, max_iterations: 5_000, tol: 1e-9 };
+    let tight = LogisticParams {
+        c: 1.0,
+        max_iterations: 5_000,
+        tol: 1e-9,
+    };
     let probe = LogisticProbe::fit(xtr.view(), ytr.view(), &tight).unwrap();
     let coef = r.f2("lr_coef"); // [classes, features]
     let intercept = r.f1("lr_intercept"); // centred
@@ -240,10 +361,17 @@ fn logistic_converged_weights_match_sklearn() {
     assert!(max_err < 1e-4, "max |coef - sklearn| = {max_err}");
     let mean_b = probe.intercept().mean().unwrap();
     for c in 0..5 {
-        close(probe.intercept()[c] - mean_b, intercept[c], 1e-4, "centred intercept");
+        close(
+            probe.intercept()[c] - mean_b,
+            intercept[c],
+            1e-4,
+            "centred intercept",
+        );
     }
     // probabilities are a proper distribution
-    let p = probe.predict_proba(xtr.slice_axis(Axis(0), Slice::from(..7))).unwrap();
+    let p = probe
+        .predict_proba(xtr.slice_axis(Axis(0), Slice::from(..7)))
+        .unwrap();
     for row in p.rows() {
         close(row.sum(), 1.0, 1e-12, "probabilities sum");
     }
@@ -264,26 +392,80 @@ fn degenerate_inputs_error_or_work_never_panic() {
     let mut x = x;
     let col0 = x.column(0).to_owned();
     x.column_mut(4).assign(&col0);
-    let res = decode(x.view(), y.view(), x.view(), y.view(), &DecodeParams::default()).unwrap();
-    assert!(res.accuracy > 0.95, "separable through column 0: {}", res.accuracy);
+    let res = decode(
+        x.view(),
+        y.view(),
+        x.view(),
+        y.view(),
+        &DecodeParams::default(),
+    )
+    .unwrap();
+    assert!(
+        res.accuracy > 0.95,
+        "separable through column 0: {}",
+        res.accuracy
+    );
     let pca = Pca::params(2).fit(x.view()).unwrap();
-    assert!(pca.explained_variance_ratio().iter().all(|v| v.is_finite() && *v >= 0.0));
+    assert!(pca
+        .explained_variance_ratio()
+        .iter()
+        .all(|v| v.is_finite() && *v >= 0.0));
 
     // one class: a clear error, no panic
     let one = Array1::<i64>::from_elem(n, 4);
-    let err = decode(x.view(), one.view(), x.view(), y.view(), &DecodeParams::default()).unwrap_err();
-    assert!(matches!(err, AnalysisError::InvalidInput(ref m) if m.contains("two classes")), "{err}");
+    let err = decode(
+        x.view(),
+        one.view(),
+        x.view(),
+        y.view(),
+        &DecodeParams::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, AnalysisError::InvalidInput(ref m) if m.contains("two classes")),
+        "{err}"
+    );
     assert!(cluster_against_labels(x.view(), one.view(), &KMeansParams::new(2)).is_err());
     assert!(silhouette_score(x.view(), one.view()).is_err());
     // NaN anywhere: NonFinite
     let mut bad = x.clone();
     bad[[17, 3]] = f64::NAN;
-    assert!(matches!(decode(bad.view(), y.view(), x.view(), y.view(), &DecodeParams::default()), Err(AnalysisError::NonFinite(_))));
-    assert!(matches!(decode(x.view(), y.view(), bad.view(), y.view(), &DecodeParams::default()), Err(AnalysisError::NonFinite(_))));
-    assert!(matches!(Pca::params(2).fit(bad.view()), Err(AnalysisError::NonFinite(_))));
-    assert!(matches!(kmeans(bad.view(), &KMeansParams::new(3)), Err(AnalysisError::NonFinite(_))));
-    assert!(matches!(silhouette_score(bad.view(), y.view()), Err(AnalysisError::NonFinite(_))));
-    assert!(matches!(mean_code_similarity(bad.view(), y.view(), None), Err(AnalysisError::NonFinite(_))));
+    assert!(matches!(
+        decode(
+            bad.view(),
+            y.view(),
+            x.view(),
+            y.view(),
+            &DecodeParams::default()
+        ),
+        Err(AnalysisError::NonFinite(_))
+    ));
+    assert!(matches!(
+        decode(
+            x.view(),
+            y.view(),
+            bad.view(),
+            y.view(),
+            &DecodeParams::default()
+        ),
+        Err(AnalysisError::NonFinite(_))
+    ));
+    assert!(matches!(
+        Pca::params(2).fit(bad.view()),
+        Err(AnalysisError::NonFinite(_))
+    ));
+    assert!(matches!(
+        kmeans(bad.view(), &KMeansParams::new(3)),
+        Err(AnalysisError::NonFinite(_))
+    ));
+    assert!(matches!(
+        silhouette_score(bad.view(), y.view()),
+        Err(AnalysisError::NonFinite(_))
+    ));
+    assert!(matches!(
+        mean_code_similarity(bad.view(), y.view(), None),
+        Err(AnalysisError::NonFinite(_))
+    ));
     // empty sets and mismatched lengths
     let empty = Array2::<f64>::zeros((0, 5));
     let none = Array1::<i64>::zeros(0);
@@ -291,9 +473,18 @@ fn degenerate_inputs_error_or_work_never_panic() {
     assert!(Pca::params(1).fit(empty.view()).is_err());
     assert!(mean_code_similarity(empty.view(), none.view(), None).is_err());
     assert!(silhouette_score(x.view(), y.slice_axis(Axis(0), Slice::from(..10))).is_err());
-    assert!(cluster_against_labels(x.view(), y.slice_axis(Axis(0), Slice::from(..10)), &KMeansParams::new(3)).is_err());
+    assert!(cluster_against_labels(
+        x.view(),
+        y.slice_axis(Axis(0), Slice::from(..10)),
+        &KMeansParams::new(3)
+    )
+    .is_err());
     // more clusters than points
-    assert!(kmeans(x.slice_axis(Axis(0), Slice::from(..2)), &KMeansParams::new(3)).is_err());
+    assert!(kmeans(
+        x.slice_axis(Axis(0), Slice::from(..2)),
+        &KMeansParams::new(3)
+    )
+    .is_err());
     // every point identical: k-means and the scores still return (silhouette 0, not NaN)
     let same = Array2::<f64>::from_elem((12, 3), 0.5);
     let labels: Array1<i64> = (0..12).map(|i| (i % 2) as i64).collect();
@@ -332,36 +523,75 @@ fn synthetic(n: usize, seed: u64, lo: i64, hi: i64) -> CodeSet {
 fn analyze_pair_end_to_end_and_tables() {
     let dir = tempfile::tempdir().unwrap();
     // through the .npz reader, as the CLI does
-    synthetic(301, 1, 0, 6).write_npz(dir.path().join("id.npz")).unwrap();
-    synthetic(197, 2, 1, 7).write_npz(dir.path().join("ood.npz")).unwrap();
+    synthetic(301, 1, 0, 6)
+        .write_npz(dir.path().join("id.npz"))
+        .unwrap();
+    synthetic(197, 2, 1, 7)
+        .write_npz(dir.path().join("ood.npz"))
+        .unwrap();
     let train = CodeSet::read_npz(dir.path().join("id.npz")).unwrap();
     let test = CodeSet::read_npz(dir.path().join("ood.npz")).unwrap();
-    let params = LatentAnalysisParams { seed: 3, ..LatentAnalysisParams::default() };
+    let params = LatentAnalysisParams {
+        seed: 3,
+        ..LatentAnalysisParams::default()
+    };
     let mut steps = Vec::new();
     let report = analyze_pair(&train, &test, &params, &mut |p| steps.push(*p)).unwrap();
 
     // progress: every stage of every selection announced once (in any order across
     // selections, which may run concurrently), `done` never decreases, then a final call
     assert_eq!(steps.len(), 17);
-    let sels = [LayerSel::Layer(0), LayerSel::Layer(1), LayerSel::Layer(2), LayerSel::All];
+    let sels = [
+        LayerSel::Layer(0),
+        LayerSel::Layer(1),
+        LayerSel::Layer(2),
+        LayerSel::All,
+    ];
     for sel in sels {
-        for stage in [Stage::Pca, Stage::Decoding, Stage::Clustering, Stage::Similarity] {
-            assert_eq!(steps.iter().filter(|p| p.next == Some((stage, sel))).count(), 1);
+        for stage in [
+            Stage::Pca,
+            Stage::Decoding,
+            Stage::Clustering,
+            Stage::Similarity,
+        ] {
+            assert_eq!(
+                steps
+                    .iter()
+                    .filter(|p| p.next == Some((stage, sel)))
+                    .count(),
+                1
+            );
         }
     }
-    assert!(steps.windows(2).all(|w| w[0].done <= w[1].done && w[0].total == 16));
+    assert!(steps
+        .windows(2)
+        .all(|w| w[0].done <= w[1].done && w[0].total == 16));
     assert_eq!((steps[16].next, steps[16].done), (None, 16));
 
     assert_eq!(report.labels, (0..8).collect::<Vec<i64>>());
     let sels: Vec<LayerSel> = report.layers.iter().map(|l| l.layer).collect();
-    assert_eq!(sels, vec![LayerSel::Layer(0), LayerSel::Layer(1), LayerSel::Layer(2), LayerSel::All]);
+    assert_eq!(
+        sels,
+        vec![
+            LayerSel::Layer(0),
+            LayerSel::Layer(1),
+            LayerSel::Layer(2),
+            LayerSel::All
+        ]
+    );
     let acc: Vec<f64> = report.layers.iter().map(|l| l.decoding.accuracy).collect();
     // label 7 (about 1/7 of the test set) can never be decoded, so the ceiling is about 0.86
     assert!(acc[0] < 0.35, "noise layer decodes at {}", acc[0]);
-    assert!(acc[2] > 0.75 && acc[2] > acc[1] && acc[1] > acc[0], "accuracy by depth {acc:?}");
+    assert!(
+        acc[2] > 0.75 && acc[2] > acc[1] && acc[1] > acc[0],
+        "accuracy by depth {acc:?}"
+    );
     for l in &report.layers {
         assert_eq!(l.decoding.classes, report.labels);
-        assert_eq!(l.decoding.confusion.row(7).sum() as usize, test.label().iter().filter(|&&v| v == 7).count());
+        assert_eq!(
+            l.decoding.confusion.row(7).sum() as usize,
+            test.label().iter().filter(|&&v| v == 7).count()
+        );
         assert_eq!(l.decoding.confusion.column(7).sum(), 0);
         assert_eq!(l.projection.dim(), (197, 2));
         // similarity on the test set: label 0 is absent there -> NaN row; others finite
@@ -379,20 +609,34 @@ fn analyze_pair_end_to_end_and_tables() {
         train.label().view(),
         test.features(None).unwrap().view(),
         test.label().view(),
-        &DecodeParams { seed: 3, ..DecodeParams::default() },
+        &DecodeParams {
+            seed: 3,
+            ..DecodeParams::default()
+        },
     )
     .unwrap();
     assert_eq!(direct, report.layers[3].decoding);
-    close(report.test_model_accuracy.unwrap(), 147.0 / 197.0, 1e-12, "model accuracy");
+    close(
+        report.test_model_accuracy.unwrap(),
+        147.0 / 197.0,
+        1e-12,
+        "model accuracy",
+    );
 
     let out = dir.path().join("tables");
     let written = report.write_tables(&out).unwrap();
     assert_eq!(written.len(), 7);
-    assert!(std::fs::read_dir(&out).unwrap().all(|e| !e.unwrap().path().to_string_lossy().ends_with(".tmp")));
+    assert!(std::fs::read_dir(&out).unwrap().all(|e| !e
+        .unwrap()
+        .path()
+        .to_string_lossy()
+        .ends_with(".tmp")));
     let decoding = std::fs::read_to_string(out.join("decoding.csv")).unwrap();
     let lines: Vec<&str> = decoding.lines().collect();
     assert_eq!(lines.len(), 5);
-    assert!(lines[0].starts_with("layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control"));
+    assert!(
+        lines[0].starts_with("layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control")
+    );
     assert!(lines[4].starts_with("all,"));
     let acc_all: f64 = lines[4].split(',').nth(1).unwrap().parse().unwrap();
     assert_eq!(acc_all, report.layers[3].decoding.accuracy);
@@ -422,7 +666,11 @@ fn analyze_pair_end_to_end_and_tables() {
     assert_eq!(tgt.len(), 197);
 
     // unsupervised analyses on the train set instead
-    let on_train = LatentAnalysisParams { unsupervised_on: CodeSplit::Train, shuffled_control: false, ..params };
+    let on_train = LatentAnalysisParams {
+        unsupervised_on: CodeSplit::Train,
+        shuffled_control: false,
+        ..params
+    };
     let rep2 = analyze_pair(&train, &test, &on_train, &mut |_| {}).unwrap();
     assert_eq!(rep2.layers[0].projection.nrows(), 301);
     assert_eq!(rep2.layers[0].similarity.counts[7], 0);

@@ -27,6 +27,12 @@ enum Command {
     Info(commands::info::InfoArgs),
     /// Accuracy, per-feature accuracy and loss of a checkpoint on SRAVEN problems.
     Eval(commands::eval::EvalArgs),
+    /// Train a model (SRAVEN, fuzzy logic, induction) with the paper's recipe; --resume continues a run.
+    Train(Box<commands::train::TrainArgs>),
+    /// Extract latent codes (attention across heads at a query/key site) with labels to a .npz file.
+    Probe(commands::probe::ProbeArgs),
+    /// The main job: accuracy, latent codes and their analyses for every shipped checkpoint, as a report.
+    Report(commands::report::ReportArgs),
     /// Latent-code analyses of an ID / OOD pair of code sets: PCA, rule decoding, k-means, similarity.
     Analyze(commands::analyze::AnalyzeArgs),
     /// Attention patterns [layer, head, query, key] of a token language model (token model, Hugging
@@ -40,6 +46,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(c) => commands::import::run(c),
         Command::Info(a) => commands::info::run(a),
         Command::Eval(a) => commands::eval::run(a),
+        Command::Train(a) => commands::train::run(*a),
+        Command::Probe(a) => commands::probe::run(a),
+        Command::Report(a) => commands::report::run(a),
         Command::Analyze(a) => commands::analyze::run(a),
         Command::Attention(a) => commands::attention::run(a),
     }

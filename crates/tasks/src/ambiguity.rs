@@ -63,7 +63,7 @@ pub const MAX_FEATURES: usize = 8;
 /// # Shapes
 /// - `context`: [grid² - 1, F] = [8, F] values in 0..M as shown, `context[panel, slot]` (panel =
 ///   3 * row + col), e.g. one problem of [`ProblemSet::context_values`].
-/// - `target`: [F] the answer panel's values in column 2's slot order (a row of `ProblemSet::y`).
+/// - `target`: `[F]` the answer panel's values in column 2's slot order (a row of `ProblemSet::y`).
 ///
 /// # Errors
 /// [`TasksError::InvalidInput`] if the shapes do not match `params`, a value is outside 0..M, or
@@ -77,24 +77,40 @@ pub fn is_ambiguous(
     params.check()?;
     let (f, m) = (params.features, params.values);
     if f > MAX_FEATURES {
-        return Err(TasksError::input("features", format!("the ambiguity check supports F <= {MAX_FEATURES}, got {f}")));
+        return Err(TasksError::input(
+            "features",
+            format!("the ambiguity check supports F <= {MAX_FEATURES}, got {f}"),
+        ));
     }
     if context.shape() != [params.n_context_panels(), f] {
         return Err(TasksError::input(
             "context",
-            format!("shape {:?}, expected [{}, {f}]", context.shape(), params.n_context_panels()),
+            format!(
+                "shape {:?}, expected [{}, {f}]",
+                context.shape(),
+                params.n_context_panels()
+            ),
         ));
     }
     if target.len() != f {
-        return Err(TasksError::input("target", format!("length {}, expected {f}", target.len())));
+        return Err(TasksError::input(
+            "target",
+            format!("length {}, expected {f}", target.len()),
+        ));
     }
     if let Some(v) = context.iter().find(|&&v| v as usize >= m) {
-        return Err(TasksError::input("context", format!("value {v} is not in 0..{m}")));
+        return Err(TasksError::input(
+            "context",
+            format!("value {v} is not in 0..{m}"),
+        ));
     }
     let mut tgt = Vec::with_capacity(f);
     for &v in target.iter() {
         if v < 0 || v as usize >= m {
-            return Err(TasksError::input("target", format!("value {v} is not in 0..{m}")));
+            return Err(TasksError::input(
+                "target",
+                format!("value {v} is not in 0..{m}"),
+            ));
         }
         tgt.push(v as u8);
     }
@@ -112,10 +128,16 @@ pub fn ambiguous_mask(set: &ProblemSet, criterion: Criterion) -> Result<Vec<bool
     p.check()?;
     let (f, m) = (p.features, p.values);
     if f > MAX_FEATURES {
-        return Err(TasksError::input("features", format!("the ambiguity check supports F <= {MAX_FEATURES}, got {f}")));
+        return Err(TasksError::input(
+            "features",
+            format!("the ambiguity check supports F <= {MAX_FEATURES}, got {f}"),
+        ));
     }
     if set.y.shape() != [set.len(), f] {
-        return Err(TasksError::input("y", format!("shape {:?}, expected [{}, {f}]", set.y.shape(), set.len())));
+        return Err(TasksError::input(
+            "y",
+            format!("shape {:?}, expected [{}, {f}]", set.y.shape(), set.len()),
+        ));
     }
     let ctx = set.context_values()?;
     let mut checker = Checker::new(f, m);
@@ -124,7 +146,10 @@ pub fn ambiguous_mask(set: &ProblemSet, criterion: Criterion) -> Result<Vec<bool
     for (i, (c, y)) in ctx.outer_iter().zip(set.y.outer_iter()).enumerate() {
         for (t, &v) in tgt.iter_mut().zip(y.iter()) {
             if v < 0 || v as usize >= m {
-                return Err(TasksError::input("y", format!("problem {i}: value {v} is not in 0..{m}")));
+                return Err(TasksError::input(
+                    "y",
+                    format!("problem {i}: value {v} is not in 0..{m}"),
+                ));
             }
             *t = v as u8;
         }
@@ -150,14 +175,21 @@ pub fn ambiguity_rate(set: &ProblemSet, criterion: Criterion) -> Result<f64> {
 ///
 /// `r0`, `r1`: full rows 0 and 1; `r2`: the first two values of row 2. Calls `emit` once per fitting
 /// rule with its completion of row 2 (values mod `m`).
-pub(crate) fn fitting_completions(r0: [u8; 3], r1: [u8; 3], r2: [u8; 2], m: usize, mut emit: impl FnMut(Rule, u8)) {
+pub(crate) fn fitting_completions(
+    r0: [u8; 3],
+    r1: [u8; 3],
+    r2: [u8; 2],
+    m: usize,
+    mut emit: impl FnMut(Rule, u8),
+) {
     for rule in Rule::ALL {
         if rule == Rule::DistributeThree {
             if r0[0] == r0[1] || r0[0] == r0[2] || r0[1] == r0[2] {
                 continue;
             }
             let in_set = |v: u8| r0.contains(&v);
-            let same_set = r1.iter().all(|&v| in_set(v)) && r1[0] != r1[1] && r1[0] != r1[2] && r1[1] != r1[2];
+            let same_set =
+                r1.iter().all(|&v| in_set(v)) && r1[0] != r1[1] && r1[0] != r1[2] && r1[1] != r1[2];
             if !same_set || r2[0] == r2[1] || !in_set(r2[0]) || !in_set(r2[1]) {
                 continue;
             }
@@ -166,7 +198,9 @@ pub(crate) fn fitting_completions(r0: [u8; 3], r1: [u8; 3], r2: [u8; 2], m: usiz
             }
             continue;
         }
-        if rule.complete_row(r0[0], r0[1], m) != Some(r0[2]) || rule.complete_row(r1[0], r1[1], m) != Some(r1[2]) {
+        if rule.complete_row(r0[0], r0[1], m) != Some(r0[2])
+            || rule.complete_row(r1[0], r1[1], m) != Some(r1[2])
+        {
             continue;
         }
         if let Some(v) = rule.complete_row(r2[0], r2[1], m) {
@@ -189,7 +223,13 @@ struct Checker {
 
 impl Checker {
     fn new(f: usize, m: usize) -> Checker {
-        Checker { f, m, fits: vec![false; f * f * f], differs: vec![false; f * f * f], memo: vec![0; 2 << (2 * f)] }
+        Checker {
+            f,
+            m,
+            fits: vec![false; f * f * f],
+            differs: vec![false; f * f * f],
+            memo: vec![0; 2 << (2 * f)],
+        }
     }
 
     /// `ctx`: [8 * F] values (panel-major), `tgt`: [F] column-2-order answer.
@@ -268,7 +308,9 @@ impl Checker {
         let mut found = false;
         'outer: for a in (0..f).filter(|a| used_a & (1 << a) == 0) {
             for b in (0..f).filter(|b| used_b & (1 << b) == 0) {
-                if self.differs[(j * f + a) * f + b] && self.search_all_differ(used_a | (1 << a), used_b | (1 << b)) {
+                if self.differs[(j * f + a) * f + b]
+                    && self.search_all_differ(used_a | (1 << a), used_b | (1 << b))
+                {
                     found = true;
                     break 'outer;
                 }
@@ -309,7 +351,13 @@ mod tests {
         let (ctx, y) = problem(&[add, c1, c2, c3]);
         assert!(is_ambiguous(&p, ctx.view(), arr1(&y).view(), Criterion::AnswerDiffers).unwrap());
         // Not every feature can differ: the constant ones only complete to their own value.
-        assert!(!is_ambiguous(&p, ctx.view(), arr1(&y).view(), Criterion::EveryFeatureDiffers).unwrap());
+        assert!(!is_ambiguous(
+            &p,
+            ctx.view(),
+            arr1(&y).view(),
+            Criterion::EveryFeatureDiffers
+        )
+        .unwrap());
         // With b = 1 in row 0 subtraction no longer fits: unambiguous.
         let add2 = [1, 1, 2, 6, 0, 6, 2, 3, 5];
         let (ctx, y) = problem(&[add2, c1, c2, c3]);
@@ -320,10 +368,28 @@ mod tests {
     fn bad_shapes_and_values_error() {
         let p = SravenParams::default();
         let ctx = Array2::<u8>::zeros((8, 3));
-        assert!(is_ambiguous(&p, ctx.view(), arr1(&[0i64, 0, 0, 0]).view(), Criterion::AnswerDiffers).is_err());
+        assert!(is_ambiguous(
+            &p,
+            ctx.view(),
+            arr1(&[0i64, 0, 0, 0]).view(),
+            Criterion::AnswerDiffers
+        )
+        .is_err());
         let ctx = Array2::<u8>::from_elem((8, 4), 9);
-        assert!(is_ambiguous(&p, ctx.view(), arr1(&[0i64, 0, 0, 0]).view(), Criterion::AnswerDiffers).is_err());
+        assert!(is_ambiguous(
+            &p,
+            ctx.view(),
+            arr1(&[0i64, 0, 0, 0]).view(),
+            Criterion::AnswerDiffers
+        )
+        .is_err());
         let ctx = Array2::<u8>::zeros((8, 4));
-        assert!(is_ambiguous(&p, ctx.view(), arr1(&[0i64, 0, 8, 0]).view(), Criterion::AnswerDiffers).is_err());
+        assert!(is_ambiguous(
+            &p,
+            ctx.view(),
+            arr1(&[0i64, 0, 8, 0]).view(),
+            Criterion::AnswerDiffers
+        )
+        .is_err());
     }
 }

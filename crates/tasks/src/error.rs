@@ -85,11 +85,17 @@ pub type Result<T> = std::result::Result<T, TasksError>;
 impl TasksError {
     /// Shorthand for [`TasksError::InvalidParam`].
     pub(crate) fn param(name: &'static str, reason: impl Into<String>) -> Self {
-        TasksError::InvalidParam { name, reason: reason.into() }
+        TasksError::InvalidParam {
+            name,
+            reason: reason.into(),
+        }
     }
 
     /// Shorthand for [`TasksError::InvalidInput`].
     pub(crate) fn input(name: impl Into<String>, reason: impl Into<String>) -> Self {
-        TasksError::InvalidInput { name: name.into(), reason: reason.into() }
+        TasksError::InvalidInput {
+            name: name.into(),
+            reason: reason.into(),
+        }
     }
 }

@@ -65,21 +65,36 @@ impl CorpusParams {
     /// [`TasksError::InvalidParam`] naming the field.
     pub fn check(&self) -> Result<()> {
         if !(2..=4096).contains(&self.vocab) {
-            return Err(TasksError::param("vocab", format!("{} is not in 2..=4096", self.vocab)));
+            return Err(TasksError::param(
+                "vocab",
+                format!("{} is not in 2..=4096", self.vocab),
+            ));
         }
         if self.seq_len < 2 {
-            return Err(TasksError::param("seq_len", format!("{} is less than 2", self.seq_len)));
+            return Err(TasksError::param(
+                "seq_len",
+                format!("{} is less than 2", self.seq_len),
+            ));
         }
         if !(self.bigram_strength.is_finite() && self.bigram_strength >= 0.0) {
-            return Err(TasksError::param("bigram_strength", format!("{} is not finite and >= 0", self.bigram_strength)));
+            return Err(TasksError::param(
+                "bigram_strength",
+                format!("{} is not finite and >= 0", self.bigram_strength),
+            ));
         }
         if !(0.0..=1.0).contains(&self.repeat_prob) {
-            return Err(TasksError::param("repeat_prob", format!("{} is not in [0, 1]", self.repeat_prob)));
+            return Err(TasksError::param(
+                "repeat_prob",
+                format!("{} is not in [0, 1]", self.repeat_prob),
+            ));
         }
         if self.min_repeat < 2 || self.max_repeat < self.min_repeat {
             return Err(TasksError::param(
                 "min_repeat/max_repeat",
-                format!("need 2 <= min_repeat <= max_repeat, got {}..={}", self.min_repeat, self.max_repeat),
+                format!(
+                    "need 2 <= min_repeat <= max_repeat, got {}..={}",
+                    self.min_repeat, self.max_repeat
+                ),
             ));
         }
         Ok(())
@@ -160,7 +175,13 @@ impl Corpus {
         let h: f64 = self
             .probs
             .iter()
-            .map(|&p| if p > 0.0 { -(p as f64) * (p as f64).ln() } else { 0.0 })
+            .map(|&p| {
+                if p > 0.0 {
+                    -(p as f64) * (p as f64).ln()
+                } else {
+                    0.0
+                }
+            })
             .sum();
         h / v as f64
     }
@@ -218,7 +239,11 @@ impl Corpus {
                 tokens[[b, j]] = tok;
             }
         }
-        CorpusBatch { tokens, copied, source }
+        CorpusBatch {
+            tokens,
+            copied,
+            source,
+        }
     }
 }
 
@@ -231,9 +256,17 @@ impl Corpus {
 ///
 /// # Errors
 /// [`TasksError::InvalidParam`] if `vocab` is 0 or above `u32::MAX`.
-pub fn repeated_random_tokens(vocab: usize, n: usize, batch: usize, seed: u64) -> Result<Array2<u32>> {
+pub fn repeated_random_tokens(
+    vocab: usize,
+    n: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<Array2<u32>> {
     if vocab == 0 || vocab as u64 > u32::MAX as u64 {
-        return Err(TasksError::param("vocab", format!("{vocab} is not in 1..=u32::MAX")));
+        return Err(TasksError::param(
+            "vocab",
+            format!("{vocab} is not in 1..=u32::MAX"),
+        ));
     }
     let mut rng = rng::stream(seed, Domain::RepeatedTokens, vocab as u64, n as u64);
     let mut out = Array2::<u32>::zeros((batch, 2 * n));
@@ -253,23 +286,47 @@ mod tests {
 
     #[test]
     fn table_rows_are_distributions_and_strength_zero_is_uniform() {
-        let c = Corpus::new(CorpusParams { vocab: 13, ..Default::default() }).unwrap();
+        let c = Corpus::new(CorpusParams {
+            vocab: 13,
+            ..Default::default()
+        })
+        .unwrap();
         for row in c.transition_matrix().outer_iter() {
             assert!((row.sum() - 1.0).abs() < 1e-5);
         }
         assert!(c.bigram_entropy() < (13f64).ln() - 0.3);
-        let u = Corpus::new(CorpusParams { vocab: 13, bigram_strength: 0.0, ..Default::default() }).unwrap();
+        let u = Corpus::new(CorpusParams {
+            vocab: 13,
+            bigram_strength: 0.0,
+            ..Default::default()
+        })
+        .unwrap();
         assert!((u.bigram_entropy() - (13f64).ln()).abs() < 1e-5);
     }
 
     #[test]
     fn bad_params_error() {
         for p in [
-            CorpusParams { vocab: 1, ..Default::default() },
-            CorpusParams { seq_len: 1, ..Default::default() },
-            CorpusParams { repeat_prob: 1.5, ..Default::default() },
-            CorpusParams { min_repeat: 1, ..Default::default() },
-            CorpusParams { bigram_strength: f64::NAN, ..Default::default() },
+            CorpusParams {
+                vocab: 1,
+                ..Default::default()
+            },
+            CorpusParams {
+                seq_len: 1,
+                ..Default::default()
+            },
+            CorpusParams {
+                repeat_prob: 1.5,
+                ..Default::default()
+            },
+            CorpusParams {
+                min_repeat: 1,
+                ..Default::default()
+            },
+            CorpusParams {
+                bigram_strength: f64::NAN,
+                ..Default::default()
+            },
         ] {
             assert!(Corpus::new(p).is_err());
         }

@@ -40,7 +40,13 @@ pub struct LogicParams {
 
 impl Default for LogicParams {
     fn default() -> Self {
-        LogicParams { variables: 4, terms: 2, unknown_fraction: 0.25, frac_test: 0.3, samples: 16 }
+        LogicParams {
+            variables: 4,
+            terms: 2,
+            unknown_fraction: 0.25,
+            frac_test: 0.3,
+            samples: 16,
+        }
     }
 }
 
@@ -80,34 +86,51 @@ impl LogicParams {
     /// more than 10 million tasks.
     pub fn check(&self) -> Result<()> {
         if !(1..=12).contains(&self.variables) {
-            return Err(TasksError::param("variables", format!("{} is not in 1..=12", self.variables)));
+            return Err(TasksError::param(
+                "variables",
+                format!("{} is not in 1..=12", self.variables),
+            ));
         }
-        for (name, v) in [("unknown_fraction", self.unknown_fraction), ("frac_test", self.frac_test)] {
+        for (name, v) in [
+            ("unknown_fraction", self.unknown_fraction),
+            ("frac_test", self.frac_test),
+        ] {
             if !(v.is_finite() && (0.0..1.0).contains(&v)) {
                 return Err(TasksError::param(name, format!("{v} is not in [0, 1)")));
             }
         }
         let known = self.n_terms() - self.n_unknown();
         if self.terms == 0 || self.terms > known {
-            return Err(TasksError::param("terms", format!("{} is not in 1..={known} (the known terms)", self.terms)));
+            return Err(TasksError::param(
+                "terms",
+                format!("{} is not in 1..={known} (the known terms)", self.terms),
+            ));
         }
         if self.samples == 0 {
             return Err(TasksError::param("samples", "must be at least 1"));
         }
         let n = binomial(known, self.terms) + binomial(self.n_unknown(), self.terms);
         if n > MAX_TASKS {
-            return Err(TasksError::param("terms", format!("{n} tasks is more than {MAX_TASKS}")));
+            return Err(TasksError::param(
+                "terms",
+                format!("{n} tasks is more than {MAX_TASKS}"),
+            ));
         }
         let n_known = binomial(known, self.terms) as usize;
         if n_known - (n_known as f64 * self.frac_test).floor() as usize == 0 {
-            return Err(TasksError::param("frac_test", "no training task would remain"));
+            return Err(TasksError::param(
+                "frac_test",
+                "no training task would remain",
+            ));
         }
         Ok(())
     }
 
     /// The bits of term `index` (binary order, variable 0 most significant).
     pub fn term_bits(&self, index: usize) -> Vec<u8> {
-        (0..self.variables).map(|v| ((index >> (self.variables - 1 - v)) & 1) as u8).collect()
+        (0..self.variables)
+            .map(|v| ((index >> (self.variables - 1 - v)) & 1) as u8)
+            .collect()
     }
 }
 
@@ -193,10 +216,21 @@ impl LogicSplit {
         let known: Vec<usize> = (0..n_known).collect();
         let unknown: Vec<usize> = (n_known..n_terms).collect();
         let mut tasks = combinations(&known, params.terms);
-        tasks.shuffle(&mut rng::stream(seed, Domain::LogicSplit, params.variables as u64, params.terms as u64));
+        tasks.shuffle(&mut rng::stream(
+            seed,
+            Domain::LogicSplit,
+            params.variables as u64,
+            params.terms as u64,
+        ));
         let n_test = (tasks.len() as f64 * params.frac_test).floor() as usize;
         let train = tasks.split_off(n_test);
-        Ok(LogicSplit { params, seed, train, test: tasks, ood: combinations(&unknown, params.terms) })
+        Ok(LogicSplit {
+            params,
+            seed,
+            train,
+            test: tasks,
+            ood: combinations(&unknown, params.terms),
+        })
     }
 
     /// The task list of one set.
@@ -213,7 +247,7 @@ impl LogicSplit {
 ///
 /// # Shapes
 /// - `x`: [B, N, L + 1]: token n = (x_1..x_L, f(x)); the last token's f is 0.
-/// - `y`: [B] the target f(x) of the last token.
+/// - `y`: `[B]` the target f(x) of the last token.
 /// - `targets`: [B, N] f(x) of every token (the last equals `y`), for the R² baseline.
 /// - `terms`: [B, K, L] the task's term bits (the latent to decode).
 /// - `term_ids`: [B, K] the task's term indices (binary order).
@@ -221,7 +255,7 @@ impl LogicSplit {
 pub struct LogicBatch {
     /// [B, N, L + 1] inputs.
     pub x: Array3<f32>,
-    /// [B] targets of the last token.
+    /// `[B]` targets of the last token.
     pub y: Array1<f32>,
     /// [B, N] targets of all tokens.
     pub targets: Array2<f32>,
@@ -234,7 +268,7 @@ pub struct LogicBatch {
 /// Value of a disjunction of conjunctive terms at `x` (Zadeh: min for AND, max for OR, 1 - x for NOT).
 ///
 /// # Shapes
-/// `terms`: [K, L] bits; `x`: [L] values in [0, 1]. Source: reference `apply_fuzzy_logic`.
+/// `terms`: [K, L] bits; `x`: `[L]` values in [0, 1]. Source: reference `apply_fuzzy_logic`.
 ///
 /// # Errors
 /// [`TasksError::InvalidInput`] if the L of `terms` and `x` differ or K = 0.
@@ -242,12 +276,21 @@ pub fn fuzzy_value(terms: ArrayView2<u8>, x: ArrayView1<f32>) -> Result<f32> {
     if terms.ncols() != x.len() || terms.nrows() == 0 {
         return Err(TasksError::input(
             "terms",
-            format!("shape {:?} does not fit x of length {} (need [K >= 1, L])", terms.shape(), x.len()),
+            format!(
+                "shape {:?} does not fit x of length {} (need [K >= 1, L])",
+                terms.shape(),
+                x.len()
+            ),
         ));
     }
     Ok(terms
         .outer_iter()
-        .map(|t| t.iter().zip(x.iter()).map(|(&b, &v)| if b != 0 { v } else { 1.0 - v }).fold(f32::INFINITY, f32::min))
+        .map(|t| {
+            t.iter()
+                .zip(x.iter())
+                .map(|(&b, &v)| if b != 0 { v } else { 1.0 - v })
+                .fold(f32::INFINITY, f32::min)
+        })
         .fold(f32::NEG_INFINITY, f32::max))
 }
 
@@ -290,7 +333,10 @@ pub fn sample_logic(
         if task.len() != k || task.iter().any(|&t| t >= p.n_terms()) {
             return Err(TasksError::InvalidSplit {
                 split: format!("logic seed {}", split.seed),
-                reason: format!("task {task:?} is not {k} term indices below {}", p.n_terms()),
+                reason: format!(
+                    "task {task:?} is not {k} term indices below {}",
+                    p.n_terms()
+                ),
             });
         }
         for (j, &t) in task.iter().enumerate() {
@@ -306,7 +352,10 @@ pub fn sample_logic(
             }
             let xs = x.index_axis(ndarray::Axis(0), b);
             let row = xs.index_axis(ndarray::Axis(0), s);
-            let f = fuzzy_value(tb.view(), row.slice_axis(ndarray::Axis(0), ndarray::Slice::from(0..l)))?;
+            let f = fuzzy_value(
+                tb.view(),
+                row.slice_axis(ndarray::Axis(0), ndarray::Slice::from(0..l)),
+            )?;
             targets[[b, s]] = f;
             if s + 1 < n {
                 x[[b, s, l]] = f;
@@ -315,21 +364,30 @@ pub fn sample_logic(
             }
         }
     }
-    Ok(LogicBatch { x, y, targets, terms, term_ids })
+    Ok(LogicBatch {
+        x,
+        y,
+        targets,
+        terms,
+        term_ids,
+    })
 }
 
 /// R² per sequence: 1 - (pred - y)² / var(targets), var over the sequence's N targets (population
 /// variance, the reference's `base_mse`). A sequence whose targets are all equal gets NaN.
 ///
 /// # Shapes
-/// `pred`: [B] predictions for the last token; returns [B].
+/// `pred`: `[B]` predictions for the last token; returns `[B]`.
 ///
 /// # Errors
 /// [`TasksError::InvalidInput`] if `pred` does not have B entries.
 pub fn r2(pred: ArrayView1<f32>, batch: &LogicBatch) -> Result<Array1<f64>> {
     let b = batch.y.len();
     if pred.len() != b || batch.targets.nrows() != b {
-        return Err(TasksError::input("pred", format!("length {}, expected {b}", pred.len())));
+        return Err(TasksError::input(
+            "pred",
+            format!("length {}, expected {b}", pred.len()),
+        ));
     }
     Ok(Array1::from_iter((0..b).map(|i| {
         let t = batch.targets.row(i);

@@ -36,22 +36,35 @@ pub fn save_problems(path: &Path, set: &ProblemSet) -> Result<()> {
         let file = File::create(&tmp).map_err(|e| e.to_string())?;
         let mut npz = NpzWriter::new(BufWriter::new(file));
         let x8 = set.x.mapv(|v| v as u8);
-        npz.add_array("x", &x8).map_err(|e| format!("array `x`: {e}"))?;
-        npz.add_array("y", &set.y).map_err(|e| format!("array `y`: {e}"))?;
-        npz.add_array("rules", &set.rules).map_err(|e| format!("array `rules`: {e}"))?;
+        npz.add_array("x", &x8)
+            .map_err(|e| format!("array `x`: {e}"))?;
+        npz.add_array("y", &set.y)
+            .map_err(|e| format!("array `y`: {e}"))?;
+        npz.add_array("rules", &set.rules)
+            .map_err(|e| format!("array `rules`: {e}"))?;
         if let Some(p) = &set.perms {
-            npz.add_array("perms", p).map_err(|e| format!("array `perms`: {e}"))?;
+            npz.add_array("perms", p)
+                .map_err(|e| format!("array `perms`: {e}"))?;
         }
         let mut w = npz.finish().map_err(|e| e.to_string())?;
         std::io::Write::flush(&mut w).map_err(|e| e.to_string())?;
-        w.into_inner().map_err(|e| e.to_string())?.sync_all().map_err(|e| e.to_string())?;
+        w.into_inner()
+            .map_err(|e| e.to_string())?
+            .sync_all()
+            .map_err(|e| e.to_string())?;
         Ok(())
     };
     if let Err(reason) = write() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(TasksError::NpzFile { path: path.to_path_buf(), reason: format!("cannot write: {reason}") });
+        return Err(TasksError::NpzFile {
+            path: path.to_path_buf(),
+            reason: format!("cannot write: {reason}"),
+        });
     }
-    std::fs::rename(&tmp, path).map_err(|source| TasksError::Io { path: path.to_path_buf(), source })
+    std::fs::rename(&tmp, path).map_err(|source| TasksError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Reads a problem set written by [`save_problems`] or by numpy (`np.savez` / `np.savez_compressed`
@@ -69,7 +82,10 @@ pub fn save_problems(path: &Path, set: &ProblemSet) -> Result<()> {
 /// (`perms`).
 pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     params.check()?;
-    let file = File::open(path).map_err(|source| TasksError::Io { path: path.to_path_buf(), source })?;
+    let file = File::open(path).map_err(|source| TasksError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut npz = NpzReader::new(BufReader::new(file)).map_err(|e| TasksError::NpzFile {
         path: path.to_path_buf(),
         reason: format!("not a readable .npz (zip) archive: {e}"),
@@ -78,10 +94,15 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
         path: path.to_path_buf(),
         reason: format!("cannot list the archive: {e}"),
     })?;
-    let ctx = Ctx { path: path.to_path_buf() };
+    let ctx = Ctx {
+        path: path.to_path_buf(),
+    };
     for required in ["x", "y", "rules"] {
         if !names.iter().any(|n| n == required) {
-            return Err(ctx.err(required, format!("missing (the archive holds: {})", names.join(", "))));
+            return Err(ctx.err(
+                required,
+                format!("missing (the archive holds: {})", names.join(", ")),
+            ));
         }
     }
     let (f, m, t) = (params.features, params.values, params.n_tokens());
@@ -92,7 +113,10 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
         .map_err(|_| ctx.err("x", "expected rank 3 [N, T, M]".to_string()))?;
     let n = x.shape()[0];
     if x.shape()[1..] != [t, m] {
-        return Err(ctx.err("x", format!("shape {:?}, expected [N, {t}, {m}]", x.shape())));
+        return Err(ctx.err(
+            "x",
+            format!("shape {:?}, expected [N, {t}, {m}]", x.shape()),
+        ));
     }
     let y = read_int(&mut npz, &ctx, "y")?
         .into_dimensionality::<Ix2>()
@@ -114,7 +138,13 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     if let Some(p) = &perms {
         check_shape(&ctx, "perms", p.shape(), &[n, 3, f], "x")?;
     }
-    let set = ProblemSet { x, y, rules, perms, params: *params };
+    let set = ProblemSet {
+        x,
+        y,
+        rules,
+        perms,
+        params: *params,
+    };
     set.validate().map_err(|e| match e {
         TasksError::InvalidInput { name, reason } => ctx.err(&name, reason),
         other => other,
@@ -128,7 +158,11 @@ struct Ctx {
 
 impl Ctx {
     fn err(&self, array: &str, reason: String) -> TasksError {
-        TasksError::NpzArray { path: self.path.clone(), array: array.to_string(), reason }
+        TasksError::NpzArray {
+            path: self.path.clone(),
+            array: array.to_string(),
+            reason,
+        }
     }
 }
 
@@ -136,7 +170,11 @@ fn check_shape(ctx: &Ctx, name: &str, got: &[usize], want: &[usize], n_from: &st
     if got.first() != want.first() {
         return Err(ctx.err(
             name,
-            format!("has {} problems but `{n_from}` has {}", got.first().copied().unwrap_or(0), want[0]),
+            format!(
+                "has {} problems but `{n_from}` has {}",
+                got.first().copied().unwrap_or(0),
+                want[0]
+            ),
         ));
     }
     if got != want {
@@ -164,7 +202,10 @@ fn read_x<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx) -> Result<ArrayD<f3
     match npz.by_name::<ndarray::OwnedRepr<f64>, _>("x") {
         Ok(a) => Ok(a.mapv(|v| v as f32)),
         Err(e) if !is_wrong_dtype(&e) => Err(ctx.err("x", e.to_string())),
-        Err(e) => Err(ctx.err("x", format!("unsupported dtype ({e}); expected uint8 or float32"))),
+        Err(e) => Err(ctx.err(
+            "x",
+            format!("unsupported dtype ({e}); expected uint8 or float32"),
+        )),
     }
 }
 
@@ -178,7 +219,10 @@ fn read_int<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx, name: &str) -> Re
     match npz.by_name::<ndarray::OwnedRepr<i32>, _>(name) {
         Ok(a) => Ok(a.mapv(i64::from)),
         Err(e) if !is_wrong_dtype(&e) => Err(ctx.err(name, e.to_string())),
-        Err(e) => Err(ctx.err(name, format!("unsupported dtype ({e}); expected int64 or int32"))),
+        Err(e) => Err(ctx.err(
+            name,
+            format!("unsupported dtype ({e}); expected int64 or int32"),
+        )),
     }
 }
 

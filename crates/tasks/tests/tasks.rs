@@ -7,9 +7,13 @@ use std::path::{Path, PathBuf};
 
 use hyperlens_tasks::ambiguity::{ambiguity_rate, ambiguous_mask, is_ambiguous, Criterion};
 use hyperlens_tasks::induction::{repeated_random_tokens, Corpus, CorpusParams};
-use hyperlens_tasks::logic::{mean_r2, r2, sample_logic, LogicParams, LogicSet, LogicSplit, Purpose};
+use hyperlens_tasks::logic::{
+    mean_r2, r2, sample_logic, LogicParams, LogicSet, LogicSplit, Purpose,
+};
 use hyperlens_tasks::npz::{load_problems, save_problems};
-use hyperlens_tasks::sraven::{all_tasks, sample, ProblemSet, Set, SravenParams, Split, TrainStream};
+use hyperlens_tasks::sraven::{
+    all_tasks, sample, ProblemSet, Set, Split, SravenParams, TrainStream,
+};
 use hyperlens_tasks::TasksError;
 use ndarray::{Array1, Array2, Array3, Axis, Slice};
 
@@ -23,7 +27,8 @@ fn grid_follows_rule(r: usize, g: &[[i64; 3]; 3], m: i64) -> bool {
         0 => g.iter().all(|row| row[0] == row[1] && row[1] == row[2]),
         1..=4 => {
             let d = [1, 2, -1, -2][r - 1];
-            g.iter().all(|row| row[1] == md(row[0] + d) && row[2] == md(row[0] + 2 * d))
+            g.iter()
+                .all(|row| row[1] == md(row[0] + d) && row[2] == md(row[0] + 2 * d))
         }
         5 => g.iter().all(|row| row[2] == md(row[0] + row[1])),
         6 => g.iter().all(|row| row[2] == md(row[0] - row[1])),
@@ -65,7 +70,10 @@ fn decode(set: &ProblemSet) -> Array3<i64> {
             let ones: Vec<usize> = (0..m).filter(|&v| set.x[[i, t, v]] == 1.0).collect();
             let nonzero = (0..m).filter(|&v| set.x[[i, t, v]] != 0.0).count();
             if t < 8 * f {
-                assert!(ones.len() == 1 && nonzero == 1, "problem {i} token {t} not one-hot");
+                assert!(
+                    ones.len() == 1 && nonzero == 1,
+                    "problem {i} token {t} not one-hot"
+                );
                 out[[i, t / f, t % f]] = ones[0] as i64;
             } else {
                 assert_eq!(nonzero, 0, "query token {t} of problem {i} not zero");
@@ -76,7 +84,12 @@ fn decode(set: &ProblemSet) -> Array3<i64> {
 }
 
 /// Checks every problem of `set` against the spec by undoing the permutations; returns the tasks seen.
-fn check_problems(set: &ProblemSet, split: &Split, which: Set, expect_identity: bool) -> BTreeSet<Vec<u8>> {
+fn check_problems(
+    set: &ProblemSet,
+    split: &Split,
+    which: Set,
+    expect_identity: bool,
+) -> BTreeSet<Vec<u8>> {
     let p = set.params;
     let (f, m) = (p.features, p.values as i64);
     let vals = decode(set);
@@ -88,7 +101,10 @@ fn check_problems(set: &ProblemSet, split: &Split, which: Set, expect_identity: 
         for c in 0..3 {
             for k in 0..f {
                 let feat = perms[[i, c, k]] as usize;
-                assert!(feat < f && inv[c][feat] == usize::MAX, "problem {i}: perms not a permutation");
+                assert!(
+                    feat < f && inv[c][feat] == usize::MAX,
+                    "problem {i}: perms not a permutation"
+                );
                 inv[c][feat] = k;
                 if expect_identity {
                     assert_eq!(feat, k);
@@ -96,11 +112,17 @@ fn check_problems(set: &ProblemSet, split: &Split, which: Set, expect_identity: 
             }
         }
         let task: Vec<u8> = (0..f).map(|j| set.rules[[i, j]] as u8).collect();
-        assert!(task.windows(2).all(|w| w[0] <= w[1]), "rules per unpermuted slot are sorted");
+        assert!(
+            task.windows(2).all(|w| w[0] <= w[1]),
+            "rules per unpermuted slot are sorted"
+        );
         let in_ood = split.ood_tasks.contains(&task);
         match which {
             Set::Ood => assert!(in_ood, "OOD problem with non-OOD task {task:?}"),
-            Set::Id => assert!(!in_ood && split.id_tasks.contains(&task), "ID problem with task {task:?}"),
+            Set::Id => assert!(
+                !in_ood && split.id_tasks.contains(&task),
+                "ID problem with task {task:?}"
+            ),
         }
         for feat in 0..f {
             // Slot showing `feat` in column c is inv[c][feat].
@@ -115,8 +137,15 @@ fn check_problems(set: &ProblemSet, split: &Split, which: Set, expect_identity: 
                 }
             }
             let rule = task[feat] as usize;
-            assert!(grid_follows_rule(rule, &g, m), "problem {i} feature {feat} rule {rule}: {g:?}");
-            assert_eq!(g[2][2], rule_answer(rule, &g, m), "problem {i} feature {feat}: answer");
+            assert!(
+                grid_follows_rule(rule, &g, m),
+                "problem {i} feature {feat} rule {rule}: {g:?}"
+            );
+            assert_eq!(
+                g[2][2],
+                rule_answer(rule, &g, m),
+                "problem {i} feature {feat}: answer"
+            );
         }
         seen.insert(task);
     }
@@ -134,15 +163,31 @@ fn every_split_and_set_follows_the_spec() {
             assert_eq!(set.x.shape(), &[10_000, 36, 8]);
             let seen = check_problems(&set, &split, which, false);
             // Task uniform over the list: with 10,000 draws every task appears.
-            assert_eq!(seen.len(), split.tasks(which).len(), "{name} {which}: tasks covered");
+            assert_eq!(
+                seen.len(),
+                split.tasks(which).len(),
+                "{name} {which}: tasks covered"
+            );
             // Column permutations are drawn per column: all three equal only ~1/576 of the time.
             let perms = set.perms.as_ref().unwrap();
             let same = (0..set.len())
-                .filter(|&i| (0..4).all(|k| perms[[i, 0, k]] == perms[[i, 1, k]] && perms[[i, 1, k]] == perms[[i, 2, k]]))
+                .filter(|&i| {
+                    (0..4).all(|k| {
+                        perms[[i, 0, k]] == perms[[i, 1, k]] && perms[[i, 1, k]] == perms[[i, 2, k]]
+                    })
+                })
                 .count();
-            assert!(same < 60, "{name} {which}: {same} problems with equal column perms");
-            let identity = (0..set.len()).filter(|&i| (0..4).all(|k| perms[[i, 2, k]] == k as i64)).count();
-            assert!((250..600).contains(&identity), "column-2 identity perms {identity}, expected ~417");
+            assert!(
+                same < 60,
+                "{name} {which}: {same} problems with equal column perms"
+            );
+            let identity = (0..set.len())
+                .filter(|&i| (0..4).all(|k| perms[[i, 2, k]] == k as i64))
+                .count();
+            assert!(
+                (250..600).contains(&identity),
+                "column-2 identity perms {identity}, expected ~417"
+            );
         }
     }
 }
@@ -173,7 +218,11 @@ fn unpermuted_sets_are_the_same_problems_with_identity_perms() {
 #[test]
 fn other_sizes_follow_the_spec() {
     // F = 3, M = 11: a swapped axis or a hard-coded 4 / 8 would break the checks.
-    let params = SravenParams { features: 3, values: 11, ..Default::default() };
+    let params = SravenParams {
+        features: 3,
+        values: 11,
+        ..Default::default()
+    };
     let split = Split::seeded(params, 3).unwrap();
     assert_eq!((split.id_tasks.len(), split.ood_tasks.len()), (90, 30));
     let set = sample(&split, Set::Id, 2_000, 1, false).unwrap();
@@ -188,10 +237,17 @@ fn split_sizes_and_paper_facts() {
         assert_eq!((s.id_tasks.len(), s.ood_tasks.len()), (248, 82), "{name}");
         let mut all: Vec<Vec<u8>> = s.id_tasks.iter().chain(&s.ood_tasks).cloned().collect();
         all.sort();
-        assert_eq!(all, all_tasks(&SravenParams::default()), "{name}: ID and OOD partition the 330 tasks");
+        assert_eq!(
+            all,
+            all_tasks(&SravenParams::default()),
+            "{name}: ID and OOD partition the 330 tasks"
+        );
     }
     let s0 = Split::named("paper-seed0").unwrap();
-    assert_eq!(&s0.ood_tasks[..3], &[vec![2, 3, 4, 7], vec![2, 2, 2, 7], vec![0, 0, 6, 7]]);
+    assert_eq!(
+        &s0.ood_tasks[..3],
+        &[vec![2, 3, 4, 7], vec![2, 2, 2, 7], vec![0, 0, 6, 7]]
+    );
     // spec/sraven.md: slot-3 rule counts over the ID tasks of paper-seed2024.
     let s = Split::named("paper-seed2024").unwrap();
     let mut counts = [0usize; 8];
@@ -205,8 +261,14 @@ fn split_sizes_and_paper_facts() {
     assert_eq!((a.id_tasks.len(), a.ood_tasks.len()), (248, 82));
     assert_ne!(a.ood_tasks, Split::named("seed6").unwrap().ood_tasks);
     let err = Split::named("paper-seed3").unwrap_err().to_string();
-    assert!(err.contains("paper-seed2024") && err.contains("seed{N}"), "{err}");
-    assert!(matches!(Split::named("seedx"), Err(TasksError::UnknownSplit { .. })));
+    assert!(
+        err.contains("paper-seed2024") && err.contains("seed{N}"),
+        "{err}"
+    );
+    assert!(matches!(
+        Split::named("seedx"),
+        Err(TasksError::UnknownSplit { .. })
+    ));
     assert_eq!("ood".parse::<Set>().unwrap(), Set::Ood);
     assert!("test".parse::<Set>().is_err());
 }
@@ -221,14 +283,20 @@ fn ambiguity_rates_on_10000_permuted_problems() {
     // The reference code's criterion (every feature differs): 0.18-0.25 % measured on 100,000
     // problems of several splits (SE on 10,000 about 0.05 %).
     let every = ambiguity_rate(&set, Criterion::EveryFeatureDiffers).unwrap();
-    assert!((0.001..=0.0045).contains(&every), "every-feature-differs rate {every}");
+    assert!(
+        (0.001..=0.0045).contains(&every),
+        "every-feature-differs rate {every}"
+    );
     // The logical criterion (some consistent hypothesis changes the answer): about 24 %.
     let mask = ambiguous_mask(&set, Criterion::AnswerDiffers).unwrap();
     let rate = mask.iter().filter(|&&b| b).count() as f64 / mask.len() as f64;
     assert!((0.22..=0.27).contains(&rate), "answer-differs rate {rate}");
     // Ambiguity is a property of the problem, not of how its columns were shuffled.
     let unp = sample(&split, Set::Id, 10_000, 21, true).unwrap();
-    assert_eq!(mask, ambiguous_mask(&unp, Criterion::AnswerDiffers).unwrap());
+    assert_eq!(
+        mask,
+        ambiguous_mask(&unp, Criterion::AnswerDiffers).unwrap()
+    );
 }
 
 fn all_perms(f: usize) -> Vec<Vec<usize>> {
@@ -257,7 +325,11 @@ fn brute_force(ctx: &Array2<i64>, y: &[i64], f: usize, m: i64) -> (bool, bool) {
             out.push(r2[0]);
         }
         for d in [1, 2, -1, -2] {
-            if rows.iter().all(|r| r[1] == md(r[0] + d) && r[2] == md(r[0] + 2 * d)) && r2[1] == md(r2[0] + d) {
+            if rows
+                .iter()
+                .all(|r| r[1] == md(r[0] + d) && r[2] == md(r[0] + 2 * d))
+                && r2[1] == md(r2[0] + d)
+            {
                 out.push(md(r2[0] + 2 * d));
             }
         }
@@ -270,7 +342,13 @@ fn brute_force(ctx: &Array2<i64>, y: &[i64], f: usize, m: i64) -> (bool, bool) {
         let (mut s0, mut s1) = (r0.to_vec(), r1.to_vec());
         s0.sort();
         s1.sort();
-        if s0[0] < s0[1] && s0[1] < s0[2] && s0 == s1 && r2[0] != r2[1] && s0.contains(&r2[0]) && s0.contains(&r2[1]) {
+        if s0[0] < s0[1]
+            && s0[1] < s0[2]
+            && s0 == s1
+            && r2[0] != r2[1]
+            && s0.contains(&r2[0])
+            && s0.contains(&r2[1])
+        {
             out.push(*s0.iter().find(|&&v| v != r2[0] && v != r2[1]).unwrap());
         }
         out
@@ -305,7 +383,11 @@ fn brute_force(ctx: &Array2<i64>, y: &[i64], f: usize, m: i64) -> (bool, bool) {
 fn ambiguity_matches_brute_force_over_all_column_permutations() {
     // Small M makes coincidences (and both kinds of ambiguity) frequent.
     for (f, m, n) in [(3usize, 5usize, 300usize), (4, 8, 60), (2, 3, 200)] {
-        let params = SravenParams { features: f, values: m, ..Default::default() };
+        let params = SravenParams {
+            features: f,
+            values: m,
+            ..Default::default()
+        };
         let split = Split::seeded(params, 1).unwrap();
         let set = sample(&split, Set::Id, n, 2, false).unwrap();
         let vals = decode(&set);
@@ -316,12 +398,29 @@ fn ambiguity_matches_brute_force_over_all_column_permutations() {
             let (any, every) = brute_force(&ctx, &y, f, m as i64);
             let ctx8 = ctx.mapv(|v| v as u8);
             let yv = Array1::from(y.clone());
-            assert_eq!(is_ambiguous(&params, ctx8.view(), yv.view(), Criterion::AnswerDiffers).unwrap(), any, "F={f} M={m} #{i}");
-            assert_eq!(is_ambiguous(&params, ctx8.view(), yv.view(), Criterion::EveryFeatureDiffers).unwrap(), every, "F={f} M={m} #{i}");
+            assert_eq!(
+                is_ambiguous(&params, ctx8.view(), yv.view(), Criterion::AnswerDiffers).unwrap(),
+                any,
+                "F={f} M={m} #{i}"
+            );
+            assert_eq!(
+                is_ambiguous(
+                    &params,
+                    ctx8.view(),
+                    yv.view(),
+                    Criterion::EveryFeatureDiffers
+                )
+                .unwrap(),
+                every,
+                "F={f} M={m} #{i}"
+            );
             n_any += any as usize;
             n_every += every as usize;
         }
-        assert!(n_any > 0 && n_every > 0 || (f, m) == (4, 8), "F={f} M={m}: {n_any} {n_every} positives");
+        assert!(
+            n_any > 0 && n_every > 0 || (f, m) == (4, 8),
+            "F={f} M={m}: {n_any} {n_every} positives"
+        );
     }
 }
 
@@ -333,7 +432,9 @@ fn tmpdir() -> tempfile::TempDir {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 #[test]
@@ -349,20 +450,30 @@ fn npz_round_trip_is_exact() {
     assert_eq!(no_perms.len(), 17);
     no_perms.perms = None;
     save_problems(&path, &no_perms).unwrap();
-    assert_eq!(load_problems(&path, &SravenParams::default()).unwrap(), no_perms);
+    assert_eq!(
+        load_problems(&path, &SravenParams::default()).unwrap(),
+        no_perms
+    );
     assert!(save_problems(&dir.path().join("missing-dir/p.npz"), &set).is_err());
 }
 
 #[test]
 fn numpy_written_files_load() {
     let params = SravenParams::default();
-    for (name, has_perms) in [("numpy_f32_i32.npz", true), ("numpy_u8_i64_compressed_noperms.npz", false)] {
+    for (name, has_perms) in [
+        ("numpy_f32_i32.npz", true),
+        ("numpy_u8_i64_compressed_noperms.npz", false),
+    ] {
         let set = load_problems(&fixture(name), &params).unwrap();
         assert_eq!(set.len(), 5);
         let vals = set.context_values().unwrap();
         for n in 0..5usize {
             for t in 0..32usize {
-                assert_eq!(vals[[n, t / 4, t % 4]] as usize, (7 * n + 3 * t + 1) % 8, "{name}");
+                assert_eq!(
+                    vals[[n, t / 4, t % 4]] as usize,
+                    (7 * n + 3 * t + 1) % 8,
+                    "{name}"
+                );
             }
             for k in 0..4usize {
                 assert_eq!(set.y[[n, k]] as usize, (n + 5 * k) % 8);
@@ -392,6 +503,9 @@ fn write_npz(path: &Path, arrays: &[(&str, NpzArr)]) {
     w.finish().unwrap();
 }
 
+/// A malformed-file case: file stem, arrays, the array name the error must mention.
+type Case<'a> = (&'a str, Vec<(&'a str, NpzArr)>, &'a str);
+
 enum NpzArr {
     F32(ndarray::ArrayD<f32>),
     I64(ndarray::ArrayD<i64>),
@@ -411,9 +525,24 @@ fn malformed_npz_files_give_errors_naming_the_array() {
     let i64a = |a: &ndarray::ArrayD<i64>| NpzArr::I64(a.clone());
 
     let mut two_hot = good.x.clone();
-    two_hot[[2, 5, (good.x.index_axis(Axis(0), 2).index_axis(Axis(0), 5).iter().position(|&v| v == 1.0).unwrap() + 1) % 8]] = 1.0;
+    two_hot[[
+        2,
+        5,
+        (good
+            .x
+            .index_axis(Axis(0), 2)
+            .index_axis(Axis(0), 5)
+            .iter()
+            .position(|&v| v == 1.0)
+            .unwrap()
+            + 1)
+            % 8,
+    ]] = 1.0;
     let mut zero_ctx = good.x.clone();
-    zero_ctx.index_axis_mut(ndarray::Axis(0), 1).index_axis_mut(ndarray::Axis(0), 31).fill(0.0);
+    zero_ctx
+        .index_axis_mut(ndarray::Axis(0), 1)
+        .index_axis_mut(ndarray::Axis(0), 31)
+        .fill(0.0);
     let mut hot_query = good.x.clone();
     hot_query[[0, 33, 2]] = 1.0;
     let mut half = good.x.clone();
@@ -424,51 +553,215 @@ fn malformed_npz_files_give_errors_naming_the_array() {
     rules_big[[0, 0]] = 9;
     let mut bad_perm = good.perms.clone().unwrap();
     bad_perm[[1, 2, 0]] = bad_perm[[1, 2, 1]];
-    let y_short = good.y.slice_axis(Axis(0), Slice::from(..5)).to_owned().into_dyn();
+    let y_short = good
+        .y
+        .slice_axis(Axis(0), Slice::from(..5))
+        .to_owned()
+        .into_dyn();
 
-    let cases: Vec<(&str, Vec<(&str, NpzArr)>, &str)> = vec![
-        ("missing_y", vec![("x", f32a(&x)), ("rules", i64a(&rules))], "`y`"),
-        ("missing_x", vec![("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_rank2", vec![("x", f32a(&good.x.index_axis(ndarray::Axis(0), 0).to_owned().into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_wrong_m", vec![("x", f32a(&good.x.slice_axis(Axis(2), Slice::from(..7)).to_owned().into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_two_hot", vec![("x", f32a(&two_hot.into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_zero_context", vec![("x", f32a(&zero_ctx.into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_query_nonzero", vec![("x", f32a(&hot_query.into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_half", vec![("x", f32a(&half.into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("x_int16", vec![("x", NpzArr::I16(good.x.mapv(|v| v as i16).into_dyn())), ("y", i64a(&y)), ("rules", i64a(&rules))], "`x`"),
-        ("y_value_8", vec![("x", f32a(&x)), ("y", i64a(&y_big.into_dyn())), ("rules", i64a(&rules))], "`y`"),
-        ("y_float", vec![("x", f32a(&x)), ("y", f32a(&good.y.mapv(|v| v as f32).into_dyn())), ("rules", i64a(&rules))], "`y`"),
-        ("y_short", vec![("x", f32a(&x)), ("y", i64a(&y_short)), ("rules", i64a(&rules))], "`y`"),
-        ("y_rank1", vec![("x", f32a(&x)), ("y", i64a(&good.y.column(0).to_owned().into_dyn())), ("rules", i64a(&rules))], "`y`"),
-        ("rules_9", vec![("x", f32a(&x)), ("y", i64a(&y)), ("rules", i64a(&rules_big.into_dyn()))], "`rules`"),
-        ("perms_not_perm", vec![("x", f32a(&x)), ("y", i64a(&y)), ("rules", i64a(&rules)), ("perms", i64a(&bad_perm.into_dyn()))], "`perms`"),
-        ("perms_wrong_shape", vec![("x", f32a(&x)), ("y", i64a(&y)), ("rules", i64a(&rules)), ("perms", i64a(&y))], "`perms`"),
+    let cases: Vec<Case> = vec![
+        (
+            "missing_y",
+            vec![("x", f32a(&x)), ("rules", i64a(&rules))],
+            "`y`",
+        ),
+        (
+            "missing_x",
+            vec![("y", i64a(&y)), ("rules", i64a(&rules))],
+            "`x`",
+        ),
+        (
+            "x_rank2",
+            vec![
+                (
+                    "x",
+                    f32a(&good.x.index_axis(ndarray::Axis(0), 0).to_owned().into_dyn()),
+                ),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "x_wrong_m",
+            vec![
+                (
+                    "x",
+                    f32a(
+                        &good
+                            .x
+                            .slice_axis(Axis(2), Slice::from(..7))
+                            .to_owned()
+                            .into_dyn(),
+                    ),
+                ),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "x_two_hot",
+            vec![
+                ("x", f32a(&two_hot.into_dyn())),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "x_zero_context",
+            vec![
+                ("x", f32a(&zero_ctx.into_dyn())),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "x_query_nonzero",
+            vec![
+                ("x", f32a(&hot_query.into_dyn())),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "x_half",
+            vec![
+                ("x", f32a(&half.into_dyn())),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "x_int16",
+            vec![
+                ("x", NpzArr::I16(good.x.mapv(|v| v as i16).into_dyn())),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+            ],
+            "`x`",
+        ),
+        (
+            "y_value_8",
+            vec![
+                ("x", f32a(&x)),
+                ("y", i64a(&y_big.into_dyn())),
+                ("rules", i64a(&rules)),
+            ],
+            "`y`",
+        ),
+        (
+            "y_float",
+            vec![
+                ("x", f32a(&x)),
+                ("y", f32a(&good.y.mapv(|v| v as f32).into_dyn())),
+                ("rules", i64a(&rules)),
+            ],
+            "`y`",
+        ),
+        (
+            "y_short",
+            vec![
+                ("x", f32a(&x)),
+                ("y", i64a(&y_short)),
+                ("rules", i64a(&rules)),
+            ],
+            "`y`",
+        ),
+        (
+            "y_rank1",
+            vec![
+                ("x", f32a(&x)),
+                ("y", i64a(&good.y.column(0).to_owned().into_dyn())),
+                ("rules", i64a(&rules)),
+            ],
+            "`y`",
+        ),
+        (
+            "rules_9",
+            vec![
+                ("x", f32a(&x)),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules_big.into_dyn())),
+            ],
+            "`rules`",
+        ),
+        (
+            "perms_not_perm",
+            vec![
+                ("x", f32a(&x)),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+                ("perms", i64a(&bad_perm.into_dyn())),
+            ],
+            "`perms`",
+        ),
+        (
+            "perms_wrong_shape",
+            vec![
+                ("x", f32a(&x)),
+                ("y", i64a(&y)),
+                ("rules", i64a(&rules)),
+                ("perms", i64a(&y)),
+            ],
+            "`perms`",
+        ),
     ];
     let params = SravenParams::default();
     // The good arrays load.
     let ok = dir.path().join("ok.npz");
-    write_npz(&ok, &[("x", f32a(&x)), ("y", i64a(&y)), ("rules", i64a(&rules)), ("perms", i64a(&perms))]);
+    write_npz(
+        &ok,
+        &[
+            ("x", f32a(&x)),
+            ("y", i64a(&y)),
+            ("rules", i64a(&rules)),
+            ("perms", i64a(&perms)),
+        ],
+    );
     assert_eq!(load_problems(&ok, &params).unwrap(), good);
     for (name, arrays, needle) in cases {
         let path = dir.path().join(format!("{name}.npz"));
         write_npz(&path, &arrays);
         let err = load_problems(&path, &params).expect_err(name);
-        assert!(matches!(err, TasksError::NpzArray { .. }), "{name}: {err:?}");
+        assert!(
+            matches!(err, TasksError::NpzArray { .. }),
+            "{name}: {err:?}"
+        );
         let msg = err.to_string();
-        assert!(msg.contains(needle) && msg.contains(&format!("{name}.npz")), "{name}: {msg}");
+        assert!(
+            msg.contains(needle) && msg.contains(&format!("{name}.npz")),
+            "{name}: {msg}"
+        );
     }
     // Not a zip, truncated zip, missing file.
     let text = dir.path().join("text.npz");
     std::fs::write(&text, "x,y\n1,2\n").unwrap();
-    assert!(matches!(load_problems(&text, &params), Err(TasksError::NpzFile { .. })));
+    assert!(matches!(
+        load_problems(&text, &params),
+        Err(TasksError::NpzFile { .. })
+    ));
     let bytes = std::fs::read(&ok).unwrap();
     let trunc = dir.path().join("trunc.npz");
     std::fs::write(&trunc, &bytes[..bytes.len() / 2]).unwrap();
     assert!(load_problems(&trunc, &params).is_err());
-    assert!(matches!(load_problems(&dir.path().join("none.npz"), &params), Err(TasksError::Io { .. })));
+    assert!(matches!(
+        load_problems(&dir.path().join("none.npz"), &params),
+        Err(TasksError::Io { .. })
+    ));
     // Other params than the file's: a clear shape error on `x`.
-    let p5 = SravenParams { features: 5, ..params };
-    assert!(load_problems(&ok, &p5).unwrap_err().to_string().contains("`x`"));
+    let p5 = SravenParams {
+        features: 5,
+        ..params
+    };
+    assert!(load_problems(&ok, &p5)
+        .unwrap_err()
+        .to_string()
+        .contains("`x`"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,21 +772,51 @@ fn eval_sets_and_train_stream_are_deterministic_and_separate() {
     let split = Split::named("paper-seed0").unwrap();
     let eval = sample(&split, Set::Id, 64, 7, false).unwrap();
     assert_eq!(eval, sample(&split, Set::Id, 64, 7, false).unwrap());
-    assert_eq!(eval.slice(0, 20), sample(&split, Set::Id, 20, 7, false).unwrap(), "prefix property");
+    assert_eq!(
+        eval.slice(0, 20),
+        sample(&split, Set::Id, 20, 7, false).unwrap(),
+        "prefix property"
+    );
     assert_ne!(eval.x, sample(&split, Set::Id, 64, 8, false).unwrap().x);
     let mut stream = TrainStream::new(&split, 7);
     let first = stream.next_batch(64);
-    assert_ne!(eval.x, first.x, "eval must not reuse the training batch of the same seed");
+    assert_ne!(
+        eval.x, first.x,
+        "eval must not reuse the training batch of the same seed"
+    );
     // No eval problem equals any problem of the first training batches.
     let train_rows: std::collections::HashSet<Vec<u32>> = (0..3)
         .flat_map(|_| {
             let b = stream.next_batch(64);
-            (0..64).map(move |i| b.x.index_axis(ndarray::Axis(0), i).iter().map(|v| v.to_bits()).collect()).collect::<Vec<_>>()
+            (0..64)
+                .map(move |i| {
+                    b.x.index_axis(ndarray::Axis(0), i)
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                })
+                .collect::<Vec<_>>()
         })
-        .chain((0..64).map(|i| first.x.index_axis(ndarray::Axis(0), i).iter().map(|v| v.to_bits()).collect()))
+        .chain((0..64).map(|i| {
+            first
+                .x
+                .index_axis(ndarray::Axis(0), i)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        }))
         .collect();
     let shared = (0..64)
-        .filter(|&i| train_rows.contains(&eval.x.index_axis(ndarray::Axis(0), i).iter().map(|v| v.to_bits()).collect::<Vec<u32>>()))
+        .filter(|&i| {
+            train_rows.contains(
+                &eval
+                    .x
+                    .index_axis(ndarray::Axis(0), i)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<u32>>(),
+            )
+        })
         .count();
     assert_eq!(shared, 0);
     check_problems(&first, &split, Set::Id, false);
@@ -518,16 +841,27 @@ fn eval_sets_and_train_stream_are_deterministic_and_separate() {
 #[test]
 fn logic_batches_follow_the_task() {
     for frac in [0.3, 0.5, 0.7] {
-        let params = LogicParams { frac_test: frac, ..Default::default() };
+        let params = LogicParams {
+            frac_test: frac,
+            ..Default::default()
+        };
         let split = LogicSplit::new(params, 3).unwrap();
         let n_test = (66.0 * frac) as usize;
-        assert_eq!((split.test.len(), split.train.len(), split.ood.len()), (n_test, 66 - n_test, 6));
+        assert_eq!(
+            (split.test.len(), split.train.len(), split.ood.len()),
+            (n_test, 66 - n_test, 6)
+        );
         let mut all: Vec<Vec<usize>> = split.train.iter().chain(&split.test).cloned().collect();
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 66);
     }
-    let params = LogicParams { variables: 5, terms: 3, samples: 7, ..Default::default() };
+    let params = LogicParams {
+        variables: 5,
+        terms: 3,
+        samples: 7,
+        ..Default::default()
+    };
     let split = LogicSplit::new(params, 1).unwrap();
     for set in [LogicSet::Train, LogicSet::Test, LogicSet::Ood] {
         let b = sample_logic(&split, set, Purpose::Eval, 29, 4, 0).unwrap();
@@ -549,7 +883,11 @@ fn logic_batches_follow_the_task() {
                     for v in 0..5 {
                         let xv = b.x[[i, s, v]] as f64;
                         assert!((0.0..1.0).contains(&xv));
-                        term = term.min(if b.terms[[i, j, v]] == 1 { xv } else { 1.0 - xv });
+                        term = term.min(if b.terms[[i, j, v]] == 1 {
+                            xv
+                        } else {
+                            1.0 - xv
+                        });
                     }
                     best = best.max(term);
                 }
@@ -568,12 +906,28 @@ fn logic_batches_follow_the_task() {
     let train = sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 0).unwrap();
     let eval = sample_logic(&split, LogicSet::Train, Purpose::Eval, 16, 4, 0).unwrap();
     assert_ne!(train.x, eval.x);
-    assert_eq!(train, sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 0).unwrap());
-    assert_ne!(train.x, sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 1).unwrap().x);
+    assert_eq!(
+        train,
+        sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 0).unwrap()
+    );
+    assert_ne!(
+        train.x,
+        sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 1)
+            .unwrap()
+            .x
+    );
 
     // R²: perfect prediction 1; predicting the sequence mean gives 1 - (mean - y)^2 / var.
-    assert!(r2(train.y.view(), &train).unwrap().iter().all(|&v| (v - 1.0).abs() < 1e-12));
-    let means: Array1<f32> = train.targets.rows().into_iter().map(|r| r.iter().sum::<f32>() / r.len() as f32).collect();
+    assert!(r2(train.y.view(), &train)
+        .unwrap()
+        .iter()
+        .all(|&v| (v - 1.0).abs() < 1e-12));
+    let means: Array1<f32> = train
+        .targets
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().sum::<f32>() / r.len() as f32)
+        .collect();
     let got = r2(means.view(), &train).unwrap();
     for i in 0..16 {
         let t: Vec<f64> = train.targets.row(i).iter().map(|&v| v as f64).collect();
@@ -585,7 +939,14 @@ fn logic_batches_follow_the_task() {
     let mean = mean_r2(means.view(), &train).unwrap();
     assert!((mean - got.mean().unwrap()).abs() < 1e-12);
     assert!(r2(means.slice_axis(Axis(0), Slice::from(..3)), &train).is_err());
-    assert!(LogicSplit::new(LogicParams { frac_test: 1.0, ..Default::default() }, 0).is_err());
+    assert!(LogicSplit::new(
+        LogicParams {
+            frac_test: 1.0,
+            ..Default::default()
+        },
+        0
+    )
+    .is_err());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -593,11 +954,23 @@ fn logic_batches_follow_the_task() {
 
 #[test]
 fn induction_corpus_has_bigrams_and_exact_repeats() {
-    let params = CorpusParams { vocab: 7, seq_len: 53, seed: 2, bigram_strength: 2.0, repeat_prob: 0.05, min_repeat: 3, max_repeat: 9 };
+    let params = CorpusParams {
+        vocab: 7,
+        seq_len: 53,
+        seed: 2,
+        bigram_strength: 2.0,
+        repeat_prob: 0.05,
+        min_repeat: 3,
+        max_repeat: 9,
+    };
     let corpus = Corpus::new(params).unwrap();
     let b = corpus.batch_with_copies(5, 0, 400);
     assert_eq!(b.tokens.shape(), &[400, 53]);
-    assert_eq!(b.tokens, corpus.batch(5, 0, 400), "deterministic per (seed, index)");
+    assert_eq!(
+        b.tokens,
+        corpus.batch(5, 0, 400),
+        "deterministic per (seed, index)"
+    );
     assert_ne!(b.tokens, corpus.batch(5, 1, 400));
     assert_ne!(b.tokens, corpus.batch(6, 0, 400));
     let mut counts = Array2::<f64>::zeros((7, 7));
@@ -609,7 +982,11 @@ fn induction_corpus_has_bigrams_and_exact_repeats() {
                 n_copied += 1;
                 let s = b.source[[i, t]] as usize;
                 assert!(s < t);
-                assert_eq!(b.tokens[[i, t]], b.tokens[[i, s]], "a copy equals its source");
+                assert_eq!(
+                    b.tokens[[i, t]],
+                    b.tokens[[i, s]],
+                    "a copy equals its source"
+                );
             } else if t > 0 {
                 counts[[b.tokens[[i, t - 1]] as usize, b.tokens[[i, t]] as usize]] += 1.0;
             }
@@ -624,14 +1001,28 @@ fn induction_corpus_has_bigrams_and_exact_repeats() {
         let row = counts.row(a);
         let total: f64 = row.sum();
         assert!(total > 100.0, "row {a}: only {total} transitions");
-        let tv: f64 = (0..7).map(|b| (row[b] / total - table[[a, b]] as f64).abs()).sum::<f64>() / 2.0;
-        let noise: f64 = (0..7).map(|b| {
-            let p = table[[a, b]] as f64;
-            (p * (1.0 - p) / total).sqrt()
-        }).sum::<f64>();
-        assert!(tv < 1.5 * noise, "row {a}: total variation {tv}, noise scale {noise}");
-        let tv_uniform: f64 = (0..7).map(|b| (1.0 / 7.0 - table[[a, b]] as f64).abs()).sum::<f64>() / 2.0;
-        assert!(tv_uniform > 0.2, "row {a}: table too close to uniform ({tv_uniform})");
+        let tv: f64 = (0..7)
+            .map(|b| (row[b] / total - table[[a, b]] as f64).abs())
+            .sum::<f64>()
+            / 2.0;
+        let noise: f64 = (0..7)
+            .map(|b| {
+                let p = table[[a, b]] as f64;
+                (p * (1.0 - p) / total).sqrt()
+            })
+            .sum::<f64>();
+        assert!(
+            tv < 1.5 * noise,
+            "row {a}: total variation {tv}, noise scale {noise}"
+        );
+        let tv_uniform: f64 = (0..7)
+            .map(|b| (1.0 / 7.0 - table[[a, b]] as f64).abs())
+            .sum::<f64>()
+            / 2.0;
+        assert!(
+            tv_uniform > 0.2,
+            "row {a}: table too close to uniform ({tv_uniform})"
+        );
     }
     let r = repeated_random_tokens(11, 9, 6, 3).unwrap();
     assert_eq!(r.shape(), &[6, 18]);

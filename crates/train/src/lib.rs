@@ -40,4 +40,4 @@ pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
 pub use run::{read_settings, train, Event, RunOptions, TrainOutcome, TrainRecord};
 pub use schedule::WarmupCosine;
-pub use settings::{LogicSettings, ModelSize, TrainSettings, TrainTask};
+pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};

@@ -288,7 +288,7 @@ where
     let train_before = state.train_time_s;
     let mut log = MetricsLog::open(out, options.resume.then_some(start))?;
     let mut session_train_s = 0.0;
-    let mut checkpoint = |job: &dyn Job, opt: &AdamW, state: &mut TrainState, done: u64, train_s: f64| -> Result<()> {
+    let checkpoint = |job: &dyn Job, opt: &AdamW, state: &mut TrainState, done: u64, train_s: f64| -> Result<()> {
         job.save(out)?;
         save_optimizer(out, opt)?;
         state.weights_hash = file_hash(&out.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
@@ -321,6 +321,7 @@ where
     let mut metric_count = 0.0;
     let mut interval_steps = 0u64;
     let mut interval_start = Instant::now();
+    let mut interval_excluded_s = 0.0;
     let mut step = start;
     while step < settings.steps && !stop {
         let lr = schedule.lr(step);
@@ -355,25 +356,22 @@ where
         let eval_due = every(settings.eval_every) || last;
         let log_due = every(settings.log_every) || eval_due || stop;
         let ckpt_due = every(settings.checkpoint_every) || last || stop;
-        if !(log_due || ckpt_due) {
-            continue;
-        }
-        // Synchronise: read the interval's sums (this waits for the device).
-        let mean_loss = match loss_sum.take() {
-            Some(s) => s.to_scalar::<f32>()? as f64 / interval_steps.max(1) as f64,
-            None => f64::NAN,
-        };
-        let mean_metric = match metric_sum.take() {
-            Some(s) if metric_count > 0.0 => Some(s.to_scalar::<f32>()? as f64 / metric_count),
-            _ => None,
-        };
-        let interval_s = interval_start.elapsed().as_secs_f64();
-        session_train_s += interval_s;
-        if !mean_loss.is_finite() {
-            return Err(TrainError::Diverged { step: done - 1, loss: mean_loss as f32 });
-        }
         let wall = || wall_before + session_start.elapsed().as_secs_f64();
         if log_due {
+            // Synchronise: read the interval's sums (this waits for the device).
+            let mean_loss = match loss_sum.take() {
+                Some(s) => s.to_scalar::<f32>()? as f64 / interval_steps.max(1) as f64,
+                None => f64::NAN,
+            };
+            let mean_metric = match metric_sum.take() {
+                Some(s) if metric_count > 0.0 => Some(s.to_scalar::<f32>()? as f64 / metric_count),
+                _ => None,
+            };
+            let interval_s = (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
+            session_train_s += interval_s;
+            if !mean_loss.is_finite() {
+                return Err(TrainError::Diverged { step: done - 1, loss: mean_loss as f32 });
+            }
             let rate = (interval_s > 0.0).then(|| interval_steps as f64 / interval_s);
             let mut row = MetricsRow {
                 step: done,
@@ -396,14 +394,18 @@ where
             row.wall_time_s = wall();
             log.push(&row)?;
             stop |= on_event(&Event::Row(&row)).is_break();
+            metric_count = 0.0;
+            interval_steps = 0;
+            interval_excluded_s = 0.0;
+            interval_start = Instant::now();
         }
         if ckpt_due || stop {
-            checkpoint(job.as_ref(), &opt, &mut state, done, session_train_s)?;
+            let t = Instant::now();
+            let pending = (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
+            checkpoint(job.as_ref(), &opt, &mut state, done, session_train_s + pending)?;
             stop |= on_event(&Event::Checkpoint { step: done }).is_break();
+            interval_excluded_s += t.elapsed().as_secs_f64();
         }
-        metric_count = 0.0;
-        interval_steps = 0;
-        interval_start = Instant::now();
     }
 
     let completed = step >= settings.steps;

@@ -67,6 +67,37 @@ impl FromStr for TrainTask {
     }
 }
 
+/// Sizes of the SRAVEN task used for training (`hyperlens_tasks::sraven::SravenParams`; the paper
+/// sweeps the number of features and the held-out fraction). Defaults: F 4, M 8, 25 % held out.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SravenSettings {
+    /// F, features per panel.
+    pub features: usize,
+    /// M, values per feature.
+    pub values: usize,
+    /// Fraction of the tasks held out (OOD).
+    pub holdout_fraction: f64,
+}
+
+impl Default for SravenSettings {
+    fn default() -> Self {
+        let p = hyperlens_tasks::sraven::SravenParams::default();
+        SravenSettings { features: p.features, values: p.values, holdout_fraction: p.holdout_fraction }
+    }
+}
+
+impl SravenSettings {
+    /// The tasks crate's parameters (3 x 3 grid).
+    pub fn params(&self) -> hyperlens_tasks::sraven::SravenParams {
+        hyperlens_tasks::sraven::SravenParams {
+            features: self.features,
+            values: self.values,
+            holdout_fraction: self.holdout_fraction,
+            ..Default::default()
+        }
+    }
+}
+
 /// Sizes of the fuzzy-logic task used for training (`hyperlens_tasks::logic::LogicParams`).
 /// Defaults are the setting of the paper's headline table: L 4, K 2, 25 % unknown terms, 70 % of
 /// the known-term pairs held out, 32 samples per sequence (`spec/models.md`, Table A1).
@@ -164,6 +195,9 @@ pub struct TrainSettings {
     pub checkpoint_every: u64,
     /// Write a training row to `metrics.csv` every this many steps.
     pub log_every: u64,
+    /// SRAVEN task sizes (used when `task` is sraven).
+    #[serde(default)]
+    pub sraven: SravenSettings,
     /// Logic task sizes (used when `task` is logic).
     pub logic: LogicSettings,
     /// Induction corpus (used when `task` is induction; its `seed` is set from `split`).
@@ -196,6 +230,7 @@ impl TrainSettings {
             eval_seed: 0,
             checkpoint_every: 5000,
             log_every: 100,
+            sraven: SravenSettings::default(),
             logic: LogicSettings::default(),
             induction: InductionSettings::default(),
         };
@@ -289,7 +324,7 @@ impl TrainSettings {
                 if ![1, 2, 4].contains(&self.width) {
                     return bad(format!("--width must be 1, 2 or 4 for sraven, got {}", self.width));
                 }
-                hyperlens_tasks::sraven::Split::named(&self.split)?;
+                hyperlens_tasks::sraven::Split::named_with(&self.split, self.sraven.params())?;
             }
             TrainTask::Logic => {
                 if self.layers == 0 {

@@ -17,12 +17,22 @@ use crate::metrics::{Evaluation, SetMetrics};
 use crate::settings::TrainSettings;
 
 /// The model a SRAVEN run trains: `Config::sraven(mixer, width, layers)` (`spec/models.md`, "Sizes"),
-/// or explicit sizes ([`crate::settings::ModelSize`]).
+/// or explicit sizes ([`crate::settings::ModelSize`]), for the task sizes of the settings (F inputs of
+/// dimension M per panel, T = 8F + F tokens, F outputs of M classes).
 ///
 /// # Errors
 /// [`TrainError::Model`] for a width other than 1, 2, 4 or zero layers.
 pub fn model_config(settings: &TrainSettings) -> Result<Config> {
-    let cfg = Config::sraven(settings.mixer, settings.width, settings.layers)?;
+    let base = Config::sraven(settings.mixer, settings.width, settings.layers)?;
+    let p = settings.sraven.params();
+    let cfg = Config {
+        d_in: p.values,
+        n_tokens: p.n_tokens(),
+        n_outputs: p.features,
+        d_out: p.values,
+        n_buckets: p.n_tokens(),
+        ..base
+    };
     crate::settings::apply_size(cfg, settings.size)
 }
 
@@ -90,7 +100,7 @@ pub(crate) struct SravenJob {
 impl SravenJob {
     /// A job from settings and a trainable model (fresh or resumed).
     pub(crate) fn new(settings: &TrainSettings, model: Transformer, varmap: VarMap) -> Result<SravenJob> {
-        let split = Split::named(&settings.split)?;
+        let split = Split::named_with(&settings.split, settings.sraven.params())?;
         let id_set = sample(&split, Set::Id, settings.eval_n, settings.eval_seed, false)?;
         let ood_set = sample(&split, Set::Ood, settings.eval_n, settings.eval_seed, false)?;
         Ok(SravenJob {

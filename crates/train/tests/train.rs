@@ -13,17 +13,17 @@ use hyperlens_train::metrics::read_metrics;
 use hyperlens_train::state::{dropout_rng, TrainState, OPTIMIZER_FILE, RECORD_FILE, STATE_FILE};
 use hyperlens_train::{train, Event, ModelSize, RunOptions, TrainError, TrainRecord, TrainSettings, TrainTask};
 
-/// A tiny SRAVEN model: D 32, 4 heads of 4, D_mlp 64, 2 layers.
+/// A tiny SRAVEN model: D 32, 4 heads of 4, D_mlp 64, 2 layers, batch 16.
 fn tiny_sraven(steps: u64) -> TrainSettings {
     let mut s = TrainSettings::for_task(TrainTask::Sraven);
     s.size = Some(ModelSize { d_model: 32, n_heads: 4, d_head: 4, d_mlp: 64 });
     s.layers = 2;
     s.steps = steps;
-    s.batch = 64;
+    s.batch = 16;
     s.warmup = 30;
     s.lr = 3e-3;
     s.eval_every = 0;
-    s.eval_n = 512;
+    s.eval_n = 64;
     s.checkpoint_every = 0;
     s.log_every = 25;
     s
@@ -33,51 +33,80 @@ fn go(out: &Path, s: &TrainSettings, resume: bool) -> hyperlens_train::Result<hy
     train(out, s, &RunOptions { resume, ..Default::default() }, |_| ControlFlow::Continue(()))
 }
 
+/// ln 8: the cross-entropy of any model that ignores its input (every rule gives uniform answers).
+const LN_8: f64 = 2.0794415416798357;
+
 #[test]
 fn loss_decreases_and_ood_accuracy_rises() {
+    // Measured (CPU, single thread): after 600 steps the training loss falls from about 2.10 to 2.05,
+    // the OOD loss from 2.43 (untrained) to 2.04 < ln 8, and the mean OOD per-feature accuracy rises
+    // from 0.12 to about 0.16 (chance 0.125; its standard error over 4 x 1024 answers is 0.005).
+    // About 22 s of CPU. A 1-layer softmax model at lr 2e-2 is the fastest learner we measured; the
+    // paper's recipe needs ~10^4 steps to leave the plateau.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let mut s = tiny_sraven(300);
-    s.eval_every = 300;
+    let mut s = tiny_sraven(600);
+    s.mixer = Mixer::Softmax;
+    s.layers = 1;
+    s.batch = 32;
+    s.lr = 2e-2;
+    s.dropout = 0.0;
+    s.eval_every = 600;
+    s.eval_n = 1024;
+    s.log_every = 100;
     let outcome = go(&out, &s, false).unwrap();
     assert!(outcome.completed);
     let rows = read_metrics(&out.join("metrics.csv")).unwrap();
-    // Row at step 0 (untrained evaluation), rows every 25 steps, the final row with evaluation.
-    assert_eq!(rows.first().unwrap().step, 0);
-    assert_eq!(rows.last().unwrap().step, 300);
-    assert_eq!(rows.len(), 1 + 300 / 25);
+    // Row at step 0 (untrained evaluation), then every 100 steps, the last with the evaluation.
+    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 100, 200, 300, 400, 500, 600]);
     let first = rows[1].train_loss.unwrap();
-    let last = rows.last().unwrap().train_loss.unwrap();
     let untrained = &rows[0];
     let trained = rows.last().unwrap();
+    let last = trained.train_loss.unwrap();
     let rec: TrainRecord = serde_json::from_str(&std::fs::read_to_string(out.join(RECORD_FILE)).unwrap()).unwrap();
     let pf = &rec.final_eval.ood.per_feature;
+    let mean_pf = pf.iter().sum::<f64>() / pf.len() as f64;
     eprintln!(
-        "loss {first:.4} -> {last:.4}; OOD loss {:.4} -> {:.4}; OOD acc {:.4} -> {:.4}; OOD per-feature {pf:?}; {:.1} steps/s",
+        "loss {first:.4} -> {last:.4}; OOD loss {:.4} -> {:.4}; OOD per-feature {pf:?} (mean {mean_pf:.4}); {:.1} steps/s",
         untrained.ood_loss.unwrap(),
         trained.ood_loss.unwrap(),
-        untrained.ood_acc.unwrap(),
-        trained.ood_acc.unwrap(),
         rec.steps_per_s
     );
-    // ln 8 = 2.079 is the loss of a uniform guess.
-    assert!(last < first - 0.15, "training loss {first} -> {last}");
-    assert!(trained.ood_loss.unwrap() < untrained.ood_loss.unwrap() - 0.15);
-    let mean_pf = pf.iter().sum::<f64>() / pf.len() as f64;
-    assert!(mean_pf > 0.25, "OOD per-feature accuracy {mean_pf} (chance 0.125)");
+    assert!(last < first - 0.03, "training loss {first} -> {last}");
+    assert!(trained.ood_loss.unwrap() < LN_8 - 0.02, "OOD loss {:?}", trained.ood_loss);
+    assert!(untrained.ood_loss.unwrap() > LN_8, "an untrained model cannot beat ln 8");
+    assert!(mean_pf > 0.14, "OOD per-feature accuracy {mean_pf} (chance 0.125)");
     // train.json says how it was trained.
-    assert_eq!(rec.steps, 300);
+    assert_eq!((rec.steps, rec.batch, rec.lr), (600, 32, 2e-2));
     assert_eq!(rec.task, TrainTask::Sraven);
     assert_eq!(rec.split, "paper-seed0");
     assert_eq!(rec.device, "cpu");
-    assert_eq!(rec.final_eval.ood.n, 512);
+    assert_eq!(rec.final_eval.ood.n, 1024);
+    assert_eq!(rec.final_eval.ood.metric, trained.ood_acc.unwrap());
     // The run directory is a checkpoint of the model crate.
     let m = Transformer::load(&out, &Device::Cpu).unwrap();
-    assert_eq!(m.config().d_model, 32);
+    assert_eq!((m.config().d_model, m.config().n_layers), (32, 1));
 }
 
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
+}
+
+/// Every tensor of a safetensors file as raw bits (the file bytes themselves may differ: the header's
+/// metadata map has no fixed order).
+fn tensor_bits(path: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| {
+            let t = t.flatten_all().unwrap();
+            let bits = match t.dtype() {
+                candle_core::DType::F32 => t.to_vec1::<f32>().unwrap().iter().map(|x| x.to_bits() as u64).collect(),
+                _ => t.to_vec1::<i64>().unwrap().iter().map(|&x| x as u64).collect(),
+            };
+            (k, bits)
+        })
+        .collect()
 }
 
 #[test]
@@ -85,7 +114,16 @@ fn resumed_run_ends_with_bitwise_identical_weights() {
     let dir = tempfile::tempdir().unwrap();
     let (straight, split) = (dir.path().join("straight"), dir.path().join("split"));
     let s = TrainSettings { checkpoint_every: 7, log_every: 5, ..tiny_sraven(24) };
-    go(&straight, &s, false).unwrap();
+    let mut saved_init = false;
+    train(&straight, &s, &RunOptions::default(), |e| {
+        if let (Event::Start { .. }, false) = (e, saved_init) {
+            std::fs::copy(straight.join("model.safetensors"), dir.path().join("init.safetensors")).unwrap();
+            saved_init = true;
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert!(saved_init);
     // Interrupt at step 12 (between checkpoints: the callback asks to stop, a checkpoint is written).
     let stopped = train(&split, &s, &RunOptions::default(), |e| match e {
         Event::Step { step, .. } if *step + 1 == 12 => ControlFlow::Break(()),
@@ -104,8 +142,16 @@ fn resumed_run_ends_with_bitwise_identical_weights() {
     let resumed = go(&split, &TrainSettings { checkpoint_every: 4, ..s.clone() }, true).unwrap();
     assert!(resumed.completed);
     for f in ["model.safetensors", OPTIMIZER_FILE] {
-        assert!(read(&straight.join(f)) == read(&split.join(f)), "{f} differs after resume");
+        let (a, b) = (tensor_bits(&straight.join(f)), tensor_bits(&split.join(f)));
+        assert!(a.len() >= 2 && a.keys().eq(b.keys()), "{f}: tensor names differ");
+        for (name, bits) in &a {
+            assert!(bits == &b[name], "{f}: tensor {name} differs after resume");
+        }
     }
+    // ... and the weights really moved (the comparison is not between two initialisations).
+    let init = tensor_bits(&dir.path().join("init.safetensors"));
+    let end = tensor_bits(&straight.join("model.safetensors"));
+    assert!(init["blocks.0.attn.W_Q"] != end["blocks.0.attn.W_Q"]);
     // The training loss of the resumed steps equals the straight run's at the shared row steps.
     let a = read_metrics(&straight.join("metrics.csv")).unwrap();
     let b = read_metrics(&split.join("metrics.csv")).unwrap();

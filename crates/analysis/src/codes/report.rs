@@ -138,7 +138,9 @@ impl LatentAnalysisParams {
     /// [`AnalysisError::InvalidInput`] naming the bad field.
     pub fn check(&self) -> Result<()> {
         if self.n_components == 0 {
-            return Err(AnalysisError::InvalidInput("n_components must be >= 1".into()));
+            return Err(AnalysisError::InvalidInput(
+                "n_components must be >= 1".into(),
+            ));
         }
         self.logistic.check()?;
         self.kmeans_params(2).check()
@@ -283,7 +285,9 @@ impl SelectionJob<'_> {
         report(Event::Start(Stage::Pca, sel));
         let t = Instant::now();
         let k = params.n_components.min(unsup_x.ncols());
-        let pca = Pca::params(k).fit(unsup_x.view()).map_err(|e| context(e, Stage::Pca))?;
+        let pca = Pca::params(k)
+            .fit(unsup_x.view())
+            .map_err(|e| context(e, Stage::Pca))?;
         let projection = pca.transform(unsup_x.view())?;
         seconds[0] = t.elapsed().as_secs_f64();
         report(Event::Finished);
@@ -379,7 +383,12 @@ pub fn analyze_pair(
         CodeSplit::Train => train,
         CodeSplit::Test => test,
     };
-    let mut labels: Vec<i64> = train.label().iter().chain(test.label().iter()).copied().collect();
+    let mut labels: Vec<i64> = train
+        .label()
+        .iter()
+        .chain(test.label().iter())
+        .copied()
+        .collect();
     labels.sort_unstable();
     labels.dedup();
     let n_unsup_labels = {
@@ -409,7 +418,8 @@ pub fn analyze_pair(
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<Event>();
-    let mut results: Vec<Option<Result<LayerAnalysis>>> = (0..selections.len()).map(|_| None).collect();
+    let mut results: Vec<Option<Result<LayerAnalysis>>> =
+        (0..selections.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
@@ -435,9 +445,11 @@ pub fn analyze_pair(
         drop(tx);
         for event in rx {
             match event {
-                Event::Start(stage, sel) => {
-                    progress(&Progress { next: Some((stage, sel)), done, total })
-                }
+                Event::Start(stage, sel) => progress(&Progress {
+                    next: Some((stage, sel)),
+                    done,
+                    total,
+                }),
                 Event::Finished => done += 1,
             }
         }
@@ -468,9 +480,15 @@ pub fn analyze_pair(
         }
     }
     if missing || layers.len() != selections.len() {
-        return Err(AnalysisError::Numerical("an analysis step did not complete".into()));
+        return Err(AnalysisError::Numerical(
+            "an analysis step did not complete".into(),
+        ));
     }
-    progress(&Progress { next: None, done, total });
+    progress(&Progress {
+        next: None,
+        done,
+        total,
+    });
     Ok(LatentReport {
         params: *params,
         train_source: train.source().to_string(),
@@ -501,10 +519,11 @@ fn num(v: f64) -> String {
 fn write_text(path: &Path, text: &str) -> Result<()> {
     write_atomic(path, |w| {
         use std::io::Write;
-        w.write_all(text.as_bytes()).map_err(|source| AnalysisError::Io {
-            path: path.display().to_string(),
-            source,
-        })
+        w.write_all(text.as_bytes())
+            .map_err(|source| AnalysisError::Io {
+                path: path.display().to_string(),
+                source,
+            })
     })
 }
 
@@ -563,8 +582,9 @@ impl LatentReport {
     /// (`silhouette` partitions the codes by label, `silhouette_kmeans` by k-means cluster; a
     /// layer without clustering, because the set has one label, has NaN scores).
     pub fn clusters_csv(&self) -> String {
-        let mut s =
-            String::from("layer,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia\n");
+        let mut s = String::from(
+            "layer,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia\n",
+        );
         for l in &self.layers {
             match &l.clusters {
                 Some(c) => {
@@ -676,14 +696,17 @@ impl LatentReport {
                     LayerSel::Layer(l) => format!("layer{l}"),
                     LayerSel::All => "all".to_string(),
                 };
-                npz.add_array(key.as_str(), &a.projection).map_err(|e| err(&key, e))?;
+                npz.add_array(key.as_str(), &a.projection)
+                    .map_err(|e| err(&key, e))?;
                 let ck = format!("components_{key}");
-                npz.add_array(ck.as_str(), a.pca.components()).map_err(|e| err(&ck, e))?;
+                npz.add_array(ck.as_str(), a.pca.components())
+                    .map_err(|e| err(&ck, e))?;
                 let rk = format!("explained_variance_ratio_{key}");
                 npz.add_array(rk.as_str(), a.pca.explained_variance_ratio())
                     .map_err(|e| err(&rk, e))?;
             }
-            npz.add_array("label", &self.unsupervised_label).map_err(|e| err("label", e))?;
+            npz.add_array("label", &self.unsupervised_label)
+                .map_err(|e| err("label", e))?;
             if let Some(t) = &self.unsupervised_target {
                 npz.add_array("target", t).map_err(|e| err("target", e))?;
             }
@@ -722,9 +745,8 @@ impl LatentReport {
         self.write_pca_npz(&path)?;
         written.push(path);
         let path = dir.join("summary.json");
-        let text = serde_json::to_string_pretty(&self.summary()).map_err(|e| {
-            AnalysisError::InvalidInput(format!("serialising summary.json: {e}"))
-        })?;
+        let text = serde_json::to_string_pretty(&self.summary())
+            .map_err(|e| AnalysisError::InvalidInput(format!("serialising summary.json: {e}")))?;
         write_text(&path, &(text + "\n"))?;
         written.push(path);
         Ok(written)

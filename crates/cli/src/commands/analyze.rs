@@ -52,7 +52,8 @@ pub struct AnalyzeArgs {
 }
 
 fn parse_split(s: &str) -> Result<CodeSplit, String> {
-    s.parse().map_err(|e: hyperlens_analysis::AnalysisError| e.to_string())
+    s.parse()
+        .map_err(|e: hyperlens_analysis::AnalysisError| e.to_string())
 }
 
 /// Runs `hyperlens analyze`.
@@ -113,16 +114,17 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     println!("layer  accuracy  balanced  majority  shuffled  ari    nmi    silhouette");
     for a in &report.layers {
         let d = &a.decoding;
-        let (ari, nmi, sil) = a
-            .clusters
-            .map_or((f64::NAN, f64::NAN, f64::NAN), |c| (c.ari, c.nmi, c.silhouette));
+        let (ari, nmi, sil) = a.clusters.map_or((f64::NAN, f64::NAN, f64::NAN), |c| {
+            (c.ari, c.nmi, c.silhouette)
+        });
         println!(
             "{:<6} {:>8.3}  {:>8.3}  {:>8.3}  {:>8}  {:>5.3}  {:>5.3}  {:>6.3}",
             a.layer.to_string(),
             d.accuracy,
             d.balanced_accuracy,
             d.majority_baseline,
-            d.shuffled_control.map_or_else(|| "-".to_string(), |s| format!("{s:.3}")),
+            d.shuffled_control
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.3}")),
             ari,
             nmi,
             sil

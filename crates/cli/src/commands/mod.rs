@@ -2,7 +2,11 @@
 
 pub mod analyze;
 pub mod attention;
+pub mod common;
 pub mod eval;
 pub mod import;
 pub mod info;
+pub mod probe;
+pub mod report;
 pub mod tasks;
+pub mod train;

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::npz::save_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, SravenParams, Split};
+use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
 
 /// Task generators: list splits, sample problem sets.
 #[derive(Debug, Subcommand)]
@@ -93,7 +93,10 @@ pub fn run(c: TasksCommand) -> Result<()> {
 
 /// The table printed by `tasks splits`.
 fn splits_table() -> Result<String> {
-    let mut out = format!("{:<16} {:>9} {:>9}  source\n", "split", "id tasks", "ood tasks");
+    let mut out = format!(
+        "{:<16} {:>9} {:>9}  source\n",
+        "split", "id tasks", "ood tasks"
+    );
     for name in Split::paper_names() {
         let s = Split::named(name)?;
         out += &format!(
@@ -119,7 +122,10 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     if args.task != TaskKind::Sraven {
         bail!(
             "--task {}: `tasks sample` only writes sraven problem sets for now",
-            args.task.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+            args.task
+                .to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
         );
     }
     if args.n == 0 {
@@ -160,7 +166,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -194,17 +201,28 @@ fn summary(
         split.name,
         set,
         args.seed,
-        if args.unpermuted { "unpermuted" } else { "permuted" },
+        if args.unpermuted {
+            "unpermuted"
+        } else {
+            "permuted"
+        },
         args.out.display(),
         side.display()
     );
-    out += &format!("tasks covered: {} of {}\n", tasks.len(), split.tasks(set).len());
+    out += &format!(
+        "tasks covered: {} of {}\n",
+        tasks.len(),
+        split.tasks(set).len()
+    );
     out += "rule counts per unpermuted slot (rules 0..7):\n";
     for (slot, c) in rule_counts(problems).iter().enumerate() {
         let cells: Vec<String> = c.iter().map(|v| format!("{v:>6}")).collect();
         out += &format!("  slot {slot}: {}\n", cells.join(""));
     }
-    let names: Vec<String> = Rule::ALL.iter().map(|r| format!("{}={}", r.index(), r.name())).collect();
+    let names: Vec<String> = Rule::ALL
+        .iter()
+        .map(|r| format!("{}={}", r.index(), r.name()))
+        .collect();
     out += &format!("  ({})\n", names.join(", "));
     out += &format!(
         "ambiguity: {:.2} % answer-differs (another consistent rule assignment changes the answer), \
@@ -221,7 +239,8 @@ mod tests {
 
     /// A fresh scratch directory under the system temp dir (removed by the caller).
     fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hyperlens-cli-tasks-{}-{name}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("hyperlens-cli-tasks-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -247,7 +266,8 @@ mod tests {
         let loaded = hyperlens_tasks::npz::load_problems(&out, &SravenParams::default()).unwrap();
         assert_eq!(loaded.len(), 300);
         let side: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("p.npz.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.join("p.npz.json")).unwrap())
+                .unwrap();
         assert_eq!(side["split"], "paper-seed2024");
         assert_eq!(side["set"], "ood");
         // Counts in the summary add up to N per slot; the OOD list has 82 tasks.
@@ -274,7 +294,10 @@ mod tests {
         a.n = 0;
         assert!(sample_to_file(&a).is_err());
         let table = splits_table().unwrap();
-        let rows = table.lines().filter(|l| l.split_whitespace().skip(1).take(2).eq(["248", "82"])).count();
+        let rows = table
+            .lines()
+            .filter(|l| l.split_whitespace().skip(1).take(2).eq(["248", "82"]))
+            .count();
         assert_eq!(rows, 5, "{table}");
         assert!(!dir.join("p.npz").exists());
         std::fs::remove_dir_all(&dir).unwrap();

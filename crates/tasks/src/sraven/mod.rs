@@ -7,6 +7,6 @@ mod rule;
 mod split;
 
 pub use params::SravenParams;
-pub use problems::{sample, ProblemSet, TrainStream};
+pub use problems::{sample, ProblemSet, SampleStream, TrainStream};
 pub use rule::Rule;
 pub use split::{all_tasks, Set, Split, Task};

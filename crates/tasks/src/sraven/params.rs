@@ -23,7 +23,12 @@ pub struct SravenParams {
 
 impl Default for SravenParams {
     fn default() -> Self {
-        SravenParams { features: 4, values: 8, grid: 3, holdout_fraction: 0.25 }
+        SravenParams {
+            features: 4,
+            values: 8,
+            grid: 3,
+            holdout_fraction: 0.25,
+        }
     }
 }
 
@@ -36,18 +41,27 @@ impl SravenParams {
     /// `holdout_fraction` outside [0, 1) or leaving no in-distribution task.
     pub fn check(&self) -> Result<()> {
         if !(1..=16).contains(&self.features) {
-            return Err(TasksError::param("features", format!("{} is not in 1..=16", self.features)));
+            return Err(TasksError::param(
+                "features",
+                format!("{} is not in 1..=16", self.features),
+            ));
         }
         if !(3..=255).contains(&self.values) {
             return Err(TasksError::param(
                 "values",
-                format!("{} is not in 3..=255 (distribute-three needs 3 distinct symbols)", self.values),
+                format!(
+                    "{} is not in 3..=255 (distribute-three needs 3 distinct symbols)",
+                    self.values
+                ),
             ));
         }
         if self.grid != 3 {
             return Err(TasksError::param(
                 "grid",
-                format!("{} is not supported: the SRAVEN rules are defined on rows of 3 panels", self.grid),
+                format!(
+                    "{} is not supported: the SRAVEN rules are defined on rows of 3 panels",
+                    self.grid
+                ),
             ));
         }
         if !(self.holdout_fraction.is_finite() && (0.0..1.0).contains(&self.holdout_fraction)) {
@@ -57,7 +71,10 @@ impl SravenParams {
             ));
         }
         if self.n_ood_tasks() >= self.n_tasks() {
-            return Err(TasksError::param("holdout_fraction", "no in-distribution task would remain"));
+            return Err(TasksError::param(
+                "holdout_fraction",
+                "no in-distribution task would remain",
+            ));
         }
         Ok(())
     }
@@ -85,7 +102,10 @@ impl SravenParams {
     /// Number of tasks: multisets of F rules out of 8, C(8 + F - 1, F) (330 for F = 4).
     pub fn n_tasks(&self) -> usize {
         // C(n, k) with n = 8 + F - 1, k = F, computed incrementally (exact in u128 for F <= 16).
-        let (n, k) = (crate::sraven::Rule::COUNT + self.features - 1, self.features);
+        let (n, k) = (
+            crate::sraven::Rule::COUNT + self.features - 1,
+            self.features,
+        );
         let mut c: u128 = 1;
         for i in 0..k {
             c = c * (n - i) as u128 / (i + 1) as u128;
@@ -124,8 +144,20 @@ mod tests {
             (SravenParams { features: 0, ..p }, "features"),
             (SravenParams { values: 2, ..p }, "values"),
             (SravenParams { grid: 4, ..p }, "grid"),
-            (SravenParams { holdout_fraction: 1.0, ..p }, "holdout_fraction"),
-            (SravenParams { holdout_fraction: f64::NAN, ..p }, "holdout_fraction"),
+            (
+                SravenParams {
+                    holdout_fraction: 1.0,
+                    ..p
+                },
+                "holdout_fraction",
+            ),
+            (
+                SravenParams {
+                    holdout_fraction: f64::NAN,
+                    ..p
+                },
+                "holdout_fraction",
+            ),
         ] {
             let e = bad.check().unwrap_err().to_string();
             assert!(e.contains(field), "{e}");

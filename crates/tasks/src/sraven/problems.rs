@@ -5,7 +5,7 @@ use ndarray::{Array2, Array3, Axis, Slice};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{Rule, Set, SravenParams, Split, Task};
+use super::{Rule, Set, Split, SravenParams, Task};
 use crate::error::{Result, TasksError};
 use crate::rng::{self, Domain};
 
@@ -51,10 +51,22 @@ impl ProblemSet {
         let end = end.min(self.len());
         let start = start.min(end);
         ProblemSet {
-            x: self.x.slice_axis(Axis(0), Slice::from(start..end)).to_owned(),
-            y: self.y.slice_axis(Axis(0), Slice::from(start..end)).to_owned(),
-            rules: self.rules.slice_axis(Axis(0), Slice::from(start..end)).to_owned(),
-            perms: self.perms.as_ref().map(|p| p.slice_axis(Axis(0), Slice::from(start..end)).to_owned()),
+            x: self
+                .x
+                .slice_axis(Axis(0), Slice::from(start..end))
+                .to_owned(),
+            y: self
+                .y
+                .slice_axis(Axis(0), Slice::from(start..end))
+                .to_owned(),
+            rules: self
+                .rules
+                .slice_axis(Axis(0), Slice::from(start..end))
+                .to_owned(),
+            perms: self
+                .perms
+                .as_ref()
+                .map(|p| p.slice_axis(Axis(0), Slice::from(start..end)).to_owned()),
             params: self.params,
         }
     }
@@ -80,7 +92,11 @@ impl ProblemSet {
             return Err(shape_err("y", format!("[{n}, {f}]"), self.y.shape()));
         }
         if self.rules.shape() != [n, f] {
-            return Err(shape_err("rules", format!("[{n}, {f}]"), self.rules.shape()));
+            return Err(shape_err(
+                "rules",
+                format!("[{n}, {f}]"),
+                self.rules.shape(),
+            ));
         }
         if let Some(pm) = &self.perms {
             if pm.shape() != [n, 3, f] {
@@ -105,13 +121,19 @@ impl ProblemSet {
                     ));
                 }
                 if tok >= ctx && (ones != 0 || others != 0) {
-                    return Err(TasksError::input("x", format!("problem {i}, query token {tok} is not all zero")));
+                    return Err(TasksError::input(
+                        "x",
+                        format!("problem {i}, query token {tok} is not all zero"),
+                    ));
                 }
             }
         }
         let range_check = |name: &str, a: &Array2<i64>, hi: usize| -> Result<()> {
             if let Some(((i, k), v)) = a.indexed_iter().find(|(_, &v)| v < 0 || v as usize >= hi) {
-                return Err(TasksError::input(name, format!("problem {i}, slot {k}: value {v} is not in 0..{hi}")));
+                return Err(TasksError::input(
+                    name,
+                    format!("problem {i}, slot {k}: value {v} is not in 0..{hi}"),
+                ));
             }
             Ok(())
         };
@@ -119,14 +141,19 @@ impl ProblemSet {
         range_check("rules", &self.rules, Rule::COUNT)?;
         if let Some(pm) = &self.perms {
             for ((i, c), row) in pm.outer_iter().enumerate().flat_map(|(i, pr)| {
-                pr.outer_iter().enumerate().map(move |(c, r)| ((i, c), r.to_owned())).collect::<Vec<_>>()
+                pr.outer_iter()
+                    .enumerate()
+                    .map(move |(c, r)| ((i, c), r.to_owned()))
+                    .collect::<Vec<_>>()
             }) {
                 let mut seen = vec![false; f];
                 for &v in row.iter() {
                     if v < 0 || v as usize >= f || seen[v as usize] {
                         return Err(TasksError::input(
                             "perms",
-                            format!("problem {i}, column {c}: {row} is not a permutation of 0..{f}"),
+                            format!(
+                                "problem {i}, column {c}: {row} is not a permutation of 0..{f}"
+                            ),
                         ));
                     }
                     seen[v as usize] = true;
@@ -151,7 +178,11 @@ impl ProblemSet {
         if self.x.shape()[1] != p.n_tokens() || self.x.shape()[2] != m {
             return Err(TasksError::input(
                 "x",
-                format!("shape {:?}, expected [N, {}, {m}]", self.x.shape(), p.n_tokens()),
+                format!(
+                    "shape {:?}, expected [N, {}, {m}]",
+                    self.x.shape(),
+                    p.n_tokens()
+                ),
             ));
         }
         let mut out = Array3::<u8>::zeros((n, p.n_context_panels(), f));
@@ -169,7 +200,10 @@ impl ProblemSet {
                     }
                 }
                 let v = hot.ok_or_else(|| {
-                    TasksError::input("x", format!("problem {i}, context token {tok} is not one-hot"))
+                    TasksError::input(
+                        "x",
+                        format!("problem {i}, context token {tok} is not one-hot"),
+                    )
                 })?;
                 out[[i, tok / f, tok % f]] = v as u8;
             }
@@ -243,7 +277,13 @@ pub(crate) fn generate(
             }
         }
     }
-    ProblemSet { x, y, rules, perms: Some(perms), params: *params }
+    ProblemSet {
+        x,
+        y,
+        rules,
+        perms: Some(perms),
+        params: *params,
+    }
 }
 
 /// An evaluation or probe set of `n` problems of `set`'s tasks.
@@ -262,20 +302,76 @@ pub(crate) fn generate(
 /// [`TasksError::InvalidSplit`] if the split is invalid or `set` has no task (e.g. OOD with a 0 %
 /// hold-out).
 pub fn sample(split: &Split, set: Set, n: usize, seed: u64, unpermuted: bool) -> Result<ProblemSet> {
-    split.check()?;
-    let tasks = split.tasks(set);
-    if tasks.is_empty() {
-        return Err(TasksError::InvalidSplit {
-            split: split.name.clone(),
-            reason: format!("the {set} set has no task"),
-        });
+    let mut stream = SampleStream::new(split, set, seed, unpermuted)?;
+    Ok(stream.next_chunk(n))
+}
+
+/// The problems of [`sample`] drawn in chunks, so that a consumer (the latent-code probe) holds one
+/// batch at a time: the concatenation of the chunks equals `sample(split, set, n, seed, unpermuted)`
+/// for the same total `n`, whatever the chunk sizes.
+#[derive(Debug, Clone)]
+pub struct SampleStream {
+    tasks: Vec<Task>,
+    params: SravenParams,
+    rng: ChaCha8Rng,
+    unpermuted: bool,
+}
+
+impl SampleStream {
+    /// A stream of `set`'s problems with sample seed `seed`.
+    ///
+    /// # Errors
+    /// As [`sample`].
+    pub fn new(split: &Split, set: Set, seed: u64, unpermuted: bool) -> Result<SampleStream> {
+        split.check()?;
+        let tasks = split.tasks(set);
+        if tasks.is_empty() {
+            return Err(TasksError::InvalidSplit {
+                split: split.name.clone(),
+                reason: format!("the {set} set has no task"),
+            });
+        }
+        let sub = match set {
+            Set::Id => 0,
+            Set::Ood => 1,
+        };
+        Ok(SampleStream {
+            tasks: tasks.to_vec(),
+            params: split.params,
+            rng: rng::stream(seed, Domain::SravenEval, sub, 0),
+            unpermuted,
+        })
     }
-    let sub = match set {
-        Set::Id => 0,
-        Set::Ood => 1,
-    };
-    let mut rng = rng::stream(seed, Domain::SravenEval, sub, 0);
-    Ok(generate(tasks, &split.params, &mut rng, n, unpermuted))
+
+    /// The next `n` problems.
+    ///
+    /// # Shapes
+    /// `x [n, T, M]`, `y [n, F]`, `rules [n, F]`, `perms [n, 3, F]`.
+    pub fn next_chunk(&mut self, n: usize) -> ProblemSet {
+        generate(&self.tasks, &self.params, &mut self.rng, n, self.unpermuted)
+    }
+
+    /// An iterator over `n` problems in chunks of `batch` (the last one shorter), in the `Result`
+    /// form that streaming consumers take. A `batch` of 0 yields one error item.
+    pub fn batches(mut self, n: usize, batch: usize) -> impl Iterator<Item = Result<ProblemSet>> {
+        let mut done = 0usize;
+        let mut failed = false;
+        std::iter::from_fn(move || {
+            if failed || done >= n {
+                return None;
+            }
+            if batch == 0 {
+                failed = true;
+                return Some(Err(TasksError::InvalidParam {
+                    name: "batch",
+                    reason: "must be positive".into(),
+                }));
+            }
+            let b = batch.min(n - done);
+            done += b;
+            Some(Ok(self.next_chunk(b)))
+        })
+    }
 }
 
 /// The training stream: in-distribution, permuted problems. Batch `i` depends only on
@@ -321,7 +417,9 @@ impl TrainStream {
         } else {
             Err(TasksError::InvalidSplit {
                 split: "train stream".to_string(),
-                reason: "the split failed its check (invalid params or no valid in-distribution task)".to_string(),
+                reason:
+                    "the split failed its check (invalid params or no valid in-distribution task)"
+                        .to_string(),
             })
         }
     }
@@ -356,5 +454,32 @@ impl TrainStream {
     /// The stream's seed.
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    #[test]
+    fn chunks_concatenate_to_the_whole_sample() -> Result<()> {
+        let split = Split::named("paper-seed0")?;
+        let whole = sample(&split, Set::Ood, 23, 9, false)?;
+        let chunks: Vec<ProblemSet> =
+            SampleStream::new(&split, Set::Ood, 9, false)?.batches(23, 7).collect::<Result<_>>()?;
+        assert_eq!(chunks.iter().map(ProblemSet::len).collect::<Vec<_>>(), vec![7, 7, 7, 2]);
+        let mut start = 0;
+        for c in &chunks {
+            let part = whole.slice(start, start + c.len());
+            assert_eq!(c.x, part.x);
+            assert_eq!(c.y, part.y);
+            assert_eq!(c.rules, part.rules);
+            assert_eq!(c.perms, part.perms);
+            start += c.len();
+        }
+        let bad: Vec<_> = SampleStream::new(&split, Set::Id, 1, true)?.batches(5, 0).collect();
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].is_err());
+        Ok(())
     }
 }

@@ -58,11 +58,14 @@ impl Rule {
     /// # Errors
     /// [`TasksError::UnknownVariant`] if `i >= 8`.
     pub fn from_index(i: usize) -> Result<Rule> {
-        Rule::ALL.get(i).copied().ok_or_else(|| TasksError::UnknownVariant {
-            what: "rule index",
-            value: i.to_string(),
-            valid: "0..=7".to_string(),
-        })
+        Rule::ALL
+            .get(i)
+            .copied()
+            .ok_or_else(|| TasksError::UnknownVariant {
+                what: "rule index",
+                value: i.to_string(),
+                valid: "0..=7".to_string(),
+            })
     }
 
     /// The rule's name as written in the spec: "constant", "progression +1", "progression +2",
@@ -139,8 +142,14 @@ impl Rule {
                     c += 1;
                 }
                 let sym = [a as u8, b as u8, c as u8];
-                const PERMS: [[usize; 3]; 6] =
-                    [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+                const PERMS: [[usize; 3]; 6] = [
+                    [0, 1, 2],
+                    [0, 2, 1],
+                    [1, 0, 2],
+                    [1, 2, 0],
+                    [2, 0, 1],
+                    [2, 1, 0],
+                ];
                 for row in 0..3 {
                     let p = PERMS[rng.gen_range(0..6)];
                     for col in 0..3 {
@@ -187,11 +196,19 @@ impl FromStr for Rule {
         if let Ok(i) = t.parse::<usize>() {
             return Rule::from_index(i);
         }
-        Rule::ALL.iter().copied().find(|r| r.name() == t).ok_or_else(|| TasksError::UnknownVariant {
-            what: "rule",
-            value: s.to_string(),
-            valid: Rule::ALL.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "),
-        })
+        Rule::ALL
+            .iter()
+            .copied()
+            .find(|r| r.name() == t)
+            .ok_or_else(|| TasksError::UnknownVariant {
+                what: "rule",
+                value: s.to_string(),
+                valid: Rule::ALL
+                    .iter()
+                    .map(|r| r.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
     }
 }
 
@@ -245,7 +262,10 @@ mod tests {
                     }
                 } else {
                     for row in 0..3 {
-                        assert_eq!(r.complete_row(g[3 * row], g[3 * row + 1], m), Some(g[3 * row + 2]));
+                        assert_eq!(
+                            r.complete_row(g[3 * row], g[3 * row + 1], m),
+                            Some(g[3 * row + 2])
+                        );
                     }
                 }
             }

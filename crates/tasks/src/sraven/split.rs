@@ -104,7 +104,12 @@ pub struct Split {
 /// 0, 1, 2, 2024; F = 4, M = 8, 25 % held out).
 const PAPER_SPLITS_JSON: &str = include_str!("../../../../data/splits/paper-splits.json");
 
-const PAPER_NAMES: [&str; 4] = ["paper-seed0", "paper-seed1", "paper-seed2", "paper-seed2024"];
+const PAPER_NAMES: [&str; 4] = [
+    "paper-seed0",
+    "paper-seed1",
+    "paper-seed2",
+    "paper-seed2024",
+];
 
 #[derive(Deserialize)]
 struct PaperSplitsFile {
@@ -121,12 +126,22 @@ impl Split {
     pub fn seeded(params: SravenParams, seed: u64) -> Result<Split> {
         params.check()?;
         let mut perm = all_tasks(&params);
-        perm.shuffle(&mut rng::stream(seed, Domain::SravenSplit, params.features as u64, 0));
+        perm.shuffle(&mut rng::stream(
+            seed,
+            Domain::SravenSplit,
+            params.features as u64,
+            0,
+        ));
         let n_ood = params.n_ood_tasks();
         let ood_tasks = perm[..n_ood].to_vec();
         let mut id_tasks = perm[n_ood..].to_vec();
         id_tasks.sort_unstable();
-        Ok(Split { name: format!("seed{seed}"), params, id_tasks, ood_tasks })
+        Ok(Split {
+            name: format!("seed{seed}"),
+            params,
+            id_tasks,
+            ood_tasks,
+        })
     }
 
     /// A split by name with the default [`SravenParams`]: one of [`Split::paper_names`] (the paper's
@@ -149,7 +164,8 @@ impl Split {
         params.check()?;
         if PAPER_NAMES.contains(&name) {
             let default = SravenParams::default();
-            if params.features != default.features || params.n_ood_tasks() != default.n_ood_tasks() {
+            if params.features != default.features || params.n_ood_tasks() != default.n_ood_tasks()
+            {
                 return Err(TasksError::param(
                     "features/holdout_fraction",
                     format!("the paper split `{name}` exists only for F = 4 features with 25 % held out"),
@@ -158,8 +174,16 @@ impl Split {
             let mut all = paper_splits()?;
             let ood_tasks = all.remove(name).ok_or_else(|| unknown_split(name))?;
             let held: HashSet<&Task> = ood_tasks.iter().collect();
-            let id_tasks = all_tasks(&params).into_iter().filter(|t| !held.contains(t)).collect();
-            return Ok(Split { name: name.to_string(), params, id_tasks, ood_tasks });
+            let id_tasks = all_tasks(&params)
+                .into_iter()
+                .filter(|t| !held.contains(t))
+                .collect();
+            return Ok(Split {
+                name: name.to_string(),
+                params,
+                id_tasks,
+                ood_tasks,
+            });
         }
         match name.strip_prefix("seed").map(str::parse::<u64>) {
             Some(Ok(seed)) => Split::seeded(params, seed),
@@ -192,10 +216,14 @@ impl Split {
     /// [`TasksError::InvalidSplit`] naming the split and the first problem found.
     pub fn check(&self) -> Result<()> {
         self.params.check()?;
-        let bad = |reason: String| TasksError::InvalidSplit { split: self.name.clone(), reason };
+        let bad = |reason: String| TasksError::InvalidSplit {
+            split: self.name.clone(),
+            reason,
+        };
         for (list, which) in [(&self.id_tasks, "id"), (&self.ood_tasks, "ood")] {
             for t in list.iter() {
-                validate_task(t, self.params.features).map_err(|r| bad(format!("{which} task {t:?}: {r}")))?;
+                validate_task(t, self.params.features)
+                    .map_err(|r| bad(format!("{which} task {t:?}: {r}")))?;
             }
         }
         if self.id_tasks.is_empty() {
@@ -237,15 +265,22 @@ fn paper_splits() -> Result<BTreeMap<String, Vec<Task>>> {
 }
 
 fn parse_paper_splits(json: &str) -> Result<BTreeMap<String, Vec<Task>>> {
-    let file: PaperSplitsFile = serde_json::from_str(json).map_err(|e| TasksError::InvalidSplit {
-        split: "paper-splits.json".to_string(),
-        reason: e.to_string(),
-    })?;
+    let file: PaperSplitsFile =
+        serde_json::from_str(json).map_err(|e| TasksError::InvalidSplit {
+            split: "paper-splits.json".to_string(),
+            reason: e.to_string(),
+        })?;
     let n_ood = SravenParams::default().n_ood_tasks();
     let mut out = BTreeMap::new();
     for name in PAPER_NAMES {
-        let bad = |reason: String| TasksError::InvalidSplit { split: name.to_string(), reason };
-        let raw = file.splits.get(name).ok_or_else(|| bad("missing from paper-splits.json".to_string()))?;
+        let bad = |reason: String| TasksError::InvalidSplit {
+            split: name.to_string(),
+            reason,
+        };
+        let raw = file
+            .splits
+            .get(name)
+            .ok_or_else(|| bad("missing from paper-splits.json".to_string()))?;
         if raw.len() != n_ood {
             return Err(bad(format!("has {} tasks, expected {n_ood}", raw.len())));
         }
@@ -254,7 +289,10 @@ fn parse_paper_splits(json: &str) -> Result<BTreeMap<String, Vec<Task>>> {
         for t in raw {
             let task: Task = t
                 .iter()
-                .map(|&r| u8::try_from(r).map_err(|_| bad(format!("task {t:?}: rule index {r} is not in 0..=7"))))
+                .map(|&r| {
+                    u8::try_from(r)
+                        .map_err(|_| bad(format!("task {t:?}: rule index {r} is not in 0..=7")))
+                })
                 .collect::<Result<_>>()?;
             validate_task(&task, 4).map_err(|r| bad(format!("task {t:?}: {r}")))?;
             if !seen.insert(task.clone()) {
