@@ -36,7 +36,7 @@ fn dense_labels<T: Ord + Clone>(labels: ArrayView1<'_, T>) -> (Vec<usize>, usize
     (dense, map.len())
 }
 
-/// Contingency table [C_a, C_b] of two labelings.
+/// Contingency table `[C_a, C_b]` of two labelings.
 fn contingency<A: Ord + Clone, B: Ord + Clone>(
     a: ArrayView1<'_, A>,
     b: ArrayView1<'_, B>,
@@ -65,7 +65,7 @@ fn contingency<A: Ord + Clone, B: Ord + Clone>(
 /// agreement is below chance.
 ///
 /// # Shapes
-/// `a`, `b`: [N], N >= 1.
+/// `a`, `b`: `[N]`, N >= 1.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] if empty; [`AnalysisError::Shape`] if the lengths differ.
@@ -102,7 +102,7 @@ pub fn adjusted_rand_index<A: Ord + Clone, B: Ord + Clone>(
 /// special cases: 1 when both labelings have a single cluster, 0 when MI is 0).
 ///
 /// # Shapes
-/// `a`, `b`: [N], N >= 1.
+/// `a`, `b`: `[N]`, N >= 1.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] if empty; [`AnalysisError::Shape`] if the lengths differ.
@@ -146,7 +146,7 @@ pub fn normalized_mutual_info<A: Ord + Clone, B: Ord + Clone>(
 /// score 0. Exact, O(N^2 D) time, O(256 N) memory (distances are computed in row blocks).
 ///
 /// # Shapes
-/// `x`: [N, D]; `labels`: [N] with 2 <= number of labels <= N - 1.
+/// `x`: `[N, D]`; `labels`: `[N]` with 2 <= number of labels <= N - 1.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] for empty input or an invalid number of labels;
@@ -215,7 +215,7 @@ pub fn silhouette_score(x: ArrayView2<'_, f64>, labels: ArrayView1<'_, i64>) -> 
 /// samples used.
 ///
 /// # Shapes
-/// `x`: [N, D]; `labels`: [N].
+/// `x`: `[N, D]`; `labels`: `[N]`.
 ///
 /// # Errors
 /// As [`silhouette_score`] (evaluated on the subsample), plus [`AnalysisError::InvalidInput`]
@@ -312,9 +312,9 @@ impl KMeansParams {
 /// A k-means clustering.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KMeansFit {
-    /// Cluster of every sample. # Shapes: [N].
+    /// Cluster of every sample. # Shapes: `[N]`.
     pub assignments: Array1<usize>,
-    /// Cluster centres. # Shapes: [k, D].
+    /// Cluster centres. # Shapes: `[k, D]`.
     pub centroids: Array2<f64>,
     /// Mean squared distance of the samples to their centre.
     pub inertia: f64,
@@ -323,7 +323,7 @@ pub struct KMeansFit {
 /// k-means with k-means++ initialisation (linfa-clustering's `KMeans`, seeded with ChaCha8).
 ///
 /// # Shapes
-/// `x`: [N, D] with N >= k; returns assignments [N] and centroids [k, D].
+/// `x`: `[N, D]` with N >= k; returns assignments `[N]` and centroids `[k, D]`.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] for bad hyperparameters, an empty matrix or N < k;
@@ -395,7 +395,7 @@ pub struct ClusterReport {
 /// (`spec/latent-codes.md`, analysis 4). `params.n_clusters` is ignored (set to k).
 ///
 /// # Shapes
-/// `x`: [N, D]; `labels`: [N] with at least 2 distinct labels.
+/// `x`: `[N, D]`; `labels`: `[N]` with at least 2 distinct labels.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] for fewer than 2 distinct labels or empty input;

@@ -4,15 +4,15 @@
 //! The file format is the one of `spec/latent-codes.md` ("Outputs users expect"): a NumPy `.npz`
 //! archive (uncompressed, as `numpy.savez` writes it) holding
 //!
-//! | array        | dtype                         | shape               | required |
-//! |--------------|-------------------------------|---------------------|----------|
-//! | `codes`      | float32 (float64 accepted)    | [N, L, H, Q, K]     | yes      |
-//! | `label`      | any integer                   | [N]                 | yes      |
-//! | `rules`      | any integer                   | [N, F]              | no       |
-//! | `inputs`     | any integer                   | [N, K]              | no       |
-//! | `target`     | any integer                   | [N]                 | no       |
-//! | `prediction` | any integer                   | [N]                 | no       |
-//! | `correct`    | bool (or integer 0/1)         | [N]                 | no       |
+//! | array          | dtype                           | shape                 | required   |
+//! |----------------|---------------------------------|-----------------------|------------|
+//! | `codes`        | float32 (float64 accepted)      | `[N, L, H, Q, K]`     | yes        |
+//! | `label`        | any integer                     | `[N]`                 | yes        |
+//! | `rules`        | any integer                     | `[N, F]`              | no         |
+//! | `inputs`       | any integer                     | `[N, K]`              | no         |
+//! | `target`       | any integer                     | `[N]`                 | no         |
+//! | `prediction`   | any integer                     | `[N]`                 | no         |
+//! | `correct`      | bool (or integer 0/1)           | `[N]`                 | no         |
 //!
 //! `codes[n, l, h, q, k]` is the normalised attention score of head `h` of layer `l` from the
 //! `q`-th selected query to the `k`-th selected key for problem `n` (Schug et al. 2024, the latent
@@ -49,7 +49,7 @@ impl CodeSet {
     /// Builds a code set from codes and labels.
     ///
     /// # Shapes
-    /// `codes`: [N, L, H, Q, K] (problem, layer, head, query, key), finite; `label`: [N].
+    /// `codes`: `[N, L, H, Q, K]` (problem, layer, head, query, key), finite; `label`: `[N]`.
     ///
     /// # Errors
     /// [`AnalysisError::InvalidInput`] if any axis of `codes` is empty,
@@ -90,7 +90,7 @@ impl CodeSet {
     /// Attaches the rules of every feature slot.
     ///
     /// # Shapes
-    /// `rules`: [N, F].
+    /// `rules`: `[N, F]`.
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if `rules` does not have N rows.
@@ -103,7 +103,7 @@ impl CodeSet {
     /// Attaches the context values at the selected keys.
     ///
     /// # Shapes
-    /// `inputs`: [N, K'] (K' is normally the number of selected keys).
+    /// `inputs`: `[N, K']` (K' is normally the number of selected keys).
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if `inputs` does not have N rows.
@@ -116,7 +116,7 @@ impl CodeSet {
     /// Attaches the target value of every problem.
     ///
     /// # Shapes
-    /// `target`: [N].
+    /// `target`: `[N]`.
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if `target` does not have N entries.
@@ -129,7 +129,7 @@ impl CodeSet {
     /// Attaches the model's prediction for every problem.
     ///
     /// # Shapes
-    /// `prediction`: [N].
+    /// `prediction`: `[N]`.
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if `prediction` does not have N entries.
@@ -147,7 +147,7 @@ impl CodeSet {
     /// Attaches whether the model answered every problem correctly.
     ///
     /// # Shapes
-    /// `correct`: [N].
+    /// `correct`: `[N]`.
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if `correct` does not have N entries.
@@ -157,31 +157,31 @@ impl CodeSet {
         Ok(self)
     }
 
-    /// The codes. # Shapes: [N, L, H, Q, K].
+    /// The codes. # Shapes: `[N, L, H, Q, K]`.
     pub fn codes(&self) -> &Array5<f32> {
         &self.codes
     }
-    /// The label of every problem (the rule of the probed slot). # Shapes: [N].
+    /// The label of every problem (the rule of the probed slot). # Shapes: `[N]`.
     pub fn label(&self) -> &Array1<i64> {
         &self.label
     }
-    /// The rules of every feature slot, if stored. # Shapes: [N, F].
+    /// The rules of every feature slot, if stored. # Shapes: `[N, F]`.
     pub fn rules(&self) -> Option<&Array2<i64>> {
         self.rules.as_ref()
     }
-    /// The context values at the selected keys, if stored. # Shapes: [N, K].
+    /// The context values at the selected keys, if stored. # Shapes: `[N, K]`.
     pub fn inputs(&self) -> Option<&Array2<i64>> {
         self.inputs.as_ref()
     }
-    /// The target value of every problem, if stored. # Shapes: [N].
+    /// The target value of every problem, if stored. # Shapes: `[N]`.
     pub fn target(&self) -> Option<&Array1<i64>> {
         self.target.as_ref()
     }
-    /// The model's prediction for every problem, if stored. # Shapes: [N].
+    /// The model's prediction for every problem, if stored. # Shapes: `[N]`.
     pub fn prediction(&self) -> Option<&Array1<i64>> {
         self.prediction.as_ref()
     }
-    /// Whether the model was correct on every problem, if stored. # Shapes: [N].
+    /// Whether the model was correct on every problem, if stored. # Shapes: `[N]`.
     pub fn correct(&self) -> Option<&Array1<bool>> {
         self.correct.as_ref()
     }
@@ -213,12 +213,12 @@ impl CodeSet {
 
     /// Flattens the codes into a feature matrix: one layer (`Some(l)`) or all layers (`None`).
     ///
-    /// Features are ordered as the row-major flattening of [H, Q, K] (head slowest), and for all
-    /// layers of [L, H, Q, K] (layer slowest), so feature `h*Q*K + q*K + k` of layer `l` is
+    /// Features are ordered as the row-major flattening of `[H, Q, K]` (head slowest), and for all
+    /// layers of `[L, H, Q, K]` (layer slowest), so feature `h*Q*K + q*K + k` of layer `l` is
     /// `codes[n, l, h, q, k]`.
     ///
     /// # Shapes
-    /// Returns [N, H*Q*K] for one layer, [N, L*H*Q*K] for all layers; float64.
+    /// Returns `[N, H*Q*K]` for one layer, `[N, L*H*Q*K]` for all layers; float64.
     ///
     /// # Errors
     /// [`AnalysisError::InvalidInput`] if `layer` is not below L.
@@ -246,8 +246,8 @@ impl CodeSet {
     /// Reads a code set from the probe's `.npz` output (see the module docs for the arrays).
     ///
     /// # Shapes
-    /// `codes` [N, L, H, Q, K]; `label`, `target`, `prediction`, `correct` [N]; `rules` [N, F];
-    /// `inputs` [N, K].
+    /// `codes` `[N, L, H, Q, K]`; `label`, `target`, `prediction`, `correct` `[N]`; `rules` `[N, F]`;
+    /// `inputs` `[N, K]`.
     ///
     /// # Errors
     /// [`AnalysisError::Io`] if the file cannot be opened; [`AnalysisError::Npz`] naming the file

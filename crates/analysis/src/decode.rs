@@ -42,7 +42,7 @@ impl Standardizer {
     /// up to rounding) gets scale 1, so it maps to (about) 0 instead of dividing by zero.
     ///
     /// # Shapes
-    /// `x`: [N, D], N >= 1; mean and scale are [D].
+    /// `x`: `[N, D]`, N >= 1; mean and scale are `[D]`.
     ///
     /// # Errors
     /// [`AnalysisError::InvalidInput`] if `x` has no rows or no columns;
@@ -73,7 +73,7 @@ impl Standardizer {
     /// Applies the standardisation.
     ///
     /// # Shapes
-    /// `x`: [M, D]; returns [M, D].
+    /// `x`: `[M, D]`; returns `[M, D]`.
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if D differs from the fit; [`AnalysisError::NonFinite`] for
@@ -90,11 +90,11 @@ impl Standardizer {
         Ok((&x - &self.mean) / &self.scale)
     }
 
-    /// Per-feature means. # Shapes: [D].
+    /// Per-feature means. # Shapes: `[D]`.
     pub fn mean(&self) -> &Array1<f64> {
         &self.mean
     }
-    /// Per-feature scales (standard deviations, 1 for constant features). # Shapes: [D].
+    /// Per-feature scales (standard deviations, 1 for constant features). # Shapes: `[D]`.
     pub fn scale(&self) -> &Array1<f64> {
         &self.scale
     }
@@ -162,7 +162,7 @@ impl LogisticProbe {
     /// Standardises `x` and fits a multinomial logistic regression to the labels `y`.
     ///
     /// # Shapes
-    /// `x`: [N, D]; `y`: [N] with at least two distinct labels.
+    /// `x`: `[N, D]`; `y`: `[N]` with at least two distinct labels.
     ///
     /// # Errors
     /// [`AnalysisError::InvalidInput`] for an empty set, a single class or bad hyperparameters;
@@ -233,7 +233,7 @@ impl LogisticProbe {
     /// Class scores `standardise(x) W + b` (logits).
     ///
     /// # Shapes
-    /// `x`: [M, D]; returns [M, C] with columns in the order of [`LogisticProbe::classes`].
+    /// `x`: `[M, D]`; returns `[M, C]` with columns in the order of [`LogisticProbe::classes`].
     ///
     /// # Errors
     /// As [`Standardizer::transform`].
@@ -245,7 +245,7 @@ impl LogisticProbe {
     /// Class probabilities (softmax of the logits).
     ///
     /// # Shapes
-    /// `x`: [M, D]; returns [M, C].
+    /// `x`: `[M, D]`; returns `[M, C]`.
     ///
     /// # Errors
     /// As [`Standardizer::transform`].
@@ -263,7 +263,7 @@ impl LogisticProbe {
     /// Predicted labels (the class of largest logit; ties go to the smaller label).
     ///
     /// # Shapes
-    /// `x`: [M, D]; returns [M].
+    /// `x`: `[M, D]`; returns `[M]`.
     ///
     /// # Errors
     /// As [`Standardizer::transform`].
@@ -288,11 +288,11 @@ impl LogisticProbe {
     pub fn classes(&self) -> &[i64] {
         &self.classes
     }
-    /// Weights on the standardised features. # Shapes: [D, C].
+    /// Weights on the standardised features. # Shapes: `[D, C]`.
     pub fn coef(&self) -> &Array2<f64> {
         &self.coef
     }
-    /// Intercepts (not penalised, so defined up to a common constant). # Shapes: [C].
+    /// Intercepts (not penalised, so defined up to a common constant). # Shapes: `[C]`.
     pub fn intercept(&self) -> &Array1<f64> {
         &self.intercept
     }
@@ -339,7 +339,7 @@ pub struct DecodeResult {
     pub majority_baseline: f64,
     /// Test accuracy of the same pipeline trained on permuted training labels (None if not run).
     pub shuffled_control: Option<f64>,
-    /// Counts of (true, predicted) label pairs on the test set. # Shapes: [C, C] (rows true,
+    /// Counts of (true, predicted) label pairs on the test set. # Shapes: `[C, C]` (rows true,
     /// columns predicted, both in the order of `classes`). Serialised as a list of rows.
     #[serde(serialize_with = "serialize_rows")]
     pub confusion: Array2<u64>,
@@ -359,7 +359,7 @@ pub struct DecodeResult {
 /// appear as extra rows of the confusion matrix, which spans the union of both label sets.
 ///
 /// # Shapes
-/// `train_x`: [N_train, D]; `train_y`: [N_train]; `test_x`: [N_test, D]; `test_y`: [N_test].
+/// `train_x`: `[N_train, D]`; `train_y`: `[N_train]`; `test_x`: `[N_test, D]`; `test_y`: `[N_test]`.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] for an empty set or a single training class;
@@ -463,7 +463,7 @@ pub fn decode(
 /// Fraction of positions where `y_pred` equals `y_true`.
 ///
 /// # Shapes
-/// `y_true`, `y_pred`: [N], N >= 1.
+/// `y_true`, `y_pred`: `[N]`, N >= 1.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] if empty; [`AnalysisError::Shape`] if lengths differ.
@@ -481,7 +481,7 @@ pub fn accuracy(y_true: ArrayView1<'_, i64>, y_pred: ArrayView1<'_, i64>) -> Res
 /// label (scikit-learn's `balanced_accuracy_score` with `adjusted=False`).
 ///
 /// # Shapes
-/// `y_true`, `y_pred`: [N], N >= 1.
+/// `y_true`, `y_pred`: `[N]`, N >= 1.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] if empty; [`AnalysisError::Shape`] if lengths differ.
@@ -506,7 +506,7 @@ pub fn balanced_accuracy(y_true: ArrayView1<'_, i64>, y_pred: ArrayView1<'_, i64
 /// `labels[i]` predicted as `labels[j]` (scikit-learn's `confusion_matrix(labels=...)`).
 ///
 /// # Shapes
-/// `y_true`, `y_pred`: [N]; returns [C, C] with C = `labels.len()`.
+/// `y_true`, `y_pred`: `[N]`; returns `[C, C]` with C = `labels.len()`.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] if empty, if `labels` has duplicates, or if a true or

@@ -52,7 +52,7 @@ impl PcaParams {
     /// Fits the PCA to `x`.
     ///
     /// # Shapes
-    /// `x`: [N, D] with N >= 2 and 1 <= n_components <= D.
+    /// `x`: `[N, D]` with N >= 2 and 1 <= n_components <= D.
     ///
     /// # Errors
     /// [`AnalysisError::InvalidInput`] for fewer than 2 samples, no features or
@@ -158,7 +158,7 @@ impl Pca {
     /// Projects `x` onto the kept components: `(x - mean) V_k^T`.
     ///
     /// # Shapes
-    /// `x`: [M, D] (D as in the fit); returns [M, n_components].
+    /// `x`: `[M, D]` (D as in the fit); returns `[M, n_components]`.
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if D differs from the fit; [`AnalysisError::NonFinite`] if `x`
@@ -177,24 +177,24 @@ impl Pca {
         Ok((&x - &self.mean).dot(&self.components.t()))
     }
 
-    /// Column means of the training data. # Shapes: [D].
+    /// Column means of the training data. # Shapes: `[D]`.
     pub fn mean(&self) -> &Array1<f64> {
         &self.mean
     }
-    /// The kept components, one per row, unit norm. # Shapes: [n_components, D].
+    /// The kept components, one per row, unit norm. # Shapes: `[n_components, D]`.
     pub fn components(&self) -> &Array2<f64> {
         &self.components
     }
-    /// All D components, one per row, in decreasing order of variance. # Shapes: [D, D].
+    /// All D components, one per row, in decreasing order of variance. # Shapes: `[D, D]`.
     pub fn all_components(&self) -> &Array2<f64> {
         &self.all_components
     }
-    /// Variance along every component (divisor n - 1), decreasing. # Shapes: [D].
+    /// Variance along every component (divisor n - 1), decreasing. # Shapes: `[D]`.
     pub fn explained_variance(&self) -> &Array1<f64> {
         &self.explained_variance
     }
     /// Fraction of the total variance along every component (sums to 1; all zeros when the data
-    /// have no variance at all). # Shapes: [D].
+    /// have no variance at all). # Shapes: `[D]`.
     pub fn explained_variance_ratio(&self) -> &Array1<f64> {
         &self.explained_variance_ratio
     }

@@ -19,11 +19,11 @@ use crate::error::{AnalysisError, Result};
 pub struct MeanCodeSimilarity {
     /// The labels, in the order of the rows and columns.
     pub labels: Vec<i64>,
-    /// Number of samples of every label. # Shapes: [C].
+    /// Number of samples of every label. # Shapes: `[C]`.
     pub counts: Vec<usize>,
-    /// Mean code of every label (NaN rows for labels without samples). # Shapes: [C, D].
+    /// Mean code of every label (NaN rows for labels without samples). # Shapes: `[C, D]`.
     pub means: Array2<f64>,
-    /// Cosine similarity of the mean codes. # Shapes: [C, C], symmetric.
+    /// Cosine similarity of the mean codes. # Shapes: `[C, C]`, symmetric.
     pub cosine: Array2<f64>,
 }
 
@@ -34,7 +34,7 @@ pub struct MeanCodeSimilarity {
 /// set.
 ///
 /// # Shapes
-/// `x`: [N, D]; `labels`: [N]; returns means [C, D] and cosine [C, C].
+/// `x`: `[N, D]`; `labels`: `[N]`; returns means `[C, D]` and cosine `[C, C]`.
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] for empty input, duplicates in `label_set` or a sample whose

@@ -205,7 +205,6 @@ pub struct Transformer {
 /// LeCun-normal truncated at 2 standard deviations (`variance_scaling(1, fan_in, "normal")`),
 /// biases 0, LayerNorm scales 1, relative-position tables truncated normal of variance
 /// `1 / n_buckets` (flax `default_embed_init`, whose fan-in is `n_buckets` for `[H, n_buckets]`).
-/// Returns `None` for the truncated-normal standard deviation of constants.
 fn init_rule(cfg: &Config, name: &str) -> InitRule {
     let last = name.rsplit('.').next().unwrap_or(name);
     let fan_in = match last {
@@ -220,7 +219,9 @@ fn init_rule(cfg: &Config, name: &str) -> InitRule {
     InitRule::TruncatedNormal((1.0 / fan_in as f64).sqrt())
 }
 
+/// How one parameter is initialised.
 enum InitRule {
+    /// Every entry equal to this value.
     Const(f64),
     /// Target standard deviation (before truncation).
     TruncatedNormal(f64),

@@ -32,9 +32,9 @@ use crate::similarity::{mean_code_similarity, MeanCodeSimilarity};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(into = "String")]
 pub enum LayerSel {
-    /// The codes of one layer, [H*Q*K] features.
+    /// The codes of one layer, `[H*Q*K]` features.
     Layer(usize),
-    /// All layers concatenated, [L*H*Q*K] features.
+    /// All layers concatenated, `[L*H*Q*K]` features.
     All,
 }
 
@@ -201,7 +201,7 @@ pub struct LayerAnalysis {
     pub layer: LayerSel,
     /// PCA fitted on the unsupervised set.
     pub pca: Pca,
-    /// That set projected on the kept components. # Shapes: [N_u, n_components].
+    /// That set projected on the kept components. # Shapes: `[N_u, n_components]`.
     pub projection: Array2<f64>,
     /// Train -> test decoding of the labels.
     pub decoding: DecodeResult,
@@ -234,11 +234,11 @@ pub struct LatentReport {
     pub train_model_accuracy: Option<f64>,
     /// The model's accuracy on the test set, if stored.
     pub test_model_accuracy: Option<f64>,
-    /// Labels of the unsupervised set (for the PCA scatter). # Shapes: [N_u].
+    /// Labels of the unsupervised set (for the PCA scatter). # Shapes: `[N_u]`.
     pub unsupervised_label: Array1<i64>,
-    /// Targets of the unsupervised set, if stored. # Shapes: [N_u].
+    /// Targets of the unsupervised set, if stored. # Shapes: `[N_u]`.
     pub unsupervised_target: Option<Array1<i64>>,
-    /// Whether the model was correct on the unsupervised set, if stored. # Shapes: [N_u].
+    /// Whether the model was correct on the unsupervised set, if stored. # Shapes: `[N_u]`.
     pub unsupervised_correct: Option<Array1<bool>>,
     /// One entry per layer, then one for all layers.
     pub layers: Vec<LayerAnalysis>,
@@ -357,7 +357,7 @@ impl SelectionJob<'_> {
 /// the end.
 ///
 /// # Shapes
-/// Both sets hold codes [N, L, H, Q, K] with the same (L, H, Q, K).
+/// Both sets hold codes `[N, L, H, Q, K]` with the same (L, H, Q, K).
 ///
 /// # Errors
 /// [`AnalysisError::Shape`] if the code axes differ; the errors of the analyses (e.g.
@@ -677,10 +677,10 @@ impl LatentReport {
         })
     }
 
-    /// Writes the PCA projections as `.npz`: `layer{l}` and `all` [N_u, k] projections,
-    /// `components_layer{l}` / `components_all` [k, D], `explained_variance_ratio_layer{l}` /
-    /// `explained_variance_ratio_all` [D], and `label` (plus `target`, `correct` when stored)
-    /// [N_u] of the unsupervised set.
+    /// Writes the PCA projections as `.npz`: `layer{l}` and `all` `[N_u, k]` projections,
+    /// `components_layer{l}` / `components_all` `[k, D]`, `explained_variance_ratio_layer{l}` /
+    /// `explained_variance_ratio_all` `[D]`, and `label` (plus `target`, `correct` when stored)
+    /// `[N_u]` of the unsupervised set.
     ///
     /// # Errors
     /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path.
