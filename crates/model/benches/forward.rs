@@ -33,7 +33,10 @@ fn bench_forward(c: &mut Criterion) {
         let (model, _) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
         let x = inputs(&cfg);
         for capture in [false, true] {
-            let name = format!("{mixer}/batch{BATCH}/{}", if capture { "capture" } else { "no-capture" });
+            let name = format!(
+                "{mixer}/batch{BATCH}/{}",
+                if capture { "capture" } else { "no-capture" }
+            );
             group.bench_function(name, |b| {
                 b.iter(|| model.forward(&x, capture).expect("forward"));
             });

@@ -44,7 +44,12 @@ pub fn relative_position_bucket(query: usize, key: usize, n_buckets: usize) -> u
 ///
 /// # Errors
 /// Candle errors (allocation on the device).
-pub fn bucket_matrix(n_query: usize, n_key: usize, n_buckets: usize, device: &Device) -> Result<Tensor> {
+pub fn bucket_matrix(
+    n_query: usize,
+    n_key: usize,
+    n_buckets: usize,
+    device: &Device,
+) -> Result<Tensor> {
     let v: Vec<u32> = (0..n_query)
         .flat_map(|q| (0..n_key).map(move |k| relative_position_bucket(q, k, n_buckets) as u32))
         .collect();
@@ -120,13 +125,18 @@ pub fn dropout_mask<R: Rng + ?Sized>(
 ///
 /// # Errors
 /// Candle errors (shape mismatch).
-pub fn normalise(scores: &Tensor, normalisation: Normalisation, mask: Option<&Tensor>) -> Result<Tensor> {
+pub fn normalise(
+    scores: &Tensor,
+    normalisation: Normalisation,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
     let masked = |fill: f32| -> Result<Tensor> {
         match mask {
             None => Ok(scores.clone()),
             Some(m) => {
                 let m = m.broadcast_as(scores.shape())?;
-                let fill = Tensor::full(fill, scores.shape(), scores.device())?.to_dtype(scores.dtype())?;
+                let fill = Tensor::full(fill, scores.shape(), scores.device())?
+                    .to_dtype(scores.dtype())?;
                 Ok(m.where_cond(scores, &fill)?)
             }
         }
@@ -210,16 +220,21 @@ mod tests {
     #[test]
     fn bucket_row_of_the_spec() {
         let expect = [
-            35, 34, 33, 32, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 18, 17, 16, 15, 14, 13,
-            12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+            35, 34, 33, 32, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 18, 17, 16, 15, 14,
+            13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
         ];
-        let row: Vec<usize> = (0..36).map(|k| relative_position_bucket(35, k, 36)).collect();
+        let row: Vec<usize> = (0..36)
+            .map(|k| relative_position_bucket(35, k, 36))
+            .collect();
         assert_eq!(row, expect);
         // keys at or after the query are bucket 0
         assert_eq!(relative_position_bucket(3, 10, 36), 0);
         let m = bucket_matrix(36, 36, 36, &Device::Cpu).unwrap();
         let m: Vec<Vec<u32>> = m.to_vec2().unwrap();
-        assert_eq!(m[35].iter().map(|&b| b as usize).collect::<Vec<_>>(), expect);
+        assert_eq!(
+            m[35].iter().map(|&b| b as usize).collect::<Vec<_>>(),
+            expect
+        );
     }
 
     #[test]

@@ -42,7 +42,10 @@ impl View for &F32View {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
-    move |source| ModelError::Io { path: path.to_path_buf(), source }
+    move |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Writes `bytes` to `path` atomically: `path.tmp`, then rename.
@@ -64,30 +67,62 @@ fn weights_bytes(config: &Config, tensors: &[(String, Tensor)], path: &Path) -> 
     if given.len() != expected.len() {
         return Err(ModelError::Checkpoint {
             path: path.to_path_buf(),
-            msg: format!("{} tensors given, the config has {}", given.len(), expected.len()),
+            msg: format!(
+                "{} tensors given, the config has {}",
+                given.len(),
+                expected.len()
+            ),
         });
     }
     let mut views = Vec::with_capacity(expected.len());
     for (name, shape) in &expected {
-        let terr = |msg: String| ModelError::Tensor { path: path.to_path_buf(), name: name.clone(), msg };
-        let t = given.get(name.as_str()).ok_or_else(|| terr("missing".into()))?;
+        let terr = |msg: String| ModelError::Tensor {
+            path: path.to_path_buf(),
+            name: name.clone(),
+            msg,
+        };
+        let t = given
+            .get(name.as_str())
+            .ok_or_else(|| terr("missing".into()))?;
         if t.dims() != shape.as_slice() {
-            return Err(terr(format!("shape {:?}, config implies {:?}", t.dims(), shape)));
+            return Err(terr(format!(
+                "shape {:?}, config implies {:?}",
+                t.dims(),
+                shape
+            )));
         }
-        let v: Vec<f32> = t.to_dtype(DType::F32)?.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()?;
+        let v: Vec<f32> = t
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_device(&Device::Cpu)?
+            .to_vec1()?;
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(terr(format!("refusing to save a non-finite value (flat index {i})")));
+            return Err(terr(format!(
+                "refusing to save a non-finite value (flat index {i})"
+            )));
         }
         let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        views.push((name.clone(), F32View { shape: shape.clone(), bytes }));
+        views.push((
+            name.clone(),
+            F32View {
+                shape: shape.clone(),
+                bytes,
+            },
+        ));
     }
     let meta = HashMap::from([
-        ("producer".to_string(), format!("hyperlens {}", env!("CARGO_PKG_VERSION"))),
+        (
+            "producer".to_string(),
+            format!("hyperlens {}", env!("CARGO_PKG_VERSION")),
+        ),
         ("mixer".to_string(), config.mixer.to_string()),
     ]);
-    safetensors::tensor::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), Some(meta)).map_err(|e| {
-        ModelError::Checkpoint { path: path.to_path_buf(), msg: format!("cannot serialise: {e}") }
-    })
+    safetensors::tensor::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), Some(meta)).map_err(
+        |e| ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: format!("cannot serialise: {e}"),
+        },
+    )
 }
 
 fn write_files(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
@@ -107,8 +142,10 @@ fn write_files(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
 pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result<()> {
     config.check()?;
     let weights = weights_bytes(config, tensors, &dir.join(WEIGHTS_FILE))?;
-    let mut config_json = serde_json::to_vec_pretty(config)
-        .map_err(|source| ModelError::Json { path: dir.join(CONFIG_FILE), source })?;
+    let mut config_json = serde_json::to_vec_pretty(config).map_err(|source| ModelError::Json {
+        path: dir.join(CONFIG_FILE),
+        source,
+    })?;
     config_json.push(b'\n');
     if dir.is_dir() {
         return write_files(dir, &config_json, &weights);
@@ -136,11 +173,14 @@ pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result
 pub fn read_config(dir: &Path) -> Result<Config> {
     let path = dir.join(CONFIG_FILE);
     let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-    let config: Config =
-        serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.clone(), source })?;
-    config
-        .check()
-        .map_err(|e| ModelError::Checkpoint { path, msg: e.to_string() })?;
+    let config: Config = serde_json::from_str(&text).map_err(|source| ModelError::Json {
+        path: path.clone(),
+        source,
+    })?;
+    config.check().map_err(|e| ModelError::Checkpoint {
+        path,
+        msg: e.to_string(),
+    })?;
     Ok(config)
 }
 
@@ -165,7 +205,11 @@ pub fn validate_weights(
     let expected = config.tensor_shapes();
     let mut out = HashMap::with_capacity(expected.len());
     for (name, shape) in &expected {
-        let terr = |msg: String| ModelError::Tensor { path: path.to_path_buf(), name: name.clone(), msg };
+        let terr = |msg: String| ModelError::Tensor {
+            path: path.to_path_buf(),
+            name: name.clone(),
+            msg,
+        };
         let view = st
             .tensor(name)
             .map_err(|_| terr(format!("missing (config.json implies shape {shape:?})")))?;
@@ -191,9 +235,16 @@ pub fn validate_weights(
                 data[i]
             )));
         }
-        out.insert(name.clone(), Tensor::from_vec(data, shape.as_slice(), device)?);
+        out.insert(
+            name.clone(),
+            Tensor::from_vec(data, shape.as_slice(), device)?,
+        );
     }
-    let mut extra: Vec<&str> = st.names().into_iter().filter(|n| !out.contains_key(*n)).collect();
+    let mut extra: Vec<&str> = st
+        .names()
+        .into_iter()
+        .filter(|n| !out.contains_key(*n))
+        .collect();
     extra.sort_unstable();
     if let Some(name) = extra.first() {
         return Err(ModelError::Tensor {

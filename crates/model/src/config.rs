@@ -124,7 +124,9 @@ impl Config {
         ];
         for (name, v) in sizes {
             if v == 0 {
-                return Err(ModelError::Config(format!("`{name}` must be positive, got 0")));
+                return Err(ModelError::Config(format!(
+                    "`{name}` must be positive, got 0"
+                )));
             }
         }
         if self.n_outputs > self.n_tokens {

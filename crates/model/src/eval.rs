@@ -35,7 +35,12 @@ pub struct MetricsAccumulator {
 impl MetricsAccumulator {
     /// An empty accumulator for `n_outputs` output positions.
     pub fn new(n_outputs: usize) -> MetricsAccumulator {
-        MetricsAccumulator { n: 0, all_right: 0, right: vec![0; n_outputs], loss_sum: 0.0 }
+        MetricsAccumulator {
+            n: 0,
+            all_right: 0,
+            right: vec![0; n_outputs],
+            loss_sum: 0.0,
+        }
     }
 
     /// Adds a batch; returns the predicted classes (argmax).
@@ -74,7 +79,12 @@ impl MetricsAccumulator {
                     }
                 }
                 let max = best_v as f64;
-                let lse = max + row.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+                let lse = max
+                    + row
+                        .iter()
+                        .map(|&v| (v as f64 - max).exp())
+                        .sum::<f64>()
+                        .ln();
                 self.loss_sum += lse - row[target as usize] as f64;
                 pred[[i, j]] = best as i64;
                 if best as i64 == target {
@@ -182,7 +192,10 @@ pub fn evaluate_with<P: FnMut(usize)>(
     let mut start = 0;
     while start < n {
         let end = (start + batch).min(n);
-        let x = batch_tensor(&problems.x.slice(s![start..end, .., ..]).to_owned(), model.device())?;
+        let x = batch_tensor(
+            &problems.x.slice(s![start..end, .., ..]).to_owned(),
+            model.device(),
+        )?;
         let out = model.forward(&x, false)?;
         let v: Vec<f32> = out.logits.flatten_all()?.to_vec1()?;
         let logits = Array3::from_shape_vec((end - start, cfg.n_outputs, cfg.d_out), v)
@@ -197,7 +210,11 @@ pub fn evaluate_with<P: FnMut(usize)>(
         on_batch(end);
         start = end;
     }
-    Ok(EvalOutput { metrics: acc.finish(), logits: logits_all, pred: pred_all })
+    Ok(EvalOutput {
+        metrics: acc.finish(),
+        logits: logits_all,
+        pred: pred_all,
+    })
 }
 
 #[cfg(test)]
@@ -209,7 +226,10 @@ mod tests {
     fn accumulator_counts_and_loss() {
         let mut a = MetricsAccumulator::new(2);
         // problem 0: both right; problem 1: feature 1 wrong
-        let logits = array![[[2.0f32, 0.0, 0.0], [0.0, 1.0, 0.0]], [[0.0, 0.0, 3.0], [1.0, 0.0, 0.0]]];
+        let logits = array![
+            [[2.0f32, 0.0, 0.0], [0.0, 1.0, 0.0]],
+            [[0.0, 0.0, 3.0], [1.0, 0.0, 0.0]]
+        ];
         let y = array![[0i64, 1], [2, 2]];
         let pred = a.add(logits.view(), y.view()).unwrap();
         assert_eq!(pred, array![[0i64, 1], [2, 0]]);
@@ -218,10 +238,14 @@ mod tests {
         assert!((m.accuracy - 0.5).abs() < 1e-12);
         assert_eq!(m.per_feature_accuracy, vec![1.0, 0.5]);
         let ce = |row: [f64; 3], t: usize| row.iter().map(|v| v.exp()).sum::<f64>().ln() - row[t];
-        let expect = (ce([2.0, 0.0, 0.0], 0) + ce([0.0, 1.0, 0.0], 1) + ce([0.0, 0.0, 3.0], 2)
+        let expect = (ce([2.0, 0.0, 0.0], 0)
+            + ce([0.0, 1.0, 0.0], 1)
+            + ce([0.0, 0.0, 3.0], 2)
             + ce([1.0, 0.0, 0.0], 2))
             / 4.0;
         assert!((m.loss - expect).abs() < 1e-9);
-        assert!(a.add(logits.view(), array![[0i64, 3], [0, 0]].view()).is_err());
+        assert!(a
+            .add(logits.view(), array![[0i64, 3], [0, 0]].view())
+            .is_err());
     }
 }

@@ -26,7 +26,13 @@ struct Source {
 
 fn source_of(cfg: &Config, name: &str) -> Option<Source> {
     let (dm, h, d) = (cfg.d_model, cfg.n_heads, cfg.d_head);
-    let plain = |key: String, shape: Vec<usize>| Some(Source { key, shape, heads_first: false });
+    let plain = |key: String, shape: Vec<usize>| {
+        Some(Source {
+            key,
+            shape,
+            heads_first: false,
+        })
+    };
     match name {
         "embed.W_E" => return plain("embedding/kernel".into(), vec![cfg.d_in, dm]),
         "embed.b_E" => return plain("embedding/bias".into(), vec![dm]),
@@ -52,14 +58,21 @@ fn source_of(cfg: &Config, name: &str) -> Option<Source> {
                 "attn.W_K" => "key",
                 _ => "value",
             };
-            Some(Source { key: format!("{sm}/{which}/kernel"), shape: vec![dm, h, d], heads_first: true })
+            Some(Source {
+                key: format!("{sm}/{which}/kernel"),
+                shape: vec![dm, h, d],
+                heads_first: true,
+            })
         }
         "attn.b_Q" => plain(format!("{sm}/query/bias"), vec![h, d]),
         "attn.b_K" => plain(format!("{sm}/key/bias"), vec![h, d]),
         "attn.b_V" => plain(format!("{sm}/value/bias"), vec![h, d]),
         "attn.W_O" => plain(format!("{sm}/out/kernel"), vec![h, d, dm]),
         "attn.b_O" => plain(format!("{sm}/out/bias"), vec![dm]),
-        "attn.rel_pos" => plain(format!("{b}/relative_embedding/rel_embedding"), vec![h, cfg.n_buckets]),
+        "attn.rel_pos" => plain(
+            format!("{b}/relative_embedding/rel_embedding"),
+            vec![h, cfg.n_buckets],
+        ),
         "mlp.W_in" => plain(format!("{st}/Dense_0/kernel"), vec![dm, cfg.d_mlp]),
         "mlp.b_in" => plain(format!("{st}/Dense_0/bias"), vec![cfg.d_mlp]),
         "mlp.W_out" => plain(format!("{st}/Dense_1/kernel"), vec![cfg.d_mlp, dm]),
@@ -75,7 +88,11 @@ struct Npz<'a> {
 
 impl Npz<'_> {
     fn err(&self, key: &str, msg: impl Into<String>) -> ModelError {
-        ModelError::Import { path: self.path.to_path_buf(), key: key.to_string(), msg: msg.into() }
+        ModelError::Import {
+            path: self.path.to_path_buf(),
+            key: key.to_string(),
+            msg: msg.into(),
+        }
     }
 
     /// Reads an array as f32 (f64 arrays are converted).
@@ -92,7 +109,10 @@ impl Npz<'_> {
     fn shape(&mut self, key: &str, rank: usize) -> Result<Vec<usize>> {
         let a = self.read(key)?;
         if a.ndim() != rank {
-            return Err(self.err(key, format!("expected rank {rank}, got shape {:?}", a.shape())));
+            return Err(self.err(
+                key,
+                format!("expected rank {rank}, got shape {:?}", a.shape()),
+            ));
         }
         Ok(a.shape().to_vec())
     }
@@ -113,8 +133,15 @@ impl Npz<'_> {
 /// [`ModelError::Io`] if the file cannot be opened; [`ModelError::Import`] naming the key for a
 /// missing, misshapen, non-float, non-finite or unexpected array; [`ModelError::Config`] if the
 /// inferred sizes are invalid.
-pub fn import_jax_npz(path: &Path, mixer: Mixer, n_outputs: usize) -> Result<(Config, Vec<(String, Tensor)>)> {
-    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+pub fn import_jax_npz(
+    path: &Path,
+    mixer: Mixer,
+    n_outputs: usize,
+) -> Result<(Config, Vec<(String, Tensor)>)> {
+    let file = File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let reader = NpzReader::new(file).map_err(|e| ModelError::Import {
         path: path.to_path_buf(),
         key: String::new(),
@@ -149,7 +176,11 @@ pub fn import_jax_npz(path: &Path, mixer: Mixer, n_outputs: usize) -> Result<(Co
     let rel = npz.shape("transformer_block_0/relative_embedding/rel_embedding", 2)?;
     let out = npz.shape("logitdense/kernel", 2)?;
     let n_layers = (0..)
-        .take_while(|l| names.iter().any(|n| n.starts_with(&format!("transformer_block_{l}/"))))
+        .take_while(|l| {
+            names
+                .iter()
+                .any(|n| n.starts_with(&format!("transformer_block_{l}/")))
+        })
         .count();
     let config = Config {
         d_in: emb[0],
@@ -176,13 +207,21 @@ pub fn import_jax_npz(path: &Path, mixer: Mixer, n_outputs: usize) -> Result<(Co
         if a.shape() != src.shape.as_slice() {
             return Err(npz.err(
                 &src.key,
-                format!("shape {:?}, expected {:?} (from the inferred sizes)", a.shape(), src.shape),
+                format!(
+                    "shape {:?}, expected {:?} (from the inferred sizes)",
+                    a.shape(),
+                    src.shape
+                ),
             ));
         }
         if let Some(i) = a.iter().position(|x| !x.is_finite()) {
             return Err(npz.err(&src.key, format!("non-finite value at flat index {i}")));
         }
-        let a = if src.heads_first { a.permuted_axes(IxDyn(&[1, 0, 2])) } else { a };
+        let a = if src.heads_first {
+            a.permuted_axes(IxDyn(&[1, 0, 2]))
+        } else {
+            a
+        };
         let data: Vec<f32> = a.as_standard_layout().iter().copied().collect();
         tensors.push((name, Tensor::from_vec(data, shape, &Device::Cpu)?));
         used.insert(src.key);

@@ -208,7 +208,10 @@ mod tests {
             assert_eq!(serde_json::from_str::<Mixer>(&json).unwrap(), m);
         }
         assert_eq!("transformer".parse::<Mixer>().unwrap(), Mixer::Softmax);
-        assert_eq!("linear_transformer".parse::<Mixer>().unwrap(), Mixer::Linear);
+        assert_eq!(
+            "linear_transformer".parse::<Mixer>().unwrap(),
+            Mixer::Linear
+        );
         assert!(matches!("lstm".parse::<Mixer>(), Err(ModelError::UnknownMixer(s)) if s == "lstm"));
         assert!(serde_json::from_str::<Mixer>("\"lstm\"").is_err());
     }

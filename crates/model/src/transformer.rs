@@ -31,10 +31,7 @@ fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let (n_in, n_out) = w.dims2()?;
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    let y = x
-        .reshape((rows, n_in))?
-        .matmul(w)?
-        .broadcast_add(b)?;
+    let y = x.reshape((rows, n_in))?.matmul(w)?.broadcast_add(b)?;
     let mut out_dims = dims;
     let last = out_dims.len() - 1;
     out_dims[last] = n_out;
@@ -60,7 +57,9 @@ impl LayerNorm {
     /// # Errors
     /// Candle errors on a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::layer_norm_slow(x, &self.w, &self.b, LN_EPS)?)
+        Ok(candle_nn::ops::layer_norm_slow(
+            x, &self.w, &self.b, LN_EPS,
+        )?)
     }
 }
 
@@ -283,7 +282,10 @@ impl Transformer {
         for (name, shape) in config.tensor_shapes() {
             let hint = match init_rule(config, &name) {
                 InitRule::Const(c) => Init::Const(c),
-                InitRule::TruncatedNormal(std) => Init::Randn { mean: 0.0, stdev: std },
+                InitRule::TruncatedNormal(std) => Init::Randn {
+                    mean: 0.0,
+                    stdev: std,
+                },
             };
             let t = vb.get_with_hints(shape, &name, hint)?;
             if t.dtype() != DType::F32 {
@@ -302,7 +304,10 @@ impl Transformer {
                 .ok_or_else(|| ModelError::Input(format!("missing tensor `{name}`")))
         };
         let ln = |prefix: &str| -> Result<LayerNorm> {
-            Ok(LayerNorm { w: p(format!("{prefix}.w"))?, b: p(format!("{prefix}.b"))? })
+            Ok(LayerNorm {
+                w: p(format!("{prefix}.w"))?,
+                b: p(format!("{prefix}.b"))?,
+            })
         };
         let mut blocks = Vec::with_capacity(config.n_layers);
         for l in 0..config.n_layers {
@@ -323,7 +328,12 @@ impl Transformer {
                     mixer: config.mixer,
                 },
                 ln2: ln(&format!("blocks.{l}.ln2"))?,
-                mlp: Mlp { w_in: m("W_in")?, b_in: m("b_in")?, w_out: m("W_out")?, b_out: m("b_out")? },
+                mlp: Mlp {
+                    w_in: m("W_in")?,
+                    b_in: m("b_in")?,
+                    w_out: m("W_out")?,
+                    b_out: m("b_out")?,
+                },
             });
         }
         let buckets =
@@ -353,7 +363,11 @@ impl Transformer {
     ///
     /// # Errors
     /// As [`Transformer::new`]: a missing tensor or a shape mismatch.
-    pub fn from_tensors(config: &Config, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Transformer> {
+    pub fn from_tensors(
+        config: &Config,
+        tensors: HashMap<String, Tensor>,
+        device: &Device,
+    ) -> Result<Transformer> {
         let vb = VarBuilder::from_tensors(tensors, DType::F32, device);
         Transformer::new(config, vb)
     }
@@ -471,7 +485,12 @@ impl Transformer {
     ) -> Result<ForwardOutput> {
         let cfg = &self.config;
         let (bsz, t, d_in) = x.dims3().map_err(|_| {
-            ModelError::Input(format!("input must be [batch, {}, {}], got {:?}", cfg.n_tokens, cfg.d_in, x.dims()))
+            ModelError::Input(format!(
+                "input must be [batch, {}, {}], got {:?}",
+                cfg.n_tokens,
+                cfg.d_in,
+                x.dims()
+            ))
         })?;
         if t != cfg.n_tokens || d_in != cfg.d_in || bsz == 0 {
             return Err(ModelError::Input(format!(
@@ -482,7 +501,10 @@ impl Transformer {
             )));
         }
         if x.dtype() != DType::F32 {
-            return Err(ModelError::Input(format!("input must be f32, got {:?}", x.dtype())));
+            return Err(ModelError::Input(format!(
+                "input must be f32, got {:?}",
+                x.dtype()
+            )));
         }
         if let Some(m) = dropout {
             if m.len() != cfg.n_layers {
@@ -497,8 +519,12 @@ impl Transformer {
         let mut captured = capture_attention.then(|| Vec::with_capacity(cfg.n_layers));
         for (l, block) in self.blocks.iter().enumerate() {
             let drop = dropout.map(|m| &m[l]);
-            let (a_out, a) =
-                block.attn.forward(&block.ln1.forward(&h)?, &self.buckets, self.mask.as_ref(), drop)?;
+            let (a_out, a) = block.attn.forward(
+                &block.ln1.forward(&h)?,
+                &self.buckets,
+                self.mask.as_ref(),
+                drop,
+            )?;
             h = (h + a_out)?;
             h = (&h + block.mlp.forward(&block.ln2.forward(&h)?)?)?;
             if let Some(c) = captured.as_mut() {
@@ -507,7 +533,10 @@ impl Transformer {
         }
         let h = h.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;
         let logits = linear(&self.ln_final.forward(&h)?, &self.w_u, &self.b_u)?;
-        Ok(ForwardOutput { logits, attention: captured })
+        Ok(ForwardOutput {
+            logits,
+            attention: captured,
+        })
     }
 }
 
@@ -534,7 +563,9 @@ mod tests {
 
     fn input(cfg: &Config, b: usize, seed: u64) -> Tensor {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let v: Vec<f32> = (0..b * cfg.n_tokens * cfg.d_in).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let v: Vec<f32> = (0..b * cfg.n_tokens * cfg.d_in)
+            .map(|_| rng.gen_range(-1.0..1.0))
+            .collect();
         Tensor::from_vec(v, (b, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap()
     }
 
@@ -543,7 +574,14 @@ mod tests {
         let cfg = Config::sraven_base(Mixer::Hyla);
         let p = paper_init(&cfg, 7, &Device::Cpu).unwrap();
         let get = |n: &str| -> Vec<f32> {
-            p.iter().find(|(k, _)| k == n).unwrap().1.flatten_all().unwrap().to_vec1().unwrap()
+            p.iter()
+                .find(|(k, _)| k == n)
+                .unwrap()
+                .1
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
         };
         let w = get("blocks.1.mlp.W_in");
         let std = (w.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / w.len() as f64).sqrt();
@@ -558,7 +596,9 @@ mod tests {
         // seeded: same seed, same weights; other seed, other weights
         let p2 = paper_init(&cfg, 7, &Device::Cpu).unwrap();
         let p3 = paper_init(&cfg, 8, &Device::Cpu).unwrap();
-        let first = |p: &[(String, Tensor)]| -> Vec<f32> { p[0].1.flatten_all().unwrap().to_vec1().unwrap() };
+        let first = |p: &[(String, Tensor)]| -> Vec<f32> {
+            p[0].1.flatten_all().unwrap().to_vec1().unwrap()
+        };
         assert_eq!(first(&p), first(&p2));
         assert_ne!(first(&p), first(&p3));
     }
@@ -587,15 +627,34 @@ mod tests {
         let x = input(&cfg, 3, 1);
         let run = |seed: u64| -> Vec<f32> {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            m.forward_train(&x, 0.1, &mut rng, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap()
+            m.forward_train(&x, 0.1, &mut rng, false)
+                .unwrap()
+                .logits
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
         };
-        let eval: Vec<f32> = m.forward(&x, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
+        let eval: Vec<f32> = m
+            .forward(&x, false)
+            .unwrap()
+            .logits
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         assert_eq!(run(5), run(5));
         assert_ne!(run(5), run(6));
         assert_ne!(run(5), eval);
         let mut rng = ChaCha8Rng::seed_from_u64(0);
-        let zero: Vec<f32> =
-            m.forward_train(&x, 0.0, &mut rng, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
+        let zero: Vec<f32> = m
+            .forward_train(&x, 0.0, &mut rng, false)
+            .unwrap()
+            .logits
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         assert_eq!(zero, eval);
     }
 }

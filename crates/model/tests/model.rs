@@ -25,9 +25,15 @@ fn parameter_counts_of_the_paper() {
         assert_eq!(m.n_params(), 402_824, "{mixer}");
         assert_eq!(m.named_tensors().len(), 2 + 4 * 17 + 4); // the 74 arrays of the JAX export
     }
-    assert_eq!(Config::sraven(Mixer::Hyla, 1, 8).unwrap().n_params(), 803_208);
+    assert_eq!(
+        Config::sraven(Mixer::Hyla, 1, 8).unwrap().n_params(),
+        803_208
+    );
     let w4 = Config::sraven(Mixer::Softmax, 4, 4).unwrap();
-    assert_eq!((w4.d_model, w4.n_heads, w4.d_head, w4.d_mlp), (512, 64, 4, 1024));
+    assert_eq!(
+        (w4.d_model, w4.n_heads, w4.d_head, w4.d_mlp),
+        (512, 64, 4, 1024)
+    );
     assert_eq!(w4.n_params(), 6_329_864);
     let (m, _) = Transformer::init(&w4, 0, &Device::Cpu).unwrap();
     assert_eq!(m.n_params(), 6_329_864);
@@ -36,10 +42,12 @@ fn parameter_counts_of_the_paper() {
 #[test]
 fn bucket_row_for_query_35_of_36() {
     let expect = [
-        35, 34, 33, 32, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 18, 17, 16, 15, 14, 13, 12,
-        11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+        35, 34, 33, 32, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 20, 19, 18, 17, 16, 15, 14, 13,
+        12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
     ];
-    let row: Vec<usize> = (0..36).map(|k| relative_position_bucket(35, k, 36)).collect();
+    let row: Vec<usize> = (0..36)
+        .map(|k| relative_position_bucket(35, k, 36))
+        .collect();
     assert_eq!(row, expect);
 }
 
@@ -76,7 +84,13 @@ fn random_weights(cfg: &Config, seed: u64) -> (Weights, HashMap<String, Tensor>)
         let (lo, hi) = if last == "w" {
             (0.5, 1.5)
         } else if last.starts_with("W_") {
-            let fan_in = if last == "W_O" { shape[0] * shape[1] } else if shape.len() == 3 { shape[1] } else { shape[0] };
+            let fan_in = if last == "W_O" {
+                shape[0] * shape[1]
+            } else if shape.len() == 3 {
+                shape[1]
+            } else {
+                shape[0]
+            };
             let a = (3.0 / fan_in as f64).sqrt();
             (-a, a)
         } else if last == "rel_pos" {
@@ -85,7 +99,10 @@ fn random_weights(cfg: &Config, seed: u64) -> (Weights, HashMap<String, Tensor>)
             (-0.3, 0.3)
         };
         let v: Vec<f32> = (0..n).map(|_| rng.gen_range(lo..hi) as f32).collect();
-        t.insert(name.clone(), Tensor::from_vec(v.clone(), shape.as_slice(), &Device::Cpu).unwrap());
+        t.insert(
+            name.clone(),
+            Tensor::from_vec(v.clone(), shape.as_slice(), &Device::Cpu).unwrap(),
+        );
         w.insert(name, (shape, v.into_iter().map(f64::from).collect()));
     }
     (w, t)
@@ -109,7 +126,10 @@ fn layer_norm(x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
     let n = x.len() as f64;
     let mean = x.iter().sum::<f64>() / n;
     let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-    x.iter().enumerate().map(|(i, v)| (v - mean) / (var + 1e-6).sqrt() * w[i] + b[i]).collect()
+    x.iter()
+        .enumerate()
+        .map(|(i, v)| (v - mean) / (var + 1e-6).sqrt() * w[i] + b[i])
+        .collect()
 }
 
 fn gelu_tanh(x: f64) -> f64 {
@@ -118,18 +138,29 @@ fn gelu_tanh(x: f64) -> f64 {
 
 /// One problem `x [T, d_in]` -> (logits [F][d_out], attention per layer [H][T][T]).
 #[allow(clippy::type_complexity, clippy::needless_range_loop)]
-fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>>, Vec<Vec<Vec<Vec<f64>>>>) {
+fn reference_forward(
+    cfg: &Config,
+    w: &Weights,
+    x: &[Vec<f64>],
+) -> (Vec<Vec<f64>>, Vec<Vec<Vec<Vec<f64>>>>) {
     let g = |name: &str| -> &Vec<f64> { &w[name].1 };
     let (t_len, dm, nh, d) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.d_head);
     // embedding
     let (we, be) = (g("embed.W_E"), g("embed.b_E"));
     let mut h: Vec<Vec<f64>> = (0..t_len)
-        .map(|t| (0..dm).map(|o| be[o] + (0..cfg.d_in).map(|i| x[t][i] * we[i * dm + o]).sum::<f64>()).collect())
+        .map(|t| {
+            (0..dm)
+                .map(|o| be[o] + (0..cfg.d_in).map(|i| x[t][i] * we[i * dm + o]).sum::<f64>())
+                .collect()
+        })
         .collect();
     let mut attn_all = Vec::new();
     for l in 0..cfg.n_layers {
         let p = |s: &str| format!("blocks.{l}.{s}");
-        let z: Vec<Vec<f64>> = h.iter().map(|r| layer_norm(r, g(&p("ln1.w")), g(&p("ln1.b")))).collect();
+        let z: Vec<Vec<f64>> = h
+            .iter()
+            .map(|r| layer_norm(r, g(&p("ln1.w")), g(&p("ln1.b"))))
+            .collect();
         let proj = |wn: &str, bn: &str| -> Vec<Vec<Vec<f64>>> {
             // [H][T][d]
             let (wk, bk) = (g(&p(wn)), g(&p(bn)));
@@ -138,14 +169,23 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
                     (0..t_len)
                         .map(|t| {
                             (0..d)
-                                .map(|e| bk[hh * d + e] + (0..dm).map(|i| z[t][i] * wk[(hh * dm + i) * d + e]).sum::<f64>())
+                                .map(|e| {
+                                    bk[hh * d + e]
+                                        + (0..dm)
+                                            .map(|i| z[t][i] * wk[(hh * dm + i) * d + e])
+                                            .sum::<f64>()
+                                })
                                 .collect()
                         })
                         .collect()
                 })
                 .collect()
         };
-        let (q, k, v) = (proj("attn.W_Q", "attn.b_Q"), proj("attn.W_K", "attn.b_K"), proj("attn.W_V", "attn.b_V"));
+        let (q, k, v) = (
+            proj("attn.W_Q", "attn.b_Q"),
+            proj("attn.W_K", "attn.b_K"),
+            proj("attn.W_V", "attn.b_V"),
+        );
         let rel = g(&p("attn.rel_pos"));
         let visible = |i: usize, j: usize| !cfg.causal || j <= i;
         let mut s = vec![vec![vec![0.0; t_len]; t_len]; nh];
@@ -153,7 +193,8 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
             for i in 0..t_len {
                 for j in 0..t_len {
                     let dot: f64 = (0..d).map(|e| q[hh][i][e] * k[hh][j][e]).sum();
-                    s[hh][i][j] = dot / (d as f64).sqrt() + rel[hh * cfg.n_buckets + ref_bucket(i, j, cfg.n_buckets)];
+                    s[hh][i][j] = dot / (d as f64).sqrt()
+                        + rel[hh * cfg.n_buckets + ref_bucket(i, j, cfg.n_buckets)];
                 }
             }
         }
@@ -162,10 +203,20 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
             "softmax" => {
                 for hh in 0..nh {
                     for i in 0..t_len {
-                        let m = (0..t_len).filter(|&j| visible(i, j)).map(|j| s[hh][i][j]).fold(f64::MIN, f64::max);
-                        let z: f64 = (0..t_len).filter(|&j| visible(i, j)).map(|j| (s[hh][i][j] - m).exp()).sum();
+                        let m = (0..t_len)
+                            .filter(|&j| visible(i, j))
+                            .map(|j| s[hh][i][j])
+                            .fold(f64::MIN, f64::max);
+                        let z: f64 = (0..t_len)
+                            .filter(|&j| visible(i, j))
+                            .map(|j| (s[hh][i][j] - m).exp())
+                            .sum();
                         for j in 0..t_len {
-                            a[hh][i][j] = if visible(i, j) { (s[hh][i][j] - m).exp() / z } else { 0.0 };
+                            a[hh][i][j] = if visible(i, j) {
+                                (s[hh][i][j] - m).exp() / z
+                            } else {
+                                0.0
+                            };
                         }
                     }
                 }
@@ -182,9 +233,14 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
             _ => {
                 for i in 0..t_len {
                     for j in 0..t_len {
-                        let ms: f64 = (0..nh).map(|hh| s[hh][i][j].powi(2)).sum::<f64>() / nh as f64;
+                        let ms: f64 =
+                            (0..nh).map(|hh| s[hh][i][j].powi(2)).sum::<f64>() / nh as f64;
                         for hh in 0..nh {
-                            a[hh][i][j] = if visible(i, j) { s[hh][i][j] / (ms + 1e-6).sqrt() } else { 0.0 };
+                            a[hh][i][j] = if visible(i, j) {
+                                s[hh][i][j] / (ms + 1e-6).sqrt()
+                            } else {
+                                0.0
+                            };
                         }
                     }
                 }
@@ -208,7 +264,11 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
                     for j in 0..t_len {
                         for e in 0..d {
                             let val: f64 = (0..nh).map(|hh| a[hh][i][j] * v[hh][j][e]).sum();
-                            hidden[j][e] = if kind == "mlp_relu" { val.max(0.0) } else { val };
+                            hidden[j][e] = if kind == "mlp_relu" {
+                                val.max(0.0)
+                            } else {
+                                val
+                            };
                         }
                     }
                     for hh in 0..nh {
@@ -231,14 +291,24 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
                 h[i][c] += acc;
             }
         }
-        let (wi, bi, wout, bout) = (g(&p("mlp.W_in")), g(&p("mlp.b_in")), g(&p("mlp.W_out")), g(&p("mlp.b_out")));
+        let (wi, bi, wout, bout) = (
+            g(&p("mlp.W_in")),
+            g(&p("mlp.b_in")),
+            g(&p("mlp.W_out")),
+            g(&p("mlp.b_out")),
+        );
         for i in 0..t_len {
             let z2 = layer_norm(&h[i], g(&p("ln2.w")), g(&p("ln2.b")));
             let hid: Vec<f64> = (0..cfg.d_mlp)
-                .map(|m| gelu_tanh(bi[m] + (0..dm).map(|c| z2[c] * wi[c * cfg.d_mlp + m]).sum::<f64>()))
+                .map(|m| {
+                    gelu_tanh(bi[m] + (0..dm).map(|c| z2[c] * wi[c * cfg.d_mlp + m]).sum::<f64>())
+                })
                 .collect();
             for c in 0..dm {
-                h[i][c] += bout[c] + (0..cfg.d_mlp).map(|m| hid[m] * wout[m * dm + c]).sum::<f64>();
+                h[i][c] += bout[c]
+                    + (0..cfg.d_mlp)
+                        .map(|m| hid[m] * wout[m * dm + c])
+                        .sum::<f64>();
             }
         }
         attn_all.push(a);
@@ -247,7 +317,9 @@ fn reference_forward(cfg: &Config, w: &Weights, x: &[Vec<f64>]) -> (Vec<Vec<f64>
     let logits = (t_len - cfg.n_outputs..t_len)
         .map(|i| {
             let z = layer_norm(&h[i], g("ln_final.w"), g("ln_final.b"));
-            (0..cfg.d_out).map(|o| bu[o] + (0..dm).map(|c| z[c] * wu[c * cfg.d_out + o]).sum::<f64>()).collect()
+            (0..cfg.d_out)
+                .map(|o| bu[o] + (0..dm).map(|c| z[c] * wu[c * cfg.d_out + o]).sum::<f64>())
+                .collect()
         })
         .collect();
     (logits, attn_all)
@@ -275,7 +347,10 @@ fn assert_close(got: &[f64], want: &[f64], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}");
     let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-5 * scale, "{what}[{i}]: got {g}, want {w} (scale {scale})");
+        assert!(
+            (g - w).abs() <= 1e-5 * scale,
+            "{what}[{i}]: got {g}, want {w} (scale {scale})"
+        );
     }
 }
 
@@ -285,7 +360,15 @@ fn check_against_reference(cfg: &Config, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
     let batch = 3;
     let xs: Vec<Vec<Vec<f64>>> = (0..batch)
-        .map(|_| (0..cfg.n_tokens).map(|_| (0..cfg.d_in).map(|_| rng.gen_range(-1.0f32..1.0) as f64).collect()).collect())
+        .map(|_| {
+            (0..cfg.n_tokens)
+                .map(|_| {
+                    (0..cfg.d_in)
+                        .map(|_| rng.gen_range(-1.0f32..1.0) as f64)
+                        .collect()
+                })
+                .collect()
+        })
         .collect();
     let flat: Vec<f32> = xs.iter().flatten().flatten().map(|&v| v as f32).collect();
     let x = Tensor::from_vec(flat, (batch, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap();
@@ -301,7 +384,11 @@ fn check_against_reference(cfg: &Config, seed: u64) {
             let a: Vec<f32> = a.get(b).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let got: Vec<f64> = a.into_iter().map(f64::from).collect();
             let want: Vec<f64> = ra[l].iter().flatten().flatten().copied().collect();
-            assert_close(&got, &want, &format!("{} attention of layer {l}, problem {b}", cfg.mixer));
+            assert_close(
+                &got,
+                &want,
+                &format!("{} attention of layer {l}, problem {b}", cfg.mixer),
+            );
         }
     }
 }
@@ -315,7 +402,10 @@ fn every_mixer_matches_the_float64_reference() {
 
 #[test]
 fn causal_mask_matches_the_float64_reference() {
-    for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear].into_iter().enumerate() {
+    for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear]
+        .into_iter()
+        .enumerate()
+    {
         check_against_reference(&unusual(mixer, true), 40 + i as u64);
     }
 }
@@ -329,7 +419,15 @@ fn rmshead_codes_have_unit_mean_square_over_heads() {
     let attn = model.forward(&x, true).unwrap().attention.unwrap();
     for a in attn {
         // mean over the head axis of a^2, for every (batch, query, key)
-        let ms: Vec<f32> = a.sqr().unwrap().mean(1).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let ms: Vec<f32> = a
+            .sqr()
+            .unwrap()
+            .mean(1)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         assert_eq!(ms.len(), 4 * 7 * 7);
         for v in ms {
             assert!((v - 1.0).abs() < 1e-3, "mean square over heads {v}");
@@ -345,26 +443,55 @@ fn grad_norms(mixer: Mixer) -> Vec<(String, f32)> {
     let (model, varmap) = Transformer::init(&cfg, 5, &Device::Cpu).unwrap();
     assert_eq!(varmap.all_vars().len(), model.named_tensors().len());
     let x = Tensor::randn(0f32, 1.0, (5, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap();
-    let y = Tensor::from_vec((0..10u32).map(|i| i % 4).collect::<Vec<_>>(), 10, &Device::Cpu).unwrap();
+    let y = Tensor::from_vec(
+        (0..10u32).map(|i| i % 4).collect::<Vec<_>>(),
+        10,
+        &Device::Cpu,
+    )
+    .unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    let logits = model.forward_train(&x, 0.1, &mut rng, false).unwrap().logits;
-    let loss = candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y).unwrap();
+    let logits = model
+        .forward_train(&x, 0.1, &mut rng, false)
+        .unwrap()
+        .logits;
+    let loss =
+        candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y).unwrap();
     let grads = loss.backward().unwrap();
     model
         .named_tensors()
         .iter()
         .map(|(name, t)| {
-            let g = grads.get(t).unwrap_or_else(|| panic!("{mixer}: no gradient for {name}"));
-            (name.clone(), g.sqr().unwrap().sum_all().unwrap().sqrt().unwrap().to_scalar::<f32>().unwrap())
+            let g = grads
+                .get(t)
+                .unwrap_or_else(|| panic!("{mixer}: no gradient for {name}"));
+            (
+                name.clone(),
+                g.sqr()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .sqrt()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap(),
+            )
         })
         .collect()
 }
 
 #[test]
 fn every_parameter_gets_a_gradient() {
-    for mixer in [Mixer::Hyla, Mixer::Linear, Mixer::LinearRmsHead, Mixer::HylaLinearValue] {
+    for mixer in [
+        Mixer::Hyla,
+        Mixer::Linear,
+        Mixer::LinearRmsHead,
+        Mixer::HylaLinearValue,
+    ] {
         for (name, g) in grad_norms(mixer) {
-            assert!(g > 0.0 && g.is_finite(), "{mixer}: {name} has gradient norm {g}");
+            assert!(
+                g > 0.0 && g.is_finite(),
+                "{mixer}: {name} has gradient norm {g}"
+            );
         }
     }
     // Softmax is invariant to a shift of the scores along the keys, and b_K shifts every key's score
@@ -377,7 +504,10 @@ fn every_parameter_gets_a_gradient() {
             if name.ends_with("attn.b_K") {
                 assert!(g < 1e-4 * max, "{mixer}: {name} gradient {g} should vanish");
             } else {
-                assert!(g > 0.0 && g.is_finite(), "{mixer}: {name} has gradient norm {g}");
+                assert!(
+                    g > 0.0 && g.is_finite(),
+                    "{mixer}: {name} has gradient norm {g}"
+                );
             }
         }
     }
@@ -399,18 +529,39 @@ fn save_load_round_trip_is_exact() {
     let dir = tmp.path().join("ckpt");
     let (cfg, m) = tiny_checkpoint(&dir, Mixer::HylaNoRmsHead);
     assert!(dir.join(CONFIG_FILE).is_file() && dir.join(WEIGHTS_FILE).is_file());
-    assert!(!tmp.path().read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains("tmp")));
+    assert!(!tmp.path().read_dir().unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains("tmp")));
     let loaded = Transformer::load(&dir, &Device::Cpu).unwrap();
     assert_eq!(loaded.config(), &cfg);
     for ((n1, t1), (n2, t2)) in m.named_tensors().iter().zip(loaded.named_tensors()) {
         assert_eq!(n1, n2);
         let a: Vec<f32> = t1.flatten_all().unwrap().to_vec1().unwrap();
         let b: Vec<f32> = t2.flatten_all().unwrap().to_vec1().unwrap();
-        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{n1}");
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{n1}"
+        );
     }
     let x = Tensor::randn(0f32, 1.0, (2, 7, 6), &Device::Cpu).unwrap();
-    let l1: Vec<f32> = m.forward(&x, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
-    let l2: Vec<f32> = loaded.forward(&x, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
+    let l1: Vec<f32> = m
+        .forward(&x, false)
+        .unwrap()
+        .logits
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let l2: Vec<f32> = loaded
+        .forward(&x, false)
+        .unwrap()
+        .logits
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     assert_eq!(l1, l2);
     // saving over an existing checkpoint replaces it (per-file atomic writes)
     let (m2, _) = Transformer::init(&cfg, 10, &Device::Cpu).unwrap();
@@ -450,7 +601,10 @@ fn broken_checkpoints_give_clear_errors() {
     let bytes = std::fs::read(d.join(WEIGHTS_FILE)).unwrap();
     std::fs::write(d.join(WEIGHTS_FILE), &bytes[..bytes.len() / 2]).unwrap();
     let e = load_err(&d);
-    assert!(e.contains("model.safetensors") && e.contains("not a valid safetensors"), "{e}");
+    assert!(
+        e.contains("model.safetensors") && e.contains("not a valid safetensors"),
+        "{e}"
+    );
     std::fs::write(d.join(WEIGHTS_FILE), &bytes[..5]).unwrap();
     assert!(load_err(&d).contains("not a valid safetensors"));
 
@@ -460,23 +614,38 @@ fn broken_checkpoints_give_clear_errors() {
         t.remove("blocks.1.attn.W_V");
     });
     let e = load_err(&d);
-    assert!(e.contains("`blocks.1.attn.W_V`") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("`blocks.1.attn.W_V`") && e.contains("missing"),
+        "{e}"
+    );
 
     // extra tensor
     let d = fresh("extra");
     rewrite_weights(&d, |t| {
-        t.insert("blocks.1.attn.W_X".into(), Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap());
+        t.insert(
+            "blocks.1.attn.W_X".into(),
+            Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap(),
+        );
     });
     let e = load_err(&d);
-    assert!(e.contains("`blocks.1.attn.W_X`") && e.contains("unexpected"), "{e}");
+    assert!(
+        e.contains("`blocks.1.attn.W_X`") && e.contains("unexpected"),
+        "{e}"
+    );
 
     // wrong shape
     let d = fresh("shape");
     rewrite_weights(&d, |t| {
-        t.insert("blocks.0.mlp.W_in".into(), Tensor::zeros((15, 12), DType::F32, &Device::Cpu).unwrap());
+        t.insert(
+            "blocks.0.mlp.W_in".into(),
+            Tensor::zeros((15, 12), DType::F32, &Device::Cpu).unwrap(),
+        );
     });
     let e = load_err(&d);
-    assert!(e.contains("`blocks.0.mlp.W_in`") && e.contains("[15, 12]") && e.contains("[15, 11]"), "{e}");
+    assert!(
+        e.contains("`blocks.0.mlp.W_in`") && e.contains("[15, 12]") && e.contains("[15, 11]"),
+        "{e}"
+    );
 
     // wrong dtype
     let d = fresh("dtype");
@@ -490,12 +659,22 @@ fn broken_checkpoints_give_clear_errors() {
     // NaN
     let d = fresh("nan");
     rewrite_weights(&d, |t| {
-        let mut v: Vec<f32> = t["blocks.0.attn.rel_pos"].flatten_all().unwrap().to_vec1().unwrap();
+        let mut v: Vec<f32> = t["blocks.0.attn.rel_pos"]
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         v[5] = f32::NAN;
-        t.insert("blocks.0.attn.rel_pos".into(), Tensor::from_vec(v, (3, 7), &Device::Cpu).unwrap());
+        t.insert(
+            "blocks.0.attn.rel_pos".into(),
+            Tensor::from_vec(v, (3, 7), &Device::Cpu).unwrap(),
+        );
     });
     let e = load_err(&d);
-    assert!(e.contains("`blocks.0.attn.rel_pos`") && e.contains("non-finite") && e.contains("index 5"), "{e}");
+    assert!(
+        e.contains("`blocks.0.attn.rel_pos`") && e.contains("non-finite") && e.contains("index 5"),
+        "{e}"
+    );
 
     // config disagreeing with the weights: more layers, fewer layers, another width
     let edit_config = |d: &Path, from: &str, to: &str| {
@@ -507,7 +686,10 @@ fn broken_checkpoints_give_clear_errors() {
     let d = fresh("more-layers");
     edit_config(&d, "\"n_layers\": 2", "\"n_layers\": 3");
     let e = load_err(&d);
-    assert!(e.contains("`blocks.2.ln1.w`") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("`blocks.2.ln1.w`") && e.contains("missing"),
+        "{e}"
+    );
     let d = fresh("fewer-layers");
     edit_config(&d, "\"n_layers\": 2", "\"n_layers\": 1");
     let e = load_err(&d);
@@ -515,13 +697,19 @@ fn broken_checkpoints_give_clear_errors() {
     let d = fresh("width");
     edit_config(&d, "\"d_mlp\": 11", "\"d_mlp\": 12");
     let e = load_err(&d);
-    assert!(e.contains("`blocks.0.mlp.W_in`") && e.contains("disagree"), "{e}");
+    assert!(
+        e.contains("`blocks.0.mlp.W_in`") && e.contains("disagree"),
+        "{e}"
+    );
 
     // unknown mixer, unknown field, invalid sizes, missing or malformed config
     let d = fresh("mixer");
     edit_config(&d, "\"hyla\"", "\"lstm\"");
     let e = load_err(&d);
-    assert!(e.contains("config.json") && e.contains("unknown mixer `lstm`"), "{e}");
+    assert!(
+        e.contains("config.json") && e.contains("unknown mixer `lstm`"),
+        "{e}"
+    );
     let d = fresh("field");
     edit_config(&d, "\"causal\"", "\"casual\"");
     assert!(load_err(&d).contains("casual"));
@@ -553,7 +741,10 @@ fn broken_checkpoints_give_clear_errors() {
 // Paper checkpoints (JAX export) -> import -> save -> load -> eval
 
 fn reference_dir() -> PathBuf {
-    let d = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference-checkpoints/paper-jax-seed1"));
+    let d = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference-checkpoints/paper-jax-seed1"
+    ));
     assert!(
         d.join("hyla_params.npz").is_file(),
         "reference checkpoints not found at {} (the repository expects `shared/` beside it)",
@@ -569,7 +760,10 @@ fn importer_reports_missing_and_misshapen_keys() {
     let src = reference_dir().join("softmax_params.npz");
     let mut r = NpzReader::new(std::fs::File::open(&src).unwrap()).unwrap();
     let names = r.names().unwrap();
-    let arrays: Vec<(String, ArrayD<f32>)> = names.iter().map(|n| (n.clone(), r.by_name(n).unwrap())).collect();
+    let arrays: Vec<(String, ArrayD<f32>)> = names
+        .iter()
+        .map(|n| (n.clone(), r.by_name(n).unwrap()))
+        .collect();
     let tmp = tempfile::tempdir().unwrap();
     type Edit<'a> = &'a dyn Fn(&str, &ArrayD<f32>) -> Option<ArrayD<f32>>;
     let write = |name: &str, f: Edit| -> PathBuf {
@@ -585,14 +779,27 @@ fn importer_reports_missing_and_misshapen_keys() {
     };
     let key = "transformer_block_2/sequence_mixer/value/bias";
     let p = write("missing.npz", &|n, a| (n != key).then(|| a.clone()));
-    let e = import_jax_npz(&p, Mixer::Softmax, 4).unwrap_err().to_string();
+    let e = import_jax_npz(&p, Mixer::Softmax, 4)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains(key) && e.contains("missing"), "{e}");
     let p = write("shape.npz", &|n, a| {
-        Some(if n == key { ArrayD::zeros(ndarray::IxDyn(&[16, 5])) } else { a.clone() })
+        Some(if n == key {
+            ArrayD::zeros(ndarray::IxDyn(&[16, 5]))
+        } else {
+            a.clone()
+        })
     });
-    let e = import_jax_npz(&p, Mixer::Softmax, 4).unwrap_err().to_string();
-    assert!(e.contains(key) && e.contains("[16, 5]") && e.contains("[16, 4]"), "{e}");
-    let e = import_jax_npz(&tmp.path().join("none.npz"), Mixer::Softmax, 4).unwrap_err().to_string();
+    let e = import_jax_npz(&p, Mixer::Softmax, 4)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(key) && e.contains("[16, 5]") && e.contains("[16, 4]"),
+        "{e}"
+    );
+    let e = import_jax_npz(&tmp.path().join("none.npz"), Mixer::Softmax, 4)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("none.npz"), "{e}");
 }
 
@@ -605,7 +812,12 @@ const PAPER_SEED1: [(&str, Mixer, f64, f64, f64); 3] = [
 
 /// Imports a reference export, saves it as a native checkpoint, and loads that back.
 fn imported(stem: &str, mixer: Mixer, tmp: &Path) -> Transformer {
-    let (cfg, tensors) = import_jax_npz(&reference_dir().join(format!("{stem}_params.npz")), mixer, 4).unwrap();
+    let (cfg, tensors) = import_jax_npz(
+        &reference_dir().join(format!("{stem}_params.npz")),
+        mixer,
+        4,
+    )
+    .unwrap();
     assert_eq!(cfg, Config::sraven_base(mixer));
     let dir = tmp.join(stem);
     checkpoint::save(&dir, &cfg, &tensors).unwrap();
@@ -616,7 +828,10 @@ fn imported(stem: &str, mixer: Mixer, tmp: &Path) -> Transformer {
 fn imported_paper_checkpoints_match_numpy_logits() {
     use ndarray::Array3;
     use ndarray_npy::NpzReader;
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/paper_seed1_logits.npz");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/paper_seed1_logits.npz"
+    );
     let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
     let x: Array3<f32> = npz.by_name("x").unwrap();
     let xt = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
@@ -624,12 +839,26 @@ fn imported_paper_checkpoints_match_numpy_logits() {
     for (stem, mixer, ..) in PAPER_SEED1 {
         let want: Array3<f64> = npz.by_name(stem).unwrap();
         let model = imported(stem, mixer, tmp.path());
-        let got: Vec<f32> = model.forward(&xt, false).unwrap().logits.flatten_all().unwrap().to_vec1().unwrap();
+        let got: Vec<f32> = model
+            .forward(&xt, false)
+            .unwrap()
+            .logits
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let got: Vec<f64> = got.into_iter().map(f64::from).collect();
         let want: Vec<f64> = want.iter().copied().collect();
         let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f64::max);
-        assert!(worst <= 1e-4 * scale, "{stem}: largest logit difference {worst} (scale {scale})");
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst <= 1e-4 * scale,
+            "{stem}: largest logit difference {worst} (scale {scale})"
+        );
     }
 }
 
@@ -654,9 +883,19 @@ fn check_paper_accuracy(n_ood: usize, n_id: usize, tol: impl Fn(f64, usize) -> f
         );
         let t_ood = tol(ood_acc, n_ood);
         let t_id = tol(id_acc, n_id);
-        assert!((got_ood - ood_acc).abs() <= t_ood, "{stem}: OOD {got_ood:.2} vs {ood_acc} (tolerance {t_ood:.2})");
-        assert!((got_id - id_acc).abs() <= t_id, "{stem}: ID {got_id:.2} vs {id_acc} (tolerance {t_id:.2})");
-        assert!((m_ood.loss - ood_loss).abs() < 0.05, "{stem}: OOD loss {} vs {ood_loss}", m_ood.loss);
+        assert!(
+            (got_ood - ood_acc).abs() <= t_ood,
+            "{stem}: OOD {got_ood:.2} vs {ood_acc} (tolerance {t_ood:.2})"
+        );
+        assert!(
+            (got_id - id_acc).abs() <= t_id,
+            "{stem}: ID {got_id:.2} vs {id_acc} (tolerance {t_id:.2})"
+        );
+        assert!(
+            (m_ood.loss - ood_loss).abs() < 0.05,
+            "{stem}: OOD loss {} vs {ood_loss}",
+            m_ood.loss
+        );
     }
 }
 

@@ -38,7 +38,9 @@ impl ProbeParams {
             Some(l) => l.clone(),
         };
         if layers.is_empty() {
-            return Err(ProbeError::InvalidInput("the layer selection is empty".into()));
+            return Err(ProbeError::InvalidInput(
+                "the layer selection is empty".into(),
+            ));
         }
         for (i, &l) in layers.iter().enumerate() {
             if l >= n_layers {
@@ -47,7 +49,9 @@ impl ProbeParams {
                 )));
             }
             if layers[..i].contains(&l) {
-                return Err(ProbeError::InvalidInput(format!("layer {l} selected twice")));
+                return Err(ProbeError::InvalidInput(format!(
+                    "layer {l} selected twice"
+                )));
             }
         }
         Ok(layers)
@@ -158,11 +162,21 @@ where
     let device = model.device().clone();
     let key_idx: Vec<Tensor> = selections
         .iter()
-        .map(|sel| Tensor::from_vec(sel.keys.iter().map(|&k| k as u32).collect(), sel.keys.len(), &device))
+        .map(|sel| {
+            Tensor::from_vec(
+                sel.keys.iter().map(|&k| k as u32).collect(),
+                sel.keys.len(),
+                &device,
+            )
+        })
         .collect::<std::result::Result<_, _>>()?;
 
     let mut w = NpzStream::create(out)?;
-    let codes_id = w.add_array("codes", NpyDtype::F32, &[n_rows, layers.len(), h, 1, n_keys])?;
+    let codes_id = w.add_array(
+        "codes",
+        NpyDtype::F32,
+        &[n_rows, layers.len(), h, 1, n_keys],
+    )?;
     let label_id = w.add_array("label", NpyDtype::I64, &[n_rows])?;
     let rules_id = w.add_array("rules", NpyDtype::I64, &[n_rows, f])?;
     let inputs_id = w.add_array("inputs", NpyDtype::I64, &[n_rows, n_keys])?;
@@ -186,7 +200,11 @@ where
             )));
         }
         let (_, t, m) = batch.x.dim();
-        if t != cfg.n_tokens || m != cfg.d_in || batch.y.dim() != (b, f) || batch.rules.dim() != (b, f) {
+        if t != cfg.n_tokens
+            || m != cfg.d_in
+            || batch.y.dim() != (b, f)
+            || batch.rules.dim() != (b, f)
+        {
             return Err(ProbeError::InvalidInput(format!(
                 "problem batch x {:?}, y {:?}, rules {:?} does not fit the model (T {}, M {}, F {})",
                 batch.x.shape(),
@@ -216,8 +234,25 @@ where
             picked.push(per_layer);
         }
         let mut codes = Vec::with_capacity(b * s * layers.len() * h * n_keys);
-        let (mut label, mut rules, mut inputs, mut target, mut prediction, mut correct, mut slot, mut problem) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (
+            mut label,
+            mut rules,
+            mut inputs,
+            mut target,
+            mut prediction,
+            mut correct,
+            mut slot,
+            mut problem,
+        ) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
         for i in 0..b {
             for (si, sel) in selections.iter().enumerate() {
                 for per_layer in &picked[si] {
@@ -228,7 +263,10 @@ where
                     Some(p) => {
                         let v = p[[i, 2, sel.slot]];
                         usize::try_from(v).ok().filter(|&v| v < f).ok_or_else(|| {
-                            ProbeError::InvalidInput(format!("perms[{i}, 2, {}] = {v} is not a slot", sel.slot))
+                            ProbeError::InvalidInput(format!(
+                                "perms[{i}, 2, {}] = {v} is not a slot",
+                                sel.slot
+                            ))
                         })?
                     }
                     None => sel.slot,
@@ -271,7 +309,11 @@ where
     meta.site = params.site.to_string();
     meta.selections = selections
         .iter()
-        .map(|s| SelectionMeta { query: s.query, keys: s.keys.clone(), slot: s.slot })
+        .map(|s| SelectionMeta {
+            query: s.query,
+            keys: s.keys.clone(),
+            slot: s.slot,
+        })
         .collect();
     meta.layers = layers.clone();
     meta.heads = h;
@@ -300,6 +342,10 @@ where
     hyperlens_model::checkpoint::write_atomic(&out.with_extension("json"), &json)?;
     Ok(ProbeSummary {
         n_rows,
-        slot_accuracy: if n_rows == 0 { 0.0 } else { n_correct as f64 / n_rows as f64 },
+        slot_accuracy: if n_rows == 0 {
+            0.0
+        } else {
+            n_correct as f64 / n_rows as f64
+        },
     })
 }

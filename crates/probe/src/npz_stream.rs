@@ -61,7 +61,10 @@ pub struct NpzStream {
 pub struct ArrayId(usize);
 
 fn io_err(path: &Path, source: std::io::Error) -> ProbeError {
-    ProbeError::Io { path: path.display().to_string(), source }
+    ProbeError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 impl NpzStream {
@@ -80,7 +83,11 @@ impl NpzStream {
             .prefix(".hyperlens-npz-")
             .tempdir_in(&parent)
             .map_err(|e| io_err(&parent, e))?;
-        Ok(Self { out: out.to_path_buf(), dir, members: Vec::new() })
+        Ok(Self {
+            out: out.to_path_buf(),
+            dir,
+            members: Vec::new(),
+        })
     }
 
     /// Declares an array `name` of element type `dtype` and final `shape`.
@@ -90,7 +97,9 @@ impl NpzStream {
     /// duplicate name.
     pub fn add_array(&mut self, name: &str, dtype: NpyDtype, shape: &[usize]) -> Result<ArrayId> {
         if self.members.iter().any(|m| m.name == name) {
-            return Err(ProbeError::InvalidInput(format!("array {name} declared twice")));
+            return Err(ProbeError::InvalidInput(format!(
+                "array {name} declared twice"
+            )));
         }
         let path = self.dir.path().join(format!("{}.bin", self.members.len()));
         let file = File::create(&path).map_err(|e| io_err(&path, e))?;
@@ -212,7 +221,11 @@ fn npy_header(dtype: NpyDtype, shape: &[usize]) -> Vec<u8> {
         1 => format!("({},)", shape[0]),
         _ => format!(
             "({})",
-            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let mut dict = format!(
@@ -259,14 +272,22 @@ mod tests {
         w.finish()?;
         let mut r = NpzReader::new(File::open(&out).map_err(|e| io_err(&out, e))?)
             .map_err(|e| ProbeError::Npz(e.to_string()))?;
-        let codes: Array3<f32> = r.by_name("codes.npy").map_err(|e| ProbeError::Npz(e.to_string()))?;
+        let codes: Array3<f32> = r
+            .by_name("codes.npy")
+            .map_err(|e| ProbeError::Npz(e.to_string()))?;
         assert_eq!(codes.shape(), &[7, 3, 5]);
         assert_eq!(codes[[4, 2, 1]], full[4 * 15 + 2 * 5 + 1]);
-        let label: Array1<i64> = r.by_name("label.npy").map_err(|e| ProbeError::Npz(e.to_string()))?;
+        let label: Array1<i64> = r
+            .by_name("label.npy")
+            .map_err(|e| ProbeError::Npz(e.to_string()))?;
         assert_eq!(label.to_vec(), vec![-2, -1, 0, 1, 2, 3, 4]);
-        let correct: Array1<bool> =
-            r.by_name("correct.npy").map_err(|e| ProbeError::Npz(e.to_string()))?;
-        assert_eq!(correct.to_vec(), vec![true, false, true, false, true, false, true]);
+        let correct: Array1<bool> = r
+            .by_name("correct.npy")
+            .map_err(|e| ProbeError::Npz(e.to_string()))?;
+        assert_eq!(
+            correct.to_vec(),
+            vec![true, false, true, false, true, false, true]
+        );
         Ok(())
     }
 

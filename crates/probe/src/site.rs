@@ -67,7 +67,10 @@ impl FromStr for Site {
             let (q, keys) = rest.split_once(';').ok_or_else(bad)?;
             let keys = keys.trim().strip_prefix("keys:").ok_or_else(bad)?;
             let keys = keys.split(',').map(num).collect::<Result<Vec<_>>>()?;
-            return Ok(Site::Explicit { query: num(q)?, keys });
+            return Ok(Site::Explicit {
+                query: num(q)?,
+                keys,
+            });
         }
         Err(bad())
     }
@@ -102,7 +105,9 @@ impl Site {
                 )));
             }
             if panels < 2 {
-                return Err(ProbeError::InvalidInput("the grid has fewer than 2 context panels".into()));
+                return Err(ProbeError::InvalidInput(
+                    "the grid has fewer than 2 context panels".into(),
+                ));
             }
             Ok(Selection {
                 query: n_ctx + s,
@@ -116,15 +121,25 @@ impl Site {
             Site::AllSlots => (0..f).map(slot_site).collect(),
             Site::Explicit { query, keys } => {
                 if keys.is_empty() {
-                    return Err(ProbeError::InvalidInput("an explicit site needs at least one key".into()));
+                    return Err(ProbeError::InvalidInput(
+                        "an explicit site needs at least one key".into(),
+                    ));
                 }
                 if let Some(p) = std::iter::once(query).chain(keys.iter()).find(|&&p| p >= t) {
                     return Err(ProbeError::InvalidInput(format!(
                         "position {p} out of range: problems have {t} tokens"
                     )));
                 }
-                let slot = if *query >= n_ctx { query - n_ctx } else { query % f };
-                Ok(vec![Selection { query: *query, keys: keys.clone(), slot }])
+                let slot = if *query >= n_ctx {
+                    query - n_ctx
+                } else {
+                    query % f
+                };
+                Ok(vec![Selection {
+                    query: *query,
+                    keys: keys.clone(),
+                    slot,
+                }])
             }
         }
     }
@@ -138,14 +153,42 @@ mod tests {
     fn paper_site_is_query_35_keys_27_31() -> Result<()> {
         let p = SravenParams::default();
         let sel = Site::Paper.resolve(&p)?;
-        assert_eq!(sel, vec![Selection { query: 35, keys: vec![27, 31], slot: 3 }]);
+        assert_eq!(
+            sel,
+            vec![Selection {
+                query: 35,
+                keys: vec![27, 31],
+                slot: 3
+            }]
+        );
         // Positions by hand: panel 6 slot 3 = 6*4+3, panel 7 slot 3 = 7*4+3, query 32+3.
         let s1 = Site::Slot(1).resolve(&p)?;
-        assert_eq!(s1, vec![Selection { query: 33, keys: vec![25, 29], slot: 1 }]);
+        assert_eq!(
+            s1,
+            vec![Selection {
+                query: 33,
+                keys: vec![25, 29],
+                slot: 1
+            }]
+        );
         let all = Site::AllSlots.resolve(&p)?;
         assert_eq!(all.len(), 4);
-        assert_eq!(all[0], Selection { query: 32, keys: vec![24, 28], slot: 0 });
-        assert_eq!(all[2], Selection { query: 34, keys: vec![26, 30], slot: 2 });
+        assert_eq!(
+            all[0],
+            Selection {
+                query: 32,
+                keys: vec![24, 28],
+                slot: 0
+            }
+        );
+        assert_eq!(
+            all[2],
+            Selection {
+                query: 34,
+                keys: vec![26, 30],
+                slot: 2
+            }
+        );
         Ok(())
     }
 

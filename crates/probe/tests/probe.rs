@@ -14,9 +14,16 @@ use ndarray::{Array1, Array2, Array5};
 use ndarray_npy::NpzReader;
 
 fn reference_checkpoint(name: &str) -> PathBuf {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference-checkpoints/paper-jax-seed1"))
-        .join(name);
-    assert!(p.exists(), "reference checkpoint {} is missing (shared/ must sit beside the repository)", p.display());
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference-checkpoints/paper-jax-seed1"
+    ))
+    .join(name);
+    assert!(
+        p.exists(),
+        "reference checkpoint {} is missing (shared/ must sit beside the repository)",
+        p.display()
+    );
     p
 }
 
@@ -35,9 +42,23 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("codes.npz");
     // Uneven batches of 5, 5, 3 through the streaming path.
-    let batches = (0..n).step_by(5).map(|s| Ok(problems.slice(s, (s + 5).min(n))));
-    let params = ProbeParams { site: Site::Paper, layers: None };
-    let summary = extract(&model, batches, n, &params, &out, ProbeMeta::default(), |_| {}).expect("extract");
+    let batches = (0..n)
+        .step_by(5)
+        .map(|s| Ok(problems.slice(s, (s + 5).min(n))));
+    let params = ProbeParams {
+        site: Site::Paper,
+        layers: None,
+    };
+    let summary = extract(
+        &model,
+        batches,
+        n,
+        &params,
+        &out,
+        ProbeMeta::default(),
+        |_| {},
+    )
+    .expect("extract");
     assert_eq!(summary.n_rows, n);
 
     let mut r = NpzReader::new(File::open(&out).expect("open")).expect("npz");
@@ -50,15 +71,26 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
     // One forward pass over all problems at once: codes must equal its attention at query 35,
     // keys 27 and 31 (positions computed by hand: slot 3 of panels 6 and 7, query token 3).
     let x = batch_tensor(&problems.x, &Device::Cpu).expect("x");
-    let att = model.forward(&x, true).expect("fwd").attention.expect("attention");
+    let att = model
+        .forward(&x, true)
+        .expect("fwd")
+        .attention
+        .expect("attention");
     for (l, a) in att.iter().enumerate() {
         for (ki, key) in [27usize, 31].into_iter().enumerate() {
-            let col: Vec<Vec<f32>> = a.i((.., .., 35, key)).expect("index").to_vec2().expect("vec");
+            let col: Vec<Vec<f32>> = a
+                .i((.., .., 35, key))
+                .expect("index")
+                .to_vec2()
+                .expect("vec");
             for i in 0..n {
                 for h in 0..16 {
                     let got = codes[[i, l, h, 0, ki]];
                     let want = col[i][h];
-                    assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "l{l} h{h} i{i}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                        "l{l} h{h} i{i}: {got} vs {want}"
+                    );
                 }
             }
         }
@@ -73,16 +105,25 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
     for i in 0..n {
         // Unpermuted: the label is the rule of slot 3, the largest rule of the task.
         assert_eq!(label[i], problems.rules[[i, 3]]);
-        assert_eq!(label[i], *problems.rules.row(i).iter().max().expect("rules"));
+        assert_eq!(
+            label[i],
+            *problems.rules.row(i).iter().max().expect("rules")
+        );
         assert_eq!(target[i], problems.y[[i, 3]]);
         // The inputs are the values of slot 3 in panels 6 and 7.
         for (ki, key) in [27usize, 31].into_iter().enumerate() {
-            let v = problems.x.slice(ndarray::s![i, key, ..]).iter().position(|&v| v > 0.5).expect("one-hot");
+            let v = problems
+                .x
+                .slice(ndarray::s![i, key, ..])
+                .iter()
+                .position(|&v| v > 0.5)
+                .expect("one-hot");
             assert_eq!(inputs[[i, ki]], v as i64);
         }
     }
     let meta: ProbeMeta =
-        serde_json::from_slice(&std::fs::read(out.with_extension("json")).expect("sidecar")).expect("json");
+        serde_json::from_slice(&std::fs::read(out.with_extension("json")).expect("sidecar"))
+            .expect("json");
     assert_eq!(meta.mixer, "hyla");
     assert_eq!(meta.normalisation, "rms_head");
     assert_eq!(meta.selections[0].query, 35);
@@ -97,15 +138,31 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
     let problems = sample(&split, Set::Id, n, 3, false).expect("problems");
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("all.npz");
-    let params = ProbeParams { site: Site::AllSlots, layers: Some(vec![3, 1]) };
-    extract(&model, [Ok(problems.clone())], n, &params, &out, ProbeMeta::default(), |_| {}).expect("extract");
+    let params = ProbeParams {
+        site: Site::AllSlots,
+        layers: Some(vec![3, 1]),
+    };
+    extract(
+        &model,
+        [Ok(problems.clone())],
+        n,
+        &params,
+        &out,
+        ProbeMeta::default(),
+        |_| {},
+    )
+    .expect("extract");
     let mut r = NpzReader::new(File::open(&out).expect("open")).expect("npz");
     let codes: Array5<f32> = r.by_name("codes.npy").expect("codes");
     let label: Array1<i64> = r.by_name("label.npy").expect("label");
     let slot: Array1<i64> = r.by_name("slot.npy").expect("slot");
     assert_eq!(codes.shape(), &[4 * n, 2, 16, 1, 2]);
     let x = batch_tensor(&problems.x, &Device::Cpu).expect("x");
-    let att = model.forward(&x, true).expect("fwd").attention.expect("attention");
+    let att = model
+        .forward(&x, true)
+        .expect("fwd")
+        .attention
+        .expect("attention");
     let perms = problems.perms.as_ref().expect("perms");
     for i in 0..n {
         for f in 0..4 {
@@ -115,15 +172,31 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
             let feature = perms[[i, 2, f]] as usize;
             assert_eq!(label[row], problems.rules[[i, feature]]);
             // Layer axis order follows the selection: [3, 1]. Softmax rows are probabilities.
-            let want: f32 = att[1].i((i, 5, 32 + f, 28 + f)).expect("i").to_scalar().expect("s");
+            let want: f32 = att[1]
+                .i((i, 5, 32 + f, 28 + f))
+                .expect("i")
+                .to_scalar()
+                .expect("s");
             assert!((codes[[row, 1, 5, 0, 1]] - want).abs() < 1e-6);
-            let want3: f32 = att[3].i((i, 0, 32 + f, 24 + f)).expect("i").to_scalar().expect("s");
+            let want3: f32 = att[3]
+                .i((i, 0, 32 + f, 24 + f))
+                .expect("i")
+                .to_scalar()
+                .expect("s");
             assert!((codes[[row, 0, 0, 0, 0]] - want3).abs() < 1e-6);
         }
     }
     // Announcing the wrong number of problems is an error and leaves no file behind.
     let bad = dir.path().join("bad.npz");
-    let err = extract(&model, [Ok(problems)], n + 1, &params, &bad, ProbeMeta::default(), |_| {});
+    let err = extract(
+        &model,
+        [Ok(problems)],
+        n + 1,
+        &params,
+        &bad,
+        ProbeMeta::default(),
+        |_| {},
+    );
     assert!(err.is_err());
     assert!(!bad.exists());
 }

@@ -16,14 +16,21 @@ fn bench(c: &mut Criterion) {
     for mixer in [Mixer::Hyla, Mixer::Softmax] {
         let cfg = Config::sraven_base(mixer);
         let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
-        let vars = varmap.data().lock().expect("lock").iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let vars = varmap
+            .data()
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut opt = AdamW::new(vars, AdamWParams::default()).expect("optimiser");
         let mut step = 0u64;
         group.bench_function(format!("base_{mixer}_batch128"), |b| {
             b.iter(|| {
                 let problems = TrainStream::at(&split, 0, step).next_batch(128);
                 let mut rng = dropout_rng(0, step);
-                let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng).expect("loss");
+                let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng)
+                    .expect("loss");
                 let grads = bl.loss.backward().expect("backward");
                 opt.step(&grads, 1e-4).expect("update");
                 step += 1;

@@ -82,11 +82,16 @@ pub fn model_config(settings: &TrainSettings) -> Result<TokenConfig> {
 fn shift(tokens: &Array2<u32>, device: &Device) -> Result<(Tensor, Tensor)> {
     let (b, t) = tokens.dim();
     if t < 2 {
-        return Err(TrainError::InvalidParam(format!("token sequences need at least 2 tokens, got {t}")));
+        return Err(TrainError::InvalidParam(format!(
+            "token sequences need at least 2 tokens, got {t}"
+        )));
     }
     let inp: Vec<u32> = tokens.slice(s![.., ..t - 1]).iter().copied().collect();
     let tgt: Vec<u32> = tokens.slice(s![.., 1..]).iter().copied().collect();
-    Ok((Tensor::from_vec(inp, (b, t - 1), device)?, Tensor::from_vec(tgt, (b, t - 1), device)?))
+    Ok((
+        Tensor::from_vec(inp, (b, t - 1), device)?,
+        Tensor::from_vec(tgt, (b, t - 1), device)?,
+    ))
 }
 
 /// The training loss of one token batch: next-token cross-entropy (causal), mean over batch and
@@ -107,7 +112,11 @@ pub fn batch_loss<R: Rng + ?Sized>(
     let out = model.forward_train(&inp, dropout, rng, false)?;
     let loss = cross_entropy(&out.logits, &tgt)?;
     let metric_sum = count_correct(&out.logits, &tgt, false)?;
-    Ok(BatchLoss { loss, metric_sum, metric_count: tgt.elem_count() as f64 })
+    Ok(BatchLoss {
+        loss,
+        metric_sum,
+        metric_count: tgt.elem_count() as f64,
+    })
 }
 
 /// Per-position next-token log-loss and correctness of a batch (evaluation mode).
@@ -120,15 +129,24 @@ fn per_position(model: &TokenModel, tokens: &Array2<u32>) -> Result<(Array2<f32>
     let (inp, tgt) = shift(tokens, model.device())?;
     let logits = model.forward(&inp, false)?.logits;
     let max = logits.max_keepdim(D::Minus1)?;
-    let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + &max)?;
+    let lse = (logits
+        .broadcast_sub(&max)?
+        .exp()?
+        .sum_keepdim(D::Minus1)?
+        .log()?
+        + &max)?;
     let picked = logits.gather(&tgt.unsqueeze(2)?, 2)?;
     let nll: Vec<f32> = (lse - picked)?.flatten_all()?.to_vec1()?;
     let pred: Vec<u32> = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1()?;
     let tgt: Vec<u32> = tgt.flatten_all()?.to_vec1()?;
     let right: Vec<bool> = pred.iter().zip(&tgt).map(|(p, y)| p == y).collect();
     let shape = (b, t - 1);
-    let err = |e: ndarray::ShapeError| TrainError::InvalidParam(format!("per-position metrics: {e}"));
-    Ok((Array2::from_shape_vec(shape, nll).map_err(err)?, Array2::from_shape_vec(shape, right).map_err(err)?))
+    let err =
+        |e: ndarray::ShapeError| TrainError::InvalidParam(format!("per-position metrics: {e}"));
+    Ok((
+        Array2::from_shape_vec(shape, nll).map_err(err)?,
+        Array2::from_shape_vec(shape, right).map_err(err)?,
+    ))
 }
 
 /// Running sums for one evaluation set.
@@ -148,7 +166,12 @@ impl Acc {
 
     fn finish(&self, sequences: usize) -> SetMetrics {
         let n = self.n.max(1) as f64;
-        SetMetrics { n: sequences, metric: self.right as f64 / n, loss: self.nll / n, per_feature: Vec::new() }
+        SetMetrics {
+            n: sequences,
+            metric: self.right as f64 / n,
+            loss: self.nll / n,
+            per_feature: Vec::new(),
+        }
     }
 }
 
@@ -186,7 +209,11 @@ impl InductionJob {
     }
 
     /// A job continuing from the checkpoint in `dir`.
-    pub(crate) fn resume(settings: &TrainSettings, dir: &Path, device: &Device) -> Result<InductionJob> {
+    pub(crate) fn resume(
+        settings: &TrainSettings,
+        dir: &Path,
+        device: &Device,
+    ) -> Result<InductionJob> {
         let path = dir.join(hyperlens_model::checkpoint::CONFIG_FILE);
         let config = TokenConfig::from_json(read_config_json(dir)?, &path)?;
         if config != model_config(settings)? {
@@ -206,7 +233,10 @@ impl InductionJob {
 /// # Errors
 /// [`TrainError::InvalidParam`] if the split is not `seed{N}`.
 pub fn corpus_params(settings: &TrainSettings) -> Result<hyperlens_tasks::induction::CorpusParams> {
-    Ok(hyperlens_tasks::induction::CorpusParams { seed: settings.split_seed()?, ..settings.induction })
+    Ok(hyperlens_tasks::induction::CorpusParams {
+        seed: settings.split_seed()?,
+        ..settings.induction
+    })
 }
 
 impl Job for InductionJob {
@@ -227,7 +257,9 @@ impl Job for InductionJob {
         let mut index = 0u64;
         while done < self.eval_n {
             let b = self.batch.min(self.eval_n - done);
-            let cb = self.corpus.batch_with_copies(self.eval_seed, EVAL_INDEX_BASE + index, b);
+            let cb = self
+                .corpus
+                .batch_with_copies(self.eval_seed, EVAL_INDEX_BASE + index, b);
             let (nll, right) = per_position(&self.model, &cb.tokens)?;
             for ((bi, i), &l) in nll.indexed_iter() {
                 let r = right[[bi, i]];
@@ -257,7 +289,12 @@ impl Job for InductionJob {
         }
         let mut extra = BTreeMap::new();
         extra.insert("induction_positions".to_string(), ind.finish(self.eval_n));
-        Ok(Evaluation { step, id: id.finish(self.eval_n), ood: ood.finish(self.eval_n), extra })
+        Ok(Evaluation {
+            step,
+            id: id.finish(self.eval_n),
+            ood: ood.finish(self.eval_n),
+            extra,
+        })
     }
 
     fn save(&self, dir: &Path) -> Result<()> {

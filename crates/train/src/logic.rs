@@ -24,7 +24,11 @@ use crate::settings::TrainSettings;
 /// # Errors
 /// [`TrainError::Model`] if the resulting config is invalid.
 pub fn model_config(settings: &TrainSettings) -> Result<Config> {
-    let base = Config::logic(settings.mixer, settings.logic.variables, settings.logic.samples);
+    let base = Config::logic(
+        settings.mixer,
+        settings.logic.variables,
+        settings.logic.samples,
+    );
     let cfg = Config {
         n_layers: settings.layers,
         d_model: base.d_model * settings.width,
@@ -61,7 +65,12 @@ fn r2_weights(batch: &LogicBatch) -> (Vec<f32>, f64) {
 ///
 /// # Shapes
 /// `batch.x [B, N, L + 1]` -> `[B]`.
-fn predict<R: Rng + ?Sized>(model: &Transformer, batch: &LogicBatch, dropout: f64, rng: &mut R) -> Result<Tensor> {
+fn predict<R: Rng + ?Sized>(
+    model: &Transformer,
+    batch: &LogicBatch,
+    dropout: f64,
+    rng: &mut R,
+) -> Result<Tensor> {
     let dev = model.device();
     let (b, n, d) = batch.x.dim();
     let data: Vec<f32> = batch.x.as_standard_layout().iter().copied().collect();
@@ -97,7 +106,11 @@ pub fn batch_loss<R: Rng + ?Sized>(
     let w = Tensor::from_vec(w, batch.y.len(), dev)?;
     let err = (pred.detach() - &y)?.sqr()?;
     let metric_sum = ((err * w)?.sum_all()?.neg()? + count)?;
-    Ok(BatchLoss { loss, metric_sum, metric_count: count })
+    Ok(BatchLoss {
+        loss,
+        metric_sum,
+        metric_count: count,
+    })
 }
 
 /// Evaluates on `n` sequences of `set` (evaluation stream `seed`, batches of `batch`): mean R² over
@@ -124,7 +137,10 @@ pub fn evaluate_set(
         let lb = sample_logic(split, set, Purpose::Eval, b, seed, index)?;
         let pred: Vec<f32> = predict(model, &lb, 0.0, &mut rng)?.to_vec1()?;
         let pred = Array1::from_vec(pred);
-        for (v, (&p, &y)) in r2(pred.view(), &lb)?.iter().zip(pred.iter().zip(lb.y.iter())) {
+        for (v, (&p, &y)) in r2(pred.view(), &lb)?
+            .iter()
+            .zip(pred.iter().zip(lb.y.iter()))
+        {
             if v.is_finite() {
                 r2_sum += v;
                 r2_n += 1;
@@ -136,7 +152,11 @@ pub fn evaluate_set(
     }
     Ok(SetMetrics {
         n,
-        metric: if r2_n > 0 { r2_sum / r2_n as f64 } else { f64::NAN },
+        metric: if r2_n > 0 {
+            r2_sum / r2_n as f64
+        } else {
+            f64::NAN
+        },
         loss: se / n as f64,
         per_feature: Vec::new(),
     })
@@ -176,7 +196,11 @@ impl LogicJob {
     }
 
     /// A job continuing from the checkpoint in `dir`.
-    pub(crate) fn resume(settings: &TrainSettings, dir: &Path, device: &Device) -> Result<LogicJob> {
+    pub(crate) fn resume(
+        settings: &TrainSettings,
+        dir: &Path,
+        device: &Device,
+    ) -> Result<LogicJob> {
         let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
         if config != model_config(settings)? {
             return Err(TrainError::Resume(format!(
@@ -195,20 +219,41 @@ impl Job for LogicJob {
     }
 
     fn batch_loss(&mut self, step: u64, rng: &mut ChaCha8Rng) -> Result<BatchLoss> {
-        let batch = sample_logic(&self.split, LogicSet::Train, Purpose::Train, self.batch, self.seed, step)?;
+        let batch = sample_logic(
+            &self.split,
+            LogicSet::Train,
+            Purpose::Train,
+            self.batch,
+            self.seed,
+            step,
+        )?;
         batch_loss(&self.model, &batch, self.dropout, rng)
     }
 
     fn evaluate(&mut self, step: u64) -> Result<Evaluation> {
         let batch = self.batch.max(256);
-        let ev = |set| evaluate_set(&self.model, &self.split, set, self.eval_n, batch, self.eval_seed);
+        let ev = |set| {
+            evaluate_set(
+                &self.model,
+                &self.split,
+                set,
+                self.eval_n,
+                batch,
+                self.eval_seed,
+            )
+        };
         let id = ev(LogicSet::Train)?;
         let ood = ev(LogicSet::Test)?;
         let mut extra = BTreeMap::new();
         if !self.split.ood.is_empty() {
             extra.insert("unknown_terms".to_string(), ev(LogicSet::Ood)?);
         }
-        Ok(Evaluation { step, id, ood, extra })
+        Ok(Evaluation {
+            step,
+            id,
+            ood,
+            extra,
+        })
     }
 
     fn save(&self, dir: &Path) -> Result<()> {
@@ -216,8 +261,10 @@ impl Job for LogicJob {
     }
 
     fn model_config(&self) -> Result<serde_json::Value> {
-        serde_json::to_value(self.model.config())
-            .map_err(|source| TrainError::Json { path: "model config".into(), source })
+        serde_json::to_value(self.model.config()).map_err(|source| TrainError::Json {
+            path: "model config".into(),
+            source,
+        })
     }
 
     fn n_params(&self) -> usize {
@@ -232,22 +279,38 @@ mod tests {
 
     #[test]
     fn on_device_r2_matches_the_tasks_crate() {
-        let params = LogicParams { samples: 7, ..LogicParams::default() };
+        let params = LogicParams {
+            samples: 7,
+            ..LogicParams::default()
+        };
         let split = LogicSplit::new(params, 3).unwrap();
         let batch = sample_logic(&split, LogicSet::Train, Purpose::Train, 13, 5, 0).unwrap();
-        let cfg = Config { n_layers: 1, ..Config::logic(hyperlens_model::Mixer::Softmax, 4, 7) };
+        let cfg = Config {
+            n_layers: 1,
+            ..Config::logic(hyperlens_model::Mixer::Softmax, 4, 7)
+        };
         let (model, _) = Transformer::init(&cfg, 2, &Device::Cpu).unwrap();
         let mut rng = rand::rngs::mock::StepRng::new(0, 0);
         let bl = batch_loss(&model, &batch, 0.0, &mut rng).unwrap();
-        let pred: Vec<f32> = predict(&model, &batch, 0.0, &mut rng).unwrap().to_vec1().unwrap();
+        let pred: Vec<f32> = predict(&model, &batch, 0.0, &mut rng)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let r = r2(Array1::from_vec(pred.clone()).view(), &batch).unwrap();
         let finite: Vec<f64> = r.iter().copied().filter(|v| v.is_finite()).collect();
         let got = bl.metric_sum.to_scalar::<f32>().unwrap() as f64;
         let want: f64 = finite.iter().sum();
-        assert!((got - want).abs() < 1e-3 * want.abs().max(1.0), "{got} vs {want}");
+        assert!(
+            (got - want).abs() < 1e-3 * want.abs().max(1.0),
+            "{got} vs {want}"
+        );
         assert_eq!(bl.metric_count as usize, finite.len());
-        let mse_ref: f64 =
-            pred.iter().zip(batch.y.iter()).map(|(&p, &y)| (p as f64 - y as f64).powi(2)).sum::<f64>() / 13.0;
+        let mse_ref: f64 = pred
+            .iter()
+            .zip(batch.y.iter())
+            .map(|(&p, &y)| (p as f64 - y as f64).powi(2))
+            .sum::<f64>()
+            / 13.0;
         let got_mse = bl.loss.to_scalar::<f32>().unwrap() as f64;
         assert!((got_mse - mse_ref).abs() < 1e-6, "{got_mse} vs {mse_ref}");
     }

@@ -68,8 +68,14 @@ pub fn mse(pred: &Tensor, y: &Tensor) -> Result<Tensor> {
 /// Candle errors on shape mismatches.
 pub fn count_correct(logits: &Tensor, targets: &Tensor, all_positions: bool) -> Result<Tensor> {
     let pred = logits.detach().argmax(D::Minus1)?;
-    let right = pred.eq(&targets.to_dtype(DType::U32)?)?.to_dtype(DType::F32)?;
-    let right = if all_positions { right.min(D::Minus1)? } else { right };
+    let right = pred
+        .eq(&targets.to_dtype(DType::U32)?)?
+        .to_dtype(DType::F32)?;
+    let right = if all_positions {
+        right.min(D::Minus1)?
+    } else {
+        right
+    };
     Ok(right.sum_all()?)
 }
 
@@ -94,7 +100,9 @@ mod tests {
     #[test]
     fn cross_entropy_matches_reference_and_has_the_softmax_gradient() {
         let (b, f, c) = (3, 5, 7);
-        let z: Vec<f32> = (0..b * f * c).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.31).collect();
+        let z: Vec<f32> = (0..b * f * c)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.31)
+            .collect();
         let y: Vec<u32> = (0..b * f).map(|i| (i * 5 % c) as u32).collect();
         let dev = Device::Cpu;
         let zv = Var::from_vec(z.clone(), (b, f, c), &dev).unwrap();
@@ -105,14 +113,25 @@ mod tests {
         let got = loss.to_scalar::<f32>().unwrap() as f64;
         assert!((got - expect).abs() < 1e-5, "{got} vs {expect}");
         // d loss / d z = (softmax(z) - onehot(y)) / (B F)
-        let g: Vec<f32> = loss.backward().unwrap().get(zv.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let g: Vec<f32> = loss
+            .backward()
+            .unwrap()
+            .get(zv.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         for r in 0..b * f {
             let row = &z64[r * c..(r + 1) * c];
             let s: f64 = row.iter().map(|v| v.exp()).sum();
             for k in 0..c {
                 let onehot = if k == y[r] as usize { 1.0 } else { 0.0 };
                 let want = (row[k].exp() / s - onehot) / (b * f) as f64;
-                assert!((g[r * c + k] as f64 - want).abs() < 1e-6, "row {r} class {k}");
+                assert!(
+                    (g[r * c + k] as f64 - want).abs() < 1e-6,
+                    "row {r} class {k}"
+                );
             }
         }
         let bad = Tensor::zeros((b, f + 1), DType::U32, &dev).unwrap();
@@ -129,12 +148,27 @@ mod tests {
         assert!(mse(&p, &Tensor::new(&[0.0f32, 1.0], &dev).unwrap()).is_err());
         // 2 rows x 3 positions x 2 classes; row 0 all right, row 1 one wrong.
         let logits = Tensor::new(
-            &[[[1.0f32, 0.0], [0.0, 1.0], [2.0, 1.0]], [[0.0, 3.0], [1.0, 0.0], [0.0, 1.0]]],
+            &[
+                [[1.0f32, 0.0], [0.0, 1.0], [2.0, 1.0]],
+                [[0.0, 3.0], [1.0, 0.0], [0.0, 1.0]],
+            ],
             &dev,
         )
         .unwrap();
         let t = Tensor::new(&[[0u32, 1, 0], [1, 1, 1]], &dev).unwrap();
-        assert_eq!(count_correct(&logits, &t, true).unwrap().to_scalar::<f32>().unwrap(), 1.0);
-        assert_eq!(count_correct(&logits, &t, false).unwrap().to_scalar::<f32>().unwrap(), 5.0);
+        assert_eq!(
+            count_correct(&logits, &t, true)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap(),
+            1.0
+        );
+        assert_eq!(
+            count_correct(&logits, &t, false)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap(),
+            5.0
+        );
     }
 }

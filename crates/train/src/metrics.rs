@@ -92,7 +92,9 @@ impl MetricsRow {
             opt(self.ood_loss),
             opt(self.ood_acc),
             self.wall_time_s,
-            self.steps_per_s.map(|x| format!("{x:.4}")).unwrap_or_default()
+            self.steps_per_s
+                .map(|x| format!("{x:.4}"))
+                .unwrap_or_default()
         );
         s
     }
@@ -134,13 +136,21 @@ impl MetricsRow {
 /// # Errors
 /// [`TrainError::Io`] if unreadable; [`TrainError::Resume`] for a wrong header or a malformed row.
 pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| TrainError::Io { path: path.display().to_string(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
     let mut lines = text.lines();
     if lines.next() != Some(METRICS_HEADER) {
-        return Err(TrainError::Resume(format!("{}: unexpected header", path.display())));
+        return Err(TrainError::Resume(format!(
+            "{}: unexpected header",
+            path.display()
+        )));
     }
-    lines.filter(|l| !l.is_empty()).map(MetricsRow::from_csv).collect()
+    lines
+        .filter(|l| !l.is_empty())
+        .map(MetricsRow::from_csv)
+        .collect()
 }
 
 /// Appends rows to `metrics.csv`, one flushed line per row.
@@ -169,7 +179,10 @@ impl MetricsLog {
             }
         }
         crate::state::write_atomic(&path, text.as_bytes())?;
-        let file = std::fs::OpenOptions::new().append(true).open(&path).map_err(io(&path))?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
         Ok(MetricsLog { path, file })
     }
 

@@ -45,11 +45,16 @@ impl AdamWParams {
     pub fn check(&self) -> Result<()> {
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
-                return Err(TrainError::InvalidParam(format!("{name} must be in [0, 1), got {b}")));
+                return Err(TrainError::InvalidParam(format!(
+                    "{name} must be in [0, 1), got {b}"
+                )));
             }
         }
         if !(self.eps > 0.0) {
-            return Err(TrainError::InvalidParam(format!("eps must be positive, got {}", self.eps)));
+            return Err(TrainError::InvalidParam(format!(
+                "eps must be positive, got {}",
+                self.eps
+            )));
         }
         if !(self.weight_decay >= 0.0) {
             return Err(TrainError::InvalidParam(format!(
@@ -95,10 +100,20 @@ impl AdamW {
                 let m = Tensor::zeros(var.shape(), DType::F32, var.device())?;
                 let v = m.clone();
                 let decay = var.rank() >= 2;
-                Ok(Slot { name, var, m, v, decay })
+                Ok(Slot {
+                    name,
+                    var,
+                    m,
+                    v,
+                    decay,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { slots, params, step: 0 })
+        Ok(Self {
+            slots,
+            params,
+            step: 0,
+        })
     }
 
     /// Number of updates applied so far.
@@ -113,10 +128,19 @@ impl AdamW {
     ///
     /// # Errors
     /// A tensor operation failure.
-    pub fn step(&mut self, grads: &candle_core::backprop::GradStore, lr: f64) -> Result<Vec<String>> {
+    pub fn step(
+        &mut self,
+        grads: &candle_core::backprop::GradStore,
+        lr: f64,
+    ) -> Result<Vec<String>> {
         self.step += 1;
         let t = self.step as f64;
-        let AdamWParams { beta1, beta2, eps, weight_decay } = self.params;
+        let AdamWParams {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = self.params;
         let scale_m = 1.0 / (1.0 - beta1.powf(t));
         let scale_v = 1.0 / (1.0 - beta2.powf(t));
         let mut missing = Vec::new();
@@ -191,7 +215,15 @@ mod tests {
     use candle_core::Device;
 
     /// Plain float64 AdamW, written independently of the tensor code.
-    fn reference(theta: &mut [f64], m: &mut [f64], v: &mut [f64], g: &[f64], t: i32, lr: f64, wd: f64) {
+    fn reference(
+        theta: &mut [f64],
+        m: &mut [f64],
+        v: &mut [f64],
+        g: &[f64],
+        t: i32,
+        lr: f64,
+        wd: f64,
+    ) {
         let (b1, b2, eps) = (0.9, 0.999, 1e-8);
         for i in 0..theta.len() {
             m[i] = b1 * m[i] + (1.0 - b1) * g[i];
@@ -211,15 +243,20 @@ mod tests {
         let b = Var::from_vec(init1.clone(), 3, &dev)?;
         let mut opt = AdamW::new(
             vec![("w".into(), w.clone()), ("b".into(), b.clone())],
-            AdamWParams { weight_decay: 0.1, ..Default::default() },
+            AdamWParams {
+                weight_decay: 0.1,
+                ..Default::default()
+            },
         )?;
         let mut tw: Vec<f64> = init2.iter().map(|&x| x as f64).collect();
         let mut tb: Vec<f64> = init1.iter().map(|&x| x as f64).collect();
-        let (mut mw, mut vw, mut mb, mut vb) = (vec![0.0; 6], vec![0.0; 6], vec![0.0; 3], vec![0.0; 3]);
+        let (mut mw, mut vw, mut mb, mut vb) =
+            (vec![0.0; 6], vec![0.0; 6], vec![0.0; 3], vec![0.0; 3]);
         for t in 1..=5 {
             // loss = sum(w^2 * c) + sum(b^3) so gradients depend on the current values.
             let c = Tensor::new(&[[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &dev)?;
-            let loss = ((w.as_tensor().sqr()? * &c)?.sum_all()? + b.as_tensor().powf(3.0)?.sum_all()?)?;
+            let loss =
+                ((w.as_tensor().sqr()? * &c)?.sum_all()? + b.as_tensor().powf(3.0)?.sum_all()?)?;
             let grads = loss.backward()?;
             let lr = 0.01 * t as f64;
             opt.step(&grads, lr)?;

@@ -28,8 +28,8 @@ use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::WarmupCosine;
 use crate::settings::{TrainSettings, TrainTask};
 use crate::state::{
-    dropout_rng, file_hash, load_optimizer, save_optimizer, write_json, Session, TrainState, RECORD_FILE,
-    STATE_FILE, VERSION,
+    dropout_rng, file_hash, load_optimizer, save_optimizer, write_json, Session, TrainState,
+    RECORD_FILE, STATE_FILE, VERSION,
 };
 
 /// How to run: the device and whether to continue an existing run.
@@ -158,18 +158,35 @@ fn first_difference(a: &TrainSettings, b: &TrainSettings) -> String {
     };
     a.iter()
         .find(|(k, v)| b.get(*k) != Some(*v))
-        .map(|(k, v)| format!("{k} (run: {v}, given: {})", b.get(k).cloned().unwrap_or_default()))
+        .map(|(k, v)| {
+            format!(
+                "{k} (run: {v}, given: {})",
+                b.get(k).cloned().unwrap_or_default()
+            )
+        })
         .unwrap_or_else(|| "settings".into())
 }
 
-fn make_job(settings: &TrainSettings, dir: Option<&Path>, device: &candle_core::Device) -> Result<Box<dyn Job>> {
+fn make_job(
+    settings: &TrainSettings,
+    dir: Option<&Path>,
+    device: &candle_core::Device,
+) -> Result<Box<dyn Job>> {
     Ok(match (settings.task, dir) {
         (TrainTask::Sraven, None) => Box::new(crate::sraven::SravenJob::fresh(settings, device)?),
-        (TrainTask::Sraven, Some(d)) => Box::new(crate::sraven::SravenJob::resume(settings, d, device)?),
+        (TrainTask::Sraven, Some(d)) => {
+            Box::new(crate::sraven::SravenJob::resume(settings, d, device)?)
+        }
         (TrainTask::Logic, None) => Box::new(crate::logic::LogicJob::fresh(settings, device)?),
-        (TrainTask::Logic, Some(d)) => Box::new(crate::logic::LogicJob::resume(settings, d, device)?),
-        (TrainTask::Induction, None) => Box::new(crate::induction::InductionJob::fresh(settings, device)?),
-        (TrainTask::Induction, Some(d)) => Box::new(crate::induction::InductionJob::resume(settings, d, device)?),
+        (TrainTask::Logic, Some(d)) => {
+            Box::new(crate::logic::LogicJob::resume(settings, d, device)?)
+        }
+        (TrainTask::Induction, None) => {
+            Box::new(crate::induction::InductionJob::fresh(settings, device)?)
+        }
+        (TrainTask::Induction, Some(d)) => {
+            Box::new(crate::induction::InductionJob::resume(settings, d, device)?)
+        }
     })
 }
 
@@ -191,14 +208,22 @@ fn threads() -> String {
 /// that receives no gradient; [`TrainError::Resume`] if the run cannot be continued (missing or
 /// inconsistent files, settings that change the trajectory, a finished run); [`TrainError::Diverged`]
 /// if the loss is not finite; model, task, tensor and I/O errors.
-pub fn train<F>(out: &Path, settings: &TrainSettings, options: &RunOptions, mut on_event: F) -> Result<TrainOutcome>
+pub fn train<F>(
+    out: &Path,
+    settings: &TrainSettings,
+    options: &RunOptions,
+    mut on_event: F,
+) -> Result<TrainOutcome>
 where
     F: FnMut(&Event<'_>) -> ControlFlow<()>,
 {
     settings.check()?;
     let session_start = Instant::now();
     let device = options.device.to_candle()?;
-    let params = AdamWParams { weight_decay: settings.weight_decay, ..AdamWParams::default() };
+    let params = AdamWParams {
+        weight_decay: settings.weight_decay,
+        ..AdamWParams::default()
+    };
     let schedule = WarmupCosine::paper(settings.lr, settings.warmup, settings.steps);
     schedule.check()?;
     let io = |p: &Path| {
@@ -243,7 +268,11 @@ where
                 stored.step
             )));
         }
-        let mut state = TrainState { settings: settings.clone(), version: VERSION.into(), ..stored };
+        let mut state = TrainState {
+            settings: settings.clone(),
+            version: VERSION.into(),
+            ..stored
+        };
         state.sessions.push(Session {
             start_step: state.step,
             end_step: state.step,
@@ -269,7 +298,8 @@ where
             settings: settings.clone(),
             step: 0,
             data_position: 0,
-            dropout_stream: "ChaCha8, key (seed, \"hyperlens/train/dropout\"), stream = step".into(),
+            dropout_stream: "ChaCha8, key (seed, \"hyperlens/train/dropout\"), stream = step"
+                .into(),
             train_time_s: 0.0,
             wall_time_s: 0.0,
             weights_hash: String::new(),
@@ -288,7 +318,12 @@ where
     let train_before = state.train_time_s;
     let mut log = MetricsLog::open(out, options.resume.then_some(start))?;
     let mut session_train_s = 0.0;
-    let checkpoint = |job: &dyn Job, opt: &AdamW, state: &mut TrainState, done: u64, train_s: f64| -> Result<()> {
+    let checkpoint = |job: &dyn Job,
+                      opt: &AdamW,
+                      state: &mut TrainState,
+                      done: u64,
+                      train_s: f64|
+     -> Result<()> {
         job.save(out)?;
         save_optimizer(out, opt)?;
         state.weights_hash = file_hash(&out.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
@@ -306,10 +341,22 @@ where
     if !options.resume {
         checkpoint(job.as_ref(), &opt, &mut state, 0, 0.0)?;
     }
-    stop |= on_event(&Event::Start { step: start, total: settings.steps, n_params: job.n_params() }).is_break();
+    stop |= on_event(&Event::Start {
+        step: start,
+        total: settings.steps,
+        n_params: job.n_params(),
+    })
+    .is_break();
     if !options.resume && settings.eval_every > 0 {
         let ev = job.evaluate(0)?;
-        let row = eval_row(0, schedule.lr(0), None, None, &ev, wall_before + session_start.elapsed().as_secs_f64());
+        let row = eval_row(
+            0,
+            schedule.lr(0),
+            None,
+            None,
+            &ev,
+            wall_before + session_start.elapsed().as_secs_f64(),
+        );
         log.push(&row)?;
         stop |= on_event(&Event::Evaluated(&ev)).is_break();
         stop |= on_event(&Event::Row(&row)).is_break();
@@ -349,7 +396,12 @@ where
         interval_steps += 1;
         let done = step + 1;
         step = done;
-        stop |= on_event(&Event::Step { step: done - 1, total: settings.steps, lr }).is_break();
+        stop |= on_event(&Event::Step {
+            step: done - 1,
+            total: settings.steps,
+            lr,
+        })
+        .is_break();
 
         let every = |k: u64| k > 0 && done % k == 0;
         let last = done == settings.steps;
@@ -367,10 +419,14 @@ where
                 Some(s) if metric_count > 0.0 => Some(s.to_scalar::<f32>()? as f64 / metric_count),
                 _ => None,
             };
-            let interval_s = (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
+            let interval_s =
+                (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
             session_train_s += interval_s;
             if !mean_loss.is_finite() {
-                return Err(TrainError::Diverged { step: done - 1, loss: mean_loss as f32 });
+                return Err(TrainError::Diverged {
+                    step: done - 1,
+                    loss: mean_loss as f32,
+                });
             }
             let rate = (interval_s > 0.0).then(|| interval_steps as f64 / interval_s);
             let mut row = MetricsRow {
@@ -387,7 +443,10 @@ where
             };
             if eval_due {
                 let ev = job.evaluate(done)?;
-                row = MetricsRow { steps_per_s: rate, ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0) };
+                row = MetricsRow {
+                    steps_per_s: rate,
+                    ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0)
+                };
                 stop |= on_event(&Event::Evaluated(&ev)).is_break();
                 last_eval = Some(ev);
             }
@@ -402,7 +461,13 @@ where
         if ckpt_due || stop {
             let t = Instant::now();
             let pending = (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
-            checkpoint(job.as_ref(), &opt, &mut state, done, session_train_s + pending)?;
+            checkpoint(
+                job.as_ref(),
+                &opt,
+                &mut state,
+                done,
+                session_train_s + pending,
+            )?;
             stop |= on_event(&Event::Checkpoint { step: done }).is_break();
             interval_excluded_s += t.elapsed().as_secs_f64();
         }
@@ -430,7 +495,11 @@ where
             device: options.device.to_string(),
             wall_time_s: wall_before + session_start.elapsed().as_secs_f64(),
             train_time_s,
-            steps_per_s: if train_time_s > 0.0 { step as f64 / train_time_s } else { 0.0 },
+            steps_per_s: if train_time_s > 0.0 {
+                step as f64 / train_time_s
+            } else {
+                0.0
+            },
             metric: settings.task.metric_name().into(),
             final_eval,
             n_params: job.n_params(),
@@ -445,7 +514,12 @@ where
     } else {
         None
     };
-    Ok(TrainOutcome { step, completed, last_eval, record })
+    Ok(TrainOutcome {
+        step,
+        completed,
+        last_eval,
+        record,
+    })
 }
 
 fn eval_row(

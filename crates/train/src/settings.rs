@@ -63,7 +63,11 @@ impl FromStr for TrainTask {
         TrainTask::ALL
             .into_iter()
             .find(|t| t.name() == s)
-            .ok_or_else(|| TrainError::InvalidParam(format!("unknown task `{s}` (expected sraven, logic or induction)")))
+            .ok_or_else(|| {
+                TrainError::InvalidParam(format!(
+                    "unknown task `{s}` (expected sraven, logic or induction)"
+                ))
+            })
     }
 }
 
@@ -82,7 +86,11 @@ pub struct SravenSettings {
 impl Default for SravenSettings {
     fn default() -> Self {
         let p = hyperlens_tasks::sraven::SravenParams::default();
-        SravenSettings { features: p.features, values: p.values, holdout_fraction: p.holdout_fraction }
+        SravenSettings {
+            features: p.features,
+            values: p.values,
+            holdout_fraction: p.holdout_fraction,
+        }
     }
 }
 
@@ -117,7 +125,13 @@ pub struct LogicSettings {
 
 impl Default for LogicSettings {
     fn default() -> Self {
-        LogicSettings { variables: 4, terms: 2, unknown_fraction: 0.25, frac_test: 0.7, samples: 32 }
+        LogicSettings {
+            variables: 4,
+            terms: 2,
+            unknown_fraction: 0.25,
+            frac_test: 0.7,
+            samples: 32,
+        }
     }
 }
 
@@ -265,12 +279,15 @@ impl TrainSettings {
     /// # Errors
     /// [`TrainError::InvalidParam`] naming `--split` if the name is not `seed{N}`.
     pub fn split_seed(&self) -> Result<u64> {
-        self.split.strip_prefix("seed").and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| {
-            TrainError::InvalidParam(format!(
-                "--split `{}`: the {} task takes a split `seed{{N}}`",
-                self.split, self.task
-            ))
-        })
+        self.split
+            .strip_prefix("seed")
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| {
+                TrainError::InvalidParam(format!(
+                    "--split `{}`: the {} task takes a split `seed{{N}}`",
+                    self.split, self.task
+                ))
+            })
     }
 
     /// Validates every field once.
@@ -291,7 +308,10 @@ impl TrainSettings {
             return bad(format!("--lr must be positive, got {}", self.lr));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return bad(format!("--weight-decay must be non-negative, got {}", self.weight_decay));
+            return bad(format!(
+                "--weight-decay must be non-negative, got {}",
+                self.weight_decay
+            ));
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("--dropout must be in [0, 1), got {}", self.dropout));
@@ -307,14 +327,20 @@ impl TrainSettings {
         }
         if let Some(z) = self.size {
             if self.width != 1 {
-                return bad(format!("--width must be 1 with explicit model sizes, got {}", self.width));
+                return bad(format!(
+                    "--width must be 1 with explicit model sizes, got {}",
+                    self.width
+                ));
             }
             if z.d_model == 0 || z.n_heads == 0 || z.d_head == 0 || z.d_mlp == 0 {
                 return bad(format!("model sizes must be positive, got {z:?}"));
             }
         }
         if self.attn_only && self.task != TrainTask::Induction {
-            return bad(format!("--attn-only applies to the induction task, not {}", self.task));
+            return bad(format!(
+                "--attn-only applies to the induction task, not {}",
+                self.task
+            ));
         }
         match self.task {
             TrainTask::Sraven => {
@@ -322,7 +348,10 @@ impl TrainSettings {
                     return bad("--layers must be at least 1".into());
                 }
                 if ![1, 2, 4].contains(&self.width) {
-                    return bad(format!("--width must be 1, 2 or 4 for sraven, got {}", self.width));
+                    return bad(format!(
+                        "--width must be 1, 2 or 4 for sraven, got {}",
+                        self.width
+                    ));
                 }
                 hyperlens_tasks::sraven::Split::named_with(&self.split, self.sraven.params())?;
             }
@@ -352,7 +381,10 @@ impl TrainSettings {
 ///
 /// # Errors
 /// [`TrainError::Model`] if the resulting config is invalid.
-pub fn apply_size(cfg: hyperlens_model::Config, size: Option<ModelSize>) -> Result<hyperlens_model::Config> {
+pub fn apply_size(
+    cfg: hyperlens_model::Config,
+    size: Option<ModelSize>,
+) -> Result<hyperlens_model::Config> {
     let cfg = match size {
         Some(z) => hyperlens_model::Config {
             d_model: z.d_model,
@@ -374,14 +406,19 @@ mod tests {
     #[test]
     fn defaults_follow_the_paper_and_check() {
         let s = TrainSettings::for_task(TrainTask::Sraven);
-        assert_eq!((s.steps, s.batch, s.warmup, s.layers), (156_250, 128, 1000, 4));
+        assert_eq!(
+            (s.steps, s.batch, s.warmup, s.layers),
+            (156_250, 128, 1000, 4)
+        );
         assert_eq!((s.lr, s.weight_decay, s.dropout), (1e-3, 0.1, 0.1));
         s.check().unwrap();
         let l = TrainSettings::for_task(TrainTask::Logic);
         assert_eq!((l.steps, l.warmup, l.layers), (50_000, 100, 2));
         l.check().unwrap();
         assert_eq!(l.split_seed().unwrap(), 0);
-        TrainSettings::for_task(TrainTask::Induction).check().unwrap();
+        TrainSettings::for_task(TrainTask::Induction)
+            .check()
+            .unwrap();
     }
 
     #[test]

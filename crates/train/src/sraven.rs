@@ -48,7 +48,10 @@ pub fn targets(problems: &ProblemSet, device: &Device) -> Result<Tensor> {
     let y = problems
         .y
         .iter()
-        .map(|&v| u32::try_from(v).map_err(|_| TrainError::InvalidParam(format!("SRAVEN target {v} is negative"))))
+        .map(|&v| {
+            u32::try_from(v)
+                .map_err(|_| TrainError::InvalidParam(format!("SRAVEN target {v} is negative")))
+        })
         .collect::<Result<Vec<u32>>>()?;
     Ok(Tensor::from_vec(y, (b, f), device)?)
 }
@@ -78,11 +81,20 @@ pub fn batch_loss<R: Rng + ?Sized>(
     };
     let loss = cross_entropy(&out.logits, &y)?;
     let metric_sum = count_correct(&out.logits, &y, true)?;
-    Ok(BatchLoss { loss, metric_sum, metric_count: problems.len() as f64 })
+    Ok(BatchLoss {
+        loss,
+        metric_sum,
+        metric_count: problems.len() as f64,
+    })
 }
 
 fn set_metrics(m: &EvalMetrics) -> SetMetrics {
-    SetMetrics { n: m.n, metric: m.accuracy, loss: m.loss, per_feature: m.per_feature_accuracy.clone() }
+    SetMetrics {
+        n: m.n,
+        metric: m.accuracy,
+        loss: m.loss,
+        per_feature: m.per_feature_accuracy.clone(),
+    }
 }
 
 /// A SRAVEN run.
@@ -99,7 +111,11 @@ pub(crate) struct SravenJob {
 
 impl SravenJob {
     /// A job from settings and a trainable model (fresh or resumed).
-    pub(crate) fn new(settings: &TrainSettings, model: Transformer, varmap: VarMap) -> Result<SravenJob> {
+    pub(crate) fn new(
+        settings: &TrainSettings,
+        model: Transformer,
+        varmap: VarMap,
+    ) -> Result<SravenJob> {
         let split = Split::named_with(&settings.split, settings.sraven.params())?;
         let id_set = sample(&split, Set::Id, settings.eval_n, settings.eval_seed, false)?;
         let ood_set = sample(&split, Set::Ood, settings.eval_n, settings.eval_seed, false)?;
@@ -122,7 +138,11 @@ impl SravenJob {
     }
 
     /// A job continuing from the checkpoint in `dir`.
-    pub(crate) fn resume(settings: &TrainSettings, dir: &Path, device: &Device) -> Result<SravenJob> {
+    pub(crate) fn resume(
+        settings: &TrainSettings,
+        dir: &Path,
+        device: &Device,
+    ) -> Result<SravenJob> {
         let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
         let expect = model_config(settings)?;
         if config != expect {
@@ -156,7 +176,12 @@ impl Job for SravenJob {
         let batch = self.batch.max(256);
         let id = evaluate(&self.model, &self.id_set, batch)?;
         let ood = evaluate(&self.model, &self.ood_set, batch)?;
-        Ok(Evaluation { step, id: set_metrics(&id), ood: set_metrics(&ood), extra: Default::default() })
+        Ok(Evaluation {
+            step,
+            id: set_metrics(&id),
+            ood: set_metrics(&ood),
+            extra: Default::default(),
+        })
     }
 
     fn save(&self, dir: &Path) -> Result<()> {
@@ -164,8 +189,10 @@ impl Job for SravenJob {
     }
 
     fn model_config(&self) -> Result<serde_json::Value> {
-        serde_json::to_value(self.model.config())
-            .map_err(|source| TrainError::Json { path: "model config".into(), source })
+        serde_json::to_value(self.model.config()).map_err(|source| TrainError::Json {
+            path: "model config".into(),
+            source,
+        })
     }
 
     fn n_params(&self) -> usize {

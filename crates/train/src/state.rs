@@ -29,8 +29,14 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// [`TrainError::Io`] naming the path.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
-    std::fs::write(&tmp, bytes).map_err(|source| TrainError::Io { path: tmp.display().to_string(), source })?;
-    std::fs::rename(&tmp, path).map_err(|source| TrainError::Io { path: path.display().to_string(), source })
+    std::fs::write(&tmp, bytes).map_err(|source| TrainError::Io {
+        path: tmp.display().to_string(),
+        source,
+    })?;
+    std::fs::rename(&tmp, path).map_err(|source| TrainError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
@@ -44,8 +50,10 @@ fn tmp_path(path: &Path) -> PathBuf {
 /// # Errors
 /// [`TrainError::Json`] or [`TrainError::Io`] naming the path.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value)
-        .map_err(|source| TrainError::Json { path: path.display().to_string(), source })?;
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| TrainError::Json {
+        path: path.display().to_string(),
+        source,
+    })?;
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
@@ -65,7 +73,10 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// # Errors
 /// [`TrainError::Io`] naming the file.
 pub fn file_hash(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|source| TrainError::Io { path: path.display().to_string(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| TrainError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
     Ok(format!("{:016x}", fnv1a64(&bytes)))
 }
 
@@ -127,9 +138,15 @@ impl TrainState {
     pub fn read(dir: &Path) -> Result<TrainState> {
         let path = dir.join(STATE_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            TrainError::Resume(format!("{}: {e} (is this a run directory written by `hyperlens train`?)", path.display()))
+            TrainError::Resume(format!(
+                "{}: {e} (is this a run directory written by `hyperlens train`?)",
+                path.display()
+            ))
         })?;
-        serde_json::from_str(&text).map_err(|source| TrainError::Json { path: path.display().to_string(), source })
+        serde_json::from_str(&text).map_err(|source| TrainError::Json {
+            path: path.display().to_string(),
+            source,
+        })
     }
 }
 
@@ -147,7 +164,10 @@ pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW) -> Result<()> {
     let path = dir.join(OPTIMIZER_FILE);
     let tmp = tmp_path(&path);
     candle_core::safetensors::save(&map, &tmp)?;
-    std::fs::rename(&tmp, &path).map_err(|source| TrainError::Io { path: path.display().to_string(), source })
+    std::fs::rename(&tmp, &path).map_err(|source| TrainError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Loads the optimiser state saved by [`save_optimizer`] into `opt`; returns its update count.
@@ -167,7 +187,12 @@ pub(crate) fn load_optimizer(dir: &Path, opt: &mut AdamW, device: &Device) -> Re
         .map_err(|e| TrainError::Resume(format!("{}: tensor `step`: {e}", path.display())))?;
     let step = match step.as_slice() {
         [s] if *s >= 0 => *s as u64,
-        _ => return Err(TrainError::Resume(format!("{}: bad `step` tensor {step:?}", path.display()))),
+        _ => {
+            return Err(TrainError::Resume(format!(
+                "{}: bad `step` tensor {step:?}",
+                path.display()
+            )))
+        }
     };
     opt.load_state(&map, step)
         .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;

@@ -11,12 +11,19 @@ use hyperlens_tasks::logic::{sample_logic, LogicSet, LogicSplit, Purpose};
 use hyperlens_tasks::sraven::{Split, TrainStream};
 use hyperlens_train::metrics::read_metrics;
 use hyperlens_train::state::{dropout_rng, TrainState, OPTIMIZER_FILE, RECORD_FILE, STATE_FILE};
-use hyperlens_train::{train, Event, ModelSize, RunOptions, TrainError, TrainRecord, TrainSettings, TrainTask};
+use hyperlens_train::{
+    train, Event, ModelSize, RunOptions, TrainError, TrainRecord, TrainSettings, TrainTask,
+};
 
 /// A tiny SRAVEN model: D 32, 4 heads of 4, D_mlp 64, 2 layers, batch 16.
 fn tiny_sraven(steps: u64) -> TrainSettings {
     let mut s = TrainSettings::for_task(TrainTask::Sraven);
-    s.size = Some(ModelSize { d_model: 32, n_heads: 4, d_head: 4, d_mlp: 64 });
+    s.size = Some(ModelSize {
+        d_model: 32,
+        n_heads: 4,
+        d_head: 4,
+        d_mlp: 64,
+    });
     s.layers = 2;
     s.steps = steps;
     s.batch = 16;
@@ -29,8 +36,20 @@ fn tiny_sraven(steps: u64) -> TrainSettings {
     s
 }
 
-fn go(out: &Path, s: &TrainSettings, resume: bool) -> hyperlens_train::Result<hyperlens_train::TrainOutcome> {
-    train(out, s, &RunOptions { resume, ..Default::default() }, |_| ControlFlow::Continue(()))
+fn go(
+    out: &Path,
+    s: &TrainSettings,
+    resume: bool,
+) -> hyperlens_train::Result<hyperlens_train::TrainOutcome> {
+    train(
+        out,
+        s,
+        &RunOptions {
+            resume,
+            ..Default::default()
+        },
+        |_| ControlFlow::Continue(()),
+    )
 }
 
 /// ln 8: the cross-entropy of any model that ignores its input (every rule gives uniform answers).
@@ -58,12 +77,16 @@ fn loss_decreases_and_ood_accuracy_rises() {
     assert!(outcome.completed);
     let rows = read_metrics(&out.join("metrics.csv")).unwrap();
     // Row at step 0 (untrained evaluation), then every 100 steps, the last with the evaluation.
-    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 100, 200, 300, 400, 500, 600]);
+    assert_eq!(
+        rows.iter().map(|r| r.step).collect::<Vec<_>>(),
+        vec![0, 100, 200, 300, 400, 500, 600]
+    );
     let first = rows[1].train_loss.unwrap();
     let untrained = &rows[0];
     let trained = rows.last().unwrap();
     let last = trained.train_loss.unwrap();
-    let rec: TrainRecord = serde_json::from_str(&std::fs::read_to_string(out.join(RECORD_FILE)).unwrap()).unwrap();
+    let rec: TrainRecord =
+        serde_json::from_str(&std::fs::read_to_string(out.join(RECORD_FILE)).unwrap()).unwrap();
     let pf = &rec.final_eval.ood.per_feature;
     let mean_pf = pf.iter().sum::<f64>() / pf.len() as f64;
     eprintln!(
@@ -73,9 +96,19 @@ fn loss_decreases_and_ood_accuracy_rises() {
         rec.steps_per_s
     );
     assert!(last < first - 0.03, "training loss {first} -> {last}");
-    assert!(trained.ood_loss.unwrap() < LN_8 - 0.02, "OOD loss {:?}", trained.ood_loss);
-    assert!(untrained.ood_loss.unwrap() > LN_8, "an untrained model cannot beat ln 8");
-    assert!(mean_pf > 0.14, "OOD per-feature accuracy {mean_pf} (chance 0.125)");
+    assert!(
+        trained.ood_loss.unwrap() < LN_8 - 0.02,
+        "OOD loss {:?}",
+        trained.ood_loss
+    );
+    assert!(
+        untrained.ood_loss.unwrap() > LN_8,
+        "an untrained model cannot beat ln 8"
+    );
+    assert!(
+        mean_pf > 0.14,
+        "OOD per-feature accuracy {mean_pf} (chance 0.125)"
+    );
     // train.json says how it was trained.
     assert_eq!((rec.steps, rec.batch, rec.lr), (600, 32, 2e-2));
     assert_eq!(rec.task, TrainTask::Sraven);
@@ -101,8 +134,18 @@ fn tensor_bits(path: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
         .map(|(k, t)| {
             let t = t.flatten_all().unwrap();
             let bits = match t.dtype() {
-                candle_core::DType::F32 => t.to_vec1::<f32>().unwrap().iter().map(|x| x.to_bits() as u64).collect(),
-                _ => t.to_vec1::<i64>().unwrap().iter().map(|&x| x as u64).collect(),
+                candle_core::DType::F32 => t
+                    .to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits() as u64)
+                    .collect(),
+                _ => t
+                    .to_vec1::<i64>()
+                    .unwrap()
+                    .iter()
+                    .map(|&x| x as u64)
+                    .collect(),
             };
             (k, bits)
         })
@@ -113,11 +156,19 @@ fn tensor_bits(path: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
 fn resumed_run_ends_with_bitwise_identical_weights() {
     let dir = tempfile::tempdir().unwrap();
     let (straight, split) = (dir.path().join("straight"), dir.path().join("split"));
-    let s = TrainSettings { checkpoint_every: 7, log_every: 5, ..tiny_sraven(24) };
+    let s = TrainSettings {
+        checkpoint_every: 7,
+        log_every: 5,
+        ..tiny_sraven(24)
+    };
     let mut saved_init = false;
     train(&straight, &s, &RunOptions::default(), |e| {
         if let (Event::Start { .. }, false) = (e, saved_init) {
-            std::fs::copy(straight.join("model.safetensors"), dir.path().join("init.safetensors")).unwrap();
+            std::fs::copy(
+                straight.join("model.safetensors"),
+                dir.path().join("init.safetensors"),
+            )
+            .unwrap();
             saved_init = true;
         }
         ControlFlow::Continue(())
@@ -135,15 +186,31 @@ fn resumed_run_ends_with_bitwise_identical_weights() {
     assert_eq!(TrainState::read(&split).unwrap().step, 12);
     assert!(!split.join(RECORD_FILE).exists());
     // Starting again without --resume is refused; resuming with another learning rate too.
-    assert!(matches!(go(&split, &s, false), Err(TrainError::InvalidParam(m)) if m.contains("--resume")));
-    let other = TrainSettings { lr: 1e-3, ..s.clone() };
+    assert!(
+        matches!(go(&split, &s, false), Err(TrainError::InvalidParam(m)) if m.contains("--resume"))
+    );
+    let other = TrainSettings {
+        lr: 1e-3,
+        ..s.clone()
+    };
     assert!(matches!(go(&split, &other, true), Err(TrainError::Resume(m)) if m.contains("lr")));
     // Cadence may change on resume; the weights must not notice.
-    let resumed = go(&split, &TrainSettings { checkpoint_every: 4, ..s.clone() }, true).unwrap();
+    let resumed = go(
+        &split,
+        &TrainSettings {
+            checkpoint_every: 4,
+            ..s.clone()
+        },
+        true,
+    )
+    .unwrap();
     assert!(resumed.completed);
     for f in ["model.safetensors", OPTIMIZER_FILE] {
         let (a, b) = (tensor_bits(&straight.join(f)), tensor_bits(&split.join(f)));
-        assert!(a.len() >= 2 && a.keys().eq(b.keys()), "{f}: tensor names differ");
+        assert!(
+            a.len() >= 2 && a.keys().eq(b.keys()),
+            "{f}: tensor names differ"
+        );
         for (name, bits) in &a {
             assert!(bits == &b[name], "{f}: tensor {name} differs after resume");
         }
@@ -155,22 +222,40 @@ fn resumed_run_ends_with_bitwise_identical_weights() {
     // The training loss of the resumed steps equals the straight run's at the shared row steps.
     let a = read_metrics(&straight.join("metrics.csv")).unwrap();
     let b = read_metrics(&split.join("metrics.csv")).unwrap();
-    let at = |rows: &[hyperlens_train::MetricsRow], step| rows.iter().find(|r| r.step == step).cloned().unwrap();
+    let at = |rows: &[hyperlens_train::MetricsRow], step| {
+        rows.iter().find(|r| r.step == step).cloned().unwrap()
+    };
     assert_eq!(at(&a, 20).train_loss, at(&b, 20).train_loss);
     assert_eq!(at(&a, 24).train_loss, at(&b, 24).train_loss);
     assert_eq!(at(&a, 24).ood_acc, at(&b, 24).ood_acc);
-    assert_eq!(b.iter().filter(|r| r.step == 12).count(), 1, "the row of the interruption is kept once");
+    assert_eq!(
+        b.iter().filter(|r| r.step == 12).count(),
+        1,
+        "the row of the interruption is kept once"
+    );
     let st = TrainState::read(&split).unwrap();
     assert_eq!(st.sessions.len(), 2);
-    assert_eq!((st.sessions[1].start_step, st.sessions[1].end_step), (12, 24));
+    assert_eq!(
+        (st.sessions[1].start_step, st.sessions[1].end_step),
+        (12, 24)
+    );
     // A finished run cannot be resumed; a corrupted weights file is detected.
     assert!(matches!(go(&split, &s, true), Err(TrainError::Resume(m)) if m.contains("complete")));
-    assert!(matches!(go(&dir.path().join("none"), &s, true), Err(TrainError::Resume(_))));
+    assert!(matches!(
+        go(&dir.path().join("none"), &s, true),
+        Err(TrainError::Resume(_))
+    ));
     let mut st = TrainState::read(&split).unwrap();
     st.step = 20;
     hyperlens_train::state::write_json(&split.join(STATE_FILE), &st).unwrap();
-    std::fs::write(split.join("model.safetensors"), read(&straight.join("model.safetensors"))[..100].to_vec()).unwrap();
-    assert!(matches!(go(&split, &s, true), Err(TrainError::Resume(m)) if m.contains("interrupted")));
+    std::fs::write(
+        split.join("model.safetensors"),
+        read(&straight.join("model.safetensors"))[..100].to_vec(),
+    )
+    .unwrap();
+    assert!(
+        matches!(go(&split, &s, true), Err(TrainError::Resume(m)) if m.contains("interrupted"))
+    );
 }
 
 /// Asserts that every variable of the map receives a non-zero gradient from `loss`.
@@ -179,9 +264,20 @@ fn assert_all_gradients(loss: &Tensor, vars: &candle_nn::VarMap, what: &str) {
     let data = vars.data().lock().unwrap();
     assert!(!data.is_empty());
     for (name, var) in data.iter() {
-        let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("{what}: no gradient for {name}"));
-        let norm = g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
-        assert!(norm > 0.0 && norm.is_finite(), "{what}: gradient of {name} has squared norm {norm}");
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("{what}: no gradient for {name}"));
+        let norm = g
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(
+            norm > 0.0 && norm.is_finite(),
+            "{what}: gradient of {name} has squared norm {norm}"
+        );
     }
 }
 
@@ -206,7 +302,10 @@ fn every_parameter_receives_a_gradient() {
     }
     let logic = LogicSplit::new(hyperlens_train::LogicSettings::default().params(), 0).unwrap();
     let lb = sample_logic(&logic, LogicSet::Train, Purpose::Train, 11, 0, 0).unwrap();
-    let cfg = Config { n_layers: 2, ..Config::logic(Mixer::Hyla, 4, 32) };
+    let cfg = Config {
+        n_layers: 2,
+        ..Config::logic(Mixer::Hyla, 4, 32)
+    };
     let (model, vars) = Transformer::init(&cfg, 2, &dev).unwrap();
     let bl = hyperlens_train::logic::batch_loss(&model, &lb, 0.1, &mut dropout_rng(0, 1)).unwrap();
     assert_all_gradients(&bl.loss, &vars, "logic");
@@ -217,8 +316,18 @@ fn every_parameter_receives_a_gradient() {
         s.attn_only = attn_only;
         let cfg: TokenConfig = hyperlens_train::induction::model_config(&s).unwrap();
         let (model, vars) = TokenModel::init(&cfg, 3, &dev).unwrap();
-        let bl = hyperlens_train::induction::batch_loss(&model, &tokens, 0.1, &mut dropout_rng(0, 2)).unwrap();
-        assert_all_gradients(&bl.loss, &vars, if attn_only { "attn-only token model" } else { "token model" });
+        let bl =
+            hyperlens_train::induction::batch_loss(&model, &tokens, 0.1, &mut dropout_rng(0, 2))
+                .unwrap();
+        assert_all_gradients(
+            &bl.loss,
+            &vars,
+            if attn_only {
+                "attn-only token model"
+            } else {
+                "token model"
+            },
+        );
     }
 }
 
@@ -226,7 +335,12 @@ fn every_parameter_receives_a_gradient() {
 fn logic_and_induction_runs_write_their_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = TrainSettings::for_task(TrainTask::Logic);
-    s.size = Some(ModelSize { d_model: 16, n_heads: 4, d_head: 2, d_mlp: 32 });
+    s.size = Some(ModelSize {
+        d_model: 16,
+        n_heads: 4,
+        d_head: 2,
+        d_mlp: 32,
+    });
     s.logic.samples = 9;
     s.steps = 40;
     s.batch = 32;
@@ -238,7 +352,13 @@ fn logic_and_induction_runs_write_their_checkpoints() {
     let ev = o.record.unwrap().final_eval;
     assert!(ev.id.metric.is_finite() && ev.ood.metric.is_finite() && ev.id.metric <= 1.0);
     assert!(ev.extra.contains_key("unknown_terms"));
-    assert_eq!(Transformer::load(&out, &Device::Cpu).unwrap().config().d_out, 1);
+    assert_eq!(
+        Transformer::load(&out, &Device::Cpu)
+            .unwrap()
+            .config()
+            .d_out,
+        1
+    );
 
     let mut s = TrainSettings::for_task(TrainTask::Induction);
     s.attn_only = true;

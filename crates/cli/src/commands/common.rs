@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Args;
-use hyperlens_tasks::sraven::{Set, SravenParams, Split};
+use hyperlens_tasks::sraven::{Set, Split, SravenParams};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Where the problems come from: a problem-set file, or sampled from a split.
@@ -78,7 +78,11 @@ impl ProblemArgs {
 /// A progress bar over `len` items with a short label, drawn on stderr (hidden when not a terminal).
 pub fn progress_bar(len: u64, label: &str, unit: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
-    let template = format!("{{spinner}} {label} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})");
-    bar.set_style(ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let template = format!(
+        "{{spinner}} {label} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})"
+    );
+    bar.set_style(
+        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     bar
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use hyperlens_model::eval::evaluate_with;
 use hyperlens_model::{Device, Transformer};
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, Set, SravenParams, Split};
+use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array2, Array3};
 
@@ -50,17 +50,25 @@ pub struct EvalArgs {
     pub save_logits: Option<PathBuf>,
 }
 
-fn write_logits(path: &Path, logits: &Array3<f32>, pred: &Array2<i64>, y: &Array2<i64>) -> anyhow::Result<()> {
+fn write_logits(
+    path: &Path,
+    logits: &Array3<f32>,
+    pred: &Array2<i64>,
+    y: &Array2<i64>,
+) -> anyhow::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut npz = ndarray_npy::NpzWriter::new(file);
     npz.add_array("logits", logits)?;
     npz.add_array("pred", pred)?;
     npz.add_array("y", y)?;
-    npz.finish().with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    npz.finish()
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -75,7 +83,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let device = args.device.to_candle()?;
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
-    let params = SravenParams { features: cfg.n_outputs, values: cfg.d_in, ..SravenParams::default() };
+    let params = SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..SravenParams::default()
+    };
     let (problems, what): (ProblemSet, String) = match (&args.problems, &args.split) {
         (Some(path), _) => (load_problems(path, &params)?, path.display().to_string()),
         (None, Some(name)) => {
@@ -84,20 +96,33 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
             let split = Split::named_with(name, params)?;
             let set = sample(&split, args.set, args.n, args.seed, args.unpermuted)?;
-            let kind = if args.unpermuted { "unpermuted" } else { "permuted" };
-            (set, format!("{name} {}, seed {}, {kind}", args.set, args.seed))
+            let kind = if args.unpermuted {
+                "unpermuted"
+            } else {
+                "permuted"
+            };
+            (
+                set,
+                format!("{name} {}, seed {}, {kind}", args.set, args.seed),
+            )
         }
         (None, None) => bail!("give --problems FILE or --split NAME"),
     };
     let n = problems.len();
     let bar = ProgressBar::new(n as u64);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} eval [{bar:30}] {pos}/{len} problems ({per_sec}, eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} eval [{bar:30}] {pos}/{len} problems ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let out = evaluate_with(&model, &problems, args.batch, args.save_logits.is_some(), |done| {
-        bar.set_position(done as u64)
-    })?;
+    let out = evaluate_with(
+        &model,
+        &problems,
+        args.batch,
+        args.save_logits.is_some(),
+        |done| bar.set_position(done as u64),
+    )?;
     bar.finish_and_clear();
     if let (Some(path), Some(logits), Some(pred)) = (&args.save_logits, &out.logits, &out.pred) {
         write_logits(path, logits, pred, &problems.y)?;
@@ -112,10 +137,23 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         });
         println!("{obj}");
     } else {
-        println!("checkpoint   {} ({}, {} parameters)", args.checkpoint.display(), cfg.mixer, cfg.n_params());
+        println!(
+            "checkpoint   {} ({}, {} parameters)",
+            args.checkpoint.display(),
+            cfg.mixer,
+            cfg.n_params()
+        );
         println!("problems     {what}: {n}");
-        println!("accuracy     {:.2} % (all {} features right)", 100.0 * m.accuracy, cfg.n_outputs);
-        let per: Vec<String> = m.per_feature_accuracy.iter().map(|a| format!("{:.2} %", 100.0 * a)).collect();
+        println!(
+            "accuracy     {:.2} % (all {} features right)",
+            100.0 * m.accuracy,
+            cfg.n_outputs
+        );
+        let per: Vec<String> = m
+            .per_feature_accuracy
+            .iter()
+            .map(|a| format!("{:.2} %", 100.0 * a))
+            .collect();
         println!("per feature  {}", per.join("  "));
         println!("loss         {:.4}", m.loss);
         if let Some(p) = &args.save_logits {

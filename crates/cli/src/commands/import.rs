@@ -44,7 +44,10 @@ pub fn run(cmd: ImportCommand) -> anyhow::Result<()> {
     match cmd {
         ImportCommand::Jax(args) => {
             if args.out.exists() && !args.force {
-                bail!("{} already exists (use --force to overwrite)", args.out.display());
+                bail!(
+                    "{} already exists (use --force to overwrite)",
+                    args.out.display()
+                );
             }
             let (config, tensors) = import_jax_npz(&args.params, args.mixer, args.n_outputs)?;
             checkpoint::save(&args.out, &config, &tensors)

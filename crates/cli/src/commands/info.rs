@@ -42,7 +42,14 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
         let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
         let max_abs = v.iter().fold(0.0f64, |m, &x| m.max((x as f64).abs()));
-        rows.push(TensorRow { numel: v.len(), name, shape, mean, std: var.sqrt(), max_abs });
+        rows.push(TensorRow {
+            numel: v.len(),
+            name,
+            shape,
+            mean,
+            std: var.sqrt(),
+            max_abs,
+        });
     }
     if args.json {
         let obj = serde_json::json!({
@@ -80,7 +87,10 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
     );
     println!("parameters   {}", config.n_params());
     println!();
-    println!("{:<26} {:<16} {:>8} {:>10} {:>10} {:>10}", "tensor", "shape", "numel", "mean", "std", "max|x|");
+    println!(
+        "{:<26} {:<16} {:>8} {:>10} {:>10} {:>10}",
+        "tensor", "shape", "numel", "mean", "std", "max|x|"
+    );
     for r in rows {
         println!(
             "{:<26} {:<16} {:>8} {:>10.4} {:>10.4} {:>10.4}",

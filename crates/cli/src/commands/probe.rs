@@ -50,9 +50,19 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let device = args.device.to_candle()?;
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
-    let params = SravenParams { features: cfg.n_outputs, values: cfg.d_in, ..SravenParams::default() };
-    let probe = ProbeParams { site: args.site.clone(), layers: args.layers.clone() };
-    let mut meta = ProbeMeta { checkpoint: args.checkpoint.display().to_string(), ..ProbeMeta::default() };
+    let params = SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..SravenParams::default()
+    };
+    let probe = ProbeParams {
+        site: args.site.clone(),
+        layers: args.layers.clone(),
+    };
+    let mut meta = ProbeMeta {
+        checkpoint: args.checkpoint.display().to_string(),
+        ..ProbeMeta::default()
+    };
     let source = args.problems.resolve(params)?;
     let summary = match source {
         ProblemSource::File(path) => {
@@ -60,12 +70,22 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             meta.problems = path.display().to_string();
             let n = set.len();
             let bar = progress_bar(n as u64, "probe", "problems");
-            let batches = (0..n).step_by(args.batch).map(|s| Ok(set.slice(s, (s + args.batch).min(n))));
-            let s = extract(&model, batches, n, &probe, &args.out, meta, |d| bar.set_position(d as u64));
+            let batches = (0..n)
+                .step_by(args.batch)
+                .map(|s| Ok(set.slice(s, (s + args.batch).min(n))));
+            let s = extract(&model, batches, n, &probe, &args.out, meta, |d| {
+                bar.set_position(d as u64)
+            });
             bar.finish_and_clear();
             s
         }
-        ProblemSource::Sampled { split, set, n, seed, unpermuted } => {
+        ProblemSource::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        } => {
             meta.problems = "generated".into();
             meta.split = Some(split.name.clone());
             meta.set = Some(set.to_string());
@@ -74,7 +94,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             let stream = SampleStream::new(&split, set, seed, unpermuted)?;
             let batches = stream.batches(n, args.batch).map(|b| b.map_err(Into::into));
             let bar = progress_bar(n as u64, "probe", "problems");
-            let s = extract(&model, batches, n, &probe, &args.out, meta, |d| bar.set_position(d as u64));
+            let s = extract(&model, batches, n, &probe, &args.out, meta, |d| {
+                bar.set_position(d as u64)
+            });
             bar.finish_and_clear();
             s
         }

@@ -13,9 +13,10 @@ use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams, LatentRepo
 use hyperlens_model::eval::evaluate;
 use hyperlens_model::{Device, EvalMetrics, Transformer};
 use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
-use hyperlens_tasks::sraven::{sample, Rule, SampleStream, Set, SravenParams, Split};
+use hyperlens_tasks::sraven::{sample, Rule, SampleStream, Set, Split, SravenParams};
 use hyperlens_viz::{
-    save_png, save_svg, BarSeries, GroupedBars, Heatmap, LayerAccuracy, PcaScatter, Reference, ScatterPanel, Series,
+    save_png, save_svg, BarSeries, GroupedBars, Heatmap, LayerAccuracy, PcaScatter, Reference,
+    ScatterPanel, Series,
 };
 
 use super::common::progress_bar;
@@ -63,13 +64,21 @@ fn checkpoints(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
     }
     let root = Path::new("data/checkpoints");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
-        .with_context(|| format!("reading {} (run from the repository root, or give --checkpoint)", root.display()))?
+        .with_context(|| {
+            format!(
+                "reading {} (run from the repository root, or give --checkpoint)",
+                root.display()
+            )
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("config.json").is_file())
         .collect();
     dirs.sort();
     if dirs.is_empty() {
-        bail!("no checkpoint (a directory with config.json) under {}", root.display());
+        bail!(
+            "no checkpoint (a directory with config.json) under {}",
+            root.display()
+        );
     }
     Ok(dirs)
 }
@@ -84,7 +93,10 @@ fn split_of(dir: &Path, default: &str) -> String {
 }
 
 fn name_of(dir: &Path) -> String {
-    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn pct(x: f64) -> String {
@@ -101,7 +113,11 @@ fn analyse_checkpoint(args: &ReportArgs, dir: &Path, out: &Path) -> anyhow::Resu
     let device = args.device.to_candle()?;
     let model = Transformer::load(dir, &device)?;
     let cfg = model.config().clone();
-    let params = SravenParams { features: cfg.n_outputs, values: cfg.d_in, ..SravenParams::default() };
+    let params = SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..SravenParams::default()
+    };
     let split_name = split_of(dir, &args.split);
     let split = Split::named_with(&split_name, params)?;
     let mut metrics = Vec::new();
@@ -123,22 +139,42 @@ fn analyse_checkpoint(args: &ReportArgs, dir: &Path, out: &Path) -> anyhow::Resu
             ..ProbeMeta::default()
         };
         let bar = progress_bar(args.n as u64, &format!("{name} codes {set}"), "problems");
-        let batches = SampleStream::new(&split, set, args.seed, true)?.batches(args.n, args.batch).map(|b| b.map_err(Into::into));
-        let probe = ProbeParams { site: Site::Paper, layers: None };
-        extract(&model, batches, args.n, &probe, &path, meta, |d| bar.set_position(d as u64))?;
+        let batches = SampleStream::new(&split, set, args.seed, true)?
+            .batches(args.n, args.batch)
+            .map(|b| b.map_err(Into::into));
+        let probe = ProbeParams {
+            site: Site::Paper,
+            layers: None,
+        };
+        extract(&model, batches, args.n, &probe, &path, meta, |d| {
+            bar.set_position(d as u64)
+        })?;
         bar.finish_and_clear();
         sets.push(CodeSet::read_npz(&path)?);
     }
     let bar = progress_bar(1, &format!("{name} analysis"), "stages");
-    let latent = analyze_pair(&sets[0], &sets[1], &LatentAnalysisParams::default(), &mut |p| {
-        bar.set_length(p.total as u64);
-        bar.set_position(p.done as u64);
-    })?;
+    let latent = analyze_pair(
+        &sets[0],
+        &sets[1],
+        &LatentAnalysisParams::default(),
+        &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+        },
+    )?;
     bar.finish_and_clear();
     latent.write_tables(&out.join("tables").join(&name))?;
     let ood = metrics.pop().context("OOD metrics")?;
     let id = metrics.pop().context("ID metrics")?;
-    Ok(Entry { name, dir: dir.to_path_buf(), mixer: cfg.mixer.to_string(), split: split_name, id, ood, latent })
+    Ok(Entry {
+        name,
+        dir: dir.to_path_buf(),
+        mixer: cfg.mixer.to_string(),
+        split: split_name,
+        id,
+        ood,
+        latent,
+    })
 }
 
 fn rule_names() -> Vec<String> {
@@ -149,9 +185,19 @@ fn rule_names() -> Vec<String> {
 fn figures(e: &Entry, out: &Path) -> anyhow::Result<Vec<(String, String)>> {
     let fig_dir = out.join("figures");
     let mut made = Vec::new();
-    let layers: Vec<_> = e.latent.layers.iter().filter(|a| a.layer != LayerSel::All).collect();
+    let layers: Vec<_> = e
+        .latent
+        .layers
+        .iter()
+        .filter(|a| a.layer != LayerSel::All)
+        .collect();
     // PCA by rule, one panel per layer (the unsupervised set: OOD codes).
-    let labels: Vec<usize> = e.latent.unsupervised_label.iter().map(|&l| l.max(0) as usize).collect();
+    let labels: Vec<usize> = e
+        .latent
+        .unsupervised_label
+        .iter()
+        .map(|&l| l.max(0) as usize)
+        .collect();
     let panels: Vec<ScatterPanel> = layers
         .iter()
         .map(|a| {
@@ -159,58 +205,121 @@ fn figures(e: &Entry, out: &Path) -> anyhow::Result<Vec<(String, String)>> {
             ScatterPanel {
                 title: format!("layer {}", a.layer),
                 points: a.projection.view(),
-                explained: [r.get(0).copied().unwrap_or(0.0), r.get(1).copied().unwrap_or(0.0)],
+                explained: [
+                    r.get(0).copied().unwrap_or(0.0),
+                    r.get(1).copied().unwrap_or(0.0),
+                ],
             }
         })
         .collect();
-    let title = format!("{}: latent codes (query 35, keys 27 and 31) by rule, OOD", e.name);
+    let title = format!(
+        "{}: latent codes (query 35, keys 27 and 31) by rule, OOD",
+        e.name
+    );
     let fig = PcaScatter::by_category(&title, panels.clone(), &labels, &rule_names(), "rule");
     let rel = format!("figures/{}_pca_rule.png", e.name);
     save_png(out.join(&rel), &fig)?;
     save_svg(fig_dir.join(format!("{}_pca_rule.svg", e.name)), &fig)?;
-    made.push(("PCA of the codes per layer, coloured by the rule of slot 3".to_string(), rel));
+    made.push((
+        "PCA of the codes per layer, coloured by the rule of slot 3".to_string(),
+        rel,
+    ));
     if let Some(t) = &e.latent.unsupervised_target {
         let values: Vec<f64> = t.iter().map(|&v| v as f64).collect();
-        let fig = PcaScatter::by_value(&format!("{}: latent codes by target value, OOD", e.name), panels, &values, "target value");
+        let fig = PcaScatter::by_value(
+            &format!("{}: latent codes by target value, OOD", e.name),
+            panels,
+            &values,
+            "target value",
+        );
         let rel = format!("figures/{}_pca_target.png", e.name);
         save_png(out.join(&rel), &fig)?;
-        made.push(("PCA of the codes per layer, coloured by the answer value".to_string(), rel));
+        made.push((
+            "PCA of the codes per layer, coloured by the answer value".to_string(),
+            rel,
+        ));
     }
     // Decoding accuracy per layer with baselines.
-    let acc: Vec<f64> = e.latent.layers.iter().map(|a| a.decoding.accuracy).collect();
-    let bal: Vec<f64> = e.latent.layers.iter().map(|a| a.decoding.balanced_accuracy).collect();
-    let majority = [e.latent.layers.first().map_or(0.0, |a| a.decoding.majority_baseline)];
-    let shuffled: Vec<f64> = e.latent.layers.iter().map(|a| a.decoding.shuffled_control.unwrap_or(f64::NAN)).collect();
-    let mut refs = vec![Reference { name: "majority class".into(), values: &majority }];
+    let acc: Vec<f64> = e
+        .latent
+        .layers
+        .iter()
+        .map(|a| a.decoding.accuracy)
+        .collect();
+    let bal: Vec<f64> = e
+        .latent
+        .layers
+        .iter()
+        .map(|a| a.decoding.balanced_accuracy)
+        .collect();
+    let majority = [e
+        .latent
+        .layers
+        .first()
+        .map_or(0.0, |a| a.decoding.majority_baseline)];
+    let shuffled: Vec<f64> = e
+        .latent
+        .layers
+        .iter()
+        .map(|a| a.decoding.shuffled_control.unwrap_or(f64::NAN))
+        .collect();
+    let mut refs = vec![Reference {
+        name: "majority class".into(),
+        values: &majority,
+    }];
     if shuffled.iter().all(|v| v.is_finite()) {
-        refs.push(Reference { name: "shuffled labels".into(), values: &shuffled });
+        refs.push(Reference {
+            name: "shuffled labels".into(),
+            values: &shuffled,
+        });
     }
     let fig = LayerAccuracy::new(
         &format!("{}: rule decoding ID -> OOD", e.name),
         layers.len(),
-        vec![Series { name: "accuracy".into(), values: &acc }, Series { name: "balanced accuracy".into(), values: &bal }],
+        vec![
+            Series {
+                name: "accuracy".into(),
+                values: &acc,
+            },
+            Series {
+                name: "balanced accuracy".into(),
+                values: &bal,
+            },
+        ],
         refs,
     );
     let rel = format!("figures/{}_decoding.png", e.name);
     save_png(out.join(&rel), &fig)?;
-    made.push(("Linear decoding of the rule from the codes, trained on ID, tested on OOD".to_string(), rel));
+    made.push((
+        "Linear decoding of the rule from the codes, trained on ID, tested on OOD".to_string(),
+        rel,
+    ));
     // Rule similarity of the final layer.
     if let Some(last) = layers.last() {
         let sim = &last.similarity;
         let names: Vec<String> = sim
             .labels
             .iter()
-            .map(|&l| Rule::from_index(l as usize).map_or_else(|_| l.to_string(), |r| r.name().to_string()))
+            .map(|&l| {
+                Rule::from_index(l as usize)
+                    .map_or_else(|_| l.to_string(), |r| r.name().to_string())
+            })
             .collect();
         let cos = sim.cosine.mapv(|v| if v.is_finite() { v } else { 0.0 });
         let fig = Heatmap::rule_similarity(
-            &format!("{}: cosine similarity of mean codes, layer {}", e.name, last.layer),
+            &format!(
+                "{}: cosine similarity of mean codes, layer {}",
+                e.name, last.layer
+            ),
             cos.view(),
             &names,
         )?;
         let rel = format!("figures/{}_similarity.png", e.name);
         save_png(out.join(&rel), &fig)?;
-        made.push(("Cosine similarity of the per-rule mean codes (final layer)".to_string(), rel));
+        made.push((
+            "Cosine similarity of the per-rule mean codes (final layer)".to_string(),
+            rel,
+        ));
     }
     Ok(made)
 }
@@ -221,7 +330,13 @@ fn best_layer(e: &Entry) -> (String, f64) {
         .iter()
         .filter(|a| a.layer != LayerSel::All)
         .map(|a| (a.layer.to_string(), a.decoding.accuracy))
-        .fold(("-".to_string(), f64::NEG_INFINITY), |b, x| if x.1 > b.1 { x } else { b })
+        .fold(("-".to_string(), f64::NEG_INFINITY), |b, x| {
+            if x.1 > b.1 {
+                x
+            } else {
+                b
+            }
+        })
 }
 
 /// One or two sentences generated from the numbers.
@@ -235,17 +350,32 @@ fn findings(e: &Entry) -> String {
         e.mixer,
         pct(e.id.accuracy),
         pct(e.ood.accuracy),
-        if gap.abs() < 0.02 { "no generalisation gap".to_string() } else { format!("a gap of {:+.1} points", 100.0 * gap) }
+        if gap.abs() < 0.02 {
+            "no generalisation gap".to_string()
+        } else {
+            format!("a gap of {:+.1} points", 100.0 * gap)
+        }
     );
     let (layer, acc) = best_layer(e);
-    let majority = e.latent.layers.first().map_or(0.0, |a| a.decoding.majority_baseline);
+    let majority = e
+        .latent
+        .layers
+        .first()
+        .map_or(0.0, |a| a.decoding.majority_baseline);
     let _ = write!(
         s,
         "and a linear probe trained on ID codes decodes the rule of OOD problems best at layer {layer} ({} against a majority baseline of {}).",
         pct(acc),
         pct(majority)
     );
-    if let Some(c) = e.latent.layers.iter().rev().find(|a| a.layer != LayerSel::All).and_then(|a| a.clusters.as_ref()) {
+    if let Some(c) = e
+        .latent
+        .layers
+        .iter()
+        .rev()
+        .find(|a| a.layer != LayerSel::All)
+        .and_then(|a| a.clusters.as_ref())
+    {
         let _ = write!(
             s,
             " k-means on the final layer's codes recovers the rules with ARI {:.2} and NMI {:.2}.",
@@ -268,9 +398,19 @@ fn markdown(entries: &[Entry], figs: &[Vec<(String, String)>], args: &ReportArgs
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
     for e in entries {
         let (layer, acc) = best_layer(e);
-        let all = e.latent.layers.iter().find(|a| a.layer == LayerSel::All).map_or(f64::NAN, |a| a.decoding.accuracy);
-        let maj = e.latent.layers.first().map_or(f64::NAN, |a| a.decoding.majority_baseline);
-        let per: f64 = e.ood.per_feature_accuracy.iter().sum::<f64>() / e.ood.per_feature_accuracy.len().max(1) as f64;
+        let all = e
+            .latent
+            .layers
+            .iter()
+            .find(|a| a.layer == LayerSel::All)
+            .map_or(f64::NAN, |a| a.decoding.accuracy);
+        let maj = e
+            .latent
+            .layers
+            .first()
+            .map_or(f64::NAN, |a| a.decoding.majority_baseline);
+        let per: f64 = e.ood.per_feature_accuracy.iter().sum::<f64>()
+            / e.ood.per_feature_accuracy.len().max(1) as f64;
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} |",
@@ -293,8 +433,12 @@ fn markdown(entries: &[Entry], figs: &[Vec<(String, String)>], args: &ReportArgs
         let _ = writeln!(md, "| layer | decoding acc | balanced acc | majority | shuffled control | ARI | NMI | silhouette |");
         let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
         for a in &e.latent.layers {
-            let (ari, nmi, sil) =
-                a.clusters.as_ref().map_or((f64::NAN, f64::NAN, f64::NAN), |c| (c.ari, c.nmi, c.silhouette));
+            let (ari, nmi, sil) = a
+                .clusters
+                .as_ref()
+                .map_or((f64::NAN, f64::NAN, f64::NAN), |c| {
+                    (c.ari, c.nmi, c.silhouette)
+                });
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} |",
@@ -311,13 +455,19 @@ fn markdown(entries: &[Entry], figs: &[Vec<(String, String)>], args: &ReportArgs
         for (caption, rel) in f {
             let _ = writeln!(md, "\n{caption}:\n\n![{caption}]({rel})");
         }
-        let _ = writeln!(md, "\nTables: `tables/{0}/`; codes: `codes/{0}_id.npz`, `codes/{0}_ood.npz`.", e.name);
+        let _ = writeln!(
+            md,
+            "\nTables: `tables/{0}/`; codes: `codes/{0}_id.npz`, `codes/{0}_ood.npz`.",
+            e.name
+        );
     }
     md
 }
 
 fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A self-contained rendering of the Markdown subset the report uses (headings, paragraphs, tables,
@@ -354,7 +504,12 @@ fn html(md: &str) -> String {
             let _ = writeln!(body, "<h1>{}</h1>", html_escape(h));
         } else if let Some(rest) = t.strip_prefix("![") {
             if let Some((alt, src)) = rest.split_once("](") {
-                let _ = writeln!(body, "<figure><img src=\"{}\" alt=\"{}\"></figure>", html_escape(src.trim_end_matches(')')), html_escape(alt));
+                let _ = writeln!(
+                    body,
+                    "<figure><img src=\"{}\" alt=\"{}\"></figure>",
+                    html_escape(src.trim_end_matches(')')),
+                    html_escape(alt)
+                );
             }
         } else if !t.is_empty() {
             let _ = writeln!(body, "<p>{}</p>", html_escape(t).replace('`', ""));
@@ -378,13 +533,17 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     }
     let dirs = checkpoints(&args)?;
     for sub in ["figures", "tables", "codes"] {
-        std::fs::create_dir_all(args.out.join(sub)).with_context(|| format!("creating {}", args.out.join(sub).display()))?;
+        std::fs::create_dir_all(args.out.join(sub))
+            .with_context(|| format!("creating {}", args.out.join(sub).display()))?;
     }
     let start = std::time::Instant::now();
     let mut entries = Vec::new();
     for dir in &dirs {
         eprintln!("report: {}", dir.display());
-        entries.push(analyse_checkpoint(&args, dir, &args.out).with_context(|| format!("analysing {}", dir.display()))?);
+        entries.push(
+            analyse_checkpoint(&args, dir, &args.out)
+                .with_context(|| format!("analysing {}", dir.display()))?,
+        );
     }
     let mut figs = Vec::new();
     for e in &entries {
@@ -396,14 +555,24 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let bars = GroupedBars::accuracy(
         "SRAVEN accuracy per checkpoint (all 4 features right)",
         &names,
-        vec![BarSeries { name: "in-distribution".into(), values: &id }, BarSeries { name: "OOD".into(), values: &ood }],
+        vec![
+            BarSeries {
+                name: "in-distribution".into(),
+                values: &id,
+            },
+            BarSeries {
+                name: "OOD".into(),
+                values: &ood,
+            },
+        ],
     );
     save_png(args.out.join("figures/accuracy.png"), &bars)?;
     save_svg(args.out.join("figures/accuracy.svg"), &bars)?;
     let md = markdown(&entries, &figs, &args);
     write_file(&args.out.join("index.md"), &md)?;
     write_file(&args.out.join("index.html"), &html(&md))?;
-    let mut acc_csv = String::from("checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n\n");
+    let mut acc_csv =
+        String::from("checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n\n");
     for e in &entries {
         let _ = writeln!(
             acc_csv,
@@ -428,7 +597,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
             "latent": e.latent.summary(),
         })).collect::<Vec<_>>(),
     });
-    write_file(&args.out.join("summary.json"), &serde_json::to_string_pretty(&summary)?)?;
+    write_file(
+        &args.out.join("summary.json"),
+        &serde_json::to_string_pretty(&summary)?,
+    )?;
     println!(
         "wrote {} ({} checkpoints, {:.0} s)",
         args.out.join("index.html").display(),

@@ -111,10 +111,15 @@ fn set<T: Clone>(field: &mut T, value: &Option<T>) {
 /// flags that were given.
 fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
     let mut s = if args.resume {
-        let s = read_settings(&args.out).with_context(|| format!("--resume: reading the run in {}", args.out.display()))?;
+        let s = read_settings(&args.out)
+            .with_context(|| format!("--resume: reading the run in {}", args.out.display()))?;
         if let Some(t) = args.task {
             if t != s.task {
-                bail!("--task {t}: the run in {} trains {}", args.out.display(), s.task);
+                bail!(
+                    "--task {t}: the run in {} trains {}",
+                    args.out.display(),
+                    s.task
+                );
             }
         }
         s
@@ -159,20 +164,33 @@ fn fmt_opt(v: Option<f64>) -> String {
 /// device, a diverged run, I/O errors.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let settings = settings(&args)?;
-    let options = RunOptions { device: args.device, resume: args.resume };
+    let options = RunOptions {
+        device: args.device,
+        resume: args.resume,
+    };
     let metric = match settings.task {
         TrainTask::Logic => "R2",
         _ => "acc",
     };
-    let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(settings.steps) };
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(settings.steps)
+    };
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise} < {eta_precise}, {per_sec}] {msg}")
-            .context("progress bar template")?,
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} [{elapsed_precise} < {eta_precise}, {per_sec}] {msg}",
+        )
+        .context("progress bar template")?,
     );
     let stop_after = args.stop_after;
     let outcome = train(&args.out, &settings, &options, |event| {
         match event {
-            Event::Start { step, total, n_params } => {
+            Event::Start {
+                step,
+                total,
+                n_params,
+            } => {
                 bar.set_position(*step);
                 bar.println(format!(
                     "training {} ({} params) on {}: {} {} steps {}..{} -> {}",
@@ -230,7 +248,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 rec.steps, rec.wall_time_s, rec.steps_per_s, rec.device, ev.id.metric, ev.ood.metric
             );
             if !ev.ood.per_feature.is_empty() {
-                let pf: Vec<String> = ev.ood.per_feature.iter().map(|v| format!("{v:.3}")).collect();
+                let pf: Vec<String> = ev
+                    .ood
+                    .per_feature
+                    .iter()
+                    .map(|v| format!("{v:.3}"))
+                    .collect();
                 println!("OOD per-feature accuracy: {}", pf.join(" "));
             }
             println!(

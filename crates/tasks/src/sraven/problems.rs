@@ -301,7 +301,13 @@ pub(crate) fn generate(
 /// # Errors
 /// [`TasksError::InvalidSplit`] if the split is invalid or `set` has no task (e.g. OOD with a 0 %
 /// hold-out).
-pub fn sample(split: &Split, set: Set, n: usize, seed: u64, unpermuted: bool) -> Result<ProblemSet> {
+pub fn sample(
+    split: &Split,
+    set: Set,
+    n: usize,
+    seed: u64,
+    unpermuted: bool,
+) -> Result<ProblemSet> {
     let mut stream = SampleStream::new(split, set, seed, unpermuted)?;
     Ok(stream.next_chunk(n))
 }
@@ -465,9 +471,13 @@ mod stream_tests {
     fn chunks_concatenate_to_the_whole_sample() -> Result<()> {
         let split = Split::named("paper-seed0")?;
         let whole = sample(&split, Set::Ood, 23, 9, false)?;
-        let chunks: Vec<ProblemSet> =
-            SampleStream::new(&split, Set::Ood, 9, false)?.batches(23, 7).collect::<Result<_>>()?;
-        assert_eq!(chunks.iter().map(ProblemSet::len).collect::<Vec<_>>(), vec![7, 7, 7, 2]);
+        let chunks: Vec<ProblemSet> = SampleStream::new(&split, Set::Ood, 9, false)?
+            .batches(23, 7)
+            .collect::<Result<_>>()?;
+        assert_eq!(
+            chunks.iter().map(ProblemSet::len).collect::<Vec<_>>(),
+            vec![7, 7, 7, 2]
+        );
         let mut start = 0;
         for c in &chunks {
             let part = whole.slice(start, start + c.len());
@@ -477,7 +487,9 @@ mod stream_tests {
             assert_eq!(c.perms, part.perms);
             start += c.len();
         }
-        let bad: Vec<_> = SampleStream::new(&split, Set::Id, 1, true)?.batches(5, 0).collect();
+        let bad: Vec<_> = SampleStream::new(&split, Set::Id, 1, true)?
+            .batches(5, 0)
+            .collect();
         assert_eq!(bad.len(), 1);
         assert!(bad[0].is_err());
         Ok(())
