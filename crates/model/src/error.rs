@@ -62,8 +62,8 @@ pub enum ModelError {
         msg: String,
     },
 
-    /// An I/O error on a named path.
-    #[error("{}: {source}", path.display())]
+    /// An I/O error on a named path (the cause is the error's `source()`, shown by `{:#}` in anyhow).
+    #[error("{}", path.display())]
     Io {
         /// The path concerned.
         path: PathBuf,
@@ -71,8 +71,8 @@ pub enum ModelError {
         source: std::io::Error,
     },
 
-    /// A JSON (de)serialisation error on a named path.
-    #[error("{}: {source}", path.display())]
+    /// A JSON (de)serialisation error on a named path (the cause is the error's `source()`).
+    #[error("{}", path.display())]
     Json {
         /// The path concerned.
         path: PathBuf,

@@ -580,10 +580,22 @@ fn rewrite_weights(dir: &Path, edit: impl FnOnce(&mut HashMap<String, Tensor>)) 
     candle_core::safetensors::save(&t, dir.join(WEIGHTS_FILE)).unwrap();
 }
 
+/// The error message with its chain of causes (as the CLI prints it).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 fn load_err(dir: &Path) -> String {
     match Transformer::load(dir, &Device::Cpu) {
         Ok(_) => panic!("{} loaded but is broken", dir.display()),
-        Err(e) => e.to_string(),
+        Err(e) => chain(&e),
     }
 }
 

@@ -145,8 +145,11 @@ where
 {
     let cfg = model.config().clone();
     let layers = params.check(cfg.n_layers)?;
-    let mut task_params = hyperlens_tasks::sraven::SravenParams::default();
-    task_params.features = cfg.n_outputs;
+    let task_params = hyperlens_tasks::sraven::SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..Default::default()
+    };
     let selections: Vec<Selection> = params.site.resolve(&task_params)?;
     if task_params.n_tokens() != cfg.n_tokens {
         return Err(ProbeError::InvalidInput(format!(

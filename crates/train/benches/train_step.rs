@@ -1,6 +1,7 @@
 //! One training update of the paper's base SRAVEN model (4 layers, width 1, batch 128, HYLA and
 //! softmax): draw the batch, forward with attention dropout, cross-entropy, backward, AdamW.
 //! Run with `CANDLE_NUM_THREADS=1` for a figure comparable across machines.
+#![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -50,13 +50,13 @@ impl AdamWParams {
                 )));
             }
         }
-        if !(self.eps > 0.0) {
+        if self.eps.is_nan() || self.eps <= 0.0 {
             return Err(TrainError::InvalidParam(format!(
                 "eps must be positive, got {}",
                 self.eps
             )));
         }
-        if !(self.weight_decay >= 0.0) {
+        if self.weight_decay.is_nan() || self.weight_decay < 0.0 {
             return Err(TrainError::InvalidParam(format!(
                 "weight decay must be non-negative, got {}",
                 self.weight_decay

@@ -104,7 +104,7 @@ mod tests {
         let s = WarmupCosine::paper(1e-3, 1000, 500);
         for step in 0..600 {
             let lr = s.lr(step);
-            assert!(lr.is_finite() && lr >= 0.0 && lr <= 1e-3);
+            assert!(lr.is_finite() && (0.0..=1e-3).contains(&lr));
         }
         assert!(WarmupCosine::paper(0.0, 10, 100).check().is_err());
         assert!(WarmupCosine::paper(1e-3, 10, 0).check().is_err());

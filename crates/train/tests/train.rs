@@ -250,7 +250,7 @@ fn resumed_run_ends_with_bitwise_identical_weights() {
     hyperlens_train::state::write_json(&split.join(STATE_FILE), &st).unwrap();
     std::fs::write(
         split.join("model.safetensors"),
-        read(&straight.join("model.safetensors"))[..100].to_vec(),
+        &read(&straight.join("model.safetensors"))[..100],
     )
     .unwrap();
     assert!(
