@@ -70,21 +70,21 @@ impl fmt::Display for ValueNetwork {
 /// `FromStr` also accepts the paper's method strings (e.g. `linear_hypatt` for [`Mixer::Hyla`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mixer {
-    /// `softmax` [transformer / softmax_attention]: softmax, default value network.
+    /// `softmax` (paper: `transformer` / `softmax_attention`): softmax, default value network.
     Softmax,
-    /// `linear` [linear_transformer / linear_attention]: no normalisation, default value network.
+    /// `linear` (paper: `linear_transformer` / `linear_attention`): no normalisation, default value network.
     Linear,
-    /// `hyla` [linear_hypatt]: RMSHead, `mlp_relu` value network.
+    /// `hyla` (paper: `linear_hypatt`): RMSHead, `mlp_relu` value network.
     Hyla,
-    /// `linear-rmshead` [linear_attention_rms_head]: RMSHead, default value network.
+    /// `linear-rmshead` (paper: `linear_attention_rms_head`): RMSHead, default value network.
     LinearRmsHead,
-    /// `hyla-no-rmshead` [linear_hypatt_no_rms_head]: no normalisation, `mlp_relu`.
+    /// `hyla-no-rmshead` (paper: `linear_hypatt_no_rms_head`): no normalisation, `mlp_relu`.
     HylaNoRmsHead,
-    /// `hyla-linear-value` [linear_hypatt_mlp_linear]: RMSHead, `mlp_linear`.
+    /// `hyla-linear-value` (paper: `linear_hypatt_mlp_linear`): RMSHead, `mlp_linear`.
     HylaLinearValue,
-    /// `hyla-linear-value-no-rmshead` [linear_hypatt_mlp_linear_no_rms_head]: none, `mlp_linear`.
+    /// `hyla-linear-value-no-rmshead` (paper: `linear_hypatt_mlp_linear_no_rms_head`): none, `mlp_linear`.
     HylaLinearValueNoRmsHead,
-    /// `softmax-hypatt` [softmax_hypatt]: softmax, `mlp_relu`.
+    /// `softmax-hypatt` (paper: `softmax_hypatt`): softmax, `mlp_relu`.
     SoftmaxHypatt,
 }
 
