@@ -73,8 +73,18 @@ fn loss_decreases_and_ood_accuracy_rises() {
     s.eval_every = 600;
     s.eval_n = 1024;
     s.log_every = 100;
-    let outcome = go(&out, &s, false).unwrap();
+    let mut evals = Vec::new();
+    let outcome = train(&out, &s, &RunOptions::default(), |e| {
+        if let Event::Evaluated(ev) = e {
+            evals.push((*ev).clone());
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
     assert!(outcome.completed);
+    assert_eq!(evals.iter().map(|e| e.step).collect::<Vec<_>>(), vec![0, 600]);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let pf0 = mean(&evals[0].ood.per_feature);
     let rows = read_metrics(&out.join("metrics.csv")).unwrap();
     // Row at step 0 (untrained evaluation), then every 100 steps, the last with the evaluation.
     assert_eq!(
@@ -88,9 +98,9 @@ fn loss_decreases_and_ood_accuracy_rises() {
     let rec: TrainRecord =
         serde_json::from_str(&std::fs::read_to_string(out.join(RECORD_FILE)).unwrap()).unwrap();
     let pf = &rec.final_eval.ood.per_feature;
-    let mean_pf = pf.iter().sum::<f64>() / pf.len() as f64;
+    let mean_pf = mean(pf);
     eprintln!(
-        "loss {first:.4} -> {last:.4}; OOD loss {:.4} -> {:.4}; OOD per-feature {pf:?} (mean {mean_pf:.4}); {:.1} steps/s",
+        "loss {first:.4} -> {last:.4}; OOD loss {:.4} -> {:.4}; OOD per-feature mean {pf0:.4} -> {mean_pf:.4} {pf:?}; {:.1} steps/s",
         untrained.ood_loss.unwrap(),
         trained.ood_loss.unwrap(),
         rec.steps_per_s
@@ -109,6 +119,7 @@ fn loss_decreases_and_ood_accuracy_rises() {
         mean_pf > 0.14,
         "OOD per-feature accuracy {mean_pf} (chance 0.125)"
     );
+    assert!(mean_pf > pf0 + 0.02, "OOD per-feature accuracy {pf0} -> {mean_pf}");
     // train.json says how it was trained.
     assert_eq!((rec.steps, rec.batch, rec.lr), (600, 32, 2e-2));
     assert_eq!(rec.task, TrainTask::Sraven);

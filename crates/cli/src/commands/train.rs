@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Args;
 use hyperlens_model::{Device, Mixer};
-use hyperlens_train::{read_settings, train, Event, RunOptions, TrainSettings, TrainTask};
+use hyperlens_train::{read_settings, train, Event, ModelSize, RunOptions, TrainSettings, TrainTask};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `hyperlens train`. Unset options take the task's defaults (the paper's recipe) or,
@@ -80,6 +80,27 @@ pub struct TrainArgs {
     /// Write a training row to metrics.csv every this many steps [default: 100; induction 50].
     #[arg(long)]
     pub log_every: Option<u64>,
+    /// SRAVEN: features per panel F (the paper sweeps it; paper splits need 4) [default: 4].
+    #[arg(long)]
+    pub features: Option<usize>,
+    /// SRAVEN: values per feature M [default: 8].
+    #[arg(long)]
+    pub values: Option<usize>,
+    /// SRAVEN: fraction of the tasks held out as OOD (seed{N} splits) [default: 0.25].
+    #[arg(long)]
+    pub holdout: Option<f64>,
+    /// Explicit model width D instead of the paper's sizes (with --heads, --d-head, --d-mlp; --width 1).
+    #[arg(long, requires_all = ["heads", "d_head", "d_mlp"])]
+    pub d_model: Option<usize>,
+    /// Explicit number of heads H (with --d-model).
+    #[arg(long, requires = "d_model")]
+    pub heads: Option<usize>,
+    /// Explicit per-head width d (with --d-model).
+    #[arg(long, requires = "d_model")]
+    pub d_head: Option<usize>,
+    /// Explicit MLP width (with --d-model).
+    #[arg(long, requires = "d_model")]
+    pub d_mlp: Option<usize>,
     /// Logic: samples (tokens) per sequence [default: 32].
     #[arg(long)]
     pub logic_samples: Option<usize>,
@@ -142,6 +163,12 @@ fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
     set(&mut s.eval_seed, &args.eval_seed);
     set(&mut s.checkpoint_every, &args.checkpoint_every);
     set(&mut s.log_every, &args.log_every);
+    set(&mut s.sraven.features, &args.features);
+    set(&mut s.sraven.values, &args.values);
+    set(&mut s.sraven.holdout_fraction, &args.holdout);
+    if let (Some(d_model), Some(n_heads), Some(d_head), Some(d_mlp)) = (args.d_model, args.heads, args.d_head, args.d_mlp) {
+        s.size = Some(ModelSize { d_model, n_heads, d_head, d_mlp });
+    }
     set(&mut s.logic.samples, &args.logic_samples);
     set(&mut s.logic.frac_test, &args.logic_frac_test);
     set(&mut s.induction.vocab, &args.vocab);
