@@ -932,3 +932,100 @@ fn paper_checkpoints_reproduce_their_accuracy() {
 fn paper_checkpoints_within_1_5_points_on_10k_problems() {
     check_paper_accuracy(10_240, 10_240, |_, _| 1.5);
 }
+
+// ---------------------------------------------------------------------------------------------
+// CUDA (compiled with `--features cuda`; runs only where a GPU is present: the device machine)
+
+/// Largest absolute difference between two tensors of the same shape (read back to the CPU).
+#[cfg(feature = "cuda")]
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+    a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// CPU and CUDA agree: the imported paper checkpoints' logits and latent codes on the numpy fixture
+/// problems within 1e-4, and for every mixer the training loss and every parameter's gradient on an
+/// odd-sized model within 1e-4 (relative to the largest gradient entry of the model).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_forward_and_gradients_match_cpu() {
+    use ndarray::Array3;
+    use ndarray_npy::NpzReader;
+    let gpu = Device::new_cuda(0).expect("a CUDA device");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/paper_seed1_logits.npz"
+    );
+    let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
+    let x: Array3<f32> = npz.by_name("x").unwrap();
+    let x_cpu = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
+    let x_gpu = x_cpu.to_device(&gpu).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (stem, mixer, ..) in PAPER_SEED1 {
+        let cpu_model = imported(stem, mixer, tmp.path());
+        let gpu_model = Transformer::load(&tmp.path().join(stem), &gpu).unwrap();
+        let c = cpu_model.forward(&x_cpu, true).unwrap();
+        let g = gpu_model.forward(&x_gpu, true).unwrap();
+        let d_logits = max_abs_diff(&c.logits, &g.logits);
+        let d_codes = c
+            .attention
+            .unwrap()
+            .iter()
+            .zip(g.attention.unwrap().iter())
+            .map(|(a, b)| max_abs_diff(a, b))
+            .fold(0.0, f32::max);
+        eprintln!(
+            "cuda vs cpu {stem} ({} problems): logits {d_logits:.2e}, latent codes {d_codes:.2e}",
+            x.shape()[0]
+        );
+        assert!(d_logits <= 1e-4, "{stem}: logits differ by {d_logits}");
+        assert!(d_codes <= 1e-4, "{stem}: latent codes differ by {d_codes}");
+    }
+    for mixer in Mixer::ALL {
+        let cfg = unusual(mixer, false);
+        let (_, tensors) = random_weights(&cfg, 9);
+        let run = |device: &Device| {
+            let (model, _varmap) =
+                Transformer::trainable_from_tensors(&cfg, tensors.clone(), device).unwrap();
+            let mut rng = ChaCha8Rng::seed_from_u64(3);
+            let v: Vec<f32> = (0..5 * cfg.n_tokens * cfg.d_in)
+                .map(|_| rng.gen_range(-1.0..1.0))
+                .collect();
+            let x = Tensor::from_vec(v, (5, cfg.n_tokens, cfg.d_in), device).unwrap();
+            let y = Tensor::from_vec((0..10u32).map(|i| i % 4).collect::<Vec<_>>(), 10, device)
+                .unwrap();
+            let logits = model.forward(&x, false).unwrap().logits;
+            let loss = candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y)
+                .unwrap();
+            let grads = loss.backward().unwrap();
+            let named: Vec<(String, Tensor)> = model
+                .named_tensors()
+                .iter()
+                .map(|(n, t)| (n.clone(), grads.get(t).unwrap().to_device(&Device::Cpu).unwrap()))
+                .collect();
+            (loss.to_scalar::<f32>().unwrap(), named)
+        };
+        let (loss_c, grads_c) = run(&Device::Cpu);
+        let (loss_g, grads_g) = run(&gpu);
+        assert!(
+            (loss_c - loss_g).abs() <= 1e-4 * loss_c.abs().max(1.0),
+            "{mixer}: loss {loss_c} on cpu, {loss_g} on cuda"
+        );
+        // Relative to the largest gradient entry of the whole model: softmax's b_K gradient is
+        // rounding noise on both devices (it vanishes analytically, see
+        // `every_parameter_gets_a_gradient`), so a per-tensor scale would compare noise with noise.
+        let scale = grads_c
+            .iter()
+            .map(|(_, g)| g.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap())
+            .fold(0.0, f32::max);
+        let mut worst = 0.0f32;
+        for ((name, gc), (_, gg)) in grads_c.iter().zip(&grads_g) {
+            let rel = max_abs_diff(gc, gg) / scale;
+            worst = worst.max(rel);
+            assert!(rel <= 1e-4, "{mixer}: gradient of {name} differs by {rel} (relative)");
+        }
+        eprintln!("cuda vs cpu {mixer}: loss {loss_c} vs {loss_g}, worst relative gradient difference {worst:.2e}");
+    }
+}
