@@ -795,6 +795,7 @@ fn attention_figure(e: &Entry, out: &Path) -> anyhow::Result<Fig> {
         &labels,
     );
     fig.separators = Some(features);
+    fig.tick_stride = Some(features);
     if lo < 0.0 {
         let m = lo.abs().max(hi.abs()).max(f64::MIN_POSITIVE);
         fig.color_map = ColorMap::BlueWhiteRed;
@@ -934,7 +935,7 @@ fn figures(e: &Entry, out: &Path) -> anyhow::Result<(Vec<Fig>, Option<String>)> 
         let counts = d.confusion.mapv(|v| v as f64);
         let fig = Heatmap::confusion_matrix(
             &format!(
-                "{}: rule decoding confusion, layer {} (OOD, row-normalised)",
+                "{}: rule decoding confusion, layer {} (OOD)",
                 e.name, best.layer
             ),
             counts.view(),
@@ -1234,13 +1235,15 @@ fn html(md: &str) -> String {
             continue;
         }
         let is_image = t.starts_with("![");
-        if !is_image {
-            if let Some(c) = caption.take() {
-                let _ = writeln!(body, "<p>{c}</p>");
-            }
+        // A bold caption may open the next figure of the same row: keep the row open for it.
+        let is_caption = t.starts_with("**") && caption.is_none();
+        if !is_image && !is_caption {
             if in_figs {
                 body.push_str("</div>\n");
                 in_figs = false;
+            }
+            if let Some(c) = caption.take() {
+                let _ = writeln!(body, "<p>{c}</p>");
             }
         }
         if t.starts_with('|') {
@@ -1290,20 +1293,20 @@ fn html(md: &str) -> String {
                     html_escape(alt)
                 );
             }
-        } else if t.starts_with("**") {
+        } else if is_caption {
             caption = Some(inline(&html_escape(t)));
         } else {
             let _ = writeln!(body, "<p>{}</p>", inline(&html_escape(t)));
         }
-    }
-    if let Some(c) = caption.take() {
-        let _ = writeln!(body, "<p>{c}</p>");
     }
     if in_table {
         body.push_str("</table></div>\n");
     }
     if in_figs {
         body.push_str("</div>\n");
+    }
+    if let Some(c) = caption.take() {
+        let _ = writeln!(body, "<p>{c}</p>");
     }
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>hyperlens report</title><style>{CSS}</style></head><body>\n{body}</body></html>\n"
@@ -1460,13 +1463,13 @@ mod tests {
 
     #[test]
     fn training_text_reports_last_and_best_ood() {
-        let row = |step, tl, ood| MetricsRow {
+        let row = |step, tl, ood: Option<f64>| MetricsRow {
             step,
             lr: 1e-3,
             train_loss: tl,
             train_acc: None,
             id_loss: None,
-            id_acc: ood.map(|v: f64| v + 0.1),
+            id_acc: ood.map(|v| v + 0.1),
             ood_loss: None,
             ood_acc: ood,
             wall_time_s: 0.0,
@@ -1490,9 +1493,9 @@ mod tests {
     fn html_renders_inline_markup_and_tables() {
         let h = html("# t\n\n**Cap.** text `x` & y\n\n| a | b |\n|---|---|\n| 1 | 2 |\n");
         assert!(h.contains("<p><strong>Cap.</strong> text <code>x</code> &amp; y</p>"), "{h}");
-        let h = html("**Fig.** says 3\n\n![Fig](figures/a.png)\n\n**B.** b\n\n![B](b.png)\n\ntext\n");
-        assert!(h.contains("<div class=\"figs\">\n<figure><figcaption><strong>Fig.</strong> says 3</figcaption><a href=\"figures/a.png\"><img src=\"figures/a.png\" alt=\"Fig\"></a></figure>\n<figure><figcaption>"), "{h}");
-        assert!(h.contains("</figure>\n</div>\n<p>text</p>"), "{h}");
+        let g = html("**Fig.** says 3\n\n![Fig](figures/a.png)\n\n**B.** b\n\n![B](b.png)\n\ntext\n");
+        assert!(g.contains("<div class=\"figs\">\n<figure><figcaption><strong>Fig.</strong> says 3</figcaption><a href=\"figures/a.png\"><img src=\"figures/a.png\" alt=\"Fig\"></a></figure>\n<figure><figcaption>"), "{g}");
+        assert!(g.contains("</figure>\n</div>\n<p>text</p>"), "{g}");
         assert!(h.contains("<tr><th>a</th><th>b</th></tr>"), "{h}");
         assert!(h.contains("<tr><td>1</td><td>2</td></tr>"), "{h}");
     }

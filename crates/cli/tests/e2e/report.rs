@@ -313,7 +313,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         assert_eq!(cp["training_log"], k == 0);
         assert_eq!(cp["attention"]["shape"], serde_json::json!([LAYERS, HEADS, 36, 36]));
         let figs = cp["figures"].as_array().unwrap();
-        assert_eq!(figs.len(), if k == 0 { 8 } else { 7 });
+        assert_eq!(figs.len(), if k == 0 { 7 } else { 6 });
         for f in figs {
             assert!(out.join(f["file"].as_str().unwrap()).is_file());
             let text = f["text"].as_str().unwrap();
