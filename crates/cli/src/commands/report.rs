@@ -982,7 +982,8 @@ fn figures(e: &Entry, out: &Path) -> anyhow::Result<(Vec<Fig>, Option<String>)> 
             rel,
         });
     }
-    made.push(attention_figure(e, out)?);
+    // Training curves (half a row) before the wide attention grid, so that they can pair up with
+    // the similarity heatmap in the HTML page.
     let no_training = match training_figure(e, out)? {
         Ok(fig) => {
             made.push(fig);
@@ -990,6 +991,7 @@ fn figures(e: &Entry, out: &Path) -> anyhow::Result<(Vec<Fig>, Option<String>)> 
         }
         Err(sentence) => Some(sentence),
     };
+    made.push(attention_figure(e, out)?);
     Ok((made, no_training))
 }
 
@@ -1220,11 +1222,25 @@ fn inline(s: &str) -> String {
     res
 }
 
+/// Width in pixels of a PNG file, from its IHDR header; `None` if it is not a readable PNG.
+fn png_width(path: &Path) -> Option<u32> {
+    use std::io::Read as _;
+    let mut head = [0u8; 24];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    (&head[..8] == b"\x89PNG\r\n\x1a\n" && &head[12..16] == b"IHDR")
+        .then(|| u32::from_be_bytes([head[16], head[17], head[18], head[19]]))
+}
+
+/// Figures at most this wide (pixels) take half a row of the HTML page, so that two sit side by
+/// side; wider ones take the whole row.
+const HALF_ROW_MAX_WIDTH: u32 = 1000;
+
 /// A self-contained rendering of the Markdown subset the report uses (headings, paragraphs, tables,
 /// images beside the page). A paragraph starting with a bold caption directly followed by an image
 /// becomes a `<figure>` with that paragraph as `<figcaption>`; consecutive figures share one
-/// wrapping row, so that narrow figures sit side by side.
-fn html(md: &str) -> String {
+/// wrapping row, so that narrow figures (`width_of(src)` at most [`HALF_ROW_MAX_WIDTH`]) sit side
+/// by side.
+fn html(md: &str, width_of: impl Fn(&str) -> Option<u32>) -> String {
     let mut body = String::new();
     let mut in_table = false;
     let mut in_figs = false;
@@ -1286,10 +1302,16 @@ fn html(md: &str) -> String {
                     .take()
                     .map(|c| format!("<figcaption>{c}</figcaption>"))
                     .unwrap_or_default();
+                let src = src.trim_end_matches(')');
+                let class = if width_of(src).is_some_and(|w| w <= HALF_ROW_MAX_WIDTH) {
+                    " class=\"half\""
+                } else {
+                    ""
+                };
                 let _ = writeln!(
                     body,
-                    "<figure>{cap}<a href=\"{0}\"><img src=\"{0}\" alt=\"{1}\"></a></figure>",
-                    html_escape(src.trim_end_matches(')')),
+                    "<figure{class}>{cap}<a href=\"{0}\"><img src=\"{0}\" alt=\"{1}\"></a></figure>",
+                    html_escape(src),
                     html_escape(alt)
                 );
             }
@@ -1328,6 +1350,7 @@ th{background:#f3f3f3}\
 tr:nth-child(even) td{background:#fafafa}\
 .figs{display:flex;flex-wrap:wrap;gap:1.5em 2em;align-items:flex-start;margin:1em 0}\
 figure{margin:0;flex:0 1 auto;max-width:100%}\
+figure.half{flex:0 1 auto;max-width:calc(50% - 1em)}\
 figcaption{max-width:46em;margin-bottom:.5em;font-size:95%}\
 img{display:block;max-width:100%;height:auto;border:1px solid #eee}";
 
@@ -1381,7 +1404,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     save_svg(args.out.join("figures/accuracy.svg"), &bars)?;
     let md = markdown(&entries, &figs, &args);
     write_file(&args.out.join("index.md"), &md)?;
-    write_file(&args.out.join("index.html"), &html(&md))?;
+    write_file(
+        &args.out.join("index.html"),
+        &html(&md, |src| png_width(&args.out.join(src))),
+    )?;
     let mut acc_csv =
         String::from("checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n\n");
     for e in &entries {
@@ -1489,12 +1515,16 @@ mod tests {
         assert!(s.contains("best OOD accuracy was 60.0 % at step 200"), "{s}");
     }
 
+    fn html_fixed(md: &str) -> String {
+        html(md, |src| Some(if src.contains("wide") { 1500 } else { 700 }))
+    }
+
     #[test]
     fn html_renders_inline_markup_and_tables() {
-        let h = html("# t\n\n**Cap.** text `x` & y\n\n| a | b |\n|---|---|\n| 1 | 2 |\n");
+        let h = html_fixed("# t\n\n**Cap.** text `x` & y\n\n| a | b |\n|---|---|\n| 1 | 2 |\n");
         assert!(h.contains("<p><strong>Cap.</strong> text <code>x</code> &amp; y</p>"), "{h}");
-        let g = html("**Fig.** says 3\n\n![Fig](figures/a.png)\n\n**B.** b\n\n![B](b.png)\n\ntext\n");
-        assert!(g.contains("<div class=\"figs\">\n<figure><figcaption><strong>Fig.</strong> says 3</figcaption><a href=\"figures/a.png\"><img src=\"figures/a.png\" alt=\"Fig\"></a></figure>\n<figure><figcaption>"), "{g}");
+        let g = html_fixed("**Fig.** says 3\n\n![Fig](figures/a.png)\n\n**B.** b\n\n![B](wide.png)\n\ntext\n");
+        assert!(g.contains("<div class=\"figs\">\n<figure class=\"half\"><figcaption><strong>Fig.</strong> says 3</figcaption><a href=\"figures/a.png\"><img src=\"figures/a.png\" alt=\"Fig\"></a></figure>\n<figure><figcaption><strong>B.</strong> b</figcaption><a href=\"wide.png\">"), "{g}");
         assert!(g.contains("</figure>\n</div>\n<p>text</p>"), "{g}");
         assert!(h.contains("<tr><th>a</th><th>b</th></tr>"), "{h}");
         assert!(h.contains("<tr><td>1</td><td>2</td></tr>"), "{h}");
