@@ -357,7 +357,13 @@ fn legend_corner(
     log_y: bool,
     preferred: SeriesLabelPosition,
 ) -> SeriesLabelPosition {
-    let fy = |v: f64| if log_y { v.max(f64::MIN_POSITIVE).log10() } else { v };
+    let fy = |v: f64| {
+        if log_y {
+            v.max(f64::MIN_POSITIVE).log10()
+        } else {
+            v
+        }
+    };
     let (ylo, yhi) = (fy(y.0), fy(y.1));
     let frac = |v: f64, lo: f64, hi: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
     let mut pts = Vec::new();
@@ -563,7 +569,13 @@ mod tests {
             steps: &steps,
             values: &high,
         }];
-        let p = legend_corner(&c, (0.0, 100.0), (0.0, 1.0), false, SeriesLabelPosition::UpperRight);
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (0.0, 1.0),
+            false,
+            SeriesLabelPosition::UpperRight,
+        );
         assert!(is(&p, SeriesLabelPosition::LowerRight), "{p:?}");
         // A curve along the bottom keeps the preferred upper right.
         let low = [0.0, 0.01, 0.02];
@@ -572,7 +584,13 @@ mod tests {
             steps: &steps,
             values: &low,
         }];
-        let p = legend_corner(&c, (0.0, 100.0), (0.0, 1.0), false, SeriesLabelPosition::UpperRight);
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (0.0, 1.0),
+            false,
+            SeriesLabelPosition::UpperRight,
+        );
         assert!(is(&p, SeriesLabelPosition::UpperRight), "{p:?}");
         // Rising from the lower left to the upper right: a left/right corner off the diagonal.
         let rising = [0.0, 0.5, 1.0];
@@ -581,7 +599,13 @@ mod tests {
             steps: &steps,
             values: &rising,
         }];
-        let p = legend_corner(&c, (0.0, 100.0), (0.0, 1.0), false, SeriesLabelPosition::UpperRight);
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (0.0, 1.0),
+            false,
+            SeriesLabelPosition::UpperRight,
+        );
         assert!(is(&p, SeriesLabelPosition::LowerRight), "{p:?}");
         // On a log axis 1 .. 100, a curve at 10 sits in the middle, not at the bottom.
         let mid = [10.0, 10.0, 10.0];
@@ -590,7 +614,13 @@ mod tests {
             steps: &steps,
             values: &mid,
         }];
-        let p = legend_corner(&c, (0.0, 100.0), (1.0, 100.0), true, SeriesLabelPosition::UpperRight);
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (1.0, 100.0),
+            true,
+            SeriesLabelPosition::UpperRight,
+        );
         assert!(is(&p, SeriesLabelPosition::UpperRight), "{p:?}");
     }
 }

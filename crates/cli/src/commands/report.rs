@@ -324,10 +324,7 @@ fn analyse_checkpoint(args: &ReportArgs, dir: &Path, out: &Path) -> anyhow::Resu
         sets.push(CodeSet::read_npz(&path)?);
     }
     let attention = attention_sample(&model, &split, args.seed)?;
-    write_attention_npz(
-        &codes_dir.join(format!("{name}_attention.npz")),
-        &attention,
-    )?;
+    write_attention_npz(&codes_dir.join(format!("{name}_attention.npz")), &attention)?;
     let bar = progress_bar(1, &format!("{name} analysis"), "stages");
     let latent = analyze_pair(
         &sets[0],
@@ -553,7 +550,11 @@ fn similarity_text(
             " No OOD problem has the rule{} {}, so {} left out.",
             if missing.len() > 1 { "s" } else { "" },
             missing.join(", "),
-            if missing.len() > 1 { "they are" } else { "it is" }
+            if missing.len() > 1 {
+                "they are"
+            } else {
+                "it is"
+            }
         );
     }
     s
@@ -627,11 +628,11 @@ fn training_text(rows: &[MetricsRow]) -> String {
         .iter()
         .filter_map(|r| r.ood_acc.map(|v| (r.step, v)))
         .collect();
-    let id_last = rows.iter().rev().find_map(|r| r.id_acc.map(|v| (r.step, v)));
-    if let (Some(last), Some(best)) = (
-        ood.last(),
-        ood.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
-    ) {
+    let id_last = rows
+        .iter()
+        .rev()
+        .find_map(|r| r.id_acc.map(|v| (r.step, v)));
+    if let (Some(last), Some(best)) = (ood.last(), ood.iter().max_by(|a, b| a.1.total_cmp(&b.1))) {
         let _ = write!(
             s,
             " At the last evaluation (step {}) the OOD accuracy is {}",
@@ -642,7 +643,12 @@ fn training_text(rows: &[MetricsRow]) -> String {
             let _ = write!(s, " and the ID accuracy {}", pct(v));
         }
         if best.0 != last.0 && best.1 > last.1 {
-            let _ = write!(s, "; the best OOD accuracy was {} at step {}", pct(best.1), best.0);
+            let _ = write!(
+                s,
+                "; the best OOD accuracy was {} at step {}",
+                pct(best.1),
+                best.0
+            );
         }
         s.push('.');
     } else {
@@ -718,8 +724,9 @@ fn training_figure(e: &Entry, out: &Path) -> anyhow::Result<Result<Fig, String>>
     let rel = format!("figures/{}_training.png", e.name);
     save_png(out.join(&rel), &fig)?;
     Ok(Ok(Fig {
-        caption: "Training curves: loss and ID / OOD accuracy (all features right) against the step"
-            .into(),
+        caption:
+            "Training curves: loss and ID / OOD accuracy (all features right) against the step"
+                .into(),
         text: training_text(rows),
         rel,
     }))
@@ -776,10 +783,7 @@ fn attention_figure(e: &Entry, out: &Path) -> anyhow::Result<Fig> {
     let layer = l - 1;
     let features = a.target.len();
     let labels = token_labels(t, features);
-    let pattern = a
-        .pattern
-        .index_axis(Axis(0), layer)
-        .mapv(|v| f64::from(v));
+    let pattern = a.pattern.index_axis(Axis(0), layer).mapv(f64::from);
     let (lo, hi) = pattern
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(x, y), &v| {
@@ -1099,11 +1103,7 @@ fn accuracy_text(entries: &[Entry]) -> String {
     }
 }
 
-fn markdown(
-    entries: &[Entry],
-    figs: &[(Vec<Fig>, Option<String>)],
-    args: &ReportArgs,
-) -> String {
+fn markdown(entries: &[Entry], figs: &[(Vec<Fig>, Option<String>)], args: &ReportArgs) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# hyperlens report\n");
     let _ = writeln!(
@@ -1116,7 +1116,10 @@ fn markdown(
         "**ID and OOD accuracy per checkpoint.** {}\n",
         accuracy_text(entries)
     );
-    let _ = writeln!(md, "![ID and OOD accuracy per checkpoint](figures/accuracy.png)\n");
+    let _ = writeln!(
+        md,
+        "![ID and OOD accuracy per checkpoint](figures/accuracy.png)\n"
+    );
     let _ = writeln!(md, "| checkpoint | mixer | split | ID acc | OOD acc | OOD per-feature | best decoding layer (OOD acc) | decoding, all layers | majority baseline |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
     for e in entries {
@@ -1509,21 +1512,34 @@ mod tests {
         ];
         let s = training_text(&rows);
         assert!(s.contains("300 steps"), "{s}");
-        assert!(s.contains("from 2.000 (step 100) to 0.500 (step 300)"), "{s}");
+        assert!(
+            s.contains("from 2.000 (step 100) to 0.500 (step 300)"),
+            "{s}"
+        );
         assert!(s.contains("(step 300) the OOD accuracy is 40.0 %"), "{s}");
         assert!(s.contains("ID accuracy 50.0 %"), "{s}");
-        assert!(s.contains("best OOD accuracy was 60.0 % at step 200"), "{s}");
+        assert!(
+            s.contains("best OOD accuracy was 60.0 % at step 200"),
+            "{s}"
+        );
     }
 
     fn html_fixed(md: &str) -> String {
-        html(md, |src| Some(if src.contains("wide") { 1500 } else { 700 }))
+        html(md, |src| {
+            Some(if src.contains("wide") { 1500 } else { 700 })
+        })
     }
 
     #[test]
     fn html_renders_inline_markup_and_tables() {
         let h = html_fixed("# t\n\n**Cap.** text `x` & y\n\n| a | b |\n|---|---|\n| 1 | 2 |\n");
-        assert!(h.contains("<p><strong>Cap.</strong> text <code>x</code> &amp; y</p>"), "{h}");
-        let g = html_fixed("**Fig.** says 3\n\n![Fig](figures/a.png)\n\n**B.** b\n\n![B](wide.png)\n\ntext\n");
+        assert!(
+            h.contains("<p><strong>Cap.</strong> text <code>x</code> &amp; y</p>"),
+            "{h}"
+        );
+        let g = html_fixed(
+            "**Fig.** says 3\n\n![Fig](figures/a.png)\n\n**B.** b\n\n![B](wide.png)\n\ntext\n",
+        );
         assert!(g.contains("<div class=\"figs\">\n<figure class=\"half\"><figcaption><strong>Fig.</strong> says 3</figcaption><a href=\"figures/a.png\"><img src=\"figures/a.png\" alt=\"Fig\"></a></figure>\n<figure><figcaption><strong>B.</strong> b</figcaption><a href=\"wide.png\">"), "{g}");
         assert!(g.contains("</figure>\n</div>\n<p>text</p>"), "{g}");
         assert!(h.contains("<tr><th>a</th><th>b</th></tr>"), "{h}");

@@ -311,7 +311,10 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
             in_unit("per-feature accuracy", &[v.as_f64().unwrap()]);
         }
         assert_eq!(cp["training_log"], k == 0);
-        assert_eq!(cp["attention"]["shape"], serde_json::json!([LAYERS, HEADS, 36, 36]));
+        assert_eq!(
+            cp["attention"]["shape"],
+            serde_json::json!([LAYERS, HEADS, 36, 36])
+        );
         let figs = cp["figures"].as_array().unwrap();
         assert_eq!(figs.len(), if k == 0 { 7 } else { 6 });
         for f in figs {
@@ -335,14 +338,22 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
             let path = out.join(format!("codes/{name}_{set}.npz"));
             let mut r = npz(&path);
             let codes: Array5<f32> = r.by_name("codes.npy").unwrap();
-            assert_eq!(codes.shape(), &[N, LAYERS, HEADS, 1, 2], "{}", path.display());
+            assert_eq!(
+                codes.shape(),
+                &[N, LAYERS, HEADS, 1, 2],
+                "{}",
+                path.display()
+            );
             assert!(codes.iter().all(|v| v.is_finite()));
             let label: Array1<i64> = r.by_name("label.npy").unwrap();
             assert_eq!(label.len(), N);
             assert!(label.iter().all(|l| (0..8).contains(l)));
             let inputs: ArrayD<i64> = r.by_name("inputs.npy").unwrap();
             assert_eq!(inputs.shape(), &[N, 2]);
-            assert!(inputs.iter().all(|v| (0..8).contains(v)), "keys 27, 31 are context tokens");
+            assert!(
+                inputs.iter().all(|v| (0..8).contains(v)),
+                "keys 27, 31 are context tokens"
+            );
             let target: Array1<i64> = r.by_name("target.npy").unwrap();
             let pred: Array1<i64> = r.by_name("prediction.npy").unwrap();
             let correct: Array1<bool> = r.by_name("correct.npy").unwrap();
@@ -369,7 +380,10 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
                 for (j, key) in [27, 31].into_iter().enumerate() {
                     let a = pattern[[l, h, 35, key]];
                     let c = ood_codes[[0, l, h, 0, j]];
-                    assert!((a - c).abs() < 1e-5, "{name} L{l}H{h} key {key}: {a} vs {c}");
+                    assert!(
+                        (a - c).abs() < 1e-5,
+                        "{name} L{l}H{h} key {key}: {a} vs {c}"
+                    );
                 }
             }
         }
@@ -396,14 +410,22 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         let (_, rows) = read_csv(&dec);
         let layers: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
         assert_eq!(layers, ["0", "1", "all"]);
-        for col in ["accuracy", "balanced_accuracy", "majority_baseline", "shuffled_control", "train_accuracy"] {
+        for col in [
+            "accuracy",
+            "balanced_accuracy",
+            "majority_baseline",
+            "shuffled_control",
+            "train_accuracy",
+        ] {
             in_unit(col, &column(&dec, col, false));
         }
         assert_eq!(column(&dec, "n_test", false), vec![N as f64; 3]);
         let pca = t.join("pca.csv");
         let ratios = column(&pca, "explained_variance_ratio", false);
         in_unit("explained_variance_ratio", &ratios);
-        assert!(column(&pca, "explained_variance", false).iter().all(|v| *v >= 0.0));
+        assert!(column(&pca, "explained_variance", false)
+            .iter()
+            .all(|v| *v >= 0.0));
         let clusters = t.join("clusters.csv");
         for v in column(&clusters, "ari", true) {
             assert!(v.is_nan() || (-1.0..=1.0).contains(&v), "ari {v}");
@@ -415,7 +437,10 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
             assert!(v.is_nan() || (-1.0..=1.0).contains(&v), "silhouette {v}");
         }
         for v in column(&t.join("similarity.csv"), "cosine", true) {
-            assert!(v.is_nan() || (-1.0 - 1e-9..=1.0 + 1e-9).contains(&v), "cosine {v}");
+            assert!(
+                v.is_nan() || (-1.0 - 1e-9..=1.0 + 1e-9).contains(&v),
+                "cosine {v}"
+            );
         }
         // Confusion counts of each layer add up to the test set.
         let conf = t.join("confusion.csv");
@@ -445,7 +470,10 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     {
         let rel = p.strip_prefix(&out).unwrap().to_str().unwrap();
         assert!(md.contains(&format!("]({rel})")), "index.md lacks {rel}");
-        assert!(html.contains(&format!("src=\"{rel}\"")), "index.html lacks {rel}");
+        assert!(
+            html.contains(&format!("src=\"{rel}\"")),
+            "index.html lacks {rel}"
+        );
     }
     assert_eq!(md.matches("No training curves").count(), 1, "{md}");
     assert!(md.contains("The log covers 300 steps"), "{md}");
@@ -473,7 +501,10 @@ fn report_errors_name_the_bad_checkpoint() {
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("not-a-checkpoint"), "{err}");
     // A bad --n is refused before any work.
-    let output = run_report(tmp.path(), &["--checkpoint", bad.to_str().unwrap(), "--n", "3"]);
+    let output = run_report(
+        tmp.path(),
+        &["--checkpoint", bad.to_str().unwrap(), "--n", "3"],
+    );
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--n"));
 }
