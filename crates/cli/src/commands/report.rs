@@ -99,8 +99,22 @@ struct Fig {
     rel: String,
 }
 
+/// The task a checkpoint was trained on, from `task` in its `train.json` (hyperlens runs); `None`
+/// when not recorded (e.g. imported paper checkpoints, which are SRAVEN models).
+fn task_of(dir: &Path) -> Option<String> {
+    train_json(dir).and_then(|v| v.get("task").and_then(|t| t.as_str()).map(str::to_string))
+}
+
 fn checkpoints(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
     if !args.checkpoint.is_empty() {
+        for dir in &args.checkpoint {
+            if let Some(task) = task_of(dir).filter(|t| t != "sraven") {
+                bail!(
+                    "{} is a {task} checkpoint (train.json); the report analyses SRAVEN checkpoints",
+                    dir.display()
+                );
+            }
+        }
         return Ok(args.checkpoint.clone());
     }
     let root = Path::new("data/checkpoints");
@@ -113,6 +127,16 @@ fn checkpoints(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("config.json").is_file())
+        .filter(|p| match task_of(p) {
+            Some(task) if task != "sraven" => {
+                eprintln!(
+                    "report: skipping {} (a {task} checkpoint; the report analyses SRAVEN)",
+                    p.display()
+                );
+                false
+            }
+            _ => true,
+        })
         .collect();
     dirs.sort();
     if dirs.is_empty() {

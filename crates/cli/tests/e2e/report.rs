@@ -500,6 +500,29 @@ fn report_errors_name_the_bad_checkpoint() {
     assert!(!output.status.success());
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("not-a-checkpoint"), "{err}");
+    // A checkpoint of another task is refused by name.
+    let logic = tmp.path().join("logic-run");
+    make_checkpoint(&logic, Mixer::Softmax, "seed0", 0, false);
+    std::fs::write(
+        logic.join("train.json"),
+        serde_json::json!({"task": "logic", "split": "seed0"}).to_string(),
+    )
+    .unwrap();
+    let output = run_report(
+        tmp.path(),
+        &[
+            "--checkpoint",
+            logic.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(!output.status.success());
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("logic-run") && err.contains("logic checkpoint"),
+        "{err}"
+    );
     // A bad --n is refused before any work.
     let output = run_report(
         tmp.path(),
