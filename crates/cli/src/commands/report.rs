@@ -1127,7 +1127,96 @@ fn accuracy_text(entries: &[Entry]) -> String {
     }
 }
 
-fn markdown(entries: &[Entry], figs: &[(Vec<Fig>, Option<String>)], args: &ReportArgs) -> String {
+/// Decoding accuracy per layer of every checkpoint in one figure (when there are several and they
+/// have the same number of layers), with the largest majority-class baseline as reference.
+fn comparison_figure(entries: &[Entry], out: &Path) -> anyhow::Result<Option<Fig>> {
+    let n_sel = entries.first().map_or(0, |e| e.latent.layers.len());
+    if entries.len() < 2 || n_sel < 2 || entries.iter().any(|e| e.latent.layers.len() != n_sel) {
+        return Ok(None);
+    }
+    let acc: Vec<Vec<f64>> = entries
+        .iter()
+        .map(|e| {
+            e.latent
+                .layers
+                .iter()
+                .map(|a| a.decoding.accuracy)
+                .collect()
+        })
+        .collect();
+    let majority = [entries
+        .iter()
+        .filter_map(|e| e.latent.layers.first())
+        .map(|a| a.decoding.majority_baseline)
+        .fold(0.0, f64::max)];
+    let series = entries
+        .iter()
+        .zip(&acc)
+        .map(|(e, v)| Series {
+            name: e.name.clone(),
+            values: v,
+        })
+        .collect();
+    let fig = LayerAccuracy::new(
+        "Rule decoding ID -> OOD per layer, all checkpoints",
+        n_sel - 1,
+        series,
+        vec![Reference {
+            name: "majority class (largest)".into(),
+            values: &majority,
+        }],
+    );
+    let rel = "figures/decoding_comparison.png".to_string();
+    save_png(out.join(&rel), &fig)?;
+    let at = |k: usize| {
+        let hi = entries
+            .iter()
+            .zip(&acc)
+            .max_by(|a, b| a.1[k].total_cmp(&b.1[k]));
+        let lo = entries
+            .iter()
+            .zip(&acc)
+            .min_by(|a, b| a.1[k].total_cmp(&b.1[k]));
+        (hi, lo)
+    };
+    let mut text = String::new();
+    let last = n_sel - 2;
+    if let (Some(hi), Some(lo)) = at(last) {
+        let _ = write!(
+            text,
+            "At layer {last} the rule decodes best from {} ({}) and worst from {} ({})",
+            hi.0.name,
+            pct(hi.1[last]),
+            lo.0.name,
+            pct(lo.1[last])
+        );
+    }
+    if let (Some(hi), Some(lo)) = at(n_sel - 1) {
+        let _ = write!(
+            text,
+            "; with all layers concatenated accuracies range from {} to {}",
+            pct(lo.1[n_sel - 1]),
+            pct(hi.1[n_sel - 1])
+        );
+    }
+    let _ = write!(
+        text,
+        ", against a majority baseline of at most {}.",
+        pct(majority[0])
+    );
+    Ok(Some(Fig {
+        caption: "Rule decoding per layer, all checkpoints".into(),
+        text,
+        rel,
+    }))
+}
+
+fn markdown(
+    entries: &[Entry],
+    figs: &[(Vec<Fig>, Option<String>)],
+    comparison: Option<&Fig>,
+    args: &ReportArgs,
+) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# hyperlens report\n");
     let _ = writeln!(
@@ -1174,6 +1263,13 @@ fn markdown(entries: &[Entry], figs: &[(Vec<Fig>, Option<String>)], args: &Repor
             pct(acc),
             pct(all),
             pct(maj)
+        );
+    }
+    if let Some(fig) = comparison {
+        let _ = writeln!(
+            md,
+            "\n**{}.** {}\n\n![{}]({})",
+            fig.caption, fig.text, fig.caption, fig.rel
         );
     }
     for (e, (f, no_training)) in entries.iter().zip(figs) {
@@ -1429,7 +1525,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     );
     save_png(args.out.join("figures/accuracy.png"), &bars)?;
     save_svg(args.out.join("figures/accuracy.svg"), &bars)?;
-    let md = markdown(&entries, &figs, &args);
+    let comparison = comparison_figure(&entries, &args.out)?;
+    let md = markdown(&entries, &figs, comparison.as_ref(), &args);
     write_file(&args.out.join("index.md"), &md)?;
     write_file(
         &args.out.join("index.html"),
@@ -1451,6 +1548,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         "seed": args.seed,
         "device": args.device.to_string(),
         "elapsed_s": start.elapsed().as_secs_f64(),
+        "comparison_figures": comparison.iter().map(|g| serde_json::json!({"file": g.rel, "caption": g.caption, "text": g.text})).collect::<Vec<_>>(),
         "checkpoints": entries.iter().zip(&figs).map(|(e, (f, _))| serde_json::json!({
             "name": e.name,
             "dir": e.dir.display().to_string(),

@@ -208,6 +208,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         "summary.json",
         "figures/accuracy.png",
         "figures/accuracy.svg",
+        "figures/decoding_comparison.png",
         "tables/accuracy.csv",
     ]
     .iter()
@@ -299,6 +300,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     let summary = json(&out.join("summary.json"));
     assert_eq!(summary["n"], N);
     assert_eq!(summary["seed"], 3);
+    assert_eq!(summary["comparison_figures"].as_array().unwrap().len(), 1);
     let cps = summary["checkpoints"].as_array().unwrap();
     assert_eq!(cps.len(), 2);
     for (k, cp) in cps.iter().enumerate() {
