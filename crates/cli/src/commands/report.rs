@@ -628,6 +628,17 @@ fn confusion_text(d: &hyperlens_analysis::decode::DecodeResult, layer: LayerSel)
         }
         None => s.push_str(" The probe makes no error."),
     }
+    let predicted_only: Vec<String> = (0..c)
+        .filter(|&i| d.confusion.row(i).sum() == 0 && d.confusion.column(i).sum() > 0)
+        .map(|i| rule_name(d.classes[i]))
+        .collect();
+    if !predicted_only.is_empty() {
+        let _ = write!(
+            s,
+            " No OOD problem has the rule {}, so its row is empty.",
+            predicted_only.join(", ")
+        );
+    }
     s
 }
 
@@ -959,8 +970,17 @@ fn figures(e: &Entry, out: &Path) -> anyhow::Result<(Vec<Fig>, Option<String>)> 
         .max_by(|a, b| a.decoding.accuracy.total_cmp(&b.decoding.accuracy))
     {
         let d = &best.decoding;
-        let names: Vec<String> = d.classes.iter().map(|&c| rule_name(c)).collect();
-        let counts = d.confusion.mapv(|v| v as f64);
+        // Rules that are neither true nor predicted on the OOD set (e.g. rules only in the ID
+        // set) would be an empty row and column: leave them out.
+        let keep: Vec<usize> = (0..d.classes.len())
+            .filter(|&i| d.confusion.row(i).sum() > 0 || d.confusion.column(i).sum() > 0)
+            .collect();
+        let names: Vec<String> = keep.iter().map(|&i| rule_name(d.classes[i])).collect();
+        let counts = d
+            .confusion
+            .select(Axis(0), &keep)
+            .select(Axis(1), &keep)
+            .mapv(|v| v as f64);
         let fig = Heatmap::confusion_matrix(
             &format!(
                 "{}: rule decoding confusion, layer {} (OOD)",
