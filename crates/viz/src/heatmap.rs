@@ -183,7 +183,13 @@ pub(crate) fn draw_cells<DB: DrawingBackend>(
         }
     }
     if let Some(k) = separators.filter(|k| *k > 0) {
-        let style = ShapeStyle::from(&RGBColor(40, 40, 40)).stroke_width(2);
+        // Thin and translucent over small cells (e.g. 36 x 36 attention panels), so that the lines
+        // group the cells without hiding them.
+        let style = if cw.min(ch) < 12.0 {
+            ShapeStyle::from(&RGBColor(40, 40, 40).mix(0.55)).stroke_width(1)
+        } else {
+            ShapeStyle::from(&RGBColor(40, 40, 40)).stroke_width(2)
+        };
         for j in (k..cols).step_by(k) {
             let x = rect.col_edge(j, cols);
             area.draw(&PathElement::new(vec![(x, rect.y0), (x, rect.y1)], style))?;

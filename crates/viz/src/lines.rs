@@ -338,7 +338,74 @@ struct PanelSpec<'s> {
     y_label: &'s str,
     /// Index of the first series colour (so the two panels do not reuse colours).
     colour_offset: usize,
+    /// Preferred legend corner (kept unless another corner covers fewer curve points).
     legend_pos: SeriesLabelPosition,
+    /// The y axis is logarithmic (for placing the legend).
+    log_y: bool,
+}
+
+/// The corner of a curve panel whose legend box covers the fewest points of the curves (each
+/// segment sampled at 16 points), `preferred` on ties. The box is sized from the number of
+/// entries: about 30 % of the width and 7 % of the height per entry.
+///
+/// # Shapes
+/// `x` and `y` are the axis ranges in data units; `log_y` measures y on a log10 scale.
+fn legend_corner(
+    curves: &[Curve],
+    x: (f64, f64),
+    y: (f64, f64),
+    log_y: bool,
+    preferred: SeriesLabelPosition,
+) -> SeriesLabelPosition {
+    let fy = |v: f64| {
+        if log_y {
+            v.max(f64::MIN_POSITIVE).log10()
+        } else {
+            v
+        }
+    };
+    let (ylo, yhi) = (fy(y.0), fy(y.1));
+    let frac = |v: f64, lo: f64, hi: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
+    let mut pts = Vec::new();
+    for c in curves {
+        let p: Vec<(f64, f64)> = c
+            .steps
+            .iter()
+            .zip(c.values)
+            .map(|(&s, &v)| (frac(s, x.0, x.1), frac(fy(v), ylo, yhi)))
+            .collect();
+        pts.extend(p.iter().copied());
+        for w in p.windows(2) {
+            for k in 1..16 {
+                let t = k as f64 / 16.0;
+                pts.push((
+                    w[0].0 + t * (w[1].0 - w[0].0),
+                    w[0].1 + t * (w[1].1 - w[0].1),
+                ));
+            }
+        }
+    }
+    let (bw, bh) = (0.32, (0.07 * curves.len() as f64 + 0.06).min(0.6));
+    let corners = [
+        (SeriesLabelPosition::UpperRight, 1.0 - bw, 1.0 - bh),
+        (SeriesLabelPosition::LowerRight, 1.0 - bw, 0.0),
+        (SeriesLabelPosition::UpperLeft, 0.0, 1.0 - bh),
+        (SeriesLabelPosition::LowerLeft, 0.0, 0.0),
+    ];
+    let count = |(_, cx, cy): &(SeriesLabelPosition, f64, f64)| {
+        pts.iter()
+            .filter(|(px, py)| *px >= *cx && *px <= cx + bw && *py >= *cy && *py <= cy + bh)
+            .count()
+    };
+    let first = corners
+        .iter()
+        .find(|c| std::mem::discriminant(&c.0) == std::mem::discriminant(&preferred))
+        .map_or(usize::MAX, count);
+    let best = corners.iter().min_by_key(|c| count(c));
+    match best {
+        Some(b) if count(b) < first => b.0.clone(),
+        _ => preferred,
+    }
 }
 
 /// Draws one panel of curves with y coordinate `y` (linear or log).
@@ -394,9 +461,17 @@ where
                 PathElement::new(vec![(x, y), (x + 24, y)], colour.stroke_width(2))
             });
     }
+    let (xr, yr) = (chart.x_range(), chart.y_range());
+    let pos = legend_corner(
+        curves,
+        (xr.start, xr.end),
+        (yr.start, yr.end),
+        spec.log_y,
+        spec.legend_pos,
+    );
     chart
         .configure_series_labels()
-        .position(spec.legend_pos)
+        .position(pos)
         .margin(10)
         .legend_area_size(30)
         .label_font(text(LEGEND_SIZE))
@@ -438,6 +513,7 @@ impl Figure for TrainingCurves<'_> {
                     y_label: "loss (log scale)",
                     colour_offset: 0,
                     legend_pos: SeriesLabelPosition::UpperRight,
+                    log_y: true,
                 };
                 curve_panel(a, &self.loss, spec, FixedTicks::log(lo, hi), &f)?;
             } else {
@@ -454,6 +530,7 @@ impl Figure for TrainingCurves<'_> {
                     y_label: "loss",
                     colour_offset: 0,
                     legend_pos: SeriesLabelPosition::UpperRight,
+                    log_y: false,
                 };
                 curve_panel(a, &self.loss, spec, axis, &f)?;
             }
@@ -466,9 +543,84 @@ impl Figure for TrainingCurves<'_> {
                 y_label: "accuracy",
                 colour_offset: self.loss.len(),
                 legend_pos: SeriesLabelPosition::LowerRight,
+                log_y: false,
             };
             curve_panel(a, &self.accuracy, spec, FixedTicks::accuracy(), &f)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is(p: &SeriesLabelPosition, q: SeriesLabelPosition) -> bool {
+        std::mem::discriminant(p) == std::mem::discriminant(&q)
+    }
+
+    #[test]
+    fn legend_goes_to_the_emptiest_corner() {
+        let steps = [0.0, 50.0, 100.0];
+        // A flat curve along the top: the upper corners are covered, the lower right is free.
+        let high = [0.98, 0.99, 1.0];
+        let c = vec![Curve {
+            name: "a".into(),
+            steps: &steps,
+            values: &high,
+        }];
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (0.0, 1.0),
+            false,
+            SeriesLabelPosition::UpperRight,
+        );
+        assert!(is(&p, SeriesLabelPosition::LowerRight), "{p:?}");
+        // A curve along the bottom keeps the preferred upper right.
+        let low = [0.0, 0.01, 0.02];
+        let c = vec![Curve {
+            name: "a".into(),
+            steps: &steps,
+            values: &low,
+        }];
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (0.0, 1.0),
+            false,
+            SeriesLabelPosition::UpperRight,
+        );
+        assert!(is(&p, SeriesLabelPosition::UpperRight), "{p:?}");
+        // Rising from the lower left to the upper right: a left/right corner off the diagonal.
+        let rising = [0.0, 0.5, 1.0];
+        let c = vec![Curve {
+            name: "a".into(),
+            steps: &steps,
+            values: &rising,
+        }];
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (0.0, 1.0),
+            false,
+            SeriesLabelPosition::UpperRight,
+        );
+        assert!(is(&p, SeriesLabelPosition::LowerRight), "{p:?}");
+        // On a log axis 1 .. 100, a curve at 10 sits in the middle, not at the bottom.
+        let mid = [10.0, 10.0, 10.0];
+        let c = vec![Curve {
+            name: "a".into(),
+            steps: &steps,
+            values: &mid,
+        }];
+        let p = legend_corner(
+            &c,
+            (0.0, 100.0),
+            (1.0, 100.0),
+            true,
+            SeriesLabelPosition::UpperRight,
+        );
+        assert!(is(&p, SeriesLabelPosition::UpperRight), "{p:?}");
     }
 }

@@ -181,7 +181,14 @@ pub(crate) fn begin<DB: DrawingBackend>(
     let body = if title.is_empty() {
         area.clone()
     } else {
-        area.margin(6, 0, 0, 0).titled(title, bold(TITLE_SIZE))?
+        // Long titles (e.g. a checkpoint name in front) shrink to the figure width instead of
+        // being clipped at both edges.
+        let width = area.dim_in_pixel().0 as i32 - 16;
+        let mut size = TITLE_SIZE;
+        while size > 12.0 && text_box(title, &bold(size)).0 > width {
+            size -= 1.0;
+        }
+        area.margin(6, 0, 0, 0).titled(title, bold(size))?
     };
     Ok(body.margin(6, 6, 8, 8))
 }
