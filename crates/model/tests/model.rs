@@ -942,7 +942,10 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
     let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
     let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
-    a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// CPU and CUDA agree: the imported paper checkpoints' logits and latent codes on the numpy fixture
@@ -997,13 +1000,19 @@ fn cuda_forward_and_gradients_match_cpu() {
             let y = Tensor::from_vec((0..10u32).map(|i| i % 4).collect::<Vec<_>>(), 10, device)
                 .unwrap();
             let logits = model.forward(&x, false).unwrap().logits;
-            let loss = candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y)
-                .unwrap();
+            let loss =
+                candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y)
+                    .unwrap();
             let grads = loss.backward().unwrap();
             let named: Vec<(String, Tensor)> = model
                 .named_tensors()
                 .iter()
-                .map(|(n, t)| (n.clone(), grads.get(t).unwrap().to_device(&Device::Cpu).unwrap()))
+                .map(|(n, t)| {
+                    (
+                        n.clone(),
+                        grads.get(t).unwrap().to_device(&Device::Cpu).unwrap(),
+                    )
+                })
                 .collect();
             (loss.to_scalar::<f32>().unwrap(), named)
         };
@@ -1018,13 +1027,23 @@ fn cuda_forward_and_gradients_match_cpu() {
         // `every_parameter_gets_a_gradient`), so a per-tensor scale would compare noise with noise.
         let scale = grads_c
             .iter()
-            .map(|(_, g)| g.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap())
+            .map(|(_, g)| {
+                g.abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+            })
             .fold(0.0, f32::max);
         let mut worst = 0.0f32;
         for ((name, gc), (_, gg)) in grads_c.iter().zip(&grads_g) {
             let rel = max_abs_diff(gc, gg) / scale;
             worst = worst.max(rel);
-            assert!(rel <= 1e-4, "{mixer}: gradient of {name} differs by {rel} (relative)");
+            assert!(
+                rel <= 1e-4,
+                "{mixer}: gradient of {name} differs by {rel} (relative)"
+            );
         }
         eprintln!("cuda vs cpu {mixer}: loss {loss_c} vs {loss_g}, worst relative gradient difference {worst:.2e}");
     }

@@ -82,7 +82,10 @@ fn loss_decreases_and_ood_accuracy_rises() {
     })
     .unwrap();
     assert!(outcome.completed);
-    assert_eq!(evals.iter().map(|e| e.step).collect::<Vec<_>>(), vec![0, 600]);
+    assert_eq!(
+        evals.iter().map(|e| e.step).collect::<Vec<_>>(),
+        vec![0, 600]
+    );
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let pf0 = mean(&evals[0].ood.per_feature);
     let rows = read_metrics(&out.join("metrics.csv")).unwrap();
@@ -119,7 +122,10 @@ fn loss_decreases_and_ood_accuracy_rises() {
         mean_pf > 0.14,
         "OOD per-feature accuracy {mean_pf} (chance 0.125)"
     );
-    assert!(mean_pf > pf0 + 0.02, "OOD per-feature accuracy {pf0} -> {mean_pf}");
+    assert!(
+        mean_pf > pf0 + 0.02,
+        "OOD per-feature accuracy {pf0} -> {mean_pf}"
+    );
     // train.json says how it was trained.
     assert_eq!((rec.steps, rec.batch, rec.lr), (600, 32, 2e-2));
     assert_eq!(rec.task, TrainTask::Sraven);

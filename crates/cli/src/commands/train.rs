@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Args;
 use hyperlens_model::{Device, Mixer};
-use hyperlens_train::{read_settings, train, Event, ModelSize, RunOptions, TrainSettings, TrainTask};
+use hyperlens_train::{
+    read_settings, train, Event, ModelSize, RunOptions, TrainSettings, TrainTask,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `hyperlens train`. Unset options take the task's defaults (the paper's recipe) or,
@@ -166,8 +168,15 @@ fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
     set(&mut s.sraven.features, &args.features);
     set(&mut s.sraven.values, &args.values);
     set(&mut s.sraven.holdout_fraction, &args.holdout);
-    if let (Some(d_model), Some(n_heads), Some(d_head), Some(d_mlp)) = (args.d_model, args.heads, args.d_head, args.d_mlp) {
-        s.size = Some(ModelSize { d_model, n_heads, d_head, d_mlp });
+    if let (Some(d_model), Some(n_heads), Some(d_head), Some(d_mlp)) =
+        (args.d_model, args.heads, args.d_head, args.d_mlp)
+    {
+        s.size = Some(ModelSize {
+            d_model,
+            n_heads,
+            d_head,
+            d_mlp,
+        });
     }
     set(&mut s.logic.samples, &args.logic_samples);
     set(&mut s.logic.frac_test, &args.logic_frac_test);
