@@ -16,7 +16,8 @@
 //! - [`AttentionGrid`]: attention patterns [query, key] of several heads (or one);
 //! - [`TrainingCurves`]: loss and ID/OOD accuracy against the training step;
 //! - [`GroupedBars`]: ID/OOD accuracy per checkpoint;
-//! - [`EigenvalueGrid`]: OV-circuit eigenvalues lambda/|lambda| on the unit circle, per head.
+//! - [`EigenvalueGrid`]: OV-circuit eigenvalues lambda/|lambda| on the unit circle, per head;
+//! - [`FigureRow`]: several figures side by side under one title.
 
 mod attention;
 mod bars;
@@ -28,12 +29,14 @@ mod font;
 mod glyph;
 mod heatmap;
 mod lines;
+mod panels;
 mod scatter;
 mod util;
 
 pub use attention::AttentionGrid;
 pub use bars::{BarSeries, GroupedBars};
 pub use eigen::{EigenPanel, EigenvalueGrid};
+pub use panels::FigureRow;
 pub use lines::{layer_categories, Curve, LayerAccuracy, Reference, Series, TrainingCurves};
 pub use scatter::{PcaScatter, PointColors, ScatterPanel};
 
