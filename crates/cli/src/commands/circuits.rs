@@ -31,7 +31,8 @@ use hyperlens_analysis::circuits::{
 use hyperlens_model::{lm, Device};
 use hyperlens_tasks::induction::repeated_random_tokens;
 use hyperlens_viz::{
-    save_png, AttentionGrid, ColorMap, EigenvalueGrid, FigureRow, Heatmap,
+    save_png, save_png_sized, AttentionGrid, ColorMap, EigenvalueGrid, FigureRow, Heatmap,
+    ValueFormat,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{s, Array2, Array3, Array4, Axis};
@@ -106,6 +107,10 @@ impl CircuitsArgs {
         Ok(())
     }
 }
+
+/// Above this many heads, figures switch to compact layouts (small eigenvalue panels, composition
+/// heatmaps without values at a fixed size).
+const MANY_HEADS: usize = 48;
 
 /// Default length of the repeated random segment (TransformerLens / ARENA induction demo).
 const DEFAULT_SEQ_LEN: usize = 50;
@@ -482,10 +487,22 @@ fn eigen_figure(
     let (l, h, _) = e.re.dim();
     let pairs = eig_pairs(e);
     let mut grid = EigenvalueGrid::layers_by_heads(title, &pairs, l, h)?;
+    let many = l * h > MANY_HEADS;
     for (i, p) in grid.panels.iter_mut().enumerate() {
-        p.label = format!("{}  copy {:.2}", p.label, copying[[i / h, i % h]]);
+        let c = copying[[i / h, i % h]];
+        p.label = if many {
+            format!("{} {c:.2}", p.label)
+        } else {
+            format!("{}  copy {c:.2}", p.label)
+        };
     }
-    save_png(path, &grid)?;
+    if many {
+        // Small panels keep a real model's figure (hundreds of heads) readable and small.
+        let side = 120;
+        save_png_sized(path, &grid, (h as u32 * side + 60, l as u32 * side + 110))?;
+    } else {
+        save_png(path, &grid)?;
+    }
     Ok(())
 }
 
@@ -661,10 +678,15 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
                 baseline.percentile(k, 99.0)?
             );
             let mut hm = Heatmap::composition(&title, sc.view())?;
+            let path = figures.join(format!("composition_{k}.png"));
             if nl * nh > 24 {
-                hm.options.value_format = hyperlens_viz::ValueFormat::Hidden;
+                hm.options.value_format = ValueFormat::Hidden;
             }
-            save_png(figures.join(format!("composition_{k}.png")), &hm)?;
+            if nl * nh > MANY_HEADS {
+                save_png_sized(path, &hm, (1500, 1450))?;
+            } else {
+                save_png(path, &hm)?;
+            }
         }
     }
     let panel = |title: &str, a: &Array2<f64>| {
