@@ -36,8 +36,8 @@ mod util;
 pub use attention::AttentionGrid;
 pub use bars::{BarSeries, GroupedBars};
 pub use eigen::{EigenPanel, EigenvalueGrid};
-pub use panels::FigureRow;
 pub use lines::{layer_categories, Curve, LayerAccuracy, Reference, Series, TrainingCurves};
+pub use panels::FigureRow;
 pub use scatter::{PcaScatter, PointColors, ScatterPanel};
 
 pub use colour::{categorical, ColorMap};

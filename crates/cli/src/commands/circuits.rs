@@ -330,10 +330,7 @@ fn heads_above(scores: &Array2<f64>, cut: f64) -> Vec<(usize, usize, f64)> {
 }
 
 /// The strongest head, optionally only among layers in `layers`.
-fn top_head(
-    scores: &Array2<f64>,
-    layers: std::ops::Range<usize>,
-) -> Option<(usize, usize, f64)> {
+fn top_head(scores: &Array2<f64>, layers: std::ops::Range<usize>) -> Option<(usize, usize, f64)> {
     scores
         .indexed_iter()
         .filter(|((l, _), _)| layers.contains(l))
@@ -524,8 +521,7 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
     let kind = lm::detect(&args.checkpoint)?;
     let device = args.device.to_candle()?;
     let figures = args.out.join("figures");
-    std::fs::create_dir_all(&figures)
-        .with_context(|| format!("creating {}", figures.display()))?;
+    std::fs::create_dir_all(&figures).with_context(|| format!("creating {}", figures.display()))?;
 
     let stage = Stage::start("load checkpoint");
     let model = lm::load(&args.checkpoint, &device)?;
@@ -690,7 +686,13 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
         }
     }
     let panel = |title: &str, a: &Array2<f64>| {
-        Heatmap::head_scores(title, a.view(), "score", ColorMap::Viridis, Some((0.0, 1.0)))
+        Heatmap::head_scores(
+            title,
+            a.view(),
+            "score",
+            ColorMap::Viridis,
+            Some((0.0, 1.0)),
+        )
     };
     let row = FigureRow::new(
         &format!(
@@ -848,7 +850,9 @@ mod tests {
         assert_eq!(resolve_seq_len(&args(None), 64, 1).unwrap(), 31);
         assert_eq!(resolve_seq_len(&args(None), 8192, 1).unwrap(), 50);
         assert_eq!(resolve_seq_len(&args(Some(10)), 64, 1).unwrap(), 10);
-        let e = resolve_seq_len(&args(Some(32)), 64, 1).unwrap_err().to_string();
+        let e = resolve_seq_len(&args(Some(32)), 64, 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("at most --seq-len 31"), "{e}");
         assert!(resolve_seq_len(&args(None), 3, 0).is_err());
         assert!(args(Some(1)).check().is_err());

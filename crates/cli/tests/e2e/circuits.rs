@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hyperlens_analysis::circuits::{
-    composition_baseline, composition_scores, repeated_token_scores, AttnWeights,
-    CompositionKind, CompositionParams,
+    composition_baseline, composition_scores, repeated_token_scores, AttnWeights, CompositionKind,
+    CompositionParams,
 };
 use hyperlens_model::lm::{self, TokenConfig, TokenModel};
 use hyperlens_tasks::induction::repeated_random_tokens;
@@ -54,7 +54,10 @@ fn column(header: &[String], rows: &[Vec<String>], name: &str) -> Vec<f64> {
 
 fn in_range(xs: &[f64], lo: f64, hi: f64, what: &str) {
     for &x in xs {
-        assert!(x.is_finite() && x >= lo && x <= hi, "{what}: {x} outside [{lo}, {hi}]");
+        assert!(
+            x.is_finite() && x >= lo && x <= hi,
+            "{what}: {x} outside [{lo}, {hi}]"
+        );
     }
 }
 
@@ -91,11 +94,7 @@ fn circuits_writes_every_output_in_range() {
         "--bos",
         "0",
     ]);
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("induction heads"), "{stdout}");
     let (l, h, d) = (2usize, 4usize, 16usize);
@@ -105,7 +104,12 @@ fn circuits_writes_every_output_in_range() {
     assert_eq!(rows.len(), l * h);
     assert_eq!(rows[5][2], "L1H1");
     in_range(&column(&hd, &rows, "ov_copying"), -1.0, 1.0, "ov_copying");
-    in_range(&column(&hd, &rows, "full_ov_copying"), -1.0, 1.0, "full_ov_copying");
+    in_range(
+        &column(&hd, &rows, "full_ov_copying"),
+        -1.0,
+        1.0,
+        "full_ov_copying",
+    );
 
     // eigenvalues.npz: [L, H, d] eigenvalues, sorted by descending modulus; copying agrees with CSV.
     let mut npz = NpzReader::new(File::open(out.join("eigenvalues.npz")).unwrap()).unwrap();
@@ -153,14 +157,25 @@ fn circuits_writes_every_output_in_range() {
     for kind_rows in scores.chunks(5) {
         assert!(kind_rows.windows(2).all(|w| w[0] >= w[1]));
     }
-    in_range(&column(&hd, &rows, "baseline_percentile"), 0.0, 100.0, "percentile");
-    assert!(rows.iter().all(|r| r[2].starts_with("L0") && r[3].starts_with("L1")));
+    in_range(
+        &column(&hd, &rows, "baseline_percentile"),
+        0.0,
+        100.0,
+        "percentile",
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r[2].starts_with("L0") && r[3].starts_with("L1")));
 
     // heads.csv: mul and stripe scores in [0, 1], abs scores in [-1, 1].
     let (hd, rows) = read_csv(&out.join("heads.csv"));
     assert_eq!(rows.len(), l * h);
     for name in &hd[3..] {
-        let (lo, hi) = if name.ends_with("_abs") { (-1.0, 1.0) } else { (0.0, 1.0) };
+        let (lo, hi) = if name.ends_with("_abs") {
+            (-1.0, 1.0)
+        } else {
+            (0.0, 1.0)
+        };
         in_range(&column(&hd, &rows, name), lo, hi, name);
     }
     let prev = column(&hd, &rows, "repeated_previous_token");
@@ -169,8 +184,7 @@ fn circuits_writes_every_output_in_range() {
 
     // summary.json
     let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["checkpoint_kind"], "token-model");
     assert_eq!(s["model"]["n_layers"], 2);
     assert_eq!(s["inputs"]["tokens_per_sequence"], 13);
@@ -266,7 +280,10 @@ fn shipped_induction_model_has_an_induction_circuit() {
     ]
     .into_iter()
     .collect();
-    assert!(prev >= 0.4, "best layer-0 previous-token score {prev}: {all:?}");
+    assert!(
+        prev >= 0.4,
+        "best layer-0 previous-token score {prev}: {all:?}"
+    );
     assert!(ind >= 0.4, "best layer-1 induction score {ind}: {all:?}");
 
     let hw = model.head_weights(true).unwrap();
