@@ -662,7 +662,7 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
     )?;
     eigen_figure(
         &figures.join("eigenvalues_full_ov.png"),
-        "Full OV circuit W_E W_OV W_U: eigenvalues λ/|λ| per head (copying score)",
+        "Full OV circuit W_E W_OV W_U: eigenvalues λ/|λ| per head",
         &full,
         &full_copy,
     )?;
@@ -785,7 +785,7 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
             "heads.csv": "per head: previous-token / duplicate-token / induction scores (mul, abs) and repeated-random-tokens stripe scores",
             "figures/": "eigenvalues.png, eigenvalues_full_ov.png, composition_{q,k,v}.png, head_scores.png, induction_attention.png",
         },
-        "timings_s": timings.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "timings_s": timings.iter().map(|(k, v)| json!({"stage": k, "seconds": v})).collect::<Vec<_>>(),
         "wall_time_s": t_all.elapsed().as_secs_f64(),
     });
     write_atomic(
