@@ -38,6 +38,9 @@ enum Command {
     /// Attention patterns [layer, head, query, key] of a token language model (token model, Hugging
     /// Face Llama / GPT-2 directory, or .gguf file) on one token sequence, to a .npz file.
     Attention(commands::attention::AttentionArgs),
+    /// Circuits from the weights and patterns of a token language model: OV copying scores,
+    /// Q/K/V composition with a random baseline, induction and previous-token heads, figures.
+    Circuits(Box<commands::circuits::CircuitsArgs>),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -51,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(a) => commands::report::run(a),
         Command::Analyze(a) => commands::analyze::run(a),
         Command::Attention(a) => commands::attention::run(a),
+        Command::Circuits(a) => commands::circuits::run(*a),
     }
 }
 

@@ -16,7 +16,8 @@
 //! - [`AttentionGrid`]: attention patterns [query, key] of several heads (or one);
 //! - [`TrainingCurves`]: loss and ID/OOD accuracy against the training step;
 //! - [`GroupedBars`]: ID/OOD accuracy per checkpoint;
-//! - [`EigenvalueGrid`]: OV-circuit eigenvalues lambda/|lambda| on the unit circle, per head.
+//! - [`EigenvalueGrid`]: OV-circuit eigenvalues lambda/|lambda| on the unit circle, per head;
+//! - [`FigureRow`]: several figures side by side under one title.
 
 mod attention;
 mod bars;
@@ -28,6 +29,7 @@ mod font;
 mod glyph;
 mod heatmap;
 mod lines;
+mod panels;
 mod scatter;
 mod util;
 
@@ -35,6 +37,7 @@ pub use attention::AttentionGrid;
 pub use bars::{BarSeries, GroupedBars};
 pub use eigen::{EigenPanel, EigenvalueGrid};
 pub use lines::{layer_categories, Curve, LayerAccuracy, Reference, Series, TrainingCurves};
+pub use panels::FigureRow;
 pub use scatter::{PcaScatter, PointColors, ScatterPanel};
 
 pub use colour::{categorical, ColorMap};

@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod attention;
+pub mod circuits;
 pub mod common;
 pub mod eval;
 pub mod import;

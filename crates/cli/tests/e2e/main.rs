@@ -4,4 +4,5 @@
 //! One integration-test binary for the CLI (`cargo test -p hyperlens --test e2e`), so the crate and
 //! its dependencies are linked once.
 
+mod circuits;
 mod report;
