@@ -115,6 +115,12 @@ pub struct TrainArgs {
     /// Induction: sequence length of the corpus [default: 64].
     #[arg(long)]
     pub seq_len: Option<usize>,
+    /// Induction: strength of the corpus's bigram table (0 = uniform tokens) [default: 3].
+    #[arg(long)]
+    pub bigram_strength: Option<f64>,
+    /// Induction: probability that a copy of an earlier segment starts at a position [default: 0.05].
+    #[arg(long)]
+    pub repeat_prob: Option<f64>,
     /// Stop after this many updates with a checkpoint, as if interrupted (continue with --resume).
     #[arg(long)]
     pub stop_after: Option<u64>,
@@ -182,6 +188,8 @@ fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
     set(&mut s.logic.frac_test, &args.logic_frac_test);
     set(&mut s.induction.vocab, &args.vocab);
     set(&mut s.induction.seq_len, &args.seq_len);
+    set(&mut s.induction.bigram_strength, &args.bigram_strength);
+    set(&mut s.induction.repeat_prob, &args.repeat_prob);
     if args.attn_only {
         s.attn_only = true;
     }
