@@ -125,11 +125,6 @@ fn weights_bytes(config: &Config, tensors: &[(String, Tensor)], path: &Path) -> 
     )
 }
 
-fn write_files(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
-    write_atomic(&dir.join(WEIGHTS_FILE), weights)?;
-    write_atomic(&dir.join(CONFIG_FILE), config_json)
-}
-
 /// Saves a checkpoint directory. A new directory is written under a temporary name and renamed
 /// into place; in an existing directory each file is written to `*.tmp` and renamed.
 ///
@@ -147,8 +142,23 @@ pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result
         source,
     })?;
     config_json.push(b'\n');
+    write_checkpoint_dir(dir, &config_json, &weights)
+}
+
+/// Writes `config.json` and `model.safetensors` into `dir` atomically: a new directory is written
+/// under a temporary name and renamed into place; in an existing directory each file is written to
+/// `*.tmp` and renamed. Shared by the SRAVEN and token-model checkpoints.
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] for a path with no directory name; [`ModelError::Io`] for
+/// file-system errors.
+pub(crate) fn write_checkpoint_dir(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
+    let write_files = |d: &Path| {
+        write_atomic(&d.join(WEIGHTS_FILE), weights)?;
+        write_atomic(&d.join(CONFIG_FILE), config_json)
+    };
     if dir.is_dir() {
-        return write_files(dir, &config_json, &weights);
+        return write_files(dir);
     }
     let name = dir.file_name().ok_or_else(|| ModelError::Checkpoint {
         path: dir.to_path_buf(),
@@ -161,7 +171,7 @@ pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result
         std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
     std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-    write_files(&tmp, &config_json, &weights)?;
+    write_files(&tmp)?;
     std::fs::rename(&tmp, dir).map_err(io_err(dir))
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use super::store::TensorStore;
-use crate::checkpoint::{write_atomic, CONFIG_FILE, WEIGHTS_FILE};
+use crate::checkpoint::{write_checkpoint_dir, CONFIG_FILE, WEIGHTS_FILE};
 use crate::error::{ModelError, Result};
 
 /// Saves `tensors` and `config` as a checkpoint directory.
@@ -87,28 +87,7 @@ pub fn save_dir(
         source,
     })?;
     cfg.push(b'\n');
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| ModelError::Io { path: p, source }
-    };
-    if dir.is_dir() {
-        write_atomic(&dir.join(WEIGHTS_FILE), &weights)?;
-        return write_atomic(&dir.join(CONFIG_FILE), &cfg);
-    }
-    let name = dir.file_name().ok_or_else(|| ModelError::Checkpoint {
-        path: dir.to_path_buf(),
-        msg: "not a valid directory name".into(),
-    })?;
-    let mut tmp_name = name.to_owned();
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = dir.with_file_name(tmp_name);
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    std::fs::write(tmp.join(WEIGHTS_FILE), &weights).map_err(io(&tmp.join(WEIGHTS_FILE)))?;
-    std::fs::write(tmp.join(CONFIG_FILE), &cfg).map_err(io(&tmp.join(CONFIG_FILE)))?;
-    std::fs::rename(&tmp, dir).map_err(io(dir))
+    write_checkpoint_dir(dir, &cfg, &weights)
 }
 
 /// Reads `config.json` of a checkpoint directory as JSON.
