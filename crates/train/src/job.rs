@@ -51,3 +51,26 @@ pub(crate) fn varmap_vars(varmap: &VarMap) -> Result<Vec<(String, Var)>> {
     v.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(v)
 }
+
+/// Loads the SRAVEN / logic transformer checkpoint in `dir` as trainable variables, after checking
+/// that its config is the run's (`expect`): the resume path of both tasks.
+///
+/// # Errors
+/// [`TrainError::Resume`] if the checkpoint's config differs from `expect`; checkpoint errors
+/// (missing, truncated or mismatched files).
+pub(crate) fn resume_transformer(
+    dir: &Path,
+    expect: &hyperlens_model::Config,
+    device: &candle_core::Device,
+) -> Result<(hyperlens_model::Transformer, VarMap)> {
+    let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
+    if &config != expect {
+        return Err(TrainError::Resume(format!(
+            "{}: the checkpoint's model config differs from the run's settings",
+            dir.join(hyperlens_model::checkpoint::CONFIG_FILE).display()
+        )));
+    }
+    Ok(hyperlens_model::Transformer::trainable_from_tensors(
+        &config, tensors, device,
+    )?)
+}

@@ -201,14 +201,8 @@ impl LogicJob {
         dir: &Path,
         device: &Device,
     ) -> Result<LogicJob> {
-        let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
-        if config != model_config(settings)? {
-            return Err(TrainError::Resume(format!(
-                "{}: the checkpoint's model config differs from the run's settings",
-                dir.join(hyperlens_model::checkpoint::CONFIG_FILE).display()
-            )));
-        }
-        let (model, varmap) = Transformer::trainable_from_tensors(&config, tensors, device)?;
+        let (model, varmap) =
+            crate::job::resume_transformer(dir, &model_config(settings)?, device)?;
         LogicJob::new(settings, model, varmap)
     }
 }

@@ -143,15 +143,8 @@ impl SravenJob {
         dir: &Path,
         device: &Device,
     ) -> Result<SravenJob> {
-        let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
-        let expect = model_config(settings)?;
-        if config != expect {
-            return Err(TrainError::Resume(format!(
-                "{}: the checkpoint's model config differs from the run's settings",
-                dir.join(hyperlens_model::checkpoint::CONFIG_FILE).display()
-            )));
-        }
-        let (model, varmap) = Transformer::trainable_from_tensors(&config, tensors, device)?;
+        let (model, varmap) =
+            crate::job::resume_transformer(dir, &model_config(settings)?, device)?;
         SravenJob::new(settings, model, varmap)
     }
 }
