@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Debug, Clone, Args)]
 pub struct ProblemArgs {
     /// A problem-set file written by `hyperlens tasks sample` (arrays x, y, rules, perms).
-    #[arg(long, conflicts_with_all = ["split", "n", "seed", "unpermuted"])]
+    #[arg(long, conflicts_with_all = ["split", "set", "n", "seed", "unpermuted"])]
     pub problems: Option<PathBuf>,
     /// Sample problems from this split (`paper-seed0|1|2|2024` or `seed{N}`).
     #[arg(long, required_unless_present = "problems")]

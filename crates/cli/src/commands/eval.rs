@@ -8,9 +8,10 @@ use clap::Args;
 use hyperlens_model::eval::evaluate_with;
 use hyperlens_model::{Device, Transformer};
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
-use indicatif::{ProgressBar, ProgressStyle};
+use hyperlens_tasks::sraven::{sample, ProblemSet, SravenParams};
 use ndarray::{Array2, Array3};
+
+use super::common::{progress_bar, ProblemArgs, ProblemSource};
 
 /// Arguments of `hyperlens eval`.
 #[derive(Debug, Args)]
@@ -18,24 +19,9 @@ pub struct EvalArgs {
     /// The checkpoint directory (config.json + model.safetensors).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// A problem-set file written by `hyperlens tasks` (arrays x, y, rules, perms).
-    #[arg(long, conflicts_with_all = ["split", "set", "n", "seed", "unpermuted"])]
-    pub problems: Option<PathBuf>,
-    /// Sample problems from this split (`paper-seed0|1|2|2024` or `seed{N}`).
-    #[arg(long, required_unless_present = "problems")]
-    pub split: Option<String>,
-    /// Which task list to sample from: `id` (in-distribution) or `ood` (held out).
-    #[arg(long, default_value = "ood")]
-    pub set: Set,
-    /// Number of problems to sample.
-    #[arg(long, default_value_t = 10_000)]
-    pub n: usize,
-    /// Seed of the evaluation sample (domain-separated from training streams).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Sample problems without feature permutation.
-    #[arg(long)]
-    pub unpermuted: bool,
+    /// Where the problems come from (a file, or sampled from a split).
+    #[command(flatten)]
+    pub problems: ProblemArgs,
     /// Compute device: cpu, cuda[:N] or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -88,34 +74,24 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         values: cfg.d_in,
         ..SravenParams::default()
     };
-    let (problems, what): (ProblemSet, String) = match (&args.problems, &args.split) {
-        (Some(path), _) => (load_problems(path, &params)?, path.display().to_string()),
-        (None, Some(name)) => {
-            if args.n == 0 {
-                bail!("--n must be positive");
-            }
-            let split = Split::named_with(name, params)?;
-            let set = sample(&split, args.set, args.n, args.seed, args.unpermuted)?;
-            let kind = if args.unpermuted {
-                "unpermuted"
-            } else {
-                "permuted"
-            };
+    let (problems, what): (ProblemSet, String) = match args.problems.resolve(params)? {
+        ProblemSource::File(path) => (load_problems(&path, &params)?, path.display().to_string()),
+        ProblemSource::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        } => {
+            let kind = if unpermuted { "unpermuted" } else { "permuted" };
             (
-                set,
-                format!("{name} {}, seed {}, {kind}", args.set, args.seed),
+                sample(&split, set, n, seed, unpermuted)?,
+                format!("{} {set}, seed {seed}, {kind}", split.name),
             )
         }
-        (None, None) => bail!("give --problems FILE or --split NAME"),
     };
     let n = problems.len();
-    let bar = ProgressBar::new(n as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} eval [{bar:30}] {pos}/{len} problems ({per_sec}, eta {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(n as u64, "eval", "problems");
     let out = evaluate_with(
         &model,
         &problems,
