@@ -559,68 +559,36 @@ mod tests {
         std::mem::discriminant(p) == std::mem::discriminant(&q)
     }
 
+    /// Where the legend of one curve over steps 0, 50, 100 goes, preferring the upper right.
+    fn corner(values: &[f64; 3], y_range: (f64, f64), log_y: bool) -> SeriesLabelPosition {
+        let steps = [0.0, 50.0, 100.0];
+        let c = vec![Curve {
+            name: "a".into(),
+            steps: &steps,
+            values,
+        }];
+        legend_corner(
+            &c,
+            (0.0, 100.0),
+            y_range,
+            log_y,
+            SeriesLabelPosition::UpperRight,
+        )
+    }
+
     #[test]
     fn legend_goes_to_the_emptiest_corner() {
-        let steps = [0.0, 50.0, 100.0];
         // A flat curve along the top: the upper corners are covered, the lower right is free.
-        let high = [0.98, 0.99, 1.0];
-        let c = vec![Curve {
-            name: "a".into(),
-            steps: &steps,
-            values: &high,
-        }];
-        let p = legend_corner(
-            &c,
-            (0.0, 100.0),
-            (0.0, 1.0),
-            false,
-            SeriesLabelPosition::UpperRight,
-        );
+        let p = corner(&[0.98, 0.99, 1.0], (0.0, 1.0), false);
         assert!(is(&p, SeriesLabelPosition::LowerRight), "{p:?}");
         // A curve along the bottom keeps the preferred upper right.
-        let low = [0.0, 0.01, 0.02];
-        let c = vec![Curve {
-            name: "a".into(),
-            steps: &steps,
-            values: &low,
-        }];
-        let p = legend_corner(
-            &c,
-            (0.0, 100.0),
-            (0.0, 1.0),
-            false,
-            SeriesLabelPosition::UpperRight,
-        );
+        let p = corner(&[0.0, 0.01, 0.02], (0.0, 1.0), false);
         assert!(is(&p, SeriesLabelPosition::UpperRight), "{p:?}");
         // Rising from the lower left to the upper right: a left/right corner off the diagonal.
-        let rising = [0.0, 0.5, 1.0];
-        let c = vec![Curve {
-            name: "a".into(),
-            steps: &steps,
-            values: &rising,
-        }];
-        let p = legend_corner(
-            &c,
-            (0.0, 100.0),
-            (0.0, 1.0),
-            false,
-            SeriesLabelPosition::UpperRight,
-        );
+        let p = corner(&[0.0, 0.5, 1.0], (0.0, 1.0), false);
         assert!(is(&p, SeriesLabelPosition::LowerRight), "{p:?}");
         // On a log axis 1 .. 100, a curve at 10 sits in the middle, not at the bottom.
-        let mid = [10.0, 10.0, 10.0];
-        let c = vec![Curve {
-            name: "a".into(),
-            steps: &steps,
-            values: &mid,
-        }];
-        let p = legend_corner(
-            &c,
-            (0.0, 100.0),
-            (1.0, 100.0),
-            true,
-            SeriesLabelPosition::UpperRight,
-        );
+        let p = corner(&[10.0, 10.0, 10.0], (1.0, 100.0), true);
         assert!(is(&p, SeriesLabelPosition::UpperRight), "{p:?}");
     }
 }
