@@ -101,10 +101,7 @@ fn assert_eigs_match_dense(e: &Eigenvalues, dense: &Array2<f64>, tol: f64) {
 }
 
 fn npz() -> NpzReader<File> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/circuits/tl_tiny.npz"
-    );
+    let path = manifest_dir().join("tests/fixtures/circuits/tl_tiny.npz");
     NpzReader::new(File::open(path).expect("fixture tl_tiny.npz")).expect("npz")
 }
 
@@ -835,4 +832,12 @@ fn detection_errors_are_clear() {
         &DetectOptions::default()
     )
     .is_err());
+}
+
+/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
+/// runs, so a test binary reused from a target directory that was built in a clone at another path
+/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
 }

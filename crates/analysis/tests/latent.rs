@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    manifest_dir().join("tests/fixtures")
 }
 
 struct Reference {
@@ -680,4 +680,12 @@ fn analyze_pair_end_to_end_and_tables() {
     let other = CodeSet::new(Array5::zeros((5, 2, 5, 1, 2)), Array1::zeros(5)).unwrap();
     let err = analyze_pair(&train, &other, &params, &mut |_| {}).unwrap_err();
     assert!(matches!(err, AnalysisError::Shape(_)), "{err}");
+}
+
+/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
+/// runs, so a test binary reused from a target directory that was built in a clone at another path
+/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
 }

@@ -827,7 +827,7 @@ fn smollm2_patterns_match_numpy_float64_reference() {
         return;
     };
     let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm/smollm2_patterns.npz");
+        manifest_dir().join("tests/fixtures/lm/smollm2_patterns.npz");
     let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(&fixture).unwrap()).unwrap();
     let tokens: ndarray::ArrayD<i64> = npz.by_name("tokens").unwrap();
     let want: ndarray::ArrayD<f32> = npz.by_name("pattern").unwrap();
@@ -1303,4 +1303,12 @@ fn token_checkpoint_round_trip_detection_and_errors() {
         e.contains("W_Q") && e.contains("[3, 12, 5]") && e.contains("[3, 12, 6]"),
         "{e}"
     );
+}
+
+/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
+/// runs, so a test binary reused from a target directory that was built in a clone at another path
+/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
 }

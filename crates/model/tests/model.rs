@@ -753,10 +753,7 @@ fn broken_checkpoints_give_clear_errors() {
 // Paper checkpoints (JAX export) -> import -> save -> load -> eval
 
 fn reference_dir() -> PathBuf {
-    let d = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference-checkpoints/paper-jax-seed1"
-    ));
+    let d = manifest_dir().join("../../../shared/reference-checkpoints/paper-jax-seed1");
     assert!(
         d.join("hyla_params.npz").is_file(),
         "reference checkpoints not found at {} (the repository expects `shared/` beside it)",
@@ -840,10 +837,7 @@ fn imported(stem: &str, mixer: Mixer, tmp: &Path) -> Transformer {
 fn imported_paper_checkpoints_match_numpy_logits() {
     use ndarray::Array3;
     use ndarray_npy::NpzReader;
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/paper_seed1_logits.npz"
-    );
+    let fixture = manifest_dir().join("tests/fixtures/paper_seed1_logits.npz");
     let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
     let x: Array3<f32> = npz.by_name("x").unwrap();
     let xt = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
@@ -957,10 +951,7 @@ fn cuda_forward_and_gradients_match_cpu() {
     use ndarray::Array3;
     use ndarray_npy::NpzReader;
     let gpu = Device::new_cuda(0).expect("a CUDA device");
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/paper_seed1_logits.npz"
-    );
+    let fixture = manifest_dir().join("tests/fixtures/paper_seed1_logits.npz");
     let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
     let x: Array3<f32> = npz.by_name("x").unwrap();
     let x_cpu = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
@@ -1047,4 +1038,12 @@ fn cuda_forward_and_gradients_match_cpu() {
         }
         eprintln!("cuda vs cpu {mixer}: loss {loss_c} vs {loss_g}, worst relative gradient difference {worst:.2e}");
     }
+}
+
+/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
+/// runs, so a test binary reused from a target directory that was built in a clone at another path
+/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
 }

@@ -14,10 +14,7 @@ use ndarray::{Array1, Array2, Array5};
 use ndarray_npy::NpzReader;
 
 fn reference_checkpoint(name: &str) -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference-checkpoints/paper-jax-seed1"
-    ))
+    let p = manifest_dir().join("../../../shared/reference-checkpoints/paper-jax-seed1")
     .join(name);
     assert!(
         p.exists(),
@@ -199,4 +196,12 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
     );
     assert!(err.is_err());
     assert!(!bad.exists());
+}
+
+/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
+/// runs, so a test binary reused from a target directory that was built in a clone at another path
+/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
 }

@@ -432,7 +432,7 @@ fn tmpdir() -> tempfile::TempDir {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    manifest_dir()
         .join("tests/fixtures")
         .join(name)
 }
@@ -1034,4 +1034,12 @@ fn induction_corpus_has_bigrams_and_exact_repeats() {
     }
     assert_ne!(r.row(0), r.row(1));
     assert_eq!(r, repeated_random_tokens(11, 9, 6, 3).unwrap());
+}
+
+/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
+/// runs, so a test binary reused from a target directory that was built in a clone at another path
+/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
 }
