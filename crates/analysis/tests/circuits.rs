@@ -838,6 +838,8 @@ fn detection_errors_are_clear() {
 /// runs, so a test binary reused from a target directory that was built in a clone at another path
 /// still finds its fixtures (the compile-time `env!` value would point into that other clone).
 fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

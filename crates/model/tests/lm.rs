@@ -826,8 +826,7 @@ fn smollm2_patterns_match_numpy_float64_reference() {
         );
         return;
     };
-    let fixture =
-        manifest_dir().join("tests/fixtures/lm/smollm2_patterns.npz");
+    let fixture = manifest_dir().join("tests/fixtures/lm/smollm2_patterns.npz");
     let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(&fixture).unwrap()).unwrap();
     let tokens: ndarray::ArrayD<i64> = npz.by_name("tokens").unwrap();
     let want: ndarray::ArrayD<f32> = npz.by_name("pattern").unwrap();
@@ -1309,6 +1308,8 @@ fn token_checkpoint_round_trip_detection_and_errors() {
 /// runs, so a test binary reused from a target directory that was built in a clone at another path
 /// still finds its fixtures (the compile-time `env!` value would point into that other clone).
 fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

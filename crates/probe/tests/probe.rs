@@ -14,8 +14,9 @@ use ndarray::{Array1, Array2, Array5};
 use ndarray_npy::NpzReader;
 
 fn reference_checkpoint(name: &str) -> PathBuf {
-    let p = manifest_dir().join("../../../shared/reference-checkpoints/paper-jax-seed1")
-    .join(name);
+    let p = manifest_dir()
+        .join("../../../shared/reference-checkpoints/paper-jax-seed1")
+        .join(name);
     assert!(
         p.exists(),
         "reference checkpoint {} is missing (shared/ must sit beside the repository)",
@@ -202,6 +203,8 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
 /// runs, so a test binary reused from a target directory that was built in a clone at another path
 /// still finds its fixtures (the compile-time `env!` value would point into that other clone).
 fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

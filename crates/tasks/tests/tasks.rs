@@ -432,9 +432,7 @@ fn tmpdir() -> tempfile::TempDir {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    manifest_dir()
-        .join("tests/fixtures")
-        .join(name)
+    manifest_dir().join("tests/fixtures").join(name)
 }
 
 #[test]
@@ -1040,6 +1038,8 @@ fn induction_corpus_has_bigrams_and_exact_repeats() {
 /// runs, so a test binary reused from a target directory that was built in a clone at another path
 /// still finds its fixtures (the compile-time `env!` value would point into that other clone).
 fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), std::path::PathBuf::from)
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

@@ -1,6 +1,12 @@
 //! One training update of the paper's base SRAVEN model (4 layers, width 1, batch 128, HYLA and
 //! softmax): draw the batch, forward with attention dropout, cross-entropy, backward, AdamW.
 //! Run with `CANDLE_NUM_THREADS=1` for a figure comparable across machines.
+//!
+//! Two more groups isolate the per-operation overhead that bounds a GPU step (each candle operation is
+//! one kernel launch there): `adamw_update` times the optimiser alone on the base model's 74 parameter
+//! tensors, and `overhead` runs a whole step of a micro model with the base model's architecture (same
+//! layers, same operations) but D 16, H 2, D_mlp 16 and batch 4, so that its time is almost all
+//! per-operation cost rather than arithmetic.
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use candle_core::Device;
@@ -17,14 +23,7 @@ fn bench(c: &mut Criterion) {
     for mixer in [Mixer::Hyla, Mixer::Softmax] {
         let cfg = Config::sraven_base(mixer);
         let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
-        let vars = varmap
-            .data()
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let mut opt = AdamW::new(vars, AdamWParams::default()).expect("optimiser");
+        let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
         let mut step = 0u64;
         group.bench_function(format!("base_{mixer}_batch128"), |b| {
             b.iter(|| {
@@ -39,6 +38,56 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    let mut group = c.benchmark_group("adamw_update");
+    group.sample_size(20);
+    let cfg = Config::sraven_base(Mixer::Hyla);
+    let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
+    let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+    let problems = TrainStream::at(&split, 0, 0).next_batch(128);
+    let mut rng = dropout_rng(0, 0);
+    let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng).expect("loss");
+    let grads = bl.loss.backward().expect("backward");
+    group.bench_function("base_hyla_params", |b| {
+        b.iter(|| opt.step(&grads, 1e-4).expect("update"))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("overhead");
+    group.sample_size(20);
+    for mixer in [Mixer::Hyla, Mixer::Softmax] {
+        let cfg = Config {
+            d_model: 16,
+            n_heads: 2,
+            d_mlp: 16,
+            ..Config::sraven_base(mixer)
+        };
+        let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
+        let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+        let mut step = 0u64;
+        group.bench_function(format!("micro_{mixer}_step"), |b| {
+            b.iter(|| {
+                let problems = TrainStream::at(&split, 0, step).next_batch(4);
+                let mut rng = dropout_rng(0, step);
+                let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng)
+                    .expect("loss");
+                let grads = bl.loss.backward().expect("backward");
+                opt.step(&grads, 1e-4).expect("update");
+                step += 1;
+            })
+        });
+    }
+    group.finish();
+}
+
+fn named_vars(varmap: &candle_nn::VarMap) -> Vec<(String, candle_core::Var)> {
+    varmap
+        .data()
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 criterion_group!(benches, bench);

@@ -376,9 +376,9 @@ where
         let bl = job.batch_loss(step, &mut rng)?;
         let grads = bl.loss.backward()?;
         let missing = opt.step(&grads, lr)?;
-        if step == start && !missing.is_empty() {
+        if !missing.is_empty() {
             return Err(TrainError::InvalidParam(format!(
-                "no gradient reached {} parameter(s): {}",
+                "at step {step}, no gradient reached {} parameter(s): {}",
                 missing.len(),
                 missing.join(", ")
             )));

@@ -155,7 +155,7 @@ impl TrainState {
 /// # Errors
 /// Candle or I/O errors naming the file.
 pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW) -> Result<()> {
-    let (mut map, step) = opt.state();
+    let (mut map, step) = opt.state()?;
     let dev = Device::Cpu;
     for t in map.values_mut() {
         *t = t.to_device(&dev)?;
