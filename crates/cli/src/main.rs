@@ -59,9 +59,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() {
+    pin_matmul_threads();
     let cli = Cli::parse();
     if let Err(err) = run(cli) {
         eprintln!("error: {err:#}");
         std::process::exit(1);
+    }
+}
+
+/// Fixes candle's CPU matmul thread count once, in `RAYON_NUM_THREADS`, unless the user set it.
+///
+/// candle 0.11's CPU matmul asks `candle_core::utils::get_num_threads()` for its thread count on
+/// every call, and without `RAYON_NUM_THREADS` that reads and parses `/proc/cpuinfo`
+/// (`num_cpus::get_physical`) each time: a third of a small model's training step on this 2-core
+/// machine (`benches/train_step.rs`, group `overhead`: 9.4 -> 6.3 ms for the micro HYLA step), and
+/// more on many-core machines whose `/proc/cpuinfo` is longer. The value set is the one candle would
+/// have computed, so the parallelism is unchanged. Runs first in `main`, before any thread starts.
+fn pin_matmul_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let n = candle_core::utils::get_num_threads();
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
 }
