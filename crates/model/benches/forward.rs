@@ -1,5 +1,10 @@
 //! Criterion bench `forward`: problems/s of the base SRAVEN model (4 layers, width 1) at batch 128
 //! on the CPU, with and without capturing the attention (latent codes), for softmax and HYLA.
+//!
+//! Group `broadcast_backward`: the sum over rows that the backward pass of a bias broadcast over
+//! batch and tokens computes (`[4608, 128]` = batch 128 x 36 tokens x D), as candle's native
+//! reduction over axis 0 and as the product with a row of ones that `hyperlens_model::broadcast`
+//! makes the backward pass use on the CPU.
 
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]
@@ -45,5 +50,19 @@ fn bench_forward(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_forward);
+fn bench_broadcast_backward(c: &mut Criterion) {
+    let mut group = c.benchmark_group("broadcast_backward");
+    let dev = Device::Cpu;
+    let grad = Tensor::randn(0f32, 1.0, (BATCH * 36, 128), &dev).expect("gradient");
+    let ones = Tensor::ones((1, BATCH * 36), candle_core::DType::F32, &dev).expect("ones");
+    group.bench_function("row_sum_native_4608x128", |b| {
+        b.iter(|| grad.sum_keepdim(0).expect("sum"))
+    });
+    group.bench_function("row_sum_product_4608x128", |b| {
+        b.iter(|| ones.matmul(&grad).expect("product"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_forward, bench_broadcast_backward);
 criterion_main!(benches);

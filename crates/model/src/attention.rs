@@ -144,11 +144,7 @@ pub fn normalise(
     Ok(match normalisation {
         Normalisation::Softmax => candle_nn::ops::softmax(&masked(f32::MIN)?, D::Minus1)?,
         Normalisation::None => masked(0.0)?,
-        Normalisation::RmsHead => {
-            let s = masked(0.0)?;
-            let ms = (s.sqr()?.mean_keepdim(1)? + RMS_HEAD_EPS)?;
-            s.broadcast_div(&ms.sqrt()?)?
-        }
+        Normalisation::RmsHead => crate::broadcast::rms_over_heads(&masked(0.0)?, RMS_HEAD_EPS)?,
     })
 }
 
@@ -184,7 +180,7 @@ pub fn mix(
     let (_, _, _, d) = q.dims4()?;
     let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
     let scores = match bias {
-        Some(b) => scores.broadcast_add(b)?,
+        Some(b) => crate::broadcast::add_leading(&scores, b)?,
         None => scores,
     };
     let attention = normalise(&scores, mixer.normalisation(), mask)?;

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod attention;
+pub mod broadcast;
 pub mod checkpoint;
 pub mod config;
 pub mod device;

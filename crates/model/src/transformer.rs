@@ -10,12 +10,13 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{Init, VarBuilder, VarMap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::attention;
+use crate::broadcast;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::mixer::Mixer;
@@ -31,15 +32,16 @@ fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let (n_in, n_out) = w.dims2()?;
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    let y = x.reshape((rows, n_in))?.matmul(w)?.broadcast_add(b)?;
+    let y = broadcast::add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
     let mut out_dims = dims;
     let last = out_dims.len() - 1;
     out_dims[last] = n_out;
     Ok(y.reshape(out_dims)?)
 }
 
-/// A LayerNorm with learned scale `w` and bias `b` (eps 1e-6), computed with candle's
-/// differentiable `layer_norm_slow` (the fused op dropped gradients, `TOOLCHAIN.md`).
+/// A LayerNorm with learned scale `w` and bias `b` (eps 1e-6): the operations of candle's
+/// differentiable `layer_norm_slow` (the fused op dropped gradients, `TOOLCHAIN.md`), with the scale
+/// and bias applied through [`broadcast`] so that their gradients are fast on the CPU.
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
     /// Scale `[D]`.
@@ -57,9 +59,11 @@ impl LayerNorm {
     /// # Errors
     /// Candle errors on a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::layer_norm_slow(
-            x, &self.w, &self.b, LN_EPS,
-        )?)
+        let n = x.dim(D::Minus1)? as f64;
+        let xc = x.broadcast_sub(&(x.sum_keepdim(D::Minus1)? / n)?)?;
+        let var = (xc.sqr()?.sum_keepdim(D::Minus1)? / n)?;
+        let xn = xc.broadcast_div(&(var + LN_EPS as f64)?.sqrt()?)?;
+        broadcast::add_leading(&broadcast::mul_leading(&xn, &self.w)?, &self.b)
     }
 }
 
