@@ -50,8 +50,8 @@ fn bench_forward(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_broadcast_backward(c: &mut Criterion) {
-    let mut group = c.benchmark_group("broadcast_backward");
+fn bench_cpu_fast_paths(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cpu_fast_paths");
     let dev = Device::Cpu;
     let grad = Tensor::randn(0f32, 1.0, (BATCH * 36, 128), &dev).expect("gradient");
     let ones = Tensor::ones((1, BATCH * 36), candle_core::DType::F32, &dev).expect("ones");
@@ -61,8 +61,25 @@ fn bench_broadcast_backward(c: &mut Criterion) {
     group.bench_function("row_sum_product_4608x128", |b| {
         b.iter(|| ones.matmul(&grad).expect("product"))
     });
+    let x = candle_core::Var::randn(0f32, 1.0, (BATCH * 36, 256), &dev).expect("x");
+    for (name, sigmoid) in [
+        ("gelu_candle_4608x256", false),
+        ("gelu_sigmoid_4608x256", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let y = if sigmoid {
+                    hyperlens_model::fastpath::gelu_tanh(x.as_tensor())
+                } else {
+                    x.as_tensor().gelu().map_err(Into::into)
+                }
+                .expect("gelu");
+                y.sum_all().expect("sum").backward().expect("backward")
+            })
+        });
+    }
     group.finish();
 }
 
-criterion_group!(benches, bench_forward, bench_broadcast_backward);
+criterion_group!(benches, bench_forward, bench_cpu_fast_paths);
 criterion_main!(benches);

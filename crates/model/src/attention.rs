@@ -144,7 +144,7 @@ pub fn normalise(
     Ok(match normalisation {
         Normalisation::Softmax => candle_nn::ops::softmax(&masked(f32::MIN)?, D::Minus1)?,
         Normalisation::None => masked(0.0)?,
-        Normalisation::RmsHead => crate::broadcast::rms_over_heads(&masked(0.0)?, RMS_HEAD_EPS)?,
+        Normalisation::RmsHead => crate::fastpath::rms_over_heads(&masked(0.0)?, RMS_HEAD_EPS)?,
     })
 }
 
@@ -180,7 +180,7 @@ pub fn mix(
     let (_, _, _, d) = q.dims4()?;
     let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
     let scores = match bias {
-        Some(b) => crate::broadcast::add_leading(&scores, b)?,
+        Some(b) => crate::fastpath::add_leading(&scores, b)?,
         None => scores,
     };
     let attention = normalise(&scores, mixer.normalisation(), mask)?;

@@ -12,12 +12,12 @@
 //! ```
 
 pub mod attention;
-pub mod broadcast;
 pub mod checkpoint;
 pub mod config;
 pub mod device;
 pub mod error;
 pub mod eval;
+pub mod fastpath;
 pub mod import;
 pub mod lm;
 pub mod mixer;

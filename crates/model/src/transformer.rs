@@ -10,15 +10,15 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{Init, VarBuilder, VarMap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::attention;
-use crate::broadcast;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
+use crate::fastpath;
 use crate::mixer::Mixer;
 
 /// LayerNorm epsilon of the reference (flax default).
@@ -32,7 +32,7 @@ fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let (n_in, n_out) = w.dims2()?;
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    let y = broadcast::add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
+    let y = fastpath::add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
     let mut out_dims = dims;
     let last = out_dims.len() - 1;
     out_dims[last] = n_out;
@@ -41,7 +41,7 @@ fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// A LayerNorm with learned scale `w` and bias `b` (eps 1e-6): the operations of candle's
 /// differentiable `layer_norm_slow` (the fused op dropped gradients, `TOOLCHAIN.md`), with the scale
-/// and bias applied through [`broadcast`] so that their gradients are fast on the CPU.
+/// and bias applied through [`fastpath`] so that their gradients are fast on the CPU.
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
     /// Scale `[D]`.
@@ -59,11 +59,7 @@ impl LayerNorm {
     /// # Errors
     /// Candle errors on a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let n = x.dim(D::Minus1)? as f64;
-        let xc = x.broadcast_sub(&(x.sum_keepdim(D::Minus1)? / n)?)?;
-        let var = (xc.sqr()?.sum_keepdim(D::Minus1)? / n)?;
-        let xn = xc.broadcast_div(&(var + LN_EPS as f64)?.sqrt()?)?;
-        broadcast::add_leading(&broadcast::mul_leading(&xn, &self.w)?, &self.b)
+        fastpath::layer_norm(x, &self.w, &self.b, LN_EPS as f64)
     }
 }
 
@@ -154,7 +150,7 @@ impl Mlp {
     /// # Errors
     /// Candle errors on shape mismatches.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = linear(x, &self.w_in, &self.b_in)?.gelu()?;
+        let h = fastpath::gelu_tanh(&linear(x, &self.w_in, &self.b_in)?)?;
         linear(&h, &self.w_out, &self.b_out)
     }
 }

@@ -6,7 +6,9 @@
 //! one kernel launch there): `adamw_update` times the optimiser alone on the base model's 74 parameter
 //! tensors, and `overhead` runs a whole step of a micro model with the base model's architecture (same
 //! layers, same operations) but D 16, H 2, D_mlp 16 and batch 4, so that its time is almost all
-//! per-operation cost rather than arithmetic.
+//! per-operation cost rather than arithmetic. Before timing, the bench prints how many candle tensors
+//! one step of the base model creates in the forward pass, the backward pass and AdamW (each new
+//! tensor is one operation; all but views are kernel launches on a GPU).
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use candle_core::Device;
@@ -16,8 +18,46 @@ use hyperlens_tasks::sraven::{Split, TrainStream};
 use hyperlens_train::state::dropout_rng;
 use hyperlens_train::{AdamW, AdamWParams};
 
+/// The id the next candle tensor will get, read from a fresh tensor (ids count up from 1 per
+/// process; `TensorId` exposes no number, only its `Debug` form `TensorId(n)`).
+fn next_tensor_id() -> usize {
+    let t = candle_core::Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).expect("zeros");
+    let id = format!("{:?}", t.id());
+    id.trim_start_matches("TensorId(")
+        .trim_end_matches(')')
+        .parse()
+        .expect("TensorId(n)")
+}
+
+/// Prints the tensors created per phase of one base-model training step.
+fn print_operations_per_step(split: &Split) {
+    for mixer in [Mixer::Hyla, Mixer::Softmax] {
+        let (model, varmap) =
+            Transformer::init(&Config::sraven_base(mixer), 0, &Device::Cpu).expect("init");
+        let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+        let problems = TrainStream::at(split, 0, 0).next_batch(128);
+        let mut rng = dropout_rng(0, 0);
+        // Each probe tensor takes one id itself, hence the `- 1`s.
+        let a = next_tensor_id();
+        let bl =
+            hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng).expect("loss");
+        let b = next_tensor_id();
+        let grads = bl.loss.backward().expect("backward");
+        let c = next_tensor_id();
+        opt.step(&grads, 1e-4).expect("update");
+        let d = next_tensor_id();
+        eprintln!(
+            "operations per step, base {mixer}: forward {}, backward {}, AdamW {}",
+            b - a - 1,
+            c - b - 1,
+            d - c - 1
+        );
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let split = Split::named("paper-seed0").expect("the embedded paper split");
+    print_operations_per_step(&split);
     let mut group = c.benchmark_group("train_step");
     group.sample_size(10);
     for mixer in [Mixer::Hyla, Mixer::Softmax] {

@@ -22,6 +22,7 @@ use super::weights::{
 use super::{check_tokens, matmul, LmOutput};
 use crate::attention;
 use crate::error::{ModelError, Result};
+use crate::fastpath;
 use crate::mixer::Mixer;
 
 /// The `model_type` written into a token model's `config.json` (how [`super::detect`] knows it).
@@ -533,7 +534,7 @@ impl TokenModel {
         let mask = attention::causal_mask(t, &self.device)?;
         let ln = |x: &Tensor, p: &Option<(Tensor, Tensor)>| -> Result<Tensor> {
             match p {
-                Some((w, bias)) => Ok(candle_nn::ops::layer_norm_slow(x, w, bias, TOKEN_LN_EPS)?),
+                Some((w, bias)) => fastpath::layer_norm(x, w, bias, TOKEN_LN_EPS as f64),
                 None => Ok(x.clone()),
             }
         };
@@ -541,14 +542,14 @@ impl TokenModel {
             .w_e
             .index_select(&tokens.flatten_all()?, 0)?
             .reshape((b, t, dm))?;
-        let mut h = emb.broadcast_add(&self.w_pos.narrow(0, 0, t)?)?;
+        let mut h = fastpath::add_leading(&emb, &self.w_pos.narrow(0, 0, t)?)?;
         let mut patterns = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
             let x = ln(&h, &blk.ln1)?;
             // y[b, h, t, :] = x[b, t] W[h] + bias[h]
             let project = |w: &Tensor, bias: &Tensor| -> Result<Tensor> {
                 let w2 = w.transpose(0, 1)?.reshape((dm, hh * d))?;
-                let y = matmul(&x, &w2)?.broadcast_add(&bias.reshape(hh * d)?)?;
+                let y = fastpath::add_leading(&matmul(&x, &w2)?, &bias.reshape(hh * d)?)?;
                 Ok(y.reshape((b, t, hh, d))?.transpose(1, 2)?.contiguous()?)
             };
             let (q, k, v) = (
@@ -561,17 +562,19 @@ impl TokenModel {
             if capture {
                 patterns.push(a);
             }
-            let out = matmul(&o.reshape((b, t, hh * d))?, &blk.w_o.reshape((hh * d, dm))?)?
-                .broadcast_add(&blk.b_o)?;
+            let out = fastpath::add_leading(
+                &matmul(&o.reshape((b, t, hh * d))?, &blk.w_o.reshape((hh * d, dm))?)?,
+                &blk.b_o,
+            )?;
             h = (h + out)?;
             if let Some([w_in, b_in, w_out, b_out]) = &blk.mlp {
                 let x = ln(&h, &blk.ln2)?;
-                let z = matmul(&x, w_in)?.broadcast_add(b_in)?.gelu()?;
-                h = (h + matmul(&z, w_out)?.broadcast_add(b_out)?)?;
+                let z = fastpath::gelu_tanh(&fastpath::add_leading(&matmul(&x, w_in)?, b_in)?)?;
+                h = (h + fastpath::add_leading(&matmul(&z, w_out)?, b_out)?)?;
             }
         }
         let h = ln(&h, &self.ln_final)?;
-        let logits = matmul(&h, &self.w_u)?.broadcast_add(&self.b_u)?;
+        let logits = fastpath::add_leading(&matmul(&h, &self.w_u)?, &self.b_u)?;
         Ok(LmOutput {
             logits,
             patterns: capture.then_some(patterns),
