@@ -21,9 +21,30 @@ use candle_core::{Tensor, D};
 
 use crate::error::Result;
 
-/// Whether a broadcast on `t`'s device goes through a product with ones (the CPU).
+thread_local! {
+    /// This thread's override of the CPU fast paths (`None`: on).
+    static CPU_FAST_PATHS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the CPU fast paths of this module switched on or off on the calling thread, and
+/// restores the previous setting afterwards (also if `f` panics). Off, the CPU computes exactly the
+/// operations that other devices run, so the forms a GPU uses can be tested, and their operations
+/// counted, on the CPU. Only the thread that builds the graph decides; candle's worker threads do not.
+pub fn with_cpu_fast_paths<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CPU_FAST_PATHS.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CPU_FAST_PATHS.with(|c| c.replace(Some(on))));
+    f()
+}
+
+/// Whether a broadcast on `t`'s device goes through a product with ones (the CPU, unless switched
+/// off by [`with_cpu_fast_paths`]).
 fn via_product(t: &Tensor) -> bool {
-    t.device().is_cpu()
+    t.device().is_cpu() && CPU_FAST_PATHS.with(|c| c.get()).unwrap_or(true)
 }
 
 /// `v` repeated as `rows` rows, with the backward pass of [`via_product`]'s choice.
@@ -47,18 +68,19 @@ pub(crate) fn repeat_rows_with(v: &Tensor, rows: usize, product: bool) -> Result
 ///
 /// # Shapes
 /// `x [..., S...]`, `b [S...]` (the trailing shape of `x`) -> the shape of `x`. A `b` of any other
-/// shape falls back to candle's `broadcast_add`.
+/// shape, and any device but the CPU, gets candle's `broadcast_add`.
 ///
 /// # Errors
 /// Candle errors on shapes that do not broadcast.
 pub fn add_leading(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     match trailing_rows(x, b) {
-        Some(rows) => {
+        // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
+        Some(rows) if via_product(x) => {
             let n = b.elem_count();
-            let rep = repeat_rows_with(b, rows, via_product(x))?;
+            let rep = repeat_rows_with(b, rows, true)?;
             Ok((x.reshape((rows, n))? + rep)?.reshape(x.shape())?)
         }
-        None => Ok(x.broadcast_add(b)?),
+        _ => Ok(x.broadcast_add(b)?),
     }
 }
 
@@ -71,12 +93,13 @@ pub fn add_leading(x: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// Candle errors on shapes that do not broadcast.
 pub fn mul_leading(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     match trailing_rows(x, w) {
-        Some(rows) => {
+        // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
+        Some(rows) if via_product(x) => {
             let n = w.elem_count();
-            let rep = repeat_rows_with(w, rows, via_product(x))?;
+            let rep = repeat_rows_with(w, rows, true)?;
             Ok((x.reshape((rows, n))? * rep)?.reshape(x.shape())?)
         }
-        None => Ok(x.broadcast_mul(w)?),
+        _ => Ok(x.broadcast_mul(w)?),
     }
 }
 
@@ -301,5 +324,27 @@ mod tests {
                 "{y} vs {want}"
             );
         }
+    }
+
+    #[test]
+    fn fast_paths_switch_off_per_thread_and_restore() {
+        let x = Tensor::ones((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+        assert!(via_product(&x));
+        with_cpu_fast_paths(false, || {
+            assert!(!via_product(&x));
+            with_cpu_fast_paths(true, || assert!(via_product(&x)));
+            assert!(!via_product(&x));
+            // Other threads keep their own setting.
+            std::thread::spawn({
+                let x = x.clone();
+                move || assert!(via_product(&x))
+            })
+            .join()
+            .unwrap();
+        });
+        assert!(via_product(&x));
+        let caught = std::panic::catch_unwind(|| with_cpu_fast_paths(false, || panic!("inside")));
+        assert!(caught.is_err());
+        assert!(via_product(&x), "restored after a panic");
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use hyperlens_model::attention::relative_position_bucket;
 use hyperlens_model::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
+use hyperlens_model::fastpath;
 use hyperlens_model::import::import_jax_npz;
 use hyperlens_model::{Config, Mixer, ModelError, Transformer};
 use rand::{Rng, SeedableRng};
@@ -393,20 +394,30 @@ fn check_against_reference(cfg: &Config, seed: u64) {
     }
 }
 
+/// Both the CPU's fast-path forms and the plain operations that other devices run
+/// (`hyperlens_model::fastpath`).
 #[test]
 fn every_mixer_matches_the_float64_reference() {
-    for (i, mixer) in Mixer::ALL.into_iter().enumerate() {
-        check_against_reference(&unusual(mixer, false), 10 + i as u64);
+    for fast in [true, false] {
+        fastpath::with_cpu_fast_paths(fast, || {
+            for (i, mixer) in Mixer::ALL.into_iter().enumerate() {
+                check_against_reference(&unusual(mixer, false), 10 + i as u64);
+            }
+        });
     }
 }
 
 #[test]
 fn causal_mask_matches_the_float64_reference() {
-    for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear]
-        .into_iter()
-        .enumerate()
-    {
-        check_against_reference(&unusual(mixer, true), 40 + i as u64);
+    for fast in [true, false] {
+        fastpath::with_cpu_fast_paths(fast, || {
+            for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear]
+                .into_iter()
+                .enumerate()
+            {
+                check_against_reference(&unusual(mixer, true), 40 + i as u64);
+            }
+        });
     }
 }
 

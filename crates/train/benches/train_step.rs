@@ -8,7 +8,8 @@
 //! layers, same operations) but D 16, H 2, D_mlp 16 and batch 4, so that its time is almost all
 //! per-operation cost rather than arithmetic. Before timing, the bench prints how many candle tensors
 //! one step of the base model creates in the forward pass, the backward pass and AdamW (each new
-//! tensor is one operation; all but views are kernel launches on a GPU).
+//! tensor is one operation; all but views are kernel launches on a GPU), with the CPU's fast paths and
+//! with the operations other devices run (`hyperlens_model::fastpath::with_cpu_fast_paths`).
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use candle_core::Device;
@@ -29,29 +30,36 @@ fn next_tensor_id() -> usize {
         .expect("TensorId(n)")
 }
 
-/// Prints the tensors created per phase of one base-model training step.
+/// Prints the tensors created per phase of one base-model training step, with the CPU's fast paths
+/// and with the plain operations that other devices (a GPU) run.
 fn print_operations_per_step(split: &Split) {
-    for mixer in [Mixer::Hyla, Mixer::Softmax] {
-        let (model, varmap) =
-            Transformer::init(&Config::sraven_base(mixer), 0, &Device::Cpu).expect("init");
-        let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
-        let problems = TrainStream::at(split, 0, 0).next_batch(128);
-        let mut rng = dropout_rng(0, 0);
-        // Each probe tensor takes one id itself, hence the `- 1`s.
-        let a = next_tensor_id();
-        let bl =
-            hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng).expect("loss");
-        let b = next_tensor_id();
-        let grads = bl.loss.backward().expect("backward");
-        let c = next_tensor_id();
-        opt.step(&grads, 1e-4).expect("update");
-        let d = next_tensor_id();
-        eprintln!(
-            "operations per step, base {mixer}: forward {}, backward {}, AdamW {}",
-            b - a - 1,
-            c - b - 1,
-            d - c - 1
-        );
+    for fast in [true, false] {
+        hyperlens_model::fastpath::with_cpu_fast_paths(fast, || {
+            for mixer in [Mixer::Hyla, Mixer::Softmax] {
+                let (model, varmap) =
+                    Transformer::init(&Config::sraven_base(mixer), 0, &Device::Cpu).expect("init");
+                let mut opt =
+                    AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+                let problems = TrainStream::at(split, 0, 0).next_batch(128);
+                let mut rng = dropout_rng(0, 0);
+                // Each probe tensor takes one id itself, hence the `- 1`s.
+                let a = next_tensor_id();
+                let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng)
+                    .expect("loss");
+                let b = next_tensor_id();
+                let grads = bl.loss.backward().expect("backward");
+                let c = next_tensor_id();
+                opt.step(&grads, 1e-4).expect("update");
+                let d = next_tensor_id();
+                let form = if fast { "CPU forms" } else { "GPU forms" };
+                eprintln!(
+                    "operations per step, base {mixer}, {form}: forward {}, backward {}, AdamW {}",
+                    b - a - 1,
+                    c - b - 1,
+                    d - c - 1
+                );
+            }
+        });
     }
 }
 

@@ -406,7 +406,8 @@ fn manifest_dir() -> std::path::PathBuf {
 /// positions, mean over problems and features) through hyperlens' forward pass, CPU fast paths
 /// included, equals JAX float64 autodiff of an independent forward pass written from the paper's
 /// einsums (`tests/fixtures/make_paper_grads.py`), on the paper's trained HYLA and softmax
-/// checkpoints: the loss to 1e-5 and every parameter's gradient to 1e-4 in relative L2 norm
+/// checkpoints: the loss to 1e-5 and every parameter's gradient to 1e-4 in relative L2 norm, both with
+/// the CPU's fast paths and with the plain operations that other devices run
 /// (measured: 2.7e-6 for HYLA; the exactly-zero key-bias gradient of softmax comes out at 4e-8).
 #[test]
 fn gradients_match_jax_float64_on_paper_checkpoints() {
@@ -428,56 +429,61 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
         &dev,
     )
     .unwrap();
-    for (stem, mixer) in [("hyla", Mixer::Hyla), ("softmax", Mixer::Softmax)] {
+    let cases = [("hyla", Mixer::Hyla), ("softmax", Mixer::Softmax)];
+    // With the CPU's fast paths, and with the plain operations that other devices run.
+    for ((stem, mixer), fast) in cases.iter().flat_map(|c| [(*c, true), (*c, false)]) {
         let want_loss: ndarray::Array<f64, Ix0> = inputs.by_name(&format!("loss_{stem}")).unwrap();
         let want_loss = want_loss.into_scalar();
-        let (cfg, params) =
-            import_jax_npz(&reference.join(format!("{stem}_params.npz")), mixer, 4).unwrap();
-        let (_, want_grads) =
-            import_jax_npz(&fixtures.join(format!("paper_grads_{stem}.npz")), mixer, 4).unwrap();
-        let (model, varmap) = Transformer::trainable_from_tensors(&cfg, params, &dev).unwrap();
-        let logits = model.forward(&xt, false).unwrap().logits;
-        let loss = hyperlens_train::loss::cross_entropy(&logits, &y).unwrap();
-        let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
-        assert!(
-            (got_loss - want_loss).abs() < 1e-5 * want_loss.abs(),
-            "{stem}: loss {got_loss} vs JAX {want_loss}"
-        );
-        let grads = loss.backward().unwrap();
-        let vars = varmap.data().lock().unwrap();
-        assert_eq!(want_grads.len(), vars.len());
-        let mut worst = (0.0f64, String::new());
-        for (name, want) in &want_grads {
-            let var = vars
-                .get(name)
-                .unwrap_or_else(|| panic!("no parameter {name}"));
-            let got = grads
-                .get(var.as_tensor())
-                .unwrap_or_else(|| panic!("no gradient for {name}"));
-            let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
-            let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
-            let (mut diff, mut norm) = (0.0f64, 0.0f64);
-            for (g, w) in got.iter().zip(&want) {
-                diff += (*g as f64 - *w as f64).powi(2);
-                norm += (*w as f64).powi(2);
+        hyperlens_model::fastpath::with_cpu_fast_paths(fast, || {
+            let (cfg, params) =
+                import_jax_npz(&reference.join(format!("{stem}_params.npz")), mixer, 4).unwrap();
+            let (_, want_grads) =
+                import_jax_npz(&fixtures.join(format!("paper_grads_{stem}.npz")), mixer, 4)
+                    .unwrap();
+            let (model, varmap) = Transformer::trainable_from_tensors(&cfg, params, &dev).unwrap();
+            let logits = model.forward(&xt, false).unwrap().logits;
+            let loss = hyperlens_train::loss::cross_entropy(&logits, &y).unwrap();
+            let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
+            assert!(
+                (got_loss - want_loss).abs() < 1e-5 * want_loss.abs(),
+                "{stem}: loss {got_loss} vs JAX {want_loss}"
+            );
+            let grads = loss.backward().unwrap();
+            let vars = varmap.data().lock().unwrap();
+            assert_eq!(want_grads.len(), vars.len());
+            let mut worst = (0.0f64, String::new());
+            for (name, want) in &want_grads {
+                let var = vars
+                    .get(name)
+                    .unwrap_or_else(|| panic!("no parameter {name}"));
+                let got = grads
+                    .get(var.as_tensor())
+                    .unwrap_or_else(|| panic!("no gradient for {name}"));
+                let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
+                let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+                let (mut diff, mut norm) = (0.0f64, 0.0f64);
+                for (g, w) in got.iter().zip(&want) {
+                    diff += (*g as f64 - *w as f64).powi(2);
+                    norm += (*w as f64).powi(2);
+                }
+                // Relative to the gradient's norm, floored at 1e-3: a softmax model's key-bias gradient
+                // is exactly 0 (adding a constant to every key's score leaves the softmax unchanged),
+                // which float32 reproduces only to about 1e-9.
+                let rel = diff.sqrt() / norm.sqrt().max(1e-3);
+                if rel > worst.0 {
+                    worst = (rel, name.clone());
+                }
             }
-            // Relative to the gradient's norm, floored at 1e-3: a softmax model's key-bias gradient
-            // is exactly 0 (adding a constant to every key's score leaves the softmax unchanged),
-            // which float32 reproduces only to about 1e-9.
-            let rel = diff.sqrt() / norm.sqrt().max(1e-3);
-            if rel > worst.0 {
-                worst = (rel, name.clone());
-            }
-        }
-        eprintln!(
-            "{stem}: loss {got_loss} vs {want_loss}; worst gradient {} at {:.2e}",
-            worst.1, worst.0
-        );
-        assert!(
-            worst.0 < 1e-4,
-            "{stem}: gradient of {} off by {:.2e}",
-            worst.1,
-            worst.0
-        );
+            eprintln!(
+                "{stem} (CPU fast paths {fast}): loss {got_loss} vs {want_loss}; worst gradient {} at {:.2e}",
+                worst.1, worst.0
+            );
+            assert!(
+                worst.0 < 1e-4,
+                "{stem}: gradient of {} off by {:.2e}",
+                worst.1,
+                worst.0
+            );
+        });
     }
 }
