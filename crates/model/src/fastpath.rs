@@ -47,7 +47,7 @@ fn via_product(t: &Tensor) -> bool {
     t.device().is_cpu() && CPU_FAST_PATHS.with(|c| c.get()).unwrap_or(true)
 }
 
-/// `v` repeated as `rows` rows, with the backward pass of [`via_product`]'s choice.
+/// `v` repeated as `rows` rows: a product with a column of ones when `product`, else a broadcast.
 ///
 /// # Shapes
 /// `v [N]` (any shape, flattened) -> `[rows, N]`.
@@ -127,8 +127,8 @@ fn trailing_rows(x: &Tensor, b: &Tensor) -> Option<usize> {
     (lead > 0 && xd[lead..] == *bd && b.elem_count() > 0).then(|| xd[..lead].iter().product())
 }
 
-/// The mean over axis 1, kept: `m[b, 0, rest] = mean_h x[b, h, rest]`, with the backward pass of
-/// [`via_product`]'s choice.
+/// The mean over axis 1, kept: `m[b, 0, rest] = mean_h x[b, h, rest]`; a product with a row of ones
+/// when `product`, else candle's `mean_keepdim`.
 ///
 /// # Shapes
 /// `x [B, H, rest...]` -> `[B, 1, rest...]`.
@@ -149,7 +149,8 @@ pub(crate) fn mean_axis1_with(x: &Tensor, product: bool) -> Result<Tensor> {
     Ok((sum / h as f64)?.reshape(out)?)
 }
 
-/// `x / r` with `r` broadcast over axis 1, with the backward pass of [`via_product`]'s choice.
+/// `x / r` with `r` broadcast over axis 1: `r` repeated by a product with ones when `product`, else
+/// candle's `broadcast_div`.
 ///
 /// # Shapes
 /// `x [B, H, rest...]`, `r [B, 1, rest...]` -> `[B, H, rest...]`.
