@@ -47,20 +47,16 @@ fn via_product(t: &Tensor) -> bool {
     t.device().is_cpu() && CPU_FAST_PATHS.with(|c| c.get()).unwrap_or(true)
 }
 
-/// `v` repeated as `rows` rows: a product with a column of ones when `product`, else a broadcast.
+/// `v` repeated as `rows` rows by a product with a column of ones (exactly `1 * v` per entry).
 ///
 /// # Shapes
 /// `v [N]` (any shape, flattened) -> `[rows, N]`.
 ///
 /// # Errors
 /// Candle errors.
-pub(crate) fn repeat_rows_with(v: &Tensor, rows: usize, product: bool) -> Result<Tensor> {
+fn repeat_rows(v: &Tensor, rows: usize) -> Result<Tensor> {
     let n = v.elem_count();
-    Ok(if product {
-        Tensor::ones((rows, 1), v.dtype(), v.device())?.matmul(&v.reshape((1, n))?)?
-    } else {
-        v.reshape((1, n))?.broadcast_as((rows, n))?
-    })
+    Ok(Tensor::ones((rows, 1), v.dtype(), v.device())?.matmul(&v.reshape((1, n))?)?)
 }
 
 /// `x + b` with `b` broadcast over the leading axes of `x` (a bias over batch and tokens, a
@@ -77,7 +73,7 @@ pub fn add_leading(x: &Tensor, b: &Tensor) -> Result<Tensor> {
         // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
         Some(rows) if via_product(x) => {
             let n = b.elem_count();
-            let rep = repeat_rows_with(b, rows, true)?;
+            let rep = repeat_rows(b, rows)?;
             Ok((x.reshape((rows, n))? + rep)?.reshape(x.shape())?)
         }
         _ => Ok(x.broadcast_add(b)?),
@@ -96,7 +92,7 @@ pub fn mul_leading(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
         Some(rows) if via_product(x) => {
             let n = w.elem_count();
-            let rep = repeat_rows_with(w, rows, true)?;
+            let rep = repeat_rows(w, rows)?;
             Ok((x.reshape((rows, n))? * rep)?.reshape(x.shape())?)
         }
         _ => Ok(x.broadcast_mul(w)?),
@@ -127,59 +123,27 @@ fn trailing_rows(x: &Tensor, b: &Tensor) -> Option<usize> {
     (lead > 0 && xd[lead..] == *bd && b.elem_count() > 0).then(|| xd[..lead].iter().product())
 }
 
-/// The mean over axis 1, kept: `m[b, 0, rest] = mean_h x[b, h, rest]`; a product with a row of ones
-/// when `product`, else candle's `mean_keepdim`.
+/// RMSHead over axis 1 (heads): `x / sqrt(mean_h x^2 + eps)` (flax `RMSNorm` over heads, without
+/// scale). On the CPU the mean over heads and its broadcast back are products with ones, so that
+/// neither pass sums over a leading axis; elsewhere candle's `mean_keepdim` and `broadcast_div`.
 ///
 /// # Shapes
-/// `x [B, H, rest...]` -> `[B, 1, rest...]`.
+/// `x [B, H, rest...]` (the scores `[B, H, Q, K]`) -> the shape of `x`.
 ///
 /// # Errors
 /// Candle errors (`x` of rank below 2).
-pub(crate) fn mean_axis1_with(x: &Tensor, product: bool) -> Result<Tensor> {
-    if !product {
-        return Ok(x.mean_keepdim(1)?);
-    }
-    let dims = x.dims();
-    let (b, h) = (x.dim(0)?, x.dim(1)?);
-    let n = x.elem_count() / (b * h).max(1);
-    let ones = Tensor::ones((b, 1, h), x.dtype(), x.device())?;
-    let sum = ones.matmul(&x.reshape((b, h, n))?)?;
-    let mut out = dims.to_vec();
-    out[1] = 1;
-    Ok((sum / h as f64)?.reshape(out)?)
-}
-
-/// `x / r` with `r` broadcast over axis 1: `r` repeated by a product with ones when `product`, else
-/// candle's `broadcast_div`.
-///
-/// # Shapes
-/// `x [B, H, rest...]`, `r [B, 1, rest...]` -> `[B, H, rest...]`.
-///
-/// # Errors
-/// Candle errors on mismatched shapes.
-pub(crate) fn div_axis1_with(x: &Tensor, r: &Tensor, product: bool) -> Result<Tensor> {
-    if !product {
-        return Ok(x.broadcast_div(r)?);
-    }
-    let (b, h) = (x.dim(0)?, x.dim(1)?);
-    let n = x.elem_count() / (b * h).max(1);
-    let ones = Tensor::ones((b, h, 1), r.dtype(), x.device())?;
-    let rep = ones.matmul(&r.reshape((b, 1, n))?)?;
-    Ok((x / rep.reshape(x.shape())?)?)
-}
-
-/// RMSHead over axis 1 (heads): `x / sqrt(mean_h x^2 + eps)` (flax `RMSNorm` over heads, without
-/// scale), fast on the CPU as the module documentation explains.
-///
-/// # Shapes
-/// `x [B, H, Q, K]` -> `[B, H, Q, K]`.
-///
-/// # Errors
-/// Candle errors.
 pub fn rms_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
-    let product = via_product(x);
-    let ms = (mean_axis1_with(&x.sqr()?, product)? + eps)?;
-    div_axis1_with(x, &ms.sqrt()?, product)
+    if !via_product(x) {
+        let ms = (x.sqr()?.mean_keepdim(1)? + eps)?;
+        return Ok(x.broadcast_div(&ms.sqrt()?)?);
+    }
+    let (b, h) = (x.dim(0)?, x.dim(1)?);
+    let n = x.elem_count() / (b * h).max(1);
+    let x3 = x.reshape((b, h, n))?;
+    let sum = Tensor::ones((b, 1, h), x.dtype(), x.device())?.matmul(&x3.sqr()?)?;
+    let rms = ((sum / h as f64)? + eps)?.sqrt()?;
+    let rep = Tensor::ones((b, h, 1), x.dtype(), x.device())?.matmul(&rms)?;
+    Ok((x3 / rep)?.reshape(x.shape())?)
 }
 
 /// The tanh approximation of GELU (`jax.nn.gelu(approximate=True)`, the paper's MLP activation):
@@ -196,12 +160,7 @@ pub fn rms_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
 /// # Errors
 /// Candle errors.
 pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
-    gelu_tanh_with(x, via_product(x))
-}
-
-/// [`gelu_tanh`] with the form chosen by the caller (`sigmoid` = the CPU form).
-pub(crate) fn gelu_tanh_with(x: &Tensor, sigmoid: bool) -> Result<Tensor> {
-    if !sigmoid {
+    if !via_product(x) {
         return Ok(x.gelu()?);
     }
     /// `2 sqrt(2 / pi)`.
@@ -232,30 +191,29 @@ mod tests {
         let x = Var::randn(0f32, 1.0, (3, 5, 4, 6), &dev).unwrap();
         let b = Var::randn(0f32, 1.0, (4, 6), &dev).unwrap();
         let c = Tensor::randn(0f32, 1.0, (3, 5, 4, 6), &dev).unwrap();
-        let run = |product: bool| {
-            let rows = 15;
-            let rep = repeat_rows_with(b.as_tensor(), rows, product).unwrap();
-            let y = (x.reshape((rows, 24)).unwrap() * &rep).unwrap();
-            let y = (y + &rep).unwrap().reshape((3, 5, 4, 6)).unwrap();
-            let ms = (mean_axis1_with(&y.sqr().unwrap(), product).unwrap() + 1e-6).unwrap();
-            let z = div_axis1_with(&y, &ms.sqrt().unwrap(), product).unwrap();
-            let loss = (z * &c).unwrap().sum_all().unwrap();
-            let g = loss.backward().unwrap();
-            (
-                y,
-                ms,
-                g.get(x.as_tensor()).unwrap().clone(),
-                g.get(b.as_tensor()).unwrap().clone(),
-            )
+        // Fast paths on: the product forms; off: the plain operations other devices run.
+        let run = |fast: bool| {
+            with_cpu_fast_paths(fast, || {
+                let y = add_leading(&mul_leading(x.as_tensor(), b.as_tensor())?, b.as_tensor())?;
+                let z = rms_over_heads(&y, 1e-6)?;
+                let g = (&z * &c)?.sum_all()?.backward()?;
+                Ok::<_, crate::ModelError>((
+                    y,
+                    z,
+                    g.get(x.as_tensor()).unwrap().clone(),
+                    g.get(b.as_tensor()).unwrap().clone(),
+                ))
+            })
+            .unwrap()
         };
-        let (y1, m1, gx1, gb1) = run(true);
-        let (y0, m0, gx0, gb0) = run(false);
+        let (y1, z1, gx1, gb1) = run(true);
+        let (y0, z0, gx0, gb0) = run(false);
         assert_eq!(
             y1.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
             y0.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
             "repeat_rows must give the broadcast's values exactly"
         );
-        close(&m1, &m0, 1e-6);
+        close(&z1, &z0, 1e-6);
         close(&gx1, &gx0, 1e-5);
         close(&gb1, &gb0, 1e-5);
         // The public helpers choose the product form on the CPU and agree with the broadcasts.
@@ -302,10 +260,12 @@ mod tests {
         )
         .unwrap();
         let c = Tensor::randn(0f32, 1.0, 200, &dev).unwrap();
-        let run = |sigmoid: bool| {
-            let y = gelu_tanh_with(x.as_tensor(), sigmoid).unwrap();
-            let g = (&y * &c).unwrap().sum_all().unwrap().backward().unwrap();
-            (y, g.get(x.as_tensor()).unwrap().clone())
+        let run = |fast: bool| {
+            with_cpu_fast_paths(fast, || {
+                let y = gelu_tanh(x.as_tensor()).unwrap();
+                let g = (&y * &c).unwrap().sum_all().unwrap().backward().unwrap();
+                (y, g.get(x.as_tensor()).unwrap().clone())
+            })
         };
         let (y1, g1) = run(true);
         let (y0, g0) = run(false);
