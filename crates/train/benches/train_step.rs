@@ -36,10 +36,7 @@ fn print_operations_per_step(split: &Split) {
     for fast in [true, false] {
         hyperlens_model::fastpath::with_cpu_fast_paths(fast, || {
             for mixer in [Mixer::Hyla, Mixer::Softmax] {
-                let (model, varmap) =
-                    Transformer::init(&Config::sraven_base(mixer), 0, &Device::Cpu).expect("init");
-                let mut opt =
-                    AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+                let (model, mut opt) = model_and_optimiser(&Config::sraven_base(mixer));
                 let problems = TrainStream::at(split, 0, 0).next_batch(128);
                 let mut rng = dropout_rng(0, 0);
                 // Each probe tensor takes one id itself, hence the `- 1`s.
@@ -70,17 +67,11 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     for mixer in [Mixer::Hyla, Mixer::Softmax] {
         let cfg = Config::sraven_base(mixer);
-        let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
-        let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+        let (model, mut opt) = model_and_optimiser(&cfg);
         let mut step = 0u64;
         group.bench_function(format!("base_{mixer}_batch128"), |b| {
             b.iter(|| {
-                let problems = TrainStream::at(&split, 0, step).next_batch(128);
-                let mut rng = dropout_rng(0, step);
-                let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng)
-                    .expect("loss");
-                let grads = bl.loss.backward().expect("backward");
-                opt.step(&grads, 1e-4).expect("update");
+                train_update(&model, &mut opt, &split, step, 128);
                 step += 1;
             })
         });
@@ -90,8 +81,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("adamw_update");
     group.sample_size(20);
     let cfg = Config::sraven_base(Mixer::Hyla);
-    let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
-    let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+    let (model, mut opt) = model_and_optimiser(&cfg);
     let problems = TrainStream::at(&split, 0, 0).next_batch(128);
     let mut rng = dropout_rng(0, 0);
     let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng).expect("loss");
@@ -110,22 +100,32 @@ fn bench(c: &mut Criterion) {
             d_mlp: 16,
             ..Config::sraven_base(mixer)
         };
-        let (model, varmap) = Transformer::init(&cfg, 0, &Device::Cpu).expect("init");
-        let mut opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+        let (model, mut opt) = model_and_optimiser(&cfg);
         let mut step = 0u64;
         group.bench_function(format!("micro_{mixer}_step"), |b| {
             b.iter(|| {
-                let problems = TrainStream::at(&split, 0, step).next_batch(4);
-                let mut rng = dropout_rng(0, step);
-                let bl = hyperlens_train::sraven::batch_loss(&model, &problems, 0.1, &mut rng)
-                    .expect("loss");
-                let grads = bl.loss.backward().expect("backward");
-                opt.step(&grads, 1e-4).expect("update");
+                train_update(&model, &mut opt, &split, step, 4);
                 step += 1;
             })
         });
     }
     group.finish();
+}
+
+/// A freshly initialised model (seed 0, CPU) and its AdamW.
+fn model_and_optimiser(cfg: &Config) -> (Transformer, AdamW) {
+    let (model, varmap) = Transformer::init(cfg, 0, &Device::Cpu).expect("init");
+    let opt = AdamW::new(named_vars(&varmap), AdamWParams::default()).expect("optimiser");
+    (model, opt)
+}
+
+/// One training update: draw batch `step`, forward with attention dropout, backward, AdamW.
+fn train_update(model: &Transformer, opt: &mut AdamW, split: &Split, step: u64, batch: usize) {
+    let problems = TrainStream::at(split, 0, step).next_batch(batch);
+    let mut rng = dropout_rng(0, step);
+    let bl = hyperlens_train::sraven::batch_loss(model, &problems, 0.1, &mut rng).expect("loss");
+    let grads = bl.loss.backward().expect("backward");
+    opt.step(&grads, 1e-4).expect("update");
 }
 
 fn named_vars(varmap: &candle_nn::VarMap) -> Vec<(String, candle_core::Var)> {
