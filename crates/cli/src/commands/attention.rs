@@ -12,6 +12,8 @@ use hyperlens_model::lm;
 use hyperlens_model::Device;
 use ndarray::{Array1, Array4};
 
+use super::common::{write_atomic, write_npz_atomic};
+
 /// Arguments of `hyperlens attention`.
 #[derive(Debug, Args)]
 pub struct AttentionArgs {
@@ -49,27 +51,12 @@ pub fn parse_tokens(s: &str) -> anyhow::Result<Vec<u32>> {
     Ok(out)
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
-}
-
 fn write_npz(path: &Path, pattern: &Array4<f32>, tokens: &[u32]) -> anyhow::Result<()> {
-    let tmp = tmp_path(path);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let mut npz = ndarray_npy::NpzWriter::new(file);
-    npz.add_array("pattern", pattern)
-        .with_context(|| format!("writing {}", tmp.display()))?;
     let toks: Array1<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-    npz.add_array("tokens", &toks)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    npz.finish()
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    write_npz_atomic(path, |npz| {
+        npz.add_array("pattern", pattern)?;
+        npz.add_array("tokens", &toks)
+    })
 }
 
 /// Runs `hyperlens attention`.
@@ -107,11 +94,10 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "shape": pattern.shape(),
         "device": args.device.to_string(),
     });
-    let tmp = tmp_path(&sidecar);
-    std::fs::write(&tmp, serde_json::to_string_pretty(&meta)? + "\n")
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &sidecar)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), sidecar.display()))?;
+    write_atomic(
+        &sidecar,
+        (serde_json::to_string_pretty(&meta)? + "\n").as_bytes(),
+    )?;
     let s = pattern.shape();
     println!(
         "{} ({kind}): {} layers x {} heads x {} x {} -> {} (load {load_s:.2} s, forward {fwd_s:.2} s)",

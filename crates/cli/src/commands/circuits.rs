@@ -38,7 +38,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{s, Array2, Array3, Array4, Axis};
 use serde_json::json;
 
-use super::common::progress_bar;
+use super::common::{progress_bar, write_atomic};
 
 /// Arguments of `hyperlens circuits`.
 #[derive(Debug, Args)]
@@ -129,23 +129,6 @@ fn resolve_seq_len(args: &CircuitsArgs, max_len: usize, prefix: usize) -> anyhow
         }
         None => Ok(DEFAULT_SEQ_LEN.min(room)),
     }
-}
-
-/// Writes `bytes` to `path` atomically (`path.tmp`, then rename).
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let res = std::fs::write(&tmp, bytes)
-        .with_context(|| format!("writing {}", tmp.display()))
-        .and_then(|()| {
-            std::fs::rename(&tmp, path)
-                .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-        });
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
 }
 
 /// An `.npz` archive built in memory and written atomically.

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use hyperlens_model::eval::evaluate_with;
 use hyperlens_model::{Device, Transformer};
@@ -42,20 +42,11 @@ fn write_logits(
     pred: &Array2<i64>,
     y: &Array2<i64>,
 ) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let mut npz = ndarray_npy::NpzWriter::new(file);
-    npz.add_array("logits", logits)?;
-    npz.add_array("pred", pred)?;
-    npz.add_array("y", y)?;
-    npz.finish()
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    super::common::write_npz_atomic(path, |npz| {
+        npz.add_array("logits", logits)?;
+        npz.add_array("pred", pred)?;
+        npz.add_array("y", y)
+    })
 }
 
 /// Runs `hyperlens eval`.

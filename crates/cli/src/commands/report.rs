@@ -196,7 +196,7 @@ fn pct(x: f64) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    hyperlens_model::checkpoint::write_atomic(path, text.as_bytes())
+    super::common::write_atomic(path, text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -279,27 +279,18 @@ fn attention_sample(
 /// Writes the attention sample as `.npz`: `pattern` float32 `[L, H, T, T]`, `tokens` int64 `[T]`,
 /// `target`, `prediction`, `rules` int64 `[F]` (temporary file, then rename).
 fn write_attention_npz(path: &Path, a: &AttentionSample) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let mut npz = ndarray_npy::NpzWriter::new(file);
-    let ctx = || format!("writing {}", tmp.display());
-    npz.add_array("pattern", &a.pattern).with_context(ctx)?;
-    for (name, v) in [
-        ("tokens", &a.tokens),
-        ("target", &a.target),
-        ("prediction", &a.prediction),
-        ("rules", &a.rules),
-    ] {
-        npz.add_array(name, &Array1::from(v.clone()))
-            .with_context(ctx)?;
-    }
-    npz.finish().with_context(ctx)?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    super::common::write_npz_atomic(path, |npz| {
+        npz.add_array("pattern", &a.pattern)?;
+        for (name, v) in [
+            ("tokens", &a.tokens),
+            ("target", &a.target),
+            ("prediction", &a.prediction),
+            ("rules", &a.rules),
+        ] {
+            npz.add_array(name, &Array1::from(v.clone()))?;
+        }
+        Ok(())
+    })
 }
 
 fn analyse_checkpoint(args: &ReportArgs, dir: &Path, out: &Path) -> anyhow::Result<Entry> {

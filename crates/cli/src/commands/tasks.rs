@@ -9,6 +9,8 @@ use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::npz::save_problems;
 use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
 
+use super::common::write_atomic;
+
 /// Task generators: list splits, sample problem sets.
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
@@ -159,16 +161,6 @@ fn sidecar_path(out: &Path) -> PathBuf {
     let mut s = out.as_os_str().to_owned();
     s.push(".json");
     PathBuf::from(s)
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
 }
 
 /// Rule counts per unpermuted slot: [slot][rule].
