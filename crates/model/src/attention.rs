@@ -5,7 +5,7 @@
 //! "Value networks"), read off the paper's code (`hyla/models/attention.py`, `position.py` of
 //! `smonsays/hypernetwork-attention`; the bucketing is T5X's `RelativePositionBiases`).
 
-use candle_core::{Device, Tensor, D};
+use candle_core::{Device, Tensor};
 use rand::Rng;
 
 use crate::error::{ModelError, Result};
@@ -142,7 +142,7 @@ pub fn normalise(
         }
     };
     Ok(match normalisation {
-        Normalisation::Softmax => candle_nn::ops::softmax(&masked(f32::MIN)?, D::Minus1)?,
+        Normalisation::Softmax => crate::fused::softmax_last_dim(&masked(f32::MIN)?)?,
         Normalisation::None => masked(0.0)?,
         Normalisation::RmsHead => crate::fastpath::rms_over_heads(&masked(0.0)?, RMS_HEAD_EPS)?,
     })
@@ -183,7 +183,42 @@ pub fn mix(
         Some(b) => crate::fastpath::add_leading(&scores, b)?,
         None => scores,
     };
-    let attention = normalise(&scores, mixer.normalisation(), mask)?;
+    if matches!(
+        mixer.value_network(),
+        ValueNetwork::MlpRelu | ValueNetwork::MlpLinear
+    ) && (scores.track_op() || v.track_op())
+        && crate::fused::available(&scores)
+    {
+        // Training: one graph node with a hand-written gradient; the same function (to float32
+        // rounding: RMSHead multiplies by 1 / rms there).
+        return crate::fused::mlp_value_mix(
+            &scores,
+            v,
+            mixer.normalisation(),
+            mixer.value_network() == ValueNetwork::MlpRelu,
+            mask,
+            dropout,
+        );
+    }
+    normalise_and_mix(&scores, v, mixer, mask, dropout)
+}
+
+/// The second half of [`mix`] as composed candle operations (differentiated by candle's autodiff):
+/// normalisation, dropout and the value network.
+///
+/// # Shapes
+/// `scores [B, H, Q, K]` (scaled, with the bias) and the rest as [`mix`].
+///
+/// # Errors
+/// Candle errors on inconsistent shapes.
+pub(crate) fn normalise_and_mix(
+    scores: &Tensor,
+    v: &Tensor,
+    mixer: Mixer,
+    mask: Option<&Tensor>,
+    dropout: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let attention = normalise(scores, mixer.normalisation(), mask)?;
     let a = match dropout {
         Some(m) => attention.broadcast_mul(m)?,
         None => attention.clone(),
@@ -191,22 +226,54 @@ pub fn mix(
     let o = match mixer.value_network() {
         ValueNetwork::Default => a.matmul(&v.contiguous()?)?.transpose(1, 2)?.contiguous()?,
         ValueNetwork::MlpRelu | ValueNetwork::MlpLinear => {
-            // hidden[b, j, i, :] = sum_h a[b, h, i, j] v[b, h, j, :]: batch over (b, j).
-            let a_jih = a.permute((0, 3, 2, 1))?.contiguous()?; // [B, K, Q, H]
-            let v_jhd = v.transpose(1, 2)?.contiguous()?; // [B, K, H, d]
-            let hidden = a_jih.matmul(&v_jhd)?; // [B, K, Q, d]
-            let hidden = if mixer.value_network() == ValueNetwork::MlpRelu {
-                hidden.relu()?
-            } else {
-                hidden
-            };
-            // o[b, i, h, :] = sum_j a[b, h, i, j] hidden[b, i, j, :]: batch over (b, i).
-            let hidden_ijd = hidden.transpose(1, 2)?.contiguous()?; // [B, Q, K, d]
-            let a_ihj = a.transpose(1, 2)?.contiguous()?; // [B, Q, H, K]
-            a_ihj.matmul(&hidden_ijd)? // [B, Q, H, d]
+            mlp_value_network(&a, v, mixer.value_network() == ValueNetwork::MlpRelu)?.o
         }
     };
     Ok((o, attention))
+}
+
+/// The HYLA value network's products and the intermediates their gradients need.
+pub(crate) struct MlpValueNetwork {
+    /// `a` as `[B, K, Q, H]`.
+    pub a_jih: Tensor,
+    /// `v` as `[B, K, H, d]`.
+    pub v_jhd: Tensor,
+    /// The hidden units `[B, K, Q, d]`, after the activation.
+    pub hidden: Tensor,
+    /// The hidden units as `[B, Q, K, d]`.
+    pub hidden_ijd: Tensor,
+    /// `a` as `[B, Q, H, K]`.
+    pub a_ihj: Tensor,
+    /// The output `[B, Q, H, d]`.
+    pub o: Tensor,
+}
+
+/// The `mlp_relu` (`relu`) / `mlp_linear` value network on attention `a` (after dropout):
+/// `hidden[b,j,i] = act(sum_h a[b,h,i,j] v[b,h,j])`, `o[b,i,h] = sum_j a[b,h,i,j] hidden[b,i,j]`.
+///
+/// # Shapes
+/// `a [B, H, Q, K]`, `v [B, H, K, d]`; see [`MlpValueNetwork`].
+///
+/// # Errors
+/// Candle errors on inconsistent shapes.
+pub(crate) fn mlp_value_network(a: &Tensor, v: &Tensor, relu: bool) -> Result<MlpValueNetwork> {
+    // hidden[b, j, i, :] = sum_h a[b, h, i, j] v[b, h, j, :]: batch over (b, j).
+    let a_jih = a.permute((0, 3, 2, 1))?.contiguous()?;
+    let v_jhd = v.transpose(1, 2)?.contiguous()?;
+    let hidden = a_jih.matmul(&v_jhd)?;
+    let hidden = if relu { hidden.relu()? } else { hidden };
+    // o[b, i, h, :] = sum_j a[b, h, i, j] hidden[b, i, j, :]: batch over (b, i).
+    let hidden_ijd = hidden.transpose(1, 2)?.contiguous()?;
+    let a_ihj = a.transpose(1, 2)?.contiguous()?;
+    let o = a_ihj.matmul(&hidden_ijd)?;
+    Ok(MlpValueNetwork {
+        a_jih,
+        v_jhd,
+        hidden,
+        hidden_ijd,
+        a_ihj,
+        o,
+    })
 }
 
 #[cfg(test)]

@@ -99,9 +99,29 @@ pub fn mul_leading(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// The sum over the rows of a matrix: on the CPU a product with a row of ones (module docs),
+/// elsewhere candle's `sum(0)`.
+///
+/// # Shapes
+/// `x [rows, N]` -> `[N]`.
+///
+/// # Errors
+/// Candle errors (`x` not of rank 2).
+pub(crate) fn sum_rows(x: &Tensor) -> Result<Tensor> {
+    let (rows, n) = x.dims2()?;
+    if !via_product(x) {
+        return Ok(x.sum(0)?);
+    }
+    Ok(Tensor::ones((1, rows), x.dtype(), x.device())?
+        .matmul(x)?
+        .reshape(n)?)
+}
+
 /// LayerNorm over the last axis with scale `w` and bias `b`: the operations of candle's
 /// differentiable `candle_nn::ops::layer_norm_slow` (the fused op drops gradients, `TOOLCHAIN.md`),
-/// with the scale and bias applied through [`mul_leading`] and [`add_leading`].
+/// with the scale and bias applied through [`mul_leading`] and [`add_leading`]. The model uses
+/// [`crate::fused::layer_norm`] (one kernel, hand-written gradient); this composed form is its
+/// fallback on other devices and its reference in tests.
 ///
 /// # Shapes
 /// `x [..., D]`, `w [D]`, `b [D]` -> `[..., D]`.
@@ -144,6 +164,38 @@ pub fn rms_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
     let rms = ((sum / h as f64)? + eps)?.sqrt()?;
     let rep = Tensor::ones((b, h, 1), x.dtype(), x.device())?.matmul(&rms)?;
     Ok((x3 / rep)?.reshape(x.shape())?)
+}
+
+/// The mean over axis 1 (heads), kept as an axis of 1: on the CPU a product with a row of ones
+/// (module docs), elsewhere candle's `mean_keepdim(1)`.
+///
+/// # Shapes
+/// `x [B, H, rest...]` -> `[B, 1, rest...]`.
+///
+/// # Errors
+/// Candle errors (`x` of rank below 2).
+pub(crate) fn mean_over_heads(x: &Tensor) -> Result<Tensor> {
+    if !via_product(x) {
+        return Ok(x.mean_keepdim(1)?);
+    }
+    let (b, h) = (x.dim(0)?, x.dim(1)?);
+    let n = x.elem_count() / (b * h).max(1);
+    let mut dims = x.dims().to_vec();
+    dims[1] = 1;
+    let sum = Tensor::ones((b, 1, h), x.dtype(), x.device())?.matmul(&x.reshape((b, h, n))?)?;
+    Ok((sum / h as f64)?.reshape(dims)?)
+}
+
+/// RMSHead's factor `1 / sqrt(mean_h x^2 + eps)` over axis 1 (heads), kept as an axis of 1, so that
+/// `x * factor` is [`rms_over_heads`].
+///
+/// # Shapes
+/// `x [B, H, rest...]` -> `[B, 1, rest...]`.
+///
+/// # Errors
+/// Candle errors (`x` of rank below 2).
+pub(crate) fn rms_factor_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok((mean_over_heads(&x.sqr()?)? + eps)?.sqrt()?.recip()?)
 }
 
 /// The tanh approximation of GELU (`jax.nn.gelu(approximate=True)`, the paper's MLP activation):

@@ -18,6 +18,7 @@ pub mod device;
 pub mod error;
 pub mod eval;
 pub mod fastpath;
+pub mod fused;
 pub mod import;
 pub mod lm;
 pub mod mixer;

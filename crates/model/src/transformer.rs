@@ -39,9 +39,9 @@ fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(y.reshape(out_dims)?)
 }
 
-/// A LayerNorm with learned scale `w` and bias `b` (eps 1e-6): the operations of candle's
-/// differentiable `layer_norm_slow` (the fused op dropped gradients, `TOOLCHAIN.md`), with the scale
-/// and bias applied through [`fastpath`] so that their gradients are fast on the CPU.
+/// A LayerNorm with learned scale `w` and bias `b` (eps 1e-6): candle's fused kernel forward with a
+/// hand-written gradient ([`crate::fused::layer_norm`]; candle's fused op alone has no gradient,
+/// `TOOLCHAIN.md`).
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
     /// Scale `[D]`.
@@ -59,7 +59,7 @@ impl LayerNorm {
     /// # Errors
     /// Candle errors on a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        fastpath::layer_norm(x, &self.w, &self.b, LN_EPS as f64)
+        crate::fused::layer_norm(x, &self.w, &self.b, LN_EPS as f64)
     }
 }
 

@@ -461,14 +461,24 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
                     .unwrap_or_else(|| panic!("no gradient for {name}"));
                 let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
                 let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
-                let (mut diff, mut norm) = (0.0f64, 0.0f64);
+                let (mut diff, mut norm, mut got_norm) = (0.0f64, 0.0f64, 0.0f64);
                 for (g, w) in got.iter().zip(&want) {
                     diff += (*g as f64 - *w as f64).powi(2);
                     norm += (*w as f64).powi(2);
+                    got_norm += (*g as f64).powi(2);
                 }
-                // Relative to the gradient's norm, floored at 1e-3: a softmax model's key-bias gradient
-                // is exactly 0 (adding a constant to every key's score leaves the softmax unchanged),
-                // which float32 reproduces only to about 1e-9.
+                if mixer == Mixer::Softmax && name.ends_with("attn.b_K") {
+                    // Exactly 0: adding a constant to every key's score leaves the softmax
+                    // unchanged. float32 reproduces it to rounding, norm about 1e-7 here, too
+                    // little for a test relative to its own norm.
+                    assert!(
+                        got_norm.sqrt() < 1e-6 && norm.sqrt() < 1e-6,
+                        "{stem}: {name} must have a zero gradient, got norm {:.2e} (JAX {:.2e})",
+                        got_norm.sqrt(),
+                        norm.sqrt()
+                    );
+                    continue;
+                }
                 let rel = diff.sqrt() / norm.sqrt().max(1e-3);
                 if rel > worst.0 {
                     worst = (rel, name.clone());

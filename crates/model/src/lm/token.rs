@@ -534,7 +534,7 @@ impl TokenModel {
         let mask = attention::causal_mask(t, &self.device)?;
         let ln = |x: &Tensor, p: &Option<(Tensor, Tensor)>| -> Result<Tensor> {
             match p {
-                Some((w, bias)) => fastpath::layer_norm(x, w, bias, TOKEN_LN_EPS as f64),
+                Some((w, bias)) => crate::fused::layer_norm(x, w, bias, TOKEN_LN_EPS as f64),
                 None => Ok(x.clone()),
             }
         };

@@ -1,0 +1,598 @@
+//! Fused operations with hand-written gradients: LayerNorm, the softmax over the last axis, and the
+//! HYLA value network with its normalisation and dropout.
+//!
+//! candle 0.11 differentiates a composed LayerNorm (`candle_nn::ops::layer_norm_slow`) through its
+//! eleven elementary operations, and every one of them costs its backward operations plus a
+//! zero-filled gradient slot and an addition (`GradStore::or_insert`). On the base SRAVEN model one
+//! LayerNorm made 15 tensors in the forward pass and 66 in the backward pass, and the model has nine
+//! of them; the composed softmax was as costly. On a GPU each tensor is a kernel launch, and a
+//! training step of this small model is bound by launches (`bench/gpu/README.md`).
+//!
+//! Here the forward pass is candle's fused kernel (`candle_nn::ops::layer_norm`,
+//! `candle_nn::ops::softmax_last_dim`: one kernel each, on the CPU a single pass), computed on
+//! detached inputs; a custom operation then puts the result into the graph (one copy) with the
+//! gradient written out by hand:
+//!
+//! - LayerNorm, `y = xhat * w + b` with `xhat = (x - mean) * r`, `r = 1 / sqrt(var + eps)`, per row
+//!   of `D` entries: `db = sum_rows g`, `dw = sum_rows g * xhat`, and with `gh = g * w`,
+//!   `dx = r * (gh - mean(gh) - xhat * mean(gh * xhat))` (the standard LayerNorm gradient, e.g.
+//!   Ba et al. 2016; PyTorch's `native_layer_norm_backward`).
+//! - softmax, `dx = y * (g - sum(g * y))` over the last axis.
+//!
+//! The fused forward kernels compute the variance as `E[x^2] - mean^2` in float32, as flax's
+//! `LayerNorm` does by default (`use_fast_variance`), where the composed form subtracted the mean
+//! first; the two agree to float32 rounding on the model's activations (tests below and the float64
+//! references of `tests/model.rs`). Devices other than the CPU and CUDA get the composed forms.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Storage, Tensor, D};
+
+use crate::error::Result;
+use crate::fastpath;
+
+/// Whether the fused forms run on `t`'s device and dtype (CPU or CUDA, float32: candle's fused
+/// CPU LayerNorm has no float64).
+pub(crate) fn available(t: &Tensor) -> bool {
+    (t.device().is_cpu() || t.device().is_cuda()) && t.dtype() == DType::F32
+}
+
+/// A copy of a precomputed tensor's storage, the forward result of the custom operations here.
+///
+/// # Errors
+/// A candle error if the value is not a whole contiguous CPU tensor.
+fn cpu_copy(value: &Tensor) -> candle_core::Result<(CpuStorage, Shape)> {
+    let (storage, layout) = value.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(s) if whole(layout) => Ok((s.try_clone(layout)?, layout.shape().clone())),
+        _ => candle_core::bail!("fused op: precomputed value is not a whole CPU tensor"),
+    }
+}
+
+/// As [`cpu_copy`] on CUDA.
+///
+/// # Errors
+/// A candle error if the value is not a whole contiguous CUDA tensor.
+#[cfg(feature = "cuda")]
+fn cuda_copy(value: &Tensor) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    let (storage, layout) = value.storage_and_layout();
+    match &*storage {
+        Storage::Cuda(s) if whole(layout) => Ok((s.try_clone(layout)?, layout.shape().clone())),
+        _ => candle_core::bail!("fused op: precomputed value is not a whole CUDA tensor"),
+    }
+}
+
+/// Whether a layout covers its storage from offset 0, contiguously (what `try_clone` copies).
+fn whole(layout: &Layout) -> bool {
+    layout.is_contiguous() && layout.start_offset() == 0
+}
+
+/// LayerNorm over the last axis with scale `w` and bias `b`: candle's fused kernel forward, the
+/// hand-written gradient backward (module docs). Numerically the flax `LayerNorm` of the paper's
+/// code (`E[x^2] - mean^2` variance). Other devices and dtypes get the composed
+/// [`fastpath::layer_norm`].
+///
+/// # Shapes
+/// `x [..., D]`, `w [D]`, `b [D]` -> `[..., D]`.
+///
+/// # Errors
+/// Candle errors on mismatched shapes.
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
+    if !available(x) {
+        return fastpath::layer_norm(x, w, b, eps);
+    }
+    let x = x.contiguous()?;
+    let (w, b) = (w.contiguous()?, b.contiguous()?);
+    let y = candle_nn::ops::layer_norm(&x.detach(), &w.detach(), &b.detach(), eps as f32)?;
+    if !(x.track_op() || w.track_op() || b.track_op()) {
+        return Ok(y);
+    }
+    Ok(x.apply_op3(&w, &b, LayerNormGrad { y, eps })?)
+}
+
+/// The graph node of [`layer_norm`]: holds the fused forward result, differentiates by hand.
+struct LayerNormGrad {
+    /// The forward result, computed by candle's fused kernel.
+    y: Tensor,
+    /// Epsilon under the square root.
+    eps: f64,
+}
+
+impl CustomOp3 for LayerNormGrad {
+    fn name(&self) -> &'static str {
+        "hyperlens-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_copy(&self.y)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda_copy(&self.y)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let grads = layer_norm_backward(&x.detach(), &w.detach(), &g.detach(), self.eps)
+            .map_err(candle_core::Error::wrap)?;
+        let (dx, dw, db) = grads;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+/// The LayerNorm gradient (module docs): `(dx, dw, db)` from the input, the scale and the gradient of
+/// the output.
+///
+/// # Shapes
+/// `x [..., D]`, `w [D]`, `g [..., D]` -> `([..., D], [D], [D])`.
+///
+/// # Errors
+/// Candle errors.
+fn layer_norm_backward(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let d = x.dim(D::Minus1)?;
+    let rows = x.elem_count() / d.max(1);
+    let x2 = x.reshape((rows, d))?;
+    let g2 = g.reshape((rows, d))?;
+    let xc = x2.broadcast_sub(&x2.mean_keepdim(1)?)?;
+    let r = (xc.sqr()?.mean_keepdim(1)? + eps)?.sqrt()?.recip()?;
+    let xhat = xc.broadcast_mul(&r)?;
+    let db = fastpath::sum_rows(&g2)?;
+    let dw = fastpath::sum_rows(&(&g2 * &xhat)?)?;
+    let gh = fastpath::mul_leading(&g2, w)?;
+    let m1 = gh.mean_keepdim(1)?;
+    let m2 = (&gh * &xhat)?.mean_keepdim(1)?;
+    let dx = (gh.broadcast_sub(&m1)? - xhat.broadcast_mul(&m2)?)?.broadcast_mul(&r)?;
+    Ok((dx.reshape(x.shape())?, dw, db))
+}
+
+/// The softmax over the last axis: candle's fused kernel forward, `dx = y * (g - sum(g * y))`
+/// backward. Other devices and dtypes get `candle_nn::ops::softmax` (composed).
+///
+/// # Shapes
+/// Any shape of rank >= 1; normalises over the last axis.
+///
+/// # Errors
+/// Candle errors.
+pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    if !available(x) {
+        return Ok(candle_nn::ops::softmax(x, D::Minus1)?);
+    }
+    let x = x.contiguous()?;
+    let y = candle_nn::ops::softmax_last_dim(&x.detach())?;
+    if !x.track_op() {
+        return Ok(y);
+    }
+    Ok(x.apply_op1(SoftmaxGrad { y })?)
+}
+
+/// The graph node of [`softmax_last_dim`].
+struct SoftmaxGrad {
+    /// The forward result, computed by candle's fused kernel.
+    y: Tensor,
+}
+
+impl CustomOp1 for SoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "hyperlens-softmax-last-dim"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_copy(&self.y)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda_copy(&self.y)
+    }
+
+    fn bwd(&self, _x: &Tensor, _res: &Tensor, g: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(softmax_backward(&self.y, &g.detach())?))
+    }
+}
+
+/// The softmax gradient `dx = y * (g - sum(g * y))` over the last axis.
+///
+/// # Shapes
+/// `y`, `g` of one shape -> that shape.
+///
+/// # Errors
+/// Candle errors.
+fn softmax_backward(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
+    let dot = (g * y)?.sum_keepdim(D::Minus1)?;
+    g.broadcast_sub(&dot)? * y
+}
+
+/// Normalisation, attention dropout and the HYLA value network (`mlp_relu` / `mlp_linear`) as one
+/// graph node with a hand-written gradient; the forward values are those of
+/// [`crate::attention::mix`], computed with the same candle operations on detached inputs.
+///
+/// With `a = normalise(s)` and `a' = a * dropout`: `hidden[b,j,i] = act(sum_h a'[b,h,i,j] v[b,h,j])`,
+/// `o[b,i,h] = sum_j a'[b,h,i,j] hidden[b,i,j]` (`spec/models.md`, "Value networks"). Backward,
+/// from `go`: `g hidden = a'^T go`, `g a' = go hidden^T` from the second product; through the
+/// activation (ReLU: where `hidden > 0`); `g a' += g hidden v^T`, `g v = a'^T g hidden` from the
+/// first; `g a = g a' * dropout`; then the normalisation: RMSHead `a = m r`,
+/// `r = (mean_h m^2 + eps)^(-1/2)`: `g m = r g a - m r^3 mean_h(g a * m)`; softmax:
+/// `g m = a (g a - sum_k g a * a)`; none: `g m = g a`; and the mask (`g s = g m` where visible, 0
+/// elsewhere). Every step is checked against candle's autodiff of the composed operations in this
+/// module's tests and through the model's float64 and JAX gradient tests.
+///
+/// # Shapes
+/// `s [B, H, Q, K]` (scaled scores with the position bias), `v [B, H, K, d]`, `mask` `u8 [Q, K]`
+/// (1 = visible), `dropout` `f32` broadcastable to `[B, H, Q, K]`. Returns `(o [B, Q, H, d],
+/// attention [B, H, Q, K])` as [`crate::attention::mix`]; the attention is detached.
+///
+/// # Errors
+/// Candle errors on inconsistent shapes.
+pub(crate) fn mlp_value_mix(
+    s: &Tensor,
+    v: &Tensor,
+    normalisation: crate::Normalisation,
+    relu: bool,
+    mask: Option<&Tensor>,
+    dropout: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let (s, v) = (s.contiguous()?, v.contiguous()?);
+    let sd = s.detach();
+    let mask01 = mask.map(|m| m.to_dtype(sd.dtype())).transpose()?;
+    let m = match &mask01 {
+        Some(m01) => sd.broadcast_mul(m01)?,
+        None => sd.clone(),
+    };
+    let (attention, r) = match normalisation {
+        crate::Normalisation::RmsHead => {
+            let r = fastpath::rms_factor_over_heads(&m, crate::attention::RMS_HEAD_EPS)?;
+            (m.broadcast_mul(&r)?, Some(r))
+        }
+        crate::Normalisation::None => (m.clone(), None),
+        crate::Normalisation::Softmax => {
+            (crate::attention::normalise(&sd, normalisation, mask)?, None)
+        }
+    };
+    let ad = match dropout {
+        Some(d) => attention.broadcast_mul(d)?,
+        None => attention.clone(),
+    };
+    let net = crate::attention::mlp_value_network(&ad, &v.detach(), relu)?;
+    if !(s.track_op() || v.track_op()) {
+        return Ok((net.o, attention));
+    }
+    let node = MlpValueMixGrad {
+        m,
+        r,
+        attention: attention.clone(),
+        normalisation,
+        relu,
+        mask01,
+        dropout: dropout.cloned(),
+        net,
+    };
+    Ok((s.apply_op2(&v, node)?, attention))
+}
+
+/// The graph node of [`mlp_value_mix`]: the forward result and the intermediates its gradient needs.
+struct MlpValueMixGrad {
+    /// The masked scores `[B, H, Q, K]`.
+    m: Tensor,
+    /// RMSHead's `1 / rms` over heads `[B, 1, Q, K]`.
+    r: Option<Tensor>,
+    /// The normalised attention before dropout `[B, H, Q, K]`.
+    attention: Tensor,
+    /// The normalisation.
+    normalisation: crate::Normalisation,
+    /// Whether the value network has the ReLU (`mlp_relu`).
+    relu: bool,
+    /// The visibility mask as 0 / 1 floats `[Q, K]`.
+    mask01: Option<Tensor>,
+    /// The dropout multiplier, broadcastable to `[B, H, Q, K]`.
+    dropout: Option<Tensor>,
+    /// The value network's products on the dropped-out attention, with the output.
+    net: crate::attention::MlpValueNetwork,
+}
+
+impl MlpValueMixGrad {
+    /// The gradients of the scores and the values from that of the output (docs of
+    /// [`mlp_value_mix`]).
+    fn gradients(&self, go: &Tensor) -> Result<(Tensor, Tensor)> {
+        let go = go.contiguous()?;
+        let g_a_ihj = go.matmul(&self.net.hidden_ijd.t()?)?; // [B, Q, H, K]
+        let g_hidden_ijd = self.net.a_ihj.t()?.matmul(&go)?; // [B, Q, K, d]
+        let mut g_hidden = g_hidden_ijd.transpose(1, 2)?; // [B, K, Q, d]
+        if self.relu {
+            let on = self.net.hidden.gt(0f64)?.to_dtype(go.dtype())?;
+            g_hidden = (g_hidden * on)?;
+        }
+        let g_hidden = g_hidden.contiguous()?;
+        let g_a_jih = g_hidden.matmul(&self.net.v_jhd.t()?)?; // [B, K, Q, H]
+        let g_v = self.net.a_jih.t()?.matmul(&g_hidden)?.transpose(1, 2)?; // [B, H, K, d]
+        let g_ad = (g_a_ihj.transpose(1, 2)? + g_a_jih.permute((0, 3, 2, 1))?)?; // [B, H, Q, K]
+        let g_a = match &self.dropout {
+            Some(d) => g_ad.broadcast_mul(d)?,
+            None => g_ad,
+        };
+        let g_m = match self.normalisation {
+            crate::Normalisation::RmsHead => {
+                let r = self.r.as_ref().expect("RMSHead keeps its factor");
+                let dot = fastpath::mean_over_heads(&(&g_a * &self.m)?)?;
+                let r3 = (r.sqr()? * r)?;
+                (g_a.broadcast_mul(r)? - self.m.broadcast_mul(&(dot * r3)?)?)?
+            }
+            crate::Normalisation::None => g_a,
+            crate::Normalisation::Softmax => softmax_backward(&self.attention, &g_a)?,
+        };
+        let g_s = match &self.mask01 {
+            Some(m01) if self.normalisation != crate::Normalisation::Softmax => {
+                g_m.broadcast_mul(m01)?
+            }
+            _ => g_m,
+        };
+        Ok((g_s, g_v))
+    }
+}
+
+impl candle_core::CustomOp2 for MlpValueMixGrad {
+    fn name(&self) -> &'static str {
+        "hyperlens-mlp-value-mix"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_copy(&self.net.o)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda_copy(&self.net.o)
+    }
+
+    fn bwd(
+        &self,
+        _s: &Tensor,
+        _v: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (g_s, g_v) = self
+            .gradients(&g.detach())
+            .map_err(candle_core::Error::wrap)?;
+        Ok((Some(g_s), Some(g_v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn close(a: &Tensor, b: &Tensor, tol: f64) {
+        let a: Vec<f64> = a
+            .flatten_all()
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let b: Vec<f64> = b
+            .flatten_all()
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{x} vs {y}");
+        }
+    }
+
+    /// The hand-written gradient formulas against candle's autodiff of the composed operations in
+    /// float64 (only the formulas are compared), with both CPU forms of the leading-axis sums.
+    #[test]
+    fn gradient_formulas_match_autodiff_in_float64() {
+        let dev = Device::Cpu;
+        for fast in [true, false] {
+            fastpath::with_cpu_fast_paths(fast, || {
+                let x = Var::from_tensor(
+                    &Tensor::randn(0f64, 1.0, (3, 5, 7), &dev)
+                        .unwrap()
+                        .affine(2.0, 0.7)
+                        .unwrap(),
+                )
+                .unwrap();
+                let w = Var::randn(1f64, 0.3, 7, &dev).unwrap();
+                let b = Var::randn(0f64, 0.3, 7, &dev).unwrap();
+                let g = Tensor::randn(0f64, 1.0, (3, 5, 7), &dev).unwrap();
+                let (xt, wt, bt) = (x.as_tensor(), w.as_tensor(), b.as_tensor());
+                let y = fastpath::layer_norm(xt, wt, bt, 1e-6).unwrap();
+                let auto = (&y * &g).unwrap().sum_all().unwrap().backward().unwrap();
+                let (dx, dw, db) = layer_norm_backward(xt, wt, &g, 1e-6).unwrap();
+                close(&dx, auto.get(xt).unwrap(), 1e-12);
+                close(&dw, auto.get(wt).unwrap(), 1e-12);
+                close(&db, auto.get(bt).unwrap(), 1e-12);
+                let s = candle_nn::ops::softmax(xt, D::Minus1).unwrap();
+                let auto = (&s * &g).unwrap().sum_all().unwrap().backward().unwrap();
+                close(
+                    &softmax_backward(&s, &g).unwrap(),
+                    auto.get(xt).unwrap(),
+                    1e-12,
+                );
+            })
+        }
+    }
+
+    /// The fused float32 path (kernel forward, custom backward) against the composed operations,
+    /// values and gradients, through a loss that uses both.
+    #[test]
+    fn fused_layer_norm_and_softmax_match_the_composed_ops() {
+        let dev = Device::Cpu;
+        for fast in [true, false] {
+            fastpath::with_cpu_fast_paths(fast, || {
+                let x = Var::from_tensor(
+                    &Tensor::randn(0f32, 1.0, (3, 5, 7), &dev)
+                        .unwrap()
+                        .affine(2.0, 0.7)
+                        .unwrap(),
+                )
+                .unwrap();
+                let w = Var::randn(1f32, 0.3, 7, &dev).unwrap();
+                let b = Var::randn(0f32, 0.3, 7, &dev).unwrap();
+                let c = Tensor::randn(0f32, 1.0, (3, 5, 7), &dev).unwrap();
+                let run = |fused: bool| {
+                    let (xt, wt, bt) = (x.as_tensor(), w.as_tensor(), b.as_tensor());
+                    let (y, s) = if fused {
+                        let y = layer_norm(xt, wt, bt, 1e-6).unwrap();
+                        let s = softmax_last_dim(&y).unwrap();
+                        (y, s)
+                    } else {
+                        let y = fastpath::layer_norm(xt, wt, bt, 1e-6).unwrap();
+                        let s = candle_nn::ops::softmax(&y, D::Minus1).unwrap();
+                        (y, s)
+                    };
+                    let loss = ((&y * &c).unwrap().sum_all().unwrap()
+                        + (&s * &c).unwrap().sqr().unwrap().sum_all().unwrap())
+                    .unwrap();
+                    let g = loss.backward().unwrap();
+                    let get = |v: &Var| g.get(v.as_tensor()).unwrap().clone();
+                    (y, s, get(&x), get(&w), get(&b))
+                };
+                let (y1, s1, gx1, gw1, gb1) = run(true);
+                let (y0, s0, gx0, gw0, gb0) = run(false);
+                close(&y1, &y0, 2e-5);
+                close(&s1, &s0, 2e-6);
+                close(&gx1, &gx0, 2e-5);
+                close(&gw1, &gw0, 2e-5);
+                close(&gb1, &gb0, 2e-5);
+            })
+        }
+    }
+
+    /// The fused HYLA value network (every normalisation, with and without the ReLU, with mask and
+    /// dropout) against candle's autodiff of the composed operations: output, attention and the
+    /// gradients of scores and values, with both CPU forms.
+    #[test]
+    fn fused_value_network_matches_the_composed_ops() {
+        use crate::attention::{causal_mask, dropout_mask, normalise_and_mix};
+        use crate::Mixer;
+        use rand::SeedableRng;
+        let dev = Device::Cpu;
+        let (b, h, t, d) = (2, 3, 5, 4);
+        let mask = causal_mask(t, &dev).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let drop = dropout_mask(t, t, 0.3, &mut rng, &dev).unwrap();
+        let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
+        let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
+        let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        for fast in [true, false] {
+            fastpath::with_cpu_fast_paths(fast, || {
+                for mixer in [
+                    Mixer::Hyla,
+                    Mixer::HylaNoRmsHead,
+                    Mixer::HylaLinearValue,
+                    Mixer::SoftmaxHypatt,
+                ] {
+                    for (m, dr) in [(Some(&mask), Some(&drop)), (None, None)] {
+                        let run = |fused: bool| {
+                            let (o, a) = if fused {
+                                mlp_value_mix(
+                                    s.as_tensor(),
+                                    v.as_tensor(),
+                                    mixer.normalisation(),
+                                    mixer.value_network() == crate::ValueNetwork::MlpRelu,
+                                    m,
+                                    dr,
+                                )
+                                .unwrap()
+                            } else {
+                                normalise_and_mix(s.as_tensor(), v.as_tensor(), mixer, m, dr)
+                                    .unwrap()
+                            };
+                            let g = (&o * &c).unwrap().sum_all().unwrap().backward().unwrap();
+                            let gs = g.get(s.as_tensor()).unwrap().clone();
+                            let gv = g.get(v.as_tensor()).unwrap().clone();
+                            (o, a, gs, gv)
+                        };
+                        let (o1, a1, gs1, gv1) = run(true);
+                        let (o0, a0, gs0, gv0) = run(false);
+                        close(&o1, &o0, 1e-5);
+                        close(&a1, &a0, 1e-5);
+                        close(&gs1, &gs0, 1e-4);
+                        close(&gv1, &gv0, 1e-4);
+                    }
+                }
+            })
+        }
+    }
+
+    /// Untracked inputs give the fused value without a graph node; a non-contiguous input works.
+    #[test]
+    fn fused_ops_on_views_and_without_gradients() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (4, 6, 5), &dev).unwrap();
+        let view = x.narrow(1, 2, 3).unwrap();
+        assert!(!view.is_contiguous());
+        let w = Tensor::ones(5, DType::F32, &dev).unwrap();
+        let b = Tensor::zeros(5, DType::F32, &dev).unwrap();
+        let y = layer_norm(&view, &w, &b, 1e-6).unwrap();
+        assert!(!y.track_op());
+        close(
+            &y,
+            &fastpath::layer_norm(&view, &w, &b, 1e-6).unwrap(),
+            2e-5,
+        );
+        let s = softmax_last_dim(&view).unwrap();
+        close(
+            &s,
+            &candle_nn::ops::softmax(&view, D::Minus1).unwrap(),
+            1e-6,
+        );
+        let rows: Vec<f32> = s
+            .sum_keepdim(D::Minus1)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert!(rows.iter().all(|r| (r - 1.0).abs() < 1e-6));
+    }
+}
