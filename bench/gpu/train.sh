@@ -1,10 +1,20 @@
-# call 2: start the three base-model runs (detached), then report progress until about $WAIT seconds have passed
+# call 2: start the base-model runs (MIXERS, default softmax linear hyla) detached, then report progress
+# until about $WAIT seconds have passed (wait.sh). Fresh runs: STEPS, EVAL_EVERY (also the checkpoint
+# interval). RESUME=1: continue data/checkpoints/sraven-<mixer> of the carried tree (`--resume`, same
+# schedule). MPS=1: under an MPS daemon (mps.sh), so that the runs share the GPU at once.
 source .gpu/setup.sh
+if [ "${MPS:-0}" = 1 ]; then source .gpu/mps.sh; mps_start; fi
 mkdir -p /tmp/runs
-for m in softmax linear hyla; do
-  setsid nohup /tmp/hl train --task sraven --mixer $m --split paper-seed0 --seed 0 --batch 128 --device cuda \
-    --steps $STEPS --eval-every $EVAL_EVERY --eval-n 2048 --checkpoint-every $EVAL_EVERY --log-every 500 \
-    --out /tmp/runs/sraven-$m > /tmp/runs/sraven-$m.log 2>&1 < /dev/null &
+for m in ${MIXERS:-softmax linear hyla}; do
+  if [ "${RESUME:-0}" = 1 ]; then
+    rm -rf /tmp/runs/sraven-$m; cp -a data/checkpoints/sraven-$m /tmp/runs/
+    args=(--resume)
+  else
+    args=(--task sraven --mixer $m --split paper-seed0 --seed 0 --batch 128 --steps $STEPS
+      --eval-every $EVAL_EVERY --eval-n 2048 --checkpoint-every $EVAL_EVERY --log-every 500)
+  fi
+  setsid nohup /tmp/hl train "${args[@]}" --device cuda --out /tmp/runs/sraven-$m \
+    > /tmp/runs/sraven-$m.log 2>&1 < /dev/null &
 done
 sleep 5; ps aux | grep -c "[h]l train"
 source .gpu/wait.sh
