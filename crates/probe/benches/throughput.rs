@@ -4,7 +4,9 @@
 //! beforehand, so only the forward passes, the gather and the streaming writer are timed) and
 //! `stream` (problems generated batch by batch, as the CLI does).
 //!
-//! Run: `CANDLE_NUM_THREADS=1 cargo bench -p hyperlens-probe --bench throughput -- --sample-size 10`
+//! Run: `RAYON_NUM_THREADS=1 cargo bench -p hyperlens-probe --bench throughput -- --sample-size 10`
+//! (one thread for both candle's matrix products and, through it, its elementwise operations;
+//! `CANDLE_NUM_THREADS` alone sets only the elementwise ones).
 
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]

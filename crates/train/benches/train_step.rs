@@ -1,6 +1,8 @@
 //! One training update of the paper's base SRAVEN model (4 layers, width 1, batch 128, HYLA and
 //! softmax): draw the batch, forward with attention dropout, cross-entropy, backward, AdamW.
-//! Run with `CANDLE_NUM_THREADS=1` for a figure comparable across machines.
+//! Run with `RAYON_NUM_THREADS=1` for a figure comparable across machines (one thread for candle's
+//! matrix products and, through it, its elementwise operations; `CANDLE_NUM_THREADS` alone sets only
+//! the elementwise ones).
 //!
 //! Two more groups isolate the per-operation overhead that bounds a GPU step (each candle operation is
 //! one kernel launch there): `adamw_update` times the optimiser alone on the base model's 74 parameter

@@ -190,8 +190,20 @@ fn make_job(
     })
 }
 
+/// The CPU threads candle 0.11 uses: matrix products take `RAYON_NUM_THREADS` (else the number of
+/// cores), elementwise operations `CANDLE_NUM_THREADS` (else the same as the products).
 fn threads() -> String {
-    std::env::var("CANDLE_NUM_THREADS").unwrap_or_default()
+    let matmul = candle_core::utils::get_num_threads();
+    let elementwise = std::env::var("CANDLE_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(matmul);
+    if matmul == elementwise {
+        matmul.to_string()
+    } else {
+        format!("matmul {matmul}, elementwise {elementwise}")
+    }
 }
 
 /// Trains a model into the run directory `out` (see the module docs for its files), or continues the

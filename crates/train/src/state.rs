@@ -102,7 +102,8 @@ pub struct Session {
     pub end_step: u64,
     /// The device it ran on.
     pub device: String,
-    /// Value of `CANDLE_NUM_THREADS` (empty if unset).
+    /// The CPU threads candle used, as [`crate::run`] records them (`"1"`, or
+    /// `"matmul N, elementwise M"` when they differ); empty in runs before 2026-11-22.
     pub threads: String,
 }
 
