@@ -88,7 +88,60 @@ struct Entry {
     ood: EvalMetrics,
     latent: LatentReport,
     training: Training,
+    /// Updates trained and, for a run stopped early, its planned schedule (`train.json`).
+    steps: Option<Steps>,
     attention: AttentionSample,
+}
+
+/// How far a checkpoint was trained: `steps` and `planned_steps` of its `train.json`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Steps {
+    /// Optimiser updates done.
+    done: u64,
+    /// The schedule's length when the run stopped before its end.
+    planned: Option<u64>,
+}
+
+/// The paper's training budget (`spec/models.md`, "Training recipe"): 156,250 updates of batch 128.
+const PAPER_STEPS: u64 = 156_250;
+
+/// `steps` / `planned_steps` of a checkpoint's `train.json`; `None` when it records no steps.
+fn steps_of(dir: &Path) -> Option<Steps> {
+    let v = train_json(dir)?;
+    let done = v.get("steps")?.as_u64()?;
+    let planned = v
+        .get("planned_steps")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|&p| p > done);
+    Some(Steps { done, planned })
+}
+
+/// `156,250`, or `30,000 of 48,000` for a run stopped early; `?` when not recorded.
+fn steps_text(steps: Option<Steps>) -> String {
+    match steps {
+        None => "?".into(),
+        Some(Steps {
+            done,
+            planned: None,
+        }) => thousands(done),
+        Some(Steps {
+            done,
+            planned: Some(p),
+        }) => format!("{} of {}", thousands(done), thousands(p)),
+    }
+}
+
+/// An integer with thousands separators (`156,250`).
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// One figure of the report: caption, one or two sentences from its numbers, PNG path relative to
@@ -363,6 +416,7 @@ fn analyse_checkpoint(args: &ReportArgs, dir: &Path, out: &Path) -> anyhow::Resu
         ood,
         latent,
         training,
+        steps: steps_of(dir),
         attention,
     })
 }
@@ -1133,6 +1187,20 @@ fn accuracy_text(entries: &[Entry]) -> String {
                     g.name
                 );
             }
+            let short: Vec<&str> = entries
+                .iter()
+                .filter(|e| e.steps.is_some_and(|st| st.done < PAPER_STEPS))
+                .map(|e| e.name.as_str())
+                .collect();
+            if !short.is_empty() {
+                let _ = write!(
+                    s,
+                    " {} trained for fewer updates than the paper's {} (column \"updates trained\"), so {} accuracies are not the paper's comparison.",
+                    short.join(", "),
+                    thousands(PAPER_STEPS),
+                    if short.len() == 1 { "its" } else { "their" }
+                );
+            }
             s
         }
     }
@@ -1244,8 +1312,8 @@ fn markdown(
         md,
         "![ID and OOD accuracy per checkpoint](figures/accuracy.png)\n"
     );
-    let _ = writeln!(md, "| checkpoint | mixer | split | ID acc | OOD acc | OOD per-feature | best decoding layer (OOD acc) | decoding, all layers | majority baseline |");
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "| checkpoint | mixer | split | updates trained | ID acc | OOD acc | OOD per-feature | best decoding layer (OOD acc) | decoding, all layers | majority baseline |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
     for e in entries {
         let (layer, acc) = best_layer(e);
         let all = e
@@ -1263,10 +1331,11 @@ fn markdown(
             / e.ood.per_feature_accuracy.len().max(1) as f64;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} |",
             e.name,
             e.mixer,
             e.split,
+            steps_text(e.steps),
             pct(e.id.accuracy),
             pct(e.ood.accuracy),
             pct(per),
@@ -1543,13 +1612,24 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         &args.out.join("index.html"),
         &html(&md, |src| png_width(&args.out.join(src))),
     )?;
-    let mut acc_csv =
-        String::from("checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n\n");
+    let mut acc_csv = String::from(
+        "checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n,steps,planned_steps\n",
+    );
     for e in &entries {
+        let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         let _ = writeln!(
             acc_csv,
-            "{},{},{},{:.6},{:.6},{:.6},{:.6},{}",
-            e.name, e.mixer, e.split, e.id.accuracy, e.ood.accuracy, e.id.loss, e.ood.loss, e.id.n
+            "{},{},{},{:.6},{:.6},{:.6},{:.6},{},{},{}",
+            e.name,
+            e.mixer,
+            e.split,
+            e.id.accuracy,
+            e.ood.accuracy,
+            e.id.loss,
+            e.ood.loss,
+            e.id.n,
+            opt(e.steps.map(|s| s.done)),
+            opt(e.steps.and_then(|s| s.planned))
         );
     }
     write_file(&args.out.join("tables/accuracy.csv"), &acc_csv)?;
@@ -1661,6 +1741,36 @@ mod tests {
         html(md, |src| {
             Some(if src.contains("wide") { 1500 } else { 700 })
         })
+    }
+
+    #[test]
+    fn trained_updates_read_from_train_json() {
+        assert_eq!(thousands(156_250), "156,250");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(steps_of(dir.path()), None);
+        assert_eq!(steps_text(None), "?");
+        std::fs::write(
+            dir.path().join("train.json"),
+            r#"{"steps": 30000, "planned_steps": 48000}"#,
+        )
+        .unwrap();
+        let st = steps_of(dir.path());
+        assert_eq!(
+            st,
+            Some(Steps {
+                done: 30_000,
+                planned: Some(48_000)
+            })
+        );
+        assert_eq!(steps_text(st), "30,000 of 48,000");
+        std::fs::write(
+            dir.path().join("train.json"),
+            r#"{"steps": 156250, "planned_steps": 156250}"#,
+        )
+        .unwrap();
+        assert_eq!(steps_text(steps_of(dir.path())), "156,250");
     }
 
     #[test]

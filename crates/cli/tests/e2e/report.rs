@@ -285,6 +285,14 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     assert_eq!(listed, names);
     let id_acc = column(&acc_csv, "id_accuracy", false);
     let ood_acc = column(&acc_csv, "ood_accuracy", false);
+    // Every checkpoint here records 300 updates in its train.json, none of a longer schedule.
+    assert!(column(&acc_csv, "steps", false).iter().all(|&s| s == 300.0));
+    let md_text = std::fs::read_to_string(out.join("index.md")).unwrap();
+    assert!(md_text.contains("| updates trained |"), "{md_text}");
+    assert!(
+        md_text.contains("trained for fewer updates than the paper's 156,250"),
+        "{md_text}"
+    );
     in_unit("id_accuracy", &id_acc);
     in_unit("ood_accuracy", &ood_acc);
     for l in column(&acc_csv, "id_loss", false)
