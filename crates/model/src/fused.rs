@@ -265,18 +265,24 @@ pub(crate) fn mlp_value_mix(
     let (s, v) = (s.contiguous()?, v.contiguous()?);
     let sd = s.detach();
     let mask01 = mask.map(|m| m.to_dtype(sd.dtype())).transpose()?;
-    let m = match &mask01 {
-        Some(m01) => sd.broadcast_mul(m01)?,
-        None => sd.clone(),
+    // The masked scores (0 where hidden), for the normalisations other than softmax.
+    let masked = || -> Result<Tensor> {
+        Ok(match &mask01 {
+            Some(m01) => sd.broadcast_mul(m01)?,
+            None => sd.clone(),
+        })
     };
-    let (attention, r) = match normalisation {
+    // What each normalisation's gradient needs.
+    let (attention, norm) = match normalisation {
         crate::Normalisation::RmsHead => {
+            let m = masked()?;
             let r = fastpath::rms_factor_over_heads(&m, crate::attention::RMS_HEAD_EPS)?;
-            (m.broadcast_mul(&r)?, Some(r))
+            (m.broadcast_mul(&r)?, NormGrad::RmsHead { m, r })
         }
-        crate::Normalisation::None => (m.clone(), None),
+        crate::Normalisation::None => (masked()?, NormGrad::None),
         crate::Normalisation::Softmax => {
-            (crate::attention::normalise(&sd, normalisation, mask)?, None)
+            let a = crate::attention::normalise(&sd, normalisation, mask)?;
+            (a.clone(), NormGrad::Softmax { a })
         }
     };
     let ad = match dropout {
@@ -288,10 +294,7 @@ pub(crate) fn mlp_value_mix(
         return Ok((net.o, attention));
     }
     let node = MlpValueMixGrad {
-        m,
-        r,
-        attention: attention.clone(),
-        normalisation,
+        norm,
         relu,
         mask01,
         dropout: dropout.cloned(),
@@ -300,16 +303,28 @@ pub(crate) fn mlp_value_mix(
     Ok((s.apply_op2(&v, node)?, attention))
 }
 
-/// The graph node of [`mlp_value_mix`]: the forward result and the intermediates its gradient needs.
+/// What the gradient of a normalisation needs from the forward pass.
+enum NormGrad {
+    /// RMSHead: the masked scores `m [B, H, Q, K]` and `r = 1 / rms` over heads `[B, 1, Q, K]`.
+    RmsHead {
+        /// Masked scores.
+        m: Tensor,
+        /// `1 / sqrt(mean_h m^2 + eps)`.
+        r: Tensor,
+    },
+    /// Softmax: the attention `a [B, H, Q, K]` (before dropout).
+    Softmax {
+        /// The softmax output.
+        a: Tensor,
+    },
+    /// No normalisation.
+    None,
+}
+
+/// The graph node of [`mlp_value_mix`]: the intermediates its gradient needs.
 struct MlpValueMixGrad {
-    /// The masked scores `[B, H, Q, K]`.
-    m: Tensor,
-    /// RMSHead's `1 / rms` over heads `[B, 1, Q, K]`.
-    r: Option<Tensor>,
-    /// The normalised attention before dropout `[B, H, Q, K]`.
-    attention: Tensor,
-    /// The normalisation.
-    normalisation: crate::Normalisation,
+    /// The normalisation and what its gradient needs.
+    norm: NormGrad,
     /// Whether the value network has the ReLU (`mlp_relu`).
     relu: bool,
     /// The visibility mask as 0 / 1 floats `[Q, K]`.
@@ -340,24 +355,29 @@ impl MlpValueMixGrad {
             Some(d) => g_ad.broadcast_mul(d)?,
             None => g_ad,
         };
-        let g_m = match self.normalisation {
-            crate::Normalisation::RmsHead => {
-                let r = self.r.as_ref().expect("RMSHead keeps its factor");
-                let dot = fastpath::mean_over_heads(&(&g_a * &self.m)?)?;
+        let g_s = match &self.norm {
+            NormGrad::RmsHead { m, r } => {
+                let dot = fastpath::mean_over_heads(&(&g_a * m)?)?;
                 let r3 = (r.sqr()? * r)?;
-                (g_a.broadcast_mul(r)? - self.m.broadcast_mul(&(dot * r3)?)?)?
+                mask_gradient(
+                    (g_a.broadcast_mul(r)? - m.broadcast_mul(&(dot * r3)?)?)?,
+                    self.mask01.as_ref(),
+                )?
             }
-            crate::Normalisation::None => g_a,
-            crate::Normalisation::Softmax => softmax_backward(&self.attention, &g_a)?,
-        };
-        let g_s = match &self.mask01 {
-            Some(m01) if self.normalisation != crate::Normalisation::Softmax => {
-                g_m.broadcast_mul(m01)?
-            }
-            _ => g_m,
+            NormGrad::None => mask_gradient(g_a, self.mask01.as_ref())?,
+            // Hidden pairs have a = 0, so the softmax gradient is already 0 there.
+            NormGrad::Softmax { a } => softmax_backward(a, &g_a)?,
         };
         Ok((g_s, g_v))
     }
+}
+
+/// The gradient through the mask of the `none` / RMSHead normalisations: 0 at hidden pairs.
+fn mask_gradient(g: Tensor, mask01: Option<&Tensor>) -> Result<Tensor> {
+    Ok(match mask01 {
+        Some(m01) => g.broadcast_mul(m01)?,
+        None => g,
+    })
 }
 
 impl candle_core::CustomOp2 for MlpValueMixGrad {
