@@ -153,17 +153,14 @@ fn trailing_rows(x: &Tensor, b: &Tensor) -> Option<usize> {
 /// # Errors
 /// Candle errors (`x` of rank below 2).
 pub fn rms_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
+    let rms = (mean_over_heads(&x.sqr()?)? + eps)?.sqrt()?; // [B, 1, rest...]
     if !via_product(x) {
-        let ms = (x.sqr()?.mean_keepdim(1)? + eps)?;
-        return Ok(x.broadcast_div(&ms.sqrt()?)?);
+        return Ok(x.broadcast_div(&rms)?);
     }
     let (b, h) = (x.dim(0)?, x.dim(1)?);
     let n = x.elem_count() / (b * h).max(1);
-    let x3 = x.reshape((b, h, n))?;
-    let sum = Tensor::ones((b, 1, h), x.dtype(), x.device())?.matmul(&x3.sqr()?)?;
-    let rms = ((sum / h as f64)? + eps)?.sqrt()?;
-    let rep = Tensor::ones((b, h, 1), x.dtype(), x.device())?.matmul(&rms)?;
-    Ok((x3 / rep)?.reshape(x.shape())?)
+    let rep = Tensor::ones((b, h, 1), x.dtype(), x.device())?.matmul(&rms.reshape((b, 1, n))?)?;
+    Ok((x.reshape((b, h, n))? / rep)?.reshape(x.shape())?)
 }
 
 /// The mean over axis 1 (heads), kept as an axis of 1: on the CPU a product with a row of ones
@@ -222,13 +219,22 @@ pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
-    fn close(a: &Tensor, b: &Tensor, tol: f32) {
-        let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
-        let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+    /// Asserts `|a - b| <= tol (1 + |b|)` elementwise (compared in float64; shared with
+    /// `fused`'s tests).
+    pub(crate) fn close(a: &Tensor, b: &Tensor, tol: f64) {
+        let values = |t: &Tensor| -> Vec<f64> {
+            t.flatten_all()
+                .unwrap()
+                .to_dtype(candle_core::DType::F64)
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let (a, b) = (values(a), values(b));
         assert_eq!(a.len(), b.len());
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{x} vs {y}");

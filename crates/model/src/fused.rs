@@ -271,8 +271,13 @@ pub(crate) fn mlp_value_mix(
 ) -> Result<(Tensor, Tensor)> {
     let (s, v) = (s.contiguous()?, v.contiguous()?);
     let sd = s.detach();
-    let mask01 = mask.map(|m| m.to_dtype(sd.dtype())).transpose()?;
-    // The masked scores (0 where hidden), for the normalisations other than softmax.
+    // The visibility mask as 0 / 1 floats, for the normalisations other than softmax (whose
+    // gradient is already 0 at hidden pairs).
+    let mask01 = match normalisation {
+        crate::Normalisation::Softmax => None,
+        _ => mask.map(|m| m.to_dtype(sd.dtype())).transpose()?,
+    };
+    // The masked scores (0 where hidden).
     let masked = || -> Result<Tensor> {
         Ok(match &mask01 {
             Some(m01) => sd.broadcast_mul(m01)?,
@@ -334,7 +339,7 @@ struct MlpValueMixGrad {
     norm: NormGrad,
     /// Whether the value network has the ReLU (`mlp_relu`).
     relu: bool,
-    /// The visibility mask as 0 / 1 floats `[Q, K]`.
+    /// The visibility mask as 0 / 1 floats `[Q, K]` (none for softmax).
     mask01: Option<Tensor>,
     /// The dropout multiplier, broadcastable to `[B, H, Q, K]`.
     dropout: Option<Tensor>,
@@ -430,28 +435,8 @@ impl candle_core::CustomOp2 for MlpValueMixGrad {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fastpath::tests::close;
     use candle_core::{Device, Var};
-
-    fn close(a: &Tensor, b: &Tensor, tol: f64) {
-        let a: Vec<f64> = a
-            .flatten_all()
-            .unwrap()
-            .to_dtype(DType::F64)
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        let b: Vec<f64> = b
-            .flatten_all()
-            .unwrap()
-            .to_dtype(DType::F64)
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        assert_eq!(a.len(), b.len());
-        for (x, y) in a.iter().zip(&b) {
-            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{x} vs {y}");
-        }
-    }
 
     /// The hand-written gradient formulas against candle's autodiff of the composed operations in
     /// float64 (only the formulas are compared), with both CPU forms of the leading-axis sums.
