@@ -2,6 +2,12 @@
 //!
 //! CUDA needs the crate feature `cuda` (`cargo build --features cuda`); Metal needs the feature
 //! `metal` on macOS. Asking for a device that is not compiled in is a clear error, not a panic.
+//!
+//! A CUDA device is opened with cudarc's per-allocation event tracking switched off (see
+//! [`EVENT_TRACKING_ENV`]): cudarc 0.19 creates two CUDA events for every buffer it allocates and
+//! destroys them with the buffer, but uses them only when a context has several streams, and
+//! candle's `Device::new_cuda` runs everything on one. A training step of the base model allocates
+//! about 2,400 buffers (cudarc issue #386 names these event calls as a visible host cost).
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,12 +41,47 @@ impl Device {
     }
 }
 
+/// Environment variable that keeps cudarc's per-allocation CUDA events when set to `1` (default `0`:
+/// off). The events only matter to programs that run several CUDA streams, which hyperlens does not;
+/// the variable is a way back to cudarc's default without a rebuild.
+pub const EVENT_TRACKING_ENV: &str = "HYPERLENS_CUDA_EVENT_TRACKING";
+
+/// Whether cudarc's event tracking stays on, from the value of [`EVENT_TRACKING_ENV`].
+///
+/// # Errors
+/// [`ModelError::DeviceUnavailable`] for a value other than unset, `0` or `1`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn event_tracking_from_env(value: Option<&str>) -> Result<bool> {
+    match value.map(str::trim) {
+        None | Some("") | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(ModelError::DeviceUnavailable {
+            device: "cuda".into(),
+            reason: format!("{EVENT_TRACKING_ENV} must be 0 or 1, got `{other}`"),
+        }),
+    }
+}
+
+// The workspace denies `unsafe`; this is its one use: cudarc offers no safe way to switch the events off.
 #[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
 fn cuda_device(ordinal: usize) -> Result<candle_core::Device> {
-    candle_core::Device::new_cuda(ordinal).map_err(|e| ModelError::DeviceUnavailable {
-        device: Device::Cuda(ordinal).to_string(),
-        reason: e.to_string(),
-    })
+    let keep_events = event_tracking_from_env(std::env::var(EVENT_TRACKING_ENV).ok().as_deref())?;
+    let device =
+        candle_core::Device::new_cuda(ordinal).map_err(|e| ModelError::DeviceUnavailable {
+            device: Device::Cuda(ordinal).to_string(),
+            reason: e.to_string(),
+        })?;
+    if let (false, candle_core::Device::Cuda(cuda)) = (keep_events, &device) {
+        // SAFETY: cudarc's contract asks the caller to synchronise several streams by hand once the
+        // events are off. candle's `Device::new_cuda` runs every operation of this device on one
+        // stream and never calls `CudaContext::new_stream`, so cudarc's context stays out of
+        // multi-stream mode, where alone it records or waits on these events
+        // (`is_managing_stream_synchronization`): switching them off only stops their creation.
+        // It is called before this device allocates any tensor.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    Ok(device)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -117,6 +158,16 @@ mod tests {
         assert!("tpu".parse::<Device>().is_err());
         assert!("cuda:x".parse::<Device>().is_err());
         assert!(Device::Cpu.to_candle().unwrap().is_cpu());
+    }
+
+    #[test]
+    fn event_tracking_env_values() {
+        assert!(!event_tracking_from_env(None).unwrap());
+        assert!(!event_tracking_from_env(Some("0")).unwrap());
+        assert!(!event_tracking_from_env(Some("")).unwrap());
+        assert!(event_tracking_from_env(Some("1")).unwrap());
+        let e = event_tracking_from_env(Some("yes")).unwrap_err().to_string();
+        assert!(e.contains(EVENT_TRACKING_ENV) && e.contains("`yes`"), "{e}");
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -961,7 +961,10 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 fn cuda_forward_and_gradients_match_cpu() {
     use ndarray::Array3;
     use ndarray_npy::NpzReader;
-    let gpu = Device::new_cuda(0).expect("a CUDA device");
+    // As the CLI opens it (cudarc's per-allocation events off, `hyperlens_model::device`).
+    let gpu = hyperlens_model::Device::Cuda(0)
+        .to_candle()
+        .expect("a CUDA device");
     let fixture = manifest_dir().join("tests/fixtures/paper_seed1_logits.npz");
     let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
     let x: Array3<f32> = npz.by_name("x").unwrap();
