@@ -166,7 +166,9 @@ mod tests {
         assert!(!event_tracking_from_env(Some("0")).unwrap());
         assert!(!event_tracking_from_env(Some("")).unwrap());
         assert!(event_tracking_from_env(Some("1")).unwrap());
-        let e = event_tracking_from_env(Some("yes")).unwrap_err().to_string();
+        let e = event_tracking_from_env(Some("yes"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(EVENT_TRACKING_ENV) && e.contains("`yes`"), "{e}");
     }
 
