@@ -8,6 +8,8 @@
 //! destroys them with the buffer, but uses them only when a context has several streams, and
 //! candle's `Device::new_cuda` runs everything on one. A training step of the base model allocates
 //! about 2,400 buffers (cudarc issue #386 names these event calls as a visible host cost).
+//! [`upload_cache`] opens a scope in which candle caches the small uploads it makes per operation
+//! (opt-in, [`UPLOAD_CACHE_ENV`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -46,27 +48,79 @@ impl Device {
 /// the variable is a way back to cudarc's default without a rebuild.
 pub const EVENT_TRACKING_ENV: &str = "HYPERLENS_CUDA_EVENT_TRACKING";
 
-/// Whether cudarc's event tracking stays on, from the value of [`EVENT_TRACKING_ENV`].
+/// Environment variable that turns on candle's cache of small host-to-device uploads inside
+/// [`upload_cache`] scopes when set to `1` (default `0`: off); see [`UploadCache`].
+pub const UPLOAD_CACHE_ENV: &str = "HYPERLENS_CUDA_UPLOAD_CACHE";
+
+/// A `0` / `1` switch from the value of environment variable `name` (unset or empty: off).
 ///
 /// # Errors
-/// [`ModelError::DeviceUnavailable`] for a value other than unset, `0` or `1`.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn event_tracking_from_env(value: Option<&str>) -> Result<bool> {
+/// [`ModelError::DeviceUnavailable`] for any other value.
+fn switch_from_env(name: &str, value: Option<&str>) -> Result<bool> {
     match value.map(str::trim) {
         None | Some("") | Some("0") => Ok(false),
         Some("1") => Ok(true),
         Some(other) => Err(ModelError::DeviceUnavailable {
             device: "cuda".into(),
-            reason: format!("{EVENT_TRACKING_ENV} must be 0 or 1, got `{other}`"),
+            reason: format!("{name} must be 0 or 1, got `{other}`"),
         }),
     }
+}
+
+/// Whether [`UPLOAD_CACHE_ENV`] asks for the upload cache.
+///
+/// # Errors
+/// [`ModelError::DeviceUnavailable`] for a value other than unset, `0` or `1`.
+pub fn upload_cache_requested() -> Result<bool> {
+    switch_from_env(
+        UPLOAD_CACHE_ENV,
+        std::env::var(UPLOAD_CACHE_ENV).ok().as_deref(),
+    )
+}
+
+/// A scope in which candle 0.11's CUDA backend reuses its host-to-device uploads (the guard of
+/// `CudaDevice::enable_cuda_graph_htod_cache`, made for CUDA-graph capture).
+///
+/// Without it, every CUDA operation on a non-contiguous layout and every reduction allocates a small
+/// device buffer and copies its dims and strides from pageable host memory into it; a training
+/// step of the base model does so hundreds of times. Inside the scope the dims-and-strides buffers
+/// are cached per layout (a bounded set for a fixed model), and any other upload of at most 4 KiB
+/// is cached by its bytes for the life of the thread, so a scope must not upload per-step data
+/// (batches, targets, dropout masks): the training loop opens it around the backward pass and the
+/// optimizer update only, which upload nothing. Dropping the value ends the scope. On the CPU, or
+/// when not asked for, it does nothing.
+pub struct UploadCache {
+    _guard: Option<Box<dyn std::any::Any>>,
+}
+
+impl UploadCache {
+    /// Whether the scope is active (a CUDA device and the cache asked for).
+    pub fn is_active(&self) -> bool {
+        self._guard.is_some()
+    }
+}
+
+/// Opens an [`UploadCache`] scope on `device` when `on` (from [`upload_cache_requested`]) and the
+/// device is a CUDA device; a no-op scope otherwise.
+pub fn upload_cache(device: &candle_core::Device, on: bool) -> UploadCache {
+    #[cfg(feature = "cuda")]
+    if let (true, candle_core::Device::Cuda(cuda)) = (on, device) {
+        return UploadCache {
+            _guard: Some(Box::new(cuda.enable_cuda_graph_htod_cache())),
+        };
+    }
+    let _ = (device, on);
+    UploadCache { _guard: None }
 }
 
 // The workspace denies `unsafe`; this is its one use: cudarc offers no safe way to switch the events off.
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 fn cuda_device(ordinal: usize) -> Result<candle_core::Device> {
-    let keep_events = event_tracking_from_env(std::env::var(EVENT_TRACKING_ENV).ok().as_deref())?;
+    let keep_events = switch_from_env(
+        EVENT_TRACKING_ENV,
+        std::env::var(EVENT_TRACKING_ENV).ok().as_deref(),
+    )?;
     let device =
         candle_core::Device::new_cuda(ordinal).map_err(|e| ModelError::DeviceUnavailable {
             device: Device::Cuda(ordinal).to_string(),
@@ -161,15 +215,20 @@ mod tests {
     }
 
     #[test]
-    fn event_tracking_env_values() {
-        assert!(!event_tracking_from_env(None).unwrap());
-        assert!(!event_tracking_from_env(Some("0")).unwrap());
-        assert!(!event_tracking_from_env(Some("")).unwrap());
-        assert!(event_tracking_from_env(Some("1")).unwrap());
-        let e = event_tracking_from_env(Some("yes"))
-            .unwrap_err()
-            .to_string();
+    fn env_switch_values() {
+        let on = |v| switch_from_env(EVENT_TRACKING_ENV, v);
+        assert!(!on(None).unwrap());
+        assert!(!on(Some("0")).unwrap());
+        assert!(!on(Some("")).unwrap());
+        assert!(on(Some("1")).unwrap());
+        let e = on(Some("yes")).unwrap_err().to_string();
         assert!(e.contains(EVENT_TRACKING_ENV) && e.contains("`yes`"), "{e}");
+    }
+
+    #[test]
+    fn upload_cache_is_a_no_op_on_the_cpu() {
+        assert!(!upload_cache(&candle_core::Device::Cpu, true).is_active());
+        assert!(!upload_cache(&candle_core::Device::Cpu, false).is_active());
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -1000,7 +1000,7 @@ fn cuda_forward_and_gradients_match_cpu() {
     for mixer in Mixer::ALL {
         let cfg = unusual(mixer, false);
         let (_, tensors) = random_weights(&cfg, 9);
-        let run = |device: &Device| {
+        let run = |device: &Device, cache_uploads: bool| {
             let (model, _varmap) =
                 Transformer::trainable_from_tensors(&cfg, tensors.clone(), device).unwrap();
             let mut rng = ChaCha8Rng::seed_from_u64(3);
@@ -1014,7 +1014,11 @@ fn cuda_forward_and_gradients_match_cpu() {
             let loss =
                 candle_nn::loss::cross_entropy(&logits.reshape((10, cfg.d_out)).unwrap(), &y)
                     .unwrap();
-            let grads = loss.backward().unwrap();
+            let grads = {
+                // As the training loop runs it (`hyperlens_model::device::upload_cache`).
+                let _cache = hyperlens_model::device::upload_cache(device, cache_uploads);
+                loss.backward().unwrap()
+            };
             let named: Vec<(String, Tensor)> = model
                 .named_tensors()
                 .iter()
@@ -1027,12 +1031,7 @@ fn cuda_forward_and_gradients_match_cpu() {
                 .collect();
             (loss.to_scalar::<f32>().unwrap(), named)
         };
-        let (loss_c, grads_c) = run(&Device::Cpu);
-        let (loss_g, grads_g) = run(&gpu);
-        assert!(
-            (loss_c - loss_g).abs() <= 1e-4 * loss_c.abs().max(1.0),
-            "{mixer}: loss {loss_c} on cpu, {loss_g} on cuda"
-        );
+        let (loss_c, grads_c) = run(&Device::Cpu, false);
         // Relative to the largest gradient entry of the whole model: softmax's b_K gradient is
         // rounding noise on both devices (it vanishes analytically, see
         // `every_parameter_gets_a_gradient`), so a per-tensor scale would compare noise with noise.
@@ -1047,16 +1046,23 @@ fn cuda_forward_and_gradients_match_cpu() {
                     .unwrap()
             })
             .fold(0.0, f32::max);
-        let mut worst = 0.0f32;
-        for ((name, gc), (_, gg)) in grads_c.iter().zip(&grads_g) {
-            let rel = max_abs_diff(gc, gg) / scale;
-            worst = worst.max(rel);
+        for cache_uploads in [false, true] {
+            let (loss_g, grads_g) = run(&gpu, cache_uploads);
             assert!(
-                rel <= 1e-4,
-                "{mixer}: gradient of {name} differs by {rel} (relative)"
+                (loss_c - loss_g).abs() <= 1e-4 * loss_c.abs().max(1.0),
+                "{mixer}: loss {loss_c} on cpu, {loss_g} on cuda"
             );
+            let mut worst = 0.0f32;
+            for ((name, gc), (_, gg)) in grads_c.iter().zip(&grads_g) {
+                let rel = max_abs_diff(gc, gg) / scale;
+                worst = worst.max(rel);
+                assert!(
+                    rel <= 1e-4,
+                    "{mixer} (upload cache {cache_uploads}): gradient of {name} differs by {rel} (relative)"
+                );
+            }
+            eprintln!("cuda vs cpu {mixer} (upload cache {cache_uploads}): loss {loss_c} vs {loss_g}, worst relative gradient difference {worst:.2e}");
         }
-        eprintln!("cuda vs cpu {mixer}: loss {loss_c} vs {loss_g}, worst relative gradient difference {worst:.2e}");
     }
 }
 

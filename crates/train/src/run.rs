@@ -381,13 +381,18 @@ where
     let mut interval_steps = 0u64;
     let mut interval_start = Instant::now();
     let mut interval_excluded_s = 0.0;
+    let cache_uploads = hyperlens_model::device::upload_cache_requested()?;
     let mut step = start;
     while step < settings.steps && !stop {
         let lr = schedule.lr(step);
         let mut rng = dropout_rng(settings.seed, step);
         let bl = job.batch_loss(step, &mut rng)?;
-        let grads = bl.loss.backward()?;
-        let missing = opt.step(&grads, lr)?;
+        let missing = {
+            // The backward pass and the update upload no per-step data (`UploadCache`).
+            let _cache = hyperlens_model::device::upload_cache(bl.loss.device(), cache_uploads);
+            let grads = bl.loss.backward()?;
+            opt.step(&grads, lr)?
+        };
         if !missing.is_empty() {
             return Err(TrainError::InvalidParam(format!(
                 "at step {step}, no gradient reached {} parameter(s): {}",
