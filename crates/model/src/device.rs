@@ -7,7 +7,8 @@
 //! [`EVENT_TRACKING_ENV`]): cudarc 0.19 creates two CUDA events for every buffer it allocates and
 //! destroys them with the buffer, but uses them only when a context has several streams, and
 //! candle's `Device::new_cuda` runs everything on one. A training step of the base model allocates
-//! about 2,400 buffers (cudarc issue #386 names these event calls as a visible host cost).
+//! about 2,400 buffers (in cudarc issue #386, event calls, `cuEventDestroy` among them, showed up as a
+//! visible host cost in candle's traces).
 //! [`upload_cache`] opens a scope in which candle caches the small uploads it makes per operation
 //! (opt-in, [`UPLOAD_CACHE_ENV`]).
 
@@ -89,14 +90,17 @@ pub fn upload_cache_requested() -> Result<bool> {
 /// (batches, targets, dropout masks): the training loop opens it around the backward pass and the
 /// optimizer update only, which upload nothing. Dropping the value ends the scope. On the CPU, or
 /// when not asked for, it does nothing.
+///
+/// Source: candle-core 0.11.1, `cuda_backend::device` (`CUDA_GRAPH_HTOD_CACHE`) and
+/// `SlicePtrOrNull::params_from_vec`.
 pub struct UploadCache {
-    _guard: Option<Box<dyn std::any::Any>>,
+    guard: Option<Box<dyn std::any::Any>>,
 }
 
 impl UploadCache {
     /// Whether the scope is active (a CUDA device and the cache asked for).
     pub fn is_active(&self) -> bool {
-        self._guard.is_some()
+        self.guard.is_some()
     }
 }
 
@@ -106,11 +110,11 @@ pub fn upload_cache(device: &candle_core::Device, on: bool) -> UploadCache {
     #[cfg(feature = "cuda")]
     if let (true, candle_core::Device::Cuda(cuda)) = (on, device) {
         return UploadCache {
-            _guard: Some(Box::new(cuda.enable_cuda_graph_htod_cache())),
+            guard: Some(Box::new(cuda.enable_cuda_graph_htod_cache())),
         };
     }
     let _ = (device, on);
-    UploadCache { _guard: None }
+    UploadCache { guard: None }
 }
 
 // The workspace denies `unsafe`; this is its one use: cudarc offers no safe way to switch the events off.
