@@ -73,10 +73,12 @@ fn switch_from_env(name: &str, value: Option<&str>) -> Result<bool> {
 /// # Errors
 /// [`ModelError::DeviceUnavailable`] for a value other than unset, `0` or `1`.
 pub fn upload_cache_requested() -> Result<bool> {
-    switch_from_env(
-        UPLOAD_CACHE_ENV,
-        std::env::var(UPLOAD_CACHE_ENV).ok().as_deref(),
-    )
+    env_switch(UPLOAD_CACHE_ENV)
+}
+
+/// [`switch_from_env`] on the current value of environment variable `name`.
+fn env_switch(name: &str) -> Result<bool> {
+    switch_from_env(name, std::env::var(name).ok().as_deref())
 }
 
 /// A scope in which candle 0.11's CUDA backend reuses its host-to-device uploads (the guard of
@@ -121,10 +123,7 @@ pub fn upload_cache(device: &candle_core::Device, on: bool) -> UploadCache {
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 fn cuda_device(ordinal: usize) -> Result<candle_core::Device> {
-    let keep_events = switch_from_env(
-        EVENT_TRACKING_ENV,
-        std::env::var(EVENT_TRACKING_ENV).ok().as_deref(),
-    )?;
+    let keep_events = env_switch(EVENT_TRACKING_ENV)?;
     let device =
         candle_core::Device::new_cuda(ordinal).map_err(|e| ModelError::DeviceUnavailable {
             device: Device::Cuda(ordinal).to_string(),
