@@ -56,7 +56,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Renders `fig` at `size` into an RGB buffer and encodes it as PNG bytes. Text is drawn
-/// through [`GlyphBackend`] (correct glyph spacing and bold titles).
+/// through [`GlyphBackend`] (correct glyph spacing and bold titles). The PNG is deflated at the
+/// best compression with adaptive row filters: figures are flat colours and lines, and on the
+/// committed report this makes them about a third smaller than the `image` crate's default at no
+/// visible cost (the pixels are the same).
 ///
 /// # Errors
 /// [`VizError::InvalidOption`] for a size outside 16..=16384 pixels per side, the figure's own
@@ -73,8 +76,12 @@ pub fn render_png<F: Figure>(fig: &F, size: (u32, u32)) -> Result<Vec<u8>> {
         root.present()?;
     }
     let mut png = Vec::new();
-    image::codecs::png::PngEncoder::new(&mut png)
-        .write_image(&buf, w, h, image::ColorType::Rgb8)
+    image::codecs::png::PngEncoder::new_with_quality(
+        &mut png,
+        image::codecs::png::CompressionType::Best,
+        image::codecs::png::FilterType::Adaptive,
+    )
+    .write_image(&buf, w, h, image::ColorType::Rgb8)
         .map_err(|e| VizError::Write {
             path: PathBuf::from("<png buffer>"),
             message: e.to_string(),
