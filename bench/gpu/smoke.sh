@@ -1,7 +1,8 @@
 # call 1: the CPU-vs-CUDA test (when packed with `pack.sh test`), then the base model's training
 # throughput (batch 128): softmax and HYLA alone, HYLA alone with cudarc's events kept and with the
-# upload cache (HYPERLENS_CUDA_UPLOAD_CACHE=1), three at once under MPS (mps.sh); every run
-# inherits the caller's HYPERLENS_* variables. TRIO=1 adds three at once without MPS (17-22 steps/s each in November 2026)
+# upload cache (HYPERLENS_CUDA_UPLOAD_CACHE=1); every run inherits the caller's HYPERLENS_* variables.
+# MPS_TRIO=1 adds three at once under MPS (mps.sh; the resumed runs of train.sh measure that too),
+# TRIO=1 three at once without MPS (17-22 steps/s each in November 2026).
 source .gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 nproc; free -g | head -2
@@ -26,6 +27,8 @@ trio() {
   for m in softmax linear hyla; do echo "== $1 $m $(rate /tmp/$1-$m)"; tail -1 /tmp/$1-$m.log; done
 }
 [ "${TRIO:-0}" = 1 ] && trio trio
-source .gpu/mps.sh
-if mps_start; then trio mps; mps_stop; fi
+if [ "${MPS_TRIO:-0}" = 1 ]; then
+  source .gpu/mps.sh
+  if mps_start; then trio mps; mps_stop; fi
+fi
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv

@@ -2,10 +2,13 @@
 # until about $WAIT seconds have passed (wait.sh). Fresh runs: STEPS, EVAL_EVERY (also the checkpoint
 # interval). RESUME=1: continue data/checkpoints/sraven-<mixer> of the carried tree (`--resume`, same
 # schedule). MPS=1: under an MPS daemon (mps.sh), so that the runs share the GPU at once.
+# The mixer list is kept in /tmp/runs/MIXERS for wait.sh and snapshot.sh of later calls.
 source .gpu/setup.sh
 if [ "${MPS:-0}" = 1 ]; then source .gpu/mps.sh; mps_start; fi
 mkdir -p /tmp/runs
-for m in ${MIXERS:-softmax linear hyla}; do
+export MIXERS=${MIXERS:-softmax linear hyla}
+echo "$MIXERS" > /tmp/runs/MIXERS
+for m in $MIXERS; do
   if [ "${RESUME:-0}" = 1 ]; then
     rm -rf /tmp/runs/sraven-$m; cp -a data/checkpoints/sraven-$m /tmp/runs/
     args=(--resume)
