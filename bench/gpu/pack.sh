@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
-# Assembles .gpu/ (ignored through .git/info/exclude) for the device tool's calls, and checks that what
-# travels stays under its 64 MiB limit (tracked + untracked-not-ignored files + carried paths).
-#   bench/gpu/pack.sh train   the CLI binary and these scripts (training, throughput, reports)
-#   bench/gpu/pack.sh test    the CPU-vs-CUDA model test binary (it reads the shipped
+# Assembles a folder for the device tool's calls (ignored through .git/info/exclude), and checks that
+# what travels stays under its 64 MiB limit (tracked + untracked-not-ignored files + the folder):
+#   bench/gpu/pack.sh train   .gpu/: the CLI binary and these scripts (training, throughput, reports)
+#   bench/gpu/pack.sh test    .gpu-test/: the CPU-vs-CUDA model test binary (it reads the shipped
 #                             data/checkpoints/paper-jax-*) and these scripts
-# The two binaries (8 + 6 MB compressed) do not fit together beside the tracked tree (55 MiB in
-# November 2026): make them separate calls. Build first, with the CUDA environment (README.md):
+# The two binaries (8 + 6 MB compressed) do not fit together beside the tracked tree (57 MB in
+# November 2026): they travel in separate calls, each naming its folder in `carry`; both folders can
+# be packed ahead of the session. Build first, with the CUDA environment (README.md):
 #   CARGO_TARGET_DIR=/work/targets/cuda cargo build --release -p hyperlens --features cuda
 #   CARGO_TARGET_DIR=/work/targets/cuda cargo test --release -p hyperlens-model --features cuda --test model --no-run
 set -euo pipefail
 mode=${1:?usage: bench/gpu/pack.sh train|test}
 target=${CARGO_TARGET_DIR:-/work/targets/cuda}
 limit=$((64 * 1024 * 1024))
-grep -qx '/.gpu/' .git/info/exclude || echo '/.gpu/' >> .git/info/exclude
-rm -rf .gpu
-mkdir -p .gpu
-cp bench/gpu/*.sh .gpu/
+case "$mode" in
+  train) dir=.gpu ;;
+  test) dir=.gpu-test ;;
+  *) echo "unknown mode $mode (train or test)" >&2; exit 2 ;;
+esac
+for d in /.gpu/ /.gpu-test/; do grep -qx "$d" .git/info/exclude || echo "$d" >> .git/info/exclude; done
+rm -rf "$dir"
+mkdir -p "$dir"
+cp bench/gpu/*.sh "$dir/"
 case "$mode" in
   train)
-    strip -o .gpu/hyperlens "$target/release/hyperlens"
-    xz -9e -T1 .gpu/hyperlens ;;
+    strip -o "$dir/hyperlens" "$target/release/hyperlens"
+    xz -9e -T1 "$dir/hyperlens" ;;
   test)
     bin=$(ls -t "$target"/release/deps/model-* | grep -v '\.d$' | head -1)
-    strip -o .gpu/modeltest "$bin"
-    xz -9e -T1 .gpu/modeltest ;;
-  *) echo "unknown mode $mode (train or test)" >&2; exit 2 ;;
+    strip -o "$dir/modeltest" "$bin"
+    xz -9e -T1 "$dir/modeltest" ;;
 esac
 bytes() { du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1 || echo 0; }
 tracked=$(git ls-files -z | bytes)
 untracked=$(git ls-files -z --others --exclude-standard | bytes)
-carried=$(du -sb .gpu | cut -f1)
+carried=$(du -sb "$dir" | cut -f1)
 total=$((tracked + ${untracked:-0} + carried))
-echo "travels: tracked $tracked + untracked ${untracked:-0} + .gpu $carried = $total bytes (limit $limit)"
+echo "travels: tracked $tracked + untracked ${untracked:-0} + $dir $carried = $total bytes (limit $limit)"
 [ "$total" -le "$limit" ] || { echo "over the device tool's limit: carry less" >&2; exit 1; }
