@@ -82,10 +82,10 @@ pub fn render_png<F: Figure>(fig: &F, size: (u32, u32)) -> Result<Vec<u8>> {
         image::codecs::png::FilterType::Adaptive,
     )
     .write_image(&buf, w, h, image::ColorType::Rgb8)
-        .map_err(|e| VizError::Write {
-            path: PathBuf::from("<png buffer>"),
-            message: e.to_string(),
-        })?;
+    .map_err(|e| VizError::Write {
+        path: PathBuf::from("<png buffer>"),
+        message: e.to_string(),
+    })?;
     Ok(png)
 }
 
