@@ -47,6 +47,12 @@ fn via_product(t: &Tensor) -> bool {
     t.device().is_cpu() && CPU_FAST_PATHS.with(|c| c.get()).unwrap_or(true)
 }
 
+/// Whether the CPU fast paths are on for `t`: its device is the CPU and [`with_cpu_fast_paths`]
+/// has not switched them off on this thread.
+pub(crate) fn cpu_fast_paths_on(t: &Tensor) -> bool {
+    via_product(t)
+}
+
 /// `v` repeated as `rows` rows by a product with a column of ones (exactly `1 * v` per entry).
 ///
 /// # Shapes

@@ -48,7 +48,7 @@ pub(crate) fn available(t: &Tensor) -> bool {
 ///
 /// # Errors
 /// A candle error if the value is not a whole contiguous CPU tensor.
-fn cpu_copy(value: &Tensor) -> candle_core::Result<(CpuStorage, Shape)> {
+pub(crate) fn cpu_copy(value: &Tensor) -> candle_core::Result<(CpuStorage, Shape)> {
     let (storage, layout) = value.storage_and_layout();
     match &*storage {
         Storage::Cpu(s) if whole(layout) => Ok((s.try_clone(layout)?, layout.shape().clone())),

@@ -21,6 +21,7 @@ pub mod fastpath;
 pub mod fused;
 pub mod import;
 pub mod lm;
+mod mix_kernel;
 pub mod mixer;
 pub mod transformer;
 

@@ -1,0 +1,600 @@
+//! A single-pass CPU kernel for the second half of a HYLA-style mix: the RMSHead (or no)
+//! normalisation of the scores, attention dropout and the `mlp_relu` / `mlp_linear` value network,
+//! forward and backward.
+//!
+//! As candle operations ([`crate::fused::mlp_value_mix`]) this half is some twenty passes over
+//! `[B, H, Q, K]` tensors (transposes, broadcast products, batched matrix products of 36 x 16 by
+//! 16 x 4 matrices, their gradients); on the base SRAVEN model each is 2.65 M floats, larger than
+//! the caches, and together they took 44 % of a CPU training step (`perf`, base HYLA model, one
+//! thread). Here one loop over the queries of each problem does all of it, with every inner loop
+//! running over the keys of one row (contiguous, so that it vectorises); the backward pass
+//! recomputes the codes and hidden units from the scores instead of reading stored intermediates.
+//! With the kernel the mix takes about 15 % of the step, and a 30-step training run of the base
+//! HYLA model uses 12 % less CPU time (user + system, one thread: 17.5 s before, 15.4 s after).
+//! Problems are independent and run in parallel (rayon); each problem's sums run in a fixed order,
+//! so the result does not depend on the number of threads.
+//!
+//! For each problem `b` and pair `(i, j)` (query, key), with `m[h] = s[b,h,i,j]` where visible and
+//! 0 where masked, `r = 1 / sqrt(mean_h m[h]^2 + eps)` (RMSHead; `r = 1` without normalisation),
+//! `a[h] = m[h] r` (the latent code), `a'[h] = a[h] drop[i,j]`:
+//!
+//! - forward: `pre[d] = sum_h a'[h] v[b,h,j,d]`, `hid = relu(pre)` (or `pre`),
+//!   `o[b,i,h,d] = sum_j a'[h] hid[d]`;
+//! - backward, from `go = dL/do`: `g_hid[d] = sum_h a'[h] go[b,i,h,d]`, `g_pre = g_hid [pre > 0]`,
+//!   `g_a'[h] = sum_d go[b,i,h,d] hid[d] + sum_d g_pre[d] v[b,h,j,d]`,
+//!   `g_v[b,h,j,d] = sum_i a'[h] g_pre[d]`, `g_a = g_a' drop[i,j]`, and through RMSHead
+//!   `g_s[h] = g_a[h] r - m[h] r^3 mean_h(g_a m)` (0 where masked).
+//!
+//! These are the formulas of [`crate::fused::mlp_value_mix`] (its tests check them against candle's
+//! autodiff), evaluated per pair. Source: `spec/models.md` ("Value networks"), the paper's
+//! `linear_hypatt` (`hyla/models/attention.py`).
+//!
+//! The kernel runs on the CPU in float32 when the fast paths of [`crate::fastpath`] are on, for
+//! masks and dropout multipliers shared by the batch and the heads (`[Q, K]` up to leading axes of
+//! 1). Softmax normalisation (`softmax-hypatt`), other devices and dtypes, and other mask shapes
+//! take the candle-operation forms.
+
+use candle_core::{CpuStorage, DType, Device, Layout, Shape, Storage, Tensor};
+use rayon::prelude::*;
+
+use crate::error::Result;
+use crate::Normalisation;
+
+/// The sizes and the per-pair constants of one mix.
+struct Plan {
+    /// Heads.
+    h: usize,
+    /// Queries.
+    q: usize,
+    /// Keys.
+    k: usize,
+    /// Head width.
+    d: usize,
+    /// RMSHead normalisation (else none).
+    rms: bool,
+    /// ReLU value network (else linear).
+    relu: bool,
+    /// Visibility per pair `[Q * K]` (none: all visible).
+    visible: Option<Vec<bool>>,
+    /// Dropout multiplier per pair `[Q * K]` (none: 1).
+    dropout: Option<Vec<f32>>,
+}
+
+/// `y += a x`, elementwise.
+#[inline]
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// `sum_j x[j] y[j]`, with eight partial sums (so that it vectorises; a fixed order).
+#[inline]
+fn dot(x: &[f32], y: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (a, b) in xc.zip(yc) {
+        for l in 0..8 {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    let mut tail = 0f32;
+    for (a, b) in xr.iter().zip(yr) {
+        tail += a * b;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Scratch rows of one problem, laid out with the key axis last (`[.., K]`) so that every inner
+/// loop runs over contiguous keys.
+struct Rows {
+    /// The values transposed to `[H, d, K]`.
+    vt: Vec<f32>,
+    /// Masked scores of query `i`, `[H, K]`.
+    m: Vec<f32>,
+    /// `1 / rms` over heads, `[K]` (ones without RMSHead).
+    r: Vec<f32>,
+    /// Codes after dropout, `[H, K]`.
+    ad: Vec<f32>,
+    /// Hidden units before and after the activation, `[d, K]`.
+    pre: Vec<f32>,
+    /// See `pre`.
+    hid: Vec<f32>,
+}
+
+impl Rows {
+    /// Buffers for `p`, with the values `v [H, K, d]` of one problem transposed in.
+    fn new(p: &Plan, v: &[f32]) -> Rows {
+        let (h, k, d) = (p.h, p.k, p.d);
+        let mut vt = vec![0f32; h * d * k];
+        for hh in 0..h {
+            for j in 0..k {
+                for e in 0..d {
+                    vt[(hh * d + e) * k + j] = v[(hh * k + j) * d + e];
+                }
+            }
+        }
+        Rows {
+            vt,
+            m: vec![0f32; h * k],
+            r: vec![1f32; k],
+            ad: vec![0f32; h * k],
+            pre: vec![0f32; d * k],
+            hid: vec![0f32; d * k],
+        }
+    }
+
+    /// The codes and hidden units of query `i` against every key, from the scores `s [H, Q, K]`.
+    fn query(&mut self, p: &Plan, s: &[f32], i: usize) {
+        let (h, k, d) = (p.h, p.k, p.d);
+        let vis = p.visible.as_ref().map(|v| &v[i * k..][..k]);
+        for hh in 0..h {
+            let row = &s[(hh * p.q + i) * k..][..k];
+            let m = &mut self.m[hh * k..][..k];
+            match vis {
+                Some(vis) => {
+                    for ((m, &x), &on) in m.iter_mut().zip(row).zip(vis) {
+                        *m = if on { x } else { 0.0 };
+                    }
+                }
+                None => m.copy_from_slice(row),
+            }
+        }
+        if p.rms {
+            let ss = &mut self.r;
+            ss.fill(0.0);
+            for m in self.m.chunks_exact(k) {
+                for (s, &x) in ss.iter_mut().zip(m) {
+                    *s += x * x;
+                }
+            }
+            let eps = crate::attention::RMS_HEAD_EPS as f32;
+            for s in ss.iter_mut() {
+                *s = 1.0 / (*s / h as f32 + eps).sqrt();
+            }
+        }
+        let drop = p.dropout.as_ref().map(|v| &v[i * k..][..k]);
+        for (ad, m) in self.ad.chunks_exact_mut(k).zip(self.m.chunks_exact(k)) {
+            for (j, (a, &x)) in ad.iter_mut().zip(m).enumerate() {
+                *a = x * self.r[j] * drop.map_or(1.0, |dr| dr[j]);
+            }
+        }
+        self.pre.fill(0.0);
+        for hh in 0..h {
+            let ad = &self.ad[hh * k..][..k];
+            for e in 0..d {
+                let pre = &mut self.pre[e * k..][..k];
+                for ((x, &a), &v) in pre
+                    .iter_mut()
+                    .zip(ad)
+                    .zip(&self.vt[(hh * d + e) * k..][..k])
+                {
+                    *x += a * v;
+                }
+            }
+        }
+        for (y, &x) in self.hid.iter_mut().zip(&self.pre) {
+            *y = if p.relu { x.max(0.0) } else { x };
+        }
+    }
+}
+
+/// The forward pass of one problem: `s [H, Q, K]`, `v [H, K, d]` -> `o [Q, H, d]`, attention
+/// `[H, Q, K]` (the codes before dropout).
+fn forward_one(p: &Plan, s: &[f32], v: &[f32], o: &mut [f32], att: &mut [f32]) {
+    let (h, q, k, d) = (p.h, p.q, p.k, p.d);
+    let mut rows = Rows::new(p, v);
+    for i in 0..q {
+        rows.query(p, s, i);
+        for hh in 0..h {
+            let a = &mut att[(hh * q + i) * k..][..k];
+            for ((a, &m), &r) in a.iter_mut().zip(&rows.m[hh * k..][..k]).zip(&rows.r) {
+                *a = m * r;
+            }
+            let ad = &rows.ad[hh * k..][..k];
+            for e in 0..d {
+                o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
+            }
+        }
+    }
+}
+
+/// The backward pass of one problem: from `go [Q, H, d]`, `g_s [H, Q, K]` and `g_v [H, K, d]`.
+fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: &mut [f32]) {
+    let (h, q, k, d) = (p.h, p.q, p.k, p.d);
+    let mut rows = Rows::new(p, v);
+    let mut gpre = vec![0f32; d * k];
+    let mut ga = vec![0f32; h * k];
+    let mut gvt = vec![0f32; h * d * k];
+    let mut c = vec![0f32; k];
+    for i in 0..q {
+        rows.query(p, s, i);
+        let go = &go[i * h * d..][..h * d];
+        gpre.fill(0.0);
+        for hh in 0..h {
+            for e in 0..d {
+                axpy(
+                    &mut gpre[e * k..][..k],
+                    go[hh * d + e],
+                    &rows.ad[hh * k..][..k],
+                );
+            }
+        }
+        if p.relu {
+            for (g, &x) in gpre.iter_mut().zip(&rows.pre) {
+                if x <= 0.0 {
+                    *g = 0.0;
+                }
+            }
+        }
+        let drop = p.dropout.as_ref().map(|v| &v[i * k..][..k]);
+        for hh in 0..h {
+            let ga = &mut ga[hh * k..][..k];
+            ga.fill(0.0);
+            for e in 0..d {
+                let vt = &rows.vt[(hh * d + e) * k..][..k];
+                let hid = &rows.hid[e * k..][..k];
+                let gp = &gpre[e * k..][..k];
+                let g = go[hh * d + e];
+                for (((x, &y), &gp), &vv) in ga.iter_mut().zip(hid).zip(gp).zip(vt) {
+                    *x += g * y + gp * vv;
+                }
+                let ad = &rows.ad[hh * k..][..k];
+                for ((x, &a), &gp) in gvt[(hh * d + e) * k..][..k].iter_mut().zip(ad).zip(gp) {
+                    *x += a * gp;
+                }
+            }
+            if let Some(drop) = drop {
+                for (x, &dr) in ga.iter_mut().zip(drop) {
+                    *x *= dr;
+                }
+            }
+        }
+        if p.rms {
+            c.fill(0.0);
+            for (ga, m) in ga.chunks_exact(k).zip(rows.m.chunks_exact(k)) {
+                for ((c, &g), &x) in c.iter_mut().zip(ga).zip(m) {
+                    *c += g * x;
+                }
+            }
+            for (c, &r) in c.iter_mut().zip(&rows.r) {
+                *c = *c / h as f32 * r * r * r;
+            }
+        }
+        let vis = p.visible.as_ref().map(|v| &v[i * k..][..k]);
+        for hh in 0..h {
+            let out = &mut gs[(hh * q + i) * k..][..k];
+            let (ga, m) = (&ga[hh * k..][..k], &rows.m[hh * k..][..k]);
+            for j in 0..k {
+                let g = if p.rms {
+                    ga[j] * rows.r[j] - m[j] * c[j]
+                } else {
+                    ga[j]
+                };
+                out[j] = if vis.is_none_or(|v| v[j]) { g } else { 0.0 };
+            }
+        }
+    }
+    for hh in 0..h {
+        for j in 0..k {
+            for e in 0..d {
+                gv[(hh * k + j) * d + e] = gvt[(hh * d + e) * k + j];
+            }
+        }
+    }
+}
+
+/// Runs `f` on the float32 data of a contiguous CPU tensor.
+///
+/// # Errors
+/// A candle error if `t` is not a contiguous float32 CPU tensor.
+fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        candle_core::bail!("mix kernel: not a CPU tensor")
+    };
+    let data = cpu.as_slice::<f32>()?;
+    match layout.contiguous_offsets() {
+        Some((lo, hi)) => Ok(f(&data[lo..hi])),
+        None => candle_core::bail!("mix kernel: not a contiguous tensor"),
+    }
+}
+
+/// A per-pair tensor (mask or dropout) as `Q * K` floats, if it is shared by batch and heads.
+fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
+    let dims = t.dims();
+    let shared = dims.len() >= 2
+        && dims[dims.len() - 2..] == [q, k]
+        && dims[..dims.len() - 2].iter().all(|&n| n == 1);
+    if !shared {
+        return Ok(None);
+    }
+    Ok(Some(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?))
+}
+
+/// The second half of [`crate::attention::mix`] by the kernel (module docs), or `None` where the
+/// kernel does not apply (softmax normalisation, not the CPU in float32 with the fast paths on, a
+/// mask or dropout multiplier that is not shared by batch and heads).
+///
+/// # Shapes
+/// `scores [B, H, Q, K]` (scaled, with the bias), `v [B, H, K, d]`, `mask` `u8` and `dropout`
+/// broadcastable to `[B, H, Q, K]`; returns `(o [B, Q, H, d], attention [B, H, Q, K])` as
+/// [`crate::attention::mix`]. Differentiable in `scores` and `v` (the attention is not: it is the
+/// latent code, an output).
+///
+/// # Errors
+/// Candle errors on inconsistent shapes.
+pub(crate) fn mix(
+    scores: &Tensor,
+    v: &Tensor,
+    normalisation: Normalisation,
+    relu: bool,
+    mask: Option<&Tensor>,
+    dropout: Option<&Tensor>,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let rms = match normalisation {
+        Normalisation::RmsHead => true,
+        Normalisation::None => false,
+        Normalisation::Softmax => return Ok(None),
+    };
+    if !(crate::fastpath::cpu_fast_paths_on(scores) && scores.dtype() == DType::F32) {
+        return Ok(None);
+    }
+    let (b, h, q, k) = scores.dims4()?;
+    let (vb, vh, vk, d) = v.dims4()?;
+    if (vb, vh, vk) != (b, h, k) || v.dtype() != DType::F32 || !v.device().is_cpu() {
+        return Ok(None);
+    }
+    let visible = match mask.map(|m| per_pair(m, q, k)).transpose()? {
+        Some(None) => return Ok(None),
+        Some(Some(m)) => Some(m.into_iter().map(|x| x != 0.0).collect()),
+        None => None,
+    };
+    let dropout = match dropout.map(|t| per_pair(t, q, k)).transpose()? {
+        Some(None) => return Ok(None),
+        other => other.flatten(),
+    };
+    let plan = Plan {
+        h,
+        q,
+        k,
+        d,
+        rms,
+        relu,
+        visible,
+        dropout,
+    };
+    let (s, v) = (scores.contiguous()?, v.contiguous()?);
+    let (mut o, mut att) = (vec![0f32; b * q * h * d], vec![0f32; b * h * q * k]);
+    with_data(&s, |sd| {
+        with_data(&v, |vd| {
+            o.par_chunks_mut(q * h * d)
+                .zip(att.par_chunks_mut(h * q * k))
+                .enumerate()
+                .for_each(|(n, (o, att))| {
+                    let s = &sd[n * h * q * k..][..h * q * k];
+                    let v = &vd[n * h * k * d..][..h * k * d];
+                    forward_one(&plan, s, v, o, att);
+                })
+        })
+    })??;
+    let o = Tensor::from_vec(o, (b, q, h, d), &Device::Cpu)?;
+    let att = Tensor::from_vec(att, (b, h, q, k), &Device::Cpu)?;
+    if !(s.track_op() || v.track_op()) {
+        return Ok(Some((o, att)));
+    }
+    let node = MixKernel { plan, b, o };
+    Ok(Some((s.apply_op2(&v, node)?, att)))
+}
+
+/// The graph node of [`mix`]: the plan and the precomputed output.
+struct MixKernel {
+    /// Sizes, mask and dropout.
+    plan: Plan,
+    /// Problems.
+    b: usize,
+    /// The output `[B, Q, H, d]`.
+    o: Tensor,
+}
+
+impl candle_core::CustomOp2 for MixKernel {
+    fn name(&self) -> &'static str {
+        "hyperlens-mix-kernel"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        crate::fused::cpu_copy(&self.o)
+    }
+
+    fn bwd(
+        &self,
+        s: &Tensor,
+        v: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let p = &self.plan;
+        let (b, h, q, k, d) = (self.b, p.h, p.q, p.k, p.d);
+        let g = g.contiguous()?;
+        let (mut gs, mut gv) = (vec![0f32; b * h * q * k], vec![0f32; b * h * k * d]);
+        with_data(s, |sd| {
+            with_data(v, |vd| {
+                with_data(&g, |gd| {
+                    gs.par_chunks_mut(h * q * k)
+                        .zip(gv.par_chunks_mut(h * k * d))
+                        .enumerate()
+                        .for_each(|(n, (gs, gv))| {
+                            let s = &sd[n * h * q * k..][..h * q * k];
+                            let v = &vd[n * h * k * d..][..h * k * d];
+                            let go = &gd[n * q * h * d..][..q * h * d];
+                            backward_one(p, s, v, go, gs, gv);
+                        })
+                })
+            })
+        })???;
+        let gs = Tensor::from_vec(gs, (b, h, q, k), &Device::Cpu)?;
+        let gv = Tensor::from_vec(gv, (b, h, k, d), &Device::Cpu)?;
+        Ok((Some(gs), Some(gv)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::{causal_mask, dropout_mask, normalise_and_mix};
+    use crate::fastpath::tests::close;
+    use crate::Mixer;
+    use candle_core::Var;
+    use rand::SeedableRng;
+
+    /// The kernel's output, codes and gradients against candle's autodiff of the composed
+    /// operations in float64 on the same inputs, for the four mixers it serves, with and without
+    /// a causal mask and dropout.
+    #[test]
+    fn kernel_matches_float64_autodiff_of_the_composed_ops() {
+        let dev = Device::Cpu;
+        let (b, h, t, d) = (3, 5, 7, 4);
+        let mask = causal_mask(t, &dev).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let drop = dropout_mask(t, t, 0.3, &mut rng, &dev).unwrap();
+        let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
+        let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
+        let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        let s64 = Var::from_tensor(&s.to_dtype(DType::F64).unwrap()).unwrap();
+        let v64 = Var::from_tensor(&v.to_dtype(DType::F64).unwrap()).unwrap();
+        let c64 = c.to_dtype(DType::F64).unwrap();
+        let drop64 = drop.to_dtype(DType::F64).unwrap();
+        for mixer in [
+            Mixer::Hyla,
+            Mixer::HylaNoRmsHead,
+            Mixer::HylaLinearValue,
+            Mixer::HylaLinearValueNoRmsHead,
+        ] {
+            let relu = mixer.value_network() == crate::ValueNetwork::MlpRelu;
+            for masked in [true, false] {
+                let (m, dr, dr64) = if masked {
+                    (Some(&mask), Some(&drop), Some(&drop64))
+                } else {
+                    (None, None, None)
+                };
+                let (o, a) = mix(
+                    s.as_tensor(),
+                    v.as_tensor(),
+                    mixer.normalisation(),
+                    relu,
+                    m,
+                    dr,
+                )
+                .unwrap()
+                .expect("the kernel applies");
+                let g = (&o * &c).unwrap().sum_all().unwrap().backward().unwrap();
+                let (o64, a64) =
+                    normalise_and_mix(s64.as_tensor(), v64.as_tensor(), mixer, m, dr64).unwrap();
+                let g64 = (&o64 * &c64)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                close(&o, &o64, 1e-5);
+                close(&a, &a64, 1e-5);
+                close(
+                    g.get(s.as_tensor()).unwrap(),
+                    g64.get(s64.as_tensor()).unwrap(),
+                    1e-4,
+                );
+                close(
+                    g.get(v.as_tensor()).unwrap(),
+                    g64.get(v64.as_tensor()).unwrap(),
+                    1e-4,
+                );
+            }
+        }
+    }
+
+    /// Each problem's result is that of the problem alone (problems are independent and run in
+    /// parallel), bit for bit; untracked inputs give no graph node.
+    #[test]
+    fn problems_are_independent_bit_for_bit() {
+        let dev = Device::Cpu;
+        let (b, h, t, d) = (4, 3, 6, 2);
+        let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
+        let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
+        let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        let run = |s: &Tensor, v: &Tensor, c: &Tensor| {
+            let (o, _) = mix(s, v, Normalisation::RmsHead, true, None, None)
+                .unwrap()
+                .unwrap();
+            let g = (&o * c).unwrap().sum_all().unwrap().backward().unwrap();
+            let bits = |t: &Tensor| -> Vec<u32> {
+                let x: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+                x.into_iter().map(f32::to_bits).collect()
+            };
+            (bits(&o), bits(g.get(s).unwrap()), bits(g.get(v).unwrap()))
+        };
+        let (o, gs, gv) = run(s.as_tensor(), v.as_tensor(), &c);
+        for n in 0..b {
+            let one = |x: &Tensor| Var::from_tensor(&x.narrow(0, n, 1).unwrap()).unwrap();
+            let (s1, v1) = (one(s.as_tensor()), one(v.as_tensor()));
+            let (o1, gs1, gv1) = run(s1.as_tensor(), v1.as_tensor(), &c.narrow(0, n, 1).unwrap());
+            assert_eq!(
+                o[n * o1.len()..][..o1.len()],
+                o1[..],
+                "output of problem {n}"
+            );
+            assert_eq!(
+                gs[n * gs1.len()..][..gs1.len()],
+                gs1[..],
+                "score gradient {n}"
+            );
+            assert_eq!(
+                gv[n * gv1.len()..][..gv1.len()],
+                gv1[..],
+                "value gradient {n}"
+            );
+        }
+        let (o, _) = mix(
+            &s.as_tensor().detach(),
+            &v.as_tensor().detach(),
+            Normalisation::RmsHead,
+            true,
+            None,
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!o.track_op());
+    }
+
+    /// Softmax normalisation, float64, a per-problem mask and switched-off fast paths are left to
+    /// the candle-operation forms.
+    #[test]
+    fn kernel_declines_what_it_does_not_cover() {
+        let dev = Device::Cpu;
+        let s = Tensor::randn(0f32, 1.0, (2, 3, 4, 4), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (2, 3, 4, 2), &dev).unwrap();
+        let none = |s: &Tensor, v: &Tensor, n, m: Option<&Tensor>| {
+            mix(s, v, n, true, m, None).unwrap().is_none()
+        };
+        assert!(none(&s, &v, Normalisation::Softmax, None));
+        let (s64, v64) = (
+            s.to_dtype(DType::F64).unwrap(),
+            v.to_dtype(DType::F64).unwrap(),
+        );
+        assert!(none(&s64, &v64, Normalisation::RmsHead, None));
+        let per_problem = Tensor::ones((2, 1, 4, 4), DType::U8, &dev).unwrap();
+        assert!(none(&s, &v, Normalisation::RmsHead, Some(&per_problem)));
+        let shared = Tensor::ones((1, 1, 4, 4), DType::U8, &dev).unwrap();
+        assert!(!none(&s, &v, Normalisation::RmsHead, Some(&shared)));
+        crate::fastpath::with_cpu_fast_paths(false, || {
+            assert!(none(&s, &v, Normalisation::RmsHead, None));
+        });
+    }
+}
