@@ -70,7 +70,8 @@ fn repeat_rows(v: &Tensor, rows: usize) -> Result<Tensor> {
 ///
 /// # Shapes
 /// `x [..., S...]`, `b [S...]` (the trailing shape of `x`) -> the shape of `x`. A `b` of any other
-/// shape, and any device but the CPU, gets candle's `broadcast_add`.
+/// shape, and any device but the CPU, gets candle's `broadcast_add`. In float32 the CPU adds the
+/// bias in one pass and sums its gradient over the rows directly (`cpu_ops`).
 ///
 /// # Errors
 /// Candle errors on shapes that do not broadcast.
@@ -79,6 +80,11 @@ pub fn add_leading(x: &Tensor, b: &Tensor) -> Result<Tensor> {
         // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
         Some(rows) if via_product(x) => {
             let n = b.elem_count();
+            if crate::cpu_ops::applies(x) {
+                // float32: one pass each way (`cpu_ops`).
+                let y = crate::cpu_ops::add_rows(&x.reshape((rows, n))?, &b.flatten_all()?)?;
+                return Ok(y.reshape(x.shape())?);
+            }
             let rep = repeat_rows(b, rows)?;
             Ok((x.reshape((rows, n))? + rep)?.reshape(x.shape())?)
         }
@@ -207,7 +213,9 @@ pub(crate) fn rms_factor_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
 /// On the CPU it is computed as the identical function `x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))`
 /// (`0.5 (1 + tanh z) = sigmoid(2 z)`), whose forward and backward passes take 21 ms on a
 /// `[4608, 256]` tensor against 84 ms for candle's `gelu`, whose gradient calls `powf` per element;
-/// values agree with candle's `gelu` to 5e-7. Elsewhere it is candle's `gelu` (one kernel).
+/// values agree with candle's `gelu` to 5e-7. In float32 the CPU runs the same function as one
+/// operation with its gradient written out (`cpu_ops`: one pass each way). Elsewhere it is candle's
+/// `gelu` (one kernel).
 ///
 /// # Shapes
 /// Any shape, elementwise.
@@ -217,6 +225,10 @@ pub(crate) fn rms_factor_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
 pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     if !via_product(x) {
         return Ok(x.gelu()?);
+    }
+    if crate::cpu_ops::applies(x) {
+        // float32: one pass each way (`cpu_ops`).
+        return crate::cpu_ops::gelu_tanh(x);
     }
     /// `2 sqrt(2 / pi)`.
     const TWO_SQRT_2_OVER_PI: f64 = 1.595_769_121_605_730_7;

@@ -14,6 +14,7 @@
 pub mod attention;
 pub mod checkpoint;
 pub mod config;
+mod cpu_ops;
 pub mod device;
 pub mod error;
 pub mod eval;

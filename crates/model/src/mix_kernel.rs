@@ -34,9 +34,10 @@
 //! 1). Softmax normalisation (`softmax-hypatt`), other devices and dtypes, and other mask shapes
 //! take the candle-operation forms.
 
-use candle_core::{CpuStorage, DType, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use crate::cpu_ops::with_tensor;
 use crate::error::Result;
 use crate::Normalisation;
 
@@ -285,22 +286,6 @@ fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: 
     }
 }
 
-/// Runs `f` on the float32 data of a contiguous CPU tensor.
-///
-/// # Errors
-/// A candle error if `t` is not a contiguous float32 CPU tensor.
-fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(cpu) = &*storage else {
-        candle_core::bail!("mix kernel: not a CPU tensor")
-    };
-    let data = cpu.as_slice::<f32>()?;
-    match layout.contiguous_offsets() {
-        Some((lo, hi)) => Ok(f(&data[lo..hi])),
-        None => candle_core::bail!("mix kernel: not a contiguous tensor"),
-    }
-}
-
 /// A per-pair tensor (mask or dropout) as `Q * K` floats, if it is shared by batch and heads.
 fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
     let dims = t.dims();
@@ -367,8 +352,8 @@ pub(crate) fn mix(
     };
     let (s, v) = (scores.contiguous()?, v.contiguous()?);
     let (mut o, mut att) = (vec![0f32; b * q * h * d], vec![0f32; b * h * q * k]);
-    with_data(&s, |sd| {
-        with_data(&v, |vd| {
+    with_tensor(&s, |sd| {
+        with_tensor(&v, |vd| {
             o.par_chunks_mut(q * h * d)
                 .zip(att.par_chunks_mut(h * q * k))
                 .enumerate()
@@ -422,11 +407,10 @@ impl candle_core::CustomOp2 for MixKernel {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let p = &self.plan;
         let (b, h, q, k, d) = (self.b, p.h, p.q, p.k, p.d);
-        let g = g.contiguous()?;
         let (mut gs, mut gv) = (vec![0f32; b * h * q * k], vec![0f32; b * h * k * d]);
-        with_data(s, |sd| {
-            with_data(v, |vd| {
-                with_data(&g, |gd| {
+        with_tensor(s, |sd| {
+            with_tensor(v, |vd| {
+                with_tensor(g, |gd| {
                     gs.par_chunks_mut(h * q * k)
                         .zip(gv.par_chunks_mut(h * k * d))
                         .enumerate()
