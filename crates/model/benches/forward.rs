@@ -5,6 +5,10 @@
 //! batch and tokens computes (`[4608, 128]` = batch 128 x 36 tokens x D), as candle's native
 //! reduction over axis 0 and as the product with a row of ones that `hyperlens_model::broadcast`
 //! makes the backward pass use on the CPU.
+//!
+//! Group `mix`: one HYLA mix of the base model's attention (`[128, 16, 36, 4]` queries, keys and
+//! values, the relative-position bias, attention dropout), forward and backward, by the CPU kernel
+//! of the fast paths and by the candle operations that other devices run.
 
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]
@@ -81,5 +85,43 @@ fn bench_cpu_fast_paths(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_forward, bench_cpu_fast_paths);
+fn bench_mix(c: &mut Criterion) {
+    use candle_core::Var;
+    use hyperlens_model::{attention, fastpath};
+    let mut group = c.benchmark_group("mix");
+    group.sample_size(10);
+    let dev = Device::Cpu;
+    let (h, t, d) = (16, 36, 4);
+    let var = || Var::randn(0f32, 1.0, (BATCH, h, t, d), &dev).expect("input");
+    let (q, k, v) = (var(), var(), var());
+    let bias = Tensor::randn(0f32, 0.1, (h, t, t), &dev).expect("bias");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let drop = attention::dropout_mask(t, t, 0.1, &mut rng, &dev).expect("dropout");
+    let c_out = Tensor::randn(0f32, 1.0, (BATCH, t, h, d), &dev).expect("cotangent");
+    for (name, fast) in [("hyla/kernel", true), ("hyla/candle_ops", false)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                fastpath::with_cpu_fast_paths(fast, || {
+                    let (o, _) = attention::mix(
+                        q.as_tensor(),
+                        k.as_tensor(),
+                        v.as_tensor(),
+                        Some(&bias),
+                        None,
+                        Mixer::Hyla,
+                        Some(&drop),
+                    )
+                    .expect("mix");
+                    (o * &c_out)
+                        .and_then(|l| l.sum_all())
+                        .and_then(|l| l.backward())
+                        .expect("backward")
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_forward, bench_cpu_fast_paths, bench_mix);
 criterion_main!(benches);
