@@ -1,5 +1,6 @@
 //! Two CPU operations with hand-written gradients, each one pass over its tensor in either
-//! direction: a bias added over the leading axes, and the tanh GELU.
+//! direction: a bias added over the leading axes, and the tanh GELU; and the backward passes of
+//! [`crate::fused`]'s LayerNorm and softmax as one pass over the rows.
 //!
 //! As candle operations a bias over batch and tokens ([`crate::fastpath::add_leading`]) costs a
 //! product with a column of ones (the repeated bias, written out in full), the addition and, in the
@@ -166,6 +167,106 @@ impl CustomOp1 for GeluTanh {
         })??;
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
     }
+}
+
+/// The LayerNorm gradient of [`crate::fused::layer_norm`] in one pass over the rows: per row of
+/// `D` entries, `xhat = (x - mean) r`, `r = 1 / sqrt(var + eps)` (the variance of the centred
+/// row), `gh = g w`, `dx = r (gh - mean(gh) - xhat mean(gh xhat))`; `dw = sum_rows g xhat`,
+/// `db = sum_rows g`, summed over rows in order.
+///
+/// # Shapes
+/// `x [rows, D]`, `w [D]`, `g [rows, D]` -> `([rows, D], [D], [D])`.
+///
+/// # Errors
+/// Candle errors (a device other than the CPU, a dtype other than float32, shapes).
+pub(crate) fn layer_norm_backward(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (rows, d) = x.dims2()?;
+    if g.dims() != [rows, d] || w.dims() != [d] {
+        return Err(crate::ModelError::Input(format!(
+            "layer_norm_backward: x {:?}, w {:?}, g {:?}",
+            x.dims(),
+            w.dims(),
+            g.dims()
+        )));
+    }
+    let (mut dx, mut dw, mut db) = (vec![0f32; rows * d], vec![0f32; d], vec![0f32; d]);
+    let (mut xhat, mut gh) = (vec![0f32; d], vec![0f32; d]);
+    let n = d as f32;
+    with_tensor(x, |x| {
+        with_tensor(w, |w| {
+            with_tensor(g, |g| {
+                for ((x, g), dx) in x
+                    .chunks_exact(d)
+                    .zip(g.chunks_exact(d))
+                    .zip(dx.chunks_exact_mut(d))
+                {
+                    let mean = x.iter().sum::<f32>() / n;
+                    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                    let r = 1.0 / (var + eps as f32).sqrt();
+                    for (xh, &v) in xhat.iter_mut().zip(x) {
+                        *xh = (v - mean) * r;
+                    }
+                    let (mut m1, mut m2) = (0f32, 0f32);
+                    for e in 0..d {
+                        db[e] += g[e];
+                        dw[e] += g[e] * xhat[e];
+                        gh[e] = g[e] * w[e];
+                        m1 += gh[e];
+                        m2 += gh[e] * xhat[e];
+                    }
+                    let (m1, m2) = (m1 / n, m2 / n);
+                    for e in 0..d {
+                        dx[e] = (gh[e] - m1 - xhat[e] * m2) * r;
+                    }
+                }
+            })
+        })
+    })???;
+    let dev = x.device();
+    Ok((
+        Tensor::from_vec(dx, (rows, d), dev)?,
+        Tensor::from_vec(dw, d, dev)?,
+        Tensor::from_vec(db, d, dev)?,
+    ))
+}
+
+/// The softmax gradient over the last axis, `dx = (g - sum(g y)) y` per row, in one pass.
+///
+/// # Shapes
+/// `y`, `g` of one shape (rank >= 1) -> that shape.
+///
+/// # Errors
+/// Candle errors (a device other than the CPU, a dtype other than float32, shapes).
+pub(crate) fn softmax_backward(y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    if y.dims() != g.dims() || y.rank() == 0 {
+        return Err(crate::ModelError::Input(format!(
+            "softmax_backward: y {:?}, g {:?}",
+            y.dims(),
+            g.dims()
+        )));
+    }
+    let n = y.dim(candle_core::D::Minus1)?;
+    let mut dx = vec![0f32; y.elem_count()];
+    with_tensor(y, |y| {
+        with_tensor(g, |g| {
+            for ((y, g), dx) in y
+                .chunks_exact(n)
+                .zip(g.chunks_exact(n))
+                .zip(dx.chunks_exact_mut(n))
+            {
+                let dot = g.iter().zip(y).map(|(g, y)| g * y).sum::<f32>();
+                for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
+                    *dx = (g - dot) * y;
+                }
+            }
+        })
+    })??;
+    Ok(Tensor::from_vec(dx, y.shape(), y.device())?)
 }
 
 #[cfg(test)]

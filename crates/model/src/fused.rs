@@ -168,6 +168,11 @@ fn layer_norm_backward(
     let rows = x.elem_count() / d.max(1);
     let x2 = x.reshape((rows, d))?;
     let g2 = g.reshape((rows, d))?;
+    if crate::cpu_ops::applies(x) {
+        // float32 on the CPU: one pass over the rows (`cpu_ops`).
+        let (dx, dw, db) = crate::cpu_ops::layer_norm_backward(&x2, w, &g2, eps)?;
+        return Ok((dx.reshape(x.shape())?, dw, db));
+    }
     let xc = x2.broadcast_sub(&x2.mean_keepdim(1)?)?;
     let r = (xc.sqr()?.mean_keepdim(1)? + eps)?.sqrt()?.recip()?;
     let xhat = xc.broadcast_mul(&r)?;
@@ -237,6 +242,10 @@ impl CustomOp1 for SoftmaxGrad {
 /// # Errors
 /// Candle errors.
 fn softmax_backward(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
+    if crate::cpu_ops::applies(y) {
+        // float32 on the CPU: one pass over the rows (`cpu_ops`).
+        return crate::cpu_ops::softmax_backward(y, g).map_err(candle_core::Error::wrap);
+    }
     let dot = (g * y)?.sum_keepdim(D::Minus1)?;
     g.broadcast_sub(&dot)? * y
 }
