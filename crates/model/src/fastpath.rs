@@ -241,6 +241,24 @@ pub(crate) mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
+    /// Random inputs of one mix for the gradient tests of `fused` and `mix_kernel`: a causal mask
+    /// `[t, t]`, a dropout multiplier (rate 0.3, from `seed`), scores `[b, h, t, t]` and values
+    /// `[b, h, t, d]` as variables, and a cotangent of the output `[b, t, h, d]`.
+    pub(crate) fn mix_inputs(
+        (b, h, t, d): (usize, usize, usize, usize),
+        seed: u64,
+    ) -> (Tensor, Tensor, Var, Var, Tensor) {
+        use rand::SeedableRng;
+        let dev = Device::Cpu;
+        let mask = crate::attention::causal_mask(t, &dev).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let drop = crate::attention::dropout_mask(t, t, 0.3, &mut rng, &dev).unwrap();
+        let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
+        let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
+        let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        (mask, drop, s, v, c)
+    }
+
     /// Asserts `|a - b| <= tol (1 + |b|)` elementwise (compared in float64; shared with
     /// `fused`'s tests).
     pub(crate) fn close(a: &Tensor, b: &Tensor, tol: f64) {

@@ -534,17 +534,9 @@ mod tests {
     /// gradients of scores and values, with both CPU forms.
     #[test]
     fn fused_value_network_matches_the_composed_ops() {
-        use crate::attention::{causal_mask, dropout_mask, normalise_and_mix};
+        use crate::attention::normalise_and_mix;
         use crate::Mixer;
-        use rand::SeedableRng;
-        let dev = Device::Cpu;
-        let (b, h, t, d) = (2, 3, 5, 4);
-        let mask = causal_mask(t, &dev).unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let drop = dropout_mask(t, t, 0.3, &mut rng, &dev).unwrap();
-        let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
-        let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
-        let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        let (mask, drop, s, v, c) = fastpath::tests::mix_inputs((2, 3, 5, 4), 5);
         for fast in [true, false] {
             fastpath::with_cpu_fast_paths(fast, || {
                 for mixer in [

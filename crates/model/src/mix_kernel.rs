@@ -432,25 +432,17 @@ impl candle_core::CustomOp2 for MixKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{causal_mask, dropout_mask, normalise_and_mix};
+    use crate::attention::normalise_and_mix;
     use crate::fastpath::tests::close;
     use crate::Mixer;
     use candle_core::Var;
-    use rand::SeedableRng;
 
     /// The kernel's output, codes and gradients against candle's autodiff of the composed
     /// operations in float64 on the same inputs, for the four mixers it serves, with and without
     /// a causal mask and dropout.
     #[test]
     fn kernel_matches_float64_autodiff_of_the_composed_ops() {
-        let dev = Device::Cpu;
-        let (b, h, t, d) = (3, 5, 7, 4);
-        let mask = causal_mask(t, &dev).unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let drop = dropout_mask(t, t, 0.3, &mut rng, &dev).unwrap();
-        let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
-        let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
-        let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        let (mask, drop, s, v, c) = crate::fastpath::tests::mix_inputs((3, 5, 7, 4), 11);
         let s64 = Var::from_tensor(&s.to_dtype(DType::F64).unwrap()).unwrap();
         let v64 = Var::from_tensor(&v.to_dtype(DType::F64).unwrap()).unwrap();
         let c64 = c.to_dtype(DType::F64).unwrap();
