@@ -41,16 +41,11 @@ pub fn with_cpu_fast_paths<R>(on: bool, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Whether a broadcast on `t`'s device goes through a product with ones (the CPU, unless switched
-/// off by [`with_cpu_fast_paths`]).
-fn via_product(t: &Tensor) -> bool {
-    t.device().is_cpu() && CPU_FAST_PATHS.with(|c| c.get()).unwrap_or(true)
-}
-
 /// Whether the CPU fast paths are on for `t`: its device is the CPU and [`with_cpu_fast_paths`]
-/// has not switched them off on this thread.
+/// has not switched them off on this thread (then, e.g., a broadcast goes through a product with
+/// ones).
 pub(crate) fn cpu_fast_paths_on(t: &Tensor) -> bool {
-    via_product(t)
+    t.device().is_cpu() && CPU_FAST_PATHS.with(|c| c.get()).unwrap_or(true)
 }
 
 /// `v` repeated as `rows` rows by a product with a column of ones (exactly `1 * v` per entry).
@@ -78,7 +73,7 @@ fn repeat_rows(v: &Tensor, rows: usize) -> Result<Tensor> {
 pub fn add_leading(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     match trailing_rows(x, b) {
         // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
-        Some(rows) if via_product(x) => {
+        Some(rows) if cpu_fast_paths_on(x) => {
             let n = b.elem_count();
             if crate::cpu_ops::applies(x) {
                 // float32: one pass each way (`cpu_ops`).
@@ -102,7 +97,7 @@ pub fn add_leading(x: &Tensor, b: &Tensor) -> Result<Tensor> {
 pub fn mul_leading(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     match trailing_rows(x, w) {
         // Elsewhere the plain broadcast: the product's reshapes would each add backward operations.
-        Some(rows) if via_product(x) => {
+        Some(rows) if cpu_fast_paths_on(x) => {
             let n = w.elem_count();
             let rep = repeat_rows(w, rows)?;
             Ok((x.reshape((rows, n))? * rep)?.reshape(x.shape())?)
@@ -121,7 +116,7 @@ pub fn mul_leading(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// Candle errors (`x` not of rank 2).
 pub(crate) fn sum_rows(x: &Tensor) -> Result<Tensor> {
     let (rows, n) = x.dims2()?;
-    if !via_product(x) {
+    if !cpu_fast_paths_on(x) {
         return Ok(x.sum(0)?);
     }
     Ok(Tensor::ones((1, rows), x.dtype(), x.device())?
@@ -166,7 +161,7 @@ fn trailing_rows(x: &Tensor, b: &Tensor) -> Option<usize> {
 /// Candle errors (`x` of rank below 2).
 pub fn rms_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
     let rms = (mean_over_heads(&x.sqr()?)? + eps)?.sqrt()?; // [B, 1, rest...]
-    if !via_product(x) {
+    if !cpu_fast_paths_on(x) {
         return Ok(x.broadcast_div(&rms)?);
     }
     let (b, h) = (x.dim(0)?, x.dim(1)?);
@@ -184,7 +179,7 @@ pub fn rms_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
 /// # Errors
 /// Candle errors (`x` of rank below 2).
 pub(crate) fn mean_over_heads(x: &Tensor) -> Result<Tensor> {
-    if !via_product(x) {
+    if !cpu_fast_paths_on(x) {
         return Ok(x.mean_keepdim(1)?);
     }
     let (b, h) = (x.dim(0)?, x.dim(1)?);
@@ -223,7 +218,7 @@ pub(crate) fn rms_factor_over_heads(x: &Tensor, eps: f64) -> Result<Tensor> {
 /// # Errors
 /// Candle errors.
 pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
-    if !via_product(x) {
+    if !cpu_fast_paths_on(x) {
         return Ok(x.gelu()?);
     }
     if crate::cpu_ops::applies(x) {
@@ -384,22 +379,22 @@ pub(crate) mod tests {
     #[test]
     fn fast_paths_switch_off_per_thread_and_restore() {
         let x = Tensor::ones((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
-        assert!(via_product(&x));
+        assert!(cpu_fast_paths_on(&x));
         with_cpu_fast_paths(false, || {
-            assert!(!via_product(&x));
-            with_cpu_fast_paths(true, || assert!(via_product(&x)));
-            assert!(!via_product(&x));
+            assert!(!cpu_fast_paths_on(&x));
+            with_cpu_fast_paths(true, || assert!(cpu_fast_paths_on(&x)));
+            assert!(!cpu_fast_paths_on(&x));
             // Other threads keep their own setting.
             std::thread::spawn({
                 let x = x.clone();
-                move || assert!(via_product(&x))
+                move || assert!(cpu_fast_paths_on(&x))
             })
             .join()
             .unwrap();
         });
-        assert!(via_product(&x));
+        assert!(cpu_fast_paths_on(&x));
         let caught = std::panic::catch_unwind(|| with_cpu_fast_paths(false, || panic!("inside")));
         assert!(caught.is_err());
-        assert!(via_product(&x), "restored after a panic");
+        assert!(cpu_fast_paths_on(&x), "restored after a panic");
     }
 }

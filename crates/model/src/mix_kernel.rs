@@ -323,7 +323,7 @@ pub(crate) fn mix(
         Normalisation::None => false,
         Normalisation::Softmax => return Ok(None),
     };
-    if !(crate::fastpath::cpu_fast_paths_on(scores) && scores.dtype() == DType::F32) {
+    if !crate::cpu_ops::applies(scores) {
         return Ok(None);
     }
     let (b, h, q, k) = scores.dims4()?;
