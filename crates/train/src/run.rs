@@ -104,7 +104,10 @@ pub struct TrainRecord {
     pub wall_time_s: f64,
     /// Seconds in training steps over all sessions.
     pub train_time_s: f64,
-    /// Training updates per second (`steps / train_time_s`).
+    /// Training updates per second of the last session, on `device` (its steps over its
+    /// seconds in training steps, [`Session::steps_per_s`]); `steps / train_time_s` when the last
+    /// session did not record its time. A run resumed on another device has each session's rate
+    /// in `sessions`: the rate over all of them would mix devices.
     pub steps_per_s: f64,
     /// What the `metric` fields of the evaluation hold.
     pub metric: String,
@@ -290,6 +293,8 @@ where
             end_step: state.step,
             device: options.device.to_string(),
             threads: threads(),
+            train_time_s: None,
+            wall_time_s: None,
         });
         (state, job, opt)
     } else {
@@ -320,6 +325,8 @@ where
                 end_step: 0,
                 device: options.device.to_string(),
                 threads: threads(),
+                train_time_s: None,
+                wall_time_s: None,
             }],
         };
         (state, job, opt)
@@ -345,6 +352,8 @@ where
         state.wall_time_s = wall_before + session_start.elapsed().as_secs_f64();
         if let Some(s) = state.sessions.last_mut() {
             s.end_step = done;
+            s.train_time_s = Some(train_s);
+            s.wall_time_s = Some(session_start.elapsed().as_secs_f64());
         }
         write_json(&out.join(STATE_FILE), state)
     };
@@ -512,10 +521,10 @@ where
             device: options.device.to_string(),
             wall_time_s: wall_before + session_start.elapsed().as_secs_f64(),
             train_time_s,
-            steps_per_s: if train_time_s > 0.0 {
-                step as f64 / train_time_s
-            } else {
-                0.0
+            steps_per_s: match state.sessions.last().and_then(Session::steps_per_s) {
+                Some(rate) => rate,
+                None if train_time_s > 0.0 => step as f64 / train_time_s,
+                None => 0.0,
             },
             metric: settings.task.metric_name().into(),
             final_eval,

@@ -105,6 +105,26 @@ pub struct Session {
     /// The CPU threads candle used, as [`crate::run`] records them (`"1"`, or
     /// `"matmul N, elementwise M"` when they differ); empty in runs before 2026-11-22.
     pub threads: String,
+    /// Seconds this session spent in training steps, as of its last save (`None` in runs
+    /// before 2026-11-23, which did not record it).
+    #[serde(default)]
+    pub train_time_s: Option<f64>,
+    /// Wall-clock seconds of this session, as of its last save (evaluations and checkpoints
+    /// included; `None` in runs before 2026-11-23).
+    #[serde(default)]
+    pub wall_time_s: Option<f64>,
+}
+
+impl Session {
+    /// Training updates per second of this session (`(end_step - start_step) / train_time_s`);
+    /// `None` when the session did not record its time or did no steps.
+    pub fn steps_per_s(&self) -> Option<f64> {
+        let steps = self.end_step.saturating_sub(self.start_step);
+        match self.train_time_s {
+            Some(t) if t > 0.0 && steps > 0 => Some(steps as f64 / t),
+            _ => None,
+        }
+    }
 }
 
 /// `train_state.json`: everything needed to continue a run exactly.

@@ -287,9 +287,20 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     match outcome.record {
         Some(rec) => {
             let ev = &rec.final_eval;
+            let rate = match rec.sessions.as_slice() {
+                [_, .., last] => format!(
+                    "{} sessions; the last, steps {}-{}, at {:.2} steps/s on {}",
+                    rec.sessions.len(),
+                    last.start_step,
+                    last.end_step,
+                    rec.steps_per_s,
+                    rec.device
+                ),
+                _ => format!("{:.2} steps/s on {}", rec.steps_per_s, rec.device),
+            };
             println!(
-                "done: {} steps in {:.1} s ({:.2} steps/s on {}); final ID {metric} {:.4}, OOD {metric} {:.4}",
-                rec.steps, rec.wall_time_s, rec.steps_per_s, rec.device, ev.id.metric, ev.ood.metric
+                "done: {} steps in {:.1} s ({rate}); final ID {metric} {:.4}, OOD {metric} {:.4}",
+                rec.steps, rec.wall_time_s, ev.id.metric, ev.ood.metric
             );
             if !ev.ood.per_feature.is_empty() {
                 let pf: Vec<String> = ev
