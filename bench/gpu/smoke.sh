@@ -1,8 +1,9 @@
 # the base model's training throughput (batch 128, a `pack.sh train` folder), one run at a time:
-# SMOKE lists the runs (default: softmax hyla hyla-events hyla-cache): softmax or HYLA alone,
-# HYLA with cudarc's per-allocation CUDA events kept (HYPERLENS_CUDA_EVENT_TRACKING=1), HYLA with the
-# upload cache (HYPERLENS_CUDA_UPLOAD_CACHE=1; pick-cache.sh compares it with `hyla`). Every run
-# inherits the caller's HYPERLENS_* variables. MPS_TRIO=1 adds three at once under MPS (mps.sh),
+# SMOKE lists the runs (default: softmax hyla hyla-events hyla-cache): softmax alone, HYLA alone
+# without the upload cache (HYPERLENS_CUDA_UPLOAD_CACHE=0), HYLA with cudarc's per-allocation CUDA
+# events kept (HYPERLENS_CUDA_EVENT_TRACKING=1), HYLA with the upload cache (=1, the default since
+# 2026-11-23; pick-cache.sh compares it with `hyla`). Otherwise every run inherits the caller's
+# HYPERLENS_* variables. MPS_TRIO=1 adds three at once under MPS (mps.sh),
 # TRIO=1 three at once without MPS (17-22 steps/s each in November 2026).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -12,7 +13,8 @@ t() { /tmp/hl train --task sraven --split paper-seed0 --seed 0 --batch 128 --dev
 rate() { grep -o '"steps_per_s": *[0-9.]*' "$1/train.json"; }
 for r in ${SMOKE:-softmax hyla hyla-events hyla-cache}; do
   case $r in
-    softmax | hyla) t --mixer $r --steps ${SMOKE_STEPS:-1000} --out /tmp/solo-$r > /tmp/solo-$r.log 2>&1 ;;
+    softmax) t --mixer $r --steps ${SMOKE_STEPS:-1000} --out /tmp/solo-$r > /tmp/solo-$r.log 2>&1 ;;
+    hyla) HYPERLENS_CUDA_UPLOAD_CACHE=0 t --mixer hyla --steps ${SMOKE_STEPS:-1000} --out /tmp/solo-$r > /tmp/solo-$r.log 2>&1 ;;
     hyla-events) HYPERLENS_CUDA_EVENT_TRACKING=1 t --mixer hyla --steps ${SMOKE_STEPS:-1000} --out /tmp/solo-$r > /tmp/solo-$r.log 2>&1 ;;
     hyla-cache) HYPERLENS_CUDA_UPLOAD_CACHE=1 t --mixer hyla --steps ${SMOKE_STEPS:-1000} --out /tmp/solo-$r > /tmp/solo-$r.log 2>&1 ;;
     *) echo "unknown smoke run $r"; continue ;;
