@@ -183,23 +183,21 @@ pub fn mix(
         Some(b) => crate::fastpath::add_leading(&scores, b)?,
         None => scores,
     };
+    // On the CPU: one pass over the (query, key) pairs, forward and backward.
+    if let Some(out) = crate::mix_kernel::mix(
+        &scores,
+        v,
+        mixer.normalisation(),
+        mixer.value_network(),
+        mask,
+        dropout,
+    )? {
+        return Ok(out);
+    }
     let mlp = matches!(
         mixer.value_network(),
         ValueNetwork::MlpRelu | ValueNetwork::MlpLinear
     );
-    if mlp {
-        // On the CPU: one pass over the (query, key) pairs, forward and backward.
-        if let Some(out) = crate::mix_kernel::mix(
-            &scores,
-            v,
-            mixer.normalisation(),
-            mixer.value_network() == ValueNetwork::MlpRelu,
-            mask,
-            dropout,
-        )? {
-            return Ok(out);
-        }
-    }
     if mlp && (scores.track_op() || v.track_op()) && crate::fused::available(&scores) {
         // Training: one graph node with a hand-written gradient; the same function (to float32
         // rounding: RMSHead multiplies by 1 / rms there).

@@ -1,6 +1,6 @@
-//! A single-pass CPU kernel for the second half of a HYLA-style mix: the RMSHead (or no)
-//! normalisation of the scores, attention dropout and the `mlp_relu` / `mlp_linear` value network,
-//! forward and backward.
+//! A single-pass CPU kernel for the second half of a mix: the normalisation of the scores
+//! (softmax, RMSHead or none), attention dropout and the value network (`default`, `mlp_relu`,
+//! `mlp_linear`), forward and backward, for all eight mixers.
 //!
 //! As candle operations ([`crate::fused::mlp_value_mix`]) this half is some twenty passes over
 //! `[B, H, Q, K]` tensors (transposes, broadcast products, batched matrix products of 36 x 16 by
@@ -11,35 +11,49 @@
 //! recomputes the codes and hidden units from the scores instead of reading stored intermediates.
 //! With the kernel the mix takes about 15 % of the step, and a 30-step training run of the base
 //! HYLA model uses 12 % less CPU time (user + system, one thread: 17.5 s before, 15.4 s after).
+//! The same loop serves the standard value network of softmax and linear attention, where it
+//! replaces the softmax, the dropout product and four batched 36 x 36 by 36 x 4 matrix products
+//! (forward and backward) per layer.
 //! Problems are independent and run in parallel (rayon); each problem's sums run in a fixed order,
 //! so the result does not depend on the number of threads.
 //!
 //! For each problem `b` and pair `(i, j)` (query, key), with `m[h] = s[b,h,i,j]` where visible and
-//! 0 where masked, `r = 1 / sqrt(mean_h m[h]^2 + eps)` (RMSHead; `r = 1` without normalisation),
-//! `a[h] = m[h] r` (the latent code), `a'[h] = a[h] drop[i,j]`:
+//! 0 where masked, the latent code `a[h]` is
+//! - RMSHead: `a[h] = m[h] r` with `r = 1 / sqrt(mean_h m[h]^2 + eps)` (over the heads of a pair);
+//! - none: `a[h] = m[h]`;
+//! - softmax: `a[h] = exp(s[b,h,i,j] - max) / sum_j' exp(..)` over the visible keys of row
+//!   `(h, i)`, 0 where masked (a row with no visible key is uniform, as the reference's fill with
+//!   the lowest float gives);
 //!
-//! - forward: `pre[d] = sum_h a'[h] v[b,h,j,d]`, `hid = relu(pre)` (or `pre`),
-//!   `o[b,i,h,d] = sum_j a'[h] hid[d]`;
-//! - backward, from `go = dL/do`: `g_hid[d] = sum_h a'[h] go[b,i,h,d]`, `g_pre = g_hid [pre > 0]`,
+//! and `a'[h] = a[h] drop[i,j]`. Then
+//! - `mlp_relu` / `mlp_linear` forward: `pre[d] = sum_h a'[h] v[b,h,j,d]`, `hid = relu(pre)` (or
+//!   `pre`), `o[b,i,h,d] = sum_j a'[h] hid[d]`; backward, from `go = dL/do`:
+//!   `g_hid[d] = sum_h a'[h] go[b,i,h,d]`, `g_pre = g_hid [pre > 0]`,
 //!   `g_a'[h] = sum_d go[b,i,h,d] hid[d] + sum_d g_pre[d] v[b,h,j,d]`,
-//!   `g_v[b,h,j,d] = sum_i a'[h] g_pre[d]`, `g_a = g_a' drop[i,j]`, and through RMSHead
-//!   `g_s[h] = g_a[h] r - m[h] r^3 mean_h(g_a m)` (0 where masked).
+//!   `g_v[b,h,j,d] = sum_i a'[h] g_pre[d]`;
+//! - `default` forward: `o[b,i,h,d] = sum_j a'[h] v[b,h,j,d]`; backward:
+//!   `g_a'[h] = sum_d go[b,i,h,d] v[b,h,j,d]`, `g_v[b,h,j,d] = sum_i a'[h] go[b,i,h,d]`;
 //!
-//! These are the formulas of [`crate::fused::mlp_value_mix`] (its tests check them against candle's
-//! autodiff), evaluated per pair. Source: `spec/models.md` ("Value networks"), the paper's
+//! and `g_a = g_a' drop[i,j]`, then through the normalisation (0 where masked): RMSHead
+//! `g_s[h] = g_a[h] r - m[h] r^3 mean_h(g_a m)`; none `g_s = g_a`; softmax
+//! `g_s[j] = a[j] (g_a[j] - sum_j' a[j'] g_a[j'])` along the row.
+//!
+//! These are the formulas of [`crate::fused::mlp_value_mix`] and [`crate::fused::softmax_last_dim`]
+//! (their tests check them against candle's autodiff), evaluated per pair; the tests below check
+//! the kernel against candle's float64 autodiff of the composed operations for all eight mixers.
+//! Source: `spec/models.md` ("Value networks"), the paper's `DotProductAttention` and
 //! `linear_hypatt` (`hyla/models/attention.py`).
 //!
 //! The kernel runs on the CPU in float32 when the fast paths of [`crate::fastpath`] are on, for
 //! masks and dropout multipliers shared by the batch and the heads (`[Q, K]` up to leading axes of
-//! 1). Softmax normalisation (`softmax-hypatt`), other devices and dtypes, and other mask shapes
-//! take the candle-operation forms.
+//! 1). Other devices and dtypes, and other mask shapes, take the candle-operation forms.
 
 use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_ops::with_tensor;
 use crate::error::Result;
-use crate::Normalisation;
+use crate::{Normalisation, ValueNetwork};
 
 /// The sizes and the per-pair constants of one mix.
 struct Plan {
@@ -51,10 +65,10 @@ struct Plan {
     k: usize,
     /// Head width.
     d: usize,
-    /// RMSHead normalisation (else none).
-    rms: bool,
-    /// ReLU value network (else linear).
-    relu: bool,
+    /// The normalisation of the scores.
+    norm: Normalisation,
+    /// The value network.
+    value: ValueNetwork,
     /// Visibility per pair `[Q * K]` (none: all visible).
     visible: Option<Vec<bool>>,
     /// Dropout multiplier per pair `[Q * K]` (none: 1).
@@ -96,9 +110,11 @@ struct Rows {
     m: Vec<f32>,
     /// `1 / rms` over heads, `[K]` (ones without RMSHead).
     r: Vec<f32>,
+    /// The codes (normalised scores) of query `i`, `[H, K]`.
+    a: Vec<f32>,
     /// Codes after dropout, `[H, K]`.
     ad: Vec<f32>,
-    /// Hidden units before and after the activation, `[d, K]`.
+    /// Hidden units of the MLP value networks before and after the activation, `[d, K]`.
     pre: Vec<f32>,
     /// See `pre`.
     hid: Vec<f32>,
@@ -120,6 +136,7 @@ impl Rows {
             vt,
             m: vec![0f32; h * k],
             r: vec![1f32; k],
+            a: vec![0f32; h * k],
             ad: vec![0f32; h * k],
             pre: vec![0f32; d * k],
             hid: vec![0f32; d * k],
@@ -142,24 +159,46 @@ impl Rows {
                 None => m.copy_from_slice(row),
             }
         }
-        if p.rms {
-            let ss = &mut self.r;
-            ss.fill(0.0);
-            for m in self.m.chunks_exact(k) {
-                for (s, &x) in ss.iter_mut().zip(m) {
-                    *s += x * x;
+        match p.norm {
+            Normalisation::RmsHead => {
+                let ss = &mut self.r;
+                ss.fill(0.0);
+                for m in self.m.chunks_exact(k) {
+                    for (s, &x) in ss.iter_mut().zip(m) {
+                        *s += x * x;
+                    }
+                }
+                let eps = crate::attention::RMS_HEAD_EPS as f32;
+                for s in ss.iter_mut() {
+                    *s = 1.0 / (*s / h as f32 + eps).sqrt();
+                }
+                for (a, m) in self.a.chunks_exact_mut(k).zip(self.m.chunks_exact(k)) {
+                    for ((a, &x), &r) in a.iter_mut().zip(m).zip(&self.r) {
+                        *a = x * r;
+                    }
                 }
             }
-            let eps = crate::attention::RMS_HEAD_EPS as f32;
-            for s in ss.iter_mut() {
-                *s = 1.0 / (*s / h as f32 + eps).sqrt();
+            Normalisation::None => self.a.copy_from_slice(&self.m),
+            Normalisation::Softmax => {
+                for hh in 0..h {
+                    let row = &s[(hh * p.q + i) * k..][..k];
+                    softmax_row(row, vis, &mut self.a[hh * k..][..k]);
+                }
             }
         }
         let drop = p.dropout.as_ref().map(|v| &v[i * k..][..k]);
-        for (ad, m) in self.ad.chunks_exact_mut(k).zip(self.m.chunks_exact(k)) {
-            for (j, (a, &x)) in ad.iter_mut().zip(m).enumerate() {
-                *a = x * self.r[j] * drop.map_or(1.0, |dr| dr[j]);
+        match drop {
+            Some(dr) => {
+                for (ad, a) in self.ad.chunks_exact_mut(k).zip(self.a.chunks_exact(k)) {
+                    for ((y, &x), &dr) in ad.iter_mut().zip(a).zip(dr) {
+                        *y = x * dr;
+                    }
+                }
             }
+            None => self.ad.copy_from_slice(&self.a),
+        }
+        if p.value == ValueNetwork::Default {
+            return;
         }
         self.pre.fill(0.0);
         for hh in 0..h {
@@ -175,9 +214,36 @@ impl Rows {
                 }
             }
         }
+        let relu = p.value == ValueNetwork::MlpRelu;
         for (y, &x) in self.hid.iter_mut().zip(&self.pre) {
-            *y = if p.relu { x.max(0.0) } else { x };
+            *y = if relu { x.max(0.0) } else { x };
         }
+    }
+}
+
+/// The softmax of one row of scores over its visible keys (`vis`, none: all), 0 where masked; a
+/// row with no visible key is uniform (the reference fills masked scores with the lowest float,
+/// so such a row is all equal).
+fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
+    let on = |j: usize| vis.is_none_or(|v| v[j]);
+    let mut mx = f32::NEG_INFINITY;
+    for (j, &x) in row.iter().enumerate() {
+        if on(j) && x > mx {
+            mx = x;
+        }
+    }
+    if mx == f32::NEG_INFINITY {
+        a.fill(1.0 / row.len() as f32);
+        return;
+    }
+    let mut sum = 0f32;
+    for (j, (a, &x)) in a.iter_mut().zip(row).enumerate() {
+        *a = if on(j) { (x - mx).exp() } else { 0.0 };
+        sum += *a;
+    }
+    let inv = 1.0 / sum;
+    for a in a.iter_mut() {
+        *a *= inv;
     }
 }
 
@@ -189,13 +255,14 @@ fn forward_one(p: &Plan, s: &[f32], v: &[f32], o: &mut [f32], att: &mut [f32]) {
     for i in 0..q {
         rows.query(p, s, i);
         for hh in 0..h {
-            let a = &mut att[(hh * q + i) * k..][..k];
-            for ((a, &m), &r) in a.iter_mut().zip(&rows.m[hh * k..][..k]).zip(&rows.r) {
-                *a = m * r;
-            }
+            att[(hh * q + i) * k..][..k].copy_from_slice(&rows.a[hh * k..][..k]);
             let ad = &rows.ad[hh * k..][..k];
             for e in 0..d {
-                o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
+                let x = match p.value {
+                    ValueNetwork::Default => &rows.vt[(hh * d + e) * k..][..k],
+                    _ => &rows.hid[e * k..][..k],
+                };
+                o[(i * h + hh) * d + e] = dot(ad, x);
             }
         }
     }
@@ -212,47 +279,61 @@ fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: 
     for i in 0..q {
         rows.query(p, s, i);
         let go = &go[i * h * d..][..h * d];
-        gpre.fill(0.0);
-        for hh in 0..h {
-            for e in 0..d {
-                axpy(
-                    &mut gpre[e * k..][..k],
-                    go[hh * d + e],
-                    &rows.ad[hh * k..][..k],
-                );
-            }
-        }
-        if p.relu {
-            for (g, &x) in gpre.iter_mut().zip(&rows.pre) {
-                if x <= 0.0 {
-                    *g = 0.0;
-                }
-            }
-        }
-        let drop = p.dropout.as_ref().map(|v| &v[i * k..][..k]);
-        for hh in 0..h {
-            let ga = &mut ga[hh * k..][..k];
-            ga.fill(0.0);
-            for e in 0..d {
-                let vt = &rows.vt[(hh * d + e) * k..][..k];
-                let hid = &rows.hid[e * k..][..k];
-                let gp = &gpre[e * k..][..k];
-                let g = go[hh * d + e];
-                for (((x, &y), &gp), &vv) in ga.iter_mut().zip(hid).zip(gp).zip(vt) {
-                    *x += g * y + gp * vv;
-                }
+        if p.value == ValueNetwork::Default {
+            for hh in 0..h {
+                let ga = &mut ga[hh * k..][..k];
+                ga.fill(0.0);
                 let ad = &rows.ad[hh * k..][..k];
-                for ((x, &a), &gp) in gvt[(hh * d + e) * k..][..k].iter_mut().zip(ad).zip(gp) {
-                    *x += a * gp;
+                for e in 0..d {
+                    let g = go[hh * d + e];
+                    axpy(ga, g, &rows.vt[(hh * d + e) * k..][..k]);
+                    axpy(&mut gvt[(hh * d + e) * k..][..k], g, ad);
                 }
             }
-            if let Some(drop) = drop {
+        } else {
+            gpre.fill(0.0);
+            for hh in 0..h {
+                for e in 0..d {
+                    axpy(
+                        &mut gpre[e * k..][..k],
+                        go[hh * d + e],
+                        &rows.ad[hh * k..][..k],
+                    );
+                }
+            }
+            if p.value == ValueNetwork::MlpRelu {
+                for (g, &x) in gpre.iter_mut().zip(&rows.pre) {
+                    if x <= 0.0 {
+                        *g = 0.0;
+                    }
+                }
+            }
+            for hh in 0..h {
+                let ga = &mut ga[hh * k..][..k];
+                ga.fill(0.0);
+                for e in 0..d {
+                    let vt = &rows.vt[(hh * d + e) * k..][..k];
+                    let hid = &rows.hid[e * k..][..k];
+                    let gp = &gpre[e * k..][..k];
+                    let g = go[hh * d + e];
+                    for (((x, &y), &gp), &vv) in ga.iter_mut().zip(hid).zip(gp).zip(vt) {
+                        *x += g * y + gp * vv;
+                    }
+                    let ad = &rows.ad[hh * k..][..k];
+                    for ((x, &a), &gp) in gvt[(hh * d + e) * k..][..k].iter_mut().zip(ad).zip(gp) {
+                        *x += a * gp;
+                    }
+                }
+            }
+        }
+        if let Some(drop) = p.dropout.as_ref().map(|v| &v[i * k..][..k]) {
+            for ga in ga.chunks_exact_mut(k) {
                 for (x, &dr) in ga.iter_mut().zip(drop) {
                     *x *= dr;
                 }
             }
         }
-        if p.rms {
+        if p.norm == Normalisation::RmsHead {
             c.fill(0.0);
             for (ga, m) in ga.chunks_exact(k).zip(rows.m.chunks_exact(k)) {
                 for ((c, &g), &x) in c.iter_mut().zip(ga).zip(m) {
@@ -266,14 +347,29 @@ fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: 
         let vis = p.visible.as_ref().map(|v| &v[i * k..][..k]);
         for hh in 0..h {
             let out = &mut gs[(hh * q + i) * k..][..k];
-            let (ga, m) = (&ga[hh * k..][..k], &rows.m[hh * k..][..k]);
-            for j in 0..k {
-                let g = if p.rms {
-                    ga[j] * rows.r[j] - m[j] * c[j]
-                } else {
-                    ga[j]
-                };
-                out[j] = if vis.is_none_or(|v| v[j]) { g } else { 0.0 };
+            let ga = &ga[hh * k..][..k];
+            match p.norm {
+                Normalisation::RmsHead => {
+                    let m = &rows.m[hh * k..][..k];
+                    for j in 0..k {
+                        out[j] = ga[j] * rows.r[j] - m[j] * c[j];
+                    }
+                }
+                Normalisation::None => out.copy_from_slice(ga),
+                Normalisation::Softmax => {
+                    let a = &rows.a[hh * k..][..k];
+                    let t = dot(a, ga);
+                    for ((y, &a), &g) in out.iter_mut().zip(a).zip(ga) {
+                        *y = a * (g - t);
+                    }
+                }
+            }
+            if let Some(vis) = vis {
+                for (y, &on) in out.iter_mut().zip(vis) {
+                    if !on {
+                        *y = 0.0;
+                    }
+                }
             }
         }
     }
@@ -299,8 +395,8 @@ fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
 }
 
 /// The second half of [`crate::attention::mix`] by the kernel (module docs), or `None` where the
-/// kernel does not apply (softmax normalisation, not the CPU in float32 with the fast paths on, a
-/// mask or dropout multiplier that is not shared by batch and heads).
+/// kernel does not apply (not the CPU in float32 with the fast paths on, a mask or dropout
+/// multiplier that is not shared by batch and heads).
 ///
 /// # Shapes
 /// `scores [B, H, Q, K]` (scaled, with the bias), `v [B, H, K, d]`, `mask` `u8` and `dropout`
@@ -314,15 +410,10 @@ pub(crate) fn mix(
     scores: &Tensor,
     v: &Tensor,
     normalisation: Normalisation,
-    relu: bool,
+    value: ValueNetwork,
     mask: Option<&Tensor>,
     dropout: Option<&Tensor>,
 ) -> Result<Option<(Tensor, Tensor)>> {
-    let rms = match normalisation {
-        Normalisation::RmsHead => true,
-        Normalisation::None => false,
-        Normalisation::Softmax => return Ok(None),
-    };
     if !crate::cpu_ops::applies(scores) {
         return Ok(None);
     }
@@ -345,8 +436,8 @@ pub(crate) fn mix(
         q,
         k,
         d,
-        rms,
-        relu,
+        norm: normalisation,
+        value,
         visible,
         dropout,
     };
@@ -438,8 +529,8 @@ mod tests {
     use candle_core::Var;
 
     /// The kernel's output, codes and gradients against candle's autodiff of the composed
-    /// operations in float64 on the same inputs, for the four mixers it serves, with and without
-    /// a causal mask and dropout.
+    /// operations in float64 on the same inputs, for all eight mixers, with and without a causal
+    /// mask and dropout.
     #[test]
     fn kernel_matches_float64_autodiff_of_the_composed_ops() {
         let (mask, drop, s, v, c) = crate::fastpath::tests::mix_inputs((3, 5, 7, 4), 11);
@@ -447,13 +538,7 @@ mod tests {
         let v64 = Var::from_tensor(&v.to_dtype(DType::F64).unwrap()).unwrap();
         let c64 = c.to_dtype(DType::F64).unwrap();
         let drop64 = drop.to_dtype(DType::F64).unwrap();
-        for mixer in [
-            Mixer::Hyla,
-            Mixer::HylaNoRmsHead,
-            Mixer::HylaLinearValue,
-            Mixer::HylaLinearValueNoRmsHead,
-        ] {
-            let relu = mixer.value_network() == crate::ValueNetwork::MlpRelu;
+        for mixer in Mixer::ALL {
             for masked in [true, false] {
                 let (m, dr, dr64) = if masked {
                     (Some(&mask), Some(&drop), Some(&drop64))
@@ -464,7 +549,7 @@ mod tests {
                     s.as_tensor(),
                     v.as_tensor(),
                     mixer.normalisation(),
-                    relu,
+                    mixer.value_network(),
                     m,
                     dr,
                 )
@@ -496,18 +581,23 @@ mod tests {
     }
 
     /// Each problem's result is that of the problem alone (problems are independent and run in
-    /// parallel), bit for bit; untracked inputs give no graph node.
+    /// parallel), bit for bit, for HYLA and softmax attention; untracked inputs give no graph node.
     #[test]
     fn problems_are_independent_bit_for_bit() {
+        for mixer in [Mixer::Hyla, Mixer::Softmax] {
+            independent_bit_for_bit(mixer);
+        }
+    }
+
+    fn independent_bit_for_bit(mixer: Mixer) {
         let dev = Device::Cpu;
         let (b, h, t, d) = (4, 3, 6, 2);
         let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
         let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
         let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+        let (norm, value) = (mixer.normalisation(), mixer.value_network());
         let run = |s: &Tensor, v: &Tensor, c: &Tensor| {
-            let (o, _) = mix(s, v, Normalisation::RmsHead, true, None, None)
-                .unwrap()
-                .unwrap();
+            let (o, _) = mix(s, v, norm, value, None, None).unwrap().unwrap();
             let g = (&o * c).unwrap().sum_all().unwrap().backward().unwrap();
             let bits = |t: &Tensor| -> Vec<u32> {
                 let x: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
@@ -539,8 +629,8 @@ mod tests {
         let (o, _) = mix(
             &s.as_tensor().detach(),
             &v.as_tensor().detach(),
-            Normalisation::RmsHead,
-            true,
+            norm,
+            value,
             None,
             None,
         )
@@ -549,17 +639,19 @@ mod tests {
         assert!(!o.track_op());
     }
 
-    /// Softmax normalisation, float64, a per-problem mask and switched-off fast paths are left to
-    /// the candle-operation forms.
+    /// Float64, a per-problem mask and switched-off fast paths are left to the candle-operation
+    /// forms.
     #[test]
     fn kernel_declines_what_it_does_not_cover() {
         let dev = Device::Cpu;
         let s = Tensor::randn(0f32, 1.0, (2, 3, 4, 4), &dev).unwrap();
         let v = Tensor::randn(0f32, 1.0, (2, 3, 4, 2), &dev).unwrap();
         let none = |s: &Tensor, v: &Tensor, n, m: Option<&Tensor>| {
-            mix(s, v, n, true, m, None).unwrap().is_none()
+            mix(s, v, n, ValueNetwork::MlpRelu, m, None)
+                .unwrap()
+                .is_none()
         };
-        assert!(none(&s, &v, Normalisation::Softmax, None));
+        assert!(!none(&s, &v, Normalisation::Softmax, None));
         let (s64, v64) = (
             s.to_dtype(DType::F64).unwrap(),
             v.to_dtype(DType::F64).unwrap(),
