@@ -1,6 +1,6 @@
-//! A single-pass CPU kernel for the second half of a mix: the normalisation of the scores
-//! (softmax, RMSHead or none), attention dropout and the value network (`default`, `mlp_relu`,
-//! `mlp_linear`), forward and backward, for all eight mixers.
+//! A single-pass CPU kernel for the second half of a HYLA-style mix: the normalisation of the
+//! scores (RMSHead, none or softmax), attention dropout and the `mlp_relu` / `mlp_linear` value
+//! network, forward and backward.
 //!
 //! As candle operations ([`crate::fused::mlp_value_mix`]) this half is some twenty passes over
 //! `[B, H, Q, K]` tensors (transposes, broadcast products, batched matrix products of 36 x 16 by
@@ -11,9 +11,12 @@
 //! recomputes the codes and hidden units from the scores instead of reading stored intermediates.
 //! With the kernel the mix takes about 15 % of the step, and a 30-step training run of the base
 //! HYLA model uses 12 % less CPU time (user + system, one thread: 17.5 s before, 15.4 s after).
-//! The same loop serves the standard value network of softmax and linear attention, where it
-//! replaces the softmax, the dropout product and four batched 36 x 36 by 36 x 4 matrix products
-//! (forward and backward) per layer.
+//! The standard value network of softmax and linear attention is left to candle: there the
+//! composed form is a fused softmax, a dropout product and batched 36 x 36 by 36 x 4 matrix
+//! products that gemm does well, and the same loop written for it made a CPU step of the base
+//! softmax model slower (0.45-0.47 s against 0.39-0.41 s, one thread, 2026-11-23) and of linear
+//! attention too (0.365 against 0.342 s). With softmax normalisation (`softmax-hypatt`) the kernel
+//! takes a step from 0.54 to 0.51 s.
 //! Problems are independent and run in parallel (rayon); each problem's sums run in a fixed order,
 //! so the result does not depend on the number of threads.
 //!
@@ -26,13 +29,11 @@
 //!   the lowest float gives);
 //!
 //! and `a'[h] = a[h] drop[i,j]`. Then
-//! - `mlp_relu` / `mlp_linear` forward: `pre[d] = sum_h a'[h] v[b,h,j,d]`, `hid = relu(pre)` (or
-//!   `pre`), `o[b,i,h,d] = sum_j a'[h] hid[d]`; backward, from `go = dL/do`:
-//!   `g_hid[d] = sum_h a'[h] go[b,i,h,d]`, `g_pre = g_hid [pre > 0]`,
+//! - forward: `pre[d] = sum_h a'[h] v[b,h,j,d]`, `hid = relu(pre)` (or `pre`),
+//!   `o[b,i,h,d] = sum_j a'[h] hid[d]`;
+//! - backward, from `go = dL/do`: `g_hid[d] = sum_h a'[h] go[b,i,h,d]`, `g_pre = g_hid [pre > 0]`,
 //!   `g_a'[h] = sum_d go[b,i,h,d] hid[d] + sum_d g_pre[d] v[b,h,j,d]`,
-//!   `g_v[b,h,j,d] = sum_i a'[h] g_pre[d]`;
-//! - `default` forward: `o[b,i,h,d] = sum_j a'[h] v[b,h,j,d]`; backward:
-//!   `g_a'[h] = sum_d go[b,i,h,d] v[b,h,j,d]`, `g_v[b,h,j,d] = sum_i a'[h] go[b,i,h,d]`;
+//!   `g_v[b,h,j,d] = sum_i a'[h] g_pre[d]`,
 //!
 //! and `g_a = g_a' drop[i,j]`, then through the normalisation (0 where masked): RMSHead
 //! `g_s[h] = g_a[h] r - m[h] r^3 mean_h(g_a m)`; none `g_s = g_a`; softmax
@@ -40,13 +41,15 @@
 //!
 //! These are the formulas of [`crate::fused::mlp_value_mix`] and [`crate::fused::softmax_last_dim`]
 //! (their tests check them against candle's autodiff), evaluated per pair; the tests below check
-//! the kernel against candle's float64 autodiff of the composed operations for all eight mixers.
+//! the kernel against candle's float64 autodiff of the composed operations for the five mixers it
+//! serves.
 //! Source: `spec/models.md` ("Value networks"), the paper's `DotProductAttention` and
 //! `linear_hypatt` (`hyla/models/attention.py`).
 //!
 //! The kernel runs on the CPU in float32 when the fast paths of [`crate::fastpath`] are on, for
 //! masks and dropout multipliers shared by the batch and the heads (`[Q, K]` up to leading axes of
-//! 1). Other devices and dtypes, and other mask shapes, take the candle-operation forms.
+//! 1). The standard value network, other devices and dtypes, and other mask shapes take the
+//! candle-operation forms.
 
 use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -67,8 +70,8 @@ struct Plan {
     d: usize,
     /// The normalisation of the scores.
     norm: Normalisation,
-    /// The value network.
-    value: ValueNetwork,
+    /// ReLU value network (else linear).
+    relu: bool,
     /// Visibility per pair `[Q * K]` (none: all visible).
     visible: Option<Vec<bool>>,
     /// Dropout multiplier per pair `[Q * K]` (none: 1).
@@ -114,7 +117,7 @@ struct Rows {
     a: Vec<f32>,
     /// Codes after dropout, `[H, K]`.
     ad: Vec<f32>,
-    /// Hidden units of the MLP value networks before and after the activation, `[d, K]`.
+    /// Hidden units before and after the activation, `[d, K]`.
     pre: Vec<f32>,
     /// See `pre`.
     hid: Vec<f32>,
@@ -197,9 +200,6 @@ impl Rows {
             }
             None => self.ad.copy_from_slice(&self.a),
         }
-        if p.value == ValueNetwork::Default {
-            return;
-        }
         self.pre.fill(0.0);
         for hh in 0..h {
             let ad = &self.ad[hh * k..][..k];
@@ -214,9 +214,8 @@ impl Rows {
                 }
             }
         }
-        let relu = p.value == ValueNetwork::MlpRelu;
         for (y, &x) in self.hid.iter_mut().zip(&self.pre) {
-            *y = if relu { x.max(0.0) } else { x };
+            *y = if p.relu { x.max(0.0) } else { x };
         }
     }
 }
@@ -258,11 +257,7 @@ fn forward_one(p: &Plan, s: &[f32], v: &[f32], o: &mut [f32], att: &mut [f32]) {
             att[(hh * q + i) * k..][..k].copy_from_slice(&rows.a[hh * k..][..k]);
             let ad = &rows.ad[hh * k..][..k];
             for e in 0..d {
-                let x = match p.value {
-                    ValueNetwork::Default => &rows.vt[(hh * d + e) * k..][..k],
-                    _ => &rows.hid[e * k..][..k],
-                };
-                o[(i * h + hh) * d + e] = dot(ad, x);
+                o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
             }
         }
     }
@@ -279,50 +274,37 @@ fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: 
     for i in 0..q {
         rows.query(p, s, i);
         let go = &go[i * h * d..][..h * d];
-        if p.value == ValueNetwork::Default {
-            for hh in 0..h {
-                let ga = &mut ga[hh * k..][..k];
-                ga.fill(0.0);
+        gpre.fill(0.0);
+        for hh in 0..h {
+            for e in 0..d {
+                axpy(
+                    &mut gpre[e * k..][..k],
+                    go[hh * d + e],
+                    &rows.ad[hh * k..][..k],
+                );
+            }
+        }
+        if p.relu {
+            for (g, &x) in gpre.iter_mut().zip(&rows.pre) {
+                if x <= 0.0 {
+                    *g = 0.0;
+                }
+            }
+        }
+        for hh in 0..h {
+            let ga = &mut ga[hh * k..][..k];
+            ga.fill(0.0);
+            for e in 0..d {
+                let vt = &rows.vt[(hh * d + e) * k..][..k];
+                let hid = &rows.hid[e * k..][..k];
+                let gp = &gpre[e * k..][..k];
+                let g = go[hh * d + e];
+                for (((x, &y), &gp), &vv) in ga.iter_mut().zip(hid).zip(gp).zip(vt) {
+                    *x += g * y + gp * vv;
+                }
                 let ad = &rows.ad[hh * k..][..k];
-                for e in 0..d {
-                    let g = go[hh * d + e];
-                    axpy(ga, g, &rows.vt[(hh * d + e) * k..][..k]);
-                    axpy(&mut gvt[(hh * d + e) * k..][..k], g, ad);
-                }
-            }
-        } else {
-            gpre.fill(0.0);
-            for hh in 0..h {
-                for e in 0..d {
-                    axpy(
-                        &mut gpre[e * k..][..k],
-                        go[hh * d + e],
-                        &rows.ad[hh * k..][..k],
-                    );
-                }
-            }
-            if p.value == ValueNetwork::MlpRelu {
-                for (g, &x) in gpre.iter_mut().zip(&rows.pre) {
-                    if x <= 0.0 {
-                        *g = 0.0;
-                    }
-                }
-            }
-            for hh in 0..h {
-                let ga = &mut ga[hh * k..][..k];
-                ga.fill(0.0);
-                for e in 0..d {
-                    let vt = &rows.vt[(hh * d + e) * k..][..k];
-                    let hid = &rows.hid[e * k..][..k];
-                    let gp = &gpre[e * k..][..k];
-                    let g = go[hh * d + e];
-                    for (((x, &y), &gp), &vv) in ga.iter_mut().zip(hid).zip(gp).zip(vt) {
-                        *x += g * y + gp * vv;
-                    }
-                    let ad = &rows.ad[hh * k..][..k];
-                    for ((x, &a), &gp) in gvt[(hh * d + e) * k..][..k].iter_mut().zip(ad).zip(gp) {
-                        *x += a * gp;
-                    }
+                for ((x, &a), &gp) in gvt[(hh * d + e) * k..][..k].iter_mut().zip(ad).zip(gp) {
+                    *x += a * gp;
                 }
             }
         }
@@ -395,8 +377,8 @@ fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
 }
 
 /// The second half of [`crate::attention::mix`] by the kernel (module docs), or `None` where the
-/// kernel does not apply (not the CPU in float32 with the fast paths on, a mask or dropout
-/// multiplier that is not shared by batch and heads).
+/// kernel does not apply (the standard value network, not the CPU in float32 with the fast paths
+/// on, a mask or dropout multiplier that is not shared by batch and heads).
 ///
 /// # Shapes
 /// `scores [B, H, Q, K]` (scaled, with the bias), `v [B, H, K, d]`, `mask` `u8` and `dropout`
@@ -414,6 +396,11 @@ pub(crate) fn mix(
     mask: Option<&Tensor>,
     dropout: Option<&Tensor>,
 ) -> Result<Option<(Tensor, Tensor)>> {
+    let relu = match value {
+        ValueNetwork::MlpRelu => true,
+        ValueNetwork::MlpLinear => false,
+        ValueNetwork::Default => return Ok(None),
+    };
     if !crate::cpu_ops::applies(scores) {
         return Ok(None);
     }
@@ -437,7 +424,7 @@ pub(crate) fn mix(
         k,
         d,
         norm: normalisation,
-        value,
+        relu,
         visible,
         dropout,
     };
@@ -529,8 +516,8 @@ mod tests {
     use candle_core::Var;
 
     /// The kernel's output, codes and gradients against candle's autodiff of the composed
-    /// operations in float64 on the same inputs, for all eight mixers, with and without a causal
-    /// mask and dropout.
+    /// operations in float64 on the same inputs, for the five mixers it serves (those with an MLP
+    /// value network), with and without a causal mask and dropout.
     #[test]
     fn kernel_matches_float64_autodiff_of_the_composed_ops() {
         let (mask, drop, s, v, c) = crate::fastpath::tests::mix_inputs((3, 5, 7, 4), 11);
@@ -539,6 +526,9 @@ mod tests {
         let c64 = c.to_dtype(DType::F64).unwrap();
         let drop64 = drop.to_dtype(DType::F64).unwrap();
         for mixer in Mixer::ALL {
+            if mixer.value_network() == ValueNetwork::Default {
+                continue;
+            }
             for masked in [true, false] {
                 let (m, dr, dr64) = if masked {
                     (Some(&mask), Some(&drop), Some(&drop64))
@@ -581,10 +571,10 @@ mod tests {
     }
 
     /// Each problem's result is that of the problem alone (problems are independent and run in
-    /// parallel), bit for bit, for HYLA and softmax attention; untracked inputs give no graph node.
+    /// parallel), bit for bit, for HYLA and softmax-hypatt; untracked inputs give no graph node.
     #[test]
     fn problems_are_independent_bit_for_bit() {
-        for mixer in [Mixer::Hyla, Mixer::Softmax] {
+        for mixer in [Mixer::Hyla, Mixer::SoftmaxHypatt] {
             independent_bit_for_bit(mixer);
         }
     }
@@ -639,8 +629,8 @@ mod tests {
         assert!(!o.track_op());
     }
 
-    /// Float64, a per-problem mask and switched-off fast paths are left to the candle-operation
-    /// forms.
+    /// The standard value network, float64, a per-problem mask and switched-off fast paths are left
+    /// to the candle-operation forms.
     #[test]
     fn kernel_declines_what_it_does_not_cover() {
         let dev = Device::Cpu;
@@ -652,6 +642,16 @@ mod tests {
                 .is_none()
         };
         assert!(!none(&s, &v, Normalisation::Softmax, None));
+        assert!(mix(
+            &s,
+            &v,
+            Normalisation::Softmax,
+            ValueNetwork::Default,
+            None,
+            None
+        )
+        .unwrap()
+        .is_none());
         let (s64, v64) = (
             s.to_dtype(DType::F64).unwrap(),
             v.to_dtype(DType::F64).unwrap(),
