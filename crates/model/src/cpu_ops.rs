@@ -9,18 +9,40 @@
 //! passes over `[4608, 128]` and `[4608, 256]` activations took about 12 % of a CPU training step
 //! (`perf`, one thread). Here:
 //!
-//! - bias: `y[r, n] = x[r, n] + b[n]`; `dx = g`, `db[n] = sum_r g[r, n]` (summed over rows in
-//!   order);
+//! - bias: `y[r, n] = x[r, n] + b[n]`; `dx = g`, `db[n] = sum_r g[r, n]` (summed per block of
+//!   rows, below);
 //! - GELU: `y = x sigmoid(z)`, `z = c (x + 0.044715 x^3)`, `c = 2 sqrt(2 / pi)` (the same function as
 //!   `0.5 x (1 + tanh(z / 2))`, `jax.nn.gelu(approximate=True)`);
 //!   `dx = g (s + x s (1 - s) c (1 + 3 * 0.044715 x^2))` with `s = sigmoid(z)`.
 //!
 //! Both run in float32 on the CPU when the fast paths of [`crate::fastpath`] are on; everything
 //! else takes the forms of [`crate::fastpath`].
+//!
+//! Every operation here runs in parallel (rayon) over fixed blocks of [`BLOCK_ROWS`] rows (or
+//! [`BLOCK_ELEMS`] elements); sums over rows are taken per block in row order and the block sums
+//! added in block order, so the results do not depend on the number of threads.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
+use rayon::prelude::*;
 
 use crate::error::Result;
+
+/// Rows per parallel task of the row-wise operations.
+const BLOCK_ROWS: usize = 64;
+/// Elements per parallel task of the elementwise operations (at least).
+const BLOCK_ELEMS: usize = 8192;
+
+/// The sum of per-block partial sums, added in block order (so that a sum over rows does not
+/// depend on how many threads computed the blocks).
+fn add_in_order<'a>(blocks: impl Iterator<Item = &'a Vec<f32>>, n: usize) -> Vec<f32> {
+    let mut total = vec![0f32; n];
+    for block in blocks {
+        for (t, &x) in total.iter_mut().zip(block) {
+            *t += x;
+        }
+    }
+    total
+}
 
 /// `2 sqrt(2 / pi)`.
 const TWO_SQRT_2_OVER_PI: f32 = 1.595_769_2;
@@ -91,10 +113,17 @@ impl CustomOp2 for AddRows {
         bl: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, b) = (data(xs, xl)?, data(bs, bl)?);
-        let mut y = Vec::with_capacity(x.len());
-        for row in x.chunks_exact(b.len()) {
-            y.extend(row.iter().zip(b).map(|(x, b)| x + b));
-        }
+        let n = b.len();
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(BLOCK_ROWS * n)
+            .zip(x.par_chunks(BLOCK_ROWS * n))
+            .for_each(|(y, x)| {
+                for (y, x) in y.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+                    for ((y, &x), &b) in y.iter_mut().zip(x).zip(b) {
+                        *y = x + b;
+                    }
+                }
+            });
         Ok((CpuStorage::F32(y), xl.shape().clone()))
     }
 
@@ -106,14 +135,20 @@ impl CustomOp2 for AddRows {
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let n = b.elem_count();
-        let mut db = vec![0f32; n];
-        with_tensor(g, |g| {
-            for row in g.chunks_exact(n) {
-                for (s, &x) in db.iter_mut().zip(row) {
-                    *s += x;
-                }
-            }
+        let blocks: Vec<Vec<f32>> = with_tensor(g, |g| {
+            g.par_chunks(BLOCK_ROWS * n)
+                .map(|g| {
+                    let mut db = vec![0f32; n];
+                    for row in g.chunks_exact(n) {
+                        for (s, &x) in db.iter_mut().zip(row) {
+                            *s += x;
+                        }
+                    }
+                    db
+                })
+                .collect()
         })?;
+        let db = add_in_order(blocks.iter(), n);
         let db = Tensor::from_vec(db, b.shape(), b.device())?;
         Ok((Some(g.clone()), Some(db)))
     }
@@ -146,23 +181,25 @@ impl CustomOp1 for GeluTanh {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let y = data(s, l)?
-            .iter()
+            .par_iter()
+            .with_min_len(BLOCK_ELEMS)
             .map(|&x| x * sigmoid(TWO_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
             .collect();
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let dx = with_tensor(x, |x| {
+        let dx: Vec<f32> = with_tensor(x, |x| {
             with_tensor(g, |g| {
-                x.iter()
-                    .zip(g)
+                x.par_iter()
+                    .zip(g.par_iter())
+                    .with_min_len(BLOCK_ELEMS)
                     .map(|(&x, &g)| {
                         let s = sigmoid(TWO_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x));
                         let dz = TWO_SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
                         g * (s + x * s * (1.0 - s) * dz)
                     })
-                    .collect::<Vec<f32>>()
+                    .collect()
             })
         })??;
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
@@ -172,7 +209,7 @@ impl CustomOp1 for GeluTanh {
 /// The LayerNorm gradient of [`crate::fused::layer_norm`] in one pass over the rows: per row of
 /// `D` entries, `xhat = (x - mean) r`, `r = 1 / sqrt(var + eps)` (the variance of the centred
 /// row), `gh = g w`, `dx = r (gh - mean(gh) - xhat mean(gh xhat))`; `dw = sum_rows g xhat`,
-/// `db = sum_rows g`, summed over rows in order.
+/// `db = sum_rows g`, summed per block of rows (module docs).
 ///
 /// # Shapes
 /// `x [rows, D]`, `w [D]`, `g [rows, D]` -> `([rows, D], [D], [D])`.
@@ -194,39 +231,52 @@ pub(crate) fn layer_norm_backward(
             g.dims()
         )));
     }
-    let (mut dx, mut dw, mut db) = (vec![0f32; rows * d], vec![0f32; d], vec![0f32; d]);
-    let (mut xhat, mut gh) = (vec![0f32; d], vec![0f32; d]);
     let n = d as f32;
-    with_tensor(x, |x| {
+    let mut dx = vec![0f32; rows * d];
+    // Per block of rows: `dx` of its rows, and its partial sums of `dw` and `db`.
+    let blocks: Vec<(Vec<f32>, Vec<f32>)> = with_tensor(x, |x| {
         with_tensor(w, |w| {
             with_tensor(g, |g| {
-                for ((x, g), dx) in x
-                    .chunks_exact(d)
-                    .zip(g.chunks_exact(d))
-                    .zip(dx.chunks_exact_mut(d))
-                {
-                    let mean = x.iter().sum::<f32>() / n;
-                    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
-                    let r = 1.0 / (var + eps as f32).sqrt();
-                    for (xh, &v) in xhat.iter_mut().zip(x) {
-                        *xh = (v - mean) * r;
-                    }
-                    let (mut m1, mut m2) = (0f32, 0f32);
-                    for e in 0..d {
-                        db[e] += g[e];
-                        dw[e] += g[e] * xhat[e];
-                        gh[e] = g[e] * w[e];
-                        m1 += gh[e];
-                        m2 += gh[e] * xhat[e];
-                    }
-                    let (m1, m2) = (m1 / n, m2 / n);
-                    for e in 0..d {
-                        dx[e] = (gh[e] - m1 - xhat[e] * m2) * r;
-                    }
-                }
+                dx.par_chunks_mut(BLOCK_ROWS * d)
+                    .zip(
+                        x.par_chunks(BLOCK_ROWS * d)
+                            .zip(g.par_chunks(BLOCK_ROWS * d)),
+                    )
+                    .map(|(dx, (x, g))| {
+                        let (mut dw, mut db) = (vec![0f32; d], vec![0f32; d]);
+                        let (mut xhat, mut gh) = (vec![0f32; d], vec![0f32; d]);
+                        for ((x, g), dx) in x
+                            .chunks_exact(d)
+                            .zip(g.chunks_exact(d))
+                            .zip(dx.chunks_exact_mut(d))
+                        {
+                            let mean = x.iter().sum::<f32>() / n;
+                            let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                            let r = 1.0 / (var + eps as f32).sqrt();
+                            for (xh, &v) in xhat.iter_mut().zip(x) {
+                                *xh = (v - mean) * r;
+                            }
+                            let (mut m1, mut m2) = (0f32, 0f32);
+                            for e in 0..d {
+                                db[e] += g[e];
+                                dw[e] += g[e] * xhat[e];
+                                gh[e] = g[e] * w[e];
+                                m1 += gh[e];
+                                m2 += gh[e] * xhat[e];
+                            }
+                            let (m1, m2) = (m1 / n, m2 / n);
+                            for e in 0..d {
+                                dx[e] = (gh[e] - m1 - xhat[e] * m2) * r;
+                            }
+                        }
+                        (dw, db)
+                    })
+                    .collect()
             })
         })
     })???;
+    let dw = add_in_order(blocks.iter().map(|b| &b.0), d);
+    let db = add_in_order(blocks.iter().map(|b| &b.1), d);
     let dev = x.device();
     Ok((
         Tensor::from_vec(dx, (rows, d), dev)?,
@@ -254,16 +304,23 @@ pub(crate) fn softmax_backward(y: &Tensor, g: &Tensor) -> Result<Tensor> {
     let mut dx = vec![0f32; y.elem_count()];
     with_tensor(y, |y| {
         with_tensor(g, |g| {
-            for ((y, g), dx) in y
-                .chunks_exact(n)
-                .zip(g.chunks_exact(n))
-                .zip(dx.chunks_exact_mut(n))
-            {
-                let dot = g.iter().zip(y).map(|(g, y)| g * y).sum::<f32>();
-                for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
-                    *dx = (g - dot) * y;
-                }
-            }
+            dx.par_chunks_mut(BLOCK_ROWS * n)
+                .zip(
+                    y.par_chunks(BLOCK_ROWS * n)
+                        .zip(g.par_chunks(BLOCK_ROWS * n)),
+                )
+                .for_each(|(dx, (y, g))| {
+                    for ((y, g), dx) in y
+                        .chunks_exact(n)
+                        .zip(g.chunks_exact(n))
+                        .zip(dx.chunks_exact_mut(n))
+                    {
+                        let dot = g.iter().zip(y).map(|(g, y)| g * y).sum::<f32>();
+                        for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
+                            *dx = (g - dot) * y;
+                        }
+                    }
+                })
         })
     })??;
     Ok(Tensor::from_vec(dx, y.shape(), y.device())?)
@@ -323,5 +380,81 @@ mod tests {
         let x = Tensor::new(&[-200f32, -30.0, 0.0, 30.0, 200.0], &dev).unwrap();
         let y: Vec<f32> = gelu_tanh(&x).unwrap().to_vec1().unwrap();
         assert_eq!(y, [-0.0, -0.0, 0.0, 30.0, 200.0]);
+    }
+
+    /// On inputs of several blocks, every operation gives the same bits on one thread and on
+    /// three (blocks are fixed, block sums added in order), and the parallel sums over rows are
+    /// those of one pass in row order to float32 rounding.
+    #[test]
+    fn results_do_not_depend_on_the_thread_count() {
+        let dev = Device::Cpu;
+        let (rows, d) = (3 * BLOCK_ROWS + 7, 48);
+        assert!(rows * d > BLOCK_ELEMS);
+        let x = Var::randn(0f32, 1.0, (rows, d), &dev).unwrap();
+        let b = Var::randn(0f32, 1.0, d, &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, d, &dev).unwrap();
+        let g = Tensor::randn(0f32, 1.0, (rows, d), &dev).unwrap();
+        let y = candle_nn::ops::softmax_last_dim(&g).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+            v.into_iter().map(f32::to_bits).collect()
+        };
+        let run = || {
+            let out = gelu_tanh(&add_rows(x.as_tensor(), b.as_tensor()).unwrap()).unwrap();
+            let grads = (&out * &g).unwrap().sum_all().unwrap().backward().unwrap();
+            let (dx, dw, db) = layer_norm_backward(x.as_tensor(), &w, &g, 1e-5).unwrap();
+            let ds = softmax_backward(&y, &x.as_tensor().detach()).unwrap();
+            [
+                out,
+                grads.get(x.as_tensor()).unwrap().clone(),
+                grads.get(b.as_tensor()).unwrap().clone(),
+                dx,
+                dw,
+                db,
+                ds,
+            ]
+            .map(|t| bits(&t))
+        };
+        let pool = |n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .unwrap()
+        };
+        let one = pool(1).install(run);
+        let three = pool(3).install(run);
+        for (i, (a, b)) in one.iter().zip(&three).enumerate() {
+            assert!(a == b, "output {i} differs between 1 and 3 threads");
+        }
+        // The bias gradient (a sum over rows in blocks) against a plain sum in row order.
+        let db: Vec<f32> = one[2].iter().map(|&u| f32::from_bits(u)).collect();
+        let gsum: Vec<f32> = (&gelu_grad(x.as_tensor(), b.as_tensor()) * &g)
+            .unwrap()
+            .sum(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        for (a, b) in db.iter().zip(&gsum) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+
+    /// `d gelu(x + b) / dx` by candle's own operations (float64), as float32.
+    fn gelu_grad(x: &Tensor, b: &Tensor) -> Tensor {
+        let z = x
+            .to_dtype(DType::F64)
+            .unwrap()
+            .broadcast_add(&b.to_dtype(DType::F64).unwrap())
+            .unwrap();
+        let v = Var::from_tensor(&z).unwrap();
+        let g = v
+            .as_tensor()
+            .gelu()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        g.get(v.as_tensor()).unwrap().to_dtype(DType::F32).unwrap()
     }
 }
