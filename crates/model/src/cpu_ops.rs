@@ -55,6 +55,27 @@ fn for_blocks<P: Send>(
     }
 }
 
+/// [`for_blocks`] over two outputs at once: `f(index, block of a, block of b)` for the blocks of
+/// `a_len` entries of `a` and `b_len` entries of `b` (the mix kernel's per-problem outputs).
+pub(crate) fn for_block_pairs(
+    a: &mut [f32],
+    a_len: usize,
+    b: &mut [f32],
+    b_len: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
+) {
+    if rayon::current_num_threads() > 1 {
+        a.par_chunks_mut(a_len)
+            .zip(b.par_chunks_mut(b_len))
+            .enumerate()
+            .for_each(|(i, (a, b))| f(i, a, b));
+    } else {
+        for (i, (a, b)) in a.chunks_mut(a_len).zip(b.chunks_mut(b_len)).enumerate() {
+            f(i, a, b);
+        }
+    }
+}
+
 /// `f` of each block of `block_len` entries of `data`, in block order; in parallel as
 /// [`for_blocks`].
 fn map_blocks<P: Send>(
@@ -359,7 +380,7 @@ pub(crate) fn softmax_backward(y: &Tensor, g: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fastpath::tests::close;
+    use crate::fastpath::tests::{bits, close};
     use candle_core::{Device, Var};
 
     /// Values and gradients of both operations against candle's autodiff of the composed forms in
@@ -425,10 +446,6 @@ mod tests {
         let w = Tensor::randn(0f32, 1.0, d, &dev).unwrap();
         let g = Tensor::randn(0f32, 1.0, (rows, d), &dev).unwrap();
         let y = candle_nn::ops::softmax_last_dim(&g).unwrap();
-        let bits = |t: &Tensor| -> Vec<u32> {
-            let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-            v.into_iter().map(f32::to_bits).collect()
-        };
         let run = || {
             let out = gelu_tanh(&add_rows(x.as_tensor(), b.as_tensor()).unwrap()).unwrap();
             let grads = (&out * &g).unwrap().sum_all().unwrap().backward().unwrap();

@@ -254,6 +254,13 @@ pub(crate) mod tests {
         (mask, drop, s, v, c)
     }
 
+    /// The bits of a float32 tensor's values, for bitwise comparisons (shared with `cpu_ops`' and
+    /// `mix_kernel`'s tests).
+    pub(crate) fn bits(t: &Tensor) -> Vec<u32> {
+        let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+        v.into_iter().map(f32::to_bits).collect()
+    }
+
     /// Asserts `|a - b| <= tol (1 + |b|)` elementwise (compared in float64; shared with
     /// `fused`'s tests).
     pub(crate) fn close(a: &Tensor, b: &Tensor, tol: f64) {

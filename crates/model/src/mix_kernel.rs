@@ -17,7 +17,8 @@
 //! softmax model slower (0.45-0.47 s against 0.39-0.41 s, one thread, 2026-11-23) and of linear
 //! attention too (0.365 against 0.342 s). With softmax normalisation (`softmax-hypatt`) the kernel
 //! takes a step from 0.54 to 0.51 s.
-//! Problems are independent and run in parallel (rayon); each problem's sums run in a fixed order,
+//! Problems are independent and run in parallel (rayon, on the calling thread when it has one
+//! thread: [`crate::cpu_ops::for_block_pairs`]); each problem's sums run in a fixed order,
 //! so the result does not depend on the number of threads.
 //!
 //! For each problem `b` and pair `(i, j)` (query, key), with `m[h] = s[b,h,i,j]` where visible and
@@ -52,9 +53,8 @@
 //! candle-operation forms.
 
 use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
-use rayon::prelude::*;
 
-use crate::cpu_ops::with_tensor;
+use crate::cpu_ops::{for_block_pairs, with_tensor};
 use crate::error::Result;
 use crate::{Normalisation, ValueNetwork};
 
@@ -432,14 +432,11 @@ pub(crate) fn mix(
     let (mut o, mut att) = (vec![0f32; b * q * h * d], vec![0f32; b * h * q * k]);
     with_tensor(&s, |sd| {
         with_tensor(&v, |vd| {
-            o.par_chunks_mut(q * h * d)
-                .zip(att.par_chunks_mut(h * q * k))
-                .enumerate()
-                .for_each(|(n, (o, att))| {
-                    let s = &sd[n * h * q * k..][..h * q * k];
-                    let v = &vd[n * h * k * d..][..h * k * d];
-                    forward_one(&plan, s, v, o, att);
-                })
+            for_block_pairs(&mut o, q * h * d, &mut att, h * q * k, |n, o, att| {
+                let s = &sd[n * h * q * k..][..h * q * k];
+                let v = &vd[n * h * k * d..][..h * k * d];
+                forward_one(&plan, s, v, o, att);
+            })
         })
     })??;
     let o = Tensor::from_vec(o, (b, q, h, d), &Device::Cpu)?;
@@ -489,15 +486,12 @@ impl candle_core::CustomOp2 for MixKernel {
         with_tensor(s, |sd| {
             with_tensor(v, |vd| {
                 with_tensor(g, |gd| {
-                    gs.par_chunks_mut(h * q * k)
-                        .zip(gv.par_chunks_mut(h * k * d))
-                        .enumerate()
-                        .for_each(|(n, (gs, gv))| {
-                            let s = &sd[n * h * q * k..][..h * q * k];
-                            let v = &vd[n * h * k * d..][..h * k * d];
-                            let go = &gd[n * q * h * d..][..q * h * d];
-                            backward_one(p, s, v, go, gs, gv);
-                        })
+                    for_block_pairs(&mut gs, h * q * k, &mut gv, h * k * d, |n, gs, gv| {
+                        let s = &sd[n * h * q * k..][..h * q * k];
+                        let v = &vd[n * h * k * d..][..h * k * d];
+                        let go = &gd[n * q * h * d..][..q * h * d];
+                        backward_one(p, s, v, go, gs, gv);
+                    })
                 })
             })
         })???;
@@ -511,7 +505,7 @@ impl candle_core::CustomOp2 for MixKernel {
 mod tests {
     use super::*;
     use crate::attention::normalise_and_mix;
-    use crate::fastpath::tests::close;
+    use crate::fastpath::tests::{bits, close};
     use crate::Mixer;
     use candle_core::Var;
 
@@ -589,10 +583,6 @@ mod tests {
         let run = |s: &Tensor, v: &Tensor, c: &Tensor| {
             let (o, _) = mix(s, v, norm, value, None, None).unwrap().unwrap();
             let g = (&o * c).unwrap().sum_all().unwrap().backward().unwrap();
-            let bits = |t: &Tensor| -> Vec<u32> {
-                let x: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-                x.into_iter().map(f32::to_bits).collect()
-            };
             (bits(&o), bits(g.get(s).unwrap()), bits(g.get(v).unwrap()))
         };
         let (o, gs, gv) = run(s.as_tensor(), v.as_tensor(), &c);
