@@ -6,7 +6,8 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-/// Transformer interpretability: latent codes of attention as a hypernetwork, and circuits.
+/// hyperlens: transformer interpretability from training to report. Latent codes of attention as
+/// a hypernetwork (Schug et al., ICLR 2025) and circuits from the weights (Elhage et al. 2021).
 #[derive(Debug, Parser)]
 #[command(name = "hyperlens", version, about, long_about = None)]
 struct Cli {

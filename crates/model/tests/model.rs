@@ -764,13 +764,8 @@ fn broken_checkpoints_give_clear_errors() {
 // Paper checkpoints (JAX export) -> import -> save -> load -> eval
 
 fn reference_dir() -> PathBuf {
-    let d = manifest_dir().join("../../../shared/reference-checkpoints/paper-jax-seed1");
-    assert!(
-        d.join("hyla_params.npz").is_file(),
-        "reference checkpoints not found at {} (the repository expects `shared/` beside it)",
-        d.display()
-    );
-    d
+    // The paper's JAX exports, committed as test fixtures (crates/model/tests/fixtures/README.md).
+    manifest_dir().join("tests/fixtures/paper-jax")
 }
 
 #[test]

@@ -14,15 +14,10 @@ use ndarray::{Array1, Array2, Array5};
 use ndarray_npy::NpzReader;
 
 fn reference_checkpoint(name: &str) -> PathBuf {
-    let p = manifest_dir()
-        .join("../../../shared/reference-checkpoints/paper-jax-seed1")
-        .join(name);
-    assert!(
-        p.exists(),
-        "reference checkpoint {} is missing (shared/ must sit beside the repository)",
-        p.display()
-    );
-    p
+    // The paper's JAX exports, committed as fixtures of the model crate.
+    manifest_dir()
+        .join("../model/tests/fixtures/paper-jax")
+        .join(name)
 }
 
 fn load(mixer: Mixer, file: &str) -> Transformer {

@@ -440,7 +440,7 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
     use ndarray::{Array2, Array3, Ix0};
     use ndarray_npy::NpzReader;
     let fixtures = manifest_dir().join("tests/fixtures");
-    let reference = manifest_dir().join("../../../shared/reference-checkpoints/paper-jax-seed1");
+    let reference = manifest_dir().join("../model/tests/fixtures/paper-jax");
     let mut inputs =
         NpzReader::new(std::fs::File::open(fixtures.join("paper_grads_inputs.npz")).unwrap())
             .unwrap();

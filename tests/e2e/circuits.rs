@@ -243,7 +243,7 @@ fn circuits_rejects_bad_flags_clearly() {
 }
 
 fn shipped() -> PathBuf {
-    super::manifest_dir().join("../../data/induction/attn-only-2l")
+    super::manifest_dir().join("data/induction/attn-only-2l")
 }
 
 /// Issue 7, must show: the trained 2-layer attention-only model has a layer-0 head with
