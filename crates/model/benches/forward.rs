@@ -15,7 +15,7 @@
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hyperlens_model::{Config, Mixer, Transformer};
+use hyperlens_model::{Config, Mixer, Ops, Transformer};
 use rand::{Rng, SeedableRng};
 
 const BATCH: usize = 128;
@@ -72,12 +72,8 @@ fn bench_cpu_fast_paths(c: &mut Criterion) {
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {
-                let y = if sigmoid {
-                    hyperlens_model::fastpath::gelu_tanh(x.as_tensor())
-                } else {
-                    x.as_tensor().gelu().map_err(Into::into)
-                }
-                .expect("gelu");
+                let ops = if sigmoid { Ops::Fast } else { Ops::Reference };
+                let y = ops.gelu_tanh(x.as_tensor()).expect("gelu");
                 y.sum_all().expect("sum").backward().expect("backward")
             })
         });
@@ -87,7 +83,7 @@ fn bench_cpu_fast_paths(c: &mut Criterion) {
 
 fn bench_mix(c: &mut Criterion) {
     use candle_core::Var;
-    use hyperlens_model::{attention, fastpath};
+    use hyperlens_model::nn::position::dropout_mask;
     let mut group = c.benchmark_group("mix");
     group.sample_size(10);
     let dev = Device::Cpu;
@@ -96,27 +92,24 @@ fn bench_mix(c: &mut Criterion) {
     let (q, k, v) = (var(), var(), var());
     let bias = Tensor::randn(0f32, 0.1, (h, t, t), &dev).expect("bias");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-    let drop = attention::dropout_mask(t, t, 0.1, &mut rng, &dev).expect("dropout");
+    let drop = dropout_mask(t, t, 0.1, &mut rng, &dev).expect("dropout");
     let c_out = Tensor::randn(0f32, 1.0, (BATCH, t, h, d), &dev).expect("cotangent");
-    for (name, fast) in [("hyla/kernel", true), ("hyla/candle_ops", false)] {
+    for (name, ops) in [("hyla/kernel", Ops::Fast), ("hyla/candle_ops", Ops::Fused)] {
         group.bench_function(name, |b| {
             b.iter(|| {
-                fastpath::with_cpu_fast_paths(fast, || {
-                    let (o, _) = attention::mix(
-                        q.as_tensor(),
-                        k.as_tensor(),
-                        v.as_tensor(),
-                        Some(&bias),
-                        None,
-                        Mixer::Hyla,
-                        Some(&drop),
-                    )
+                let scores = q
+                    .as_tensor()
+                    .matmul(&k.as_tensor().t().expect("t"))
+                    .and_then(|s| s / (d as f64).sqrt())
+                    .expect("scores");
+                let scores = ops.add_leading(&scores, &bias).expect("bias");
+                let (o, _) = ops
+                    .mix(&scores, v.as_tensor(), Mixer::Hyla, None, Some(&drop))
                     .expect("mix");
-                    (o * &c_out)
-                        .and_then(|l| l.sum_all())
-                        .and_then(|l| l.backward())
-                        .expect("backward")
-                })
+                (o * &c_out)
+                    .and_then(|l| l.sum_all())
+                    .and_then(|l| l.backward())
+                    .expect("backward")
             });
         });
     }

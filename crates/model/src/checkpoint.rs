@@ -4,12 +4,11 @@
 //! Loading checks every tensor (present, shape, dtype f32, finite, no unexpected names) against the
 //! config and reports the first problem naming the file and the tensor. Saving is atomic.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+use safetensors::tensor::{Dtype as StDtype, SafeTensors};
 
 use crate::config::Config;
 use crate::error::{ModelError, Result};
@@ -19,27 +18,6 @@ use crate::transformer::Transformer;
 pub const CONFIG_FILE: &str = "config.json";
 /// File name of the weights inside a checkpoint directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
-
-/// A host-side f32 tensor for safetensors serialisation.
-struct F32View {
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-impl View for &F32View {
-    fn dtype(&self) -> StDtype {
-        StDtype::F32
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
-}
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
     move |source| ModelError::Io {
@@ -60,22 +38,26 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
-/// Serialises named tensors to safetensors bytes after checking them against `config`.
-fn weights_bytes(config: &Config, tensors: &[(String, Tensor)], path: &Path) -> Result<Vec<u8>> {
+/// The one safetensors writer of the crate: checks `tensors` against the `expected` names and
+/// shapes (every one present, of its shape, finite; none extra) and serialises them as float32 with
+/// the metadata `producer` plus `metadata`.
+///
+/// # Shapes
+/// `tensors` must be exactly the `expected` names with the `expected` shapes (any order); they are
+/// written in the `expected` order.
+///
+/// # Errors
+/// [`ModelError::Tensor`] naming `path` and the tensor for a missing, misshapen or non-finite
+/// tensor; [`ModelError::Checkpoint`] for an extra tensor or a serialisation failure.
+pub(crate) fn weights_bytes(
+    path: &Path,
+    expected: &[(String, Vec<usize>)],
+    tensors: &[(String, Tensor)],
+    metadata: &[(&str, &str)],
+) -> Result<Vec<u8>> {
     let given: HashMap<&str, &Tensor> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let expected = config.tensor_shapes();
-    if given.len() != expected.len() {
-        return Err(ModelError::Checkpoint {
-            path: path.to_path_buf(),
-            msg: format!(
-                "{} tensors given, the config has {}",
-                given.len(),
-                expected.len()
-            ),
-        });
-    }
-    let mut views = Vec::with_capacity(expected.len());
-    for (name, shape) in &expected {
+    let mut host: Vec<(String, Tensor)> = Vec::with_capacity(expected.len());
+    for (name, shape) in expected {
         let terr = |msg: String| ModelError::Tensor {
             path: path.to_path_buf(),
             name: name.clone(),
@@ -85,39 +67,39 @@ fn weights_bytes(config: &Config, tensors: &[(String, Tensor)], path: &Path) -> 
             .get(name.as_str())
             .ok_or_else(|| terr("missing".into()))?;
         if t.dims() != shape.as_slice() {
-            return Err(terr(format!(
-                "shape {:?}, config implies {:?}",
-                t.dims(),
-                shape
-            )));
+            return Err(terr(format!("shape {:?}, expected {:?}", t.dims(), shape)));
         }
-        let v: Vec<f32> = t
+        let t = t
             .to_dtype(DType::F32)?
-            .flatten_all()?
             .to_device(&Device::Cpu)?
-            .to_vec1()?;
+            .contiguous()?;
+        let v = t.flatten_all()?.to_vec1::<f32>()?;
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {
             return Err(terr(format!(
                 "refusing to save a non-finite value (flat index {i})"
             )));
         }
-        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        views.push((
-            name.clone(),
-            F32View {
-                shape: shape.clone(),
-                bytes,
-            },
-        ));
+        host.push((name.clone(), t));
     }
-    let meta = HashMap::from([
-        (
-            "producer".to_string(),
-            format!("hyperlens {}", env!("CARGO_PKG_VERSION")),
-        ),
-        ("mixer".to_string(), config.mixer.to_string()),
-    ]);
-    safetensors::tensor::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), Some(meta)).map_err(
+    if given.len() != expected.len() {
+        let known: std::collections::HashSet<&str> =
+            expected.iter().map(|(n, _)| n.as_str()).collect();
+        let extra: Vec<&str> = given
+            .keys()
+            .copied()
+            .filter(|n| !known.contains(n))
+            .collect();
+        return Err(ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: format!("unexpected tensors: {}", extra.join(", ")),
+        });
+    }
+    let mut meta = HashMap::from([(
+        "producer".to_string(),
+        format!("hyperlens {}", env!("CARGO_PKG_VERSION")),
+    )]);
+    meta.extend(metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    safetensors::tensor::serialize(host.iter().map(|(n, t)| (n.as_str(), t)), Some(meta)).map_err(
         |e| ModelError::Checkpoint {
             path: path.to_path_buf(),
             msg: format!("cannot serialise: {e}"),
@@ -136,7 +118,13 @@ fn weights_bytes(config: &Config, tensors: &[(String, Tensor)], path: &Path) -> 
 /// or non-finite tensor; [`ModelError::Io`] for file-system errors.
 pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result<()> {
     config.check()?;
-    let weights = weights_bytes(config, tensors, &dir.join(WEIGHTS_FILE))?;
+    let mixer = config.mixer.to_string();
+    let weights = weights_bytes(
+        &dir.join(WEIGHTS_FILE),
+        &config.tensor_shapes(),
+        tensors,
+        &[("mixer", mixer.as_str())],
+    )?;
     let mut config_json = serde_json::to_vec_pretty(config).map_err(|source| ModelError::Json {
         path: dir.join(CONFIG_FILE),
         source,

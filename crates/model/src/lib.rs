@@ -1,6 +1,10 @@
 //! hyperlens model: the transformer of "Attention as a Hypernetwork" (Schug et al. 2024) with its
 //! eight sequence mixers on candle; checkpoints (safetensors + `config.json`, TransformerLens names);
-//! the importer of the paper's JAX exports; batched evaluation. See `spec/models.md`.
+//! the importer of the paper's JAX exports; batched evaluation. See `docs/spec/models.md`.
+//!
+//! Where to start reading: [`Transformer::forward`] (the forward pass) runs the blocks of [`nn`]
+//! ([`nn::Block::forward`], [`nn::Attention::forward`]); the operations with fast forms go through
+//! [`ops::Ops`], whose reference forms ([`ops::reference`]) are the definition.
 //!
 //! ```no_run
 //! use hyperlens_model::{Config, Mixer, Transformer};
@@ -11,19 +15,16 @@
 //! # Ok(()) }
 //! ```
 
-pub mod attention;
 pub mod checkpoint;
 pub mod config;
-mod cpu_ops;
 pub mod device;
 pub mod error;
 pub mod eval;
-pub mod fastpath;
-pub mod fused;
 pub mod import;
 pub mod lm;
-mod mix_kernel;
 pub mod mixer;
+pub mod nn;
+pub mod ops;
 pub mod transformer;
 
 /// The candle crates this crate is built on, re-exported so that dependants use the same copies.
@@ -35,4 +36,5 @@ pub use device::Device;
 pub use error::{ModelError, Result};
 pub use eval::{evaluate, EvalMetrics};
 pub use mixer::{Mixer, Normalisation, ValueNetwork};
+pub use ops::Ops;
 pub use transformer::{ForwardOutput, Transformer};

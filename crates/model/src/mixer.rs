@@ -50,6 +50,11 @@ pub enum ValueNetwork {
 }
 
 impl ValueNetwork {
+    /// Whether this is one of HYLA's MLP value networks (`mlp_relu`, `mlp_linear`).
+    pub fn is_mlp(self) -> bool {
+        matches!(self, ValueNetwork::MlpRelu | ValueNetwork::MlpLinear)
+    }
+
     /// The name used in the paper's code (`default`, `mlp_relu`, `mlp_linear`).
     pub fn name(self) -> &'static str {
         match self {

@@ -2,171 +2,24 @@
 //!
 //! `h0 = x W_E + b_E`; per layer `h += Attn(LN1(h))`, `h += MLP(LN2(h))` (pre-LayerNorm, eps 1e-6,
 //! tanh-GELU MLP, T5 relative-position bias per layer, no absolute positions); `LN_final`; logits
-//! `h W_U + b_U` at the last `F` positions. Source: `spec/models.md`, "The block"; the paper's
-//! `hyla/models/transformer.py`.
-//!
-//! Style: candle's `candle-nn/src/linear.rs` and `candle-transformers/.../llama.rs` (plain structs,
-//! constructors taking a `VarBuilder`).
+//! `h W_U + b_U` at the last `F` positions. Source: `docs/spec/models.md`, "The block"; the paper's
+//! `hyla/models/transformer.py`. The layers are those of [`crate::nn`].
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::{Init, VarBuilder, VarMap};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use rand::Rng;
 
-use crate::attention;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
-use crate::fastpath;
-use crate::mixer::Mixer;
+use crate::nn::params::{check_var_count, seeded_tensors, varmap_from};
+use crate::nn::position::{bucket_matrix, causal_mask, dropout_mask};
+use crate::nn::{Block, BlockSpec, InitRule, LayerNorm, Linear, Params};
+use crate::ops::Ops;
 
 /// LayerNorm epsilon of the reference (flax default).
 pub const LN_EPS: f32 = 1e-6;
-
-/// `x W + b` over the last axis.
-///
-/// # Shapes
-/// `x [..., in]`, `w [in, out]`, `b [out]`; returns `[..., out]`.
-fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let dims = x.dims().to_vec();
-    let (n_in, n_out) = w.dims2()?;
-    let rows: usize = dims[..dims.len() - 1].iter().product();
-    let y = fastpath::add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
-    let mut out_dims = dims;
-    let last = out_dims.len() - 1;
-    out_dims[last] = n_out;
-    Ok(y.reshape(out_dims)?)
-}
-
-/// A LayerNorm with learned scale `w` and bias `b` (eps 1e-6): candle's fused kernel forward with a
-/// hand-written gradient ([`crate::fused::layer_norm`]; candle's fused op alone has no gradient,
-/// `TOOLCHAIN.md`).
-#[derive(Debug, Clone)]
-pub struct LayerNorm {
-    /// Scale `[D]`.
-    pub w: Tensor,
-    /// Bias `[D]`.
-    pub b: Tensor,
-}
-
-impl LayerNorm {
-    /// Normalises over the last axis.
-    ///
-    /// # Shapes
-    /// `x [..., D]` -> `[..., D]`.
-    ///
-    /// # Errors
-    /// Candle errors on a shape mismatch.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        crate::fused::layer_norm(x, &self.w, &self.b, LN_EPS as f64)
-    }
-}
-
-/// The attention sub-layer of one block: projections, relative-position table and mixer.
-#[derive(Debug, Clone)]
-pub struct Attention {
-    /// Query kernel `[H, D, d]`.
-    pub w_q: Tensor,
-    /// Key kernel `[H, D, d]`.
-    pub w_k: Tensor,
-    /// Value kernel `[H, D, d]`.
-    pub w_v: Tensor,
-    /// Query bias `[H, d]`.
-    pub b_q: Tensor,
-    /// Key bias `[H, d]`.
-    pub b_k: Tensor,
-    /// Value bias `[H, d]`.
-    pub b_v: Tensor,
-    /// Output kernel `[H, d, D]`.
-    pub w_o: Tensor,
-    /// Output bias `[D]`.
-    pub b_o: Tensor,
-    /// T5 relative-position table `[H, n_buckets]`.
-    pub rel_pos: Tensor,
-    /// The sequence mixer.
-    pub mixer: Mixer,
-}
-
-impl Attention {
-    /// Projects `h` to heads: `y[b, h, t, :] = x[b, t] W[h] + bias[h]`.
-    fn project(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let (bsz, t, dm) = x.dims3()?;
-        let (h, _, d) = w.dims3()?;
-        let w2 = w.transpose(0, 1)?.reshape((dm, h * d))?;
-        let b2 = b.reshape(h * d)?;
-        let y = linear(x, &w2, &b2)?;
-        Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
-    }
-
-    /// Runs the sub-layer on normalised input.
-    ///
-    /// # Shapes
-    /// `x [B, T, D]`; `buckets` `u32 [T, T]` ([`attention::bucket_matrix`]); `mask` `u8 [T, T]`
-    /// (1 = visible); `dropout` `f32 [1, 1, T, T]`. Returns `(out [B, T, D], attention [B, H, T, T])`.
-    ///
-    /// # Errors
-    /// Candle errors on shape mismatches.
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        buckets: &Tensor,
-        mask: Option<&Tensor>,
-        dropout: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let (bsz, t, _) = x.dims3()?;
-        let (h, d, dm) = self.w_o.dims3()?;
-        let q = Self::project(x, &self.w_q, &self.b_q)?;
-        let k = Self::project(x, &self.w_k, &self.b_k)?;
-        let v = Self::project(x, &self.w_v, &self.b_v)?;
-        let bias = attention::relative_position_bias(&self.rel_pos, buckets)?;
-        let (o, a) = attention::mix(&q, &k, &v, Some(&bias), mask, self.mixer, dropout)?;
-        let out = linear(
-            &o.reshape((bsz, t, h * d))?,
-            &self.w_o.reshape((h * d, dm))?,
-            &self.b_o,
-        )?;
-        Ok((out, a))
-    }
-}
-
-/// The MLP sub-layer: `Linear(D, D_mlp) -> GELU (tanh) -> Linear(D_mlp, D)`.
-#[derive(Debug, Clone)]
-pub struct Mlp {
-    /// `[D, D_mlp]`.
-    pub w_in: Tensor,
-    /// `[D_mlp]`.
-    pub b_in: Tensor,
-    /// `[D_mlp, D]`.
-    pub w_out: Tensor,
-    /// `[D]`.
-    pub b_out: Tensor,
-}
-
-impl Mlp {
-    /// # Shapes
-    /// `x [..., D]` -> `[..., D]`.
-    ///
-    /// # Errors
-    /// Candle errors on shape mismatches.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = fastpath::gelu_tanh(&linear(x, &self.w_in, &self.b_in)?)?;
-        linear(&h, &self.w_out, &self.b_out)
-    }
-}
-
-/// One pre-LayerNorm transformer block.
-#[derive(Debug, Clone)]
-pub struct Block {
-    /// LayerNorm before attention.
-    pub ln1: LayerNorm,
-    /// Attention sub-layer.
-    pub attn: Attention,
-    /// LayerNorm before the MLP.
-    pub ln2: LayerNorm,
-    /// MLP sub-layer.
-    pub mlp: Mlp,
-}
 
 /// The output of [`Transformer::forward`].
 #[derive(Debug, Clone)]
@@ -178,30 +31,27 @@ pub struct ForwardOutput {
     pub attention: Option<Vec<Tensor>>,
 }
 
-/// The transformer of `spec/models.md` with one of the eight mixers.
+/// The transformer of `docs/spec/models.md` with one of the eight mixers.
 #[derive(Debug, Clone)]
 pub struct Transformer {
     config: Config,
-    /// Embedding kernel `[d_in, D]`.
-    pub w_e: Tensor,
-    /// Embedding bias `[D]`.
-    pub b_e: Tensor,
+    /// Embedding `embed.W_E [d_in, D]`, `embed.b_E [D]`.
+    pub embed: Linear,
     /// The blocks, layer 0 first.
     pub blocks: Vec<Block>,
-    /// Final LayerNorm.
+    /// Final LayerNorm `ln_final`.
     pub ln_final: LayerNorm,
-    /// Unembedding kernel `[D, d_out]`.
-    pub w_u: Tensor,
-    /// Unembedding bias `[d_out]`.
-    pub b_u: Tensor,
+    /// Unembedding `unembed.W_U [D, d_out]`, `unembed.b_U [d_out]`.
+    pub unembed: Linear,
     params: Vec<(String, Tensor)>,
     buckets: Tensor,
     mask: Option<Tensor>,
     device: Device,
+    ops: Ops,
 }
 
-/// The paper's initialiser for one parameter (`spec/models.md`, "Training recipe"): kernels
-/// LeCun-normal truncated at 2 standard deviations (`variance_scaling(1, fan_in, "normal")`),
+/// The paper's initialiser for one parameter (`docs/spec/models.md`, "Training recipe"): kernels
+/// LeCun-normal truncated at 2 standard deviations (`variance_scaling(1, fan_in, "truncated_normal")`),
 /// biases 0, LayerNorm scales 1, relative-position tables truncated normal of variance
 /// `1 / n_buckets` (flax `default_embed_init`, whose fan-in is `n_buckets` for `[H, n_buckets]`).
 fn init_rule(cfg: &Config, name: &str) -> InitRule {
@@ -218,29 +68,6 @@ fn init_rule(cfg: &Config, name: &str) -> InitRule {
     InitRule::TruncatedNormal((1.0 / fan_in as f64).sqrt())
 }
 
-/// How one parameter is initialised.
-enum InitRule {
-    /// Every entry equal to this value.
-    Const(f64),
-    /// Target standard deviation (before truncation).
-    TruncatedNormal(f64),
-}
-
-/// A standard normal draw truncated to [-2, 2] (rejection; Box-Muller).
-fn truncated_standard_normal<R: Rng>(rng: &mut R) -> f64 {
-    loop {
-        let u1: f64 = rng.gen::<f64>().max(f64::MIN_POSITIVE);
-        let u2: f64 = rng.gen();
-        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-        if z.abs() <= 2.0 {
-            return z;
-        }
-    }
-}
-
-/// Std of a standard normal truncated to [-2, 2] (the constant of `jax.nn.initializers`).
-const TRUNC_STD: f64 = 0.879_625_661_034_239_8;
-
 /// Seeded parameters with the paper's initialisation, in canonical order
 /// ([`Config::tensor_shapes`]), as `f32` tensors on `device`.
 ///
@@ -248,21 +75,7 @@ const TRUNC_STD: f64 = 0.879_625_661_034_239_8;
 /// [`ModelError::Config`] if the config is invalid; candle errors.
 pub fn paper_init(cfg: &Config, seed: u64, device: &Device) -> Result<Vec<(String, Tensor)>> {
     cfg.check()?;
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    cfg.tensor_shapes()
-        .into_iter()
-        .map(|(name, shape)| {
-            let n: usize = shape.iter().product();
-            let data: Vec<f32> = match init_rule(cfg, &name) {
-                InitRule::Const(c) => vec![c as f32; n],
-                InitRule::TruncatedNormal(std) => (0..n)
-                    .map(|_| (truncated_standard_normal(&mut rng) * std / TRUNC_STD) as f32)
-                    .collect(),
-            };
-            let t = Tensor::from_vec(data, shape, device)?;
-            Ok((name, t))
-        })
-        .collect()
+    seeded_tensors(cfg.tensor_shapes(), seed, |n| init_rule(cfg, n), device)
 }
 
 impl Transformer {
@@ -277,84 +90,37 @@ impl Transformer {
     pub fn new(config: &Config, vb: VarBuilder) -> Result<Transformer> {
         config.check()?;
         let device = vb.device().clone();
-        let mut params: HashMap<String, Tensor> = HashMap::new();
-        let mut ordered = Vec::new();
-        for (name, shape) in config.tensor_shapes() {
-            let hint = match init_rule(config, &name) {
-                InitRule::Const(c) => Init::Const(c),
-                InitRule::TruncatedNormal(std) => Init::Randn {
-                    mean: 0.0,
-                    stdev: std,
-                },
-            };
-            let t = vb.get_with_hints(shape, &name, hint)?;
-            if t.dtype() != DType::F32 {
-                return Err(ModelError::Input(format!(
-                    "tensor `{name}` has dtype {:?}, expected f32",
-                    t.dtype()
-                )));
-            }
-            params.insert(name.clone(), t.clone());
-            ordered.push((name, t));
-        }
-        let p = |name: String| -> Result<Tensor> {
-            params
-                .get(&name)
-                .cloned()
-                .ok_or_else(|| ModelError::Input(format!("missing tensor `{name}`")))
+        let p = Params::fetch(&vb, config.tensor_shapes(), |n| init_rule(config, n))?;
+        let spec = BlockSpec {
+            ln_eps: Some(LN_EPS as f64),
+            mlp: true,
+            rel_pos: true,
+            mixer: config.mixer,
         };
-        let ln = |prefix: &str| -> Result<LayerNorm> {
-            Ok(LayerNorm {
-                w: p(format!("{prefix}.w"))?,
-                b: p(format!("{prefix}.b"))?,
-            })
-        };
-        let mut blocks = Vec::with_capacity(config.n_layers);
-        for l in 0..config.n_layers {
-            let a = |s: &str| p(format!("blocks.{l}.attn.{s}"));
-            let m = |s: &str| p(format!("blocks.{l}.mlp.{s}"));
-            blocks.push(Block {
-                ln1: ln(&format!("blocks.{l}.ln1"))?,
-                attn: Attention {
-                    w_q: a("W_Q")?,
-                    w_k: a("W_K")?,
-                    w_v: a("W_V")?,
-                    b_q: a("b_Q")?,
-                    b_k: a("b_K")?,
-                    b_v: a("b_V")?,
-                    w_o: a("W_O")?,
-                    b_o: a("b_O")?,
-                    rel_pos: a("rel_pos")?,
-                    mixer: config.mixer,
-                },
-                ln2: ln(&format!("blocks.{l}.ln2"))?,
-                mlp: Mlp {
-                    w_in: m("W_in")?,
-                    b_in: m("b_in")?,
-                    w_out: m("W_out")?,
-                    b_out: m("b_out")?,
-                },
-            });
-        }
-        let buckets =
-            attention::bucket_matrix(config.n_tokens, config.n_tokens, config.n_buckets, &device)?;
+        let blocks = (0..config.n_layers)
+            .map(|l| Block::from_params(&p, l, spec))
+            .collect::<Result<Vec<_>>>()?;
+        let buckets = bucket_matrix(config.n_tokens, config.n_tokens, config.n_buckets, &device)?;
         let mask = if config.causal {
-            Some(attention::causal_mask(config.n_tokens, &device)?)
+            Some(causal_mask(config.n_tokens, &device)?)
         } else {
             None
         };
         Ok(Transformer {
             config: config.clone(),
-            w_e: p("embed.W_E".into())?,
-            b_e: p("embed.b_E".into())?,
+            embed: Linear::new(p.get("embed.W_E")?, p.get("embed.b_E")?),
             blocks,
-            ln_final: ln("ln_final")?,
-            w_u: p("unembed.W_U".into())?,
-            b_u: p("unembed.b_U".into())?,
-            params: ordered,
+            ln_final: LayerNorm {
+                w: p.get("ln_final.w")?,
+                b: p.get("ln_final.b")?,
+                eps: LN_EPS as f64,
+            },
+            unembed: Linear::new(p.get("unembed.W_U")?, p.get("unembed.b_U")?),
+            params: p.ordered().to_vec(),
             buckets,
             mask,
             device,
+            ops: Ops::default(),
         })
     }
 
@@ -376,32 +142,16 @@ impl Transformer {
     /// the given named tensors (e.g. a checkpoint to fine-tune or resume).
     ///
     /// # Errors
-    /// As [`Transformer::new`].
+    /// As [`Transformer::new`]; [`ModelError::Input`] when tensors beyond the config's are given.
     pub fn trainable_from_tensors(
         config: &Config,
         tensors: impl IntoIterator<Item = (String, Tensor)>,
         device: &Device,
     ) -> Result<(Transformer, VarMap)> {
-        let varmap = VarMap::new();
-        {
-            let mut data = varmap
-                .data()
-                .lock()
-                .map_err(|_| ModelError::Input("VarMap lock poisoned".into()))?;
-            for (name, t) in tensors {
-                let t = t.to_device(device)?.to_dtype(DType::F32)?;
-                data.insert(name, Var::from_tensor(&t)?);
-            }
-        }
+        let varmap = varmap_from(tensors, device)?;
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
         let model = Transformer::new(config, vb)?;
-        let n_vars = varmap.all_vars().len();
-        if n_vars != model.params.len() {
-            return Err(ModelError::Input(format!(
-                "{n_vars} tensors given, the config has {} parameters",
-                model.params.len()
-            )));
-        }
+        check_var_count(&varmap, model.params.len())?;
         Ok((model, varmap))
     }
 
@@ -412,6 +162,18 @@ impl Transformer {
     pub fn init(config: &Config, seed: u64, device: &Device) -> Result<(Transformer, VarMap)> {
         let tensors = paper_init(config, seed, device)?;
         Transformer::trainable_from_tensors(config, tensors, device)
+    }
+
+    /// The same model computing with the given forms of the operations ([`Ops`]; the default is
+    /// [`Ops::Fast`]). The function is the same to float32 rounding.
+    pub fn with_ops(mut self, ops: Ops) -> Transformer {
+        self.ops = ops;
+        self
+    }
+
+    /// The forms of the operations this model computes with.
+    pub fn ops(&self) -> Ops {
+        self.ops
     }
 
     /// The configuration.
@@ -448,7 +210,7 @@ impl Transformer {
     }
 
     /// Training-mode forward pass with attention dropout at rate `p` (0.1 in the paper): one mask
-    /// per layer drawn from `rng`, shared over batch and heads ([`attention::dropout_mask`]).
+    /// per layer drawn from `rng`, shared over batch and heads ([`dropout_mask`]).
     ///
     /// # Shapes
     /// As [`Transformer::forward`].
@@ -464,7 +226,7 @@ impl Transformer {
     ) -> Result<ForwardOutput> {
         let t = self.config.n_tokens;
         let masks = (0..self.config.n_layers)
-            .map(|_| attention::dropout_mask(t, t, p, rng, &self.device))
+            .map(|_| dropout_mask(t, t, p, rng, &self.device))
             .collect::<Result<Vec<_>>>()?;
         self.forward_with(x, capture_attention, Some(&masks))
     }
@@ -473,7 +235,7 @@ impl Transformer {
     ///
     /// # Shapes
     /// `x [B, T, d_in]`; `dropout` one `f32` tensor per layer broadcastable to `[B, H, T, T]`
-    /// (e.g. `[1, 1, T, T]` from [`attention::dropout_mask`]). Returns as [`Transformer::forward`].
+    /// (e.g. `[1, 1, T, T]` from [`dropout_mask`]). Returns as [`Transformer::forward`].
     ///
     /// # Errors
     /// [`ModelError::Input`] for a bad `x` or a wrong number of masks; candle errors.
@@ -484,27 +246,18 @@ impl Transformer {
         dropout: Option<&[Tensor]>,
     ) -> Result<ForwardOutput> {
         let cfg = &self.config;
-        let (bsz, t, d_in) = x.dims3().map_err(|_| {
+        let bad = || {
             ModelError::Input(format!(
-                "input must be [batch, {}, {}], got {:?}",
+                "input must be [batch >= 1, {}, {}] f32, got {:?} {:?}",
                 cfg.n_tokens,
                 cfg.d_in,
-                x.dims()
-            ))
-        })?;
-        if t != cfg.n_tokens || d_in != cfg.d_in || bsz == 0 {
-            return Err(ModelError::Input(format!(
-                "input must be [batch >= 1, {}, {}], got {:?}",
-                cfg.n_tokens,
-                cfg.d_in,
-                x.dims()
-            )));
-        }
-        if x.dtype() != DType::F32 {
-            return Err(ModelError::Input(format!(
-                "input must be f32, got {:?}",
+                x.dims(),
                 x.dtype()
-            )));
+            ))
+        };
+        let (bsz, t, d_in) = x.dims3().map_err(|_| bad())?;
+        if t != cfg.n_tokens || d_in != cfg.d_in || bsz == 0 || x.dtype() != DType::F32 {
+            return Err(bad());
         }
         if let Some(m) = dropout {
             if m.len() != cfg.n_layers {
@@ -515,24 +268,21 @@ impl Transformer {
                 )));
             }
         }
-        let mut h = linear(x, &self.w_e, &self.b_e)?;
+        let ops = self.ops;
+        let mut h = self.embed.forward(ops, x)?;
         let mut captured = capture_attention.then(|| Vec::with_capacity(cfg.n_layers));
         for (l, block) in self.blocks.iter().enumerate() {
             let drop = dropout.map(|m| &m[l]);
-            let (a_out, a) = block.attn.forward(
-                &block.ln1.forward(&h)?,
-                &self.buckets,
-                self.mask.as_ref(),
-                drop,
-            )?;
-            h = (h + a_out)?;
-            h = (&h + block.mlp.forward(&block.ln2.forward(&h)?)?)?;
+            let out = block.forward(ops, &h, Some(&self.buckets), self.mask.as_ref(), drop)?;
+            h = out.resid;
             if let Some(c) = captured.as_mut() {
-                c.push(a);
+                c.push(out.pattern);
             }
         }
         let h = h.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;
-        let logits = linear(&self.ln_final.forward(&h)?, &self.w_u, &self.b_u)?;
+        let logits = self
+            .unembed
+            .forward(ops, &self.ln_final.forward(ops, &h)?)?;
         Ok(ForwardOutput {
             logits,
             attention: captured,
@@ -543,6 +293,12 @@ impl Transformer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Mixer;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// Std of a standard normal truncated to [-2, 2].
+    const TRUNC_STD: f64 = 0.879_625_661_034_239_8;
 
     fn tiny(mixer: Mixer) -> Config {
         Config {

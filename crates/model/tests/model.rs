@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use hyperlens_model::attention::relative_position_bucket;
 use hyperlens_model::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
-use hyperlens_model::fastpath;
 use hyperlens_model::import::import_jax_npz;
-use hyperlens_model::{Config, Mixer, ModelError, Transformer};
+use hyperlens_model::nn::position::relative_position_bucket;
+use hyperlens_model::{Config, Mixer, ModelError, Ops, Transformer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -355,9 +354,11 @@ fn assert_close(got: &[f64], want: &[f64], what: &str) {
     }
 }
 
-fn check_against_reference(cfg: &Config, seed: u64) {
+fn check_against_reference(cfg: &Config, seed: u64, ops: Ops) {
     let (w, t) = random_weights(cfg, seed);
-    let model = Transformer::from_tensors(cfg, t, &Device::Cpu).unwrap();
+    let model = Transformer::from_tensors(cfg, t, &Device::Cpu)
+        .unwrap()
+        .with_ops(ops);
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
     let batch = 3;
     let xs: Vec<Vec<Vec<f64>>> = (0..batch)
@@ -394,30 +395,26 @@ fn check_against_reference(cfg: &Config, seed: u64) {
     }
 }
 
-/// Both the CPU's fast-path forms and the plain operations that other devices run
-/// (`hyperlens_model::fastpath`).
+/// Every form of the operations ([`Ops`]): the reference maths, the custom ops a GPU runs, and
+/// the CPU kernels.
 #[test]
 fn every_mixer_matches_the_float64_reference() {
-    for fast in [true, false] {
-        fastpath::with_cpu_fast_paths(fast, || {
-            for (i, mixer) in Mixer::ALL.into_iter().enumerate() {
-                check_against_reference(&unusual(mixer, false), 10 + i as u64);
-            }
-        });
+    for ops in [Ops::Reference, Ops::Fused, Ops::Fast] {
+        for (i, mixer) in Mixer::ALL.into_iter().enumerate() {
+            check_against_reference(&unusual(mixer, false), 10 + i as u64, ops);
+        }
     }
 }
 
 #[test]
 fn causal_mask_matches_the_float64_reference() {
-    for fast in [true, false] {
-        fastpath::with_cpu_fast_paths(fast, || {
-            for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear]
-                .into_iter()
-                .enumerate()
-            {
-                check_against_reference(&unusual(mixer, true), 40 + i as u64);
-            }
-        });
+    for ops in [Ops::Reference, Ops::Fused, Ops::Fast] {
+        for (i, mixer) in [Mixer::Softmax, Mixer::Hyla, Mixer::Linear]
+            .into_iter()
+            .enumerate()
+        {
+            check_against_reference(&unusual(mixer, true), 40 + i as u64, ops);
+        }
     }
 }
 
@@ -578,8 +575,8 @@ fn save_load_round_trip_is_exact() {
     let (m2, _) = Transformer::init(&cfg, 10, &Device::Cpu).unwrap();
     m2.save(&dir).unwrap();
     let again = Transformer::load(&dir, &Device::Cpu).unwrap();
-    let a: Vec<f32> = again.w_e.flatten_all().unwrap().to_vec1().unwrap();
-    let b: Vec<f32> = m2.w_e.flatten_all().unwrap().to_vec1().unwrap();
+    let a: Vec<f32> = again.embed.w.flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f32> = m2.embed.w.flatten_all().unwrap().to_vec1().unwrap();
     assert_eq!(a, b);
     assert!(!dir.join("model.safetensors.tmp").exists());
 }
@@ -965,8 +962,7 @@ fn cuda_forward_and_gradients_match_cpu() {
     let x: Array3<f32> = npz.by_name("x").unwrap();
     let x_cpu = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
     let x_gpu = x_cpu.to_device(&gpu).unwrap();
-    // The shipped imports of the paper's checkpoints (the same weights as `../shared`, which a
-    // device call cannot carry beside the tree: `bench/gpu/pack.sh`).
+    // The shipped imports of the paper's checkpoints (the same weights as the fixtures).
     let shipped = manifest_dir().join("../../data/checkpoints");
     for stem in [
         "paper-jax-softmax-seed1",

@@ -10,13 +10,14 @@
 //! layers, same operations) but D 16, H 2, D_mlp 16 and batch 4, so that its time is almost all
 //! per-operation cost rather than arithmetic. Before timing, the bench prints how many candle tensors
 //! one step of the base model creates in the forward pass, the backward pass and AdamW (each new
-//! tensor is one operation; all but views are kernel launches on a GPU), with the CPU's fast paths and
-//! with the operations other devices run (`hyperlens_model::fastpath::with_cpu_fast_paths`).
+//! tensor is one operation; all but views are kernel launches on a GPU), for each form of the
+//! operations (`hyperlens_model::Ops`: `Fast` is the CPU's default, `Fused` what a GPU runs,
+//! `Reference` the plain candle maths).
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};
-use hyperlens_model::{Config, Mixer, Transformer};
+use hyperlens_model::{Config, Mixer, Ops, Transformer};
 use hyperlens_tasks::sraven::{Split, TrainStream};
 use hyperlens_train::state::dropout_rng;
 use hyperlens_train::{AdamW, AdamWParams};
@@ -32,13 +33,14 @@ fn next_tensor_id() -> usize {
         .expect("TensorId(n)")
 }
 
-/// Prints the tensors created per phase of one base-model training step, with the CPU's fast paths
-/// and with the plain operations that other devices (a GPU) run.
+/// Prints the tensors created per phase of one base-model training step, for each form of the
+/// operations.
 fn print_operations_per_step(split: &Split) {
-    for fast in [true, false] {
-        hyperlens_model::fastpath::with_cpu_fast_paths(fast, || {
+    for ops in [Ops::Fast, Ops::Fused, Ops::Reference] {
+        {
             for mixer in [Mixer::Hyla, Mixer::Softmax] {
                 let (model, mut opt) = model_and_optimiser(&Config::sraven_base(mixer));
+                let model = model.with_ops(ops);
                 let problems = TrainStream::at(split, 0, 0).next_batch(128);
                 let mut rng = dropout_rng(0, 0);
                 // Each probe tensor takes one id itself, hence the `- 1`s.
@@ -50,15 +52,14 @@ fn print_operations_per_step(split: &Split) {
                 let c = next_tensor_id();
                 opt.step(&grads, 1e-4).expect("update");
                 let d = next_tensor_id();
-                let form = if fast { "CPU forms" } else { "GPU forms" };
                 eprintln!(
-                    "operations per step, base {mixer}, {form}: forward {}, backward {}, AdamW {}",
+                    "operations per step, base {mixer}, {ops:?}: forward {}, backward {}, AdamW {}",
                     b - a - 1,
                     c - b - 1,
                     d - c - 1
                 );
             }
-        });
+        }
     }
 }
 

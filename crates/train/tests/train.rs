@@ -5,7 +5,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use hyperlens_model::lm::{TokenConfig, TokenModel};
-use hyperlens_model::{Config, Mixer, Transformer};
+use hyperlens_model::{Config, Mixer, Ops, Transformer};
 use hyperlens_tasks::induction::Corpus;
 use hyperlens_tasks::logic::{sample_logic, LogicSet, LogicSplit, Purpose};
 use hyperlens_tasks::sraven::{Split, TrainStream};
@@ -428,11 +428,11 @@ fn manifest_dir() -> std::path::PathBuf {
 }
 
 /// Training correctness: the gradient of the paper's SRAVEN loss (cross-entropy at the 4 query
-/// positions, mean over problems and features) through hyperlens' forward pass, CPU fast paths
-/// included, equals JAX float64 autodiff of an independent forward pass written from the paper's
-/// einsums (`tests/fixtures/make_paper_grads.py`), on the paper's trained HYLA and softmax
-/// checkpoints: the loss to 1e-5 and every parameter's gradient to 1e-4 in relative L2 norm, both with
-/// the CPU's fast paths and with the plain operations that other devices run
+/// positions, mean over problems and features) through hyperlens' forward pass equals JAX float64
+/// autodiff of an independent forward pass written from the paper's einsums
+/// (`tests/fixtures/make_paper_grads.py`), on the paper's trained HYLA and softmax checkpoints: the
+/// loss to 1e-5 and every parameter's gradient to 1e-4 in relative L2 norm, with every form of the
+/// operations ([`Ops`]: CPU kernels, the custom ops a GPU runs, the reference maths)
 /// (measured: 2.7e-6 for HYLA; the exactly-zero key-bias gradient of softmax comes out at 4e-8).
 #[test]
 fn gradients_match_jax_float64_on_paper_checkpoints() {
@@ -455,17 +455,19 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
     )
     .unwrap();
     let cases = [("hyla", Mixer::Hyla), ("softmax", Mixer::Softmax)];
-    // With the CPU's fast paths, and with the plain operations that other devices run.
-    for ((stem, mixer), fast) in cases.iter().flat_map(|c| [(*c, true), (*c, false)]) {
+    // With the CPU kernels, the custom ops a GPU runs, and the reference maths.
+    let all_ops = [Ops::Fast, Ops::Fused, Ops::Reference];
+    for ((stem, mixer), ops) in cases.iter().flat_map(|c| all_ops.map(|o| (*c, o))) {
         let want_loss: ndarray::Array<f64, Ix0> = inputs.by_name(&format!("loss_{stem}")).unwrap();
         let want_loss = want_loss.into_scalar();
-        hyperlens_model::fastpath::with_cpu_fast_paths(fast, || {
+        {
             let (cfg, params) =
                 import_jax_npz(&reference.join(format!("{stem}_params.npz")), mixer, 4).unwrap();
             let (_, want_grads) =
                 import_jax_npz(&fixtures.join(format!("paper_grads_{stem}.npz")), mixer, 4)
                     .unwrap();
             let (model, varmap) = Transformer::trainable_from_tensors(&cfg, params, &dev).unwrap();
+            let model = model.with_ops(ops);
             let logits = model.forward(&xt, false).unwrap().logits;
             let loss = hyperlens_train::loss::cross_entropy(&logits, &y).unwrap();
             let got_loss = loss.to_scalar::<f32>().unwrap() as f64;
@@ -510,7 +512,7 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
                 }
             }
             eprintln!(
-                "{stem} (CPU fast paths {fast}): loss {got_loss} vs {want_loss}; worst gradient {} at {:.2e}",
+                "{stem} ({ops:?}): loss {got_loss} vs {want_loss}; worst gradient {} at {:.2e}",
                 worst.1, worst.0
             );
             assert!(
@@ -519,7 +521,7 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
                 worst.1,
                 worst.0
             );
-        });
+        }
     }
 }
 

@@ -10,10 +10,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 use super::store::TensorStore;
-use crate::checkpoint::{write_checkpoint_dir, CONFIG_FILE, WEIGHTS_FILE};
+use crate::checkpoint::{weights_bytes, write_checkpoint_dir, CONFIG_FILE, WEIGHTS_FILE};
 use crate::error::{ModelError, Result};
 
 /// Saves `tensors` and `config` as a checkpoint directory.
@@ -31,57 +31,7 @@ pub fn save_dir(
     expected: &[(String, Vec<usize>)],
     tensors: &[(String, Tensor)],
 ) -> Result<()> {
-    let wpath = dir.join(WEIGHTS_FILE);
-    let given: HashMap<&str, &Tensor> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut host: Vec<(String, Tensor)> = Vec::with_capacity(expected.len());
-    for (name, shape) in expected {
-        let terr = |msg: String| ModelError::Tensor {
-            path: wpath.clone(),
-            name: name.clone(),
-            msg,
-        };
-        let t = given
-            .get(name.as_str())
-            .ok_or_else(|| terr("missing".into()))?;
-        if t.dims() != shape.as_slice() {
-            return Err(terr(format!("shape {:?}, expected {:?}", t.dims(), shape)));
-        }
-        let t = t
-            .to_dtype(DType::F32)?
-            .to_device(&Device::Cpu)?
-            .contiguous()?;
-        let v = t.flatten_all()?.to_vec1::<f32>()?;
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(terr(format!(
-                "refusing to save a non-finite value (flat index {i})"
-            )));
-        }
-        host.push((name.clone(), t));
-    }
-    if given.len() != expected.len() {
-        let known: std::collections::HashSet<&str> =
-            expected.iter().map(|(n, _)| n.as_str()).collect();
-        let extra: Vec<&str> = given
-            .keys()
-            .copied()
-            .filter(|n| !known.contains(n))
-            .collect();
-        return Err(ModelError::Checkpoint {
-            path: wpath,
-            msg: format!("unexpected tensors: {}", extra.join(", ")),
-        });
-    }
-    let weights = safetensors::tensor::serialize(
-        host.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(HashMap::from([(
-            "producer".to_string(),
-            format!("hyperlens {}", env!("CARGO_PKG_VERSION")),
-        )])),
-    )
-    .map_err(|e| ModelError::Checkpoint {
-        path: wpath.clone(),
-        msg: format!("cannot serialise: {e}"),
-    })?;
+    let weights = weights_bytes(&dir.join(WEIGHTS_FILE), expected, tensors, &[])?;
     let mut cfg = serde_json::to_vec_pretty(config).map_err(|source| ModelError::Json {
         path: dir.join(CONFIG_FILE),
         source,

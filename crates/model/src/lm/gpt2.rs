@@ -13,8 +13,12 @@ use super::hf::{read_weights, HfConfig};
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{causal_mask, check_tokens, matmul, matmul_t, LmOutput};
+use super::{check_tokens, matmul, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
+use crate::mixer::Normalisation;
+use crate::nn::position::causal_mask;
+use crate::ops::reference::normalise;
+use crate::ops::Ops;
 
 /// The MLP non-linearity of a GPT-2 checkpoint (`activation_function` in `config.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,8 +271,8 @@ impl Gpt2 {
                     .contiguous()?)
             };
             let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
-            let a = candle_nn::ops::softmax_last_dim(&scores)?;
+            let scores = (q.matmul(&k.t()?)? * scale)?;
+            let a = normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(&mask))?;
             let o = a.matmul(&v)?.transpose(1, 2)?.reshape((b, t, dm))?;
             if capture {
                 patterns.push(a);

@@ -16,8 +16,12 @@ use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{causal_mask, check_tokens, matmul_t, LmOutput};
+use super::{check_tokens, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
+use crate::mixer::Normalisation;
+use crate::nn::position::causal_mask;
+use crate::ops::reference::normalise;
+use crate::ops::Ops;
 
 /// Hyper-parameters of a [`Llama`] model.
 #[derive(Debug, Clone, PartialEq)]
@@ -458,8 +462,8 @@ impl Llama {
             let k = candle_nn::rotary_emb::rope(&heads(&layer.w_k, hkv)?, &cos, &sin)?;
             let v = heads(&layer.w_v, hkv)?;
             let (k, v) = (repeat_kv(&k, h_ / hkv)?, repeat_kv(&v, h_ / hkv)?);
-            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
-            let a = candle_nn::ops::softmax_last_dim(&scores)?;
+            let scores = (q.matmul(&k.t()?)? * scale)?;
+            let a = normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(&mask))?;
             let o = a.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h_ * d))?;
             if capture {
                 patterns.push(a);

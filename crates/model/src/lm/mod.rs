@@ -317,23 +317,6 @@ pub(crate) fn check_tokens(
     Ok((b, t))
 }
 
-/// Additive causal mask: 0 where key <= query, -inf above the diagonal.
-///
-/// # Shapes
-/// -> [T, T] ([query, key]).
-pub(crate) fn causal_mask(t: usize, device: &Device) -> Result<Tensor> {
-    let v: Vec<f32> = (0..t * t)
-        .map(|i| {
-            if i % t > i / t {
-                f32::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    Ok(Tensor::from_vec(v, (t, t), device)?)
-}
-
 /// `x W` for a matrix `W` [in, out] applied to the last axis of `x` [..., in].
 pub(crate) fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
@@ -355,19 +338,6 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn causal_mask_is_zero_on_and_below_the_diagonal() {
-        let m = causal_mask(3, &Device::Cpu)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
-        for (q, row) in m.iter().enumerate() {
-            for (k, v) in row.iter().enumerate() {
-                assert_eq!(*v == 0.0, k <= q);
-            }
-        }
-    }
 
     #[test]
     fn check_tokens_rejects_bad_batches() {

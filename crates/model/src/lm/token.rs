@@ -8,22 +8,23 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::{Init, VarBuilder, VarMap};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
 use ndarray::{Array2, Axis};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::ckpt::{load_dir, read_config_json, save_dir};
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, matmul, LmOutput};
-use crate::attention;
+use super::{check_tokens, LmOutput};
 use crate::error::{ModelError, Result};
-use crate::fastpath;
 use crate::mixer::Mixer;
+use crate::nn::params::{check_var_count, seeded_tensors, varmap_from};
+use crate::nn::position::{causal_mask, dropout_mask};
+use crate::nn::{Block, BlockSpec, InitRule, LayerNorm, Linear, Params};
+use crate::ops::Ops;
 
 /// The `model_type` written into a token model's `config.json` (how [`super::detect`] knows it).
 pub const TOKEN_MODEL_TYPE: &str = "hyperlens-token";
@@ -206,22 +207,6 @@ impl TokenConfig {
     }
 }
 
-/// One block's parameters.
-#[derive(Debug, Clone)]
-struct TokenBlock {
-    ln1: Option<(Tensor, Tensor)>,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    b_q: Tensor,
-    b_k: Tensor,
-    b_v: Tensor,
-    w_o: Tensor,
-    b_o: Tensor,
-    ln2: Option<(Tensor, Tensor)>,
-    mlp: Option<[Tensor; 4]>,
-}
-
 /// A token-sequence transformer on candle, trainable.
 ///
 /// ```text
@@ -230,37 +215,32 @@ struct TokenBlock {
 ///            h = h + sum_h o[h] W_O[h] + b_O;  with an MLP: h = h + GELU(LN2(h) W_in + b_in) W_out + b_out
 /// logits = LN_final(h) W_U + b_U
 /// ```
-/// `mix` is [`crate::attention::mix`] (any of the eight mixers); masked (future) keys get weight 0.
+/// The blocks are [`crate::nn::Block`]s (the SRAVEN transformer's), `mix` is
+/// [`crate::ops::Ops::mix`] (any of the eight mixers); masked (future) keys get weight 0.
 #[derive(Debug, Clone)]
 pub struct TokenModel {
     config: TokenConfig,
     w_e: Tensor,
     w_pos: Tensor,
-    blocks: Vec<TokenBlock>,
-    ln_final: Option<(Tensor, Tensor)>,
-    w_u: Tensor,
-    b_u: Tensor,
+    blocks: Vec<Block>,
+    ln_final: Option<LayerNorm>,
+    unembed: Linear,
     params: Vec<(String, Tensor)>,
     device: Device,
+    ops: Ops,
 }
 
 /// Initialisation of one parameter (TransformerLens `init_weights` with its default
 /// `initializer_range = 0.8 / sqrt(D)`): weight matrices normal with that std, biases 0,
 /// LayerNorm scales 1.
-fn init_std(cfg: &TokenConfig, name: &str) -> Option<f64> {
+fn init_rule(cfg: &TokenConfig, name: &str) -> InitRule {
     let last = name.rsplit('.').next().unwrap_or(name);
     if last.starts_with("W_") {
-        Some(0.8 / (cfg.d_model as f64).sqrt())
+        InitRule::Normal(0.8 / (cfg.d_model as f64).sqrt())
+    } else if last == "w" {
+        InitRule::Const(1.0)
     } else {
-        None
-    }
-}
-
-fn init_const(name: &str) -> f64 {
-    if name.ends_with(".w") {
-        1.0
-    } else {
-        0.0
+        InitRule::Const(0.0)
     }
 }
 
@@ -275,72 +255,36 @@ impl TokenModel {
     pub fn new(config: &TokenConfig, vb: VarBuilder) -> Result<Self> {
         config.check()?;
         let device = vb.device().clone();
-        let mut map: HashMap<String, Tensor> = HashMap::new();
-        let mut params = Vec::new();
-        for (name, shape) in config.tensor_shapes() {
-            let hint = match init_std(config, &name) {
-                Some(stdev) => Init::Randn { mean: 0.0, stdev },
-                None => Init::Const(init_const(&name)),
-            };
-            let t = vb.get_with_hints(shape, &name, hint)?;
-            if t.dtype() != DType::F32 {
-                return Err(ModelError::Input(format!(
-                    "tensor `{name}` has dtype {:?}, expected f32",
-                    t.dtype()
-                )));
-            }
-            map.insert(name.clone(), t.clone());
-            params.push((name, t));
-        }
-        let p = |n: String| {
-            map.get(&n)
-                .cloned()
-                .ok_or_else(|| ModelError::Input(format!("missing tensor `{n}`")))
+        let p = Params::fetch(&vb, config.tensor_shapes(), |n| init_rule(config, n))?;
+        let eps = config.layer_norm.then_some(TOKEN_LN_EPS as f64);
+        let spec = BlockSpec {
+            ln_eps: eps,
+            mlp: config.d_mlp.is_some(),
+            rel_pos: false,
+            mixer: config.mixer,
         };
-        let ln = |prefix: String| -> Result<Option<(Tensor, Tensor)>> {
-            if config.layer_norm {
-                Ok(Some((p(format!("{prefix}.w"))?, p(format!("{prefix}.b"))?)))
-            } else {
-                Ok(None)
-            }
-        };
-        let mut blocks = Vec::with_capacity(config.n_layers);
-        for l in 0..config.n_layers {
-            let a = |s: &str| p(format!("blocks.{l}.attn.{s}"));
-            let m = |s: &str| p(format!("blocks.{l}.mlp.{s}"));
-            let has_mlp = config.d_mlp.is_some();
-            blocks.push(TokenBlock {
-                ln1: ln(format!("blocks.{l}.ln1"))?,
-                w_q: a("W_Q")?,
-                w_k: a("W_K")?,
-                w_v: a("W_V")?,
-                b_q: a("b_Q")?,
-                b_k: a("b_K")?,
-                b_v: a("b_V")?,
-                w_o: a("W_O")?,
-                b_o: a("b_O")?,
-                ln2: if has_mlp {
-                    ln(format!("blocks.{l}.ln2"))?
-                } else {
-                    None
-                },
-                mlp: if has_mlp {
-                    Some([m("W_in")?, m("b_in")?, m("W_out")?, m("b_out")?])
-                } else {
-                    None
-                },
-            });
-        }
+        let blocks = (0..config.n_layers)
+            .map(|l| Block::from_params(&p, l, spec))
+            .collect::<Result<Vec<_>>>()?;
+        let ln_final = eps
+            .map(|eps| -> Result<LayerNorm> {
+                Ok(LayerNorm {
+                    w: p.get("ln_final.w")?,
+                    b: p.get("ln_final.b")?,
+                    eps,
+                })
+            })
+            .transpose()?;
         Ok(Self {
             config: config.clone(),
-            w_e: p("embed.W_E".into())?,
-            w_pos: p("pos_embed.W_pos".into())?,
+            w_e: p.get("embed.W_E")?,
+            w_pos: p.get("pos_embed.W_pos")?,
             blocks,
-            ln_final: ln("ln_final".into())?,
-            w_u: p("unembed.W_U".into())?,
-            b_u: p("unembed.b_U".into())?,
-            params,
+            ln_final,
+            unembed: Linear::new(p.get("unembed.W_U")?, p.get("unembed.b_U")?),
+            params: p.ordered().to_vec(),
             device,
+            ops: Ops::default(),
         })
     }
 
@@ -354,27 +298,12 @@ impl TokenModel {
         device: &Device,
     ) -> Result<Vec<(String, Tensor)>> {
         config.check()?;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        config
-            .tensor_shapes()
-            .into_iter()
-            .map(|(name, shape)| {
-                let n: usize = shape.iter().product();
-                let data: Vec<f32> = match init_std(config, &name) {
-                    Some(std) => (0..n)
-                        .map(|_| {
-                            let u1: f64 = rng.gen::<f64>().max(f64::MIN_POSITIVE);
-                            let u2: f64 = rng.gen();
-                            ((-2.0 * u1.ln()).sqrt()
-                                * (2.0 * std::f64::consts::PI * u2).cos()
-                                * std) as f32
-                        })
-                        .collect(),
-                    None => vec![init_const(&name) as f32; n],
-                };
-                Ok((name, Tensor::from_vec(data, shape, device)?))
-            })
-            .collect()
+        seeded_tensors(
+            config.tensor_shapes(),
+            seed,
+            |n| init_rule(config, n),
+            device,
+        )
     }
 
     /// A trainable model with seeded initialisation ([`TokenModel::init_tensors`]); its
@@ -397,25 +326,9 @@ impl TokenModel {
         tensors: impl IntoIterator<Item = (String, Tensor)>,
         device: &Device,
     ) -> Result<(Self, VarMap)> {
-        let varmap = VarMap::new();
-        {
-            let mut data = varmap
-                .data()
-                .lock()
-                .map_err(|_| ModelError::Input("VarMap lock poisoned".into()))?;
-            for (name, t) in tensors {
-                let t = t.to_device(device)?.to_dtype(DType::F32)?;
-                data.insert(name, Var::from_tensor(&t)?);
-            }
-        }
+        let varmap = varmap_from(tensors, device)?;
         let model = Self::new(config, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
-        let n = varmap.all_vars().len();
-        if n != model.params.len() {
-            return Err(ModelError::Input(format!(
-                "{n} tensors given, the config has {} parameters",
-                model.params.len()
-            )));
-        }
+        check_var_count(&varmap, model.params.len())?;
         Ok((model, varmap))
     }
 
@@ -476,6 +389,12 @@ impl TokenModel {
         &self.params
     }
 
+    /// The same model computing with the given forms of the operations ([`Ops`]).
+    pub fn with_ops(mut self, ops: Ops) -> Self {
+        self.ops = ops;
+        self
+    }
+
     /// Evaluation-mode forward pass.
     ///
     /// # Shapes
@@ -490,7 +409,7 @@ impl TokenModel {
     }
 
     /// Training-mode forward pass with attention dropout `p` (one mask per layer shared over batch
-    /// and heads, [`crate::attention::dropout_mask`]); `p = 0` equals [`TokenModel::forward`].
+    /// and heads, [`dropout_mask`]); `p = 0` equals [`TokenModel::forward`].
     ///
     /// # Shapes
     /// As [`TokenModel::forward`].
@@ -516,7 +435,7 @@ impl TokenModel {
             .dim(1)
             .map_err(|_| ModelError::Input("tokens must be [batch, time]".into()))?;
         let masks = (0..self.blocks.len())
-            .map(|_| attention::dropout_mask(t, t, p, rng, &self.device))
+            .map(|_| dropout_mask(t, t, p, rng, &self.device))
             .collect::<Result<Vec<_>>>()?;
         self.forward_with(tokens, Some(&masks), capture)
     }
@@ -530,53 +449,27 @@ impl TokenModel {
         let c = &self.config;
         let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
         let tokens = tokens.to_device(&self.device)?;
-        let (hh, d, dm) = (c.n_heads, c.d_head, c.d_model);
-        let mask = attention::causal_mask(t, &self.device)?;
-        let ln = |x: &Tensor, p: &Option<(Tensor, Tensor)>| -> Result<Tensor> {
-            match p {
-                Some((w, bias)) => crate::fused::layer_norm(x, w, bias, TOKEN_LN_EPS as f64),
-                None => Ok(x.clone()),
-            }
-        };
+        let ops = self.ops;
+        let mask = causal_mask(t, &self.device)?;
         let emb = self
             .w_e
             .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, dm))?;
-        let mut h = fastpath::add_leading(&emb, &self.w_pos.narrow(0, 0, t)?)?;
+            .reshape((b, t, c.d_model))?;
+        let mut h = ops.add_leading(&emb, &self.w_pos.narrow(0, 0, t)?)?;
         let mut patterns = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
-            let x = ln(&h, &blk.ln1)?;
-            // y[b, h, t, :] = x[b, t] W[h] + bias[h]
-            let project = |w: &Tensor, bias: &Tensor| -> Result<Tensor> {
-                let w2 = w.transpose(0, 1)?.reshape((dm, hh * d))?;
-                let y = fastpath::add_leading(&matmul(&x, &w2)?, &bias.reshape(hh * d)?)?;
-                Ok(y.reshape((b, t, hh, d))?.transpose(1, 2)?.contiguous()?)
-            };
-            let (q, k, v) = (
-                project(&blk.w_q, &blk.b_q)?,
-                project(&blk.w_k, &blk.b_k)?,
-                project(&blk.w_v, &blk.b_v)?,
-            );
             let drop = dropout.and_then(|m| m.get(l));
-            let (o, a) = attention::mix(&q, &k, &v, None, Some(&mask), c.mixer, drop)?;
+            let out = blk.forward(ops, &h, None, Some(&mask), drop)?;
+            h = out.resid;
             if capture {
-                patterns.push(a);
-            }
-            let out = fastpath::add_leading(
-                &matmul(&o.reshape((b, t, hh * d))?, &blk.w_o.reshape((hh * d, dm))?)?,
-                &blk.b_o,
-            )?;
-            h = (h + out)?;
-            if let Some([w_in, b_in, w_out, b_out]) = &blk.mlp {
-                let x = ln(&h, &blk.ln2)?;
-                let z = fastpath::gelu_tanh(&fastpath::add_leading(&matmul(&x, w_in)?, b_in)?)?;
-                h = (h + fastpath::add_leading(&matmul(&z, w_out)?, b_out)?)?;
+                patterns.push(out.pattern);
             }
         }
-        let h = ln(&h, &self.ln_final)?;
-        let logits = fastpath::add_leading(&matmul(&h, &self.w_u)?, &self.b_u)?;
+        if let Some(ln) = &self.ln_final {
+            h = ln.forward(ops, &h)?;
+        }
         Ok(LmOutput {
-            logits,
+            logits: self.unembed.forward(ops, &h)?,
             patterns: capture.then_some(patterns),
         })
     }
@@ -599,16 +492,17 @@ impl TokenModel {
             to_array2(&w.permute((0, 2, 1))?.reshape((hh * d, dm))?)
         };
         for blk in &self.blocks {
-            let (q, k, v) = (torch(&blk.w_q)?, torch(&blk.w_k)?, torch(&blk.w_v)?);
-            let o = to_array2(&blk.w_o.reshape((hh * d, dm))?)?.reversed_axes();
+            let a = &blk.attn;
+            let (q, k, v) = (torch(&a.w_q)?, torch(&a.w_k)?, torch(&a.w_v)?);
+            let o = to_array2(&a.w_o.reshape((hh * d, dm))?)?.reversed_axes();
             let (bq, bk, bv) = (
-                blk.b_q.flatten_all()?.to_vec1::<f32>()?,
-                blk.b_k.flatten_all()?.to_vec1::<f32>()?,
-                blk.b_v.flatten_all()?.to_vec1::<f32>()?,
+                a.b_q.flatten_all()?.to_vec1::<f32>()?,
+                a.b_k.flatten_all()?.to_vec1::<f32>()?,
+                a.b_v.flatten_all()?.to_vec1::<f32>()?,
             );
-            let bo = blk.b_o.to_vec1::<f32>()?;
+            let bo = a.b_o.to_vec1::<f32>()?;
             let (g, beta) = match (&blk.ln1, fold_norm) {
-                (Some((g, b)), true) => (Some(g.to_vec1::<f32>()?), Some(b.to_vec1::<f32>()?)),
+                (Some(ln), true) => (Some(ln.w.to_vec1::<f32>()?), Some(ln.b.to_vec1::<f32>()?)),
                 _ => (None, None),
             };
             col.push(
@@ -627,14 +521,14 @@ impl TokenModel {
                 hh,
             );
         }
-        let mut w_u = to_array2(&self.w_u)?;
-        let mut b_u = to_array1(&self.b_u)?;
-        if let (Some((g, beta)), true) = (&self.ln_final, fold_norm) {
+        let mut w_u = to_array2(&self.unembed.w)?;
+        let mut b_u = to_array1(&self.unembed.b)?;
+        if let (Some(ln), true) = (&self.ln_final, fold_norm) {
             fold_final_norm(
                 &mut w_u,
                 &mut b_u,
-                &g.to_vec1::<f32>()?,
-                Some(&beta.to_vec1::<f32>()?),
+                &ln.w.to_vec1::<f32>()?,
+                Some(&ln.b.to_vec1::<f32>()?),
             );
         }
         debug_assert_eq!(w_u.len_of(Axis(1)), c.vocab_size);

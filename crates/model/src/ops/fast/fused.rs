@@ -20,133 +20,89 @@
 //! - softmax, `dx = y * (g - sum(g * y))` over the last axis.
 //! - the HYLA value network with the normalisation and dropout before it (`mlp_value_mix`
 //!   documents its gradient); its forward is the same candle operations as
-//!   [`crate::attention::mix`], run on detached inputs.
+//!   [`crate::ops::reference::mix`], run on detached inputs.
 //!
 //! With the three, a training step of the base HYLA model creates 2,396 tensors on a GPU instead
 //! of 2,889 (softmax: 2,300 instead of 2,753; `benches/train_step.rs` of `hyperlens-train`, group
-//! `overhead`, prints the counts; with the vendored candle-core of `vendor/README.md`, 1,743 and
-//! 1,607). On the CPU the step time did not change measurably.
+//! `overhead`, prints the counts; with the vendored candle-core of an earlier vendored candle-core that
+//! stored first gradients without a zero fill, 1,743 and 1,607). On the CPU the step time did not change measurably.
 //!
 //! The fused forward kernels compute the variance as `E[x^2] - mean^2` in float32, as flax's
 //! `LayerNorm` does by default (`use_fast_variance`), where the composed form subtracted the mean
 //! first; the two agree to float32 rounding on the model's activations (tests below and the float64
-//! references of `tests/model.rs`). Devices other than the CPU and CUDA get the composed forms.
+//! references of `tests/model.rs`). Devices other than the CPU and CUDA get the reference forms
+//! ([`super::super::Ops`] decides). Each node goes into the graph through [`super::attach`].
 
-use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Storage, Tensor, D};
+use candle_core::{Tensor, D};
 
+use super::{attach, cpu, Gradient};
 use crate::error::Result;
-use crate::fastpath;
+use crate::mixer::{Mixer, Normalisation};
+use crate::ops::reference::{self, MlpValueNetwork, RMS_HEAD_EPS};
+use crate::ops::Ops;
 
-/// Whether the fused forms run on `t`'s device and dtype (CPU or CUDA, float32: candle's fused
-/// CPU LayerNorm has no float64).
-pub(crate) fn available(t: &Tensor) -> bool {
-    (t.device().is_cpu() || t.device().is_cuda()) && t.dtype() == DType::F32
-}
-
-/// A copy of a precomputed tensor's storage, the forward result of the custom operations here.
+/// The sum over the rows of a matrix: with the CPU kernels a product with a row of ones (candle's
+/// CPU sum over a leading axis is slow), else candle's `sum(0)`.
 ///
-/// # Errors
-/// A candle error if the value is not a whole contiguous CPU tensor.
-pub(crate) fn cpu_copy(value: &Tensor) -> candle_core::Result<(CpuStorage, Shape)> {
-    let (storage, layout) = value.storage_and_layout();
-    match &*storage {
-        Storage::Cpu(s) if whole(layout) => Ok((s.try_clone(layout)?, layout.shape().clone())),
-        _ => candle_core::bail!("fused op: precomputed value is not a whole CPU tensor"),
+/// # Shapes
+/// `x [rows, N]` -> `[N]`.
+fn sum_rows(x: &Tensor, cpu_kernels: bool) -> Result<Tensor> {
+    let (rows, n) = x.dims2()?;
+    if !cpu_kernels {
+        return Ok(x.sum(0)?);
     }
+    Ok(Tensor::ones((1, rows), x.dtype(), x.device())?
+        .matmul(x)?
+        .reshape(n)?)
 }
 
-/// As [`cpu_copy`] on CUDA.
-///
-/// # Errors
-/// A candle error if the value is not a whole contiguous CUDA tensor.
-#[cfg(feature = "cuda")]
-fn cuda_copy(value: &Tensor) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-    let (storage, layout) = value.storage_and_layout();
-    match &*storage {
-        Storage::Cuda(s) if whole(layout) => Ok((s.try_clone(layout)?, layout.shape().clone())),
-        _ => candle_core::bail!("fused op: precomputed value is not a whole CUDA tensor"),
+/// The forms of the pieces that the gradients below compose: the CPU kernels' or the reference.
+fn ops(cpu_kernels: bool) -> Ops {
+    if cpu_kernels {
+        Ops::Fast
+    } else {
+        Ops::Reference
     }
-}
-
-/// Whether a layout covers its storage from offset 0, contiguously (what `try_clone` copies).
-fn whole(layout: &Layout) -> bool {
-    layout.is_contiguous() && layout.start_offset() == 0
 }
 
 /// LayerNorm over the last axis with scale `w` and bias `b`: candle's fused kernel forward, the
-/// hand-written gradient backward (module docs). Numerically the flax `LayerNorm` of the paper's
-/// code (`E[x^2] - mean^2` variance). Other devices and dtypes get the composed
-/// [`fastpath::layer_norm`].
+/// hand-written gradient backward (module docs); with `cpu_kernels` the gradient is one pass over
+/// the rows ([`cpu::layer_norm_backward`]). Numerically the flax `LayerNorm` of the paper's code
+/// (`E[x^2] - mean^2` variance).
 ///
 /// # Shapes
 /// `x [..., D]`, `w [D]`, `b [D]` -> `[..., D]`.
 ///
 /// # Errors
 /// Candle errors on mismatched shapes.
-pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
-    if !available(x) {
-        return fastpath::layer_norm(x, w, b, eps);
-    }
+pub(crate) fn layer_norm(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    eps: f64,
+    cpu_kernels: bool,
+) -> Result<Tensor> {
     let x = x.contiguous()?;
     let (w, b) = (w.contiguous()?, b.contiguous()?);
     let y = candle_nn::ops::layer_norm(&x.detach(), &w.detach(), &b.detach(), eps as f32)?;
-    if !(x.track_op() || w.track_op() || b.track_op()) {
-        return Ok(y);
-    }
-    Ok(x.apply_op3(&w, &b, LayerNormGrad { y, eps })?)
+    attach(&[&x, &w, &b], y, LayerNormGrad { eps, cpu_kernels })
 }
 
-/// The graph node of [`layer_norm`]: holds the fused forward result, differentiates by hand.
+/// The gradient of [`layer_norm`].
 struct LayerNormGrad {
-    /// The forward result, computed by candle's fused kernel.
-    y: Tensor,
     /// Epsilon under the square root.
     eps: f64,
+    /// Whether the CPU kernels run.
+    cpu_kernels: bool,
 }
 
-impl CustomOp3 for LayerNormGrad {
-    fn name(&self) -> &'static str {
-        "hyperlens-layer-norm"
-    }
+impl Gradient for LayerNormGrad {
+    const NAME: &'static str = "hyperlens-layer-norm";
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_copy(&self.y)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        cuda_copy(&self.y)
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _b: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grads = layer_norm_backward(&x.detach(), &w.detach(), &g.detach(), self.eps)
-            .map_err(candle_core::Error::wrap)?;
-        let (dx, dw, db) = grads;
-        Ok((Some(dx), Some(dw), Some(db)))
+    fn gradients(&self, inputs: &[&Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let (dx, dw, db) =
+            layer_norm_backward(inputs[0], inputs[1], g, self.eps, self.cpu_kernels)?;
+        Ok(vec![Some(dx), Some(dw), Some(db)])
     }
 }
 
@@ -163,22 +119,23 @@ fn layer_norm_backward(
     w: &Tensor,
     g: &Tensor,
     eps: f64,
+    cpu_kernels: bool,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let d = x.dim(D::Minus1)?;
     let rows = x.elem_count() / d.max(1);
     let x2 = x.reshape((rows, d))?;
     let g2 = g.reshape((rows, d))?;
-    if crate::cpu_ops::applies(x) {
-        // float32 on the CPU: one pass over the rows (`cpu_ops`).
-        let (dx, dw, db) = crate::cpu_ops::layer_norm_backward(&x2, w, &g2, eps)?;
+    if cpu_kernels {
+        // float32 on the CPU: one pass over the rows.
+        let (dx, dw, db) = cpu::layer_norm_backward(&x2, w, &g2, eps)?;
         return Ok((dx.reshape(x.shape())?, dw, db));
     }
     let xc = x2.broadcast_sub(&x2.mean_keepdim(1)?)?;
     let r = (xc.sqr()?.mean_keepdim(1)? + eps)?.sqrt()?.recip()?;
     let xhat = xc.broadcast_mul(&r)?;
-    let db = fastpath::sum_rows(&g2)?;
-    let dw = fastpath::sum_rows(&(&g2 * &xhat)?)?;
-    let gh = fastpath::mul_leading(&g2, w)?;
+    let db = sum_rows(&g2, cpu_kernels)?;
+    let dw = sum_rows(&(&g2 * &xhat)?, cpu_kernels)?;
+    let gh = ops(cpu_kernels).mul_leading(&g2, w)?;
     let m1 = gh.mean_keepdim(1)?;
     let m2 = (&gh * &xhat)?.mean_keepdim(1)?;
     let dx = (gh.broadcast_sub(&m1)? - xhat.broadcast_mul(&m2)?)?.broadcast_mul(&r)?;
@@ -186,51 +143,32 @@ fn layer_norm_backward(
 }
 
 /// The softmax over the last axis: candle's fused kernel forward, `dx = y * (g - sum(g * y))`
-/// backward. Other devices and dtypes get `candle_nn::ops::softmax` (composed).
+/// backward (with `cpu_kernels`, one pass over the rows).
 ///
 /// # Shapes
 /// Any shape of rank >= 1; normalises over the last axis.
 ///
 /// # Errors
 /// Candle errors.
-pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    if !available(x) {
-        return Ok(candle_nn::ops::softmax(x, D::Minus1)?);
-    }
+pub(crate) fn softmax_last_dim(x: &Tensor, cpu_kernels: bool) -> Result<Tensor> {
     let x = x.contiguous()?;
     let y = candle_nn::ops::softmax_last_dim(&x.detach())?;
-    if !x.track_op() {
-        return Ok(y);
-    }
-    Ok(x.apply_op1(SoftmaxGrad { y })?)
+    attach(&[&x], y.clone(), SoftmaxGrad { y, cpu_kernels })
 }
 
-/// The graph node of [`softmax_last_dim`].
+/// The gradient of [`softmax_last_dim`].
 struct SoftmaxGrad {
-    /// The forward result, computed by candle's fused kernel.
+    /// The forward result.
     y: Tensor,
+    /// Whether the CPU kernels run.
+    cpu_kernels: bool,
 }
 
-impl CustomOp1 for SoftmaxGrad {
-    fn name(&self) -> &'static str {
-        "hyperlens-softmax-last-dim"
-    }
+impl Gradient for SoftmaxGrad {
+    const NAME: &'static str = "hyperlens-softmax-last-dim";
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_copy(&self.y)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        cuda_copy(&self.y)
-    }
-
-    fn bwd(&self, _x: &Tensor, _res: &Tensor, g: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(softmax_backward(&self.y, &g.detach())?))
+    fn gradients(&self, _: &[&Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        Ok(vec![Some(softmax_backward(&self.y, g, self.cpu_kernels)?)])
     }
 }
 
@@ -241,18 +179,29 @@ impl CustomOp1 for SoftmaxGrad {
 ///
 /// # Errors
 /// Candle errors.
-fn softmax_backward(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
-    if crate::cpu_ops::applies(y) {
-        // float32 on the CPU: one pass over the rows (`cpu_ops`).
-        return crate::cpu_ops::softmax_backward(y, g).map_err(candle_core::Error::wrap);
+fn softmax_backward(y: &Tensor, g: &Tensor, cpu_kernels: bool) -> Result<Tensor> {
+    if cpu_kernels {
+        // float32 on the CPU: one pass over the rows.
+        return cpu::softmax_backward(y, g);
     }
     let dot = (g * y)?.sum_keepdim(D::Minus1)?;
-    g.broadcast_sub(&dot)? * y
+    Ok((g.broadcast_sub(&dot)? * y)?)
+}
+
+/// The mean over axis 1 (heads), kept as an axis of 1.
+///
+/// # Shapes
+/// `x [B, H, rest...]` -> `[B, 1, rest...]`.
+fn mean_over_heads(x: &Tensor, cpu_kernels: bool) -> Result<Tensor> {
+    if cpu_kernels {
+        return super::broadcast::mean_over_heads(x);
+    }
+    Ok(x.mean_keepdim(1)?)
 }
 
 /// Normalisation, attention dropout and the HYLA value network (`mlp_relu` / `mlp_linear`) as one
 /// graph node with a hand-written gradient; the forward values are those of
-/// [`crate::attention::mix`], computed with the same candle operations on detached inputs.
+/// [`crate::ops::reference::mix`], computed with the same candle operations on detached inputs.
 ///
 /// With `a = normalise(s)` and `a' = a * dropout`: `hidden[b,j,i] = act(sum_h a'[b,h,i,j] v[b,h,j])`,
 /// `o[b,i,h] = sum_j a'[b,h,i,j] hidden[b,i,j]` (`spec/models.md`, "Value networks"). Backward,
@@ -267,24 +216,26 @@ fn softmax_backward(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
 /// # Shapes
 /// `s [B, H, Q, K]` (scaled scores with the position bias), `v [B, H, K, d]`, `mask` `u8 [Q, K]`
 /// (1 = visible), `dropout` `f32` broadcastable to `[B, H, Q, K]`. Returns `(o [B, Q, H, d],
-/// attention [B, H, Q, K])` as [`crate::attention::mix`]; the attention is detached.
+/// attention [B, H, Q, K])` as [`crate::ops::reference::mix`]; the attention is detached.
 ///
 /// # Errors
 /// Candle errors on inconsistent shapes.
 pub(crate) fn mlp_value_mix(
     s: &Tensor,
     v: &Tensor,
-    normalisation: crate::Normalisation,
-    relu: bool,
+    mixer: Mixer,
     mask: Option<&Tensor>,
     dropout: Option<&Tensor>,
+    cpu_kernels: bool,
 ) -> Result<(Tensor, Tensor)> {
+    let normalisation = mixer.normalisation();
+    let relu = mixer.value_network() == crate::mixer::ValueNetwork::MlpRelu;
     let (s, v) = (s.contiguous()?, v.contiguous()?);
     let sd = s.detach();
     // The visibility mask as 0 / 1 floats, for the normalisations other than softmax (whose
     // gradient is already 0 at hidden pairs).
     let mask01 = match normalisation {
-        crate::Normalisation::Softmax => None,
+        Normalisation::Softmax => None,
         _ => mask.map(|m| m.to_dtype(sd.dtype())).transpose()?,
     };
     // The masked scores (0 where hidden).
@@ -296,14 +247,16 @@ pub(crate) fn mlp_value_mix(
     };
     // What each normalisation's gradient needs.
     let (attention, norm) = match normalisation {
-        crate::Normalisation::RmsHead => {
+        Normalisation::RmsHead => {
             let m = masked()?;
-            let r = fastpath::rms_factor_over_heads(&m, crate::attention::RMS_HEAD_EPS)?;
+            let r = (mean_over_heads(&m.sqr()?, cpu_kernels)? + RMS_HEAD_EPS)?
+                .sqrt()?
+                .recip()?;
             (m.broadcast_mul(&r)?, NormGrad::RmsHead { m, r })
         }
-        crate::Normalisation::None => (masked()?, NormGrad::None),
-        crate::Normalisation::Softmax => {
-            let a = crate::attention::normalise(&sd, normalisation, mask)?;
+        Normalisation::None => (masked()?, NormGrad::None),
+        Normalisation::Softmax => {
+            let a = reference::normalise(ops(cpu_kernels), &sd, normalisation, mask)?;
             (a.clone(), NormGrad::Softmax { a })
         }
     };
@@ -311,18 +264,20 @@ pub(crate) fn mlp_value_mix(
         Some(d) => attention.broadcast_mul(d)?,
         None => attention.clone(),
     };
-    let net = crate::attention::mlp_value_network(&ad, &v.detach(), relu)?;
+    let net = reference::mlp_value_network(&ad, &v.detach(), relu)?;
     if !(s.track_op() || v.track_op()) {
         return Ok((net.o, attention));
     }
+    let o = net.o.clone();
     let node = MlpValueMixGrad {
         norm,
         relu,
         mask01,
         dropout: dropout.cloned(),
         net,
+        cpu_kernels,
     };
-    Ok((s.apply_op2(&v, node)?, attention))
+    Ok((attach(&[&s, &v], o, node)?, attention))
 }
 
 /// What the gradient of a normalisation needs from the forward pass.
@@ -354,13 +309,15 @@ struct MlpValueMixGrad {
     /// The dropout multiplier, broadcastable to `[B, H, Q, K]`.
     dropout: Option<Tensor>,
     /// The value network's products on the dropped-out attention, with the output.
-    net: crate::attention::MlpValueNetwork,
+    net: MlpValueNetwork,
+    /// Whether the CPU kernels run.
+    cpu_kernels: bool,
 }
 
 impl MlpValueMixGrad {
     /// The gradients of the scores and the values from that of the output (docs of
     /// [`mlp_value_mix`]).
-    fn gradients(&self, go: &Tensor) -> Result<(Tensor, Tensor)> {
+    fn score_and_value_gradients(&self, go: &Tensor) -> Result<(Tensor, Tensor)> {
         let go = go.contiguous()?;
         let g_a_ihj = go.matmul(&self.net.hidden_ijd.t()?)?; // [B, Q, H, K]
         let g_hidden_ijd = self.net.a_ihj.t()?.matmul(&go)?; // [B, Q, K, d]
@@ -379,7 +336,7 @@ impl MlpValueMixGrad {
         };
         let g_s = match &self.norm {
             NormGrad::RmsHead { m, r } => {
-                let dot = fastpath::mean_over_heads(&(&g_a * m)?)?;
+                let dot = mean_over_heads(&(&g_a * m)?, self.cpu_kernels)?;
                 let r3 = (r.sqr()? * r)?;
                 mask_gradient(
                     (g_a.broadcast_mul(r)? - m.broadcast_mul(&(dot * r3)?)?)?,
@@ -388,7 +345,7 @@ impl MlpValueMixGrad {
             }
             NormGrad::None => mask_gradient(g_a, self.mask01.as_ref())?,
             // Hidden pairs have a = 0, so the softmax gradient is already 0 there.
-            NormGrad::Softmax { a } => softmax_backward(a, &g_a)?,
+            NormGrad::Softmax { a } => softmax_backward(a, &g_a, self.cpu_kernels)?,
         };
         Ok((g_s, g_v))
     }
@@ -402,51 +359,21 @@ fn mask_gradient(g: Tensor, mask01: Option<&Tensor>) -> Result<Tensor> {
     })
 }
 
-impl candle_core::CustomOp2 for MlpValueMixGrad {
-    fn name(&self) -> &'static str {
-        "hyperlens-mlp-value-mix"
-    }
+impl Gradient for MlpValueMixGrad {
+    const NAME: &'static str = "hyperlens-mlp-value-mix";
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_copy(&self.net.o)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        cuda_copy(&self.net.o)
-    }
-
-    fn bwd(
-        &self,
-        _s: &Tensor,
-        _v: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (g_s, g_v) = self
-            .gradients(&g.detach())
-            .map_err(candle_core::Error::wrap)?;
-        Ok((Some(g_s), Some(g_v)))
+    fn gradients(&self, _: &[&Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let (g_s, g_v) = self.score_and_value_gradients(g)?;
+        Ok(vec![Some(g_s), Some(g_v)])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fastpath::tests::close;
-    use candle_core::{Device, Var};
+    use crate::ops::test_util::close;
+    use crate::ops::Ops;
+    use candle_core::{DType, Device, Var};
 
     /// The hand-written gradient formulas against candle's autodiff of the composed operations in
     /// float64 (only the formulas are compared), with both CPU forms of the leading-axis sums.
@@ -454,7 +381,7 @@ mod tests {
     fn gradient_formulas_match_autodiff_in_float64() {
         let dev = Device::Cpu;
         for fast in [true, false] {
-            fastpath::with_cpu_fast_paths(fast, || {
+            {
                 let x = Var::from_tensor(
                     &Tensor::randn(0f64, 1.0, (3, 5, 7), &dev)
                         .unwrap()
@@ -466,20 +393,20 @@ mod tests {
                 let b = Var::randn(0f64, 0.3, 7, &dev).unwrap();
                 let g = Tensor::randn(0f64, 1.0, (3, 5, 7), &dev).unwrap();
                 let (xt, wt, bt) = (x.as_tensor(), w.as_tensor(), b.as_tensor());
-                let y = fastpath::layer_norm(xt, wt, bt, 1e-6).unwrap();
+                let y = reference::layer_norm(ops(fast), xt, wt, bt, 1e-6).unwrap();
                 let auto = (&y * &g).unwrap().sum_all().unwrap().backward().unwrap();
-                let (dx, dw, db) = layer_norm_backward(xt, wt, &g, 1e-6).unwrap();
+                let (dx, dw, db) = layer_norm_backward(xt, wt, &g, 1e-6, false).unwrap();
                 close(&dx, auto.get(xt).unwrap(), 1e-12);
                 close(&dw, auto.get(wt).unwrap(), 1e-12);
                 close(&db, auto.get(bt).unwrap(), 1e-12);
                 let s = candle_nn::ops::softmax(xt, D::Minus1).unwrap();
                 let auto = (&s * &g).unwrap().sum_all().unwrap().backward().unwrap();
                 close(
-                    &softmax_backward(&s, &g).unwrap(),
+                    &softmax_backward(&s, &g, false).unwrap(),
                     auto.get(xt).unwrap(),
                     1e-12,
                 );
-            })
+            }
         }
     }
 
@@ -489,7 +416,7 @@ mod tests {
     fn fused_layer_norm_and_softmax_match_the_composed_ops() {
         let dev = Device::Cpu;
         for fast in [true, false] {
-            fastpath::with_cpu_fast_paths(fast, || {
+            {
                 let x = Var::from_tensor(
                     &Tensor::randn(0f32, 1.0, (3, 5, 7), &dev)
                         .unwrap()
@@ -503,11 +430,11 @@ mod tests {
                 let run = |fused: bool| {
                     let (xt, wt, bt) = (x.as_tensor(), w.as_tensor(), b.as_tensor());
                     let (y, s) = if fused {
-                        let y = layer_norm(xt, wt, bt, 1e-6).unwrap();
-                        let s = softmax_last_dim(&y).unwrap();
+                        let y = layer_norm(xt, wt, bt, 1e-6, fast).unwrap();
+                        let s = softmax_last_dim(&y, fast).unwrap();
                         (y, s)
                     } else {
-                        let y = fastpath::layer_norm(xt, wt, bt, 1e-6).unwrap();
+                        let y = reference::layer_norm(Ops::Reference, xt, wt, bt, 1e-6).unwrap();
                         let s = candle_nn::ops::softmax(&y, D::Minus1).unwrap();
                         (y, s)
                     };
@@ -525,7 +452,7 @@ mod tests {
                 close(&gx1, &gx0, 2e-5);
                 close(&gw1, &gw0, 2e-5);
                 close(&gb1, &gb0, 2e-5);
-            })
+            }
         }
     }
 
@@ -534,11 +461,9 @@ mod tests {
     /// gradients of scores and values, with both CPU forms.
     #[test]
     fn fused_value_network_matches_the_composed_ops() {
-        use crate::attention::normalise_and_mix;
-        use crate::Mixer;
-        let (mask, drop, s, v, c) = fastpath::tests::mix_inputs((2, 3, 5, 4), 5);
+        let (mask, drop, s, v, c) = crate::ops::test_util::mix_inputs((2, 3, 5, 4), 5);
         for fast in [true, false] {
-            fastpath::with_cpu_fast_paths(fast, || {
+            {
                 for mixer in [
                     Mixer::Hyla,
                     Mixer::HylaNoRmsHead,
@@ -548,18 +473,18 @@ mod tests {
                     for (m, dr) in [(Some(&mask), Some(&drop)), (None, None)] {
                         let run = |fused: bool| {
                             let (o, a) = if fused {
-                                mlp_value_mix(
+                                mlp_value_mix(s.as_tensor(), v.as_tensor(), mixer, m, dr, fast)
+                                    .unwrap()
+                            } else {
+                                reference::mix(
+                                    Ops::Reference,
                                     s.as_tensor(),
                                     v.as_tensor(),
-                                    mixer.normalisation(),
-                                    mixer.value_network() == crate::ValueNetwork::MlpRelu,
+                                    mixer,
                                     m,
                                     dr,
                                 )
                                 .unwrap()
-                            } else {
-                                normalise_and_mix(s.as_tensor(), v.as_tensor(), mixer, m, dr)
-                                    .unwrap()
                             };
                             let g = (&o * &c).unwrap().sum_all().unwrap().backward().unwrap();
                             let gs = g.get(s.as_tensor()).unwrap().clone();
@@ -574,7 +499,7 @@ mod tests {
                         close(&gv1, &gv0, 1e-4);
                     }
                 }
-            })
+            }
         }
     }
 
@@ -587,14 +512,14 @@ mod tests {
         assert!(!view.is_contiguous());
         let w = Tensor::ones(5, DType::F32, &dev).unwrap();
         let b = Tensor::zeros(5, DType::F32, &dev).unwrap();
-        let y = layer_norm(&view, &w, &b, 1e-6).unwrap();
+        let y = layer_norm(&view, &w, &b, 1e-6, true).unwrap();
         assert!(!y.track_op());
         close(
             &y,
-            &fastpath::layer_norm(&view, &w, &b, 1e-6).unwrap(),
+            &reference::layer_norm(Ops::Reference, &view, &w, &b, 1e-6).unwrap(),
             2e-5,
         );
-        let s = softmax_last_dim(&view).unwrap();
+        let s = softmax_last_dim(&view, true).unwrap();
         close(
             &s,
             &candle_nn::ops::softmax(&view, D::Minus1).unwrap(),

@@ -1,10 +1,10 @@
 //! Two CPU operations with hand-written gradients, each one pass over its tensor in either
 //! direction: a bias added over the leading axes, and the tanh GELU; and the backward passes of
-//! [`crate::fused`]'s LayerNorm and softmax as one pass over the rows.
+//! [`super::fused`]'s LayerNorm and softmax as one pass over the rows.
 //!
-//! As candle operations a bias over batch and tokens ([`crate::fastpath::add_leading`]) costs a
+//! As candle operations a bias over batch and tokens ([`crate::ops::Ops::add_leading`]) costs a
 //! product with a column of ones (the repeated bias, written out in full), the addition and, in the
-//! backward pass, a second product with ones; GELU ([`crate::fastpath::gelu_tanh`]) costs eight
+//! backward pass, a second product with ones; GELU ([`crate::ops::Ops::gelu_tanh`]) costs eight
 //! elementwise operations forward and their gradients backward. On the base SRAVEN model these
 //! passes over `[4608, 128]` and `[4608, 256]` activations took about 12 % of a CPU training step
 //! (`perf`, one thread). Here:
@@ -15,14 +15,14 @@
 //!   `0.5 x (1 + tanh(z / 2))`, `jax.nn.gelu(approximate=True)`);
 //!   `dx = g (s + x s (1 - s) c (1 + 3 * 0.044715 x^2))` with `s = sigmoid(z)`.
 //!
-//! Both run in float32 on the CPU when the fast paths of [`crate::fastpath`] are on; everything
-//! else takes the forms of [`crate::fastpath`].
+//! Both run in float32 on the CPU under [`crate::ops::Ops::Fast`]; everything else takes the
+//! other forms of [`crate::ops`].
 //!
 //! Every operation here runs in parallel (rayon) over fixed blocks of [`BLOCK_ROWS`] rows (or
 //! [`BLOCK_ELEMS`] elements); sums over rows are taken per block in row order and the block sums
 //! added in block order, so the results do not depend on the number of threads.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::error::Result;
@@ -130,11 +130,6 @@ pub(crate) fn with_tensor<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_
         candle_core::Storage::Cpu(s) => Ok(f(data(s, layout)?)),
         _ => candle_core::bail!("cpu op: not a CPU tensor"),
     }
-}
-
-/// Whether the operations here run for `x`: float32 on the CPU with the fast paths on.
-pub(crate) fn applies(x: &Tensor) -> bool {
-    x.dtype() == DType::F32 && crate::fastpath::cpu_fast_paths_on(x)
 }
 
 /// `x + b` with `b` added to every row: one pass forward, the bias gradient a sum over rows.
@@ -264,7 +259,7 @@ impl CustomOp1 for GeluTanh {
     }
 }
 
-/// The LayerNorm gradient of [`crate::fused::layer_norm`] in one pass over the rows: per row of
+/// The LayerNorm gradient of [`super::fused::layer_norm`] in one pass over the rows: per row of
 /// `D` entries, `xhat = (x - mean) r`, `r = 1 / sqrt(var + eps)` (the variance of the centred
 /// row), `gh = g w`, `dx = r (gh - mean(gh) - xhat mean(gh xhat))`; `dw = sum_rows g xhat`,
 /// `db = sum_rows g`, summed per block of rows (module docs).
@@ -380,7 +375,8 @@ pub(crate) fn softmax_backward(y: &Tensor, g: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fastpath::tests::{bits, close};
+    use crate::ops::test_util::{bits, close};
+    use candle_core::DType;
     use candle_core::{Device, Var};
 
     /// Values and gradients of both operations against candle's autodiff of the composed forms in

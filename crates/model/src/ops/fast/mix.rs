@@ -2,7 +2,7 @@
 //! scores (RMSHead, none or softmax), attention dropout and the `mlp_relu` / `mlp_linear` value
 //! network, forward and backward.
 //!
-//! As candle operations ([`crate::fused::mlp_value_mix`]) this half is some twenty passes over
+//! As candle operations ([`super::fused::mlp_value_mix`]) this half is some twenty passes over
 //! `[B, H, Q, K]` tensors (transposes, broadcast products, batched matrix products of 36 x 16 by
 //! 16 x 4 matrices, their gradients); on the base SRAVEN model each is 2.65 M floats, larger than
 //! the caches, and together they took 44 % of a CPU training step (`perf`, base HYLA model, one
@@ -18,7 +18,7 @@
 //! attention too (0.365 against 0.342 s). With softmax normalisation (`softmax-hypatt`) the kernel
 //! takes a step from 0.54 to 0.51 s.
 //! Problems are independent and run in parallel (rayon, on the calling thread when it has one
-//! thread: [`crate::cpu_ops::for_block_pairs`]); each problem's sums run in a fixed order,
+//! thread: [`super::cpu::for_block_pairs`]); each problem's sums run in a fixed order,
 //! so the result does not depend on the number of threads.
 //!
 //! For each problem `b` and pair `(i, j)` (query, key), with `m[h] = s[b,h,i,j]` where visible and
@@ -40,23 +40,24 @@
 //! `g_s[h] = g_a[h] r - m[h] r^3 mean_h(g_a m)`; none `g_s = g_a`; softmax
 //! `g_s[j] = a[j] (g_a[j] - sum_j' a[j'] g_a[j'])` along the row.
 //!
-//! These are the formulas of [`crate::fused::mlp_value_mix`] and [`crate::fused::softmax_last_dim`]
+//! These are the formulas of [`super::fused::mlp_value_mix`] and [`super::fused::softmax_last_dim`]
 //! (their tests check them against candle's autodiff), evaluated per pair; the tests below check
 //! the kernel against candle's float64 autodiff of the composed operations for the five mixers it
 //! serves.
 //! Source: `spec/models.md` ("Value networks"), the paper's `DotProductAttention` and
 //! `linear_hypatt` (`hyla/models/attention.py`).
 //!
-//! The kernel runs on the CPU in float32 when the fast paths of [`crate::fastpath`] are on, for
+//! The kernel runs on the CPU in float32 under [`crate::ops::Ops::Fast`], for
 //! masks and dropout multipliers shared by the batch and the heads (`[Q, K]` up to leading axes of
 //! 1). The standard value network, other devices and dtypes, and other mask shapes take the
 //! candle-operation forms.
 
-use candle_core::{CpuStorage, DType, Device, Layout, Shape, Tensor};
+use candle_core::{DType, Device, Tensor};
 
-use crate::cpu_ops::{for_block_pairs, with_tensor};
+use super::cpu::{for_block_pairs, with_tensor};
+use super::{attach, Gradient};
 use crate::error::Result;
-use crate::{Normalisation, ValueNetwork};
+use crate::mixer::{Mixer, Normalisation, ValueNetwork};
 
 /// The sizes and the per-pair constants of one mix.
 struct Plan {
@@ -171,7 +172,7 @@ impl Rows {
                         *s += x * x;
                     }
                 }
-                let eps = crate::attention::RMS_HEAD_EPS as f32;
+                let eps = crate::ops::reference::RMS_HEAD_EPS as f32;
                 for s in ss.iter_mut() {
                     *s = 1.0 / (*s / h as f32 + eps).sqrt();
                 }
@@ -391,17 +392,17 @@ fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
 pub(crate) fn mix(
     scores: &Tensor,
     v: &Tensor,
-    normalisation: Normalisation,
-    value: ValueNetwork,
+    mixer: Mixer,
     mask: Option<&Tensor>,
     dropout: Option<&Tensor>,
 ) -> Result<Option<(Tensor, Tensor)>> {
-    let relu = match value {
+    let normalisation = mixer.normalisation();
+    let relu = match mixer.value_network() {
         ValueNetwork::MlpRelu => true,
         ValueNetwork::MlpLinear => false,
         ValueNetwork::Default => return Ok(None),
     };
-    if !crate::cpu_ops::applies(scores) {
+    if !super::cpu_f32(scores) {
         return Ok(None);
     }
     let (b, h, q, k) = scores.dims4()?;
@@ -441,45 +442,23 @@ pub(crate) fn mix(
     })??;
     let o = Tensor::from_vec(o, (b, q, h, d), &Device::Cpu)?;
     let att = Tensor::from_vec(att, (b, h, q, k), &Device::Cpu)?;
-    if !(s.track_op() || v.track_op()) {
-        return Ok(Some((o, att)));
-    }
-    let node = MixKernel { plan, b, o };
-    Ok(Some((s.apply_op2(&v, node)?, att)))
+    let node = MixKernel { plan, b };
+    Ok(Some((attach(&[&s, &v], o, node)?, att)))
 }
 
-/// The graph node of [`mix`]: the plan and the precomputed output.
+/// The gradient of [`mix`]: the plan; the backward pass is the kernel's second pass.
 struct MixKernel {
     /// Sizes, mask and dropout.
     plan: Plan,
     /// Problems.
     b: usize,
-    /// The output `[B, Q, H, d]`.
-    o: Tensor,
 }
 
-impl candle_core::CustomOp2 for MixKernel {
-    fn name(&self) -> &'static str {
-        "hyperlens-mix-kernel"
-    }
+impl Gradient for MixKernel {
+    const NAME: &'static str = "hyperlens-mix-kernel";
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        crate::fused::cpu_copy(&self.o)
-    }
-
-    fn bwd(
-        &self,
-        s: &Tensor,
-        v: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    fn gradients(&self, inputs: &[&Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let (s, v) = (inputs[0], inputs[1]);
         let p = &self.plan;
         let (b, h, q, k, d) = (self.b, p.h, p.q, p.k, p.d);
         let (mut gs, mut gv) = (vec![0f32; b * h * q * k], vec![0f32; b * h * k * d]);
@@ -497,16 +476,16 @@ impl candle_core::CustomOp2 for MixKernel {
         })???;
         let gs = Tensor::from_vec(gs, (b, h, q, k), &Device::Cpu)?;
         let gv = Tensor::from_vec(gv, (b, h, k, d), &Device::Cpu)?;
-        Ok((Some(gs), Some(gv)))
+        Ok(vec![Some(gs), Some(gv)])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::normalise_and_mix;
-    use crate::fastpath::tests::{bits, close};
-    use crate::Mixer;
+    use crate::ops::reference;
+    use crate::ops::test_util::{bits, close};
+    use crate::ops::Ops;
     use candle_core::Var;
 
     /// The kernel's output, codes and gradients against candle's autodiff of the composed
@@ -514,7 +493,7 @@ mod tests {
     /// value network), with and without a causal mask and dropout.
     #[test]
     fn kernel_matches_float64_autodiff_of_the_composed_ops() {
-        let (mask, drop, s, v, c) = crate::fastpath::tests::mix_inputs((3, 5, 7, 4), 11);
+        let (mask, drop, s, v, c) = crate::ops::test_util::mix_inputs((3, 5, 7, 4), 11);
         let s64 = Var::from_tensor(&s.to_dtype(DType::F64).unwrap()).unwrap();
         let v64 = Var::from_tensor(&v.to_dtype(DType::F64).unwrap()).unwrap();
         let c64 = c.to_dtype(DType::F64).unwrap();
@@ -529,19 +508,19 @@ mod tests {
                 } else {
                     (None, None, None)
                 };
-                let (o, a) = mix(
-                    s.as_tensor(),
-                    v.as_tensor(),
-                    mixer.normalisation(),
-                    mixer.value_network(),
-                    m,
-                    dr,
-                )
-                .unwrap()
-                .expect("the kernel applies");
+                let (o, a) = mix(s.as_tensor(), v.as_tensor(), mixer, m, dr)
+                    .unwrap()
+                    .expect("the kernel applies");
                 let g = (&o * &c).unwrap().sum_all().unwrap().backward().unwrap();
-                let (o64, a64) =
-                    normalise_and_mix(s64.as_tensor(), v64.as_tensor(), mixer, m, dr64).unwrap();
+                let (o64, a64) = reference::mix(
+                    Ops::Reference,
+                    s64.as_tensor(),
+                    v64.as_tensor(),
+                    mixer,
+                    m,
+                    dr64,
+                )
+                .unwrap();
                 let g64 = (&o64 * &c64)
                     .unwrap()
                     .sum_all()
@@ -579,9 +558,8 @@ mod tests {
         let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
         let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
         let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
-        let (norm, value) = (mixer.normalisation(), mixer.value_network());
         let run = |s: &Tensor, v: &Tensor, c: &Tensor| {
-            let (o, _) = mix(s, v, norm, value, None, None).unwrap().unwrap();
+            let (o, _) = mix(s, v, mixer, None, None).unwrap().unwrap();
             let g = (&o * c).unwrap().sum_all().unwrap().backward().unwrap();
             (bits(&o), bits(g.get(s).unwrap()), bits(g.get(v).unwrap()))
         };
@@ -609,8 +587,7 @@ mod tests {
         let (o, _) = mix(
             &s.as_tensor().detach(),
             &v.as_tensor().detach(),
-            norm,
-            value,
+            mixer,
             None,
             None,
         )
@@ -619,29 +596,23 @@ mod tests {
         assert!(!o.track_op());
     }
 
-    /// The standard value network, float64, a per-problem mask and switched-off fast paths are left
-    /// to the candle-operation forms.
+    /// The standard value network, float64 and a per-problem mask are left to the other forms, and
+    /// only [`Ops::Fast`] runs the kernel.
     #[test]
     fn kernel_declines_what_it_does_not_cover() {
         let dev = Device::Cpu;
         let s = Tensor::randn(0f32, 1.0, (2, 3, 4, 4), &dev).unwrap();
         let v = Tensor::randn(0f32, 1.0, (2, 3, 4, 2), &dev).unwrap();
         let none = |s: &Tensor, v: &Tensor, n, m: Option<&Tensor>| {
-            mix(s, v, n, ValueNetwork::MlpRelu, m, None)
-                .unwrap()
-                .is_none()
+            let mixer = if n == Normalisation::Softmax {
+                Mixer::SoftmaxHypatt
+            } else {
+                Mixer::Hyla
+            };
+            mix(s, v, mixer, m, None).unwrap().is_none()
         };
         assert!(!none(&s, &v, Normalisation::Softmax, None));
-        assert!(mix(
-            &s,
-            &v,
-            Normalisation::Softmax,
-            ValueNetwork::Default,
-            None,
-            None
-        )
-        .unwrap()
-        .is_none());
+        assert!(mix(&s, &v, Mixer::Softmax, None, None).unwrap().is_none());
         let (s64, v64) = (
             s.to_dtype(DType::F64).unwrap(),
             v.to_dtype(DType::F64).unwrap(),
@@ -651,8 +622,9 @@ mod tests {
         assert!(none(&s, &v, Normalisation::RmsHead, Some(&per_problem)));
         let shared = Tensor::ones((1, 1, 4, 4), DType::U8, &dev).unwrap();
         assert!(!none(&s, &v, Normalisation::RmsHead, Some(&shared)));
-        crate::fastpath::with_cpu_fast_paths(false, || {
-            assert!(none(&s, &v, Normalisation::RmsHead, None));
-        });
+        // Under the other choices the same mix gives the same codes without the kernel.
+        let (_, a_fast) = Ops::Fast.mix(&s, &v, Mixer::Hyla, None, None).unwrap();
+        let (_, a_ref) = Ops::Reference.mix(&s, &v, Mixer::Hyla, None, None).unwrap();
+        close(&a_fast, &a_ref, 1e-5);
     }
 }

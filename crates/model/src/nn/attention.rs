@@ -1,0 +1,105 @@
+//! The multi-head attention layer: projections to heads, scaled scores with an optional relative
+//! position bias, and the mixer ([`crate::ops::Ops::mix`]: normalisation into the latent codes and
+//! the value network), then the output projection. Shared by the SRAVEN transformer and the token
+//! language models.
+//!
+//! Source: `docs/spec/models.md` ("The block", "Scores and the three normalisations"); the paper's
+//! `MultiHeadDotProductAttention` (`hyla/models/attention.py`). Named output after burn's
+//! `MhaOutput`.
+
+use candle_core::Tensor;
+
+use super::position::relative_position_bias;
+use crate::error::Result;
+use crate::mixer::Mixer;
+use crate::ops::Ops;
+
+/// One attention sub-layer: per-head projections, optional T5 relative-position table, mixer.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    /// Query kernel `[H, D, d]`.
+    pub w_q: Tensor,
+    /// Key kernel `[H, D, d]`.
+    pub w_k: Tensor,
+    /// Value kernel `[H, D, d]`.
+    pub w_v: Tensor,
+    /// Query bias `[H, d]`.
+    pub b_q: Tensor,
+    /// Key bias `[H, d]`.
+    pub b_k: Tensor,
+    /// Value bias `[H, d]`.
+    pub b_v: Tensor,
+    /// Output kernel `[H, d, D]`.
+    pub w_o: Tensor,
+    /// Output bias `[D]`.
+    pub b_o: Tensor,
+    /// T5 relative-position table `[H, n_buckets]` (the SRAVEN transformer; none in token models,
+    /// which have learned absolute positions).
+    pub rel_pos: Option<Tensor>,
+    /// The sequence mixer.
+    pub mixer: Mixer,
+}
+
+/// What [`Attention::forward`] returns.
+#[derive(Debug, Clone)]
+pub struct AttentionOutput {
+    /// The sub-layer's output `[B, T, D]`, to be added to the residual stream.
+    pub out: Tensor,
+    /// The normalised attention `[B, H, Q, K]` (`[batch, head, query, key]`): the latent codes,
+    /// before dropout (TransformerLens hook `blocks.{l}.attn.hook_pattern`).
+    pub pattern: Tensor,
+}
+
+impl Attention {
+    /// Projects `x` to heads: `y[b, h, t, :] = x[b, t] W[h] + bias[h]`.
+    ///
+    /// # Shapes
+    /// `x [B, T, D]`, `w [H, D, d]`, `b [H, d]` -> `[B, H, T, d]`.
+    fn project(ops: Ops, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let (bsz, t, dm) = x.dims3()?;
+        let (h, _, d) = w.dims3()?;
+        let w2 = w.transpose(0, 1)?.reshape((dm, h * d))?;
+        let y = ops.linear(x, &w2, &b.reshape(h * d)?)?;
+        Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// Runs the sub-layer on (normalised) input:
+    /// `s[b,h,i,j] = q[b,h,i] . k[b,h,j] / sqrt(d) + bias[h,i,j]`, then [`Ops::mix`], then
+    /// `out = sum_h o[h] W_O[h] + b_O`.
+    ///
+    /// # Shapes
+    /// `x [B, T, D]`; `buckets` `u32 [T, T]` ([`super::position::bucket_matrix`]), used with the
+    /// relative-position table; `mask` `u8` broadcastable to `[B, H, T, T]` (1 = visible);
+    /// `dropout` `f32` broadcastable to `[B, H, T, T]`. Returns [`AttentionOutput`].
+    ///
+    /// # Errors
+    /// Candle errors on shape mismatches.
+    pub fn forward(
+        &self,
+        ops: Ops,
+        x: &Tensor,
+        buckets: Option<&Tensor>,
+        mask: Option<&Tensor>,
+        dropout: Option<&Tensor>,
+    ) -> Result<AttentionOutput> {
+        let (bsz, t, _) = x.dims3()?;
+        let (h, d, dm) = self.w_o.dims3()?;
+        let q = Self::project(ops, x, &self.w_q, &self.b_q)?;
+        let k = Self::project(ops, x, &self.w_k, &self.b_k)?;
+        let v = Self::project(ops, x, &self.w_v, &self.b_v)?;
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+        let scores = match (&self.rel_pos, buckets) {
+            (Some(table), Some(buckets)) => {
+                ops.add_leading(&scores, &relative_position_bias(table, buckets)?)?
+            }
+            _ => scores,
+        };
+        let (o, pattern) = ops.mix(&scores, &v, self.mixer, mask, dropout)?;
+        let out = ops.linear(
+            &o.reshape((bsz, t, h * d))?,
+            &self.w_o.reshape((h * d, dm))?,
+            &self.b_o,
+        )?;
+        Ok(AttentionOutput { out, pattern })
+    }
+}

@@ -1,0 +1,215 @@
+//! The operations that have fast forms: the one API the layers of [`crate::nn`] call for them.
+//!
+//! Each operation has a **reference form** in [`reference`]: plain candle maths, differentiated by
+//! candle's autodiff. It is the definition of the operation, and the oracle the fast forms are
+//! tested against. The **fast forms** in `fast/` compute the same function with fewer graph nodes
+//! or fewer passes over memory:
+//!
+//! - custom operations with hand-written gradients (LayerNorm, softmax, the HYLA value network with
+//!   its normalisation): the forward pass is candle's fused kernel, the backward pass written out.
+//!   Each tensor of a graph is one kernel launch on a GPU and costs candle a zero-filled gradient
+//!   slot in the backward pass, so these matter most there;
+//! - CPU kernels in float32: a bias over leading axes, the tanh GELU, the LayerNorm and softmax
+//!   gradients as single passes, the whole HYLA mix as one pass over the (query, key) pairs, and
+//!   broadcasts written as products with ones (candle's CPU sums over leading axes are slow).
+//!
+//! Which forms run is an explicit choice, [`Ops`], carried by the model ([`crate::Transformer::with_ops`])
+//! and passed to every layer's `forward`. Forms that do not apply to a tensor (another device or
+//! dtype) fall back to the next simpler form, so every choice runs everywhere.
+//!
+//! Source of the maths: `docs/spec/models.md` ("Scores and the three normalisations", "Value
+//! networks", "The block").
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+use crate::mixer::Mixer;
+
+mod fast;
+pub mod reference;
+
+/// Which forms of the operations run (module docs).
+///
+/// The three give the same function; they differ in float32 rounding (tested to 1e-5 relative on
+/// values and gradients, `tests/model.rs`), graph size and speed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Ops {
+    /// The plain candle maths of [`reference`] only: the definition and the test oracle.
+    Reference,
+    /// Custom operations with hand-written gradients where the device is the CPU or CUDA and the
+    /// dtype float32 (fewer graph nodes); the reference forms elsewhere. What a GPU runs.
+    Fused,
+    /// [`Ops::Fused`] plus the CPU kernels in float32 on the CPU (single passes, products with
+    /// ones for broadcasts). The default: on other devices it is [`Ops::Fused`].
+    #[default]
+    Fast,
+}
+
+impl Ops {
+    /// Whether the CPU kernels run on `x` (the CPU, float32, [`Ops::Fast`]).
+    fn cpu_kernels(self, x: &Tensor) -> bool {
+        self == Ops::Fast && fast::cpu_f32(x)
+    }
+
+    /// Whether the custom operations with hand-written gradients run on `x`.
+    fn fused(self, x: &Tensor) -> bool {
+        self != Ops::Reference && fast::fused_available(x)
+    }
+
+    /// `x W + b` over the last axis.
+    ///
+    /// # Shapes
+    /// `x [..., in]`, `w [in, out]`, `b [out]` -> `[..., out]`.
+    ///
+    /// # Errors
+    /// Candle errors on mismatched shapes.
+    pub fn linear(self, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let (n_in, n_out) = w.dims2()?;
+        let mut dims = x.dims().to_vec();
+        let rows = x.elem_count() / n_in.max(1);
+        let y = self.add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
+        if let Some(last) = dims.last_mut() {
+            *last = n_out;
+        }
+        Ok(y.reshape(dims)?)
+    }
+
+    /// `x + b` with `b` broadcast over the leading axes of `x` (a bias over batch and tokens, a
+    /// relative-position table over the batch).
+    ///
+    /// # Shapes
+    /// `x [..., S...]`, `b` broadcastable to `x` (usually `[S...]`, the trailing shape) -> the
+    /// shape of `x`.
+    ///
+    /// # Errors
+    /// Candle errors on shapes that do not broadcast.
+    pub fn add_leading(self, x: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self == Ops::Fast {
+            if let Some(y) = fast::broadcast::add_leading(x, b)? {
+                return Ok(y);
+            }
+        }
+        reference::add_leading(x, b)
+    }
+
+    /// `x * w` with `w` broadcast over the leading axes of `x` (a LayerNorm scale).
+    ///
+    /// # Shapes
+    /// As [`Ops::add_leading`].
+    ///
+    /// # Errors
+    /// Candle errors on shapes that do not broadcast.
+    pub fn mul_leading(self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        if self == Ops::Fast {
+            if let Some(y) = fast::broadcast::mul_leading(x, w)? {
+                return Ok(y);
+            }
+        }
+        reference::mul_leading(x, w)
+    }
+
+    /// LayerNorm over the last axis with scale `w`, bias `b` and `eps` under the square root
+    /// (Ba et al. 2016; flax `LayerNorm`).
+    ///
+    /// # Shapes
+    /// `x [..., D]`, `w [D]`, `b [D]` -> `[..., D]`.
+    ///
+    /// # Errors
+    /// Candle errors on mismatched shapes.
+    pub fn layer_norm(self, x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Result<Tensor> {
+        if self.fused(x) {
+            return fast::fused::layer_norm(x, w, b, eps, self.cpu_kernels(x));
+        }
+        reference::layer_norm(self, x, w, b, eps)
+    }
+
+    /// The tanh approximation of GELU, `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`
+    /// (`jax.nn.gelu(approximate=True)`, the paper's MLP activation).
+    ///
+    /// # Shapes
+    /// Any shape, elementwise.
+    ///
+    /// # Errors
+    /// Candle errors.
+    pub fn gelu_tanh(self, x: &Tensor) -> Result<Tensor> {
+        if self == Ops::Fast {
+            if let Some(y) = fast::broadcast::gelu_tanh(x)? {
+                return Ok(y);
+            }
+        }
+        reference::gelu_tanh(x)
+    }
+
+    /// The softmax over the last axis.
+    ///
+    /// # Shapes
+    /// Any shape of rank >= 1.
+    ///
+    /// # Errors
+    /// Candle errors.
+    pub fn softmax_last_dim(self, x: &Tensor) -> Result<Tensor> {
+        if self.fused(x) {
+            return fast::fused::softmax_last_dim(x, self.cpu_kernels(x));
+        }
+        reference::softmax_last_dim(x)
+    }
+
+    /// RMSHead: `x / sqrt(mean_h x^2 + eps)` over axis 1, the heads (flax `RMSNorm` over heads,
+    /// without scale; the paper's HYLA normalisation).
+    ///
+    /// # Shapes
+    /// `x [B, H, rest...]` -> the shape of `x`.
+    ///
+    /// # Errors
+    /// Candle errors (`x` of rank below 2).
+    pub fn rms_over_heads(self, x: &Tensor, eps: f64) -> Result<Tensor> {
+        if self == Ops::Fast && fast::cpu_device(x) {
+            return fast::broadcast::rms_over_heads(x, eps);
+        }
+        reference::rms_over_heads(x, eps)
+    }
+
+    /// The second half of one multi-head mixing step: normalisation of the scaled scores into the
+    /// latent codes, attention dropout, and the mixer's value network. The definition is
+    /// [`reference::mix`]; its docs give the maths.
+    ///
+    /// # Shapes
+    /// `scores [B, H, Q, K]` (scaled, with any position bias), `v [B, H, K, d]`, `mask` `u8`
+    /// broadcastable to `[B, H, Q, K]` (1 = visible), `dropout` `f32` broadcastable to
+    /// `[B, H, Q, K]`. Returns `(o [B, Q, H, d], attention [B, H, Q, K])`: the per-head output
+    /// before the output projection, and the latent codes (before dropout).
+    ///
+    /// # Errors
+    /// Candle errors on inconsistent shapes.
+    pub fn mix(
+        self,
+        scores: &Tensor,
+        v: &Tensor,
+        mixer: Mixer,
+        mask: Option<&Tensor>,
+        dropout: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        if self.cpu_kernels(scores) {
+            // On the CPU: one pass over the (query, key) pairs, forward and backward.
+            if let Some(out) = fast::mix::mix(scores, v, mixer, mask, dropout)? {
+                return Ok(out);
+            }
+        }
+        let tracked = scores.track_op() || v.track_op();
+        if mixer.value_network().is_mlp() && tracked && self.fused(scores) {
+            // Training: one graph node with a hand-written gradient.
+            return fast::fused::mlp_value_mix(
+                scores,
+                v,
+                mixer,
+                mask,
+                dropout,
+                self.cpu_kernels(scores),
+            );
+        }
+        reference::mix(self, scores, v, mixer, mask, dropout)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util;

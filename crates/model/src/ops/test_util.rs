@@ -1,0 +1,44 @@
+//! Helpers shared by the unit tests of the fast forms.
+
+use candle_core::{Device, Tensor, Var};
+
+/// Random inputs of one mix for the gradient tests of the fused value network and the mix kernel: a causal mask
+/// `[t, t]`, a dropout multiplier (rate 0.3, from `seed`), scores `[b, h, t, t]` and values
+/// `[b, h, t, d]` as variables, and a cotangent of the output `[b, t, h, d]`.
+pub(crate) fn mix_inputs(
+    (b, h, t, d): (usize, usize, usize, usize),
+    seed: u64,
+) -> (Tensor, Tensor, Var, Var, Tensor) {
+    use rand::SeedableRng;
+    let dev = Device::Cpu;
+    let mask = crate::nn::position::causal_mask(t, &dev).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let drop = crate::nn::position::dropout_mask(t, t, 0.3, &mut rng, &dev).unwrap();
+    let s = Var::randn(0f32, 1.0, (b, h, t, t), &dev).unwrap();
+    let v = Var::randn(0f32, 1.0, (b, h, t, d), &dev).unwrap();
+    let c = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev).unwrap();
+    (mask, drop, s, v, c)
+}
+
+/// The bits of a float32 tensor's values, for bitwise comparisons.
+pub(crate) fn bits(t: &Tensor) -> Vec<u32> {
+    let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+    v.into_iter().map(f32::to_bits).collect()
+}
+
+/// Asserts `|a - b| <= tol (1 + |b|)` elementwise (compared in float64).
+pub(crate) fn close(a: &Tensor, b: &Tensor, tol: f64) {
+    let values = |t: &Tensor| -> Vec<f64> {
+        t.flatten_all()
+            .unwrap()
+            .to_dtype(candle_core::DType::F64)
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let (a, b) = (values(a), values(b));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{x} vs {y}");
+    }
+}
