@@ -6,7 +6,7 @@
 #                             data/checkpoints/paper-jax-*) and these scripts
 # The two binaries (8 + 6 MB compressed) do not fit together beside the tracked tree (57 MB in
 # November 2026): they travel in separate calls, each naming its folder in `carry`; both folders can
-# be packed ahead of the session. Build first, with the CUDA environment (README.md):
+# be packed ahead of the session. Build first, with the CUDA environment (eval "$(scripts/cuda-build-env.sh)", docs/gpu.md):
 #   CARGO_TARGET_DIR=/work/targets/cuda cargo build --release -p hyperlens --features cuda
 #   CARGO_TARGET_DIR=/work/targets/cuda cargo test --release -p hyperlens-model --features cuda --test model --no-run
 set -euo pipefail
