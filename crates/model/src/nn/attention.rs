@@ -51,18 +51,6 @@ pub struct AttentionOutput {
 }
 
 impl Attention {
-    /// Projects `x` to heads: `y[b, h, t, :] = x[b, t] W[h] + bias[h]`.
-    ///
-    /// # Shapes
-    /// `x [B, T, D]`, `w [H, D, d]`, `b [H, d]` -> `[B, H, T, d]`.
-    fn project(ops: Ops, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let (bsz, t, dm) = x.dims3()?;
-        let (h, _, d) = w.dims3()?;
-        let w2 = w.transpose(0, 1)?.reshape((dm, h * d))?;
-        let y = ops.linear(x, &w2, &b.reshape(h * d)?)?;
-        Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
-    }
-
     /// Runs the sub-layer on (normalised) input:
     /// `s[b,h,i,j] = q[b,h,i] . k[b,h,j] / sqrt(d) + bias[h,i,j]`, then [`Ops::mix`], then
     /// `out = sum_h o[h] W_O[h] + b_O`.
@@ -84,9 +72,9 @@ impl Attention {
     ) -> Result<AttentionOutput> {
         let (bsz, t, _) = x.dims3()?;
         let (h, d, dm) = self.w_o.dims3()?;
-        let q = Self::project(ops, x, &self.w_q, &self.b_q)?;
-        let k = Self::project(ops, x, &self.w_k, &self.b_k)?;
-        let v = Self::project(ops, x, &self.w_v, &self.b_v)?;
+        let q = ops.project_heads(x, &self.w_q, &self.b_q)?;
+        let k = ops.project_heads(x, &self.w_k, &self.b_k)?;
+        let v = ops.project_heads(x, &self.w_v, &self.b_v)?;
         let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
         let scores = match (&self.rel_pos, buckets) {
             (Some(table), Some(buckets)) => {

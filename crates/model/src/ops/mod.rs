@@ -64,14 +64,24 @@ impl Ops {
     /// # Errors
     /// Candle errors on mismatched shapes.
     pub fn linear(self, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let (n_in, n_out) = w.dims2()?;
-        let mut dims = x.dims().to_vec();
-        let rows = x.elem_count() / n_in.max(1);
-        let y = self.add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
-        if let Some(last) = dims.last_mut() {
-            *last = n_out;
+        if self.fused(x) {
+            return fast::fused::linear(x, w, b, self.cpu_kernels(x));
         }
-        Ok(y.reshape(dims)?)
+        reference::linear(self, x, w, b)
+    }
+
+    /// The per-head projection of attention: `y[b, h, t, :] = x[b, t] W[h] + bias[h]`.
+    ///
+    /// # Shapes
+    /// `x [B, T, D]`, `w [H, D, d]`, `b [H, d]` -> `[B, H, T, d]` (contiguous).
+    ///
+    /// # Errors
+    /// Candle errors on mismatched shapes.
+    pub fn project_heads(self, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.fused(x) {
+            return fast::fused::project_heads(x, w, b, self.cpu_kernels(x));
+        }
+        reference::project_heads(self, x, w, b)
     }
 
     /// `x + b` with `b` broadcast over the leading axes of `x` (a bias over batch and tokens, a

@@ -18,6 +18,41 @@ use crate::mixer::{Mixer, Normalisation, ValueNetwork};
 /// Epsilon of the RMSHead normalisation (flax `RMSNorm` default).
 pub const RMS_HEAD_EPS: f64 = 1e-6;
 
+/// `x W + b` over the last axis, composed: a matrix product on the rows, then the bias through
+/// `ops`.
+///
+/// # Shapes
+/// `x [..., in]`, `w [in, out]`, `b [out]` -> `[..., out]`.
+///
+/// # Errors
+/// Candle errors on mismatched shapes.
+pub fn linear(ops: Ops, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (n_in, n_out) = w.dims2()?;
+    let mut dims = x.dims().to_vec();
+    let rows = x.elem_count() / n_in.max(1);
+    let y = ops.add_leading(&x.reshape((rows, n_in))?.matmul(w)?, b)?;
+    if let Some(last) = dims.last_mut() {
+        *last = n_out;
+    }
+    Ok(y.reshape(dims)?)
+}
+
+/// The per-head projection `y[b, h, t, :] = x[b, t] W[h] + bias[h]`, composed: the heads'
+/// kernels side by side as one `[D, H d]` matrix, [`linear`], then heads to axis 1.
+///
+/// # Shapes
+/// `x [B, T, D]`, `w [H, D, d]`, `b [H, d]` -> `[B, H, T, d]` (contiguous).
+///
+/// # Errors
+/// Candle errors on mismatched shapes.
+pub fn project_heads(ops: Ops, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (bsz, t, dm) = x.dims3()?;
+    let (h, _, d) = w.dims3()?;
+    let w2 = w.transpose(0, 1)?.reshape((dm, h * d))?;
+    let y = linear(ops, x, &w2, &b.reshape(h * d)?)?;
+    Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
+}
+
 /// `x + b`, `b` broadcast to the shape of `x`.
 ///
 /// # Shapes
