@@ -248,7 +248,7 @@ impl LanguageModel {
     /// Attention patterns of every layer and head for one token sequence.
     ///
     /// # Shapes
-    /// `tokens` [T] -> [L, H, T, T] float32 ([layer, head, query, key]).
+    /// `tokens` `[T]` -> `[L, H, T, T]` float32 ([layer, head, query, key]).
     ///
     /// # Errors
     /// [`ModelError::Input`] for bad token ids or lengths.

@@ -43,7 +43,7 @@ pub struct HeadWeights {
     pub w_pos: Option<Array2<f32>>,
     /// Unembedding `unembed.W_U`, [D, V].
     pub w_u: Array2<f32>,
-    /// Unembedding bias `unembed.b_U`, [V] (zero when the model has none).
+    /// Unembedding bias `unembed.b_U`, `[V]` (zero when the model has none).
     pub b_u: Array1<f32>,
 }
 

@@ -1,6 +1,6 @@
 //! The operations that have fast forms: the one API the layers of [`crate::nn`] call for them.
 //!
-//! Each operation has a **reference form** in [`reference`]: plain candle maths, differentiated by
+//! Each operation has a **reference form** in [`reference`](mod@reference): plain candle maths, differentiated by
 //! candle's autodiff. It is the definition of the operation, and the oracle the fast forms are
 //! tested against. The **fast forms** in `fast/` compute the same function with fewer graph nodes
 //! or fewer passes over memory:
@@ -34,7 +34,7 @@ pub mod reference;
 /// values and gradients, `tests/model.rs`), graph size and speed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Ops {
-    /// The plain candle maths of [`reference`] only: the definition and the test oracle.
+    /// The plain candle maths of [`reference`](mod@reference) only: the definition and the test oracle.
     Reference,
     /// Custom operations with hand-written gradients where the device is the CPU or CUDA and the
     /// dtype float32 (fewer graph nodes); the reference forms elsewhere. What a GPU runs.
