@@ -23,11 +23,11 @@ pub struct AttentionArgs {
     /// Token ids, comma-separated (e.g. `1,2,3`).
     #[arg(long)]
     pub tokens: String,
-    /// Output `.npz` file: `pattern` [layer, head, query, key] float32 and `tokens` [T] int64; a
+    /// Output `.npz` file: `pattern` [layer, head, query, key] float32 and `tokens` of shape (T) int64; a
     /// JSON sidecar `<out>.json` says what produced it.
     #[arg(long)]
     pub out: PathBuf,
-    /// Compute device: cpu, cuda[:N] or metal.
+    /// Compute device: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
 }

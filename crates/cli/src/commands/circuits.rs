@@ -79,7 +79,7 @@ pub struct CircuitsArgs {
     /// Worker threads of the composition scores (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Compute device of the forward passes: cpu, cuda[:N] or metal.
+    /// Compute device of the forward passes: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
 }

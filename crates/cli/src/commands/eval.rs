@@ -22,7 +22,7 @@ pub struct EvalArgs {
     /// Where the problems come from (a file, or sampled from a split).
     #[command(flatten)]
     pub problems: ProblemArgs,
-    /// Compute device: cpu, cuda[:N] or metal.
+    /// Compute device: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Problems per forward pass (memory is bounded by this).

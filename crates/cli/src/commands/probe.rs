@@ -31,7 +31,7 @@ pub struct ProbeArgs {
     /// Output `.npz`; the sidecar goes beside it with the extension `.json`.
     #[arg(long)]
     pub out: PathBuf,
-    /// Compute device: cpu, cuda[:N] or metal.
+    /// Compute device: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Problems per forward pass; memory is bounded by this, not by N.

@@ -43,7 +43,7 @@ pub struct ReportArgs {
     /// Seed of the evaluation and probe problems.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Compute device: cpu, cuda[:N] or metal.
+    /// Compute device: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Problems per forward pass.

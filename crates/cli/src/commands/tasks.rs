@@ -16,7 +16,7 @@ use super::common::write_atomic;
 pub enum TasksCommand {
     /// List the SRAVEN splits with their in-distribution / OOD task counts.
     Splits,
-    /// Sample a problem set and write it as .npz (arrays x uint8 [N,T,M], y, rules, perms int64).
+    /// Sample a problem set and write it as .npz (arrays x uint8 of shape (N, T, M), y, rules, perms int64).
     Sample(SampleArgs),
 }
 
@@ -163,7 +163,7 @@ fn sidecar_path(out: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Rule counts per unpermuted slot: [slot][rule].
+/// Rule counts per unpermuted slot, indexed `[slot][rule]`.
 fn rule_counts(problems: &ProblemSet) -> Vec<[usize; 8]> {
     let f = problems.params.features;
     let mut counts = vec![[0usize; 8]; f];

@@ -37,7 +37,7 @@ pub struct TrainArgs {
     /// Seed of the initialisation, the training stream and the dropout masks [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Compute device: cpu, cuda[:N] or metal.
+    /// Compute device: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// The run directory (created; must be new or empty unless --resume).
