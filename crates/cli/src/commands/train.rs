@@ -218,8 +218,9 @@ fn progress_bar(quiet: bool, steps: u64) -> anyhow::Result<ProgressBar> {
 /// Runs `hyperlens train`.
 ///
 /// Once the run starts, prints a warning on stderr for valid but suspicious settings (a run shorter
-/// than its warm-up), and the start line and one line per evaluation on stdout (whether or not it is a terminal; the
-/// progress bar on stderr steps aside for them), and a summary at the end.
+/// than its warm-up); prints the start line, one line per evaluation and the closing summary on
+/// stdout, whether or not it is a terminal (the progress bar, on a terminal only, steps aside for
+/// them).
 ///
 /// # Errors
 /// Bad flags, an `--out` that is not empty without `--resume` (or not a run with it), an unavailable
