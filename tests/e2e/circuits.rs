@@ -5,82 +5,40 @@
 //! baseline's 99th percentile), computed with the library functions the command uses.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use hyperlens_analysis::circuits::{
     composition_baseline, composition_scores, repeated_token_scores, AttnWeights, CompositionKind,
     CompositionParams,
 };
-use hyperlens_model::lm::{self, TokenConfig, TokenModel};
+use hyperlens_model::lm;
 use hyperlens_tasks::induction::repeated_random_tokens;
 use ndarray::{Array1, Array3, Array4, Axis};
-use ndarray_npy::NpzReader;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hyperlens");
+use crate::util::{
+    entries, files_under, hyperlens, in_range, json, npz, repo_path, s, tempdir, token_model, Csv,
+};
 
 fn cpu() -> hyperlens_model::candle_core::Device {
     hyperlens_model::Device::Cpu.to_candle().unwrap()
 }
 
-/// A seeded, untrained 2-layer attention-only token model (vocabulary 13, 24 positions).
-fn tiny_model(dir: &Path) {
-    let cfg = TokenConfig::attn_only(2, 13, 24).unwrap();
-    let (model, _) = TokenModel::init(&cfg, 7, &cpu()).unwrap();
-    model.save(dir).unwrap();
-}
-
-/// A CSV file as a header and rows of string fields.
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
-    let rows: Vec<Vec<String>> = lines
-        .map(|l| l.split(',').map(String::from).collect())
-        .collect();
-    for r in &rows {
-        assert_eq!(r.len(), header.len(), "{}: {r:?}", path.display());
-    }
-    (header, rows)
-}
-
-fn column(header: &[String], rows: &[Vec<String>], name: &str) -> Vec<f64> {
-    let i = header.iter().position(|h| h == name).unwrap_or_else(|| {
-        panic!("column {name} missing from {header:?}");
-    });
-    rows.iter().map(|r| r[i].parse::<f64>().unwrap()).collect()
-}
-
-fn in_range(xs: &[f64], lo: f64, hi: f64, what: &str) {
-    for &x in xs {
-        assert!(
-            x.is_finite() && x >= lo && x <= hi,
-            "{what}: {x} outside [{lo}, {hi}]"
-        );
-    }
-}
-
-fn run(args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .env("CANDLE_NUM_THREADS", "1")
-        .output()
-        .unwrap()
+/// Column `name` of a CSV file, every value finite.
+fn column(csv: &Csv, name: &str) -> Vec<f64> {
+    csv.finite(name)
 }
 
 #[test]
 fn circuits_writes_every_output_in_range() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let ckpt = tmp.path().join("tiny");
-    tiny_model(&ckpt);
+    token_model(&ckpt);
     let out = tmp.path().join("out");
-    let o = run(&[
+    let o = hyperlens(&[
         "circuits",
         "--checkpoint",
-        ckpt.to_str().unwrap(),
+        s(&ckpt),
         "--out",
-        out.to_str().unwrap(),
+        s(&out),
         "--seq-len",
         "6",
         "--n-seqs",
@@ -94,25 +52,25 @@ fn circuits_writes_every_output_in_range() {
         "--bos",
         "0",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = o.success();
     assert!(stdout.contains("induction heads"), "{stdout}");
     let (l, h, d) = (2usize, 4usize, 16usize);
 
     // copying.csv: one row per head, scores in [-1, 1].
-    let (hd, rows) = read_csv(&out.join("copying.csv"));
+    let csv = Csv::read(&out.join("copying.csv"));
+    let rows = &csv.rows;
     assert_eq!(rows.len(), l * h);
     assert_eq!(rows[5][2], "L1H1");
-    in_range(&column(&hd, &rows, "ov_copying"), -1.0, 1.0, "ov_copying");
+    in_range("ov_copying", &column(&csv, "ov_copying"), -1.0, 1.0);
     in_range(
-        &column(&hd, &rows, "full_ov_copying"),
+        "full_ov_copying",
+        &column(&csv, "full_ov_copying"),
         -1.0,
         1.0,
-        "full_ov_copying",
     );
 
     // eigenvalues.npz: [L, H, d] eigenvalues, sorted by descending modulus; copying agrees with CSV.
-    let mut npz = NpzReader::new(File::open(out.join("eigenvalues.npz")).unwrap()).unwrap();
+    let mut npz = npz(&out.join("eigenvalues.npz"));
     let re: Array3<f64> = npz.by_name("ov_re").unwrap();
     let im: Array3<f64> = npz.by_name("ov_im").unwrap();
     assert_eq!(re.dim(), (l, h, d));
@@ -124,7 +82,7 @@ fn circuits_writes_every_output_in_range() {
                 .collect();
             assert!(m.windows(2).all(|w| w[0] >= w[1] - 1e-12), "{m:?}");
             let copy = (0..d).map(|k| re[[li, hi, k]]).sum::<f64>() / m.iter().sum::<f64>();
-            let csv = column(&hd, &rows, "ov_copying")[li * h + hi];
+            let csv = column(&csv, "ov_copying")[li * h + hi];
             assert!((copy - csv).abs() < 2e-6, "{copy} vs {csv}");
         }
     }
@@ -133,8 +91,7 @@ fn circuits_writes_every_output_in_range() {
 
     // composition_{q,k,v}.npz: [L, H, L, H] in [0, 1], zero where l1 >= l2; sorted baseline.
     for k in ["q", "k", "v"] {
-        let mut npz =
-            NpzReader::new(File::open(out.join(format!("composition_{k}.npz"))).unwrap()).unwrap();
+        let mut npz = crate::util::npz(&out.join(format!("composition_{k}.npz")));
         let sc: Array4<f64> = npz.by_name("scores").unwrap();
         assert_eq!(sc.dim(), (l, h, l, h));
         for ((l1, _, l2, _), &x) in sc.indexed_iter() {
@@ -151,48 +108,51 @@ fn circuits_writes_every_output_in_range() {
     }
 
     // composition_top.csv: top 5 per kind, ordered, percentiles in [0, 100].
-    let (hd, rows) = read_csv(&out.join("composition_top.csv"));
+    let csv = Csv::read(&out.join("composition_top.csv"));
+    let rows = &csv.rows;
     assert_eq!(rows.len(), 15);
-    let scores = column(&hd, &rows, "score");
+    let scores = column(&csv, "score");
     for kind_rows in scores.chunks(5) {
         assert!(kind_rows.windows(2).all(|w| w[0] >= w[1]));
     }
     in_range(
-        &column(&hd, &rows, "baseline_percentile"),
+        "percentile",
+        &column(&csv, "baseline_percentile"),
         0.0,
         100.0,
-        "percentile",
     );
     assert!(rows
         .iter()
         .all(|r| r[2].starts_with("L0") && r[3].starts_with("L1")));
 
     // heads.csv: mul and stripe scores in [0, 1], abs scores in [-1, 1].
-    let (hd, rows) = read_csv(&out.join("heads.csv"));
+    let csv = Csv::read(&out.join("heads.csv"));
+    let rows = &csv.rows;
     assert_eq!(rows.len(), l * h);
-    for name in &hd[3..] {
+    for name in &csv.header[3..] {
         let (lo, hi) = if name.ends_with("_abs") {
             (-1.0, 1.0)
         } else {
             (0.0, 1.0)
         };
-        in_range(&column(&hd, &rows, name), lo, hi, name);
+        in_range(name, &column(&csv, name), lo, hi);
     }
-    let prev = column(&hd, &rows, "repeated_previous_token");
+    let prev = column(&csv, "repeated_previous_token");
     // Query 0 can only attend to itself, so no head puts all its mass on the previous token.
     assert!(prev.iter().all(|&x| x < 1.0));
 
     // summary.json
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(s["checkpoint_kind"], "token-model");
-    assert_eq!(s["model"]["n_layers"], 2);
-    assert_eq!(s["inputs"]["tokens_per_sequence"], 13);
-    assert_eq!(s["thresholds"]["induction"]["cut"], 0.4);
-    assert!(s["induction_heads"].is_array() && s["previous_token_heads"].is_array());
-    let ind = &s["top_induction_head"];
+    let summary = json(&out.join("summary.json"));
+    assert_eq!(summary["checkpoint_kind"], "token-model");
+    assert_eq!(summary["model"]["n_layers"], 2);
+    assert_eq!(summary["inputs"]["tokens_per_sequence"], 13);
+    assert_eq!(summary["thresholds"]["induction"]["cut"], 0.4);
+    assert!(summary["induction_heads"].is_array() && summary["previous_token_heads"].is_array());
+    let ind = &summary["top_induction_head"];
     assert!(ind["head"].as_str().unwrap().starts_with("L1"));
-    let p99 = s["composition"]["baseline_p99"]["k"].as_f64().unwrap();
+    let p99 = summary["composition"]["baseline_p99"]["k"]
+        .as_f64()
+        .unwrap();
     assert!(p99 > 0.0 && p99 < 1.0);
 
     // Figures: PNG files.
@@ -210,40 +170,49 @@ fn circuits_writes_every_output_in_range() {
         assert!(bytes.len() > 2000, "{f}");
     }
     // No temporary files left behind.
-    for e in std::fs::read_dir(&out).unwrap() {
-        let name = e.unwrap().file_name();
-        assert!(!name.to_string_lossy().ends_with(".tmp"), "{name:?}");
+    for name in entries(&out) {
+        assert!(!name.ends_with(".tmp"), "{name:?}");
     }
 }
 
 #[test]
 fn circuits_rejects_bad_flags_clearly() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let ckpt = tmp.path().join("tiny");
-    tiny_model(&ckpt);
+    token_model(&ckpt);
     let out = tmp.path().join("out");
-    let (c, o) = (ckpt.to_str().unwrap(), out.to_str().unwrap());
-    let cases: [(&[&str], &str); 4] = [
-        (&["--seq-len", "13"], "at most --seq-len 12"),
-        (&["--bos", "13"], "--bos 13"),
-        (&["--threshold", "2"], "--threshold"),
-        (&["--baseline-samples", "10"], "--baseline-samples"),
+    let (c, o) = (s(&ckpt), s(&out));
+    let cases: [(&[&str], &[&str]); 6] = [
+        (&["--seq-len", "13"], &["at most --seq-len 12"]),
+        (&["--seq-len", "0"], &["--seq-len must be at least 2"]),
+        (&["--bos", "13"], &["--bos 13"]),
+        (&["--threshold", "2"], &["--threshold"]),
+        (&["--baseline-samples", "10"], &["--baseline-samples"]),
+        (&["--top", "0"], &["--top must be at least 1"]),
     ];
     for (extra, msg) in cases {
         let mut a = vec!["circuits", "--checkpoint", c, "--out", o];
         a.extend_from_slice(extra);
-        let r = run(&a);
-        assert_eq!(r.status.code(), Some(1), "{extra:?}");
-        let err = String::from_utf8_lossy(&r.stderr);
-        assert!(err.contains(msg), "{extra:?}: {err}");
+        // The command notes its stages and their times on stderr ("  load checkpoint  0.00 s").
+        hyperlens(&a).failure_after_notes("  ", msg);
     }
-    let r = run(&["circuits", "--checkpoint", "/no/such/dir", "--out", o]);
-    assert_eq!(r.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&r.stderr).contains("/no/such/dir"));
+    hyperlens(&["circuits", "--checkpoint", "/no/such/dir", "--out", o]).failure(&["/no/such/dir"]);
+    // No file was written (the command creates its empty folders before it checks its flags).
+    assert_eq!(files_under(&out), Vec::<std::path::PathBuf>::new());
 }
 
-fn shipped() -> PathBuf {
-    super::manifest_dir().join("data/induction/attn-only-2l")
+#[test]
+fn circuits_usage_errors() {
+    let base = ["circuits", "--checkpoint", "x", "--out", "o"];
+    let with = |extra: &[&'static str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        hyperlens(&a)
+    };
+    with(&["--top", "x"]).usage_error(&["invalid value 'x' for '--top <TOP>'"]);
+    with(&["--threshold", "high"])
+        .usage_error(&["invalid value 'high' for '--threshold <THRESHOLD>'"]);
+    hyperlens(&["circuits", "--out", "o"]).usage_error(&["--checkpoint <CHECKPOINT>"]);
 }
 
 /// Issue 7, must show: the trained 2-layer attention-only model has a layer-0 head with
@@ -252,7 +221,7 @@ fn shipped() -> PathBuf {
 /// of the random baseline (1000 samples, seed 0).
 #[test]
 fn shipped_induction_model_has_an_induction_circuit() {
-    let dir = shipped();
+    let dir = repo_path("data/induction/attn-only-2l");
     assert_eq!(lm::detect(&dir).unwrap(), lm::CheckpointKind::TokenModel);
     let model = lm::load(&dir, &cpu()).unwrap();
     assert_eq!((model.n_layers(), model.n_heads()), (2, 4));

@@ -1,18 +1,24 @@
-//! End-to-end tests of the `hyperlens` binary: each module runs one subcommand on tiny inputs in a
-//! temporary directory and checks every output file (exists, parses, values in range).
+//! End-to-end tests of the `hyperlens` binary, one module per subcommand. Each runs the binary on
+//! tiny inputs in a temporary directory and checks
+//! - a success (exit 0) and the values of its outputs (shapes, ranges, agreement with a computation
+//!   made here or with another subcommand);
+//! - a failure of the command (exit 1: missing file, bad checkpoint, bad value, ...), reported as one
+//!   line `error: ...` naming the file, flag or value;
+//! - bad usage (exit 2, reported by clap: unknown flag, bad flag value, missing argument).
 //!
-//! One integration-test binary for the CLI (`cargo test -p hyperlens --test e2e`), so the crate and
-//! its dependencies are linked once.
+//! One integration-test binary (`cargo test --release --test e2e`), so that the crate and its
+//! dependencies are linked once; [`util`] is the one helper module.
 
+mod util;
+
+mod analyze;
+mod attention;
 mod circuits;
+mod cli;
+mod eval;
+mod import;
+mod info;
+mod probe;
 mod report;
-
-/// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
-/// runs, so a test binary reused from a target directory that was built in a clone at another path
-/// still finds its fixtures (the compile-time `env!` value would point into that other clone).
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
-        || env!("CARGO_MANIFEST_DIR").into(),
-        std::path::PathBuf::from,
-    )
-}
+mod tasks;
+mod train;

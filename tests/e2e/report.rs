@@ -3,44 +3,23 @@
 //! values in range; the attention sample agrees with the probe codes of the same problem.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use hyperlens_model::candle_core::Device;
-use hyperlens_model::{Config, Mixer, Transformer};
+use hyperlens_model::Mixer;
 use hyperlens_train::metrics::{MetricsRow, METRICS_FILE, METRICS_HEADER};
 use ndarray::{Array1, Array4, Array5, ArrayD};
-use ndarray_npy::NpzReader;
-use serde_json::Value;
+
+use crate::util::{
+    entries, files_under, hyperlens_in, in_range, json, npz, s, sraven_checkpoint, tempdir, Csv,
+    Run, TINY_HEADS as HEADS, TINY_LAYERS as LAYERS,
+};
 
 const N: usize = 48;
-const LAYERS: usize = 2;
-const HEADS: usize = 3;
 
-/// A tiny SRAVEN model: 36 tokens of 8 values, 4 outputs, D 12, 3 heads of width 4, 2 layers.
-fn tiny_config(mixer: Mixer) -> Config {
-    Config {
-        d_in: 8,
-        n_tokens: 36,
-        n_outputs: 4,
-        d_model: 12,
-        n_heads: HEADS,
-        d_head: 4,
-        n_layers: LAYERS,
-        d_mlp: 16,
-        d_out: 8,
-        n_buckets: 36,
-        causal: false,
-        mixer,
-    }
-}
-
-/// Writes a seeded checkpoint with a `train.json` naming its split; with `log`, a `metrics.csv` of
-/// four rows written with the train crate's row format.
+/// Writes a seeded tiny checkpoint with a `train.json` naming its split; with `log`, a `metrics.csv`
+/// of four rows written with the train crate's row format.
 fn make_checkpoint(dir: &Path, mixer: Mixer, split: &str, seed: u64, log: bool) {
-    let (model, _vars) = Transformer::init(&tiny_config(mixer), seed, &Device::Cpu).unwrap();
-    model.save(dir).unwrap();
+    sraven_checkpoint(dir, mixer, seed);
     let train = serde_json::json!({
         "trained_by": "the e2e test (random initialisation, never trained)",
         "split": split,
@@ -75,58 +54,18 @@ fn make_checkpoint(dir: &Path, mixer: Mixer, split: &str, seed: u64, log: bool) 
     }
 }
 
-/// Header and rows of a CSV file; every row has as many fields as the header.
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut lines = text.lines().filter(|l| !l.is_empty());
-    let header: Vec<String> = lines
-        .next()
-        .unwrap_or_else(|| panic!("{}: empty", path.display()))
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    let rows: Vec<Vec<String>> = lines
-        .map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
-        .collect();
-    for r in &rows {
-        assert_eq!(r.len(), header.len(), "{}: row {r:?}", path.display());
-    }
-    assert!(!rows.is_empty(), "{}: no rows", path.display());
-    (header, rows)
+/// Column `name` of a CSV file, every value finite.
+fn column(path: &Path, name: &str) -> Vec<f64> {
+    Csv::read(path).finite(name)
 }
 
-/// The values of column `name` parsed as numbers ("NaN" allowed only if `nan_ok`).
-fn column(path: &Path, name: &str, nan_ok: bool) -> Vec<f64> {
-    let (header, rows) = read_csv(path);
-    let i = header
-        .iter()
-        .position(|h| h == name)
-        .unwrap_or_else(|| panic!("{}: no column {name} in {header:?}", path.display()));
-    rows.iter()
-        .map(|r| {
-            let v: f64 = r[i]
-                .parse()
-                .unwrap_or_else(|_| panic!("{}: {name} = {:?}", path.display(), r[i]));
-            assert!(nan_ok || v.is_finite(), "{}: {name} = {v}", path.display());
-            v
-        })
-        .collect()
+/// Column `name` of a CSV file, NaN allowed.
+fn column_nan(path: &Path, name: &str) -> Vec<f64> {
+    Csv::read(path).column(name)
 }
 
 fn in_unit(what: &str, values: &[f64]) {
-    for v in values {
-        assert!((0.0..=1.0).contains(v), "{what}: {v} not in [0, 1]");
-    }
-}
-
-fn json(path: &Path) -> Value {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn npz(path: &Path) -> NpzReader<File> {
-    NpzReader::new(File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    in_range(what, values, 0.0, 1.0);
 }
 
 /// Checks the PNG signature and header, decodes it, and checks that it is not blank: returns
@@ -157,19 +96,15 @@ fn check_png(path: &Path) -> (u32, u32) {
     (w, h)
 }
 
-fn run_report(cwd: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hyperlens"))
-        .current_dir(cwd)
-        .env("CANDLE_NUM_THREADS", "1")
-        .arg("report")
-        .args(args)
-        .output()
-        .unwrap()
+fn run_report(cwd: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["report"];
+    all.extend_from_slice(args);
+    hyperlens_in(cwd, &all)
 }
 
 #[test]
 fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let root = tmp.path();
     let logged = root.join("tiny-softmax");
     let unlogged = root.join("tiny-hyla");
@@ -194,11 +129,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
             "3",
         ],
     );
-    assert!(
-        output.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    output.success();
     let names = ["tiny-softmax", "tiny-hyla"];
 
     // Every expected file, and nothing left half-written.
@@ -250,8 +181,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         "a training figure for a checkpoint without metrics.csv"
     );
     for dir in ["", "figures", "codes", "tables"] {
-        for e in std::fs::read_dir(out.join(dir)).unwrap() {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        for name in entries(&out.join(dir)) {
             assert!(
                 !name.ends_with(".tmp") && !name.starts_with(".hyperlens-npz-"),
                 "leftover temporary file {dir}/{name}"
@@ -280,13 +210,13 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
 
     // Accuracy table: one row per checkpoint, accuracies in [0, 1], n = N.
     let acc_csv = out.join("tables/accuracy.csv");
-    let (_, rows) = read_csv(&acc_csv);
+    let rows = Csv::read(&acc_csv).rows;
     let listed: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
     assert_eq!(listed, names);
-    let id_acc = column(&acc_csv, "id_accuracy", false);
-    let ood_acc = column(&acc_csv, "ood_accuracy", false);
+    let id_acc = column(&acc_csv, "id_accuracy");
+    let ood_acc = column(&acc_csv, "ood_accuracy");
     // Every checkpoint here records 300 updates in its train.json, none of a longer schedule.
-    assert!(column(&acc_csv, "steps", false).iter().all(|&s| s == 300.0));
+    assert!(column(&acc_csv, "steps").iter().all(|&s| s == 300.0));
     let md_text = std::fs::read_to_string(out.join("index.md")).unwrap();
     assert!(md_text.contains("| updates trained |"), "{md_text}");
     assert!(
@@ -295,14 +225,14 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     );
     in_unit("id_accuracy", &id_acc);
     in_unit("ood_accuracy", &ood_acc);
-    for l in column(&acc_csv, "id_loss", false)
+    for l in column(&acc_csv, "id_loss")
         .into_iter()
-        .chain(column(&acc_csv, "ood_loss", false))
+        .chain(column(&acc_csv, "ood_loss"))
     {
         // Cross-entropy over 8 classes of a random model: positive, near ln 8 = 2.08.
         assert!(l > 0.5 && l < 10.0, "loss {l}");
     }
-    assert_eq!(column(&acc_csv, "n", false), vec![N as f64; 2]);
+    assert_eq!(column(&acc_csv, "n"), vec![N as f64; 2]);
 
     // summary.json agrees with the table and describes every checkpoint.
     let summary = json(&out.join("summary.json"));
@@ -417,7 +347,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         // Analysis tables.
         let t = out.join(format!("tables/{name}"));
         let dec = t.join("decoding.csv");
-        let (_, rows) = read_csv(&dec);
+        let rows = Csv::read(&dec).rows;
         let layers: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
         assert_eq!(layers, ["0", "1", "all"]);
         for col in [
@@ -427,26 +357,24 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
             "shuffled_control",
             "train_accuracy",
         ] {
-            in_unit(col, &column(&dec, col, false));
+            in_unit(col, &column(&dec, col));
         }
-        assert_eq!(column(&dec, "n_test", false), vec![N as f64; 3]);
+        assert_eq!(column(&dec, "n_test"), vec![N as f64; 3]);
         let pca = t.join("pca.csv");
-        let ratios = column(&pca, "explained_variance_ratio", false);
+        let ratios = column(&pca, "explained_variance_ratio");
         in_unit("explained_variance_ratio", &ratios);
-        assert!(column(&pca, "explained_variance", false)
-            .iter()
-            .all(|v| *v >= 0.0));
+        assert!(column(&pca, "explained_variance").iter().all(|v| *v >= 0.0));
         let clusters = t.join("clusters.csv");
-        for v in column(&clusters, "ari", true) {
+        for v in column_nan(&clusters, "ari") {
             assert!(v.is_nan() || (-1.0..=1.0).contains(&v), "ari {v}");
         }
-        for v in column(&clusters, "nmi", true) {
+        for v in column_nan(&clusters, "nmi") {
             assert!(v.is_nan() || (0.0..=1.0 + 1e-9).contains(&v), "nmi {v}");
         }
-        for v in column(&clusters, "silhouette", true) {
+        for v in column_nan(&clusters, "silhouette") {
             assert!(v.is_nan() || (-1.0..=1.0).contains(&v), "silhouette {v}");
         }
-        for v in column(&t.join("similarity.csv"), "cosine", true) {
+        for v in column_nan(&t.join("similarity.csv"), "cosine") {
             assert!(
                 v.is_nan() || (-1.0 - 1e-9..=1.0 + 1e-9).contains(&v),
                 "cosine {v}"
@@ -454,7 +382,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         }
         // Confusion counts of each layer add up to the test set.
         let conf = t.join("confusion.csv");
-        let (_, rows) = read_csv(&conf);
+        let rows = Csv::read(&conf).rows;
         let mut per_layer: BTreeMap<String, f64> = BTreeMap::new();
         for r in &rows {
             let c: f64 = r[3].parse().unwrap();
@@ -492,24 +420,14 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
 
 #[test]
 fn report_errors_name_the_bad_checkpoint() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempdir();
     let bad = tmp.path().join("not-a-checkpoint");
     std::fs::create_dir(&bad).unwrap();
     let out = tmp.path().join("out");
-    let output = run_report(
-        tmp.path(),
-        &[
-            "--checkpoint",
-            bad.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--n",
-            "16",
-        ],
-    );
-    assert!(!output.status.success());
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(err.contains("not-a-checkpoint"), "{err}");
+    let (b, o) = (s(&bad), s(&out));
+    // The report notes each checkpoint on stderr as it starts it.
+    run_report(tmp.path(), &["--checkpoint", b, "--out", o, "--n", "16"])
+        .failure_after_notes("report: ", &["not-a-checkpoint", "config.json"]);
     // A checkpoint of another task is refused by name.
     let logic = tmp.path().join("logic-run");
     make_checkpoint(&logic, Mixer::Softmax, "seed0", 0, false);
@@ -518,26 +436,21 @@ fn report_errors_name_the_bad_checkpoint() {
         serde_json::json!({"task": "logic", "split": "seed0"}).to_string(),
     )
     .unwrap();
-    let output = run_report(
-        tmp.path(),
-        &[
-            "--checkpoint",
-            logic.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    assert!(!output.status.success());
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        err.contains("logic-run") && err.contains("logic checkpoint"),
-        "{err}"
-    );
+    run_report(tmp.path(), &["--checkpoint", s(&logic), "--out", o])
+        .failure_after_notes("report: ", &["logic-run", "logic checkpoint"]);
     // A bad --n is refused before any work.
-    let output = run_report(
-        tmp.path(),
-        &["--checkpoint", bad.to_str().unwrap(), "--n", "3"],
-    );
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--n"));
+    run_report(tmp.path(), &["--checkpoint", b, "--out", o, "--n", "3"]).failure(&["--n"]);
+    // No file was written (the report creates its empty folders before it checks the checkpoints).
+    assert_eq!(files_under(&out), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn report_usage_errors() {
+    let tmp = tempdir();
+    run_report(tmp.path(), &["--checkpoint", "x", "--n", "abc"])
+        .usage_error(&["invalid value 'abc' for '--n <N>'"]);
+    run_report(tmp.path(), &["--checkpoint", "x", "--device", "foo"])
+        .usage_error(&["invalid value 'foo' for '--device <DEVICE>'"]);
+    run_report(tmp.path(), &["--checkpoint", "x", "--bogus"])
+        .usage_error(&["unexpected argument '--bogus'"]);
 }

@@ -28,16 +28,18 @@ pub enum TrainError {
     /// The task generators reported an error.
     #[error(transparent)]
     Tasks(#[from] hyperlens_tasks::error::TasksError),
-    /// Reading or writing a file failed; names the path.
-    #[error("i/o error on {path}: {source}")]
+    /// Reading or writing a file failed; names the path. The operating system's reason is the
+    /// error's `source()` (shown by `{:#}` and error reporters), not repeated in its message.
+    #[error("i/o error on {path}")]
     Io {
         /// The file.
         path: String,
         /// The underlying error.
         source: std::io::Error,
     },
-    /// A JSON file could not be parsed or written; names the path.
-    #[error("json error on {path}: {source}")]
+    /// A JSON file could not be parsed or written; names the path. The parser's reason is the
+    /// error's `source()`, not repeated in its message.
+    #[error("json error on {path}")]
     Json {
         /// The file.
         path: String,

@@ -8,6 +8,7 @@
 //!   `train_state.json`) from which a run resumes exactly, and `train.json` at the end.
 //! - Tasks: [`sraven`] (cross-entropy over the 4 answer positions), [`logic`] (MSE at the last
 //!   position, R²), [`induction`] (next-token cross-entropy of a causal token model).
+//! - [`progress::ProgressText`]: the lines a front end prints while a run trains (one per evaluation).
 //!
 //! ```no_run
 //! use hyperlens_train::{train, RunOptions, TrainSettings, TrainTask};
@@ -28,6 +29,7 @@ pub mod logic;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod progress;
 pub mod run;
 pub mod schedule;
 pub mod settings;
@@ -38,6 +40,7 @@ pub use error::{Result, TrainError};
 pub use job::BatchLoss;
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
+pub use progress::ProgressText;
 pub use run::{read_settings, train, Event, RunOptions, TrainOutcome, TrainRecord};
 pub use schedule::WarmupCosine;
 pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};

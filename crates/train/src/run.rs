@@ -298,6 +298,12 @@ where
         });
         (state, job, opt)
     } else {
+        if out.exists() && !out.is_dir() {
+            return Err(TrainError::InvalidParam(format!(
+                "--out {} is a file, not a run directory",
+                out.display()
+            )));
+        }
         if out.exists() {
             let mut entries = std::fs::read_dir(out).map_err(io(out))?;
             if entries.next().is_some() {

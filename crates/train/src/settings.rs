@@ -353,14 +353,15 @@ impl TrainSettings {
                         self.width
                     ));
                 }
-                hyperlens_tasks::sraven::Split::named_with(&self.split, self.sraven.params())?;
+                hyperlens_tasks::sraven::Split::named_with(&self.split, self.sraven.params())
+                    .map_err(name_the_flag)?;
             }
             TrainTask::Logic => {
                 if self.layers == 0 {
                     return bad("--layers must be at least 1".into());
                 }
                 self.split_seed()?;
-                self.logic.params().check()?;
+                self.logic.params().check().map_err(name_the_flag)?;
             }
             TrainTask::Induction => {
                 if self.attn_only && self.layers > 2 {
@@ -370,10 +371,53 @@ impl TrainSettings {
                     ));
                 }
                 self.split_seed()?;
-                self.induction.check()?;
+                self.induction.check().map_err(name_the_flag)?;
             }
         }
         Ok(())
+    }
+
+    /// Settings that are valid but probably not what the user meant, one sentence each (without a
+    /// `warning:` prefix): today a run shorter than its warm-up, whose learning rate never reaches
+    /// its peak (`--steps 300` with the default warm-up of 1000 trains at chance).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.steps < self.warmup {
+            out.push(format!(
+                "--steps {} is shorter than the warm-up ({} steps): the learning rate never reaches its peak",
+                self.steps, self.warmup
+            ));
+        }
+        out
+    }
+}
+
+/// The `hyperlens train` flag that sets a task parameter of the tasks crate, by the parameter's
+/// field name (`None` for parameters without a flag).
+fn flag_of(param: &str) -> Option<&'static str> {
+    Some(match param {
+        "features" => "--features",
+        "values" => "--values",
+        "holdout_fraction" => "--holdout",
+        "samples" => "--logic-samples",
+        "frac_test" => "--logic-frac-test",
+        "vocab" => "--vocab",
+        "seq_len" => "--seq-len",
+        "bigram_strength" => "--bigram-strength",
+        "repeat_prob" => "--repeat-prob",
+        _ => return None,
+    })
+}
+
+/// A task-parameter error of the tasks crate, reworded to name the flag that sets the parameter
+/// (`--holdout: 1.5 is not in [0, 1)` rather than the field name `holdout_fraction`).
+fn name_the_flag(e: hyperlens_tasks::error::TasksError) -> TrainError {
+    match e {
+        hyperlens_tasks::error::TasksError::InvalidParam { name, reason } => match flag_of(name) {
+            Some(flag) => TrainError::InvalidParam(format!("{flag}: {reason}")),
+            None => hyperlens_tasks::error::TasksError::InvalidParam { name, reason }.into(),
+        },
+        other => other.into(),
     }
 }
 
@@ -442,8 +486,36 @@ mod tests {
         s.attn_only = true;
         s.layers = 3;
         assert!(s.check().unwrap_err().to_string().contains("--attn-only"));
+        // Task parameters of the tasks crate are named by their flag, not their field.
+        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        s.split = "seed3".into();
+        s.sraven.holdout_fraction = 1.5;
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("--holdout: 1.5"), "{e}");
+        let mut s = TrainSettings::for_task(TrainTask::Induction);
+        s.induction.seq_len = 1;
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("--seq-len: 1"), "{e}");
+        let mut s = TrainSettings::for_task(TrainTask::Logic);
+        s.logic.samples = 0;
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("--logic-samples"), "{e}");
         assert_eq!("logic".parse::<TrainTask>().unwrap(), TrainTask::Logic);
         assert!("raven".parse::<TrainTask>().is_err());
+    }
+
+    #[test]
+    fn a_run_shorter_than_its_warm_up_is_warned_about() {
+        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        assert!(s.warnings().is_empty());
+        s.steps = 300;
+        assert_eq!(
+            s.warnings(),
+            ["--steps 300 is shorter than the warm-up (1000 steps): the learning rate never reaches its peak"]
+        );
+        // A run exactly as long as its warm-up ends at (W - 1) / W of the peak: no warning.
+        s.steps = 1000;
+        assert!(s.warnings().is_empty());
     }
 
     #[test]

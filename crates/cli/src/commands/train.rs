@@ -2,6 +2,7 @@
 //! the induction corpus, into a run directory that is also a checkpoint; `--resume` continues a run
 //! exactly.
 
+use std::io::IsTerminal;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
@@ -9,7 +10,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use hyperlens_model::{Device, Mixer};
 use hyperlens_train::{
-    read_settings, train, Event, ModelSize, RunOptions, TrainSettings, TrainTask,
+    read_settings, train, Event, ModelSize, ProgressText, RunOptions, TrainSettings, TrainTask,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -124,7 +125,8 @@ pub struct TrainArgs {
     /// Stop after this many updates with a checkpoint, as if interrupted (continue with --resume).
     #[arg(long)]
     pub stop_after: Option<u64>,
-    /// No progress bar (evaluations are still printed).
+    /// No progress bar (evaluations are still printed, one line each, on stdout). Without a
+    /// terminal on stderr there is never a progress bar.
     #[arg(long)]
     pub quiet: bool,
 }
@@ -197,11 +199,28 @@ fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
     Ok(s)
 }
 
-fn fmt_opt(v: Option<f64>) -> String {
-    v.map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into())
+/// The progress bar of an interactive run: drawn on stderr only when stderr is a terminal and
+/// `--quiet` is not given (hidden otherwise, so that a redirected run prints plain lines only).
+fn progress_bar(quiet: bool, steps: u64) -> anyhow::Result<ProgressBar> {
+    if quiet || !std::io::stderr().is_terminal() {
+        return Ok(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::new(steps);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} [{elapsed_precise} < {eta_precise}, {per_sec}] {msg}",
+        )
+        .context("progress bar template")?,
+    );
+    Ok(bar)
 }
 
 /// Runs `hyperlens train`.
+///
+/// Once the run starts, prints a warning on stderr for valid but suspicious settings (a run shorter
+/// than its warm-up); prints the start line, one line per evaluation and the closing summary on
+/// stdout, whether or not it is a terminal (the progress bar, on a terminal only, steps aside for
+/// them).
 ///
 /// # Errors
 /// Bad flags, an `--out` that is not empty without `--resume` (or not a run with it), an unavailable
@@ -212,41 +231,16 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         device: args.device,
         resume: args.resume,
     };
-    let metric = match settings.task {
-        TrainTask::Logic => "R2",
-        _ => "acc",
-    };
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(settings.steps)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} [{elapsed_precise} < {eta_precise}, {per_sec}] {msg}",
-        )
-        .context("progress bar template")?,
-    );
+    let bar = progress_bar(args.quiet, settings.steps)?;
+    let mut text = ProgressText::new(&settings, &args.out, args.resume);
     let stop_after = args.stop_after;
     let outcome = train(&args.out, &settings, &options, |event| {
         match event {
-            Event::Start {
-                step,
-                total,
-                n_params,
-            } => {
+            Event::Start { step, .. } => {
                 bar.set_position(*step);
-                bar.println(format!(
-                    "training {} ({} params) on {}: {} {} steps {}..{} -> {}",
-                    settings.mixer,
-                    n_params,
-                    settings.task,
-                    settings.split,
-                    if args.resume { "resuming at" } else { "from" },
-                    step,
-                    total,
-                    args.out.display()
-                ));
+                for warning in settings.warnings() {
+                    bar.suspend(|| eprintln!("warning: {warning}"));
+                }
             }
             Event::Step { step, .. } => {
                 bar.set_position(step + 1);
@@ -254,74 +248,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                     return ControlFlow::Break(());
                 }
             }
-            Event::Row(row) => bar.set_message(format!(
-                "lr {:.2e} loss {} {metric} {}",
-                row.lr,
-                fmt_opt(row.train_loss),
-                fmt_opt(row.train_acc)
-            )),
-            Event::Evaluated(ev) => {
-                let line = format!(
-                    "step {:>7}: ID {metric} {:.4} loss {:.4} | OOD {metric} {:.4} loss {:.4}{}",
-                    ev.step,
-                    ev.id.metric,
-                    ev.id.loss,
-                    ev.ood.metric,
-                    ev.ood.loss,
-                    ev.extra
-                        .iter()
-                        .map(|(k, m)| format!(" | {k} {metric} {:.4} loss {:.4}", m.metric, m.loss))
-                        .collect::<String>()
-                );
-                if args.quiet {
-                    println!("{line}");
-                } else {
-                    bar.println(line);
-                }
-            }
-            Event::Checkpoint { .. } => {}
+            Event::Row(row) => bar.set_message(text.bar_message(row)),
+            Event::Evaluated(_) | Event::Checkpoint { .. } => {}
+        }
+        if let Some(line) = text.line(event) {
+            bar.suspend(|| println!("{line}"));
         }
         ControlFlow::Continue(())
     })?;
     bar.finish_and_clear();
-    match outcome.record {
-        Some(rec) => {
-            let ev = &rec.final_eval;
-            let rate = match rec.sessions.as_slice() {
-                [_, .., last] => format!(
-                    "{} sessions; the last, steps {}-{}, at {:.2} steps/s on {}",
-                    rec.sessions.len(),
-                    last.start_step,
-                    last.end_step,
-                    rec.steps_per_s,
-                    rec.device
-                ),
-                _ => format!("{:.2} steps/s on {}", rec.steps_per_s, rec.device),
-            };
-            println!(
-                "done: {} steps in {:.1} s ({rate}); final ID {metric} {:.4}, OOD {metric} {:.4}",
-                rec.steps, rec.wall_time_s, ev.id.metric, ev.ood.metric
-            );
-            if !ev.ood.per_feature.is_empty() {
-                let pf: Vec<String> = ev
-                    .ood
-                    .per_feature
-                    .iter()
-                    .map(|v| format!("{v:.3}"))
-                    .collect();
-                println!("OOD per-feature accuracy: {}", pf.join(" "));
-            }
-            println!(
-                "wrote {} (checkpoint: config.json, model.safetensors; train.json, metrics.csv)",
-                args.out.display()
-            );
-        }
-        None => println!(
-            "stopped at step {} of {}; continue with: hyperlens train --out {} --resume",
-            outcome.step,
-            settings.steps,
-            args.out.display()
-        ),
+    for line in text.summary(&outcome) {
+        println!("{line}");
     }
     Ok(())
 }

@@ -1,0 +1,222 @@
+//! `hyperlens probe` on a tiny softmax SRAVEN model at the paper's site: the labels, inputs and
+//! targets against the problems `tasks sample` writes, the predictions against `eval`'s, the codes
+//! the same from a file or a sampled stream and per layer, and its errors.
+
+use hyperlens_model::Mixer;
+use ndarray::{ArrayD, Axis};
+
+use crate::util::{
+    array, close, hyperlens, in_range, json, s, sraven_checkpoint, tempdir, TINY_HEADS, TINY_LAYERS,
+};
+
+const N: usize = 30;
+
+#[test]
+fn probe_codes_and_labels_agree_with_the_problems_and_with_eval() {
+    let tmp = tempdir();
+    let ckpt = tmp.path().join("tiny");
+    sraven_checkpoint(&ckpt, Mixer::Softmax, 3);
+    let c = s(&ckpt);
+    let n = N.to_string();
+    let sampled = [
+        "--split",
+        "paper-seed0",
+        "--set",
+        "ood",
+        "--n",
+        &n,
+        "--seed",
+        "2",
+        "--unpermuted",
+    ];
+    let codes_path = tmp.path().join("codes.npz");
+    let mut args = vec![
+        "probe",
+        "--checkpoint",
+        c,
+        "--batch",
+        "7",
+        "--out",
+        s(&codes_path),
+    ];
+    args.extend(sampled);
+    let stdout = hyperlens(&args).success().to_string();
+    let problems = tmp.path().join("p.npz");
+    let mut args = vec!["tasks", "sample", "--out", s(&problems)];
+    args.extend(sampled);
+    hyperlens(&args).success();
+
+    // Codes [N, L, H, 1 query, 2 keys]: softmax attention weights.
+    let codes: ArrayD<f32> = array(&codes_path, "codes");
+    assert_eq!(codes.shape(), &[N, TINY_LAYERS, TINY_HEADS, 1, 2]);
+    in_range(
+        "codes",
+        &codes.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+        0.0,
+        1.0,
+    );
+    // Labels: the rule of slot 3; inputs: the values of tokens 27 and 31; target: the answer of
+    // slot 3 (the problems are unpermuted).
+    let x: ArrayD<u8> = array(&problems, "x");
+    let y: ArrayD<i64> = array(&problems, "y");
+    let rules: ArrayD<i64> = array(&problems, "rules");
+    assert_eq!(array::<i64>(&codes_path, "rules"), rules);
+    let label: ArrayD<i64> = array(&codes_path, "label");
+    let inputs: ArrayD<i64> = array(&codes_path, "inputs");
+    let target: ArrayD<i64> = array(&codes_path, "target");
+    let prediction: ArrayD<i64> = array(&codes_path, "prediction");
+    let correct: ArrayD<bool> = array(&codes_path, "correct");
+    assert_eq!(inputs.shape(), &[N, 2]);
+    for i in 0..N {
+        assert_eq!(label[[i]], rules[[i, 3]]);
+        for (j, token) in [27, 31].into_iter().enumerate() {
+            let v = (0..8).position(|m| x[[i, token, m]] == 1).unwrap() as i64;
+            assert_eq!(inputs[[i, j]], v, "problem {i}, token {token}");
+        }
+        assert_eq!(target[[i]], y[[i, 3]]);
+        assert_eq!(correct[[i]], prediction[[i]] == target[[i]]);
+    }
+    let acc = correct.iter().filter(|&&c| c).count() as f64 / N as f64;
+    assert!(
+        stdout.contains(&format!(
+            "({N} rows, site paper, softmax mixer); answer-slot accuracy {:.2} %",
+            100.0 * acc
+        )),
+        "{stdout}"
+    );
+
+    // The predictions are eval's predictions of slot 3 on the same problems.
+    let logits = tmp.path().join("logits.npz");
+    hyperlens(&[
+        "eval",
+        "--checkpoint",
+        c,
+        "--problems",
+        s(&problems),
+        "--save-logits",
+        s(&logits),
+    ])
+    .success();
+    let pred: ArrayD<i64> = array(&logits, "pred");
+    assert_eq!(pred.index_axis(Axis(1), 3), prediction);
+
+    let side = json(&tmp.path().join("codes.json"));
+    assert_eq!(side["n_rows"].as_u64(), Some(N as u64));
+    assert_eq!(side["selections"][0]["query"], 35);
+    assert_eq!(side["selections"][0]["keys"], serde_json::json!([27, 31]));
+    assert_eq!(side["layers"], serde_json::json!([0, 1]));
+    assert_eq!(side["split"], "paper-seed0");
+
+    // From the file, in one batch: the same codes. One layer: that layer's slice.
+    let from_file = tmp.path().join("from-file.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        c,
+        "--problems",
+        s(&problems),
+        "--out",
+        s(&from_file),
+    ])
+    .success();
+    let again: ArrayD<f32> = array(&from_file, "codes");
+    assert_eq!(again.shape(), codes.shape());
+    for (a, b) in again.iter().zip(codes.iter()) {
+        close("codes from a file", f64::from(*a), f64::from(*b), 1e-6);
+    }
+    let layer1 = tmp.path().join("layer1.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        c,
+        "--problems",
+        s(&problems),
+        "--layers",
+        "1",
+        "--out",
+        s(&layer1),
+    ])
+    .success();
+    let one: ArrayD<f32> = array(&layer1, "codes");
+    assert_eq!(one.index_axis(Axis(1), 0), again.index_axis(Axis(1), 1));
+}
+
+#[test]
+fn probe_failures_name_the_layer_site_or_flag() {
+    let tmp = tempdir();
+    let ckpt = tmp.path().join("tiny");
+    sraven_checkpoint(&ckpt, Mixer::Hyla, 1);
+    let out = tmp.path().join("codes.npz");
+    let base = [
+        "probe",
+        "--checkpoint",
+        s(&ckpt),
+        "--split",
+        "paper-seed0",
+        "--n",
+        "4",
+        "--out",
+        s(&out),
+    ];
+    let with = |extra: &[&'static str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        hyperlens(&a)
+    };
+    with(&["--layers", "5"]).failure(&["layer 5 out of range", "2 layers"]);
+    with(&["--layers", "0,0"]).failure(&["layer 0 selected twice"]);
+    with(&["--site", "slot:7"]).failure(&["slot 7 out of range", "4 feature slots"]);
+    with(&["--site", "query:40;keys:1"]).failure(&["position 40 out of range", "36 tokens"]);
+    with(&["--batch", "0"]).failure(&["--batch must be positive"]);
+    assert!(!out.exists());
+    let missing = tmp.path().join("nope");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&missing),
+        "--split",
+        "paper-seed0",
+        "--out",
+        s(&out),
+    ])
+    .failure(&[s(&missing)]);
+    let no_dir = tmp.path().join("no-dir");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&ckpt),
+        "--split",
+        "paper-seed0",
+        "--n",
+        "4",
+        "--out",
+        s(&no_dir.join("codes.npz")),
+    ])
+    .failure(&[s(&no_dir)]);
+}
+
+#[test]
+fn probe_usage_errors() {
+    let base = [
+        "probe",
+        "--checkpoint",
+        "x",
+        "--split",
+        "paper-seed0",
+        "--out",
+        "c.npz",
+    ];
+    let with = |extra: &[&'static str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        hyperlens(&a)
+    };
+    with(&["--site", "bogus"]).usage_error(&[
+        "invalid value 'bogus' for '--site <SITE>'",
+        "paper, slot:F, all-slots",
+    ]);
+    with(&["--layers", "x"]).usage_error(&["invalid value 'x' for '--layers <LAYERS>'"]);
+    with(&["--device", "gpu"]).usage_error(&["invalid value 'gpu' for '--device <DEVICE>'"]);
+    hyperlens(&["probe", "--checkpoint", "x", "--split", "paper-seed0"])
+        .usage_error(&["--out <OUT>"]);
+}
