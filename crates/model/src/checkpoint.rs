@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
@@ -46,18 +46,6 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// Writes `bytes` to `path` atomically: `path.tmp`, then rename.
-///
-/// # Errors
-/// [`ModelError::Io`] naming the path.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
 /// Serialises named tensors to safetensors bytes after checking them against `config`.
@@ -153,6 +141,12 @@ pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result
 /// [`ModelError::Checkpoint`] for a path with no directory name; [`ModelError::Io`] for
 /// file-system errors.
 pub(crate) fn write_checkpoint_dir(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
+    let write_atomic = |path: &Path, bytes: &[u8]| {
+        hyperlens_io::write_atomic(path, bytes).map_err(|e| ModelError::Io {
+            path: e.path().to_path_buf(),
+            source: e.into(),
+        })
+    };
     let write_files = |d: &Path| {
         write_atomic(&d.join(WEIGHTS_FILE), weights)?;
         write_atomic(&d.join(CONFIG_FILE), config_json)

@@ -178,7 +178,7 @@ impl MetricsLog {
                 }
             }
         }
-        crate::state::write_atomic(&path, text.as_bytes())?;
+        hyperlens_io::write_atomic(&path, text.as_bytes())?;
         let file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

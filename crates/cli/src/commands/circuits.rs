@@ -38,7 +38,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{s, Array2, Array3, Array4, Axis};
 use serde_json::json;
 
-use super::common::{progress_bar, write_atomic};
+use super::common::progress_bar;
+use hyperlens_io::write_atomic;
 
 /// Arguments of `hyperlens circuits`.
 #[derive(Debug, Args)]
@@ -162,7 +163,7 @@ impl Npz {
             .writer
             .finish()
             .with_context(|| format!("writing {}", self.path.display()))?;
-        write_atomic(&self.path, &cursor.into_inner())
+        Ok(write_atomic(&self.path, &cursor.into_inner())?)
     }
 }
 

@@ -249,7 +249,7 @@ fn pct(x: f64) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    super::common::write_atomic(path, text.as_bytes())
+    hyperlens_io::write_atomic(path, text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -332,18 +332,19 @@ fn attention_sample(
 /// Writes the attention sample as `.npz`: `pattern` float32 `[L, H, T, T]`, `tokens` int64 `[T]`,
 /// `target`, `prediction`, `rules` int64 `[F]` (temporary file, then rename).
 fn write_attention_npz(path: &Path, a: &AttentionSample) -> anyhow::Result<()> {
-    super::common::write_npz_atomic(path, |npz| {
-        npz.add_array("pattern", &a.pattern)?;
+    hyperlens_io::write_npz(path, |npz| -> hyperlens_io::Result<()> {
+        npz.add("pattern", &a.pattern)?;
         for (name, v) in [
             ("tokens", &a.tokens),
             ("target", &a.target),
             ("prediction", &a.prediction),
             ("rules", &a.rules),
         ] {
-            npz.add_array(name, &Array1::from(v.clone()))?;
+            npz.add(name, &Array1::from(v.clone()))?;
         }
         Ok(())
-    })
+    })?;
+    Ok(())
 }
 
 fn analyse_checkpoint(args: &ReportArgs, dir: &Path, out: &Path) -> anyhow::Result<Entry> {
