@@ -218,6 +218,9 @@ pub(crate) struct XTicks {
     pub stride: usize,
     /// Height in pixels the labels take below the matrix.
     pub height: i32,
+    /// Each shown label is centred under this many cells (1: under its own cell; 4: under a
+    /// group of 4 cells that the label names, e.g. a SRAVEN panel of 4 slots).
+    pub span: usize,
 }
 
 /// Chooses rotation and stride of x tick labels for cells `cell_w` pixels wide.
@@ -237,12 +240,14 @@ pub(crate) fn x_tick_layout(labels: &[String], cell_w: f64, stride: Option<usize
                 } else {
                     font_h as i32 + 12
                 },
+                span: 1,
             }
         }
         None if fits_flat(1) => XTicks {
             rotated: false,
             stride: 1,
             height: font_h as i32 + 12,
+            span: 1,
         },
         None => {
             let s = crate::util::auto_stride(cell_w, font_h + 2.0);
@@ -250,6 +255,7 @@ pub(crate) fn x_tick_layout(labels: &[String], cell_w: f64, stride: Option<usize
                 rotated: true,
                 stride: s,
                 height: widest as i32 + 16,
+                span: 1,
             }
         }
     }
@@ -264,7 +270,7 @@ pub(crate) fn draw_x_ticks<DB: DrawingBackend>(
 ) -> Result<()> {
     let n = labels.len();
     for (j, label) in labels.iter().enumerate().step_by(t.stride) {
-        let x = (rect.col_edge(j, n) + rect.col_edge(j + 1, n)) / 2;
+        let x = (rect.col_edge(j, n) + rect.col_edge((j + t.span.max(1)).min(n), n)) / 2;
         area.draw(&PathElement::new(
             vec![(x, rect.y1), (x, rect.y1 + 4)],
             MID_GREY.stroke_width(1),
@@ -300,10 +306,22 @@ pub(crate) fn draw_y_ticks<DB: DrawingBackend>(
     labels: &[String],
     stride: usize,
 ) -> Result<()> {
+    draw_y_ticks_spanning(area, rect, labels, stride, 1)
+}
+
+/// Draws y tick labels (every `stride`-th), right-aligned left of `rect`, each centred beside
+/// `span` rows (see [`XTicks::span`]).
+pub(crate) fn draw_y_ticks_spanning<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rect: Rect,
+    labels: &[String],
+    stride: usize,
+    span: usize,
+) -> Result<()> {
     let n = labels.len();
     let st = text(TICK_SIZE).pos(Pos::new(HPos::Right, VPos::Center));
     for (i, label) in labels.iter().enumerate().step_by(stride.max(1)) {
-        let y = (rect.row_edge(i, n) + rect.row_edge(i + 1, n)) / 2;
+        let y = (rect.row_edge(i, n) + rect.row_edge((i + span.max(1)).min(n), n)) / 2;
         area.draw(&PathElement::new(
             vec![(rect.x0 - 4, y), (rect.x0, y)],
             MID_GREY.stroke_width(1),
