@@ -64,6 +64,8 @@ fn analyze_tables_agree_with_the_codes() {
     let stdout = r.success().to_string();
     assert_eq!(r.stderr, "");
     let layers = ["0", "1", "2", "3", "all"];
+    // In the tables `layer` stays an integer column: all layers are `-1`, marked by `all_layers`.
+    let table = |layer: &str| if layer == "all" { "-1" } else { layer }.to_string();
 
     // Majority baseline: the most frequent training label (the smallest on ties), scored on test.
     let train_y: ArrayD<i64> = array(&train, "label");
@@ -76,7 +78,11 @@ fn analyze_tables_agree_with_the_codes() {
     let majority = *counts.iter().find(|(_, &c)| c == best).unwrap().0;
     let baseline = test_y.iter().filter(|&&l| l == majority).count() as f64 / N as f64;
     let dec = Csv::read(&out.join("decoding.csv"));
-    assert_eq!(dec.strings("layer"), layers);
+    assert_eq!(dec.strings("layer"), ["0", "1", "2", "3", "-1"]);
+    assert_eq!(
+        dec.strings("all_layers"),
+        ["false", "false", "false", "false", "true"]
+    );
     assert!(dec
         .finite("majority_class")
         .iter()
@@ -112,11 +118,11 @@ fn analyze_tables_agree_with_the_codes() {
     for (k, layer) in layers.iter().enumerate() {
         let mut rows: BTreeMap<i64, f64> = BTreeMap::new();
         let mut diagonal = 0.0;
-        for r in conf.rows.iter().filter(|r| r[0] == *layer) {
+        for r in conf.rows.iter().filter(|r| r[0] == table(layer)) {
             let (t, p, c): (i64, i64, f64) = (
-                r[1].parse().unwrap(),
                 r[2].parse().unwrap(),
                 r[3].parse().unwrap(),
+                r[4].parse().unwrap(),
             );
             *rows.entry(t).or_default() += c;
             if t == p {
@@ -143,7 +149,7 @@ fn analyze_tables_agree_with_the_codes() {
         let centred = &x - &mean;
         let total: f64 = centred.map(|v| v * v).sum() / (N as f64 - 1.0);
         let mine: Vec<usize> = (0..pca.rows.len())
-            .filter(|&i| pca.rows[i][0] == layer)
+            .filter(|&i| pca.rows[i][0] == table(layer))
             .collect();
         assert_eq!(
             mine.len(),
@@ -152,11 +158,11 @@ fn analyze_tables_agree_with_the_codes() {
         );
         let var: Vec<f64> = mine
             .iter()
-            .map(|&i| pca.rows[i][3].parse().unwrap())
+            .map(|&i| pca.rows[i][4].parse().unwrap())
             .collect();
         let ratio: Vec<f64> = mine
             .iter()
-            .map(|&i| pca.rows[i][2].parse().unwrap())
+            .map(|&i| pca.rows[i][3].parse().unwrap())
             .collect();
         close(
             &format!("total variance, layer {layer}"),

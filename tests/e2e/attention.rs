@@ -104,11 +104,11 @@ fn attention_patterns_match_a_recomputation_from_the_weights() {
         }
     }
 
-    let side = json(&tmp.path().join("att.npz.json"));
+    let side = json(&tmp.path().join("att.json"));
     assert_eq!(side["checkpoint_kind"], "token-model");
     assert_eq!(side["shape"], serde_json::json!([2, 4, t, t]));
     assert_eq!(side["tokens"], serde_json::json!(tokens));
-    assert_eq!(entries(tmp.path()), ["att.npz", "att.npz.json"]);
+    assert_eq!(entries(tmp.path()), ["att.json", "att.npz"]);
 }
 
 #[test]

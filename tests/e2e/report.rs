@@ -349,7 +349,9 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         let dec = t.join("decoding.csv");
         let rows = Csv::read(&dec).rows;
         let layers: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
-        assert_eq!(layers, ["0", "1", "all"]);
+        assert_eq!(layers, ["0", "1", "-1"]);
+        let all: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+        assert_eq!(all, ["false", "false", "true"]);
         for col in [
             "accuracy",
             "balanced_accuracy",
@@ -385,7 +387,7 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         let rows = Csv::read(&conf).rows;
         let mut per_layer: BTreeMap<String, f64> = BTreeMap::new();
         for r in &rows {
-            let c: f64 = r[3].parse().unwrap();
+            let c: f64 = r[4].parse().unwrap();
             assert!(c >= 0.0);
             *per_layer.entry(r[0].clone()).or_default() += c;
         }

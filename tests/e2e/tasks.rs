@@ -182,7 +182,7 @@ fn sample_writes_problems_whose_answers_follow_their_rules() {
         );
         assert_eq!(c.iter().sum::<usize>(), 300);
     }
-    let side = json(&tmp.path().join("ood.npz.json"));
+    let side = json(&tmp.path().join("ood.json"));
     assert_eq!(side["split"], "paper-seed2024");
     assert_eq!(side["set"], "ood");
     assert_eq!(
@@ -232,7 +232,7 @@ fn sample_writes_problems_whose_answers_follow_their_rules() {
     check_problems(&id, 100, &id_tasks);
     let perms: ArrayD<i64> = array(&id, "perms");
     assert!(perms.indexed_iter().all(|(ix, &v)| v == ix[2] as i64));
-    assert_eq!(json(&tmp.path().join("id.npz.json"))["unpermuted"], true);
+    assert_eq!(json(&tmp.path().join("id.json"))["unpermuted"], true);
 }
 
 #[test]

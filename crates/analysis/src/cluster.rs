@@ -1,6 +1,6 @@
 //! Clustering of latent codes: k-means (linfa-clustering) with k = number of labels, and the
 //! partition-agreement and separation scores linfa lacks: adjusted Rand index, normalised mutual
-//! information and the silhouette score (`spec/latent-codes.md`, analysis 4).
+//! information and the silhouette score (`docs/spec/latent-codes.md`, analysis 4).
 //!
 //! The scores follow scikit-learn's definitions and special cases:
 //! - ARI: `adjusted_rand_score`, Hubert & Arabie (1985), computed from the pair confusion matrix;
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use linfa::prelude::*;
 use linfa_clustering::KMeans;
-use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, Slice};
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -177,35 +177,31 @@ pub fn silhouette_score(x: ArrayView2<'_, f64>, labels: ArrayView1<'_, i64>) -> 
     }
     let norms: Array1<f64> = x.rows().into_iter().map(|r| r.dot(&r)).collect();
     let mut total = 0.0;
-    const BLOCK: usize = 256;
-    let mut start = 0;
-    while start < n {
-        let end = (start + BLOCK).min(n);
-        let gram = x.slice_axis(Axis(0), Slice::from(start..end)).dot(&x.t());
-        for (bi, grow) in gram.rows().into_iter().enumerate() {
-            let i = start + bi;
-            let mut sums = vec![0.0; c];
-            for (j, &g) in grow.iter().enumerate() {
-                if j != i {
-                    let d2 = (norms[i] + norms[j] - 2.0 * g).max(0.0);
-                    sums[dense[j]] += d2.sqrt();
-                }
-            }
-            let own = dense[i];
-            if counts[own] < 2 {
-                continue; // s = 0 for singletons
-            }
-            let a = sums[own] / (counts[own] - 1) as f64;
-            let b = (0..c)
-                .filter(|&k| k != own)
-                .map(|k| sums[k] / counts[k] as f64)
-                .fold(f64::INFINITY, f64::min);
-            let m = a.max(b);
-            if m > 0.0 {
-                total += (b - a) / m;
+    // Inner products as 1-D `dot`s (a fixed summation order compiled in), not as one matrix
+    // product: ndarray's matrix product picks its kernel by the CPU's features at run time, and
+    // the last digits of the score would then depend on the machine.
+    for i in 0..n {
+        let xi = x.row(i);
+        let mut sums = vec![0.0; c];
+        for (j, xj) in x.rows().into_iter().enumerate() {
+            if j != i {
+                let d2 = (norms[i] + norms[j] - 2.0 * xi.dot(&xj)).max(0.0);
+                sums[dense[j]] += d2.sqrt();
             }
         }
-        start = end;
+        let own = dense[i];
+        if counts[own] < 2 {
+            continue; // s = 0 for singletons
+        }
+        let a = sums[own] / (counts[own] - 1) as f64;
+        let b = (0..c)
+            .filter(|&k| k != own)
+            .map(|k| sums[k] / counts[k] as f64)
+            .fold(f64::INFINITY, f64::min);
+        let m = a.max(b);
+        if m > 0.0 {
+            total += (b - a) / m;
+        }
     }
     Ok(total / n as f64)
 }
@@ -392,7 +388,7 @@ pub struct ClusterReport {
 
 /// Runs k-means with k = the number of distinct labels on `x` and scores the clusters against the
 /// labels (ARI, NMI), plus the silhouette score of the labels and of the clusters
-/// (`spec/latent-codes.md`, analysis 4). `params.n_clusters` is ignored (set to k).
+/// (`docs/spec/latent-codes.md`, analysis 4). `params.n_clusters` is ignored (set to k).
 ///
 /// # Shapes
 /// `x`: `[N, D]`; `labels`: `[N]` with at least 2 distinct labels.

@@ -1,7 +1,7 @@
 //! Latent code sets: reading the probe's `.npz` output, validating it, and flattening codes into
 //! feature matrices for the analyses.
 //!
-//! The file format is the one of `spec/latent-codes.md` ("Outputs users expect"): a NumPy `.npz`
+//! The file format is the one of `docs/spec/latent-codes.md` ("Outputs users expect"): a NumPy `.npz`
 //! archive (uncompressed, as `numpy.savez` writes it) holding
 //!
 //! | array          | dtype                           | shape                 | required   |
@@ -19,13 +19,14 @@
 //! code `z_l(i, j) = a_l[:, i, j]`).
 
 pub mod report;
+mod tables;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use hyperlens_io::keys::codes as keys;
 use ndarray::{Array1, Array2, Array5, ArrayD, Axis, Ix5, IxDyn, OwnedRepr};
-use ndarray_npy::{NpzReader, NpzWriter, ReadNpyError, ReadNpzError};
+use ndarray_npy::{NpzReader, ReadNpyError, ReadNpzError};
 
 use crate::error::{AnalysisError, Result};
 
@@ -268,7 +269,7 @@ impl CodeSet {
             .names()
             .map_err(|e| AnalysisError::Npz(format!("{shown}: cannot list arrays: {e}")))?;
         let has = |name: &str| names.iter().any(|n| n == name);
-        for required in ["codes", "label"] {
+        for required in [keys::CODES, keys::LABEL] {
             if !has(required) {
                 return Err(AnalysisError::Npz(format!(
                     "{shown}: required array `{required}` is missing (found: {})",
@@ -277,69 +278,80 @@ impl CodeSet {
             }
         }
         let codes = read_codes(&mut npz, &shown)?;
-        let label = to_1d(read_int(&mut npz, &shown, "label")?, &shown, "label")?;
+        let label = to_1d(
+            read_int(&mut npz, &shown, keys::LABEL)?,
+            &shown,
+            keys::LABEL,
+        )?;
         let mut set = Self::with_source(codes, label, &shown)?;
-        if has("rules") {
-            let a = to_2d(read_int(&mut npz, &shown, "rules")?, &shown, "rules")?;
+        if has(keys::RULES) {
+            let a = to_2d(
+                read_int(&mut npz, &shown, keys::RULES)?,
+                &shown,
+                keys::RULES,
+            )?;
             set = set.with_rules(a)?;
         }
-        if has("inputs") {
-            let a = to_2d(read_int(&mut npz, &shown, "inputs")?, &shown, "inputs")?;
+        if has(keys::INPUTS) {
+            let a = to_2d(
+                read_int(&mut npz, &shown, keys::INPUTS)?,
+                &shown,
+                keys::INPUTS,
+            )?;
             set = set.with_inputs(a)?;
         }
-        if has("target") {
-            let a = to_1d(read_int(&mut npz, &shown, "target")?, &shown, "target")?;
+        if has(keys::TARGET) {
+            let a = to_1d(
+                read_int(&mut npz, &shown, keys::TARGET)?,
+                &shown,
+                keys::TARGET,
+            )?;
             set = set.with_target(a)?;
         }
-        if has("prediction") {
+        if has(keys::PREDICTION) {
             let a = to_1d(
-                read_int(&mut npz, &shown, "prediction")?,
+                read_int(&mut npz, &shown, keys::PREDICTION)?,
                 &shown,
-                "prediction",
+                keys::PREDICTION,
             )?;
             set = set.with_prediction(a)?;
         }
-        if has("correct") {
-            let a = to_1d(read_bool(&mut npz, &shown, "correct")?, &shown, "correct")?;
+        if has(keys::CORRECT) {
+            let a = to_1d(
+                read_bool(&mut npz, &shown, keys::CORRECT)?,
+                &shown,
+                keys::CORRECT,
+            )?;
             set = set.with_correct(a)?;
         }
         Ok(set)
     }
 
     /// Writes the set as an uncompressed `.npz` in the probe's format (codes float32, integer
-    /// arrays int64, `correct` bool), atomically (`path.tmp`, then rename).
+    /// arrays int64, `correct` bool; names in [`hyperlens_io::keys::codes`]), atomically.
     ///
     /// # Errors
-    /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path if writing fails.
+    /// [`AnalysisError::File`] naming the path and array if writing fails.
     pub fn write_npz(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        write_atomic(path, |file| {
-            let shown = path.display().to_string();
-            let mut npz = NpzWriter::new(file);
-            let err = |name: &str, e: ndarray_npy::WriteNpzError| {
-                AnalysisError::Npz(format!("{shown}: writing array `{name}`: {e}"))
-            };
-            npz.add_array("codes", &self.codes)
-                .map_err(|e| err("codes", e))?;
-            npz.add_array("label", &self.label)
-                .map_err(|e| err("label", e))?;
+        hyperlens_io::write_npz(path, |npz| -> Result<()> {
+            npz.add(keys::CODES, &self.codes)?;
+            npz.add(keys::LABEL, &self.label)?;
             if let Some(a) = &self.rules {
-                npz.add_array("rules", a).map_err(|e| err("rules", e))?;
+                npz.add(keys::RULES, a)?;
             }
             if let Some(a) = &self.inputs {
-                npz.add_array("inputs", a).map_err(|e| err("inputs", e))?;
+                npz.add(keys::INPUTS, a)?;
             }
             if let Some(a) = &self.target {
-                npz.add_array("target", a).map_err(|e| err("target", e))?;
+                npz.add(keys::TARGET, a)?;
             }
             if let Some(a) = &self.prediction {
-                npz.add_array("prediction", a)
-                    .map_err(|e| err("prediction", e))?;
+                npz.add(keys::PREDICTION, a)?;
             }
             if let Some(a) = &self.correct {
-                npz.add_array("correct", a).map_err(|e| err("correct", e))?;
+                npz.add(keys::CORRECT, a)?;
             }
-            npz.finish().map_err(|e| err("(archive)", e))?;
             Ok(())
         })
     }
@@ -365,21 +377,21 @@ fn read_codes(npz: &mut NpzReader<File>, path: &str) -> Result<Array5<f32>> {
             got.map_or_else(|| "another number".to_string(), |g| g.to_string())
         ))
     };
-    match npz.by_name::<OwnedRepr<f32>, Ix5>("codes") {
+    match npz.by_name::<OwnedRepr<f32>, Ix5>(keys::CODES) {
         Ok(a) => return Ok(a),
         Err(ReadNpzError::Npy(ReadNpyError::WrongNdim(_, got))) => {
             return Err(wrong_ndim(Some(got)))
         }
         Err(ReadNpzError::Npy(ReadNpyError::WrongDescriptor(_))) => {}
-        Err(e) => return Err(npz_err(path, "codes", e)),
+        Err(e) => return Err(npz_err(path, keys::CODES, e)),
     }
-    match npz.by_name::<OwnedRepr<f64>, Ix5>("codes") {
+    match npz.by_name::<OwnedRepr<f64>, Ix5>(keys::CODES) {
         Ok(a) => Ok(a.mapv(|v| v as f32)),
         Err(ReadNpzError::Npy(ReadNpyError::WrongNdim(_, got))) => Err(wrong_ndim(Some(got))),
         Err(ReadNpzError::Npy(ReadNpyError::WrongDescriptor(d))) => Err(AnalysisError::Npz(
             format!("{path}: array `codes` has dtype {d}; expected float32 or float64"),
         )),
-        Err(e) => Err(npz_err(path, "codes", e)),
+        Err(e) => Err(npz_err(path, keys::CODES, e)),
     }
 }
 
@@ -456,47 +468,11 @@ fn to_2d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array2<T>> {
     })
 }
 
-/// Writes a file atomically: `write` fills `path.tmp` (buffered), which is then renamed to `path`.
-/// On any error the temporary file is removed.
-pub(crate) fn write_atomic<F>(path: &Path, write: F) -> Result<()>
-where
-    F: FnOnce(&mut BufWriter<File>) -> Result<()>,
-{
-    let shown = path.display().to_string();
-    let mut tmp = PathBuf::from(path);
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(".tmp");
-    tmp.set_file_name(name);
-    let result = (|| {
-        let file = File::create(&tmp).map_err(|source| AnalysisError::Io {
-            path: tmp.display().to_string(),
-            source,
-        })?;
-        let mut writer = BufWriter::new(file);
-        write(&mut writer)?;
-        writer.flush().map_err(|source| AnalysisError::Io {
-            path: shown.clone(),
-            source,
-        })?;
-        drop(writer);
-        std::fs::rename(&tmp, path).map_err(|source| AnalysisError::Io {
-            path: shown.clone(),
-            source,
-        })
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use ndarray::Array;
+    use ndarray_npy::NpzWriter;
 
     fn sample(n: usize) -> CodeSet {
         // distinct sizes L=3, H=5, Q=2, K=7 so a swapped axis fails

@@ -1,7 +1,7 @@
 //! Rule decoding: a standardised multinomial logistic-regression probe trained on one set of codes
 //! (in-distribution) and tested on another (OOD), with the controls that make its accuracy
 //! readable: majority-class baseline, shuffled-label control, balanced accuracy and the confusion
-//! matrix (`spec/latent-codes.md`, analysis 2; paper Figure 5).
+//! matrix (`docs/spec/latent-codes.md`, analysis 2; paper Figure 5).
 //!
 //! The probe matches scikit-learn's `StandardScaler` + `LogisticRegression(C=1.0)` (L2, lbfgs,
 //! multinomial, `tol = 1e-4`, `max_iter = 100`):
@@ -353,7 +353,7 @@ pub struct DecodeResult {
 
 /// Trains a logistic probe on (`train_x`, `train_y`) and evaluates it on (`test_x`, `test_y`),
 /// with the majority-class baseline, a shuffled-label control, balanced accuracy and the
-/// confusion matrix (`spec/latent-codes.md`, analysis 2).
+/// confusion matrix (`docs/spec/latent-codes.md`, analysis 2).
 ///
 /// Test labels that never occur in training can never be predicted: they count as errors and
 /// appear as extra rows of the confusion matrix, which spans the union of both label sets.

@@ -30,6 +30,9 @@ pub enum AnalysisError {
     /// Reading or writing an `.npz` archive failed; names the path and array.
     #[error("npz error on {0}")]
     Npz(String),
+    /// Writing an output file failed (hyperlens-io); names the path (and the array of an archive).
+    #[error(transparent)]
+    File(#[from] hyperlens_io::IoError),
 }
 
 /// Result alias of this crate.

@@ -3,7 +3,7 @@
 //!
 //! Pure `ndarray` / `linfa` / `nalgebra`; this crate never imports candle.
 //!
-//! Latent codes (`spec/latent-codes.md`): [`codes::CodeSet`] reads the probe's `.npz`,
+//! Latent codes (`docs/spec/latent-codes.md`): [`codes::CodeSet`] reads the probe's `.npz`,
 //! [`pca`], [`decode`], [`cluster`] and [`similarity`] hold the analyses, and
 //! [`codes::report::analyze_pair`] runs them all on an in-distribution / OOD pair and writes the
 //! tables.

@@ -1,18 +1,25 @@
 //! Exact principal component analysis through the covariance matrix.
 //!
 //! Method: centre the data, form the sample covariance `C = Xc^T Xc / (n - 1)`, and take its
-//! symmetric eigendecomposition with `linfa_linalg::eigh` (Householder tridiagonalisation and
-//! implicit QR). Eigenvalues are the explained variances (scikit-learn's `PCA.explained_variance_`,
+//! symmetric eigendecomposition with nalgebra's `SymmetricEigen` (Householder tridiagonalisation
+//! and implicit QR). Eigenvalues are the explained variances (scikit-learn's `PCA.explained_variance_`,
 //! which also divides by `n - 1`), sorted in decreasing order; tiny negative eigenvalues from
 //! rounding on rank-deficient data are clamped to 0. Components follow scikit-learn's sign
 //! convention (`svd_flip(u_based_decision=False)`): the entry of largest absolute value of every
 //! component is positive.
 //!
+//! Reproducible to the last bit on every machine: the means, the covariance and the projections
+//! are plain loops in a fixed order, and the eigensolver runs on plain loops too. ndarray's `dot`
+//! (the `matrixmultiply` crate) is avoided on purpose: it picks its kernel by the CPU's features
+//! (AVX-512, FMA, AVX) at run time, and the kernels round differently, so the last digits of a PCA
+//! then depend on the machine; `linfa_linalg::eigh` was dropped for the same reason (its
+//! tridiagonalisation calls `general_mat_mul`).
+//!
 //! linfa-reduction's `Pca` is not used: it panicked on data with a few dominant directions and
-//! scales its explained variance by the number of components (see `TOOLCHAIN.md`).
-//! Used for `spec/latent-codes.md`, analysis 1 (paper Figure 5).
+//! scales its explained variance by the number of components.
+//! Used for `docs/spec/latent-codes.md`, analysis 1 (paper Figure 5).
 
-use linfa_linalg::eigh::Eigh;
+use nalgebra::{DMatrix, SymmetricEigen};
 use ndarray::{Array1, Array2, ArrayView2, Axis, Slice};
 
 use crate::error::{AnalysisError, Result};
@@ -80,22 +87,24 @@ impl PcaParams {
         if x.iter().any(|v| !v.is_finite()) {
             return Err(AnalysisError::NonFinite("PCA input".into()));
         }
-        let mean = x
-            .mean_axis(Axis(0))
-            .ok_or_else(|| AnalysisError::InvalidInput("PCA input has no samples".into()))?;
-        let centred = &x - &mean;
-        let mut cov = centred.t().dot(&centred) / (n as f64 - 1.0);
-        // enforce exact symmetry before the symmetric solver
-        let sym = (&cov + &cov.t()) * 0.5;
-        cov.assign(&sym);
+        let mean = column_means(x);
+        let cov = covariance(x, &mean);
         if cov.iter().any(|v| !v.is_finite()) {
             return Err(AnalysisError::Numerical(
                 "PCA: the covariance matrix overflowed (values too large)".into(),
             ));
         }
-        let (values, vectors) = cov
-            .eigh()
-            .map_err(|e| AnalysisError::Numerical(format!("PCA eigendecomposition: {e}")))?;
+        let eigen = SymmetricEigen::try_new(
+            DMatrix::from_fn(d, d, |i, j| cov[[i, j]]),
+            f64::EPSILON,
+            EIGEN_MAX_ITERATIONS,
+        )
+        .ok_or_else(|| {
+            AnalysisError::Numerical(format!(
+                "PCA eigendecomposition did not converge in {EIGEN_MAX_ITERATIONS} iterations"
+            ))
+        })?;
+        let (values, vectors) = (&eigen.eigenvalues, &eigen.eigenvectors);
         if values.iter().any(|v| !v.is_finite()) || vectors.iter().any(|v| !v.is_finite()) {
             return Err(AnalysisError::Numerical(
                 "PCA eigendecomposition returned non-finite values".into(),
@@ -107,7 +116,7 @@ impl PcaParams {
         let explained_variance: Array1<f64> = order.iter().map(|&i| values[i].max(0.0)).collect();
         let mut all_components = Array2::<f64>::zeros((d, d));
         for (row, &i) in order.iter().enumerate() {
-            let v = vectors.column(i);
+            let v: Array1<f64> = vectors.column(i).iter().copied().collect();
             // scikit-learn's svd_flip on rows of Vt: the largest |entry| is positive
             let mut best = 0;
             for j in 1..d {
@@ -136,6 +145,56 @@ impl PcaParams {
             n_samples: n,
         })
     }
+}
+
+/// Iteration cap of the implicit-QR eigensolver (it converges in a few sweeps per eigenvalue).
+const EIGEN_MAX_ITERATIONS: usize = 100_000;
+
+/// Column means, summed row by row in order.
+///
+/// # Shapes
+/// `x`: `[N, D]` with N >= 1; returns `[D]`.
+fn column_means(x: ArrayView2<'_, f64>) -> Array1<f64> {
+    let mut sum = Array1::<f64>::zeros(x.ncols());
+    for row in x.rows() {
+        for (s, &v) in sum.iter_mut().zip(row.iter()) {
+            *s += v;
+        }
+    }
+    sum / x.nrows() as f64
+}
+
+/// The sample covariance `Xc^T Xc / (n - 1)` of the centred data, exactly symmetric: every entry
+/// of the upper triangle is a sum over the rows in order, mirrored to the lower one.
+///
+/// # Shapes
+/// `x`: `[N, D]` with N >= 2, `mean`: `[D]`; returns `[D, D]`.
+fn covariance(x: ArrayView2<'_, f64>, mean: &Array1<f64>) -> Array2<f64> {
+    let d = x.ncols();
+    let mut acc = vec![0.0f64; d * d];
+    let mut centred = vec![0.0f64; d];
+    for row in x.rows() {
+        for (c, (&v, &m)) in centred.iter_mut().zip(row.iter().zip(mean.iter())) {
+            *c = v - m;
+        }
+        for i in 0..d {
+            let xi = centred[i];
+            let out = &mut acc[i * d + i..(i + 1) * d];
+            for (o, &xj) in out.iter_mut().zip(&centred[i..]) {
+                *o += xi * xj;
+            }
+        }
+    }
+    let scale = 1.0 / (x.nrows() as f64 - 1.0);
+    let mut cov = Array2::<f64>::zeros((d, d));
+    for i in 0..d {
+        for j in i..d {
+            let v = acc[i * d + j] * scale;
+            cov[[i, j]] = v;
+            cov[[j, i]] = v;
+        }
+    }
+    cov
 }
 
 /// A fitted PCA.
@@ -174,7 +233,19 @@ impl Pca {
         if x.iter().any(|v| !v.is_finite()) {
             return Err(AnalysisError::NonFinite("PCA transform input".into()));
         }
-        Ok((&x - &self.mean).dot(&self.components.t()))
+        let (m, k) = (x.nrows(), self.components.nrows());
+        let mut out = Array2::<f64>::zeros((m, k));
+        for (r, row) in x.rows().into_iter().enumerate() {
+            for c in 0..k {
+                let comp = self.components.row(c);
+                let mut acc = 0.0;
+                for j in 0..row.len() {
+                    acc += (row[j] - self.mean[j]) * comp[j];
+                }
+                out[[r, c]] = acc;
+            }
+        }
+        Ok(out)
     }
 
     /// Column means of the training data. # Shapes: `[D]`.

@@ -1,4 +1,4 @@
-//! Cosine similarity between the mean latent codes of each label (`spec/latent-codes.md`,
+//! Cosine similarity between the mean latent codes of each label (`docs/spec/latent-codes.md`,
 //! analysis 3; the paper's 8 x 8 rule-by-rule matrix, where addition and subtraction share nearly
 //! the same code).
 //!

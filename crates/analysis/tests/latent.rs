@@ -634,11 +634,13 @@ fn analyze_pair_end_to_end_and_tables() {
     let decoding = std::fs::read_to_string(out.join("decoding.csv")).unwrap();
     let lines: Vec<&str> = decoding.lines().collect();
     assert_eq!(lines.len(), 5);
-    assert!(
-        lines[0].starts_with("layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control")
-    );
-    assert!(lines[4].starts_with("all,"));
-    let acc_all: f64 = lines[4].split(',').nth(1).unwrap().parse().unwrap();
+    assert!(lines[0].starts_with(
+        "layer,all_layers,accuracy,balanced_accuracy,majority_baseline,shuffled_control"
+    ));
+    // `layer` stays an integer column; the all-layers row is marked by `all_layers`.
+    assert!(lines[1].starts_with("0,false,"), "{}", lines[1]);
+    assert!(lines[4].starts_with("-1,true,"), "{}", lines[4]);
+    let acc_all: f64 = lines[4].split(',').nth(2).unwrap().parse().unwrap();
     assert_eq!(acc_all, report.layers[3].decoding.accuracy);
     let pca_csv = std::fs::read_to_string(out.join("pca.csv")).unwrap();
     assert_eq!(pca_csv.lines().count(), 1 + 3 * 10 + 30);
@@ -646,7 +648,7 @@ fn analyze_pair_end_to_end_and_tables() {
     assert_eq!(confusion.lines().count(), 1 + 4 * 64);
     let similarity = std::fs::read_to_string(out.join("similarity.csv")).unwrap();
     assert_eq!(similarity.lines().count(), 1 + 4 * 64);
-    assert!(similarity.contains("\n0,0,3,NaN\n"));
+    assert!(similarity.contains("\n0,false,0,3,NaN\n"));
     let clusters = std::fs::read_to_string(out.join("clusters.csv")).unwrap();
     assert_eq!(clusters.lines().count(), 5);
     let summary: serde_json::Value =
@@ -654,7 +656,14 @@ fn analyze_pair_end_to_end_and_tables() {
     assert_eq!(summary["code_dims"]["heads"], 5);
     assert_eq!(summary["params"]["unsupervised_on"], "test");
     assert_eq!(summary["layers"].as_array().unwrap().len(), 4);
-    assert_eq!(summary["layers"][3]["layer"], "all");
+    assert_eq!(summary["layers"][3]["layer"], -1);
+    assert_eq!(summary["layers"][3]["all_layers"], true);
+    assert_eq!(summary["layers"][2]["layer"], 2);
+    assert!(
+        summary.get("elapsed_s").is_none(),
+        "timings stay out of the tables"
+    );
+    assert_eq!(report.timings()["layers"].as_array().unwrap().len(), 4);
     let mut npz = NpzReader::new(File::open(out.join("pca.npz")).unwrap()).unwrap();
     let p2: Array2<f64> = npz.by_name("layer2").unwrap();
     assert_eq!(p2, report.layers[2].projection);

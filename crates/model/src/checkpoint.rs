@@ -1,11 +1,11 @@
 //! Native checkpoints: a directory with `config.json` ([`Config`]) and `model.safetensors` (every
-//! parameter as `f32`, TransformerLens names and layouts, `spec/models.md`, "Parameter names").
+//! parameter as `f32`, TransformerLens names and layouts, `docs/spec/models.md`, "Parameter names").
 //!
 //! Loading checks every tensor (present, shape, dtype f32, finite, no unexpected names) against the
 //! config and reports the first problem naming the file and the tensor. Saving is atomic.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use safetensors::tensor::{Dtype as StDtype, SafeTensors};
@@ -24,18 +24,6 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// Writes `bytes` to `path` atomically: `path.tmp`, then rename.
-///
-/// # Errors
-/// [`ModelError::Io`] naming the path.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
 /// The one safetensors writer of the crate: checks `tensors` against the `expected` names and
@@ -141,6 +129,12 @@ pub fn save(dir: &Path, config: &Config, tensors: &[(String, Tensor)]) -> Result
 /// [`ModelError::Checkpoint`] for a path with no directory name; [`ModelError::Io`] for
 /// file-system errors.
 pub(crate) fn write_checkpoint_dir(dir: &Path, config_json: &[u8], weights: &[u8]) -> Result<()> {
+    let write_atomic = |path: &Path, bytes: &[u8]| {
+        hyperlens_io::write_atomic(path, bytes).map_err(|e| ModelError::Io {
+            path: e.path().to_path_buf(),
+            source: e.into(),
+        })
+    };
     let write_files = |d: &Path| {
         write_atomic(&d.join(WEIGHTS_FILE), weights)?;
         write_atomic(&d.join(CONFIG_FILE), config_json)

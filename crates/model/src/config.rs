@@ -1,4 +1,4 @@
-//! Model configuration (`config.json` in a checkpoint directory). Sizes follow `spec/models.md`,
+//! Model configuration (`config.json` in a checkpoint directory). Sizes follow `docs/spec/models.md`,
 //! section "Sizes".
 
 use serde::{Deserialize, Serialize};
@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ModelError, Result};
 use crate::mixer::Mixer;
 
-/// The architecture of a transformer of `spec/models.md`: task dimensions, widths, depth and mixer.
+/// The architecture of a transformer of `docs/spec/models.md`: task dimensions, widths, depth and mixer.
 ///
 /// Validate with [`Config::check`] before use; every constructor in this crate calls it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,7 +82,7 @@ impl Config {
     }
 
     /// The fuzzy-logic model of the paper: D 128, H 8, d 2, 2 layers, D_mlp 256, one output,
-    /// tokens of dimension `n_vars + 1`, `n_tokens` tokens (`spec/models.md`, "Sizes").
+    /// tokens of dimension `n_vars + 1`, `n_tokens` tokens (`docs/spec/models.md`, "Sizes").
     pub fn logic(mixer: Mixer, n_vars: usize, n_tokens: usize) -> Config {
         Config {
             d_in: n_vars + 1,
@@ -145,7 +145,7 @@ impl Config {
     }
 
     /// The name and shape of every parameter tensor in canonical order (TransformerLens names,
-    /// `spec/models.md`, "Parameter names").
+    /// `docs/spec/models.md`, "Parameter names").
     ///
     /// # Shapes
     /// `embed.W_E [d_in, D]`, `embed.b_E [D]`; per layer `l`: `blocks.{l}.ln1.w/.b [D]`,

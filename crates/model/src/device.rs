@@ -7,7 +7,7 @@
 //! [`EVENT_TRACKING_ENV`]): cudarc 0.19 creates two CUDA events for every buffer it allocates and
 //! destroys them with the buffer, but uses them only when a context has several streams, and
 //! candle's `Device::new_cuda` runs everything on one. A training step of the base model makes
-//! about 1,700 tensors (2,400 before the vendored candle-core, `vendor/README.md`), most of them
+//! about 2,200 tensors on a GPU (`docs/performance.md`), most of them
 //! new buffers (in cudarc issue #386, event calls, `cuEventDestroy` among them, showed up as a
 //! visible host cost in candle's traces).
 //! [`upload_cache`] opens a scope in which candle caches the small uploads it makes per operation

@@ -1,5 +1,5 @@
 //! Batched evaluation of a model on a SRAVEN problem set: accuracy (all `F` features right, the
-//! paper's SRAVEN accuracy), per-feature accuracy and cross-entropy loss (`spec/sraven.md`,
+//! paper's SRAVEN accuracy), per-feature accuracy and cross-entropy loss (`docs/spec/sraven.md`,
 //! "Tokens, targets, metrics"). Memory is bounded by the batch size (plus the logits if kept).
 
 use candle_core::{Device, Tensor};

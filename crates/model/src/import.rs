@@ -1,6 +1,6 @@
 //! Importer for the paper's JAX/Flax parameter exports (`np.savez` of the flax `params` tree, keys
 //! joined with `/`, e.g. `transformer_block_0/sequence_mixer/query/kernel`), as in
-//! `reference-checkpoints/paper-jax-seed1/`. Key list: `spec/models.md`, "Parameter names in the
+//! `crates/model/tests/fixtures/paper-jax/` (`scripts/export_jax_checkpoint.py` writes one). Key list: `docs/spec/models.md`, "Parameter names in the
 //! paper code". Flax kernels are `[in, out]` (row-vector convention), like ours.
 
 use std::collections::BTreeSet;

@@ -1,5 +1,5 @@
 //! The eight sequence mixers of "Attention as a Hypernetwork" (Schug et al. 2024): an attention
-//! normalisation combined with a value network. See `spec/models.md`, section "Mixers".
+//! normalisation combined with a value network. See `docs/spec/models.md`, section "Mixers".
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::error::ModelError;
 
 /// How the scaled scores `s[h, i, j]` are normalised into the latent code `a[:, i, j]`
-/// (`spec/models.md`, "Scores and the three normalisations").
+/// (`docs/spec/models.md`, "Scores and the three normalisations").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Normalisation {
     /// `a[h, i, :] = softmax_j s[h, i, :]` (over keys).
@@ -38,7 +38,7 @@ impl fmt::Display for Normalisation {
     }
 }
 
-/// The value network that the latent code parameterises (`spec/models.md`, "Value networks").
+/// The value network that the latent code parameterises (`docs/spec/models.md`, "Value networks").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ValueNetwork {
     /// Standard multi-head attention: `o[i, h] = sum_j a[h,i,j] v[j,h]`.
@@ -94,7 +94,7 @@ pub enum Mixer {
 }
 
 impl Mixer {
-    /// Every mixer, in the order of the table in `spec/models.md`.
+    /// Every mixer, in the order of the table in `docs/spec/models.md`.
     pub const ALL: [Mixer; 8] = [
         Mixer::Softmax,
         Mixer::Linear,

@@ -922,7 +922,7 @@ fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
 }
 
-/// Plain float64 forward of a token model (`spec/models.md` maths with a causal mask).
+/// Plain float64 forward of a token model (`docs/spec/models.md` maths with a causal mask).
 fn token_reference(
     cfg: &TokenConfig,
     p: &HashMap<String, (Vec<usize>, Vec<f64>)>,

@@ -325,7 +325,7 @@ fn reference_forward(
     (logits, attn_all)
 }
 
-/// The normalisation of each mixer, from the table in spec/models.md (not from the crate).
+/// The normalisation of each mixer, from the table in docs/spec/models.md (not from the crate).
 fn mixer_norm(m: Mixer) -> &'static str {
     match m.to_string().as_str() {
         "softmax" | "softmax-hypatt" => "softmax",
@@ -334,7 +334,7 @@ fn mixer_norm(m: Mixer) -> &'static str {
     }
 }
 
-/// The value network of each mixer, from the table in spec/models.md.
+/// The value network of each mixer, from the table in docs/spec/models.md.
 fn mixer_value(m: Mixer) -> &'static str {
     match m.to_string().as_str() {
         "softmax" | "linear" | "linear-rmshead" => "default",

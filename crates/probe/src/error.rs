@@ -19,6 +19,9 @@ pub enum ProbeError {
     /// Writing an `.npz` archive failed; names the file.
     #[error("npz error: {0}")]
     Npz(String),
+    /// Writing an output file failed (hyperlens-io); names the path.
+    #[error(transparent)]
+    File(#[from] hyperlens_io::IoError),
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),

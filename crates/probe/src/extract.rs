@@ -4,11 +4,12 @@
 //! normalised attention of the selected layers is indexed at the site's query and keys on the device,
 //! and only those `[B, L, H, Q, K]` values, the labels and the predictions travel to the host, where
 //! they are appended to the streaming `.npz` ([`crate::npz_stream`]). Peak memory is bounded by the
-//! batch size, not by the number of problems (spec/latent-codes.md, "Outputs users expect").
+//! batch size, not by the number of problems (docs/spec/latent-codes.md, "Outputs users expect").
 
 use std::path::Path;
 
 use candle_core::{IndexOp, Tensor};
+use hyperlens_io::keys::codes as keys;
 use hyperlens_model::eval::batch_tensor;
 use hyperlens_model::Transformer;
 use hyperlens_tasks::sraven::ProblemSet;
@@ -58,7 +59,8 @@ impl ProbeParams {
     }
 }
 
-/// The JSON sidecar written next to the codes (`codes.npz` -> `codes.json`).
+/// The JSON sidecar written next to the codes (`codes.npz` -> `codes.json`,
+/// `hyperlens_io::sidecar_path`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ProbeMeta {
     /// Checkpoint directory the model came from.
@@ -176,18 +178,18 @@ where
 
     let mut w = NpzStream::create(out)?;
     let codes_id = w.add_array(
-        "codes",
+        keys::CODES,
         NpyDtype::F32,
         &[n_rows, layers.len(), h, 1, n_keys],
     )?;
-    let label_id = w.add_array("label", NpyDtype::I64, &[n_rows])?;
-    let rules_id = w.add_array("rules", NpyDtype::I64, &[n_rows, f])?;
-    let inputs_id = w.add_array("inputs", NpyDtype::I64, &[n_rows, n_keys])?;
-    let target_id = w.add_array("target", NpyDtype::I64, &[n_rows])?;
-    let pred_id = w.add_array("prediction", NpyDtype::I64, &[n_rows])?;
-    let correct_id = w.add_array("correct", NpyDtype::Bool, &[n_rows])?;
-    let slot_id = w.add_array("slot", NpyDtype::I64, &[n_rows])?;
-    let problem_id = w.add_array("problem", NpyDtype::I64, &[n_rows])?;
+    let label_id = w.add_array(keys::LABEL, NpyDtype::I64, &[n_rows])?;
+    let rules_id = w.add_array(keys::RULES, NpyDtype::I64, &[n_rows, f])?;
+    let inputs_id = w.add_array(keys::INPUTS, NpyDtype::I64, &[n_rows, n_keys])?;
+    let target_id = w.add_array(keys::TARGET, NpyDtype::I64, &[n_rows])?;
+    let pred_id = w.add_array(keys::PREDICTION, NpyDtype::I64, &[n_rows])?;
+    let correct_id = w.add_array(keys::CORRECT, NpyDtype::Bool, &[n_rows])?;
+    let slot_id = w.add_array(keys::SLOT, NpyDtype::I64, &[n_rows])?;
+    let problem_id = w.add_array(keys::PROBLEM, NpyDtype::I64, &[n_rows])?;
 
     let mut done = 0usize;
     let mut n_correct = 0usize;
@@ -325,24 +327,22 @@ where
     meta.mixer = cfg.mixer.to_string();
     meta.normalisation = cfg.mixer.normalisation().name().to_string();
     meta.shapes = [
-        ("codes", vec![n_rows, layers.len(), h, 1, n_keys]),
-        ("label", vec![n_rows]),
-        ("rules", vec![n_rows, f]),
-        ("inputs", vec![n_rows, n_keys]),
-        ("target", vec![n_rows]),
-        ("prediction", vec![n_rows]),
-        ("correct", vec![n_rows]),
-        ("slot", vec![n_rows]),
-        ("problem", vec![n_rows]),
+        (keys::CODES, vec![n_rows, layers.len(), h, 1, n_keys]),
+        (keys::LABEL, vec![n_rows]),
+        (keys::RULES, vec![n_rows, f]),
+        (keys::INPUTS, vec![n_rows, n_keys]),
+        (keys::TARGET, vec![n_rows]),
+        (keys::PREDICTION, vec![n_rows]),
+        (keys::CORRECT, vec![n_rows]),
+        (keys::SLOT, vec![n_rows]),
+        (keys::PROBLEM, vec![n_rows]),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     meta.version = env!("CARGO_PKG_VERSION").to_string();
     w.finish()?;
-    let json = serde_json::to_vec_pretty(&meta)
-        .map_err(|e| ProbeError::InvalidInput(format!("sidecar serialisation: {e}")))?;
-    hyperlens_model::checkpoint::write_atomic(&out.with_extension("json"), &json)?;
+    hyperlens_io::write_sidecar(out, &meta)?;
     Ok(ProbeSummary {
         n_rows,
         slot_accuracy: if n_rows == 0 {

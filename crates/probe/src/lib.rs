@@ -1,5 +1,5 @@
 //! hyperlens-probe: extraction of latent codes (the attention scores of all heads for selected
-//! query-key pairs, spec/latent-codes.md) from a checkpoint over a problem set, streamed in batches to
+//! query-key pairs, docs/spec/latent-codes.md) from a checkpoint over a problem set, streamed in batches to
 //! `.npz` with labels and a JSON sidecar. This is the only crate that sees both candle tensors and
 //! host arrays.
 

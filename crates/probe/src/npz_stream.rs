@@ -3,8 +3,9 @@
 //!
 //! ndarray-npy writes whole arrays only. Here each array's data go to a temporary file beside the
 //! output while batches arrive; `finish` then assembles an uncompressed zip (what `numpy.savez` writes)
-//! with one `.npy` member per array (NPY format 1.0, little-endian, C order) and renames it into place,
-//! so the output appears atomically and `numpy.load` / ndarray-npy read it.
+//! with one `.npy` member per array (NPY format 1.0, little-endian, C order) through
+//! `hyperlens_io::AtomicFile`, so the output appears atomically and `numpy.load` / ndarray-npy read
+//! it.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, Write};
@@ -180,10 +181,10 @@ impl NpzStream {
             }
             m.file.flush().map_err(|e| io_err(&m.path, e))?;
         }
-        let tmp = self.dir.path().join("out.npz");
+        let mut file = hyperlens_io::AtomicFile::create(&self.out)?;
+        let tmp = file.temp_path().to_path_buf();
         {
-            let file = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-            let mut zip = zip::ZipWriter::new(BufWriter::new(file));
+            let mut zip = zip::ZipWriter::new(&mut file);
             for m in &self.members {
                 let header = npy_header(m.dtype, &m.shape);
                 let total = header.len() as u64 + m.written * m.dtype.size();
@@ -204,12 +205,10 @@ impl NpzStream {
                     zip.write_all(&buf[..n]).map_err(|e| io_err(&tmp, e))?;
                 }
             }
-            let mut inner = zip
-                .finish()
+            zip.finish()
                 .map_err(|e| ProbeError::Npz(format!("{}: {e}", self.out.display())))?;
-            inner.flush().map_err(|e| io_err(&tmp, e))?;
         }
-        std::fs::rename(&tmp, &self.out).map_err(|e| io_err(&self.out, e))?;
+        file.commit()?;
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Probe sites: which query and key positions' latent codes are extracted, and which rule labels them.
 //!
-//! Source: spec/latent-codes.md ("The paper's recipe"): query 35 (the query token of answer slot 3),
+//! Source: docs/spec/latent-codes.md ("The paper's recipe"): query 35 (the query token of answer slot 3),
 //! keys 27 and 31 (slot 3 of panels 6 and 7, the two given panels of the answer's row), label = rule
 //! of slot 3. Generalised to any slot, all slots, or an explicit selection.
 

@@ -1,7 +1,7 @@
 //! Ambiguity of SRAVEN problems: can another rule assignment, under some other correspondence of
 //! feature slots across columns, explain the 8 context panels and give a different answer?
 //!
-//! spec/sraven.md ("Ambiguity"): the reference code (`check_is_ambiguous` in the authors'
+//! docs/spec/sraven.md ("Ambiguity"): the reference code (`check_is_ambiguous` in the authors'
 //! `hyla/data/raven.py`) scans all 4!^3 column permutations. We do the same search exactly but
 //! without enumerating permutations: a hypothesis pairs slot `j` of column 0 with slot `a_j` of column
 //! 1 and slot `b_j` of column 2 (relabelling the hypothesised features does not matter, so fixing
@@ -41,7 +41,7 @@ pub enum Criterion {
     /// differs from the target at its slot. This is what the reference code's `check_is_ambiguous`
     /// counts (`all` over features of `any` over rules of `applies & differs`). Measured: 0.18-0.25 %
     /// of default problems (100,000 per split and set), below the "about 0.5 %" quoted in
-    /// spec/sraven.md.
+    /// docs/spec/sraven.md.
     EveryFeatureDiffers,
 }
 

@@ -77,6 +77,9 @@ pub enum TasksError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing an output file failed (hyperlens-io); names the path and array.
+    #[error(transparent)]
+    File(#[from] hyperlens_io::IoError),
 }
 
 /// Result alias of this crate.

@@ -1,4 +1,4 @@
-//! Token corpora for the circuits analyses (spec/circuits.md; Elhage et al. 2021, "A Mathematical
+//! Token corpora for the circuits analyses (docs/spec/circuits.md; Elhage et al. 2021, "A Mathematical
 //! Framework for Transformer Circuits"; Olsson et al. 2022, "In-context Learning and Induction Heads").
 //!
 //! [`Corpus`] makes sequences that reward the two mechanisms the circuits work looks for:

@@ -2,7 +2,7 @@
 //! checker, `.npz` files), the fuzzy-logic task, and token corpora for circuit analyses (an induction
 //! corpus and repeated random tokens).
 //!
-//! Specs: `spec/sraven.md` (SRAVEN and fuzzy logic), `spec/circuits.md` (induction).
+//! Specs: `docs/spec/sraven.md` (SRAVEN and fuzzy logic), `docs/spec/circuits.md` (induction).
 
 pub mod ambiguity;
 pub mod error;

@@ -1,4 +1,4 @@
-//! The fuzzy-logic task, the second benchmark of Schug et al. 2024 (spec/sraven.md, last section;
+//! The fuzzy-logic task, the second benchmark of Schug et al. 2024 (docs/spec/sraven.md, last section;
 //! the authors' `hyla/data/logic.py`).
 //!
 //! A task is a disjunction of K conjunctive terms over L variables in [0, 1]. A term is a bit vector

@@ -8,19 +8,21 @@
 //!   accepted on load.
 //!
 //! Files are written uncompressed (like `np.savez`); files written by `np.savez_compressed` load as
-//! well. Writing is atomic: the archive goes to `<path>.tmp` and is renamed over `path`.
+//! well. Writing is atomic (`hyperlens_io::write_npz`); the array names are
+//! `hyperlens_io::keys::problems`.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek};
+use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
+use hyperlens_io::keys::problems as keys;
 use ndarray::{Array3, ArrayD, Ix2, Ix3};
-use ndarray_npy::{NpzReader, NpzWriter, ReadNpyError, ReadNpzError};
+use ndarray_npy::{NpzReader, ReadNpyError, ReadNpzError};
 
 use crate::error::{Result, TasksError};
 use crate::sraven::{ProblemSet, SravenParams};
 
-/// Writes a problem set to `path` atomically (`<path>.tmp`, then rename).
+/// Writes a problem set to `path` atomically (`hyperlens_io::write_npz`).
 ///
 /// # Shapes
 /// `x` [N, T, M] is stored as `uint8`; `y`, `rules` [N, F] and `perms` [N, 3, F] (if present) as
@@ -28,42 +30,17 @@ use crate::sraven::{ProblemSet, SravenParams};
 ///
 /// # Errors
 /// [`TasksError::InvalidInput`] if the set fails [`ProblemSet::validate`] (nothing is written);
-/// [`TasksError::Io`] / [`TasksError::NpzFile`] naming the file if writing fails.
+/// [`TasksError::File`] naming the file (and array) if writing fails.
 pub fn save_problems(path: &Path, set: &ProblemSet) -> Result<()> {
     set.validate()?;
-    let tmp = tmp_path(path);
-    let write = || -> std::result::Result<(), String> {
-        let file = File::create(&tmp).map_err(|e| e.to_string())?;
-        let mut npz = NpzWriter::new(BufWriter::new(file));
-        let x8 = set.x.mapv(|v| v as u8);
-        npz.add_array("x", &x8)
-            .map_err(|e| format!("array `x`: {e}"))?;
-        npz.add_array("y", &set.y)
-            .map_err(|e| format!("array `y`: {e}"))?;
-        npz.add_array("rules", &set.rules)
-            .map_err(|e| format!("array `rules`: {e}"))?;
+    hyperlens_io::write_npz(path, |npz| -> Result<()> {
+        npz.add(keys::X, &set.x.mapv(|v| v as u8))?;
+        npz.add(keys::Y, &set.y)?;
+        npz.add(keys::RULES, &set.rules)?;
         if let Some(p) = &set.perms {
-            npz.add_array("perms", p)
-                .map_err(|e| format!("array `perms`: {e}"))?;
+            npz.add(keys::PERMS, p)?;
         }
-        let mut w = npz.finish().map_err(|e| e.to_string())?;
-        std::io::Write::flush(&mut w).map_err(|e| e.to_string())?;
-        w.into_inner()
-            .map_err(|e| e.to_string())?
-            .sync_all()
-            .map_err(|e| e.to_string())?;
         Ok(())
-    };
-    if let Err(reason) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(TasksError::NpzFile {
-            path: path.to_path_buf(),
-            reason: format!("cannot write: {reason}"),
-        });
-    }
-    std::fs::rename(&tmp, path).map_err(|source| TasksError::Io {
-        path: path.to_path_buf(),
-        source,
     })
 }
 
@@ -97,7 +74,7 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     let ctx = Ctx {
         path: path.to_path_buf(),
     };
-    for required in ["x", "y", "rules"] {
+    for required in [keys::X, keys::Y, keys::RULES] {
         if !names.iter().any(|n| n == required) {
             return Err(ctx.err(
                 required,
@@ -110,33 +87,33 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     let x = read_x(&mut npz, &ctx)?;
     let x: Array3<f32> = x
         .into_dimensionality::<Ix3>()
-        .map_err(|_| ctx.err("x", "expected rank 3 [N, T, M]".to_string()))?;
+        .map_err(|_| ctx.err(keys::X, "expected rank 3 [N, T, M]".to_string()))?;
     let n = x.shape()[0];
     if x.shape()[1..] != [t, m] {
         return Err(ctx.err(
-            "x",
+            keys::X,
             format!("shape {:?}, expected [N, {t}, {m}]", x.shape()),
         ));
     }
-    let y = read_int(&mut npz, &ctx, "y")?
+    let y = read_int(&mut npz, &ctx, keys::Y)?
         .into_dimensionality::<Ix2>()
-        .map_err(|_| ctx.err("y", "expected rank 2 [N, F]".to_string()))?;
-    let rules = read_int(&mut npz, &ctx, "rules")?
+        .map_err(|_| ctx.err(keys::Y, "expected rank 2 [N, F]".to_string()))?;
+    let rules = read_int(&mut npz, &ctx, keys::RULES)?
         .into_dimensionality::<Ix2>()
-        .map_err(|_| ctx.err("rules", "expected rank 2 [N, F]".to_string()))?;
-    let perms = if names.iter().any(|n| n == "perms") {
+        .map_err(|_| ctx.err(keys::RULES, "expected rank 2 [N, F]".to_string()))?;
+    let perms = if names.iter().any(|n| n == keys::PERMS) {
         Some(
-            read_int(&mut npz, &ctx, "perms")?
+            read_int(&mut npz, &ctx, keys::PERMS)?
                 .into_dimensionality::<Ix3>()
-                .map_err(|_| ctx.err("perms", "expected rank 3 [N, 3, F]".to_string()))?,
+                .map_err(|_| ctx.err(keys::PERMS, "expected rank 3 [N, 3, F]".to_string()))?,
         )
     } else {
         None
     };
-    check_shape(&ctx, "y", y.shape(), &[n, f], "x")?;
-    check_shape(&ctx, "rules", rules.shape(), &[n, f], "x")?;
+    check_shape(&ctx, keys::Y, y.shape(), &[n, f], keys::X)?;
+    check_shape(&ctx, keys::RULES, rules.shape(), &[n, f], keys::X)?;
     if let Some(p) = &perms {
-        check_shape(&ctx, "perms", p.shape(), &[n, 3, f], "x")?;
+        check_shape(&ctx, keys::PERMS, p.shape(), &[n, 3, f], keys::X)?;
     }
     let set = ProblemSet {
         x,
@@ -189,21 +166,21 @@ fn is_wrong_dtype(e: &ReadNpzError) -> bool {
 
 /// Reads `x` as f32, accepting f32, u8 and f64 files.
 fn read_x<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx) -> Result<ArrayD<f32>> {
-    match npz.by_name::<_, _>("x") {
+    match npz.by_name::<_, _>(keys::X) {
         Ok(a) => return Ok(a),
-        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err("x", e.to_string())),
+        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err(keys::X, e.to_string())),
         Err(_) => {}
     }
-    match npz.by_name::<ndarray::OwnedRepr<u8>, _>("x") {
+    match npz.by_name::<ndarray::OwnedRepr<u8>, _>(keys::X) {
         Ok(a) => return Ok(a.mapv(f32::from)),
-        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err("x", e.to_string())),
+        Err(e) if !is_wrong_dtype(&e) => return Err(ctx.err(keys::X, e.to_string())),
         Err(_) => {}
     }
-    match npz.by_name::<ndarray::OwnedRepr<f64>, _>("x") {
+    match npz.by_name::<ndarray::OwnedRepr<f64>, _>(keys::X) {
         Ok(a) => Ok(a.mapv(|v| v as f32)),
-        Err(e) if !is_wrong_dtype(&e) => Err(ctx.err("x", e.to_string())),
+        Err(e) if !is_wrong_dtype(&e) => Err(ctx.err(keys::X, e.to_string())),
         Err(e) => Err(ctx.err(
-            "x",
+            keys::X,
             format!("unsupported dtype ({e}); expected uint8 or float32"),
         )),
     }
@@ -224,11 +201,4 @@ fn read_int<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx, name: &str) -> Re
             format!("unsupported dtype ({e}); expected int64 or int32"),
         )),
     }
-}
-
-/// `<path>.tmp`: the temporary file of an atomic write.
-pub(crate) fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
 }

@@ -248,7 +248,7 @@ fn split_sizes_and_paper_facts() {
         &s0.ood_tasks[..3],
         &[vec![2, 3, 4, 7], vec![2, 2, 2, 7], vec![0, 0, 6, 7]]
     );
-    // spec/sraven.md: slot-3 rule counts over the ID tasks of paper-seed2024.
+    // docs/spec/sraven.md: slot-3 rule counts over the ID tasks of paper-seed2024.
     let s = Split::named("paper-seed2024").unwrap();
     let mut counts = [0usize; 8];
     for t in &s.id_tasks {
@@ -442,7 +442,11 @@ fn npz_round_trip_is_exact() {
     let set = sample(&split, Set::Ood, 37, 4, false).unwrap();
     let path = dir.path().join("p.npz");
     save_problems(&path, &set).unwrap();
-    assert!(!dir.path().join("p.npz.tmp").exists());
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["p.npz"], "no temporary file is left behind");
     assert_eq!(load_problems(&path, &SravenParams::default()).unwrap(), set);
     let mut no_perms = set.slice(3, 20);
     assert_eq!(no_perms.len(), 17);

@@ -46,6 +46,9 @@ pub enum TrainError {
         /// The underlying error.
         source: serde_json::Error,
     },
+    /// Writing an output file failed (hyperlens-io); names the path.
+    #[error(transparent)]
+    File(#[from] hyperlens_io::IoError),
 }
 
 /// Result alias of this crate.

@@ -1,6 +1,6 @@
 //! Induction training for the circuits work: a causal token model (the lm module's [`TokenModel`],
 //! e.g. the attention-only 2-layer preset of Elhage et al. 2021) trained by next-token cross-entropy
-//! on the tasks crate's induction corpus (bigram structure + repeated segments, `spec/circuits.md`).
+//! on the tasks crate's induction corpus (bigram structure + repeated segments, `docs/spec/circuits.md`).
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! hyperlens train: the paper's training recipe on candle (`spec/models.md`, "Training recipe").
+//! hyperlens train: the paper's training recipe on candle (`docs/spec/models.md`, "Training recipe").
 //!
 //! - [`optim::AdamW`]: AdamW with decoupled weight decay on parameters of 2 or more dimensions and a
 //!   saveable state; [`schedule::WarmupCosine`]: linear warm-up, cosine decay to 0.1 x peak, then flat.

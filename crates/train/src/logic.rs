@@ -1,5 +1,5 @@
-//! Fuzzy-logic training: MSE at the last position, R² per sequence (`spec/sraven.md`, "The fuzzy-logic
-//! task"; `spec/models.md`: D 128, H 8, d 2, 2 layers, 50,000 steps, warm-up 100, same optimiser).
+//! Fuzzy-logic training: MSE at the last position, R² per sequence (`docs/spec/sraven.md`, "The fuzzy-logic
+//! task"; `docs/spec/models.md`: D 128, H 8, d 2, 2 layers, 50,000 steps, warm-up 100, same optimiser).
 
 use std::collections::BTreeMap;
 use std::path::Path;

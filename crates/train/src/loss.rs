@@ -1,5 +1,5 @@
 //! Training losses and on-device batch metrics, built only from differentiable candle ops (no fused
-//! kernels, which dropped gradients here, `TOOLCHAIN.md`).
+//! kernels: candle's fused kernels record no gradient, so a loss built on them would not train).
 
 use candle_core::{DType, Tensor, D};
 
@@ -18,7 +18,7 @@ fn log_softmax_last(logits: &Tensor) -> Result<Tensor> {
 
 /// Softmax cross-entropy, mean over every position: `mean_{b,f} (logsumexp_c z[b,f,c] - z[b,f,y[b,f]])`.
 /// For SRAVEN this is the paper's loss (4 separate 8-way classifications at the last 4 positions,
-/// mean over batch and features, `spec/sraven.md`); for a token model, next-token cross-entropy.
+/// mean over batch and features, `docs/spec/sraven.md`); for a token model, next-token cross-entropy.
 ///
 /// # Shapes
 /// `logits [B, F, C]` f32; `targets [B, F]` u32 with values in `0..C`. Returns a scalar.

@@ -26,7 +26,7 @@ pub struct SetMetrics {
 
 /// The result of one evaluation: the in-distribution set, the OOD set, and task-specific extras.
 ///
-/// SRAVEN: ID = in-distribution tasks, OOD = held-out tasks (permuted problems, `spec/sraven.md`).
+/// SRAVEN: ID = in-distribution tasks, OOD = held-out tasks (permuted problems, `docs/spec/sraven.md`).
 /// Logic: ID = training term pairs, OOD = held-out term pairs, extra `unknown` = pairs of never-trained
 /// terms. Induction: ID = held-out corpus sequences, OOD = repeated random tokens (second half),
 /// extra `induction_positions` = corpus positions predictable only by induction.
@@ -178,7 +178,7 @@ impl MetricsLog {
                 }
             }
         }
-        crate::state::write_atomic(&path, text.as_bytes())?;
+        hyperlens_io::write_atomic(&path, text.as_bytes())?;
         let file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor, Var};
 use crate::error::{Result, TrainError};
 
 /// AdamW hyper-parameters (optax.adamw semantics: `eps` outside the square root, decay scaled by the
-/// learning rate). Paper: b1 0.9, b2 0.999, eps 1e-8, weight decay 0.1 (spec/models.md).
+/// learning rate). Paper: b1 0.9, b2 0.999, eps 1e-8, weight decay 0.1 (docs/spec/models.md).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AdamWParams {
     /// Exponential decay of the first moment.
@@ -172,8 +172,7 @@ impl AdamW {
     /// Applies one update with learning rate `lr` (optax.adamw: `eps` outside the square root,
     /// decay scaled by `lr`) and returns the names of the variables that had no gradient. If any
     /// variable lacks a gradient, nothing is updated and the update count does not advance: the
-    /// training loop treats it as an error (fused candle ops silently drop gradients,
-    /// `TOOLCHAIN.md`).
+    /// training loop treats it as an error (fused candle ops silently drop gradients).
     ///
     /// # Errors
     /// A tensor operation failure.

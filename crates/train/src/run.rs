@@ -214,7 +214,7 @@ fn threads() -> String {
 /// checkpoint; returning `ControlFlow::Break` stops the run at the end of the current update after
 /// writing a checkpoint (continue it later with `resume`).
 ///
-/// Recipe (`spec/models.md`, "Training recipe"): [`AdamW`] with decoupled weight decay on parameters
+/// Recipe (`docs/spec/models.md`, "Training recipe"): [`AdamW`] with decoupled weight decay on parameters
 /// of 2 or more dimensions, the [`WarmupCosine`] schedule, attention dropout on the normalised scores,
 /// a fresh batch every update, the paper's initialisation.
 ///

@@ -8,8 +8,7 @@ use crate::error::{Result, TrainError};
 /// `optax.warmup_cosine_decay_schedule(init 0, peak, warmup_steps W, decay_steps total - W, end)`.
 ///
 /// optax counts the warm-up inside `decay_steps`, so the cosine runs from step `W` to step `total - W`
-/// and the last `W` steps run at `end` (spec/models.md, "Training recipe";
-/// reference-checkpoints READMEs). Step numbers are 0-based update counts: the first update uses
+/// and the last `W` steps run at `end` (docs/spec/models.md, "Training recipe"). Step numbers are 0-based update counts: the first update uses
 /// `lr(0) = 0`, as in optax.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WarmupCosine {

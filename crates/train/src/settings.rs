@@ -14,12 +14,12 @@ use crate::error::{Result, TrainError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrainTask {
-    /// SRAVEN (`spec/sraven.md`): 4-way softmax cross-entropy at the last 4 positions.
+    /// SRAVEN (`docs/spec/sraven.md`): 4-way softmax cross-entropy at the last 4 positions.
     Sraven,
-    /// The fuzzy-logic task (`spec/sraven.md`, last section): MSE at the last position, R².
+    /// The fuzzy-logic task (`docs/spec/sraven.md`, last section): MSE at the last position, R².
     Logic,
     /// Next-token prediction on the tasks crate's induction corpus with a causal token model
-    /// (`spec/circuits.md`).
+    /// (`docs/spec/circuits.md`).
     Induction,
 }
 
@@ -108,7 +108,7 @@ impl SravenSettings {
 
 /// Sizes of the fuzzy-logic task used for training (`hyperlens_tasks::logic::LogicParams`).
 /// Defaults are the setting of the paper's headline table: L 4, K 2, 25 % unknown terms, 70 % of
-/// the known-term pairs held out, 32 samples per sequence (`spec/models.md`, Table A1).
+/// the known-term pairs held out, 32 samples per sequence (`docs/spec/models.md`, Table A1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LogicSettings {
     /// L, number of variables.
@@ -219,7 +219,7 @@ pub struct TrainSettings {
 }
 
 impl TrainSettings {
-    /// The paper's recipe for `task` (`spec/models.md`, "Training recipe"): SRAVEN HYLA, 4 layers,
+    /// The paper's recipe for `task` (`docs/spec/models.md`, "Training recipe"): SRAVEN HYLA, 4 layers,
     /// width 1, 156,250 steps of batch 128, lr 1e-3, wd 0.1, warm-up 1000, dropout 0.1; logic 2 layers,
     /// 50,000 steps, warm-up 100; induction a 2-layer softmax token model, 3,000 steps of batch 32,
     /// warm-up 100, no dropout.

@@ -1,4 +1,4 @@
-//! SRAVEN training: the paper's base task (`spec/sraven.md`, `spec/models.md` "Training recipe").
+//! SRAVEN training: the paper's base task (`docs/spec/sraven.md`, `docs/spec/models.md` "Training recipe").
 
 use std::path::Path;
 
@@ -16,7 +16,7 @@ use crate::loss::{count_correct, cross_entropy};
 use crate::metrics::{Evaluation, SetMetrics};
 use crate::settings::TrainSettings;
 
-/// The model a SRAVEN run trains: `Config::sraven(mixer, width, layers)` (`spec/models.md`, "Sizes"),
+/// The model a SRAVEN run trains: `Config::sraven(mixer, width, layers)` (`docs/spec/models.md`, "Sizes"),
 /// or explicit sizes ([`crate::settings::ModelSize`]), for the task sizes of the settings (F inputs of
 /// dimension M per panel, T = 8F + F tokens, F outputs of M classes).
 ///

@@ -1,8 +1,8 @@
 //! The saved state of a run directory (`train_state.json`, `optimizer.safetensors`), the dropout
-//! random stream, and atomic file writes.
+//! random stream, and the JSON writer of the run's files.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use rand::SeedableRng;
@@ -23,39 +23,12 @@ pub const RECORD_FILE: &str = "train.json";
 /// The version of hyperlens that wrote a file.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Writes `bytes` to `path` atomically: `path.tmp`, then rename.
+/// Writes a value as pretty JSON with a final newline, atomically (`hyperlens_io::write_json`).
 ///
 /// # Errors
-/// [`TrainError::Io`] naming the path.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    std::fs::write(&tmp, bytes).map_err(|source| TrainError::Io {
-        path: tmp.display().to_string(),
-        source,
-    })?;
-    std::fs::rename(&tmp, path).map_err(|source| TrainError::Io {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
-}
-
-/// Writes a value as pretty JSON, atomically.
-///
-/// # Errors
-/// [`TrainError::Json`] or [`TrainError::Io`] naming the path.
+/// [`TrainError::File`] naming the path.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| TrainError::Json {
-        path: path.display().to_string(),
-        source,
-    })?;
-    bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    Ok(hyperlens_io::write_json(path, value)?)
 }
 
 /// 64-bit FNV-1a of a byte string (to tie the weights file to the state that was saved with it).
@@ -182,13 +155,10 @@ pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW) -> Result<()> {
         *t = t.to_device(&dev)?;
     }
     map.insert("step".into(), Tensor::new(&[step as i64], &dev)?);
-    let path = dir.join(OPTIMIZER_FILE);
-    let tmp = tmp_path(&path);
-    candle_core::safetensors::save(&map, &tmp)?;
-    std::fs::rename(&tmp, &path).map_err(|source| TrainError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    // candle writes to a path of its own choosing: the temporary file of an atomic write.
+    let file = hyperlens_io::AtomicFile::create(&dir.join(OPTIMIZER_FILE))?;
+    candle_core::safetensors::save(&map, file.temp_path())?;
+    Ok(file.commit()?)
 }
 
 /// Loads the optimiser state saved by [`save_optimizer`] into `opt`; returns its update count.

@@ -1,17 +1,18 @@
 //! Attention patterns: a grid of heads of one layer for one problem, each panel [query, key];
-//! or the pattern of one head on a token sequence (spec/circuits.md, head detection).
+//! or the pattern of one head on a token sequence (docs/spec/circuits.md, head detection).
 
 use ndarray::{ArrayView2, ArrayView3, Axis};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::cells::{
+    draw_cells, draw_x_ticks, draw_y_ticks_spanning, resolve_range, x_tick_layout, y_tick_layout,
+    Cells, Rect,
+};
 use crate::colour::ColorMap;
 use crate::error::{Result, VizError};
 use crate::figure::Figure;
-use crate::heatmap::{
-    draw_cells, draw_x_ticks, draw_y_ticks, resolve_range, x_tick_layout, y_tick_layout, Cells,
-    Rect, ValueFormat,
-};
+use crate::heatmap::ValueFormat;
 use crate::util::{
     begin, centred_text, colour_bar_width, draw_colour_bar, finite3, max_width, same_len, text,
     text_box, AXIS_SIZE, TICK_SIZE,
@@ -49,6 +50,10 @@ pub struct AttentionGrid<'a> {
     pub tick_stride: Option<usize>,
     /// A dark line every n positions (e.g. 4 = one panel of 4 slots).
     pub separators: Option<usize>,
+    /// Label groups of this many positions once each, centred on the group, with the label of
+    /// its first position (e.g. 4 with labels "P0" .. "P7", "Q": one label per SRAVEN panel);
+    /// overrides `tick_stride`. `None` labels positions.
+    pub tick_groups: Option<usize>,
 }
 
 impl<'a> AttentionGrid<'a> {
@@ -71,6 +76,7 @@ impl<'a> AttentionGrid<'a> {
             range: None,
             tick_stride: None,
             separators: None,
+            tick_groups: None,
         }
     }
 
@@ -105,10 +111,12 @@ impl<'a> AttentionGrid<'a> {
             self.panel_titles.len(),
         )?;
         finite3("attention patterns", self.patterns)?;
-        if self.columns == 0 || self.tick_stride == Some(0) {
+        if self.columns == 0 || self.tick_stride == Some(0) || self.tick_groups == Some(0) {
             return Err(VizError::InvalidOption {
                 name: if self.columns == 0 {
                     "columns"
+                } else if self.tick_groups == Some(0) {
+                    "tick_groups"
                 } else {
                     "tick_stride"
                 }
@@ -166,24 +174,23 @@ impl Figure for AttentionGrid<'_> {
         };
         let cb_label = "attention weight";
         let cb_w = colour_bar_width(range, cb_label) + 10;
+        let stride = self.tick_groups.or(self.tick_stride);
+        let span = self.tick_groups.unwrap_or(1);
         let (_, yt_all) = y_tick_layout(&self.query_labels, f64::INFINITY, Some(1));
         let panel_w = |left: i32| {
             ((w - left - cb_w - 10 - GAP * (cols as i32 - 1)) / cols as i32).max(k as i32)
         };
-        let xt = x_tick_layout(
+        let mut xt = x_tick_layout(
             &self.key_labels,
             panel_w(axis_h + yt_all) as f64 / k as f64,
-            self.tick_stride,
+            stride,
         );
+        xt.span = span;
         let bottom = xt.height + axis_h + 4;
         let panel_h = ((h - bottom - 4 - rows as i32 * title_h - GAP * (rows as i32 - 1))
             / rows as i32)
             .max(q as i32);
-        let (ys, yt_w) = y_tick_layout(
-            &self.query_labels,
-            panel_h as f64 / q as f64,
-            self.tick_stride,
-        );
+        let (ys, yt_w) = y_tick_layout(&self.query_labels, panel_h as f64 / q as f64, stride);
         let left = axis_h + yt_w;
         let pw = panel_w(left);
         let mut grid_bottom = 0;
@@ -217,7 +224,7 @@ impl Figure for AttentionGrid<'_> {
             };
             draw_cells(&body, rect, &cells)?;
             if c == 0 {
-                draw_y_ticks(&body, rect, &self.query_labels, ys)?;
+                draw_y_ticks_spanning(&body, rect, &self.query_labels, ys, span)?;
             }
             if head + cols >= heads {
                 draw_x_ticks(&body, rect, &self.key_labels, xt)?;

@@ -1,4 +1,4 @@
-//! Grouped bar chart: ID and OOD accuracy per checkpoint (spec/latent-codes.md, analysis 5).
+//! Grouped bar chart: ID and OOD accuracy per checkpoint (docs/spec/latent-codes.md, analysis 5).
 
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -1,6 +1,6 @@
 //! OV-circuit eigenvalues in the complex plane, one panel per head (Elhage et al. 2021,
 //! "A Mathematical Framework for Transformer Circuits", the copying-eigenvalue figure;
-//! spec/circuits.md).
+//! docs/spec/circuits.md).
 
 use plotters::coord::Shift;
 use plotters::prelude::*;

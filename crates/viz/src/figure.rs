@@ -1,6 +1,5 @@
 //! The [`Figure`] trait (draw onto any plotters backend) and the PNG/SVG writers.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use image::ImageEncoder;
@@ -29,30 +28,15 @@ pub trait Figure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>;
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
-
-/// Writes `bytes` to `path` atomically: first to `path.tmp`, then renamed over `path`.
+/// Writes an encoded figure atomically (`hyperlens_io::write_atomic`).
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    let werr = |p: &Path, e: std::io::Error| VizError::Write {
-        path: p.to_path_buf(),
-        message: e.to_string(),
-    };
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| werr(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| werr(&tmp, e))?;
-        f.sync_all().map_err(|e| werr(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| werr(path, e))
-    })();
-    if result.is_err() {
-        // Best effort: do not leave a half-written temporary file behind.
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    hyperlens_io::write_atomic(path, bytes).map_err(|e| VizError::Write {
+        path: path.to_path_buf(),
+        message: format!(
+            "{e}: {}",
+            std::error::Error::source(&e).map_or_else(String::new, ToString::to_string)
+        ),
+    })
 }
 
 /// Renders `fig` at `size` into an RGB buffer and encodes it as PNG bytes. Text is drawn
@@ -106,7 +90,7 @@ pub fn render_svg<F: Figure>(fig: &F, size: (u32, u32)) -> Result<String> {
     Ok(svg)
 }
 
-/// Saves `fig` as a PNG at its default [`Figure::size`], atomically (`path.tmp`, then rename).
+/// Saves `fig` as a PNG at its default [`Figure::size`], atomically (`hyperlens_io::write_atomic`).
 ///
 /// Nothing is written when the figure's data are invalid.
 ///
@@ -125,7 +109,7 @@ pub fn save_png_sized<F: Figure>(path: impl AsRef<Path>, fig: &F, size: (u32, u3
     write_atomic(path.as_ref(), &bytes)
 }
 
-/// Saves `fig` as an SVG at its default [`Figure::size`], atomically (`path.tmp`, then rename).
+/// Saves `fig` as an SVG at its default [`Figure::size`], atomically (`hyperlens_io::write_atomic`).
 ///
 /// # Errors
 /// As [`save_png`].

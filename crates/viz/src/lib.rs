@@ -9,7 +9,7 @@
 //! so no system font or fontconfig is needed. DejaVu fonts: Copyright (c) 2003 by Bitstream,
 //! Inc.; DejaVu changes are in the public domain (Bitstream Vera licence, embedding allowed).
 //!
-//! Figures (spec/latent-codes.md, spec/circuits.md; GitHub issues 6 and 7):
+//! Figures (docs/spec/latent-codes.md, docs/spec/circuits.md; GitHub issues 6 and 7):
 //! - [`PcaScatter`]: PCA projection of latent codes per layer, coloured by rule or target value;
 //! - [`LayerAccuracy`]: rule-decoding accuracy per layer with baselines;
 //! - [`Heatmap`]: generic heatmap; rule similarity, confusion matrix, composition and head scores;
@@ -21,6 +21,7 @@
 
 mod attention;
 mod bars;
+mod cells;
 mod colour;
 mod eigen;
 mod error;

@@ -1,4 +1,4 @@
-//! Line figures: rule-decoding accuracy per layer (spec/latent-codes.md, analysis 2) and
+//! Line figures: rule-decoding accuracy per layer (docs/spec/latent-codes.md, analysis 2) and
 //! training curves (loss, ID/OOD accuracy against the step).
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};

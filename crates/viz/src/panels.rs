@@ -1,5 +1,5 @@
 //! Several figures side by side under one title, e.g. the induction, previous-token and
-//! duplicate-token head scores of one model (spec/circuits.md, head detection).
+//! duplicate-token head scores of one model (docs/spec/circuits.md, head detection).
 
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -1,4 +1,4 @@
-//! PCA scatter of latent codes per layer (spec/latent-codes.md, analysis 1; paper Figure 5).
+//! PCA scatter of latent codes per layer (docs/spec/latent-codes.md, analysis 1; paper Figure 5).
 
 use ndarray::ArrayView2;
 use plotters::coord::Shift;

@@ -69,8 +69,15 @@ fn check_png(path: &Path, size: (u32, u32), min_colours: usize, min_ink: f64) ->
             Path::new(&dir).join(path.file_name().unwrap_or_default()),
         );
     }
+    let dir = path.parent().expect("a figure path has a directory");
     assert!(
-        !Path::new(&format!("{}.tmp", path.display())).exists(),
+        std::fs::read_dir(dir)
+            .expect("list the figure directory")
+            .all(|e| !e
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".tmp")),
         "temporary file left behind"
     );
     let bytes = std::fs::read(path).expect("read png");

@@ -5,7 +5,7 @@
 //! `W_QK(h2)^T` (K) or `W_OV(h2)` (V); zero where `l1 >= l2`.
 //! Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits", section
 //! "Virtual Weights and Composition"; TransformerLens `HookedTransformer.all_composition_scores` and
-//! `utils.composition_scores`; `spec/circuits.md`.
+//! `utils.composition_scores`; `docs/spec/circuits.md`.
 //!
 //! # How it stays small
 //! TransformerLens broadcasts `[L, H, 1, 1, D, D] x [1, 1, L, H, D, D]` factored products and ran out

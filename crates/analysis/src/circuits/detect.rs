@@ -3,7 +3,7 @@
 //! Source: TransformerLens `head_detector` (`get_previous_token_head_detection_pattern`,
 //! `get_duplicate_token_head_detection_pattern`, `get_induction_head_detection_pattern`,
 //! `compute_head_attention_similarity_score`); Elhage et al. (2021) and Olsson et al. (2022) for the
-//! repeated-random-tokens induction score; `spec/circuits.md`.
+//! repeated-random-tokens induction score; `docs/spec/circuits.md`.
 //!
 //! Differences from TransformerLens, on purpose:
 //! - the caller's pattern is never modified (TransformerLens' "mul" mode zeroed the BOS column and
@@ -343,7 +343,7 @@ pub struct RepeatedTokenScores {
 
 /// Stripe scores of repeated random tokens (Olsson et al. 2022, "In-context Learning and Induction
 /// Heads"; the ARENA / TransformerLens induction demo). A common cut-off is 0.4 for induction and
-/// previous-token heads (`spec/circuits.md`).
+/// previous-token heads (`docs/spec/circuits.md`).
 ///
 /// # Shapes
 /// `patterns` [batch, layer, head, seq, seq] with `seq = prefix + 2 n`; returns [layer, head] arrays

@@ -3,7 +3,7 @@
 //!
 //! Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits", sections
 //! "Zero-Layer Transformers" and "One-Layer Attention-Only Transformers" (skip-trigram tables read
-//! from the expanded QK and OV circuits); `spec/circuits.md`. Nothing of size [vocab, vocab] is
+//! from the expanded QK and OV circuits); `docs/spec/circuits.md`. Nothing of size [vocab, vocab] is
 //! materialised: rows (bigrams) or source tokens (skip-trigrams) are streamed in blocks.
 
 use ndarray::{s, Array1, Array2, ArrayView1, ArrayView2, Axis};

@@ -3,7 +3,7 @@
 //!
 //! Source: Elhage et al., "A Mathematical Framework for Transformer Circuits" (Anthropic, 2021), and
 //! the formulas of TransformerLens (`FactoredMatrix`, `HookedTransformer.all_composition_scores`,
-//! `utils.composition_scores`, `head_detector`), as specified in `spec/circuits.md`.
+//! `utils.composition_scores`, `head_detector`), as specified in `docs/spec/circuits.md`.
 //!
 //! Conventions: row vectors (`x W`), so the paper's `W_O W_V` is `W_V W_O` here; per-head weights in
 //! TransformerLens layouts (`W_Q`, `W_K`, `W_V` [layer, head, d_model, d_head], `W_O`
@@ -18,6 +18,8 @@
 //! - [`composition`]: Q/K/V composition scores of all head pairs and a random-matrix baseline.
 //! - [`detect`]: previous-token, duplicate-token and induction head scores from attention patterns.
 //! - [`direct`]: bigram table of the direct path and skip-trigrams of one-layer attention-only models.
+//! - [`pipeline`]: the whole circuits analysis of one model ([`analyze_circuits`] into a
+//!   [`CircuitReport`], which writes its tables), as `hyperlens circuits` runs it.
 
 pub mod composition;
 pub mod detect;
@@ -25,6 +27,8 @@ pub mod direct;
 pub mod factored;
 pub mod heads;
 mod linalg;
+pub mod pipeline;
+mod tables;
 
 pub use composition::{
     composition_baseline, composition_memory_bytes, composition_scores, CompositionBaseline,
@@ -37,6 +41,10 @@ pub use detect::{
 pub use direct::{bigram_top_k, skip_trigrams, SkipTrigram, SkipTrigramParams, TopTokens};
 pub use factored::{Eigenvalues, FactoredMatrix, FactoredSvd};
 pub use heads::{expand_kv_heads, AttnDims, AttnWeights, HeadEigenvalues};
+pub use pipeline::{
+    analyze_circuits, head_label, CircuitParams, CircuitReport, CircuitStage, HeadScorer,
+    HeadScores, InductionPair, NamedHead, TopPair,
+};
 
 /// A floating-point element accepted as input (`f32` or `f64`); everything is computed in `f64`.
 pub trait Real: Copy + Into<f64> + Send + Sync + 'static {}

@@ -1,6 +1,6 @@
 //! The full latent-code analysis of a pair of code sets (in-distribution train set, OOD test set):
 //! per layer and on all layers concatenated, PCA, rule decoding, k-means clustering and mean-code
-//! similarity (`spec/latent-codes.md`, analyses 1-5), collected in a [`LatentReport`] that writes
+//! similarity (`docs/spec/latent-codes.md`, analyses 1-5), collected in a [`LatentReport`] that writes
 //! the tables users load (`decoding.csv`, `pca.csv`, `pca.npz`, `clusters.csv`,
 //! `similarity.csv`, `confusion.csv`, `summary.json`).
 //!
@@ -10,18 +10,16 @@
 //! whether the code is structured by rule on compositions the model never saw.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
 use ndarray::{Array1, Array2};
-use ndarray_npy::NpzWriter;
 use serde::Serialize;
-use serde_json::json;
 
-use super::{write_atomic, CodeSet};
+use super::CodeSet;
 use crate::cluster::{cluster_against_labels, ClusterReport, KMeansParams};
 use crate::decode::{decode, DecodeParams, DecodeResult, LogisticParams};
 use crate::error::{AnalysisError, Result};
@@ -46,7 +44,26 @@ impl LayerSel {
             Self::All => None,
         }
     }
+
+    /// The value of the integer `layer` column of the tables: the layer index, or
+    /// [`ALL_LAYERS_INDEX`] for all layers concatenated (whose rows also have `all_layers` true).
+    pub fn table_index(self) -> i64 {
+        match self {
+            Self::Layer(l) => i64::try_from(l).unwrap_or(i64::MAX),
+            Self::All => ALL_LAYERS_INDEX,
+        }
+    }
+
+    /// The first two columns of every table row, `layer,all_layers` (see [`LatentReport::FILES`]).
+    pub(crate) fn table_columns(self) -> String {
+        format!("{},{}", self.table_index(), self == Self::All)
+    }
 }
+
+/// The `layer` value of the rows for all layers concatenated. The tables keep `layer` an integer
+/// column, so that numpy and pandas read it as one, and mark these rows with a boolean column
+/// `all_layers` (`true` only on them; `-1` alone would read as the last layer in numpy indexing).
+pub const ALL_LAYERS_INDEX: i64 = -1;
 
 impl fmt::Display for LayerSel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -242,7 +259,7 @@ pub struct LatentReport {
     pub unsupervised_correct: Option<Array1<bool>>,
     /// One entry per layer, then one for all layers.
     pub layers: Vec<LayerAnalysis>,
-    /// Wall-clock seconds of the analysis.
+    /// Wall-clock seconds of the analysis (not in the tables: see [`LatentReport::timings`]).
     pub elapsed_s: f64,
 }
 
@@ -349,7 +366,7 @@ impl SelectionJob<'_> {
 
 /// Analyses a pair of code sets: for every layer and for all layers concatenated, PCA, rule
 /// decoding train -> test (with baseline, shuffled control, balanced accuracy, confusion),
-/// k-means against the labels and mean-code cosine similarity (`spec/latent-codes.md`).
+/// k-means against the labels and mean-code cosine similarity (`docs/spec/latent-codes.md`).
 ///
 /// Selections (layers and `all`) are analysed concurrently on up to half the available cores
 /// (each decoding fits its shuffled control on a second thread); results do not depend on the
@@ -505,250 +522,4 @@ pub fn analyze_pair(
         layers,
         elapsed_s: start.elapsed().as_secs_f64(),
     })
-}
-
-/// Formats a float for CSV: shortest round-trip decimal, `NaN` for NaN.
-fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".to_string()
-    } else {
-        format!("{v}")
-    }
-}
-
-fn write_text(path: &Path, text: &str) -> Result<()> {
-    write_atomic(path, |w| {
-        use std::io::Write;
-        w.write_all(text.as_bytes())
-            .map_err(|source| AnalysisError::Io {
-                path: path.display().to_string(),
-                source,
-            })
-    })
-}
-
-impl LatentReport {
-    /// Names of the files [`LatentReport::write_tables`] writes.
-    pub const FILES: [&'static str; 7] = [
-        "decoding.csv",
-        "pca.csv",
-        "pca.npz",
-        "clusters.csv",
-        "similarity.csv",
-        "confusion.csv",
-        "summary.json",
-    ];
-
-    /// `decoding.csv`: one row per layer and one `all`, columns
-    /// `layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control,train_accuracy,majority_class,n_train,n_test`
-    /// (`shuffled_control` empty when not run).
-    pub fn decoding_csv(&self) -> String {
-        let mut s = String::from(
-            "layer,accuracy,balanced_accuracy,majority_baseline,shuffled_control,train_accuracy,majority_class,n_train,n_test\n",
-        );
-        for l in &self.layers {
-            let d = &l.decoding;
-            s += &format!(
-                "{},{},{},{},{},{},{},{},{}\n",
-                l.layer,
-                num(d.accuracy),
-                num(d.balanced_accuracy),
-                num(d.majority_baseline),
-                d.shuffled_control.map(num).unwrap_or_default(),
-                num(d.train_accuracy),
-                d.majority_class,
-                d.n_train,
-                d.n_test
-            );
-        }
-        s
-    }
-
-    /// `pca.csv`: `layer,component,explained_variance_ratio,explained_variance`, one row per
-    /// component (0-based, in decreasing order of variance) over ALL components.
-    pub fn pca_csv(&self) -> String {
-        let mut s = String::from("layer,component,explained_variance_ratio,explained_variance\n");
-        for l in &self.layers {
-            let ratio = l.pca.explained_variance_ratio();
-            let var = l.pca.explained_variance();
-            for c in 0..ratio.len() {
-                s += &format!("{},{c},{},{}\n", l.layer, num(ratio[c]), num(var[c]));
-            }
-        }
-        s
-    }
-
-    /// `clusters.csv`: `layer,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia`
-    /// (`silhouette` partitions the codes by label, `silhouette_kmeans` by k-means cluster; a
-    /// layer without clustering, because the set has one label, has NaN scores).
-    pub fn clusters_csv(&self) -> String {
-        let mut s = String::from(
-            "layer,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia\n",
-        );
-        for l in &self.layers {
-            match &l.clusters {
-                Some(c) => {
-                    s += &format!(
-                        "{},{},{},{},{},{},{},{}\n",
-                        l.layer,
-                        num(c.ari),
-                        num(c.nmi),
-                        num(c.silhouette),
-                        num(c.silhouette_kmeans),
-                        c.k,
-                        c.silhouette_points,
-                        num(c.inertia)
-                    )
-                }
-                None => s += &format!("{},NaN,NaN,NaN,NaN,1,0,NaN\n", l.layer),
-            }
-        }
-        s
-    }
-
-    /// `similarity.csv`: `layer,label_a,label_b,cosine`, every ordered pair of labels (NaN for a
-    /// label without samples in the set).
-    pub fn similarity_csv(&self) -> String {
-        let mut s = String::from("layer,label_a,label_b,cosine\n");
-        for l in &self.layers {
-            let sim = &l.similarity;
-            for (i, a) in sim.labels.iter().enumerate() {
-                for (j, b) in sim.labels.iter().enumerate() {
-                    s += &format!("{},{a},{b},{}\n", l.layer, num(sim.cosine[[i, j]]));
-                }
-            }
-        }
-        s
-    }
-
-    /// `confusion.csv`: `layer,true_label,predicted_label,count`, every pair of the union of
-    /// train and test labels.
-    pub fn confusion_csv(&self) -> String {
-        let mut s = String::from("layer,true_label,predicted_label,count\n");
-        for l in &self.layers {
-            let d = &l.decoding;
-            for (i, t) in d.classes.iter().enumerate() {
-                for (j, p) in d.classes.iter().enumerate() {
-                    s += &format!("{},{t},{p},{}\n", l.layer, d.confusion[[i, j]]);
-                }
-            }
-        }
-        s
-    }
-
-    /// `summary.json`: provenance (sources, sizes, code axes, parameters, version) and every
-    /// result. NaN values appear as `null`.
-    pub fn summary(&self) -> serde_json::Value {
-        let (l, h, q, k) = self.code_dims;
-        let layers: Vec<serde_json::Value> = self
-            .layers
-            .iter()
-            .map(|a| {
-                json!({
-                    "layer": a.layer.to_string(),
-                    "n_features": a.pca.mean().len(),
-                    "decoding": &a.decoding,
-                    "pca": {
-                        "n_components": a.projection.ncols(),
-                        "explained_variance_ratio": a.pca.explained_variance_ratio().to_vec(),
-                    },
-                    "clusters": a.clusters,
-                    "seconds": {"pca": a.seconds[0], "decoding": a.seconds[1], "clustering": a.seconds[2], "similarity": a.seconds[3]},
-                    "similarity": {
-                        "labels": &a.similarity.labels,
-                        "counts": &a.similarity.counts,
-                        "cosine": a.similarity.cosine.rows().into_iter().map(|r| r.to_vec()).collect::<Vec<_>>(),
-                    },
-                })
-            })
-            .collect();
-        json!({
-            "tool": "hyperlens-analysis",
-            "version": env!("CARGO_PKG_VERSION"),
-            "analysis": "latent codes: PCA, rule decoding train -> test, k-means, mean-code similarity",
-            "train": {"source": &self.train_source, "n": self.n_train, "model_accuracy": self.train_model_accuracy},
-            "test": {"source": &self.test_source, "n": self.n_test, "model_accuracy": self.test_model_accuracy},
-            "code_dims": {"layers": l, "heads": h, "queries": q, "keys": k},
-            "labels": &self.labels,
-            "params": &self.params,
-            "elapsed_s": self.elapsed_s,
-            "files": Self::FILES,
-            "layers": layers,
-        })
-    }
-
-    /// Writes the PCA projections as `.npz`: `layer{l}` and `all` `[N_u, k]` projections,
-    /// `components_layer{l}` / `components_all` `[k, D]`, `explained_variance_ratio_layer{l}` /
-    /// `explained_variance_ratio_all` `[D]`, and `label` (plus `target`, `correct` when stored)
-    /// `[N_u]` of the unsupervised set.
-    ///
-    /// # Errors
-    /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path.
-    pub fn write_pca_npz(&self, path: &Path) -> Result<()> {
-        let shown = path.display().to_string();
-        write_atomic(path, |w| {
-            let mut npz = NpzWriter::new(w);
-            let err = |name: &str, e: ndarray_npy::WriteNpzError| {
-                AnalysisError::Npz(format!("{shown}: writing array `{name}`: {e}"))
-            };
-            for a in &self.layers {
-                let key = match a.layer {
-                    LayerSel::Layer(l) => format!("layer{l}"),
-                    LayerSel::All => "all".to_string(),
-                };
-                npz.add_array(key.as_str(), &a.projection)
-                    .map_err(|e| err(&key, e))?;
-                let ck = format!("components_{key}");
-                npz.add_array(ck.as_str(), a.pca.components())
-                    .map_err(|e| err(&ck, e))?;
-                let rk = format!("explained_variance_ratio_{key}");
-                npz.add_array(rk.as_str(), a.pca.explained_variance_ratio())
-                    .map_err(|e| err(&rk, e))?;
-            }
-            npz.add_array("label", &self.unsupervised_label)
-                .map_err(|e| err("label", e))?;
-            if let Some(t) = &self.unsupervised_target {
-                npz.add_array("target", t).map_err(|e| err("target", e))?;
-            }
-            if let Some(c) = &self.unsupervised_correct {
-                npz.add_array("correct", c).map_err(|e| err("correct", e))?;
-            }
-            npz.finish().map_err(|e| err("(archive)", e))?;
-            Ok(())
-        })
-    }
-
-    /// Writes all tables ([`LatentReport::FILES`]) into `dir` (created if missing), each
-    /// atomically. Returns the paths written.
-    ///
-    /// # Errors
-    /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path that failed.
-    pub fn write_tables(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir).map_err(|source| AnalysisError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let mut written = Vec::new();
-        let texts = [
-            ("decoding.csv", self.decoding_csv()),
-            ("pca.csv", self.pca_csv()),
-            ("clusters.csv", self.clusters_csv()),
-            ("similarity.csv", self.similarity_csv()),
-            ("confusion.csv", self.confusion_csv()),
-        ];
-        for (name, text) in texts {
-            let path = dir.join(name);
-            write_text(&path, &text)?;
-            written.push(path);
-        }
-        let path = dir.join("pca.npz");
-        self.write_pca_npz(&path)?;
-        written.push(path);
-        let path = dir.join("summary.json");
-        let text = serde_json::to_string_pretty(&self.summary())
-            .map_err(|e| AnalysisError::InvalidInput(format!("serialising summary.json: {e}")))?;
-        write_text(&path, &(text + "\n"))?;
-        written.push(path);
-        Ok(written)
-    }
 }

@@ -1,7 +1,7 @@
 //! `hyperlens analyze`: the latent-code analyses of a pair of code sets written by the probe
 //! (in-distribution codes to train the rule decoder on, OOD codes to test it on): per layer and on
 //! all layers, PCA, rule decoding with its controls, k-means scores and mean-code similarity
-//! (`spec/latent-codes.md`). Writes `decoding.csv`, `pca.csv`, `pca.npz`, `clusters.csv`,
+//! (`docs/spec/latent-codes.md`). Writes `decoding.csv`, `pca.csv`, `pca.npz`, `clusters.csv`,
 //! `similarity.csv`, `confusion.csv` and `summary.json` into `--out`.
 
 use std::path::PathBuf;

@@ -8,11 +8,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
+use hyperlens_io::keys::attention as keys;
 use hyperlens_model::lm;
 use hyperlens_model::Device;
 use ndarray::{Array1, Array4};
-
-use super::common::{write_atomic, write_npz_atomic};
 
 /// Arguments of `hyperlens attention`.
 #[derive(Debug, Args)]
@@ -24,7 +23,7 @@ pub struct AttentionArgs {
     #[arg(long)]
     pub tokens: String,
     /// Output `.npz` file: `pattern` [layer, head, query, key] float32 and `tokens` of shape (T) int64; a
-    /// JSON sidecar `<out>.json` says what produced it.
+    /// JSON sidecar beside it (`attention.npz` -> `attention.json`) says what produced it.
     #[arg(long)]
     pub out: PathBuf,
     /// Compute device: cpu, cuda, cuda:N or metal.
@@ -53,9 +52,10 @@ pub fn parse_tokens(s: &str) -> anyhow::Result<Vec<u32>> {
 
 fn write_npz(path: &Path, pattern: &Array4<f32>, tokens: &[u32]) -> anyhow::Result<()> {
     let toks: Array1<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
-    write_npz_atomic(path, |npz| {
-        npz.add_array("pattern", pattern)?;
-        npz.add_array("tokens", &toks)
+    hyperlens_io::write_npz(path, |npz| -> anyhow::Result<()> {
+        npz.add(keys::PATTERN, pattern)?;
+        npz.add(keys::TOKENS, &toks)?;
+        Ok(())
     })
 }
 
@@ -79,11 +79,6 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
             .with_context(|| format!("creating {}", parent.display()))?;
     }
     write_npz(&args.out, &pattern, &tokens)?;
-    let sidecar = {
-        let mut s = args.out.as_os_str().to_owned();
-        s.push(".json");
-        PathBuf::from(s)
-    };
     let meta = serde_json::json!({
         "producer": format!("hyperlens {} attention", env!("CARGO_PKG_VERSION")),
         "checkpoint": args.checkpoint,
@@ -94,10 +89,7 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "shape": pattern.shape(),
         "device": args.device.to_string(),
     });
-    write_atomic(
-        &sidecar,
-        (serde_json::to_string_pretty(&meta)? + "\n").as_bytes(),
-    )?;
+    hyperlens_io::write_sidecar(&args.out, &meta)?;
     let s = pattern.shape();
     println!(
         "{} ({kind}): {} layers x {} heads x {} x {} -> {} (load {load_s:.2} s, forward {fwd_s:.2} s)",

@@ -1,10 +1,10 @@
-//! Pieces shared by several subcommands: where SRAVEN problems come from, progress bars, and atomic
-//! writes of output files.
+//! Pieces shared by several subcommands: where SRAVEN problems come from, and progress bars. Output
+//! files are written by `hyperlens_io` (atomically).
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use hyperlens_tasks::sraven::{Set, Split, SravenParams};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -89,55 +89,33 @@ pub fn progress_bar(len: u64, label: &str, unit: &str) -> ProgressBar {
     bar
 }
 
-/// `path` with `.tmp` appended: where an output is written before it is renamed into place.
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
+/// A spinner for one stage; `done` prints the stage's time.
+pub struct Stage {
+    bar: ProgressBar,
+    name: &'static str,
+    t0: Instant,
 }
 
-/// Writes `bytes` to `path` atomically (`path.tmp`, then rename); the temporary file is removed if
-/// either step fails.
-///
-/// # Errors
-/// The failed write or rename, naming the file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = tmp_path(path);
-    let res = std::fs::write(&tmp, bytes)
-        .with_context(|| format!("writing {}", tmp.display()))
-        .and_then(|()| rename(&tmp, path));
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+impl Stage {
+    pub fn start(name: &'static str) -> Self {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.set_message(name);
+        bar.enable_steady_tick(Duration::from_millis(120));
+        Self {
+            bar,
+            name,
+            t0: Instant::now(),
+        }
     }
-    res
-}
 
-/// Writes an uncompressed `.npz` (numpy.savez layout) atomically: `fill` adds the arrays to a writer
-/// on `path.tmp`, which is then renamed to `path`; the temporary file is removed on failure.
-///
-/// # Errors
-/// A failed create, array write, finish or rename, naming the file.
-pub fn write_npz_atomic(
-    path: &Path,
-    fill: impl FnOnce(&mut ndarray_npy::NpzWriter<File>) -> Result<(), ndarray_npy::WriteNpzError>,
-) -> anyhow::Result<()> {
-    let tmp = tmp_path(path);
-    let res = File::create(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))
-        .and_then(|file| {
-            let mut npz = ndarray_npy::NpzWriter::new(file);
-            fill(&mut npz).with_context(|| format!("writing {}", tmp.display()))?;
-            npz.finish()
-                .with_context(|| format!("writing {}", tmp.display()))?;
-            rename(&tmp, path)
-        });
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    pub fn done(self, timings: &mut Vec<(&'static str, f64)>) {
+        let s = self.t0.elapsed().as_secs_f64();
+        self.bar.finish_and_clear();
+        eprintln!("  {:<28} {s:>8.2} s", self.name);
+        timings.push((self.name, s));
     }
-    res
-}
-
-fn rename(tmp: &Path, path: &Path) -> anyhow::Result<()> {
-    std::fs::rename(tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use clap::Args;
+use hyperlens_io::keys::logits as keys;
 use hyperlens_model::eval::evaluate_with;
 use hyperlens_model::{Device, Transformer};
 use hyperlens_tasks::npz::load_problems;
@@ -42,10 +43,11 @@ fn write_logits(
     pred: &Array2<i64>,
     y: &Array2<i64>,
 ) -> anyhow::Result<()> {
-    super::common::write_npz_atomic(path, |npz| {
-        npz.add_array("logits", logits)?;
-        npz.add_array("pred", pred)?;
-        npz.add_array("y", y)
+    hyperlens_io::write_npz(path, |npz| -> anyhow::Result<()> {
+        npz.add(keys::LOGITS, logits)?;
+        npz.add(keys::PRED, pred)?;
+        npz.add(keys::Y, y)?;
+        Ok(())
     })
 }
 

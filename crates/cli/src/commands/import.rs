@@ -17,7 +17,7 @@ pub enum ImportCommand {
 /// Arguments of `hyperlens import jax`.
 #[derive(Debug, Args)]
 pub struct JaxArgs {
-    /// The `.npz` parameter file (e.g. reference-checkpoints/paper-jax-seed1/hyla_params.npz).
+    /// The `.npz` parameter file (e.g. crates/model/tests/fixtures/paper-jax/hyla_params.npz).
     #[arg(long)]
     pub params: PathBuf,
     /// The mixer the model was trained with (the export does not record it): a CLI name such as

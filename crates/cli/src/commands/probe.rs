@@ -1,5 +1,5 @@
 //! `hyperlens probe`: extract the latent codes of a checkpoint at a site over a problem set, streamed
-//! in batches to an `.npz` with labels and a JSON sidecar (spec/latent-codes.md).
+//! in batches to an `.npz` with labels and a JSON sidecar (docs/spec/latent-codes.md).
 
 use std::path::PathBuf;
 

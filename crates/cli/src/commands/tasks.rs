@@ -9,8 +9,6 @@ use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::npz::save_problems;
 use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
 
-use super::common::write_atomic;
-
 /// Task generators: list splits, sample problem sets.
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
@@ -70,7 +68,7 @@ pub struct SampleArgs {
     /// Identity feature permutations (the latent-code analysis uses them).
     #[arg(long)]
     pub unpermuted: bool,
-    /// Output .npz file; a JSON sidecar `<out>.json` records what produced it.
+    /// Output .npz file; a JSON sidecar beside it (`p.npz` -> `p.json`) records what produced it.
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -151,16 +149,8 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
         "arrays": {"x": "uint8 [N, T, M]", "y": "int64 [N, F]", "rules": "int64 [N, F]", "perms": "int64 [N, 3, F]"},
         "ambiguity": {"answer_differs": answer, "every_feature_differs": every},
     });
-    let side = sidecar_path(&args.out);
-    write_atomic(&side, serde_json::to_string_pretty(&sidecar)?.as_bytes())?;
+    let side = hyperlens_io::write_sidecar(&args.out, &sidecar)?;
     Ok(summary(&problems, &split, set, args, answer, every, &side))
-}
-
-/// `<out>.json`.
-fn sidecar_path(out: &Path) -> PathBuf {
-    let mut s = out.as_os_str().to_owned();
-    s.push(".json");
-    PathBuf::from(s)
 }
 
 /// Rule counts per unpermuted slot, indexed `[slot][rule]`.
@@ -258,8 +248,8 @@ mod tests {
         let loaded = hyperlens_tasks::npz::load_problems(&out, &SravenParams::default()).unwrap();
         assert_eq!(loaded.len(), 300);
         let side: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("p.npz.json")).unwrap())
-                .unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.join("p.json")).unwrap()).unwrap();
+        assert!(!dir.join("p.npz.json").exists());
         assert_eq!(side["split"], "paper-seed2024");
         assert_eq!(side["set"], "ood");
         // Counts in the summary add up to N per slot; the OOD list has 82 tasks.

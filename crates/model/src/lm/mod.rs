@@ -1,6 +1,6 @@
 //! Token-sequence language models: causal transformers that read token ids and return next-token
 //! logits and, on request, their attention patterns, for the circuits analyses of
-//! `spec/circuits.md` (Elhage et al. 2021).
+//! `docs/spec/circuits.md` (Elhage et al. 2021).
 //!
 //! - [`Llama`]: Llama-family models (RMSNorm, rotary positions, SwiGLU, grouped-query attention)
 //!   from a llama.cpp GGUF file ([`Llama::from_gguf`]) or a Hugging Face directory

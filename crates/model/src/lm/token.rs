@@ -1,7 +1,7 @@
 //! Trainable token-sequence transformers for the circuits analyses: token embedding, learned
 //! absolute positions, causally masked attention with any of the eight mixers, optional MLP and
 //! LayerNorm, unembedding. The attention-only presets with 0, 1 or 2 layers are the toy models of
-//! Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits" (`spec/circuits.md`).
+//! Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits" (`docs/spec/circuits.md`).
 //!
 //! Parameter names and layouts are those of TransformerLens (`HookedTransformer`).
 

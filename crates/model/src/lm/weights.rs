@@ -1,5 +1,5 @@
 //! Per-head weights of a token model in TransformerLens layout, as plain `ndarray` arrays for the
-//! weights-based circuit analyses (`spec/circuits.md`).
+//! weights-based circuit analyses (`docs/spec/circuits.md`).
 
 use candle_core::Tensor;
 use ndarray::{Array1, Array2, Array3, Array4, ArrayView2};

@@ -1,5 +1,5 @@
 //! SRAVEN, symbolic Raven progressive matrices: rules, tasks, splits and problem generation
-//! (spec/sraven.md; Schug et al. 2024, "Attention as a Hypernetwork", arXiv 2406.05816).
+//! (docs/spec/sraven.md; Schug et al. 2024, "Attention as a Hypernetwork", arXiv 2406.05816).
 
 mod params;
 mod problems;

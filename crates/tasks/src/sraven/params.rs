@@ -1,4 +1,4 @@
-//! SRAVEN sizes (spec/sraven.md, "Sizes").
+//! SRAVEN sizes (docs/spec/sraven.md, "Sizes").
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! SRAVEN problem sets: generation, evaluation sets and the training stream (spec/sraven.md,
+//! SRAVEN problem sets: generation, evaluation sets and the training stream (docs/spec/sraven.md,
 //! "Feature permutation" and "Tokens, targets, metrics").
 
 use ndarray::{Array2, Array3, Axis, Slice};
@@ -292,7 +292,7 @@ pub(crate) fn generate(
 /// problems of any larger set with the same arguments. The RNG stream is domain-separated from the
 /// training stream ([`TrainStream`]), so evaluation never reuses the training problems of the same seed
 /// (unlike the reference code, whose ID "test" stream repeats its first training batches;
-/// spec/sraven.md, "Known quirk"). `unpermuted = true` gives the same problems as `false` but with
+/// docs/spec/sraven.md, "Known quirk"). `unpermuted = true` gives the same problems as `false` but with
 /// identity column permutations (the latent-code analysis uses them).
 ///
 /// # Shapes

@@ -1,4 +1,4 @@
-//! The eight SRAVEN rules (spec/sraven.md, "Rules").
+//! The eight SRAVEN rules (docs/spec/sraven.md, "Rules").
 
 use std::fmt;
 use std::str::FromStr;
@@ -7,7 +7,7 @@ use rand::Rng;
 
 use crate::error::{Result, TasksError};
 
-/// One SRAVEN rule. The discriminant order is the index order of `spec/sraven.md`; labels, splits and
+/// One SRAVEN rule. The discriminant order is the index order of `docs/spec/sraven.md`; labels, splits and
 /// plots use it, so never reorder.
 ///
 /// Source: Schug et al. 2024 ("Attention as a Hypernetwork"), appendix on SRAVEN, and the authors'
@@ -48,7 +48,7 @@ impl Rule {
         Rule::DistributeThree,
     ];
 
-    /// The rule's index (0..8) in the order of `spec/sraven.md`.
+    /// The rule's index (0..8) in the order of `docs/spec/sraven.md`.
     pub fn index(self) -> usize {
         self as usize
     }
@@ -121,7 +121,7 @@ impl Rule {
 
     /// Samples one feature's 3x3 grid for this rule into `out` (row-major: `out[3 * row + col]`),
     /// values in `0..m`. Rows are independent draws; distribute-three draws 3 distinct symbols once
-    /// per grid and permutes them independently in every row (spec/sraven.md, "Rules").
+    /// per grid and permutes them independently in every row (docs/spec/sraven.md, "Rules").
     ///
     /// `m` must be at least 3 (checked by `SravenParams::check`).
     pub(crate) fn sample_grid<R: Rng + ?Sized>(self, m: usize, rng: &mut R, out: &mut [u8; 9]) {
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn spec_example_rows_complete() {
-        // spec/sraven.md examples: addition [3,2,5] [4,7,3]; subtraction [7,6,1] [3,5,6].
+        // docs/spec/sraven.md examples: addition [3,2,5] [4,7,3]; subtraction [7,6,1] [3,5,6].
         assert_eq!(Rule::Addition.complete_row(3, 2, 8), Some(5));
         assert_eq!(Rule::Addition.complete_row(4, 7, 8), Some(3));
         assert_eq!(Rule::Subtraction.complete_row(7, 6, 8), Some(1));

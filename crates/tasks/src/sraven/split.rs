@@ -1,4 +1,4 @@
-//! Tasks and in-distribution / OOD splits (spec/sraven.md, "Tasks and the split").
+//! Tasks and in-distribution / OOD splits (docs/spec/sraven.md, "Tasks and the split").
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -100,7 +100,7 @@ pub struct Split {
     pub ood_tasks: Vec<Task>,
 }
 
-/// The paper's held-out task lists, copied from `spec/paper-splits.json` (reference JAX code, seeds
+/// The paper's held-out task lists, in `data/splits/paper-splits.json` (from the reference JAX code, seeds
 /// 0, 1, 2, 2024; F = 4, M = 8, 25 % held out).
 const PAPER_SPLITS_JSON: &str = include_str!("../../../../data/splits/paper-splits.json");
 
@@ -118,7 +118,7 @@ struct PaperSplitsFile {
 
 impl Split {
     /// A split drawn from our own seeded permutation of [`all_tasks`]: the first
-    /// `int(n_tasks * holdout_fraction)` tasks of the permutation are OOD (spec/sraven.md). Named
+    /// `int(n_tasks * holdout_fraction)` tasks of the permutation are OOD (docs/spec/sraven.md). Named
     /// `seed{seed}`.
     ///
     /// # Errors

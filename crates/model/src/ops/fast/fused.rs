@@ -24,8 +24,7 @@
 //!
 //! With the three, a training step of the base HYLA model creates 2,396 tensors on a GPU instead
 //! of 2,889 (softmax: 2,300 instead of 2,753; `benches/train_step.rs` of `hyperlens-train`, group
-//! `overhead`, prints the counts; with the vendored candle-core of an earlier vendored candle-core that
-//! stored first gradients without a zero fill, 1,743 and 1,607). On the CPU the step time did not change measurably.
+//! `overhead`, prints the counts; `docs/performance.md` has the current ones). On the CPU the step time did not change measurably.
 //!
 //! The fused forward kernels compute the variance as `E[x^2] - mean^2` in float32, as flax's
 //! `LayerNorm` does by default (`use_fast_variance`), where the composed form subtracted the mean
@@ -322,7 +321,7 @@ fn mean_over_heads(x: &Tensor, cpu_kernels: bool) -> Result<Tensor> {
 /// [`crate::ops::reference::mix`], computed with the same candle operations on detached inputs.
 ///
 /// With `a = normalise(s)` and `a' = a * dropout`: `hidden[b,j,i] = act(sum_h a'[b,h,i,j] v[b,h,j])`,
-/// `o[b,i,h] = sum_j a'[b,h,i,j] hidden[b,i,j]` (`spec/models.md`, "Value networks"). Backward,
+/// `o[b,i,h] = sum_j a'[b,h,i,j] hidden[b,i,j]` (`docs/spec/models.md`, "Value networks"). Backward,
 /// from `go`: `g hidden = a'^T go`, `g a' = go hidden^T` from the second product; through the
 /// activation (ReLU: where `hidden > 0`); `g a' += g hidden v^T`, `g v = a'^T g hidden` from the
 /// first; `g a = g a' * dropout`; then the normalisation: RMSHead `a = m r`,

@@ -44,7 +44,7 @@
 //! (their tests check them against candle's autodiff), evaluated per pair; the tests below check
 //! the kernel against candle's float64 autodiff of the composed operations for the five mixers it
 //! serves.
-//! Source: `spec/models.md` ("Value networks"), the paper's `DotProductAttention` and
+//! Source: `docs/spec/models.md` ("Value networks"), the paper's `DotProductAttention` and
 //! `linear_hypatt` (`hyla/models/attention.py`).
 //!
 //! The kernel runs on the CPU in float32 under [`crate::ops::Ops::Fast`], for

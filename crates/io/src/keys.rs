@@ -1,0 +1,141 @@
+//! The names of the arrays that hyperlens writes into `.npz` archives and reads back: one constant
+//! per array, shared by the writer and every reader, each with its dtype and shape. The files are
+//! meant for numpy as well (`np.load(path)[name]`).
+
+/// `codes.npz`: the latent codes of `hyperlens probe` (and of `report`'s `codes/<name>_{id,ood}.npz`),
+/// one row per problem and selected site (`N` rows). Read by `hyperlens-analysis`' `CodeSet`.
+pub mod codes {
+    /// float32 `[N, L, H, Q, K]`: attention score of head `h` of layer `l` from the `q`-th
+    /// selected query to the `k`-th selected key (the latent code, Schug et al. 2025).
+    pub const CODES: &str = "codes";
+    /// int64 `[N]`: the rule (0-7) of the feature shown in the row's answer slot.
+    pub const LABEL: &str = "label";
+    /// int64 `[N, F]`: the task's rule per unpermuted feature slot.
+    pub const RULES: &str = "rules";
+    /// int64 `[N, K]`: the value shown by each selected key token (-1 for a query token).
+    pub const INPUTS: &str = "inputs";
+    /// int64 `[N]`: the answer value of the row's slot.
+    pub const TARGET: &str = "target";
+    /// int64 `[N]`: the model's predicted value of the row's slot.
+    pub const PREDICTION: &str = "prediction";
+    /// bool `[N]`: `prediction == target`.
+    pub const CORRECT: &str = "correct";
+    /// int64 `[N]`: the answer slot of the row.
+    pub const SLOT: &str = "slot";
+    /// int64 `[N]`: the problem index of the row.
+    pub const PROBLEM: &str = "problem";
+}
+
+/// SRAVEN problem sets (`hyperlens tasks sample`, read by `eval --problems` and the task crate).
+pub mod problems {
+    /// uint8 `[N, T, M]` (float32 / float64 accepted on read): one-hot input tokens.
+    pub const X: &str = "x";
+    /// int64 `[N, F]`: answer values in column 2's slot order.
+    pub const Y: &str = "y";
+    /// int64 `[N, F]`: rule index per unpermuted feature slot.
+    pub const RULES: &str = "rules";
+    /// int64 `[N, 3, F]` (optional): the feature permutation of each column.
+    pub const PERMS: &str = "perms";
+}
+
+/// `pca.npz` of the latent-code tables (`hyperlens analyze`, `report`'s `tables/<name>/pca.npz`).
+/// Per-selection arrays are named by a prefix and the selection: `layer{l}` for layer `l`, `all` for
+/// all layers concatenated (see [`pca::selection`]). `N_u` is the size of the set the PCA ran on
+/// (the OOD set by default), `k` the components kept, `D` the features of the selection.
+pub mod pca {
+    /// Prefix of the projections: float64 `[N_u, k]` under `layer{l}` / `all` (no prefix).
+    pub const PROJECTION_PREFIX: &str = "";
+    /// Prefix of the principal axes: float64 `[k, D]` under `components_layer{l}` / `components_all`.
+    pub const COMPONENTS_PREFIX: &str = "components_";
+    /// Prefix of the explained-variance ratios of all components: float64 `[min(N_u, D)]` under
+    /// `explained_variance_ratio_layer{l}` / `explained_variance_ratio_all`.
+    pub const EXPLAINED_VARIANCE_RATIO_PREFIX: &str = "explained_variance_ratio_";
+    /// The selection part of a name for all layers concatenated.
+    pub const ALL_LAYERS: &str = "all";
+    /// int64 `[N_u]`: the rule label of each projected code.
+    pub const LABEL: &str = "label";
+    /// int64 `[N_u]` (when the codes hold it): the answer value of each projected code.
+    pub const TARGET: &str = "target";
+    /// bool `[N_u]` (when the codes hold it): whether the model was right on the row.
+    pub const CORRECT: &str = "correct";
+
+    /// The selection part of a name: `layer{l}` for `Some(l)`, [`ALL_LAYERS`] for `None`.
+    pub fn selection(layer: Option<usize>) -> String {
+        layer.map_or_else(|| ALL_LAYERS.to_string(), |l| format!("layer{l}"))
+    }
+
+    /// The full name of a per-selection array: `prefix` followed by [`selection`].
+    pub fn name(prefix: &str, layer: Option<usize>) -> String {
+        format!("{prefix}{}", selection(layer))
+    }
+}
+
+/// The attention of one problem or token sequence: `hyperlens attention --out` and `report`'s
+/// `codes/<name>_attention.npz`.
+pub mod attention {
+    /// float32 `[L, H, T, T]` (`[layer, head, query, key]`): the normalised attention.
+    pub const PATTERN: &str = "pattern";
+    /// int64 `[T]`: the token ids (`attention`), or the value each SRAVEN token shows, -1 for a
+    /// query token (`report`).
+    pub const TOKENS: &str = "tokens";
+    /// int64 `[F]` (`report` only): the answer values.
+    pub const TARGET: &str = "target";
+    /// int64 `[F]` (`report` only): the model's predicted answer values.
+    pub const PREDICTION: &str = "prediction";
+    /// int64 `[F]` (`report` only): the rule of each feature slot.
+    pub const RULES: &str = "rules";
+}
+
+/// `hyperlens eval --save-logits`.
+pub mod logits {
+    /// float32 `[N, F, M]`: the logits of every answer slot.
+    pub const LOGITS: &str = "logits";
+    /// int64 `[N, F]`: the predicted values (argmax of the logits).
+    pub const PRED: &str = "pred";
+    /// int64 `[N, F]`: the answer values.
+    pub const Y: &str = "y";
+}
+
+/// `eigenvalues.npz` of `hyperlens circuits`.
+pub mod eigenvalues {
+    /// float64 `[L, H, d_head]`: real parts of the OV-circuit eigenvalues (descending modulus).
+    pub const OV_RE: &str = "ov_re";
+    /// float64 `[L, H, d_head]`: imaginary parts of the OV-circuit eigenvalues.
+    pub const OV_IM: &str = "ov_im";
+    /// float64 `[L, H, d_head]`: real parts of the full-OV-circuit (`W_E W_OV W_U`) eigenvalues.
+    pub const FULL_OV_RE: &str = "full_ov_re";
+    /// float64 `[L, H, d_head]`: imaginary parts of the full-OV-circuit eigenvalues.
+    pub const FULL_OV_IM: &str = "full_ov_im";
+    /// float64 `[L, H]`: OV copying score `Re(sum λ) / sum |λ|`.
+    pub const OV_COPYING: &str = "ov_copying";
+    /// float64 `[L, H]`: full-OV copying score.
+    pub const FULL_OV_COPYING: &str = "full_ov_copying";
+}
+
+/// `composition_{q,k,v}.npz` of `hyperlens circuits`.
+pub mod composition {
+    /// float64 `[L, H, L, H]`: the composition score of writer head `[l1, h1]` into reader head
+    /// `[l2, h2]` (zero where `l1 >= l2`).
+    pub const SCORES: &str = "scores";
+    /// float64 `[samples]`, sorted: the scores of random matrix pairs (the baseline).
+    pub const BASELINE: &str = "baseline";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pca_names() {
+        assert_eq!(pca::name(pca::PROJECTION_PREFIX, Some(2)), "layer2");
+        assert_eq!(pca::name(pca::PROJECTION_PREFIX, None), "all");
+        assert_eq!(
+            pca::name(pca::COMPONENTS_PREFIX, Some(0)),
+            "components_layer0"
+        );
+        assert_eq!(
+            pca::name(pca::EXPLAINED_VARIANCE_RATIO_PREFIX, None),
+            "explained_variance_ratio_all"
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! hyperlens-io: the one place hyperlens writes files.
+//!
+//! - [`write_atomic`], [`write_atomic_with`] and [`AtomicFile`]: a file appears complete or not at
+//!   all (temporary file in the same directory, `fsync`, rename, `fsync` of the directory).
+//! - [`write_npz`]: `.npz` archives (numpy's uncompressed layout), atomically.
+//! - [`write_json`] and the provenance sidecars ([`write_sidecar`], [`sidecar_path`]: `codes.npz`
+//!   -> `codes.json`), with [`read_sidecar`] also finding the older `<file>.npz.json` name.
+//! - [`keys`]: the names of the arrays that writers and readers share.
+//!
+//! Depends on neither candle nor any other hyperlens crate, so that every crate can use it.
+
+mod atomic;
+mod error;
+mod json;
+pub mod keys;
+mod npz;
+
+pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
+pub use error::{IoError, Result};
+pub use json::{
+    json_bytes, legacy_sidecar_path, read_sidecar, sidecar_path, write_json, write_sidecar,
+};
+pub use npz::{write_npz, NpzArchive};

@@ -1,0 +1,240 @@
+//! Which checkpoints the report analyses, and what their run files say about them: the task,
+//! split and length of training (`train.json`, `train_state.json`) and the training log
+//! (`metrics.csv`).
+
+use std::path::{Path, PathBuf};
+
+use hyperlens_model::checkpoint::CONFIG_FILE;
+use hyperlens_train::metrics::{read_metrics, MetricsRow, METRICS_FILE};
+use hyperlens_train::state::{RECORD_FILE, STATE_FILE};
+
+use crate::error::{ReportError, Result};
+
+/// Checkpoints left out of the report, each with the task its `train.json` names.
+pub type Skipped = Vec<(PathBuf, String)>;
+
+/// The checkpoints to analyse: `given` (each refused by name if its `train.json` names a task
+/// other than SRAVEN), or, when `given` is empty, every directory with a `config.json` under
+/// `root`, sorted by path, leaving out checkpoints of other tasks. Returns the checkpoints and the
+/// skipped ones with their task.
+///
+/// # Errors
+/// [`ReportError::Unsupported`] for a given checkpoint of another task,
+/// [`ReportError::NoCheckpoint`] if `root` cannot be listed or holds no checkpoint.
+pub fn checkpoints(given: &[PathBuf], root: &Path) -> Result<(Vec<PathBuf>, Skipped)> {
+    if !given.is_empty() {
+        for dir in given {
+            if let Some(task) = RunInfo::read(dir).task.filter(|t| t != "sraven") {
+                return Err(ReportError::Unsupported {
+                    dir: dir.clone(),
+                    reason: format!(
+                        "a {task} checkpoint (train.json); the report analyses SRAVEN checkpoints"
+                    ),
+                });
+            }
+        }
+        return Ok((given.to_vec(), Vec::new()));
+    }
+    let entries = std::fs::read_dir(root).map_err(|_| ReportError::NoCheckpoint {
+        root: root.to_path_buf(),
+    })?;
+    let mut dirs = Vec::new();
+    let mut skipped = Vec::new();
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        if !path.join(CONFIG_FILE).is_file() {
+            continue;
+        }
+        match RunInfo::read(&path).task {
+            Some(task) if task != "sraven" => skipped.push((path, task)),
+            _ => dirs.push(path),
+        }
+    }
+    dirs.sort();
+    skipped.sort();
+    if dirs.is_empty() {
+        return Err(ReportError::NoCheckpoint {
+            root: root.to_path_buf(),
+        });
+    }
+    Ok((dirs, skipped))
+}
+
+/// The name of a checkpoint: its directory name.
+pub fn name_of(dir: &Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// How far a checkpoint was trained, in optimiser updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// Updates done.
+    pub done: u64,
+    /// The length of the run's schedule, when known: `settings.steps` of `train_state.json`,
+    /// else `planned_steps` of `train.json`, else its `steps` (a `train.json` is the record of a
+    /// run that finished its schedule).
+    pub planned: Option<u64>,
+}
+
+impl Steps {
+    /// Whether the run stopped before the end of its schedule.
+    pub fn stopped_early(self) -> bool {
+        self.planned.is_some_and(|p| p > self.done)
+    }
+}
+
+/// What a checkpoint's run files say; every field is `None` when not recorded (an imported
+/// checkpoint may have no run files at all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunInfo {
+    /// `task` of `train.json` (`sraven`, `logic`, ...).
+    pub task: Option<String>,
+    /// `split` of `train.json` (`train_state.json`'s settings otherwise).
+    pub split: Option<String>,
+    /// `trained_by` of `train.json` (who trained an imported checkpoint).
+    pub trained_by: Option<String>,
+    /// Updates done and planned.
+    pub steps: Option<Steps>,
+}
+
+/// A JSON file of a checkpoint, if present and valid.
+fn json_file(dir: &Path, name: &str) -> Option<serde_json::Value> {
+    std::fs::read(dir.join(name))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+}
+
+fn str_field(v: Option<&serde_json::Value>, key: &str) -> Option<String> {
+    v.and_then(|v| v.get(key))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string)
+}
+
+fn u64_field(v: Option<&serde_json::Value>, key: &str) -> Option<u64> {
+    v.and_then(|v| v.get(key))
+        .and_then(serde_json::Value::as_u64)
+}
+
+impl RunInfo {
+    /// Reads `train.json` and `train_state.json` of `dir`; unreadable or missing files count as
+    /// not recorded.
+    pub fn read(dir: &Path) -> Self {
+        let record = json_file(dir, RECORD_FILE);
+        let state = json_file(dir, STATE_FILE);
+        let settings = state.as_ref().and_then(|s| s.get("settings"));
+        let done =
+            u64_field(state.as_ref(), "step").or_else(|| u64_field(record.as_ref(), "steps"));
+        let planned = u64_field(settings, "steps")
+            .or_else(|| u64_field(record.as_ref(), "planned_steps"))
+            .or_else(|| u64_field(record.as_ref(), "steps"));
+        Self {
+            task: str_field(record.as_ref(), "task").or_else(|| str_field(settings, "task")),
+            split: str_field(record.as_ref(), "split").or_else(|| str_field(settings, "split")),
+            trained_by: str_field(record.as_ref(), "trained_by"),
+            steps: done.map(|done| Steps {
+                done,
+                planned: planned.map(|p| p.max(done)),
+            }),
+        }
+    }
+}
+
+/// Where a checkpoint's training curves come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Training {
+    /// The rows of its `metrics.csv` (a hyperlens training run).
+    Log(Vec<MetricsRow>),
+    /// No `metrics.csv`; `trained_by` from `train.json` if it says.
+    Missing {
+        /// Who trained the checkpoint.
+        trained_by: Option<String>,
+    },
+}
+
+/// The training log of a checkpoint: its `metrics.csv` read with the train crate's reader.
+///
+/// # Errors
+/// A `metrics.csv` that exists but cannot be read or parsed ([`ReportError::Train`], naming it).
+pub fn training_of(dir: &Path, info: &RunInfo) -> Result<Training> {
+    let path = dir.join(METRICS_FILE);
+    if path.is_file() {
+        return Ok(Training::Log(read_metrics(&path)?));
+    }
+    Ok(Training::Missing {
+        trained_by: info.trained_by.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_come_from_the_run_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(RunInfo::read(dir.path()), RunInfo::default());
+        std::fs::write(
+            dir.path().join(RECORD_FILE),
+            r#"{"steps": 30000, "planned_steps": 48000, "split": "paper-seed1", "task": "sraven"}"#,
+        )
+        .unwrap();
+        let info = RunInfo::read(dir.path());
+        assert_eq!(
+            info.steps,
+            Some(Steps {
+                done: 30_000,
+                planned: Some(48_000)
+            })
+        );
+        assert!(info.steps.unwrap().stopped_early());
+        assert_eq!(info.split.as_deref(), Some("paper-seed1"));
+        // A finished record: the schedule is the steps done.
+        std::fs::write(dir.path().join(RECORD_FILE), r#"{"steps": 156250}"#).unwrap();
+        let st = RunInfo::read(dir.path()).steps.unwrap();
+        assert_eq!(st.planned, Some(156_250));
+        assert!(!st.stopped_early());
+        // A run in progress: train_state.json has the step and the schedule.
+        std::fs::remove_file(dir.path().join(RECORD_FILE)).unwrap();
+        std::fs::write(
+            dir.path().join(STATE_FILE),
+            r#"{"step": 500, "settings": {"steps": 2000, "split": "seed3", "task": "sraven"}}"#,
+        )
+        .unwrap();
+        let info = RunInfo::read(dir.path());
+        assert_eq!(
+            info.steps,
+            Some(Steps {
+                done: 500,
+                planned: Some(2000)
+            })
+        );
+        assert_eq!(info.split.as_deref(), Some("seed3"));
+    }
+
+    #[test]
+    fn discovery_skips_other_tasks_and_refuses_them_by_name() {
+        let root = tempfile::tempdir().unwrap();
+        for (name, task) in [("b", "sraven"), ("a", "logic"), ("c", "")] {
+            let d = root.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join(CONFIG_FILE), "{}").unwrap();
+            if !task.is_empty() {
+                std::fs::write(d.join(RECORD_FILE), format!(r#"{{"task": "{task}"}}"#)).unwrap();
+            }
+        }
+        std::fs::create_dir(root.path().join("not-a-checkpoint")).unwrap();
+        let (dirs, skipped) = checkpoints(&[], root.path()).unwrap();
+        let names: Vec<String> = dirs.iter().map(|d| name_of(d)).collect();
+        assert_eq!(names, ["b", "c"]);
+        assert_eq!(skipped, [(root.path().join("a"), "logic".to_string())]);
+        let e = checkpoints(&[root.path().join("a")], root.path()).unwrap_err();
+        assert!(e.to_string().contains("logic checkpoint"), "{e}");
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            checkpoints(&[], empty.path()),
+            Err(ReportError::NoCheckpoint { .. })
+        ));
+    }
+}

@@ -1,0 +1,270 @@
+//! Everything the report measures on one checkpoint: ID / OOD accuracy, the latent codes of the
+//! paper's site on unpermuted ID and OOD problems (written to `codes/`), their analyses (written
+//! to `tables/<name>/`) and the attention of one OOD problem. The only module that runs the model.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams, LatentReport};
+use hyperlens_io::keys::attention as keys;
+use hyperlens_model::eval::{batch_tensor, evaluate};
+use hyperlens_model::{EvalMetrics, Transformer};
+use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
+use hyperlens_tasks::sraven::{sample, SampleStream, Set, Split, SravenParams};
+use ndarray::{Array1, Array4};
+
+use crate::discover::{name_of, training_of, RunInfo, Steps, Training};
+use crate::error::{ReportError, Result};
+use crate::{Progress, ReportParams};
+
+/// The attention of one OOD problem (the first of the OOD probe set, so row 0 of
+/// `codes/{name}_ood.npz` is `pattern[.., .., query, keys]` of the paper's site).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionSample {
+    /// Normalised attention. # Shapes: `[L, H, T, T]` (`[layer, head, query, key]`).
+    pub pattern: Array4<f32>,
+    /// Value shown by each token, -1 for the query tokens. # Shapes: `[T]`.
+    pub tokens: Vec<i64>,
+    /// Answer values in column-2 slot order. # Shapes: `[F]`.
+    pub target: Vec<i64>,
+    /// The model's predicted answer values. # Shapes: `[F]`.
+    pub prediction: Vec<i64>,
+    /// Rule per feature slot. # Shapes: `[F]`.
+    pub rules: Vec<i64>,
+    /// The query position of the paper's site.
+    pub query: usize,
+    /// The key positions of the paper's site.
+    pub keys: Vec<usize>,
+}
+
+/// Seconds spent on the stages of one checkpoint (not in the committed files: `timings.json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StageSeconds {
+    /// Loading the checkpoint and measuring ID / OOD accuracy.
+    pub evaluation: f64,
+    /// Extracting the ID and OOD codes.
+    pub codes: f64,
+    /// The attention sample.
+    pub attention: f64,
+    /// The latent-code analyses and their tables.
+    pub analysis: f64,
+}
+
+/// What the report found for one checkpoint.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Directory name.
+    pub name: String,
+    /// Checkpoint directory.
+    pub dir: PathBuf,
+    /// Mixer (CLI name).
+    pub mixer: String,
+    /// Split the checkpoint was trained (and is evaluated) on.
+    pub split: String,
+    /// Task shape: feature slots `F` and values `M` (for the chance level).
+    pub task: SravenParams,
+    /// In-distribution accuracy and loss.
+    pub id: EvalMetrics,
+    /// OOD accuracy and loss.
+    pub ood: EvalMetrics,
+    /// The latent-code analyses (ID codes train the probes, OOD codes test them).
+    pub latent: LatentReport,
+    /// The training log, if any.
+    pub training: Training,
+    /// Updates trained and planned, if recorded.
+    pub steps: Option<Steps>,
+    /// The attention of the first OOD problem.
+    pub attention: AttentionSample,
+    /// Seconds per stage.
+    pub seconds: StageSeconds,
+}
+
+/// Runs the model on the first problem of the unpermuted OOD set (the problem of row 0 of the OOD
+/// codes) and keeps every layer's attention.
+///
+/// # Shapes
+/// Returns `pattern [L, H, T, T]`.
+///
+/// # Errors
+/// Split, model or candle errors.
+fn attention_sample(model: &Transformer, split: &Split, seed: u64) -> Result<AttentionSample> {
+    let cfg = model.config();
+    let problem = sample(split, Set::Ood, 1, seed, true)?;
+    let x = batch_tensor(&problem.x, model.device())?;
+    let out = model.forward(&x, true)?;
+    let att = out.attention.ok_or_else(|| {
+        ReportError::InvalidInput("the model returned no attention patterns".into())
+    })?;
+    let (l, h, t) = (cfg.n_layers, cfg.n_heads, cfg.n_tokens);
+    let mut data = Vec::with_capacity(l * h * t * t);
+    for a in &att {
+        data.extend(a.flatten_all()?.to_vec1::<f32>()?);
+    }
+    let pattern = Array4::from_shape_vec((l, h, t, t), data).map_err(|e| {
+        ReportError::InvalidInput(format!(
+            "attention patterns do not have the shape [L, H, T, T]: {e}"
+        ))
+    })?;
+    let prediction: Vec<i64> = out
+        .logits
+        .argmax(2)?
+        .flatten_all()?
+        .to_vec1::<u32>()?
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    let tokens = (0..t)
+        .map(|i| {
+            problem
+                .x
+                .slice(ndarray::s![0, i, ..])
+                .iter()
+                .position(|&v| v > 0.5)
+                .map_or(-1, |p| p as i64)
+        })
+        .collect();
+    let sel = Site::Paper
+        .resolve(&split.params)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ReportError::InvalidInput("the paper site has no selection".into()))?;
+    Ok(AttentionSample {
+        pattern,
+        tokens,
+        target: problem.y.row(0).to_vec(),
+        prediction,
+        rules: problem.rules.row(0).to_vec(),
+        query: sel.query,
+        keys: sel.keys,
+    })
+}
+
+/// Writes the attention sample as `.npz` (names in [`hyperlens_io::keys::attention`]):
+/// `pattern` float32 `[L, H, T, T]`, `tokens` int64 `[T]`, `target`, `prediction`, `rules` int64
+/// `[F]`.
+fn write_attention_npz(path: &Path, a: &AttentionSample) -> Result<()> {
+    hyperlens_io::write_npz(path, |npz| -> Result<()> {
+        npz.add(keys::PATTERN, &a.pattern)?;
+        for (name, v) in [
+            (keys::TOKENS, &a.tokens),
+            (keys::TARGET, &a.target),
+            (keys::PREDICTION, &a.prediction),
+            (keys::RULES, &a.rules),
+        ] {
+            npz.add(name, &Array1::from(v.clone()))?;
+        }
+        Ok(())
+    })
+}
+
+/// Measures, extracts, analyses and writes everything of the checkpoint in `dir` (codes into
+/// `out/codes/`, tables into `out/tables/<name>/`).
+///
+/// # Errors
+/// Any failure of loading, evaluation, extraction, analysis or writing (the caller names the
+/// checkpoint).
+pub fn analyse_checkpoint(
+    params: &ReportParams,
+    dir: &Path,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Entry> {
+    let out = &params.out;
+    let name = name_of(dir);
+    let t0 = Instant::now();
+    let device = params.device.to_candle()?;
+    let model = Transformer::load(dir, &device)?;
+    let cfg = model.config().clone();
+    let task = SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..SravenParams::default()
+    };
+    let info = RunInfo::read(dir);
+    let split_name = info.split.clone().unwrap_or_else(|| params.split.clone());
+    let split = Split::named_with(&split_name, task)?;
+    let training = training_of(dir, &info)?;
+    let mut metrics = Vec::new();
+    for set in [Set::Id, Set::Ood] {
+        let problems = sample(&split, set, params.n, params.seed, false)?;
+        metrics.push(evaluate(&model, &problems, params.batch)?);
+    }
+    let mut seconds = StageSeconds {
+        evaluation: t0.elapsed().as_secs_f64(),
+        ..StageSeconds::default()
+    };
+
+    let t0 = Instant::now();
+    let codes_dir = out.join("codes");
+    let mut sets = Vec::new();
+    for set in [Set::Id, Set::Ood] {
+        let path = codes_dir.join(format!("{name}_{set}.npz"));
+        let meta = ProbeMeta {
+            checkpoint: dir.display().to_string(),
+            problems: "generated".into(),
+            split: Some(split_name.clone()),
+            set: Some(set.to_string()),
+            seed: Some(params.seed),
+            unpermuted: Some(true),
+            ..ProbeMeta::default()
+        };
+        let batches = SampleStream::new(&split, set, params.seed, true)?
+            .batches(params.n, params.batch)
+            .map(|b| b.map_err(Into::into));
+        let probe = ProbeParams {
+            site: Site::Paper,
+            layers: None,
+        };
+        let total = params.n;
+        extract(&model, batches, params.n, &probe, &path, meta, |done| {
+            progress(Progress::Codes {
+                name: &name,
+                set,
+                done,
+                total,
+            })
+        })?;
+        sets.push(CodeSet::read_npz(&path)?);
+    }
+    seconds.codes = t0.elapsed().as_secs_f64();
+
+    let t0 = Instant::now();
+    let attention = attention_sample(&model, &split, params.seed)?;
+    write_attention_npz(&codes_dir.join(format!("{name}_attention.npz")), &attention)?;
+    seconds.attention = t0.elapsed().as_secs_f64();
+    drop(model);
+
+    let t0 = Instant::now();
+    let latent = analyze_pair(
+        &sets[0],
+        &sets[1],
+        &LatentAnalysisParams::default(),
+        &mut |p| {
+            progress(Progress::Analysis {
+                name: &name,
+                done: p.done,
+                total: p.total,
+            })
+        },
+    )?;
+    latent.write_tables(&out.join("tables").join(&name))?;
+    seconds.analysis = t0.elapsed().as_secs_f64();
+    let (Some(ood), Some(id)) = (metrics.pop(), metrics.pop()) else {
+        return Err(ReportError::InvalidInput(
+            "the ID / OOD evaluation returned no metrics".into(),
+        ));
+    };
+    Ok(Entry {
+        name,
+        dir: dir.to_path_buf(),
+        mixer: cfg.mixer.to_string(),
+        split: split_name,
+        task,
+        id,
+        ood,
+        latent,
+        training,
+        steps: info.steps,
+        attention,
+        seconds,
+    })
+}

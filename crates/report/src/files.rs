@@ -1,0 +1,114 @@
+//! The report's own tables beside the page: `tables/accuracy.csv`, `summary.json` (both
+//! reproducible: the same checkpoints and parameters give the same bytes) and `timings.json`
+//! (seconds, different on every run; not meant to be committed).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::doc::FigureRef;
+use crate::error::Result;
+use crate::evaluate::Entry;
+use crate::page::CheckpointFigures;
+use crate::verdict::{at_chance, best_layer};
+use crate::ReportParams;
+
+/// File name of the timings, beside `index.html`.
+pub const TIMINGS_FILE: &str = "timings.json";
+
+/// `tables/accuracy.csv`: one row per checkpoint, columns
+/// `checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n,steps,planned_steps,at_chance`;
+/// `steps` and `planned_steps` (the length of the run's schedule) are empty when not recorded.
+pub fn accuracy_csv(entries: &[Entry]) -> String {
+    let mut s = String::from(
+        "checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n,steps,planned_steps,at_chance\n",
+    );
+    for e in entries {
+        let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+        let _ = writeln!(
+            s,
+            "{},{},{},{:.6},{:.6},{:.6},{:.6},{},{},{},{}",
+            e.name,
+            e.mixer,
+            e.split,
+            e.id.accuracy,
+            e.ood.accuracy,
+            e.id.loss,
+            e.ood.loss,
+            e.id.n,
+            opt(e.steps.map(|s| s.done)),
+            opt(e.steps.and_then(|s| s.planned)),
+            at_chance(e)
+        );
+    }
+    s
+}
+
+fn figure_json(f: &FigureRef) -> serde_json::Value {
+    json!({"file": f.src, "caption": f.caption, "text": f.text})
+}
+
+/// `summary.json`: the parameters, and per checkpoint its accuracy, verdicts, latent-code summary,
+/// attention sample and figures. No timings.
+pub fn summary(
+    entries: &[Entry],
+    figs: &[CheckpointFigures],
+    comparison: Option<&FigureRef>,
+    params: &ReportParams,
+) -> serde_json::Value {
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "n": params.n,
+        "seed": params.seed,
+        "device": params.device.to_string(),
+        "comparison_figures": comparison.iter().map(|f| figure_json(f)).collect::<Vec<_>>(),
+        "checkpoints": entries.iter().zip(figs).map(|(e, (f, _))| {
+            let best = best_layer(e);
+            json!({
+                "name": e.name,
+                "dir": e.dir.display().to_string(),
+                "mixer": e.mixer,
+                "split": e.split,
+                "steps": e.steps.map(|s| s.done),
+                "planned_steps": e.steps.and_then(|s| s.planned),
+                "at_chance": at_chance(e),
+                "id": {"accuracy": e.id.accuracy, "per_feature_accuracy": e.id.per_feature_accuracy, "loss": e.id.loss},
+                "ood": {"accuracy": e.ood.accuracy, "per_feature_accuracy": e.ood.per_feature_accuracy, "loss": e.ood.loss},
+                "best_decoding_layer": best.filter(|b| b.above_baseline).and_then(|b| b.layer.index()),
+                "latent": e.latent.summary(),
+                "training_log": matches!(e.training, crate::discover::Training::Log(_)),
+                "attention": {
+                    "file": format!("codes/{}_attention.npz", e.name),
+                    "shape": e.attention.pattern.shape(),
+                    "target": e.attention.target,
+                    "prediction": e.attention.prediction,
+                    "rules": e.attention.rules,
+                },
+                "figures": f.iter().map(figure_json).collect::<Vec<_>>(),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// `timings.json`: seconds per checkpoint and stage (with the latent-code analysis' own timings),
+/// of the figures and of the whole run.
+pub fn timings(entries: &[Entry], figures_s: f64, elapsed_s: f64) -> serde_json::Value {
+    json!({
+        "elapsed_s": elapsed_s,
+        "figures_s": figures_s,
+        "checkpoints": entries.iter().map(|e| json!({
+            "name": e.name,
+            "seconds": e.seconds,
+            "analysis": e.latent.timings(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Writes `text` to `path` atomically.
+///
+/// # Errors
+/// [`crate::ReportError::File`] naming the path.
+pub fn write_text(path: &Path, text: &str) -> Result<()> {
+    Ok(hyperlens_io::write_atomic(path, text.as_bytes())?)
+}

@@ -1,0 +1,207 @@
+//! hyperlens-report: the main job of hyperlens. For every SRAVEN checkpoint it measures ID / OOD
+//! accuracy, extracts the latent codes of the paper's site (docs/spec/latent-codes.md) on
+//! unpermuted ID and OOD problems, runs the latent-code analyses (PCA, rule decoding ID -> OOD,
+//! k-means, similarity), reads the training log when there is one, captures the attention of one
+//! OOD problem, and writes tables, codes, figures and a page in Markdown and HTML that compares
+//! the checkpoints side by side and with the paper (Schug et al., "Attention as a Hypernetwork",
+//! ICLR 2025). Every figure comes with sentences generated from its numbers.
+//!
+//! The modules, in the order of the job: [`discover`] (which checkpoints, what their run files
+//! say), [`evaluate`] (the only module that runs the model), [`figures`] with [`text`],
+//! [`verdict`] and [`paper`] (what the numbers say), [`page`] (the page as a [`doc::Document`]),
+//! [`html`] (its HTML; Markdown to HTML is pulldown-cmark's job) and [`files`] (the tables).
+//!
+//! Output directory (`reports/default` by default): `index.md`, `index.html`, `summary.json`,
+//! `tables/accuracy.csv`, `tables/<name>/` (the latent-code tables), `codes/<name>_{id,ood}.npz`
+//! with their sidecars, `codes/<name>_attention.npz`, `figures/`; and `timings.json`, the only
+//! file that differs between two runs on the same checkpoints.
+
+pub mod discover;
+pub mod doc;
+pub mod error;
+pub mod evaluate;
+pub mod figures;
+pub mod files;
+pub mod html;
+pub mod page;
+pub mod paper;
+pub mod text;
+pub mod verdict;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hyperlens_model::Device;
+use hyperlens_tasks::sraven::Set;
+
+pub use error::{ReportError, Result};
+
+/// What the report runs on, and where it writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportParams {
+    /// Checkpoint directories to compare; empty: every checkpoint under `checkpoint_root`.
+    pub checkpoints: Vec<PathBuf>,
+    /// Where checkpoints are looked for when none is given.
+    pub checkpoint_root: PathBuf,
+    /// Output directory (created).
+    pub out: PathBuf,
+    /// Problems per set (ID and OOD), for the accuracy and for the codes; at least 16.
+    pub n: usize,
+    /// The split of checkpoints whose run files do not name one.
+    pub split: String,
+    /// Seed of the evaluation and probe problems.
+    pub seed: u64,
+    /// Compute device.
+    pub device: Device,
+    /// Problems per forward pass (memory is bounded by it); at least 1.
+    pub batch: usize,
+}
+
+impl Default for ReportParams {
+    fn default() -> Self {
+        Self {
+            checkpoints: Vec::new(),
+            checkpoint_root: PathBuf::from("data/checkpoints"),
+            out: PathBuf::from("reports/default"),
+            n: 2048,
+            split: "paper-seed0".into(),
+            seed: 0,
+            device: Device::Cpu,
+            batch: 256,
+        }
+    }
+}
+
+/// Progress of [`run`], reported to its callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress<'a> {
+    /// A checkpoint under the root was left out: it was trained on another task.
+    Skipped {
+        /// The checkpoint.
+        dir: &'a Path,
+        /// Its task.
+        task: &'a str,
+    },
+    /// Checkpoint `index` (0-based) of `total` is about to be analysed.
+    Checkpoint {
+        /// The checkpoint.
+        dir: &'a Path,
+        /// Its position.
+        index: usize,
+        /// How many there are.
+        total: usize,
+    },
+    /// Codes extracted so far for one set of a checkpoint.
+    Codes {
+        /// The checkpoint's name.
+        name: &'a str,
+        /// ID or OOD.
+        set: Set,
+        /// Problems done.
+        done: usize,
+        /// Problems in the set.
+        total: usize,
+    },
+    /// Latent-code analysis steps done for a checkpoint.
+    Analysis {
+        /// The checkpoint's name.
+        name: &'a str,
+        /// Steps done.
+        done: usize,
+        /// Steps in all.
+        total: usize,
+    },
+    /// Figures of `done` of `total` checkpoints drawn.
+    Figures {
+        /// Checkpoints done.
+        done: usize,
+        /// Checkpoints in all.
+        total: usize,
+    },
+}
+
+/// What [`run`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportSummary {
+    /// The HTML page.
+    pub index_html: PathBuf,
+    /// Checkpoints analysed.
+    pub checkpoints: usize,
+    /// Wall-clock seconds.
+    pub elapsed_s: f64,
+}
+
+/// Runs the report: discovers the checkpoints, analyses each, draws the figures and writes the
+/// page and tables into `params.out` (see the crate documentation for the files). Two runs with
+/// the same checkpoints and parameters write the same bytes, except `timings.json`.
+///
+/// # Errors
+/// [`ReportError::InvalidInput`] for `n < 16` or `batch == 0` (before any work); the errors of
+/// [`discover::checkpoints`]; any failure on a checkpoint, as [`ReportError::Checkpoint`] naming
+/// it; a failed figure or write.
+pub fn run(params: &ReportParams, progress: &mut dyn FnMut(Progress<'_>)) -> Result<ReportSummary> {
+    if params.n < 16 {
+        return Err(ReportError::InvalidInput(format!(
+            "n = {}: the report needs at least 16 problems per set",
+            params.n
+        )));
+    }
+    if params.batch == 0 {
+        return Err(ReportError::InvalidInput("batch must be positive".into()));
+    }
+    let start = Instant::now();
+    let (dirs, skipped) = discover::checkpoints(&params.checkpoints, &params.checkpoint_root)?;
+    for (dir, task) in &skipped {
+        progress(Progress::Skipped { dir, task });
+    }
+    let out = &params.out;
+    for sub in ["figures", "tables", "codes"] {
+        let d = out.join(sub);
+        std::fs::create_dir_all(&d).map_err(|source| ReportError::Io { path: d, source })?;
+    }
+    let mut entries = Vec::with_capacity(dirs.len());
+    for (index, dir) in dirs.iter().enumerate() {
+        progress(Progress::Checkpoint {
+            dir,
+            index,
+            total: dirs.len(),
+        });
+        let entry = evaluate::analyse_checkpoint(params, dir, progress)
+            .map_err(|e| e.in_checkpoint(dir))?;
+        entries.push(entry);
+    }
+    let t_fig = Instant::now();
+    let mut figs = Vec::with_capacity(entries.len());
+    for (done, e) in entries.iter().enumerate() {
+        figs.push(figures::checkpoint_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir))?);
+        progress(Progress::Figures {
+            done: done + 1,
+            total: entries.len(),
+        });
+    }
+    let accuracy = figures::accuracy_figure(&entries, out, verdict::accuracy_text(&entries))?;
+    let comparison = figures::comparison_figure(&entries, out)?;
+    let figures_s = t_fig.elapsed().as_secs_f64();
+    let summary = files::summary(&entries, &figs, comparison.as_ref(), params);
+    let doc = page::document(&entries, &figs, accuracy, comparison, params);
+    files::write_text(&out.join("index.md"), &doc.to_markdown())?;
+    files::write_text(
+        &out.join("index.html"),
+        &html::to_html(&doc, "hyperlens report"),
+    )?;
+    files::write_text(
+        &out.join("tables/accuracy.csv"),
+        &files::accuracy_csv(&entries),
+    )?;
+    hyperlens_io::write_json(&out.join("summary.json"), &summary)?;
+    let elapsed_s = start.elapsed().as_secs_f64();
+    hyperlens_io::write_json(
+        &out.join(files::TIMINGS_FILE),
+        &files::timings(&entries, figures_s, elapsed_s),
+    )?;
+    Ok(ReportSummary {
+        index_html: out.join("index.html"),
+        checkpoints: entries.len(),
+        elapsed_s,
+    })
+}
