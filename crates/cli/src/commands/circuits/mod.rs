@@ -14,8 +14,9 @@
 //! - figures of all of these.
 //!
 //! The analyses are `hyperlens_analysis::circuits::pipeline` ([`analyze_circuits`] and the tables
-//! of its [`CircuitReport`]); this module loads the model, runs it on the sequences, and draws
-//! (`figures.rs`). Memory stays bounded on real models: circuits are factored (rank `d_head`),
+//! of its [`CircuitReport`](hyperlens_analysis::circuits::CircuitReport)); this module loads the
+//! model, runs it on the sequences, and draws (`figures.rs`). Memory stays bounded on real models:
+//! circuits are factored (rank `d_head`),
 //! no `[vocab, vocab]` product is formed, and attention patterns are held for one sequence at a time.
 
 mod figures;
