@@ -182,13 +182,17 @@ fn circuits_rejects_bad_flags_clearly() {
     token_model(&ckpt);
     let out = tmp.path().join("out");
     let (c, o) = (s(&ckpt), s(&out));
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 7] = [
         (&["--seq-len", "13"], &["at most --seq-len 12"]),
         (&["--seq-len", "0"], &["--seq-len must be at least 2"]),
         (&["--bos", "13"], &["--bos 13"]),
         (&["--threshold", "2"], &["--threshold"]),
         (&["--baseline-samples", "10"], &["--baseline-samples"]),
         (&["--top", "0"], &["--top must be at least 1"]),
+        (
+            &["--threads", "100000"],
+            &["--threads 100000", "more than 1024"],
+        ),
     ];
     for (extra, msg) in cases {
         let mut a = vec!["circuits", "--checkpoint", c, "--out", o];

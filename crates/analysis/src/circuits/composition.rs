@@ -129,6 +129,10 @@ impl FromStr for CompositionMethod {
     }
 }
 
+/// The most worker threads [`composition_scores`] starts (each is an OS thread; more than this would
+/// only fail to spawn or thrash).
+pub const MAX_THREADS: usize = 1024;
+
 /// Parameters of [`composition_scores`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompositionParams {
@@ -158,7 +162,8 @@ impl CompositionParams {
     /// Validates the parameters.
     ///
     /// # Errors
-    /// [`AnalysisError::InvalidInput`] if `kinds` is empty or repeats a kind, or `chunk_bytes` is 0.
+    /// [`AnalysisError::InvalidInput`] if `kinds` is empty or repeats a kind, `chunk_bytes` is 0, or
+    /// `threads` exceeds [`MAX_THREADS`].
     pub fn check(&self) -> Result<()> {
         if self.kinds.is_empty() {
             return Err(AnalysisError::InvalidInput(
@@ -176,6 +181,12 @@ impl CompositionParams {
             return Err(AnalysisError::InvalidInput(
                 "composition: chunk_bytes must be positive".into(),
             ));
+        }
+        if self.threads > MAX_THREADS {
+            return Err(AnalysisError::InvalidInput(format!(
+                "composition: {} worker threads requested, at most {MAX_THREADS}",
+                self.threads
+            )));
         }
         Ok(())
     }

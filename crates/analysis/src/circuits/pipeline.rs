@@ -16,7 +16,7 @@ use ndarray::{Array2, Array4, Axis};
 
 use super::composition::{
     composition_baseline, composition_memory_bytes, composition_scores, CompositionBaseline,
-    CompositionKind, CompositionParams, CompositionScores,
+    CompositionKind, CompositionParams, CompositionScores, MAX_THREADS,
 };
 use super::detect::{head_scores, repeated_token_scores, DetectOptions, ErrorMeasure, HeadPattern};
 use super::heads::{AttnDims, AttnWeights, HeadEigenvalues};
@@ -234,6 +234,12 @@ impl CircuitParams {
         }
         if self.top == 0 {
             return bad("--top must be at least 1".into());
+        }
+        if self.threads > MAX_THREADS {
+            return bad(format!(
+                "--threads {} is more than {MAX_THREADS} worker threads",
+                self.threads
+            ));
         }
         Ok(())
     }
@@ -560,6 +566,15 @@ mod tests {
             ..CircuitParams::default()
         };
         assert!(p.check().is_err());
+        let p = CircuitParams {
+            threads: 100_000,
+            ..CircuitParams::default()
+        };
+        assert!(p
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("--threads 100000"));
         assert!(HeadScorer::new(1, 1, 1, 0).is_err());
         assert!(HeadScorer::new(1, 1, 2, 0).unwrap().finish().is_err());
     }
