@@ -50,7 +50,10 @@ fn usage_errors_exit_2() {
     // No subcommand: clap prints the help on stderr and exits 2.
     let r = hyperlens::<&str>(&[]);
     assert_eq!(r.code, Some(2), "{r:?}");
-    assert!(r.stderr.contains("Usage: hyperlens <COMMAND>"), "{r:?}");
+    assert!(
+        r.stderr.contains("Usage: hyperlens [OPTIONS] <COMMAND>"),
+        "{r:?}"
+    );
     hyperlens(&["nope"]).usage_error(&["unrecognized subcommand 'nope'"]);
     hyperlens(&["--nope"]).usage_error(&["unexpected argument '--nope'"]);
 }

@@ -215,5 +215,39 @@ fn eval_usage_errors() {
         "paper-seed0",
     ])
     .usage_error(&["'--problems <PROBLEMS>' cannot be used with '--split <SPLIT>'"]);
-    hyperlens(&["eval", "--checkpoint", c]).usage_error(&["--split <SPLIT>"]);
+    // No --split: the checkpoint's recorded split is the default; a shipped run records one.
+    let out = hyperlens(&["eval", "--checkpoint", c, "--n", "8"]);
+    let recorded = crate::util::json(&std::path::Path::new(c).join("train.json"))["split"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        out.success()
+            .contains(&format!("problems     {recorded} ood")),
+        "{}",
+        out.stdout
+    );
+    // Another split is refused unless asked for.
+    let other = if recorded == "paper-seed1" {
+        "paper-seed0"
+    } else {
+        "paper-seed1"
+    };
+    hyperlens(&["eval", "--checkpoint", c, "--split", other, "--n", "8"]).failure(&[
+        "--split",
+        other,
+        &recorded,
+        "--other-split",
+    ]);
+    hyperlens(&[
+        "eval",
+        "--checkpoint",
+        c,
+        "--split",
+        other,
+        "--other-split",
+        "--n",
+        "8",
+    ])
+    .success();
 }

@@ -15,6 +15,7 @@ mod analyze;
 mod attention;
 mod circuits;
 mod cli;
+mod corpus;
 mod eval;
 mod import;
 mod info;

@@ -46,6 +46,28 @@ pub struct CodeSet {
     source: String,
 }
 
+/// The number of SRAVEN rules: labels and rules of a code file are rule indices in `0..N_RULES`
+/// (`docs/spec/sraven.md`, "Rules").
+pub const N_RULES: i64 = 8;
+
+/// Refuses a label or rule outside `0..N_RULES`, naming the file, the array and the first bad
+/// entry (a stray value would otherwise become a class of its own).
+fn check_rule_range<'a>(
+    source: &str,
+    array: &str,
+    values: impl Iterator<Item = &'a i64>,
+) -> Result<()> {
+    for (i, &v) in values.enumerate() {
+        if !(0..N_RULES).contains(&v) {
+            return Err(AnalysisError::InvalidInput(format!(
+                "{source}: array `{array}`: entry {i} is {v}, outside the rule indices 0..{}",
+                N_RULES - 1
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl CodeSet {
     /// Builds a code set from codes and labels.
     ///
@@ -254,10 +276,16 @@ impl CodeSet {
     /// [`AnalysisError::Io`] if the file cannot be opened; [`AnalysisError::Npz`] naming the file
     /// and array if the archive is unreadable, a required array is missing or an array has the
     /// wrong dtype or number of axes; the errors of [`CodeSet::new`] and the `with_*` setters
-    /// (naming the file) for inconsistent shapes or non-finite codes.
+    /// (naming the file) for inconsistent shapes or non-finite codes;
+    /// [`AnalysisError::InvalidInput`] naming the file and array for a label or rule outside
+    /// `0..8`; [`AnalysisError::File`] for a header that claims more data than the file holds or
+    /// the memory budget allows.
     pub fn read_npz(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let shown = path.display().to_string();
+        // Sizes in the headers are checked against the bytes present and the memory budget
+        // before ndarray-npy allocates anything.
+        hyperlens_io::inspect_npz(path)?;
         let file = File::open(path).map_err(|source| AnalysisError::Io {
             path: shown.clone(),
             source,
@@ -283,6 +311,7 @@ impl CodeSet {
             &shown,
             keys::LABEL,
         )?;
+        check_rule_range(&shown, keys::LABEL, label.iter())?;
         let mut set = Self::with_source(codes, label, &shown)?;
         if has(keys::RULES) {
             let a = to_2d(
@@ -290,6 +319,7 @@ impl CodeSet {
                 &shown,
                 keys::RULES,
             )?;
+            check_rule_range(&shown, keys::RULES, a.iter())?;
             set = set.with_rules(a)?;
         }
         if has(keys::INPUTS) {
@@ -532,7 +562,7 @@ mod tests {
             .unwrap()
             .with_correct(Array1::from_iter((0..9).map(|i| i % 3 == 0)))
             .unwrap()
-            .with_rules(Array2::from_shape_fn((9, 4), |(i, j)| (i + j) as i64))
+            .with_rules(Array2::from_shape_fn((9, 4), |(i, j)| ((i + j) % 8) as i64))
             .unwrap();
         let path = dir.join("set.npz");
         set.write_npz(&path).unwrap();

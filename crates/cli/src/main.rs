@@ -4,6 +4,23 @@
 
 use clap::{Parser, Subcommand};
 
+/// `println!` that returns the write error instead of panicking on it, so that a closed pipe
+/// (`hyperlens info ... | head -1`) ends the program quietly (see [`main`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `print!` that returns the write error instead of panicking on it (see [`outln!`]).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod commands;
 
 /// hyperlens: transformer interpretability from training to report. Latent codes of attention as
@@ -11,8 +28,18 @@ mod commands;
 #[derive(Debug, Parser)]
 #[command(name = "hyperlens", version, about, long_about = None)]
 struct Cli {
+    /// The most memory one allocation asked for by a file or a flag may take, e.g. 8G or 512M
+    /// (default: HYPERLENS_MEMORY_BUDGET, else half of this machine's memory). Larger sizes are
+    /// refused up front with what they would have cost.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_budget)]
+    memory_budget: Option<u64>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Parses `--memory-budget` (clap reports a bad value with exit code 2).
+fn parse_budget(s: &str) -> Result<u64, String> {
+    hyperlens_io::budget::parse_size("--memory-budget", s).map_err(|e| e.to_string())
 }
 
 /// The subcommands; each lives in its own file under `commands/`.
@@ -62,10 +89,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn main() {
     pin_matmul_threads();
     let cli = Cli::parse();
+    if let Some(bytes) = cli.memory_budget {
+        hyperlens_io::budget::set_memory_budget(bytes);
+    } else if let Err(e) = hyperlens_io::budget::check_env() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     if let Err(err) = run(cli) {
+        if is_broken_pipe(&err) {
+            // The reader went away (`| head`): nothing left to say to it, and not a failure.
+            std::process::exit(0);
+        }
         eprintln!("error: {err:#}");
         std::process::exit(1);
     }
+}
+
+/// Whether an error comes from writing to a closed pipe (ripgrep's rule: exit quietly with 0).
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Fixes candle's CPU matmul thread count once, in `RAYON_NUM_THREADS`, unless the user set it.

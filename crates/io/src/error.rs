@@ -28,6 +28,17 @@ pub enum IoError {
         #[source]
         source: ndarray_npy::WriteNpzError,
     },
+    /// A file being read is malformed, or claims sizes it does not hold or the memory budget does
+    /// not allow (see [`crate::inspect_npz`]).
+    #[error("{}: array `{array}`: {msg}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The array (or `(archive)` for the file as a whole).
+        array: String,
+        /// What is wrong.
+        msg: String,
+    },
     /// Serialising or parsing JSON failed.
     #[error("json error on {}", path.display())]
     Json {
@@ -43,7 +54,10 @@ impl IoError {
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            Self::Io { path, .. } | Self::Npz { path, .. } | Self::Json { path, .. } => path,
+            Self::Io { path, .. }
+            | Self::Npz { path, .. }
+            | Self::Invalid { path, .. }
+            | Self::Json { path, .. } => path,
         }
     }
 

@@ -5,18 +5,23 @@
 //! - [`write_npz`]: `.npz` archives (numpy's uncompressed layout), atomically.
 //! - [`write_json`] and the provenance sidecars ([`write_sidecar`], [`sidecar_path`]: `codes.npz`
 //!   -> `codes.json`), with [`read_sidecar`] also finding the older `<file>.npz.json` name.
+//! - [`inspect_npz`]: checks an `.npz` archive's headers against the bytes present and the memory
+//!   [`budget`] before anything is read.
 //! - [`keys`]: the names of the arrays that writers and readers share.
 //!
 //! Depends on neither candle nor any other hyperlens crate, so that every crate can use it.
 
 mod atomic;
+pub mod budget;
 mod error;
+mod inspect;
 mod json;
 pub mod keys;
 mod npz;
 
 pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
 pub use error::{IoError, Result};
+pub use inspect::{inspect_npz, NpyMember};
 pub use json::{
     json_bytes, legacy_sidecar_path, read_sidecar, sidecar_path, write_json, write_sidecar,
 };

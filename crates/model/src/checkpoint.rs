@@ -176,24 +176,76 @@ pub fn read_config(dir: &Path) -> Result<Config> {
     Ok(config)
 }
 
+/// The checks of `config.json` against the weights file that come before anything is built from
+/// the config's sizes: the number of layers the weights hold (so that a config claiming 10^7
+/// layers is refused before a table of 10^8 tensor names is made), and the mixer the weights were
+/// saved with (their `mixer` metadata, written by [`save`]), which decides how they are read.
+fn check_against_header(
+    path: &Path,
+    names: &[String],
+    bytes: &[u8],
+    config: &Config,
+) -> Result<()> {
+    let config_file = path.with_file_name(CONFIG_FILE);
+    let layers: std::collections::BTreeSet<&str> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix("blocks."))
+        .filter_map(|rest| rest.split('.').next())
+        .collect();
+    if layers.len() != config.n_layers {
+        return Err(ModelError::Checkpoint {
+            path: config_file,
+            msg: format!(
+                "n_layers = {}, but {} holds the tensors of {} layer(s) (config and weights \
+                 disagree)",
+                config.n_layers,
+                path.display(),
+                layers.len()
+            ),
+        });
+    }
+    let saved_mixer = SafeTensors::read_metadata(bytes)
+        .ok()
+        .and_then(|(_, m)| m.metadata().as_ref()?.get("mixer").cloned());
+    if let Some(saved) = saved_mixer {
+        if saved != config.mixer.to_string() {
+            return Err(ModelError::Checkpoint {
+                path: config_file,
+                msg: format!(
+                    "mixer = {}, but {} was saved with mixer {saved} (its metadata); the weights \
+                     would be run as the wrong model",
+                    config.mixer,
+                    path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Validates safetensors bytes against `config` and returns the tensors on `device`.
 ///
-/// Checks, in canonical order: every expected tensor is present, f32, of the shape the config
+/// Checks, in order: no tensor name appears twice in the header; the weights hold as many layers
+/// as the config says and were saved with the config's mixer (their `mixer` metadata, if any);
+/// then, in canonical order, every expected tensor is present, f32, of the shape the config
 /// implies, and finite; then that no other tensor is present.
 ///
 /// # Errors
-/// [`ModelError::Checkpoint`] (not a safetensors file, e.g. truncated) or [`ModelError::Tensor`]
-/// naming `path` and the tensor.
+/// [`ModelError::Checkpoint`] (not a safetensors file, e.g. truncated; naming `config.json` for a
+/// layer count or mixer that contradicts the weights) or [`ModelError::Tensor`] naming `path` and
+/// the tensor (also for a duplicate name).
 pub fn validate_weights(
     path: &Path,
     bytes: &[u8],
     config: &Config,
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
+    let names = crate::st_header::tensor_names(path, bytes)?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Checkpoint {
         path: path.to_path_buf(),
         msg: format!("not a valid safetensors file: {e}"),
     })?;
+    check_against_header(path, &names, bytes, config)?;
     let expected = config.tensor_shapes();
     let mut out = HashMap::with_capacity(expected.len());
     for (name, shape) in &expected {
@@ -261,7 +313,7 @@ pub fn validate_weights(
 pub fn load(dir: &Path, device: &Device) -> Result<(Config, HashMap<String, Tensor>)> {
     let config = read_config(dir)?;
     let path = dir.join(WEIGHTS_FILE);
-    let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+    let bytes = crate::st_header::read_weights_file(&path)?;
     let tensors = validate_weights(&path, &bytes, &config, device)?;
     Ok((config, tensors))
 }

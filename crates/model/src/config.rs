@@ -108,7 +108,8 @@ impl Config {
     /// Validates every field once.
     ///
     /// # Errors
-    /// [`ModelError::Config`] naming the field: a zero size, `n_outputs > n_tokens`, or fewer than
+    /// [`ModelError::Config`] naming the field: a zero size, `n_outputs > n_tokens`, an `n_tokens`
+    /// whose [T, T] tables exceed the memory budget, or fewer than
     /// 2 relative-position buckets (the T5 bucketing needs `n_buckets / 2 >= 1`).
     pub fn check(&self) -> Result<()> {
         let sizes = [
@@ -135,6 +136,24 @@ impl Config {
                 self.n_outputs, self.n_tokens
             )));
         }
+        // Sizes come from a file or a flag: refuse a model whose weights alone exceed the budget
+        // before anything (even the table of tensor names) is built from them.
+        hyperlens_io::budget::check_alloc(
+            format!(
+                "a model with d_model = {}, n_layers = {}, n_heads = {}, d_head = {}, d_mlp = {}",
+                self.d_model, self.n_layers, self.n_heads, self.d_head, self.d_mlp
+            ),
+            self.n_params_saturating().saturating_mul(4),
+        )
+        .map_err(|e| ModelError::Config(e.to_string()))?;
+        // The model builds [T, T] tables (position buckets, causal mask) from `n_tokens`, which
+        // comes from a file or a flag: refuse what the memory budget does not allow.
+        let t = self.n_tokens as u128;
+        hyperlens_io::budget::check_alloc(
+            format!("`n_tokens` = {} ([T, T] position tables)", self.n_tokens),
+            t.saturating_mul(t).saturating_mul(12),
+        )
+        .map_err(|e| ModelError::Config(e.to_string()))?;
         if self.n_buckets < 2 {
             return Err(ModelError::Config(format!(
                 "`n_buckets` must be at least 2, got {}",
@@ -186,6 +205,39 @@ impl Config {
         v
     }
 
+    /// Total number of parameters in closed form, saturating instead of overflowing (so that sizes
+    /// read from a file or a flag can be checked before [`Config::tensor_shapes`] is built). Equal
+    /// to [`Config::n_params`] whenever that fits in `usize`.
+    pub fn n_params_saturating(&self) -> u128 {
+        let [din, dm, h, d, l, dmlp, dout, nb] = [
+            self.d_in,
+            self.d_model,
+            self.n_heads,
+            self.d_head,
+            self.n_layers,
+            self.d_mlp,
+            self.d_out,
+            self.n_buckets,
+        ]
+        .map(|v| v as u128);
+        let m = |a: u128, b: u128| a.saturating_mul(b);
+        let sum = |v: &[u128]| v.iter().fold(0u128, |acc, &x| acc.saturating_add(x));
+        let hd = m(h, d);
+        let per_layer = sum(&[
+            m(2, dm),
+            m(m(3, hd), dm),
+            m(3, hd),
+            m(hd, dm),
+            dm,
+            m(h, nb),
+            m(2, dm),
+            m(m(2, dm), dmlp),
+            dmlp,
+            dm,
+        ]);
+        sum(&[m(din, dm), dm, m(l, per_layer), m(2, dm), m(dm, dout), dout])
+    }
+
     /// Total number of parameters (402,824 for the base SRAVEN model, for every mixer).
     pub fn n_params(&self) -> usize {
         self.tensor_shapes()
@@ -198,6 +250,22 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closed_form_parameter_count_matches_the_tensor_table() {
+        for c in [
+            Config::sraven_base(Mixer::Hyla),
+            Config::sraven(Mixer::Softmax, 2, 8).unwrap(),
+            Config::logic(Mixer::Linear, 3, 32),
+        ] {
+            assert_eq!(c.n_params_saturating(), c.n_params() as u128);
+        }
+        let mut c = Config::sraven_base(Mixer::Hyla);
+        c.n_layers = usize::MAX;
+        c.d_model = usize::MAX;
+        assert_eq!(c.n_params_saturating(), u128::MAX);
+        assert!(c.check().unwrap_err().to_string().contains("memory budget"));
+    }
 
     #[test]
     fn check_rejects_bad_fields() {

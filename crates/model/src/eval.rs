@@ -126,7 +126,7 @@ pub fn batch_tensor(x: &Array3<f32>, device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(data, (b, t, m), device)?)
 }
 
-/// The result of [`evaluate_with`].
+/// The result of [`evaluate_with`] and [`evaluate_stream`].
 #[derive(Debug, Clone)]
 pub struct EvalOutput {
     /// The metrics.
@@ -135,6 +135,8 @@ pub struct EvalOutput {
     pub logits: Option<Array3<f32>>,
     /// Predicted classes `[N, F]` if logits were asked for.
     pub pred: Option<Array2<i64>>,
+    /// Targets `[N, F]` if logits were asked for.
+    pub y: Option<Array2<i64>>,
 }
 
 fn check_problems(model: &Transformer, problems: &ProblemSet) -> Result<()> {
@@ -160,7 +162,8 @@ fn check_problems(model: &Transformer, problems: &ProblemSet) -> Result<()> {
 /// `problems.x [N, T, M]`, `problems.y [N, F]`, matching the model's config.
 ///
 /// # Errors
-/// [`ModelError::Input`] if `batch` is 0 or the problems do not fit the model; candle errors.
+/// [`ModelError::Input`] if `batch` is 0, the set is empty or the problems do not fit the model;
+/// candle errors.
 pub fn evaluate(model: &Transformer, problems: &ProblemSet, batch: usize) -> Result<EvalMetrics> {
     Ok(evaluate_with(model, problems, batch, false, |_| {})?.metrics)
 }
@@ -169,7 +172,7 @@ pub fn evaluate(model: &Transformer, problems: &ProblemSet, batch: usize) -> Res
 /// the number of problems done after each batch (for a progress bar).
 ///
 /// # Shapes
-/// Returns logits `[N, F, C]` and predictions `[N, F]` when `keep_logits`.
+/// Returns logits `[N, F, C]`, predictions and targets `[N, F]` when `keep_logits`.
 ///
 /// # Errors
 /// As [`evaluate`].
@@ -178,42 +181,85 @@ pub fn evaluate_with<P: FnMut(usize)>(
     problems: &ProblemSet,
     batch: usize,
     keep_logits: bool,
-    mut on_batch: P,
+    on_batch: P,
 ) -> Result<EvalOutput> {
     if batch == 0 {
         return Err(ModelError::Input("batch size must be positive".into()));
     }
     check_problems(model, problems)?;
-    let cfg = model.config();
     let n = problems.len();
+    let batches = (0..n)
+        .step_by(batch)
+        .map(|start| Ok::<_, ModelError>(problems.slice(start, (start + batch).min(n))));
+    evaluate_stream(model, batches, keep_logits, on_batch)
+}
+
+/// Evaluates `model` on a stream of problem batches (e.g. `SampleStream::batches`), so that memory
+/// is bounded by the batch (plus the logits, predictions and targets if `keep_logits`). Calls
+/// `on_batch(done)` with the number of problems done after each batch.
+///
+/// # Shapes
+/// Each batch: `x [B, T, M]`, `y [B, F]`, matching the model's config. Returns logits `[N, F, C]`,
+/// predictions and targets `[N, F]` when `keep_logits`.
+///
+/// # Errors
+/// The first error of the stream; [`ModelError::Input`] for a batch that does not fit the model or
+/// an empty stream (no problems: the metrics would be meaningless); candle errors.
+pub fn evaluate_stream<I, E, P>(
+    model: &Transformer,
+    batches: I,
+    keep_logits: bool,
+    mut on_batch: P,
+) -> Result<EvalOutput>
+where
+    I: IntoIterator<Item = std::result::Result<ProblemSet, E>>,
+    ModelError: From<E>,
+    P: FnMut(usize),
+{
+    let cfg = model.config();
     let mut acc = MetricsAccumulator::new(cfg.n_outputs);
-    let mut logits_all = keep_logits.then(|| Array3::<f32>::zeros((n, cfg.n_outputs, cfg.d_out)));
-    let mut pred_all = keep_logits.then(|| Array2::<i64>::zeros((n, cfg.n_outputs)));
-    let mut start = 0;
-    while start < n {
-        let end = (start + batch).min(n);
-        let x = batch_tensor(
-            &problems.x.slice(s![start..end, .., ..]).to_owned(),
-            model.device(),
-        )?;
+    let mut kept: Vec<(Array3<f32>, Array2<i64>, Array2<i64>)> = Vec::new();
+    let mut done = 0;
+    for b in batches {
+        let b = b?;
+        if b.is_empty() {
+            continue;
+        }
+        check_problems(model, &b)?;
+        let x = batch_tensor(&b.x, model.device())?;
         let out = model.forward(&x, false)?;
         let v: Vec<f32> = out.logits.flatten_all()?.to_vec1()?;
-        let logits = Array3::from_shape_vec((end - start, cfg.n_outputs, cfg.d_out), v)
+        let logits = Array3::from_shape_vec((b.len(), cfg.n_outputs, cfg.d_out), v)
             .map_err(|e| ModelError::Input(format!("logits shape: {e}")))?;
-        let pred = acc.add(logits.view(), problems.y.slice(s![start..end, ..]))?;
-        if let Some(l) = logits_all.as_mut() {
-            l.slice_mut(s![start..end, .., ..]).assign(&logits);
+        let pred = acc.add(logits.view(), b.y.view())?;
+        if keep_logits {
+            kept.push((logits, pred, b.y.clone()));
         }
-        if let Some(p) = pred_all.as_mut() {
-            p.slice_mut(s![start..end, ..]).assign(&pred);
-        }
-        on_batch(end);
-        start = end;
+        done += b.len();
+        on_batch(done);
     }
+    if done == 0 {
+        return Err(ModelError::Input(
+            "the problem set is empty: no problems to evaluate".into(),
+        ));
+    }
+    let (logits, pred, y) = if keep_logits {
+        let cat3 = |v: Vec<ArrayView3<f32>>| ndarray::concatenate(ndarray::Axis(0), &v);
+        let cat2 = |v: Vec<ArrayView2<i64>>| ndarray::concatenate(ndarray::Axis(0), &v);
+        let shape_err = |e: ndarray::ShapeError| ModelError::Input(format!("logits: {e}"));
+        (
+            Some(cat3(kept.iter().map(|k| k.0.view()).collect()).map_err(shape_err)?),
+            Some(cat2(kept.iter().map(|k| k.1.view()).collect()).map_err(shape_err)?),
+            Some(cat2(kept.iter().map(|k| k.2.view()).collect()).map_err(shape_err)?),
+        )
+    } else {
+        (None, None, None)
+    };
     Ok(EvalOutput {
         metrics: acc.finish(),
-        logits: logits_all,
-        pred: pred_all,
+        logits,
+        pred,
+        y,
     })
 }
 

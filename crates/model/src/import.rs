@@ -138,6 +138,19 @@ pub fn import_jax_npz(
     mixer: Mixer,
     n_outputs: usize,
 ) -> Result<(Config, Vec<(String, Tensor)>)> {
+    // Sizes in the headers are checked against the bytes present and the memory budget before
+    // ndarray-npy allocates anything.
+    hyperlens_io::inspect_npz(path).map_err(|e| {
+        let (key, msg) = match e {
+            hyperlens_io::IoError::Invalid { array, msg, .. } => (array, msg),
+            other => (String::new(), other.to_string()),
+        };
+        ModelError::Import {
+            path: path.to_path_buf(),
+            key,
+            msg,
+        }
+    })?;
     let file = File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,

@@ -25,6 +25,7 @@ pub mod lm;
 pub mod mixer;
 pub mod nn;
 pub mod ops;
+pub mod st_header;
 pub mod transformer;
 
 /// The candle crates this crate is built on, re-exported so that dependants use the same copies.

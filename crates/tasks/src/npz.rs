@@ -59,6 +59,35 @@ pub fn save_problems(path: &Path, set: &ProblemSet) -> Result<()> {
 /// (`perms`).
 pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     params.check()?;
+    // Sizes in the headers are checked against the bytes present and the memory budget before
+    // ndarray-npy allocates anything.
+    let members = hyperlens_io::inspect_npz(path).map_err(|e| match e {
+        hyperlens_io::IoError::Invalid { array, msg, .. } if array == "(archive)" => {
+            TasksError::NpzFile {
+                path: path.to_path_buf(),
+                reason: msg,
+            }
+        }
+        hyperlens_io::IoError::Invalid { array, msg, .. } => TasksError::NpzArray {
+            path: path.to_path_buf(),
+            array,
+            reason: msg,
+        },
+        hyperlens_io::IoError::Io { source, .. } => TasksError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => other.into(),
+    })?;
+    if let Some(x) = members.iter().find(|m| m.name == keys::X) {
+        if x.shape.first() == Some(&0) {
+            return Err(TasksError::NpzArray {
+                path: path.to_path_buf(),
+                array: keys::X.into(),
+                reason: "the problem set is empty (N = 0)".into(),
+            });
+        }
+    }
     let file = File::open(path).map_err(|source| TasksError::Io {
         path: path.to_path_buf(),
         source,

@@ -222,7 +222,7 @@ impl InductionJob {
                 path.display()
             )));
         }
-        let tensors = load_dir(dir, &config.tensor_shapes(), device)?;
+        let tensors = load_dir(dir, config.n_layers, || config.tensor_shapes(), device)?;
         let (model, varmap) = TokenModel::trainable_from_tensors(&config, tensors, device)?;
         InductionJob::new(settings, model, varmap)
     }

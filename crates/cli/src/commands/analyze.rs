@@ -111,13 +111,13 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         .write_tables(&args.out)
         .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
 
-    println!("layer  accuracy  balanced  majority  shuffled  ari    nmi    silhouette");
+    outln!("layer  accuracy  balanced  majority  shuffled  ari    nmi    silhouette")?;
     for a in &report.layers {
         let d = &a.decoding;
         let (ari, nmi, sil) = a.clusters.map_or((f64::NAN, f64::NAN, f64::NAN), |c| {
             (c.ari, c.nmi, c.silhouette)
         });
-        println!(
+        outln!(
             "{:<6} {:>8.3}  {:>8.3}  {:>8.3}  {:>8}  {:>5.3}  {:>5.3}  {:>6.3}",
             a.layer.to_string(),
             d.accuracy,
@@ -128,13 +128,13 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             ari,
             nmi,
             sil
-        );
+        )?;
     }
-    println!(
+    outln!(
         "wrote {} files to {} in {:.1} s",
         written.len(),
         args.out.display(),
         report.elapsed_s
-    );
+    )?;
     Ok(())
 }

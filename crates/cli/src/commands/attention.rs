@@ -74,10 +74,7 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
     let t1 = std::time::Instant::now();
     let pattern = model.attention_patterns(&tokens).context("--tokens")?;
     let fwd_s = t1.elapsed().as_secs_f64();
-    if let Some(parent) = args.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
+    super::common::create_parent("--out", &args.out)?;
     write_npz(&args.out, &pattern, &tokens)?;
     let meta = serde_json::json!({
         "producer": format!("hyperlens {} attention", env!("CARGO_PKG_VERSION")),
@@ -91,7 +88,7 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
     });
     hyperlens_io::write_sidecar(&args.out, &meta)?;
     let s = pattern.shape();
-    println!(
+    outln!(
         "{} ({kind}): {} layers x {} heads x {} x {} -> {} (load {load_s:.2} s, forward {fwd_s:.2} s)",
         args.checkpoint.display(),
         s[0],
@@ -99,7 +96,7 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
         s[2],
         s[3],
         args.out.display()
-    );
+    )?;
     Ok(())
 }
 

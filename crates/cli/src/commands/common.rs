@@ -1,23 +1,32 @@
 //! Pieces shared by several subcommands: where SRAVEN problems come from, and progress bars. Output
 //! files are written by `hyperlens_io` (atomically).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::Args;
+use hyperlens_model::checkpoint::CONFIG_FILE;
+use hyperlens_model::Config;
+use hyperlens_report::discover::RunInfo;
 use hyperlens_tasks::sraven::{Set, Split, SravenParams};
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Where the problems come from: a problem-set file, or sampled from a split.
+/// Where the problems come from: a problem-set file, or sampled from a split (by default the split
+/// the checkpoint was trained on).
 #[derive(Debug, Clone, Args)]
 pub struct ProblemArgs {
     /// A problem-set file written by `hyperlens tasks sample` (arrays x, y, rules, perms).
-    #[arg(long, conflicts_with_all = ["split", "set", "n", "seed", "unpermuted"])]
+    #[arg(long, conflicts_with_all = ["split", "set", "n", "seed", "unpermuted", "other_split"])]
     pub problems: Option<PathBuf>,
-    /// Sample problems from this split (`paper-seed0|1|2|2024` or `seed{N}`).
-    #[arg(long, required_unless_present = "problems")]
+    /// Sample problems from this split (`paper-seed0|1|2|2024` or `seed{N}`). Default: the split
+    /// the checkpoint's run files (train.json, train_state.json) record.
+    #[arg(long)]
     pub split: Option<String>,
+    /// Allow a --split other than the one the checkpoint was trained on (its OOD tasks are then
+    /// partly training tasks of the model, and the reverse).
+    #[arg(long)]
+    pub other_split: bool,
     /// Which task list to sample from: `id` (in-distribution) or `ood` (held out).
     #[arg(long, default_value = "ood")]
     pub set: Set,
@@ -52,29 +61,116 @@ pub enum ProblemSource {
     },
 }
 
+/// The SRAVEN task a checkpoint's config describes: F = `n_outputs` features, M = `d_in` values,
+/// and T = 9 F tokens (`docs/spec/sraven.md`, "Tokens, targets, metrics").
+///
+/// # Errors
+/// A config that does not describe a SRAVEN model, naming `config.json` of `checkpoint` and the
+/// field.
+pub fn sraven_params(checkpoint: &Path, cfg: &Config) -> anyhow::Result<SravenParams> {
+    let file = checkpoint.join(CONFIG_FILE);
+    let params = SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..SravenParams::default()
+    };
+    if let Err(e) = params.check() {
+        bail!(
+            "{}: n_outputs = {} (features) and d_in = {} (values) do not describe a SRAVEN task: {e}",
+            file.display(),
+            cfg.n_outputs,
+            cfg.d_in
+        );
+    }
+    if cfg.n_tokens != params.n_tokens() || cfg.d_out != cfg.d_in {
+        bail!(
+            "{}: n_tokens = {} and d_out = {}, but a SRAVEN model with n_outputs = {} and d_in = {} \
+             reads {} tokens and answers over {} values (is this a fuzzy-logic or token model?)",
+            file.display(),
+            cfg.n_tokens,
+            cfg.d_out,
+            cfg.n_outputs,
+            cfg.d_in,
+            params.n_tokens(),
+            cfg.d_in
+        );
+    }
+    Ok(params)
+}
+
 impl ProblemArgs {
-    /// Resolves the arguments for a model whose task has `params`.
+    /// Resolves the arguments for the checkpoint in `checkpoint`, whose task has `params`. Without
+    /// `--problems` or `--split`, the split is the one the checkpoint's run files record; a
+    /// `--split` that differs from it needs `--other-split`.
     ///
     /// # Errors
-    /// An unknown split or a zero `--n`.
-    pub fn resolve(&self, params: SravenParams) -> anyhow::Result<ProblemSource> {
-        match (&self.problems, &self.split) {
-            (Some(path), _) => Ok(ProblemSource::File(path.clone())),
-            (None, Some(name)) => {
-                if self.n == 0 {
-                    bail!("--n must be positive");
-                }
-                Ok(ProblemSource::Sampled {
-                    split: Split::named_with(name, params)?,
-                    set: self.set,
-                    n: self.n,
-                    seed: self.seed,
-                    unpermuted: self.unpermuted,
-                })
-            }
-            (None, None) => bail!("give --problems FILE or --split NAME"),
+    /// An unknown split, a split that does not fit the model's config (naming `config.json` and
+    /// the field), a split other than the recorded one, no split at all, or a zero `--n`.
+    pub fn resolve(
+        &self,
+        checkpoint: &Path,
+        params: SravenParams,
+    ) -> anyhow::Result<ProblemSource> {
+        if let Some(path) = &self.problems {
+            return Ok(ProblemSource::File(path.clone()));
         }
+        let recorded = RunInfo::read(checkpoint).split;
+        let name = match (&self.split, &recorded) {
+            (Some(given), Some(rec)) if given != rec && !self.other_split => bail!(
+                "--split {given} differs from the split {rec} that {} was trained on (its run \
+                 files say so): the held-out tasks of one are training tasks of the other; pass \
+                 --other-split to use it anyway",
+                checkpoint.display()
+            ),
+            (Some(given), _) => given.clone(),
+            (None, Some(rec)) => rec.clone(),
+            (None, None) => bail!(
+                "give --problems FILE or --split NAME: {} records no training split",
+                checkpoint.display()
+            ),
+        };
+        if self.n == 0 {
+            bail!("--n must be positive");
+        }
+        let split = Split::named_with(&name, params).map_err(|e| {
+            if Split::paper_names().contains(&name.as_str()) {
+                anyhow::anyhow!(
+                    "{}: n_outputs = {} features, but the paper split `{name}` is defined for 4 \
+                     features; use a seeded split (seed{{N}}): {e}",
+                    checkpoint.join(CONFIG_FILE).display(),
+                    params.features
+                )
+            } else {
+                anyhow::Error::from(e).context(format!("--split {name}"))
+            }
+        })?;
+        Ok(ProblemSource::Sampled {
+            split,
+            set: self.set,
+            n: self.n,
+            seed: self.seed,
+            unpermuted: self.unpermuted,
+        })
     }
+}
+
+/// The one rule for `--out` (and `--save-logits`) paths in every command: a missing parent
+/// directory is created, as `mkdir -p` would; an existing file in the way is an error naming the
+/// flag.
+///
+/// # Errors
+/// The directory cannot be created (naming `flag` and the directory).
+pub fn create_parent(flag: &str, path: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            anyhow::anyhow!(
+                "{flag} {}: cannot create {}: {e}",
+                path.display(),
+                parent.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// A progress bar over `len` items with a short label, drawn on stderr (hidden when not a terminal).

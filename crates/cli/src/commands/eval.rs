@@ -5,14 +5,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use clap::Args;
+use hyperlens_io::budget::check_alloc;
 use hyperlens_io::keys::logits as keys;
-use hyperlens_model::eval::evaluate_with;
-use hyperlens_model::{Device, Transformer};
+use hyperlens_model::eval::{evaluate_stream, evaluate_with};
+use hyperlens_model::{Config, Device, Transformer};
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, SravenParams};
+use hyperlens_tasks::sraven::SampleStream;
 use ndarray::{Array2, Array3};
+use std::io::Write as _;
 
-use super::common::{progress_bar, ProblemArgs, ProblemSource};
+use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
 
 /// Arguments of `hyperlens eval`.
 #[derive(Debug, Args)]
@@ -51,10 +53,12 @@ fn write_logits(
     })
 }
 
-/// Runs `hyperlens eval`.
+/// Runs `hyperlens eval`. Sampled problems are streamed in batches, so memory is bounded by
+/// `--batch` (plus the logits when `--save-logits` keeps them, which the memory budget checks).
 ///
 /// # Errors
-/// A bad checkpoint, problem file, split or flag; an unavailable device; a failed write.
+/// A bad checkpoint, problem file, split or flag; an unavailable device; a size over the memory
+/// budget; a failed write.
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     if args.batch == 0 {
         bail!("--batch must be positive");
@@ -62,13 +66,24 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let device = args.device.to_candle()?;
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
-    let params = SravenParams {
-        features: cfg.n_outputs,
-        values: cfg.d_in,
-        ..SravenParams::default()
-    };
-    let (problems, what): (ProblemSet, String) = match args.problems.resolve(params)? {
-        ProblemSource::File(path) => (load_problems(&path, &params)?, path.display().to_string()),
+    let params = sraven_params(&args.checkpoint, &cfg)?;
+    let source = args.problems.resolve(&args.checkpoint, params)?;
+    let keep = args.save_logits.is_some();
+    if let Some(path) = &args.save_logits {
+        super::common::create_parent("--save-logits", path)?;
+    }
+    let (out, what, n) = match source {
+        ProblemSource::File(path) => {
+            let problems = load_problems(&path, &params)?;
+            let n = problems.len();
+            check_logits_budget(keep, n, &cfg)?;
+            let bar = progress_bar(n as u64, "eval", "problems");
+            let out = evaluate_with(&model, &problems, args.batch, keep, |done| {
+                bar.set_position(done as u64)
+            })?;
+            bar.finish_and_clear();
+            (out, path.display().to_string(), n)
+        }
         ProblemSource::Sampled {
             split,
             set,
@@ -76,27 +91,25 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             seed,
             unpermuted,
         } => {
+            check_logits_budget(keep, n, &cfg)?;
             let kind = if unpermuted { "unpermuted" } else { "permuted" };
-            (
-                sample(&split, set, n, seed, unpermuted)?,
-                format!("{} {set}, seed {seed}, {kind}", split.name),
-            )
+            let what = format!("{} {set}, seed {seed}, {kind}", split.name);
+            let stream = SampleStream::new(&split, set, seed, unpermuted)?;
+            let bar = progress_bar(n as u64, "eval", "problems");
+            let out = evaluate_stream(&model, stream.batches(n, args.batch), keep, |done| {
+                bar.set_position(done as u64)
+            })?;
+            bar.finish_and_clear();
+            (out, what, n)
         }
     };
-    let n = problems.len();
-    let bar = progress_bar(n as u64, "eval", "problems");
-    let out = evaluate_with(
-        &model,
-        &problems,
-        args.batch,
-        args.save_logits.is_some(),
-        |done| bar.set_position(done as u64),
-    )?;
-    bar.finish_and_clear();
-    if let (Some(path), Some(logits), Some(pred)) = (&args.save_logits, &out.logits, &out.pred) {
-        write_logits(path, logits, pred, &problems.y)?;
+    if let (Some(path), Some(logits), Some(pred), Some(y)) =
+        (&args.save_logits, &out.logits, &out.pred, &out.y)
+    {
+        write_logits(path, logits, pred, y)?;
     }
     let m = &out.metrics;
+    let mut stdout = std::io::stdout().lock();
     if args.json {
         let obj = serde_json::json!({
             "accuracy": m.accuracy,
@@ -104,30 +117,43 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             "loss": m.loss,
             "n": m.n,
         });
-        println!("{obj}");
+        writeln!(stdout, "{obj}")?;
     } else {
-        println!(
+        writeln!(
+            stdout,
             "checkpoint   {} ({}, {} parameters)",
             args.checkpoint.display(),
             cfg.mixer,
             cfg.n_params()
-        );
-        println!("problems     {what}: {n}");
-        println!(
+        )?;
+        writeln!(stdout, "problems     {what}: {n}")?;
+        writeln!(
+            stdout,
             "accuracy     {:.2} % (all {} features right)",
             100.0 * m.accuracy,
             cfg.n_outputs
-        );
+        )?;
         let per: Vec<String> = m
             .per_feature_accuracy
             .iter()
             .map(|a| format!("{:.2} %", 100.0 * a))
             .collect();
-        println!("per feature  {}", per.join("  "));
-        println!("loss         {:.4}", m.loss);
+        writeln!(stdout, "per feature  {}", per.join("  "))?;
+        writeln!(stdout, "loss         {:.4}", m.loss)?;
         if let Some(p) = &args.save_logits {
-            println!("logits       {}", p.display());
+            writeln!(stdout, "logits       {}", p.display())?;
         }
+    }
+    Ok(())
+}
+
+/// Checks that `--save-logits` for `n` problems fits the memory budget: logits `[N, F, C]` f32
+/// plus predictions and targets `[N, F]` i64, twice over while the batches are joined.
+fn check_logits_budget(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()> {
+    if keep {
+        let per = 4 * cfg.d_out as u128 + 16;
+        let bytes = 2 * (n as u128) * (cfg.n_outputs as u128) * per;
+        check_alloc(format!("--save-logits for --n {n}"), bytes)?;
     }
     Ok(())
 }

@@ -50,9 +50,10 @@ pub fn run(cmd: ImportCommand) -> anyhow::Result<()> {
                 );
             }
             let (config, tensors) = import_jax_npz(&args.params, args.mixer, args.n_outputs)?;
+            super::common::create_parent("--out", &args.out)?;
             checkpoint::save(&args.out, &config, &tensors)
                 .with_context(|| format!("writing checkpoint {}", args.out.display()))?;
-            println!(
+            outln!(
                 "imported {} -> {}: mixer {}, {} layers, D {}, H {}, d {}, D_mlp {}, {} parameters",
                 args.params.display(),
                 args.out.display(),
@@ -63,7 +64,7 @@ pub fn run(cmd: ImportCommand) -> anyhow::Result<()> {
                 config.d_head,
                 config.d_mlp,
                 config.n_params()
-            );
+            )?;
             Ok(())
         }
     }

@@ -60,18 +60,18 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
             "n_params": config.n_params(),
             "tensors": rows,
         });
-        println!("{}", serde_json::to_string_pretty(&obj)?);
+        outln!("{}", serde_json::to_string_pretty(&obj)?)?;
         return Ok(());
     }
-    println!("checkpoint   {}", args.checkpoint.display());
-    println!(
+    outln!("checkpoint   {}", args.checkpoint.display())?;
+    outln!(
         "mixer        {} (paper: {}; normalisation {}, value network {})",
         config.mixer,
         config.mixer.paper_name(),
         config.mixer.normalisation(),
         config.mixer.value_network()
-    );
-    println!(
+    )?;
+    outln!(
         "sizes        d_in {}, T {}, F {}, D {}, H {}, d {}, layers {}, D_mlp {}, d_out {}, buckets {}, causal {}",
         config.d_in,
         config.n_tokens,
@@ -84,15 +84,20 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
         config.d_out,
         config.n_buckets,
         config.causal
-    );
-    println!("parameters   {}", config.n_params());
-    println!();
-    println!(
+    )?;
+    outln!("parameters   {}", config.n_params())?;
+    outln!()?;
+    outln!(
         "{:<26} {:<16} {:>8} {:>10} {:>10} {:>10}",
-        "tensor", "shape", "numel", "mean", "std", "max|x|"
-    );
+        "tensor",
+        "shape",
+        "numel",
+        "mean",
+        "std",
+        "max|x|"
+    )?;
     for r in rows {
-        println!(
+        outln!(
             "{:<26} {:<16} {:>8} {:>10.4} {:>10.4} {:>10.4}",
             r.name,
             format!("{:?}", r.shape),
@@ -100,7 +105,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
             r.mean,
             r.std,
             r.max_abs
-        );
+        )?;
     }
     Ok(())
 }

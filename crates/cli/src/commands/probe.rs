@@ -8,9 +8,9 @@ use clap::Args;
 use hyperlens_model::{Device, Transformer};
 use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{SampleStream, SravenParams};
+use hyperlens_tasks::sraven::SampleStream;
 
-use super::common::{progress_bar, ProblemArgs, ProblemSource};
+use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
 
 /// Arguments of `hyperlens probe`.
 #[derive(Debug, Args)]
@@ -50,11 +50,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let device = args.device.to_candle()?;
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
-    let params = SravenParams {
-        features: cfg.n_outputs,
-        values: cfg.d_in,
-        ..SravenParams::default()
-    };
+    let params = sraven_params(&args.checkpoint, &cfg)?;
     let probe = ProbeParams {
         site: args.site.clone(),
         layers: args.layers.clone(),
@@ -63,7 +59,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         checkpoint: args.checkpoint.display().to_string(),
         ..ProbeMeta::default()
     };
-    let source = args.problems.resolve(params)?;
+    let source = args.problems.resolve(&args.checkpoint, params)?;
+    super::common::create_parent("--out", &args.out)?;
     let summary = match source {
         ProblemSource::File(path) => {
             let set = load_problems(&path, &params)?;
@@ -102,13 +99,13 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         }
     }
     .with_context(|| format!("probing {}", args.checkpoint.display()))?;
-    println!(
+    outln!(
         "wrote {} ({} rows, site {}, {} mixer); answer-slot accuracy {:.2} %",
         args.out.display(),
         summary.n_rows,
         args.site,
         cfg.mixer,
         100.0 * summary.slot_accuracy
-    );
+    )?;
     Ok(())
 }

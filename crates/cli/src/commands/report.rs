@@ -121,11 +121,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     bars.clear();
     let summary = summary?;
     let n = summary.checkpoints;
-    println!(
+    outln!(
         "wrote {} ({n} checkpoint{}, {:.0} s)",
         summary.index_html.display(),
         if n == 1 { "" } else { "s" },
         summary.elapsed_s
-    );
+    )?;
     Ok(())
 }

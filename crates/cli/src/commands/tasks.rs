@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use hyperlens_io::budget::check_alloc;
 use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::npz::save_problems;
 use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
@@ -80,12 +81,12 @@ pub struct SampleArgs {
 pub fn run(c: TasksCommand) -> Result<()> {
     match c {
         TasksCommand::Splits => {
-            print!("{}", splits_table()?);
+            out!("{}", splits_table()?)?;
             Ok(())
         }
         TasksCommand::Sample(args) => {
             let summary = sample_to_file(&args)?;
-            print!("{summary}");
+            out!("{summary}")?;
             Ok(())
         }
     }
@@ -133,7 +134,15 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     }
     let split = Split::named(&args.split).context("--split")?;
     let set = Set::from(args.set);
+    let p = split.params;
+    // x [N, T, M] f32 while sampling and u8 when written, y and rules [N, F] i64, perms [N, 3, F].
+    let per_problem = 5 * (p.n_tokens() * p.values) as u128 + 8 * 5 * p.features as u128;
+    check_alloc(
+        format!("--n {} (the whole problem set is held in memory)", args.n),
+        per_problem.saturating_mul(args.n as u128),
+    )?;
     let problems = sample(&split, set, args.n, args.seed, args.unpermuted)?;
+    super::common::create_parent("--out", &args.out)?;
     let answer = ambiguity_rate(&problems, Criterion::AnswerDiffers)?;
     let every = ambiguity_rate(&problems, Criterion::EveryFeatureDiffers)?;
     save_problems(&args.out, &problems)?;

@@ -53,7 +53,9 @@ pub fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
     serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })
 }
 
-/// Loads the weights of a checkpoint directory, checked against `expected`.
+/// Loads the weights of a checkpoint directory, checked against `expected` (called only once the
+/// weights are known to hold `n_layers` layers, so that a config's layer count is never trusted
+/// before it is checked).
 ///
 /// # Shapes
 /// Returns exactly the `expected` tensors, as float32 on `device`.
@@ -64,14 +66,27 @@ pub fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
 /// another shape, not a float dtype or not finite.
 pub fn load_dir(
     dir: &Path,
-    expected: &[(String, Vec<usize>)],
+    n_layers: usize,
+    expected: impl FnOnce() -> Vec<(String, Vec<usize>)>,
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let wpath = dir.join(WEIGHTS_FILE);
     let mut store = TensorStore::new(&wpath);
     store.read_safetensors(&wpath)?;
+    let held = store.layer_count("blocks.");
+    if held != n_layers {
+        return Err(ModelError::Checkpoint {
+            path: dir.join(CONFIG_FILE),
+            msg: format!(
+                "n_layers = {n_layers}, but {} holds the tensors of {held} layer(s) (config and \
+                 weights disagree)",
+                wpath.display()
+            ),
+        });
+    }
+    let expected = expected();
     let mut out = HashMap::with_capacity(expected.len());
-    for (name, shape) in expected {
+    for (name, shape) in &expected {
         out.insert(name.clone(), store.take(name, shape, device)?);
     }
     let extra = store.remaining();

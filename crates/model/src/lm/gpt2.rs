@@ -138,7 +138,9 @@ impl Gpt2 {
             d_model,
             n_layers: cfg.usize("n_layer")?,
             n_heads: cfg.usize("n_head")?,
-            d_mlp: cfg.usize_opt("n_inner")?.unwrap_or(4 * d_model),
+            d_mlp: cfg
+                .usize_opt("n_inner")?
+                .unwrap_or(d_model.saturating_mul(4)),
             ln_eps: cfg.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5),
             activation,
         };
@@ -168,10 +170,43 @@ impl Gpt2 {
         } else {
             ""
         };
+        let held = store.layer_count(&format!("{p}h."));
+        if held != c.n_layers {
+            return Err(ModelError::Checkpoint {
+                path: cfg.path.clone(),
+                msg: format!(
+                    "key `n_layer`: {}, but the weights hold {held} layer(s) (config and weights \
+                     disagree)",
+                    c.n_layers
+                ),
+            });
+        }
+        // The sizes come from config.json: bound the weights they imply by the memory budget
+        // before any tensor is checked against them.
+        let (v, t, dm, f, l) = [c.vocab_size, c.n_ctx, c.d_model, c.d_mlp, c.n_layers]
+            .map(|x| x as u128)
+            .into();
+        let per_layer = (4 * dm)
+            .saturating_mul(dm)
+            .saturating_add((2 * dm).saturating_mul(f));
+        let params = (v + t)
+            .saturating_mul(dm)
+            .saturating_add(l.saturating_mul(per_layer));
+        hyperlens_io::budget::check_alloc(
+            format!(
+                "n_embd = {}, n_inner = {}, vocab_size = {}, n_positions = {}",
+                c.d_model, c.d_mlp, c.vocab_size, c.n_ctx
+            ),
+            params.saturating_mul(4),
+        )
+        .map_err(|e| ModelError::Checkpoint {
+            path: cfg.path.clone(),
+            msg: e.to_string(),
+        })?;
         let (dm, f) = (c.d_model, c.d_mlp);
         let wte = store.take(&format!("{p}wte.weight"), &[c.vocab_size, dm], device)?;
         let wpe = store.take(&format!("{p}wpe.weight"), &[c.n_ctx, dm], device)?;
-        let mut layers = Vec::with_capacity(c.n_layers);
+        let mut layers = Vec::new(); // n_layers comes from a file: never trusted for an allocation
         for l in 0..c.n_layers {
             let mut t =
                 |n: &str, dims: &[usize]| store.take(&format!("{p}h.{l}.{n}"), dims, device);

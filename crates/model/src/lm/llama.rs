@@ -342,7 +342,7 @@ impl Llama {
         let c = &config;
         let (dm, qd, kvd) = (c.d_model, c.n_heads * c.d_head, c.n_kv_heads * c.d_head);
         let embed = store.take(&names.embed, &[c.vocab_size, dm], device)?;
-        let mut layers = Vec::with_capacity(c.n_layers);
+        let mut layers = Vec::new(); // n_layers comes from a file: never trusted for an allocation
         for l in 0..c.n_layers {
             let n = |w: W| (names.layer)(l, w);
             let mut w_q = store.take(&n(W::Q), &[qd, dm], device)?;

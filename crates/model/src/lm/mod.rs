@@ -251,9 +251,22 @@ impl LanguageModel {
     /// `tokens` `[T]` -> `[L, H, T, T]` float32 ([layer, head, query, key]).
     ///
     /// # Errors
-    /// [`ModelError::Input`] for bad token ids or lengths.
+    /// [`ModelError::Input`] for bad token ids or lengths, or a length whose patterns exceed the
+    /// memory budget (`hyperlens_io::budget`; the patterns are held twice: per layer on the device
+    /// and stacked on the host, plus the scores of one layer).
     pub fn attention_patterns(&self, tokens: &[u32]) -> Result<Array4<f32>> {
         let t = tokens.len();
+        let per_layer = hyperlens_io::budget::bytes_of(4, &[self.n_heads(), t, t]);
+        let layers = self.n_layers() as u128;
+        hyperlens_io::budget::check_alloc(
+            format!(
+                "attention patterns of {t} tokens ({} layers x {} heads x {t} x {t} float32)",
+                self.n_layers(),
+                self.n_heads()
+            ),
+            per_layer.saturating_mul(layers.saturating_mul(2).saturating_add(2)),
+        )
+        .map_err(|e| ModelError::Input(e.to_string()))?;
         let x = Tensor::from_slice(tokens, (1, t), self.device())?;
         let out = self.forward(&x, true)?;
         let pats = out.patterns.unwrap_or_default();

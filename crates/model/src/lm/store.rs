@@ -38,7 +38,8 @@ impl TensorStore {
     /// Reads every tensor of a safetensors file (any float dtype) into the store.
     ///
     /// # Errors
-    /// [`ModelError::Checkpoint`] naming `file` when it cannot be read or parsed.
+    /// [`ModelError::Checkpoint`] naming `file` when it cannot be read or parsed or is larger than
+    /// the memory budget; [`ModelError::Tensor`] for a tensor name that appears twice.
     pub(crate) fn read_safetensors(&mut self, file: &Path) -> Result<()> {
         if !file.is_file() {
             return Err(ModelError::Checkpoint {
@@ -46,7 +47,9 @@ impl TensorStore {
                 msg: "file not found".into(),
             });
         }
-        let map = candle_core::safetensors::load(file, &Device::Cpu).map_err(|e| {
+        let bytes = crate::st_header::read_weights_file(file)?;
+        crate::st_header::tensor_names(file, &bytes)?;
+        let map = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| {
             ModelError::Checkpoint {
                 path: file.to_path_buf(),
                 msg: format!("cannot read safetensors: {e}"),
@@ -56,6 +59,19 @@ impl TensorStore {
             self.insert(name, t, file);
         }
         Ok(())
+    }
+
+    /// The number of distinct layers `l` among the tensor names `{prefix}{l}.*` (e.g. `blocks.`,
+    /// `h.`, `model.layers.`): what the weights say about the depth, to check a config's layer
+    /// count against before anything is sized by it.
+    pub(crate) fn layer_count(&self, prefix: &str) -> usize {
+        self.tensors
+            .keys()
+            .filter_map(|n| n.strip_prefix(prefix))
+            .filter_map(|rest| rest.split('.').next())
+            .filter(|l| l.parse::<usize>().is_ok())
+            .collect::<std::collections::HashSet<_>>()
+            .len()
     }
 
     /// The checkpoint this store was read from.

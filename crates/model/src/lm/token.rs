@@ -103,6 +103,30 @@ impl TokenConfig {
                 )));
             }
         }
+        // Sizes come from a file or a flag: bound the weights (embedding, unembedding, positions,
+        // and per layer Q, K, V, O and the MLP) by the memory budget before anything is built.
+        let [v, t, dm, hd, l, f] = [
+            self.vocab_size,
+            self.n_ctx,
+            self.d_model,
+            self.n_heads.saturating_mul(self.d_head),
+            self.n_layers,
+            self.d_mlp.unwrap_or(0),
+        ]
+        .map(|x| x as u128);
+        let m = |a: u128, b: u128| a.saturating_mul(b);
+        let per_layer = m(m(4, hd), dm).saturating_add(m(m(2, dm), f));
+        let params = m(m(2, v), dm)
+            .saturating_add(m(t, dm))
+            .saturating_add(m(l, per_layer));
+        hyperlens_io::budget::check_alloc(
+            format!(
+                "token model: a model with vocab_size = {}, d_model = {}, n_layers = {}",
+                self.vocab_size, self.d_model, self.n_layers
+            ),
+            m(params, 4),
+        )
+        .map_err(|e| ModelError::Config(e.to_string()))?;
         Ok(())
     }
 
@@ -357,7 +381,7 @@ impl TokenModel {
             read_config_json(dir)?,
             &dir.join(crate::checkpoint::CONFIG_FILE),
         )?;
-        let tensors = load_dir(dir, &config.tensor_shapes(), device)?;
+        let tensors = load_dir(dir, config.n_layers, || config.tensor_shapes(), device)?;
         Self::from_tensors(&config, tensors, device)
     }
 

@@ -225,11 +225,11 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
     let summary = summary::summary(&inputs, &report, &timings, t_all.elapsed().as_secs_f64())?;
     hyperlens_io::write_json(&args.out.join("summary.json"), &summary)?;
     summary::print_findings(&report)?;
-    println!(
+    outln!(
         "wrote {} in {:.1} s",
         args.out.display(),
         t_all.elapsed().as_secs_f64()
-    );
+    )?;
     Ok(())
 }
 

@@ -76,23 +76,23 @@ pub(super) fn print_findings(report: &CircuitReport) -> anyhow::Result<()> {
         }
     };
     let cut = report.params.threshold;
-    println!(
+    outln!(
         "induction heads (>= {cut}): {}",
         names(&report.induction_heads)
-    );
-    println!(
+    )?;
+    outln!(
         "previous-token heads (>= {cut}): {}",
         names(&report.previous_token_heads)
-    );
+    )?;
     if let Some(p) = &report.strongest_pair {
         let k_p99 = report.baseline.percentile(CompositionKind::K, 99.0)?;
-        println!(
+        outln!(
             "strongest pair: {} -> {}: K-composition {:.3} (baseline percentile {:.1}, p99 {k_p99:.3})",
             p.previous_token.label(),
             p.induction.label(),
             p.k_composition,
             p.baseline_percentile,
-        );
+        )?;
     }
     Ok(())
 }
