@@ -285,7 +285,13 @@ impl CodeSet {
         let shown = path.display().to_string();
         // Sizes in the headers are checked against the bytes present and the memory budget
         // before ndarray-npy allocates anything.
-        hyperlens_io::inspect_npz(path)?;
+        hyperlens_io::inspect_npz(path).map_err(|e| match e {
+            hyperlens_io::IoError::Io { source, .. } => AnalysisError::Io {
+                path: shown.clone(),
+                source,
+            },
+            other => AnalysisError::Npz(other.to_string()),
+        })?;
         let file = File::open(path).map_err(|source| AnalysisError::Io {
             path: shown.clone(),
             source,
