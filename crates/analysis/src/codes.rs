@@ -110,6 +110,13 @@ impl CodeSet {
         })
     }
 
+    /// Renames the set: `source` is the name that errors and analysis records use for it (by
+    /// default the file it was read from).
+    pub fn with_source_name(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
     /// Attaches the rules of every feature slot.
     ///
     /// # Shapes

@@ -17,9 +17,10 @@ use crate::error::{IoError, Result};
 /// [`Write`] (and [`Seek`]) implementation, then [`AtomicFile::commit`]. Dropping it without a
 /// commit removes the temporary file and leaves the target untouched.
 ///
-/// The temporary file is `.<name>.<random>.tmp` in the target's directory (so that the rename
-/// does not cross file systems); it is created with the permissions an ordinary new file gets
-/// (`0o666` less the umask on Unix).
+/// The temporary file is `.<name>.<pid>.<random>.tmp` in the target's directory (so that the
+/// rename does not cross file systems); it is created with the permissions an ordinary new file
+/// gets (`0o666` less the umask on Unix). Creating one first removes the temporary files of the
+/// same target left by writers that were killed ([`sweep_stale`]: pid no longer alive).
 #[derive(Debug)]
 pub struct AtomicFile {
     writer: BufWriter<NamedTempFile>,
@@ -37,7 +38,10 @@ impl AtomicFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let prefix = format!(".{name}.");
+        // The writer's pid is part of the name, so that the next write of the same file can tell
+        // the leftovers of a killed writer (pid gone) from a live one's, and remove them.
+        let prefix = format!(".{name}.{}.", std::process::id());
+        sweep_stale(&dir, &format!(".{name}."), ".tmp");
         let mut builder = tempfile::Builder::new();
         builder.prefix(&prefix).suffix(".tmp");
         #[cfg(unix)]
@@ -112,6 +116,51 @@ impl Write for AtomicFile {
 impl Seek for AtomicFile {
     fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
         self.writer.seek(pos)
+    }
+}
+
+/// Whether process `pid` is alive on this machine (Linux: `/proc/<pid>` exists); `true` where that
+/// cannot be told, so that nothing of a live writer is ever removed.
+fn pid_alive(pid: u32) -> bool {
+    if !Path::new("/proc/self").exists() {
+        return true;
+    }
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes the leftovers of killed writers in `dir`: entries named `{prefix}{pid}{rest}{suffix}`
+/// (files or directories) whose `pid` is no longer alive on this machine. Entries of live
+/// processes, and names that do not carry a pid, are left alone; failures are ignored (a sweep is
+/// housekeeping, never a reason to fail a write).
+pub fn sweep_stale(dir: &Path, prefix: &str, suffix: &str) {
+    let shown = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Ok(entries) = std::fs::read_dir(shown) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        if !name.ends_with(suffix) {
+            continue;
+        }
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(pid) = digits.parse::<u32>() else {
+            continue;
+        };
+        if pid != std::process::id() && !pid_alive(pid) {
+            let p = e.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
     }
 }
 
@@ -231,6 +280,26 @@ mod tests {
             cause.as_deref().is_some_and(|c| c.contains("no/such (")),
             "{cause:?}"
         );
+    }
+
+    #[test]
+    fn leftovers_of_dead_writers_are_swept_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.npz");
+        // 4194304 is above Linux's largest pid (2^22), so no process has it.
+        let dead = dir.path().join(".a.npz.4194304.x1y2.tmp");
+        let live = dir
+            .path()
+            .join(format!(".a.npz.{}.keep.tmp", std::process::id()));
+        let other = dir.path().join(".b.npz.4194304.zz.tmp");
+        for f in [&dead, &live, &other] {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        write_atomic(&p, b"x").unwrap();
+        if Path::new("/proc/self").exists() {
+            assert!(!dead.exists());
+        }
+        assert!(live.exists() && other.exists());
     }
 
     #[test]

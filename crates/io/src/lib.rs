@@ -19,7 +19,7 @@ mod json;
 pub mod keys;
 mod npz;
 
-pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
+pub use atomic::{sweep_stale, write_atomic, write_atomic_with, AtomicFile};
 pub use error::{IoError, Result};
 pub use inspect::{inspect_npz, NpyMember};
 pub use json::{

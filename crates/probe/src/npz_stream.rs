@@ -80,8 +80,10 @@ impl NpzStream {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        // The pid in the name lets the next run remove the staging folders of killed ones.
+        hyperlens_io::sweep_stale(&parent, ".hyperlens-npz-", "");
         let dir = tempfile::Builder::new()
-            .prefix(".hyperlens-npz-")
+            .prefix(&format!(".hyperlens-npz-{}-", std::process::id()))
             .tempdir_in(&parent)
             .map_err(|e| io_err(&parent, e))?;
         Ok(Self {

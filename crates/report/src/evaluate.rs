@@ -15,7 +15,7 @@ use ndarray::{Array1, Array4};
 
 use crate::discover::{name_of, training_of, RunInfo, Steps, Training};
 use crate::error::{ReportError, Result};
-use crate::{Progress, ReportParams};
+use crate::Progress;
 
 /// The attention of one OOD problem (the first of the OOD probe set, so row 0 of
 /// `codes/{name}_ood.npz` is `pattern[.., .., query, keys]` of the paper's site).
@@ -163,8 +163,8 @@ fn write_attention_npz(path: &Path, a: &AttentionSample) -> Result<()> {
 /// # Errors
 /// Any failure of loading, evaluation, extraction, analysis or writing (the caller names the
 /// checkpoint).
-pub fn analyse_checkpoint(
-    params: &ReportParams,
+pub(crate) fn analyse_checkpoint(
+    params: &crate::StagedParams,
     dir: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Entry> {
@@ -223,7 +223,12 @@ pub fn analyse_checkpoint(
                 total,
             })
         })?;
-        sets.push(CodeSet::read_npz(&path)?);
+        // The report is built in a staging directory (lib.rs): name the codes by where they end up.
+        let shown = params
+            .shown_out
+            .join("codes")
+            .join(format!("{name}_{set}.npz"));
+        sets.push(CodeSet::read_npz(&path)?.with_source_name(shown.display().to_string()));
     }
     seconds.codes = t0.elapsed().as_secs_f64();
 

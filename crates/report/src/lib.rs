@@ -25,6 +25,7 @@ pub mod files;
 pub mod html;
 pub mod page;
 pub mod paper;
+mod staging;
 pub mod text;
 pub mod verdict;
 
@@ -55,6 +56,23 @@ pub struct ReportParams {
     pub device: Device,
     /// Problems per forward pass (memory is bounded by it); at least 1.
     pub batch: usize,
+}
+
+/// [`ReportParams`] as the stages of a run see them: `out` is the staging directory the report is
+/// built in, `shown_out` the directory it will be swapped into (the paths the report records).
+#[derive(Debug, Clone)]
+pub(crate) struct StagedParams {
+    /// The user's parameters, with `out` the staging directory.
+    pub(crate) params: ReportParams,
+    /// The final output directory.
+    pub(crate) shown_out: PathBuf,
+}
+
+impl std::ops::Deref for StagedParams {
+    type Target = ReportParams;
+    fn deref(&self) -> &ReportParams {
+        &self.params
+    }
 }
 
 impl Default for ReportParams {
@@ -135,10 +153,16 @@ pub struct ReportSummary {
 /// page and tables into `params.out` (see the crate documentation for the files). Two runs with
 /// the same checkpoints and parameters write the same bytes, except `timings.json`.
 ///
+/// The report is built in a staging directory beside `params.out` (`.<name>.staging-<pid>`) and
+/// swapped in only when complete, so a killed run leaves the previous report whole (and perhaps
+/// a staging directory, which the next run removes), never a mix of old and new files. An existing
+/// `params.out` is replaced as a whole, so it must be a previous report (it holds `summary.json`)
+/// or empty.
+///
 /// # Errors
-/// [`ReportError::InvalidInput`] for `n < 16` or `batch == 0` (before any work); the errors of
-/// [`discover::checkpoints`]; any failure on a checkpoint, as [`ReportError::Checkpoint`] naming
-/// it; a failed figure or write.
+/// [`ReportError::InvalidInput`] for `n < 16` or `batch == 0` (before any work), or an `out` that
+/// holds something other than a report; the errors of [`discover::checkpoints`]; any failure on a
+/// checkpoint, as [`ReportError::Checkpoint`] naming it; a failed figure or write.
 pub fn run(params: &ReportParams, progress: &mut dyn FnMut(Progress<'_>)) -> Result<ReportSummary> {
     if params.n < 16 {
         return Err(ReportError::InvalidInput(format!(
@@ -149,6 +173,32 @@ pub fn run(params: &ReportParams, progress: &mut dyn FnMut(Progress<'_>)) -> Res
     if params.batch == 0 {
         return Err(ReportError::InvalidInput("batch must be positive".into()));
     }
+    let target = params.out.clone();
+    let staging = staging::prepare(&target)?;
+    let staged = StagedParams {
+        params: ReportParams {
+            out: staging.clone(),
+            ..params.clone()
+        },
+        shown_out: target.clone(),
+    };
+    let summary = build(&staged, progress);
+    let summary = match summary {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    staging::swap(&staging, &target)?;
+    Ok(ReportSummary {
+        index_html: target.join("index.html"),
+        ..summary
+    })
+}
+
+/// [`run`] into `params.out`, which is the staging directory.
+fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Result<ReportSummary> {
     let start = Instant::now();
     let (dirs, skipped) = discover::checkpoints(&params.checkpoints, &params.checkpoint_root)?;
     for (dir, task) in &skipped {

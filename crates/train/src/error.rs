@@ -11,6 +11,10 @@ pub enum TrainError {
     /// A run directory cannot be resumed (missing or inconsistent state); names the file.
     #[error("cannot resume: {0}")]
     Resume(String),
+    /// The caller's callback stopped a checkpoint write part-way (`Event::CheckpointWrite`), as a
+    /// kill would; the run directory still holds its previous complete checkpoint.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
     /// The loss became NaN or infinite at a step: training diverged.
     #[error("training diverged at step {step}: loss {loss}")]
     Diverged {

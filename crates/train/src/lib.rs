@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod checkpoint;
 pub mod error;
 pub mod induction;
 mod job;

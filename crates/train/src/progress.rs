@@ -74,7 +74,7 @@ impl ProgressText {
                 let ev = self.pending.take_if(|ev| ev.step == row.step)?;
                 Some(self.periodic_line(row, &ev))
             }
-            Event::Step { .. } | Event::Checkpoint { .. } => None,
+            Event::Step { .. } | Event::Checkpoint { .. } | Event::CheckpointWrite { .. } => None,
         }
     }
 

@@ -2,6 +2,9 @@
 //! evaluation and checkpoints, and exact resumption.
 //!
 //! A run directory holds
+//! - `checkpoint.json` and `checkpoints/step-N/`: the manifest and the step directory of the latest
+//!   complete checkpoint, written crash-safely ([`crate::checkpoint`]); the four files below are
+//!   hard links to that step directory's;
 //! - `config.json` + `model.safetensors`: the model crate's checkpoint of the latest weights (so the
 //!   directory itself is a checkpoint for `hyperlens eval` and the probes);
 //! - `optimizer.safetensors`: AdamW moments `m.{name}`, `v.{name}` and the update count `step`;
@@ -70,6 +73,15 @@ pub enum Event<'a> {
     Checkpoint {
         /// Updates done.
         step: u64,
+    },
+    /// One file operation of the checkpoint after `step` updates is done (`op` says which; see
+    /// [`crate::checkpoint`]). Returning `Break` here stops the write right after it, as a kill
+    /// would, and `train` returns [`TrainError::Interrupted`]: the fault-injection tests use it.
+    CheckpointWrite {
+        /// Updates done.
+        step: u64,
+        /// The operation just done.
+        op: &'static str,
     },
 }
 
@@ -247,7 +259,11 @@ where
     };
 
     let (mut state, mut job, mut opt) = if options.resume {
-        let stored = TrainState::read(out)?;
+        // Leftovers of a killed checkpoint write go; the latest complete checkpoint is the one the
+        // manifest names (or the run directory's own files, in runs that have none).
+        crate::checkpoint::sweep(out)?;
+        let ckdir = crate::checkpoint::latest_dir(out)?;
+        let stored = TrainState::read(&ckdir)?;
         let merged = with_cadence_of(&stored.settings, settings);
         if &merged != settings {
             return Err(TrainError::Resume(format!(
@@ -264,7 +280,7 @@ where
                 settings.steps
             )));
         }
-        let weights = out.join(hyperlens_model::checkpoint::WEIGHTS_FILE);
+        let weights = ckdir.join(hyperlens_model::checkpoint::WEIGHTS_FILE);
         if file_hash(&weights)? != stored.weights_hash {
             return Err(TrainError::Resume(format!(
                 "{} does not match {} (a checkpoint was interrupted while being written)",
@@ -272,9 +288,9 @@ where
                 STATE_FILE
             )));
         }
-        let job = make_job(settings, Some(out), &device)?;
+        let job = make_job(settings, Some(&ckdir), &device)?;
         let mut opt = AdamW::new(job.vars()?, params)?;
-        let opt_step = load_optimizer(out, &mut opt, &device)?;
+        let opt_step = load_optimizer(&ckdir, &mut opt, &device)?;
         if opt_step != stored.step {
             return Err(TrainError::Resume(format!(
                 "{} is at step {opt_step}, {} at step {}",
@@ -343,15 +359,15 @@ where
     let train_before = state.train_time_s;
     let mut log = MetricsLog::open(out, options.resume.then_some(start))?;
     let mut session_train_s = 0.0;
+    // One checkpoint, written crash-safely (crate::checkpoint): the four files go to a staging
+    // directory, which becomes a step directory, which the manifest then names.
     let checkpoint = |job: &dyn Job,
                       opt: &AdamW,
                       state: &mut TrainState,
                       done: u64,
-                      train_s: f64|
+                      train_s: f64,
+                      after: &mut dyn FnMut(&'static str) -> ControlFlow<()>|
      -> Result<()> {
-        job.save(out)?;
-        save_optimizer(out, opt)?;
-        state.weights_hash = file_hash(&out.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
         state.step = done;
         state.data_position = done;
         state.train_time_s = train_before + train_s;
@@ -361,12 +377,28 @@ where
             s.train_time_s = Some(train_s);
             s.wall_time_s = Some(session_start.elapsed().as_secs_f64());
         }
-        write_json(&out.join(STATE_FILE), state)
+        crate::checkpoint::write(
+            out,
+            done,
+            |dir, point| {
+                job.save(dir)?;
+                point("staged config.json and model.safetensors")?;
+                save_optimizer(dir, opt)?;
+                point("staged optimizer.safetensors")?;
+                state.weights_hash =
+                    file_hash(&dir.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
+                write_json(&dir.join(STATE_FILE), state)?;
+                point("staged train_state.json")
+            },
+            after,
+        )
     };
     let mut stop = false;
     let mut last_eval: Option<Evaluation> = None;
     if !options.resume {
-        checkpoint(job.as_ref(), &opt, &mut state, 0, 0.0)?;
+        checkpoint(job.as_ref(), &opt, &mut state, 0, 0.0, &mut |op| {
+            on_event(&Event::CheckpointWrite { step: 0, op })
+        })?;
     }
     stop |= on_event(&Event::Start {
         step: start,
@@ -499,6 +531,7 @@ where
                 &mut state,
                 done,
                 session_train_s + pending,
+                &mut |op| on_event(&Event::CheckpointWrite { step: done, op }),
             )?;
             stop |= on_event(&Event::Checkpoint { step: done }).is_break();
             interval_excluded_s += t.elapsed().as_secs_f64();

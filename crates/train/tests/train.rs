@@ -287,11 +287,15 @@ fn resumed_run_ends_with_bitwise_identical_weights() {
         go(&dir.path().join("none"), &s, true),
         Err(TrainError::Resume(_))
     ));
-    let mut st = TrainState::read(&split).unwrap();
+    // (The latest checkpoint is the step directory the manifest names.)
+    let latest = hyperlens_train::checkpoint::latest_dir(&split).unwrap();
+    assert_ne!(latest, split);
+    let mut st = TrainState::read(&latest).unwrap();
     st.step = 20;
-    hyperlens_train::state::write_json(&split.join(STATE_FILE), &st).unwrap();
+    hyperlens_train::state::write_json(&latest.join(STATE_FILE), &st).unwrap();
+    std::fs::remove_file(latest.join("model.safetensors")).unwrap();
     std::fs::write(
-        split.join("model.safetensors"),
+        latest.join("model.safetensors"),
         &read(&straight.join("model.safetensors"))[..100],
     )
     .unwrap();
@@ -574,4 +578,78 @@ fn shipped_checkpoints_are_complete_paper_budget_runs() {
     eprintln!("shipped OOD accuracy: {ood:?}");
     assert!(ood["hyla"] >= 0.65, "HYLA OOD {}", ood["hyla"]);
     assert!(ood["hyla"] - ood["softmax"] >= 0.08, "{ood:?}");
+}
+
+/// The names of the entries of a directory, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A checkpoint write stopped after each of its file operations in turn (as a kill there would
+/// stop it: nothing after that point runs), with a stale temporary file beside it as a killed
+/// atomic write leaves, resumes to weights and optimiser state bitwise equal to an uninterrupted
+/// run's, and leaves no temporary file or extra step directory behind.
+#[test]
+fn a_checkpoint_stopped_at_any_file_operation_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TrainSettings {
+        checkpoint_every: 3,
+        log_every: 3,
+        ..tiny_sraven(6)
+    };
+    let straight = dir.path().join("straight");
+    let mut ops: Vec<&'static str> = Vec::new();
+    train(&straight, &s, &RunOptions::default(), |e| {
+        if let Event::CheckpointWrite { step: 3, op } = e {
+            ops.push(op);
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    // staged x3, renamed, manifest, the four links, removal of the previous step directory.
+    assert_eq!(ops.len(), 10, "{ops:?}");
+    for (k, op) in ops.iter().enumerate() {
+        let run = dir.path().join(format!("killed-{k}"));
+        let mut seen = 0;
+        let r = train(&run, &s, &RunOptions::default(), |e| match e {
+            Event::CheckpointWrite { step: 3, .. } => {
+                seen += 1;
+                if seen == k + 1 {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            }
+            _ => ControlFlow::Continue(()),
+        });
+        assert!(
+            matches!(&r, Err(TrainError::Interrupted(m)) if m.contains(op)),
+            "{op}: {r:?}"
+        );
+        std::fs::write(run.join(".model.safetensors.a1b2c3.tmp"), b"half a file").unwrap();
+        let resumed = go(&run, &s, true).unwrap_or_else(|e| panic!("after `{op}`: {e}"));
+        assert!(resumed.completed, "after `{op}`");
+        for f in ["model.safetensors", OPTIMIZER_FILE] {
+            let (a, b) = (tensor_bits(&straight.join(f)), tensor_bits(&run.join(f)));
+            assert!(
+                a == b,
+                "after `{op}`: {f} differs from the uninterrupted run"
+            );
+        }
+        let left: Vec<String> = names(&run)
+            .into_iter()
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "after `{op}`: leftovers {left:?}");
+        assert_eq!(
+            names(&run.join(hyperlens_train::checkpoint::CHECKPOINTS_DIR)),
+            ["step-00000006"],
+            "after `{op}`"
+        );
+    }
 }

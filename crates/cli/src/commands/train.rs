@@ -249,16 +249,19 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 }
             }
             Event::Row(row) => bar.set_message(text.bar_message(row)),
-            Event::Evaluated(_) | Event::Checkpoint { .. } => {}
+            Event::Evaluated(_) | Event::Checkpoint { .. } | Event::CheckpointWrite { .. } => {}
         }
         if let Some(line) = text.line(event) {
-            bar.suspend(|| println!("{line}"));
+            // A closed stdout (`| head`) must not stop the run: its files are the product.
+            bar.suspend(|| {
+                let _ = outln!("{line}");
+            });
         }
         ControlFlow::Continue(())
     })?;
     bar.finish_and_clear();
     for line in text.summary(&outcome) {
-        println!("{line}");
+        let _ = outln!("{line}");
     }
     Ok(())
 }
