@@ -83,6 +83,10 @@ fn run_case(c: &Case, tally: &mut Tally) {
     }
 }
 
+/// An `.npz` file to write: its name, its members (name, header dict, data bytes) and the words
+/// the error about it must contain.
+type NpzCase<'a> = (&'a str, Vec<(&'a str, String, Vec<u8>)>, Vec<&'a str>);
+
 /// A zip archive of raw `.npy` members, each given as (name, header dict, data bytes): headers may
 /// lie about the data.
 fn raw_npz(path: &Path, members: &[(&str, &str, Vec<u8>)]) {
@@ -391,7 +395,7 @@ fn problem_cases(root: &Path, cases: &mut Vec<Case>) {
     let rules: Vec<i64> = valid.rules.iter().copied().collect();
     let xh = npy_header("|u1", &[n, t, m]);
     let yh = npy_header("<i8", &[n, f]);
-    let files: Vec<(&str, Vec<(&str, String, Vec<u8>)>, Vec<&str>)> = vec![
+    let files: Vec<NpzCase> = vec![
         (
             "x-claims-1e12",
             vec![
@@ -595,7 +599,7 @@ fn code_cases(root: &Path, cases: &mut Vec<Case>) {
     neg_label[0] = -1;
     let mut nan_codes = codes.clone();
     nan_codes[3] = f32::NAN;
-    let files: Vec<(&str, Vec<(&str, String, Vec<u8>)>, Vec<&str>)> = vec![
+    let files: Vec<NpzCase> = vec![
         (
             "codes-claims-1e12",
             vec![
