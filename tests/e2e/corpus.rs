@@ -1187,6 +1187,51 @@ fn flag_cases(root: &Path, cases: &mut Vec<Case>) {
             vec!["memory budget"],
         ),
         (
+            "train-batch-1e9",
+            vec![
+                "train".into(),
+                "--task".into(),
+                "sraven".into(),
+                "--steps".into(),
+                "2".into(),
+                "--batch".into(),
+                "1000000000".into(),
+                "--out".into(),
+                o("run-b"),
+            ],
+            vec!["--batch", "memory budget"],
+        ),
+        (
+            "train-eval-n-1e9",
+            vec![
+                "train".into(),
+                "--task".into(),
+                "sraven".into(),
+                "--steps".into(),
+                "2".into(),
+                "--eval-n".into(),
+                "1000000000".into(),
+                "--out".into(),
+                o("run-e"),
+            ],
+            vec!["--eval-n", "memory budget"],
+        ),
+        (
+            "train-induction-batch-1e8",
+            vec![
+                "train".into(),
+                "--task".into(),
+                "induction".into(),
+                "--steps".into(),
+                "2".into(),
+                "--batch".into(),
+                "100000000".into(),
+                "--out".into(),
+                o("run-i"),
+            ],
+            vec!["--batch", "memory budget"],
+        ),
+        (
             "train-steps-0",
             vec![
                 "train".into(),
@@ -1346,9 +1391,14 @@ fn every_bad_input_gets_a_clear_error_within_bounded_memory() {
     flag_cases(root, &mut cases);
     assert!(cases.len() >= 150, "only {} cases", cases.len());
     let mut tally = Tally::default();
+    let mut kinds: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for c in &cases {
         run_case(c, &mut tally);
+        *kinds
+            .entry(c.name.split('/').next().unwrap_or(""))
+            .or_default() += 1;
     }
+    println!("cases per command and input kind: {kinds:?}");
     println!(
         "bad-input corpus: {} cases, {} clear errors, {} unclear errors, {} panics, {} aborts, \
          {} silent successes (each under RLIMIT_AS {} GiB)",

@@ -205,6 +205,59 @@ fn make_job(
     })
 }
 
+/// Checks the memory a run's flags ask for against the budget (`hyperlens_io::budget`) before
+/// anything is allocated: the held evaluation sets (`--eval-n` problems of the ID and the OOD set,
+/// as float32 one-hot inputs; the induction task streams them) and the activations that the
+/// backward pass keeps for one `--batch` (per layer and token: about ten D-wide vectors, the
+/// scores of H heads over T keys three times, and two MLP-wide vectors, in float32).
+///
+/// # Errors
+/// [`TrainError::InvalidParam`] naming the flag and what it would have cost.
+fn check_memory(settings: &TrainSettings) -> Result<()> {
+    use hyperlens_io::budget::{bytes_of, check_alloc};
+    let dims = match settings.task {
+        TrainTask::Sraven => {
+            let c = crate::sraven::model_config(settings)?;
+            (
+                c.n_tokens, c.d_in, c.d_model, c.n_heads, c.d_mlp, c.n_layers, true,
+            )
+        }
+        TrainTask::Logic => {
+            let c = crate::logic::model_config(settings)?;
+            (
+                c.n_tokens, c.d_in, c.d_model, c.n_heads, c.d_mlp, c.n_layers, true,
+            )
+        }
+        TrainTask::Induction => {
+            let c = crate::induction::model_config(settings)?;
+            let mlp = c.d_mlp.unwrap_or(0);
+            (c.n_ctx, 1, c.d_model, c.n_heads, mlp, c.n_layers, false)
+        }
+    };
+    let (t, d_in, dm, h, mlp, layers, held_eval) = dims;
+    let refuse = |e: hyperlens_io::budget::BudgetError| TrainError::InvalidParam(e.to_string());
+    if held_eval {
+        check_alloc(
+            format!("--eval-n {} (ID and OOD evaluation sets)", settings.eval_n),
+            bytes_of(4, &[2, settings.eval_n, t, d_in]),
+        )
+        .map_err(refuse)?;
+    }
+    let per_token = (10 * dm as u128)
+        .saturating_add((3 * h as u128).saturating_mul(t as u128))
+        .saturating_add(2 * mlp as u128);
+    check_alloc(
+        format!(
+            "--batch {} (activations kept for the backward pass)",
+            settings.batch
+        ),
+        bytes_of(4, &[settings.batch, layers.max(1), t])
+            .saturating_mul(per_token)
+            .saturating_add(bytes_of(4, &[settings.batch, t, d_in])),
+    )
+    .map_err(refuse)
+}
+
 /// The CPU threads candle 0.11 uses: matrix products take `RAYON_NUM_THREADS` (else the number of
 /// cores), elementwise operations `CANDLE_NUM_THREADS` (else the same as the products).
 fn threads() -> String {
@@ -245,6 +298,7 @@ where
     F: FnMut(&Event<'_>) -> ControlFlow<()>,
 {
     settings.check()?;
+    check_memory(settings)?;
     let session_start = Instant::now();
     let device = options.device.to_candle()?;
     let params = AdamWParams {
