@@ -131,7 +131,8 @@ impl MetricsRow {
     }
 }
 
-/// Reads every row of a `metrics.csv`.
+/// Reads every row of a `metrics.csv`. A last line without its newline (a row cut short by a kill
+/// while it was appended) is ignored.
 ///
 /// # Errors
 /// [`TrainError::Io`] if unreadable; [`TrainError::Resume`] for a wrong header or a malformed row.
@@ -140,7 +141,13 @@ pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
         path: path.display().to_string(),
         source,
     })?;
-    let mut lines = text.lines();
+    // Every row is written with its newline; a last line without one was cut short by a kill
+    // while it was being appended, and is not a row.
+    let complete = match text.rfind('\n') {
+        Some(i) if !text.ends_with('\n') => &text[..=i],
+        _ => text.as_str(),
+    };
+    let mut lines = complete.lines();
     if lines.next() != Some(METRICS_HEADER) {
         return Err(TrainError::Resume(format!(
             "{}: unexpected header",
@@ -198,6 +205,17 @@ impl MetricsLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_cut_short_by_a_kill_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(METRICS_FILE);
+        let row = "3,0.001,2.1,0.1,,,,,1.5,";
+        std::fs::write(&p, format!("{METRICS_HEADER}\n{row}\n4,0.00")).unwrap();
+        let rows = read_metrics(&p).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].step, 3);
+    }
 
     #[test]
     fn csv_round_trip_with_empty_fields() {
