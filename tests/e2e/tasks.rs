@@ -246,7 +246,20 @@ fn sample_refuses_bad_values_and_writes_nothing() {
         "paper-seed7",
         "seed{N}",
     ]);
-    hyperlens(&["tasks", "sample", "--task", "logic", "--out", o]).failure(&["--task logic"]);
+    hyperlens(&["tasks", "sample", "--task", "induction", "--out", o])
+        .failure(&["--task induction"]);
+    hyperlens(&[
+        "tasks",
+        "sample",
+        "--task",
+        "logic",
+        "--split",
+        "paper-seed0",
+        "--out",
+        o,
+    ])
+    .failure(&["--split paper-seed0", "seed{N}"]);
+    hyperlens(&["tasks", "sample", "--set", "unknown", "--out", o]).failure(&["--set unknown"]);
     assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
     // `--out` follows the one rule of every command: a missing parent directory is created.
     let missing = tmp.path().join("no-such-dir/p.npz");

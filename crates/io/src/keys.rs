@@ -38,6 +38,22 @@ pub mod problems {
     pub const PERMS: &str = "perms";
 }
 
+/// Fuzzy-logic problem sets (`hyperlens tasks sample --task logic`): N sequences of T tokens over
+/// L variables, tasks of K terms.
+pub mod logic_problems {
+    /// float32 `[N, T, L + 1]`: the inputs (L values in [0, 1), then the previous token's target;
+    /// 0 in the last token, whose target the model predicts).
+    pub const X: &str = "x";
+    /// float32 `[N]`: the target of the last token.
+    pub const Y: &str = "y";
+    /// float32 `[N, T]`: the target of every token (the R² denominator is their variance).
+    pub const TARGETS: &str = "targets";
+    /// uint8 `[N, K, L]`: the task's terms as bits (1: the variable, 0: its negation).
+    pub const TERMS: &str = "terms";
+    /// int64 `[N, K]`: the task's term indices (binary order of the bits).
+    pub const TERM_IDS: &str = "term_ids";
+}
+
 /// `pca.npz` of the latent-code tables (`hyperlens analyze`, `report`'s `tables/<name>/pca.npz`).
 /// Per-selection arrays are named by a prefix and the selection: `layer{l}` for layer `l`, `all` for
 /// all layers concatenated (see [`pca::selection`]). `N_u` is the size of the set the PCA ran on

@@ -373,6 +373,63 @@ pub fn sample_logic(
     })
 }
 
+/// The sequences per stream index of [`sample_logic_set`]: the evaluation batch that training's
+/// evaluation and `hyperlens eval --batch 256` draw, so that a written set holds the same sequences.
+pub const LOGIC_SET_CHUNK: usize = 256;
+
+/// Draws `n` sequences of `set` from the evaluation stream `seed` as one batch: stream indices 0, 1,
+/// ... of [`LOGIC_SET_CHUNK`] sequences each (the last one cut to size), concatenated.
+///
+/// # Shapes
+/// As [`LogicBatch`] with B = `n`.
+///
+/// # Errors
+/// As [`sample_logic`]; [`TasksError::InvalidInput`] for `n = 0`.
+pub fn sample_logic_set(
+    split: &LogicSplit,
+    set: LogicSet,
+    n: usize,
+    seed: u64,
+) -> Result<LogicBatch> {
+    if n == 0 {
+        return Err(TasksError::input(
+            "n",
+            "the problem set would be empty (n = 0)",
+        ));
+    }
+    let mut parts = Vec::new();
+    let (mut done, mut index) = (0usize, 0u64);
+    while done < n {
+        let b = LOGIC_SET_CHUNK.min(n - done);
+        parts.push(sample_logic(split, set, Purpose::Eval, b, seed, index)?);
+        done += b;
+        index += 1;
+    }
+    let cat = |e: ndarray::ShapeError| TasksError::input("batch", e.to_string());
+    let ax = ndarray::Axis(0);
+    Ok(LogicBatch {
+        x: ndarray::concatenate(ax, &parts.iter().map(|p| p.x.view()).collect::<Vec<_>>())
+            .map_err(cat)?,
+        y: ndarray::concatenate(ax, &parts.iter().map(|p| p.y.view()).collect::<Vec<_>>())
+            .map_err(cat)?,
+        targets: ndarray::concatenate(
+            ax,
+            &parts.iter().map(|p| p.targets.view()).collect::<Vec<_>>(),
+        )
+        .map_err(cat)?,
+        terms: ndarray::concatenate(
+            ax,
+            &parts.iter().map(|p| p.terms.view()).collect::<Vec<_>>(),
+        )
+        .map_err(cat)?,
+        term_ids: ndarray::concatenate(
+            ax,
+            &parts.iter().map(|p| p.term_ids.view()).collect::<Vec<_>>(),
+        )
+        .map_err(cat)?,
+    })
+}
+
 /// R² per sequence: 1 - (pred - y)² / var(targets), var over the sequence's N targets (population
 /// variance, the reference's `base_mse`). A sequence whose targets are all equal gets NaN.
 ///

@@ -20,6 +20,7 @@ use ndarray::{Array3, ArrayD, Ix2, Ix3};
 use ndarray_npy::{NpzReader, ReadNpyError, ReadNpzError};
 
 use crate::error::{Result, TasksError};
+use crate::logic::LogicBatch;
 use crate::sraven::{ProblemSet, SravenParams};
 
 /// Writes a problem set to `path` atomically (`hyperlens_io::write_npz`).
@@ -230,4 +231,121 @@ fn read_int<R: Read + Seek>(npz: &mut NpzReader<R>, ctx: &Ctx, name: &str) -> Re
             format!("unsupported dtype ({e}); expected int64 or int32"),
         )),
     }
+}
+
+/// Writes a fuzzy-logic problem set to `path` atomically (`hyperlens_io::write_npz`; array names
+/// `hyperlens_io::keys::logic_problems`).
+///
+/// # Shapes
+/// `x` [N, T, L + 1] and `targets` [N, T] float32, `y` `[N]` float32, `terms` [N, K, L] uint8,
+/// `term_ids` [N, K] stored as int64.
+///
+/// # Errors
+/// [`TasksError::InvalidInput`] for an empty set; [`TasksError::File`] naming the file and array.
+pub fn save_logic(path: &Path, set: &LogicBatch) -> Result<()> {
+    use hyperlens_io::keys::logic_problems as lk;
+    if set.y.is_empty() {
+        return Err(TasksError::input("x", "the problem set is empty (N = 0)"));
+    }
+    hyperlens_io::write_npz(path, |npz| -> Result<()> {
+        npz.add(lk::X, &set.x)?;
+        npz.add(lk::Y, &set.y)?;
+        npz.add(lk::TARGETS, &set.targets)?;
+        npz.add(lk::TERMS, &set.terms)?;
+        npz.add(lk::TERM_IDS, &set.term_ids.mapv(i64::from))?;
+        Ok(())
+    })
+}
+
+/// Reads a fuzzy-logic problem set written by [`save_logic`] (or numpy with the same arrays) and
+/// checks it against `params`: T = `params.samples` tokens of L + 1 = `params.variables` + 1
+/// values, K = `params.terms` terms, every array with the same N, inputs in [0, 1], term bits 0 or
+/// 1, term indices below 2^L.
+///
+/// # Shapes
+/// As [`save_logic`].
+///
+/// # Errors
+/// [`TasksError::Io`] / [`TasksError::NpzFile`] for an unreadable file; [`TasksError::NpzArray`]
+/// naming the array that is missing, of another dtype or shape, empty, or out of range.
+pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<LogicBatch> {
+    use hyperlens_io::keys::logic_problems as lk;
+    use ndarray::{Array1, Array2, Ix1};
+    params.check()?;
+    hyperlens_io::inspect_npz(path).map_err(|e| match e {
+        hyperlens_io::IoError::Invalid { array, msg, .. } if array == "(archive)" => {
+            TasksError::NpzFile {
+                path: path.to_path_buf(),
+                reason: msg,
+            }
+        }
+        hyperlens_io::IoError::Invalid { array, msg, .. } => TasksError::NpzArray {
+            path: path.to_path_buf(),
+            array,
+            reason: msg,
+        },
+        hyperlens_io::IoError::Io { source, .. } => TasksError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => other.into(),
+    })?;
+    let file = File::open(path).map_err(|source| TasksError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut npz = NpzReader::new(BufReader::new(file)).map_err(|e| TasksError::NpzFile {
+        path: path.to_path_buf(),
+        reason: format!("not a readable .npz (zip) archive: {e}"),
+    })?;
+    let ctx = Ctx {
+        path: path.to_path_buf(),
+    };
+    let (l, k, t) = (params.variables, params.terms, params.samples);
+    let x: Array3<f32> = npz
+        .by_name(lk::X)
+        .map_err(|e| ctx.err(lk::X, format!("{e} (expected float32 [N, {t}, {}])", l + 1)))?;
+    let n = x.shape()[0];
+    if n == 0 {
+        return Err(ctx.err(lk::X, "the problem set is empty (N = 0)".into()));
+    }
+    if x.shape()[1..] != [t, l + 1] {
+        return Err(ctx.err(
+            lk::X,
+            format!("shape {:?}, expected [N, {t}, {}]", x.shape(), l + 1),
+        ));
+    }
+    if let Some(v) = x.iter().find(|v| !(0.0..=1.0).contains(*v)) {
+        return Err(ctx.err(lk::X, format!("value {v} outside [0, 1]")));
+    }
+    let y: Array1<f32> = npz
+        .by_name::<ndarray::OwnedRepr<f32>, Ix1>(lk::Y)
+        .map_err(|e| ctx.err(lk::Y, format!("{e} (expected float32 [N])")))?;
+    let targets: Array2<f32> = npz
+        .by_name(lk::TARGETS)
+        .map_err(|e| ctx.err(lk::TARGETS, format!("{e} (expected float32 [N, {t}])")))?;
+    let terms: Array3<u8> = npz
+        .by_name(lk::TERMS)
+        .map_err(|e| ctx.err(lk::TERMS, format!("{e} (expected uint8 [N, {k}, {l}])")))?;
+    let term_ids = read_int(&mut npz, &ctx, lk::TERM_IDS)?
+        .into_dimensionality::<Ix2>()
+        .map_err(|_| ctx.err(lk::TERM_IDS, "expected rank 2 [N, K]".to_string()))?;
+    check_shape(&ctx, lk::Y, y.shape(), &[n], lk::X)?;
+    check_shape(&ctx, lk::TARGETS, targets.shape(), &[n, t], lk::X)?;
+    check_shape(&ctx, lk::TERMS, terms.shape(), &[n, k, l], lk::X)?;
+    check_shape(&ctx, lk::TERM_IDS, term_ids.shape(), &[n, k], lk::X)?;
+    if let Some(v) = terms.iter().find(|&&b| b > 1) {
+        return Err(ctx.err(lk::TERMS, format!("bit {v} is not 0 or 1")));
+    }
+    let n_terms = params.n_terms() as i64;
+    if let Some(v) = term_ids.iter().find(|&&i| !(0..n_terms).contains(&i)) {
+        return Err(ctx.err(lk::TERM_IDS, format!("index {v} outside 0..{n_terms}")));
+    }
+    Ok(LogicBatch {
+        x,
+        y,
+        targets,
+        terms,
+        term_ids: term_ids.mapv(|i| i as u32),
+    })
 }

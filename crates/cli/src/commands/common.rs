@@ -5,12 +5,35 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use hyperlens_model::checkpoint::CONFIG_FILE;
 use hyperlens_model::Config;
 use hyperlens_report::discover::RunInfo;
 use hyperlens_tasks::sraven::{Set, Split, SravenParams};
+
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// The task families; `sample` writes `sraven` and `logic` problem sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TaskKind {
+    /// Symbolic Raven progressive matrices.
+    Sraven,
+    /// The fuzzy-logic task.
+    Logic,
+    /// The induction token corpus.
+    Induction,
+}
+
+/// Which task list to draw from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SetArg {
+    /// In-distribution tasks.
+    Id,
+    /// Held-out (OOD) tasks: for logic, the held-out pairs of known terms.
+    Ood,
+    /// Logic only: pairs of terms never seen in training.
+    Unknown,
+}
 
 /// Where the problems come from: a problem-set file, or sampled from a split (by default the split
 /// the checkpoint was trained on).
@@ -27,9 +50,11 @@ pub struct ProblemArgs {
     /// partly training tasks of the model, and the reverse).
     #[arg(long)]
     pub other_split: bool,
-    /// Which task list to sample from: `id` (in-distribution) or `ood` (held out).
-    #[arg(long, default_value = "ood")]
-    pub set: Set,
+    /// Which task list to sample from: `id` (in-distribution) or `ood` (held out) [default: ood];
+    /// fuzzy-logic checkpoints also take `unknown` (pairs of unknown terms) and evaluate all three
+    /// sets when none is given.
+    #[arg(long, value_enum)]
+    pub set: Option<SetArg>,
     /// Number of problems to sample.
     #[arg(long, default_value_t = 10_000)]
     pub n: usize,
@@ -144,9 +169,16 @@ impl ProblemArgs {
                 anyhow::Error::from(e).context(format!("--split {name}"))
             }
         })?;
+        let set = match self.set {
+            None | Some(SetArg::Ood) => Set::Ood,
+            Some(SetArg::Id) => Set::Id,
+            Some(SetArg::Unknown) => {
+                bail!("--set unknown applies to fuzzy-logic checkpoints (sraven has id and ood)")
+            }
+        };
         Ok(ProblemSource::Sampled {
             split,
-            set: self.set,
+            set,
             n: self.n,
             seed: self.seed,
             unpermuted: self.unpermuted,

@@ -16,7 +16,8 @@ use std::io::Write as _;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
 
-/// Arguments of `hyperlens eval`.
+/// Arguments of `hyperlens eval`. On a fuzzy-logic checkpoint (its train.json says `task: logic`)
+/// it prints MSE and R² per set instead (`commands::logic_sets`).
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// The checkpoint directory (config.json + model.safetensors).
@@ -66,6 +67,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let device = args.device.to_candle()?;
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
+    let task = hyperlens_report::discover::RunInfo::read(&args.checkpoint).task;
+    if task.as_deref() == Some("logic") {
+        return super::logic_sets::eval(&args, &model);
+    }
     let params = sraven_params(&args.checkpoint, &cfg)?;
     let source = args.problems.resolve(&args.checkpoint, params)?;
     let keep = args.save_logits.is_some();

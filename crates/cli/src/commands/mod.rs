@@ -7,6 +7,7 @@ pub mod common;
 pub mod eval;
 pub mod import;
 pub mod info;
+pub mod logic_sets;
 pub mod probe;
 pub mod report;
 pub mod tasks;

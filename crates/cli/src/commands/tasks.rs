@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum as _};
+
+pub use super::common::{SetArg, TaskKind};
 use hyperlens_io::budget::check_alloc;
 use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::npz::save_problems;
@@ -19,44 +21,16 @@ pub enum TasksCommand {
     Sample(SampleArgs),
 }
 
-/// The task families; `sample` supports `sraven` for now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TaskKind {
-    /// Symbolic Raven progressive matrices.
-    Sraven,
-    /// The fuzzy-logic task.
-    Logic,
-    /// The induction token corpus.
-    Induction,
-}
-
-/// Which task list to draw from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SetArg {
-    /// In-distribution tasks.
-    Id,
-    /// Held-out (OOD) tasks.
-    Ood,
-}
-
-impl From<SetArg> for Set {
-    fn from(s: SetArg) -> Set {
-        match s {
-            SetArg::Id => Set::Id,
-            SetArg::Ood => Set::Ood,
-        }
-    }
-}
-
 /// Arguments of `hyperlens tasks sample`.
 #[derive(Debug, Args)]
 pub struct SampleArgs {
     /// Task family.
     #[arg(long, value_enum, default_value_t = TaskKind::Sraven)]
     pub task: TaskKind,
-    /// Split: paper-seed0, paper-seed1, paper-seed2, paper-seed2024 or seed{N}.
-    #[arg(long, default_value = "paper-seed0")]
-    pub split: String,
+    /// Split: sraven paper-seed0, paper-seed1, paper-seed2, paper-seed2024 or seed{N}
+    /// [default: paper-seed0]; logic seed{N} [default: seed0].
+    #[arg(long)]
+    pub split: Option<String>,
     /// Task set.
     #[arg(long, value_enum, default_value_t = SetArg::Id)]
     pub set: SetArg,
@@ -72,6 +46,12 @@ pub struct SampleArgs {
     /// Output .npz file; a JSON sidecar beside it (`p.npz` -> `p.json`) records what produced it.
     #[arg(long)]
     pub out: PathBuf,
+    /// Logic: samples (tokens) per sequence [default: 32].
+    #[arg(long)]
+    pub logic_samples: Option<usize>,
+    /// Logic: fraction of the known-term pairs held out as the OOD set [default: 0.7].
+    #[arg(long)]
+    pub logic_frac_test: Option<f64>,
 }
 
 /// Runs a `tasks` subcommand.
@@ -85,7 +65,11 @@ pub fn run(c: TasksCommand) -> Result<()> {
             Ok(())
         }
         TasksCommand::Sample(args) => {
-            let summary = sample_to_file(&args)?;
+            let summary = if args.task == TaskKind::Logic {
+                super::logic_sets::sample_to_file(&args)?
+            } else {
+                sample_to_file(&args)?
+            };
             out!("{summary}")?;
             Ok(())
         }
@@ -122,7 +106,7 @@ fn splits_table() -> Result<String> {
 fn sample_to_file(args: &SampleArgs) -> Result<String> {
     if args.task != TaskKind::Sraven {
         bail!(
-            "--task {}: `tasks sample` only writes sraven problem sets for now",
+            "--task {}: `tasks sample` writes sraven and logic problem sets",
             args.task
                 .to_possible_value()
                 .map(|v| v.get_name().to_string())
@@ -132,8 +116,16 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
-    let split = Split::named(&args.split).context("--split")?;
-    let set = Set::from(args.set);
+    if args.logic_samples.is_some() || args.logic_frac_test.is_some() {
+        bail!("--logic-samples and --logic-frac-test apply to --task logic");
+    }
+    let split_name = args.split.as_deref().unwrap_or("paper-seed0");
+    let split = Split::named(split_name).context("--split")?;
+    let set = match args.set {
+        SetArg::Id => Set::Id,
+        SetArg::Ood => Set::Ood,
+        SetArg::Unknown => bail!("--set unknown applies to --task logic (sraven has id and ood)"),
+    };
     let p = split.params;
     // x [N, T, M] f32 while sampling and u8 when written, y and rules [N, F] i64, perms [N, 3, F].
     let per_problem = 5 * (p.n_tokens() * p.values) as u128 + 8 * 5 * p.features as u128;
@@ -240,12 +232,14 @@ mod tests {
     fn args(out: PathBuf) -> SampleArgs {
         SampleArgs {
             task: TaskKind::Sraven,
-            split: "paper-seed2024".to_string(),
+            split: Some("paper-seed2024".to_string()),
             set: SetArg::Ood,
             n: 300,
             seed: 3,
             unpermuted: true,
             out,
+            logic_samples: None,
+            logic_frac_test: None,
         }
     }
 
@@ -275,12 +269,15 @@ mod tests {
     fn bad_flags_are_clear_errors() {
         let dir = scratch("flags");
         let mut a = args(dir.join("p.npz"));
-        a.split = "paper-seed7".to_string();
+        a.split = Some("paper-seed7".to_string());
         let e = format!("{:#}", sample_to_file(&a).unwrap_err());
         assert!(e.contains("paper-seed0") && e.contains("seed{N}"), "{e}");
         let mut a = args(dir.join("p.npz"));
-        a.task = TaskKind::Logic;
-        assert!(format!("{:#}", sample_to_file(&a).unwrap_err()).contains("--task logic"));
+        a.task = TaskKind::Induction;
+        assert!(format!("{:#}", sample_to_file(&a).unwrap_err()).contains("--task induction"));
+        let mut a = args(dir.join("p.npz"));
+        a.set = SetArg::Unknown;
+        assert!(format!("{:#}", sample_to_file(&a).unwrap_err()).contains("--set unknown"));
         let mut a = args(dir.join("p.npz"));
         a.n = 0;
         assert!(sample_to_file(&a).is_err());
