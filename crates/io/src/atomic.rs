@@ -120,8 +120,9 @@ impl Seek for AtomicFile {
 }
 
 /// Whether process `pid` is alive on this machine (Linux: `/proc/<pid>` exists); `true` where that
-/// cannot be told, so that nothing of a live writer is ever removed.
-fn pid_alive(pid: u32) -> bool {
+/// cannot be told (no `/proc`: other systems, or a container without it), so that sweeps based on
+/// it never remove anything of a live writer.
+pub fn pid_alive(pid: u32) -> bool {
     if !Path::new("/proc/self").exists() {
         return true;
     }
@@ -169,9 +170,13 @@ fn parent_dir(path: &Path) -> PathBuf {
     path.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
-/// Syncs a directory so that a rename inside it is durable. A no-op where directories cannot be
-/// opened (Windows) or where the file system does not support syncing them (`EINVAL`).
-fn sync_dir(dir: &Path) -> Result<()> {
+/// Syncs a directory (`fsync`) so that the creations, renames and removals of entries inside it
+/// are durable. A no-op where directories cannot be opened (Windows) or where the file system does
+/// not support syncing them (`EINVAL`). `""` means the current directory.
+///
+/// # Errors
+/// [`IoError::Io`] naming the directory if it cannot be opened or synced.
+pub fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         let dir = if dir.as_os_str().is_empty() {

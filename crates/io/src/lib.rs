@@ -1,7 +1,10 @@
 //! hyperlens-io: the one place hyperlens writes files.
 //!
 //! - [`write_atomic`], [`write_atomic_with`] and [`AtomicFile`]: a file appears complete or not at
-//!   all (temporary file in the same directory, `fsync`, rename, `fsync` of the directory).
+//!   all (temporary file in the same directory, `fsync`, rename, `fsync` of the directory);
+//!   [`sync_dir`] for writers that rename directories; [`sweep_stale`] and [`pid_alive`]: the
+//!   temporary names carry the writer's pid, so the leftovers of killed writers can be told from a
+//!   live one's and removed.
 //! - [`write_npz`]: `.npz` archives (numpy's uncompressed layout), atomically.
 //! - [`write_json`] and the provenance sidecars ([`write_sidecar`], [`sidecar_path`]: `codes.npz`
 //!   -> `codes.json`), with [`read_sidecar`] also finding the older `<file>.npz.json` name.
@@ -19,7 +22,7 @@ mod json;
 pub mod keys;
 mod npz;
 
-pub use atomic::{sweep_stale, write_atomic, write_atomic_with, AtomicFile};
+pub use atomic::{pid_alive, sweep_stale, sync_dir, write_atomic, write_atomic_with, AtomicFile};
 pub use error::{IoError, Result};
 pub use inspect::{inspect_npz, NpyMember};
 pub use json::{
