@@ -165,11 +165,12 @@ pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
 pub(crate) struct MetricsLog {
     path: PathBuf,
     file: std::fs::File,
+    last_step: Option<u64>,
 }
 
 impl MetricsLog {
     /// Opens the log of a run directory. A fresh log gets the header; on resume the rows after
-    /// `keep_until` (written after the checkpoint being resumed) are dropped, atomically.
+    /// `resume_from` (written after the checkpoint being resumed) are dropped, atomically.
     pub(crate) fn open(dir: &Path, resume_from: Option<u64>) -> Result<MetricsLog> {
         let path = dir.join(METRICS_FILE);
         let io = |p: &Path| {
@@ -177,11 +178,13 @@ impl MetricsLog {
             move |source| TrainError::Io { path: p, source }
         };
         let mut text = format!("{METRICS_HEADER}\n");
+        let mut last_step = None;
         if let Some(step) = resume_from {
             if path.exists() {
                 for row in read_metrics(&path)?.into_iter().filter(|r| r.step <= step) {
                     text.push_str(&row.to_csv());
                     text.push('\n');
+                    last_step = Some(row.step);
                 }
             }
         }
@@ -190,7 +193,16 @@ impl MetricsLog {
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
-        Ok(MetricsLog { path, file })
+        Ok(MetricsLog {
+            path,
+            file,
+            last_step,
+        })
+    }
+
+    /// The step of the last row in the log (kept on resume or appended since), if any.
+    pub(crate) fn last_step(&self) -> Option<u64> {
+        self.last_step
     }
 
     /// Appends one row.
@@ -198,7 +210,9 @@ impl MetricsLog {
         let p = self.path.display().to_string();
         writeln!(self.file, "{}", row.to_csv())
             .and_then(|_| self.file.flush())
-            .map_err(|source| TrainError::Io { path: p, source })
+            .map_err(|source| TrainError::Io { path: p, source })?;
+        self.last_step = Some(row.step);
+        Ok(())
     }
 }
 

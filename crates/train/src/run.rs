@@ -3,8 +3,9 @@
 //!
 //! A run directory holds
 //! - `checkpoint.json` and `checkpoints/step-N/`: the manifest and the step directory of the latest
-//!   complete checkpoint, written crash-safely ([`crate::checkpoint`]); the four files below are
-//!   hard links to that step directory's;
+//!   complete checkpoint, written crash-safely ([`crate::checkpoint`]: a kill at any instant leaves
+//!   a run that `resume` continues; `Event::CheckpointWrite` reports each file operation); the four
+//!   files below are hard links to that step directory's;
 //! - `config.json` + `model.safetensors`: the model crate's checkpoint of the latest weights (so the
 //!   directory itself is a checkpoint for `hyperlens eval` and the probes);
 //! - `optimizer.safetensors`: AdamW moments `m.{name}`, `v.{name}` and the update count `step`;
@@ -277,7 +278,13 @@ fn threads() -> String {
 /// Trains a model into the run directory `out` (see the module docs for its files), or continues the
 /// run there with `options.resume`. `on_event` is called at every update, row, evaluation and
 /// checkpoint; returning `ControlFlow::Break` stops the run at the end of the current update after
-/// writing a checkpoint (continue it later with `resume`).
+/// writing a checkpoint (continue it later with `resume`), except for `Event::CheckpointWrite`,
+/// where it stops the checkpoint writer right there as a kill would ([`TrainError::Interrupted`]).
+///
+/// A directory holding only the leftovers of a run killed before its first checkpoint
+/// ([`crate::checkpoint::only_leftovers`]) is emptied and the run started from step 0, with or
+/// without `resume`; `resume` on a run whose final checkpoint is complete but which has no
+/// `train.json` evaluates it and writes the record.
 ///
 /// Recipe (`docs/spec/models.md`, "Training recipe"): [`AdamW`] with decoupled weight decay on parameters
 /// of 2 or more dimensions, the [`WarmupCosine`] schedule, attention dropout on the normalised scores,
@@ -286,7 +293,8 @@ fn threads() -> String {
 /// # Errors
 /// [`TrainError::InvalidParam`] for bad settings, a non-empty `out` without `resume`, or a parameter
 /// that receives no gradient; [`TrainError::Resume`] if the run cannot be continued (missing or
-/// inconsistent files, settings that change the trajectory, a finished run); [`TrainError::Diverged`]
+/// inconsistent files, settings that change the trajectory, a finished run with its `train.json`);
+/// [`TrainError::Interrupted`] when `on_event` stopped a checkpoint write; [`TrainError::Diverged`]
 /// if the loss is not finite; model, task, tensor and I/O errors.
 pub fn train<F>(
     out: &Path,
@@ -312,7 +320,15 @@ where
         move |source| TrainError::Io { path: p, source }
     };
 
-    let (mut state, mut job, mut opt) = if options.resume {
+    // A run killed before its first checkpoint was committed left nothing to resume, only
+    // leftovers: it starts again from step 0, which is the same run (every random stream depends
+    // only on the seed and the step).
+    let restart = crate::checkpoint::only_leftovers(out)?;
+    let resume = options.resume && !restart;
+    // A run whose final checkpoint was committed but which was stopped before `train.json` was
+    // written: resuming evaluates it and writes the record.
+    let mut finishing = false;
+    let (mut state, mut job, mut opt) = if resume {
         // Leftovers of a killed checkpoint write go; the latest complete checkpoint is the one the
         // manifest names (or the run directory's own files, in runs that have none).
         crate::checkpoint::sweep(out)?;
@@ -327,12 +343,15 @@ where
             )));
         }
         if stored.step >= settings.steps {
-            return Err(TrainError::Resume(format!(
-                "{}: the run is already complete ({} of {} steps)",
-                out.display(),
-                stored.step,
-                settings.steps
-            )));
+            if out.join(RECORD_FILE).exists() {
+                return Err(TrainError::Resume(format!(
+                    "{}: the run is already complete ({} of {} steps)",
+                    out.display(),
+                    stored.step,
+                    settings.steps
+                )));
+            }
+            finishing = true;
         }
         let weights = ckdir.join(hyperlens_model::checkpoint::WEIGHTS_FILE);
         if file_hash(&weights)? != stored.weights_hash {
@@ -358,14 +377,16 @@ where
             version: VERSION.into(),
             ..stored
         };
-        state.sessions.push(Session {
-            start_step: state.step,
-            end_step: state.step,
-            device: options.device.to_string(),
-            threads: threads(),
-            train_time_s: None,
-            wall_time_s: None,
-        });
+        if !finishing {
+            state.sessions.push(Session {
+                start_step: state.step,
+                end_step: state.step,
+                device: options.device.to_string(),
+                threads: threads(),
+                train_time_s: None,
+                wall_time_s: None,
+            });
+        }
         (state, job, opt)
     } else {
         if out.exists() && !out.is_dir() {
@@ -376,7 +397,9 @@ where
         }
         if out.exists() {
             let mut entries = std::fs::read_dir(out).map_err(io(out))?;
-            if entries.next().is_some() {
+            if restart {
+                crate::checkpoint::clear_leftovers(out)?;
+            } else if entries.next().is_some() {
                 return Err(TrainError::InvalidParam(format!(
                     "--out {} is not empty: pass --resume to continue the run there, or choose another directory",
                     out.display()
@@ -411,7 +434,7 @@ where
     let start = state.step;
     let wall_before = state.wall_time_s;
     let train_before = state.train_time_s;
-    let mut log = MetricsLog::open(out, options.resume.then_some(start))?;
+    let mut log = MetricsLog::open(out, resume.then_some(start))?;
     let mut session_train_s = 0.0;
     // One checkpoint, written crash-safely (crate::checkpoint): the four files go to a staging
     // directory, which becomes a step directory, which the manifest then names.
@@ -434,22 +457,22 @@ where
         crate::checkpoint::write(
             out,
             done,
-            |dir, point| {
+            |dir, done| {
                 job.save(dir)?;
-                point("staged config.json and model.safetensors")?;
+                done()?;
                 save_optimizer(dir, opt)?;
-                point("staged optimizer.safetensors")?;
+                done()?;
                 state.weights_hash =
                     file_hash(&dir.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
                 write_json(&dir.join(STATE_FILE), state)?;
-                point("staged train_state.json")
+                done()
             },
             after,
         )
     };
     let mut stop = false;
     let mut last_eval: Option<Evaluation> = None;
-    if !options.resume {
+    if !resume {
         checkpoint(job.as_ref(), &opt, &mut state, 0, 0.0, &mut |op| {
             on_event(&Event::CheckpointWrite { step: 0, op })
         })?;
@@ -460,7 +483,9 @@ where
         n_params: job.n_params(),
     })
     .is_break();
-    if !options.resume && settings.eval_every > 0 {
+    // The evaluation of the untrained model (also when a run resumes from its first checkpoint
+    // before that row was logged).
+    if start == 0 && settings.eval_every > 0 && log.last_step().is_none() {
         let ev = job.evaluate(0)?;
         let row = eval_row(
             0,
@@ -663,10 +688,21 @@ fn eval_row(
     }
 }
 
-/// Reads the settings of an existing run directory (for `--resume`).
+/// Reads the settings of an existing run directory (for `--resume`): those of its latest complete
+/// checkpoint (the one its manifest names, or its own `train_state.json` in runs without one).
 ///
 /// # Errors
-/// As [`TrainState::read`].
+/// [`TrainError::Resume`] naming `train_state.json` when no checkpoint was ever committed in `dir`
+/// (for a run killed before its first one, saying to start it again without `--resume`); the
+/// errors of [`crate::checkpoint::latest_dir`] and [`TrainState::read`].
 pub fn read_settings(dir: &Path) -> Result<TrainSettings> {
-    Ok(TrainState::read(dir)?.settings)
+    if crate::checkpoint::only_leftovers(dir)? {
+        return Err(TrainError::Resume(format!(
+            "{}: no checkpoint was committed in {} (the run was stopped before its first one): \
+             start it again without --resume",
+            dir.join(STATE_FILE).display(),
+            dir.display()
+        )));
+    }
+    Ok(TrainState::read(&crate::checkpoint::latest_dir(dir)?)?.settings)
 }
