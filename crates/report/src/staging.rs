@@ -4,9 +4,10 @@
 //! rename stays on one file system). The swap renames the old report to `.<name>.old-<pid>`, the
 //! staging directory to the target, fsyncs the parent and removes the old report. A kill before
 //! the first rename leaves the old report whole; between the two renames the target is briefly
-//! absent and the complete old report sits beside it under its `.old` name; after the second,
-//! the new report is in place. Leftovers of killed runs (staging and `.old` directories whose
-//! process is gone) are removed by the next run.
+//! absent and the complete old report sits beside it under its `.old` name (the next run renames
+//! it back before anything else); after the second, the new report is in place. Other leftovers
+//! of killed runs (staging directories, `.old` directories beside a target) whose process is gone
+//! are removed by the next run.
 
 use std::path::{Path, PathBuf};
 
@@ -34,21 +35,48 @@ fn parts(target: &Path) -> Result<(PathBuf, String)> {
     Ok((parent, name))
 }
 
-/// Whether the process `pid` is alive on this machine (Linux: `/proc/<pid>`); `true` where that
-/// cannot be told, so that nothing of a live run is ever removed.
-fn alive(pid: u32) -> bool {
-    if !Path::new("/proc/self").exists() {
-        return true;
+/// Handles the leftovers of killed runs beside the target: a staging directory is removed; an
+/// `.old` directory (the previous report, moved aside by a swap that was killed before the new
+/// report took its place) is renamed back to the target when the target is missing, and removed
+/// otherwise. Only leftovers of processes that are gone (or of this one) are touched.
+///
+/// # Errors
+/// [`ReportError::Io`] naming the directory that could not be listed, renamed or removed.
+fn recover(parent: &Path, name: &str, target: &Path) -> Result<()> {
+    for e in std::fs::read_dir(parent).map_err(io(parent))?.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some((tag, pid)) = [".staging-", ".old-"].iter().find_map(|tag| {
+            file.strip_prefix(&format!(".{name}{tag}"))
+                .and_then(|p| p.parse::<u32>().ok())
+                .map(|pid| (*tag, pid))
+        }) else {
+            continue;
+        };
+        if pid != std::process::id() && hyperlens_io::pid_alive(pid) {
+            continue;
+        }
+        let p = e.path();
+        if tag == ".old-" && !target.exists() {
+            std::fs::rename(&p, target).map_err(io(target))?;
+            hyperlens_io::sync_dir(parent)?;
+        } else {
+            std::fs::remove_dir_all(&p).map_err(io(&p))?;
+        }
     }
-    Path::new(&format!("/proc/{pid}")).exists()
+    Ok(())
 }
 
-/// Checks the target, removes leftovers of killed runs, and creates a fresh staging directory.
+/// Restores or removes the leftovers of killed runs ([`recover`]), checks the target, and creates
+/// a fresh staging directory.
 ///
 /// # Errors
 /// [`ReportError::InvalidInput`] if the target exists and is a file, or a non-empty directory
 /// without `summary.json` (not a report, which the swap would delete); [`ReportError::Io`].
 pub(crate) fn prepare(target: &Path) -> Result<PathBuf> {
+    let (parent, name) = parts(target)?;
+    if parent.is_dir() {
+        recover(&parent, &name, target)?;
+    }
     if target.exists() {
         if !target.is_dir() {
             return Err(ReportError::InvalidInput(format!(
@@ -68,20 +96,7 @@ pub(crate) fn prepare(target: &Path) -> Result<PathBuf> {
             )));
         }
     }
-    let (parent, name) = parts(target)?;
     std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-    for e in std::fs::read_dir(&parent).map_err(io(&parent))?.flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let pid = [".staging-", ".old-"].iter().find_map(|tag| {
-            file.strip_prefix(&format!(".{name}{tag}"))
-                .and_then(|p| p.parse::<u32>().ok())
-        });
-        if let Some(pid) = pid {
-            if pid == std::process::id() || !alive(pid) {
-                std::fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
-            }
-        }
-    }
     let staging = parent.join(format!(".{name}.staging-{}", std::process::id()));
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
     Ok(staging)
@@ -99,10 +114,7 @@ pub(crate) fn swap(staging: &Path, target: &Path) -> Result<()> {
         std::fs::rename(target, &old).map_err(io(target))?;
     }
     std::fs::rename(staging, target).map_err(io(target))?;
-    #[cfg(unix)]
-    if let Ok(dir) = std::fs::File::open(&parent) {
-        let _ = dir.sync_all();
-    }
+    hyperlens_io::sync_dir(&parent)?;
     if had_old {
         std::fs::remove_dir_all(&old).map_err(io(&old))?;
     }
@@ -137,5 +149,30 @@ mod tests {
         );
         let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "only the report remains");
+    }
+
+    #[test]
+    fn a_swap_killed_between_its_renames_gets_the_old_report_back() {
+        let root = tempfile::tempdir().unwrap();
+        let target = root.path().join("rep");
+        // The state a kill between the two renames leaves: no target, the old report aside, the
+        // complete new one still in staging (4194304 is above Linux's largest pid).
+        let old = root.path().join(".rep.old-4194304");
+        let staged = root.path().join(".rep.staging-4194304");
+        for d in [&old, &staged] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(old.join("summary.json"), "{\"old\": 1}").unwrap();
+        std::fs::write(staged.join("summary.json"), "{\"new\": 1}").unwrap();
+        if !Path::new("/proc/self").exists() {
+            return; // no way to tell a dead pid here: nothing is touched
+        }
+        let staging = prepare(&target).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(target.join("summary.json")).unwrap(),
+            "{\"old\": 1}"
+        );
+        assert!(!old.exists() && !staged.exists());
+        std::fs::remove_dir_all(staging).unwrap();
     }
 }
