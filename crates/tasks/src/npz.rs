@@ -62,24 +62,7 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     params.check()?;
     // Sizes in the headers are checked against the bytes present and the memory budget before
     // ndarray-npy allocates anything.
-    let members = hyperlens_io::inspect_npz(path).map_err(|e| match e {
-        hyperlens_io::IoError::Invalid { array, msg, .. } if array == "(archive)" => {
-            TasksError::NpzFile {
-                path: path.to_path_buf(),
-                reason: msg,
-            }
-        }
-        hyperlens_io::IoError::Invalid { array, msg, .. } => TasksError::NpzArray {
-            path: path.to_path_buf(),
-            array,
-            reason: msg,
-        },
-        hyperlens_io::IoError::Io { source, .. } => TasksError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        other => other.into(),
-    })?;
+    let members = inspect(path)?;
     if let Some(x) = members.iter().find(|m| m.name == keys::X) {
         if x.shape.first() == Some(&0) {
             return Err(TasksError::NpzArray {
@@ -157,6 +140,29 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
         other => other,
     })?;
     Ok(set)
+}
+
+/// `hyperlens_io::inspect_npz` with its errors as this crate's: the archive as a whole
+/// ([`TasksError::NpzFile`]), one array ([`TasksError::NpzArray`]) or the file system.
+fn inspect(path: &Path) -> Result<Vec<hyperlens_io::NpyMember>> {
+    hyperlens_io::inspect_npz(path).map_err(|e| match e {
+        hyperlens_io::IoError::Invalid { array, msg, .. } if array == "(archive)" => {
+            TasksError::NpzFile {
+                path: path.to_path_buf(),
+                reason: msg,
+            }
+        }
+        hyperlens_io::IoError::Invalid { array, msg, .. } => TasksError::NpzArray {
+            path: path.to_path_buf(),
+            array,
+            reason: msg,
+        },
+        hyperlens_io::IoError::Io { source, .. } => TasksError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => other.into(),
+    })
 }
 
 struct Ctx {
@@ -272,24 +278,7 @@ pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<Log
     use hyperlens_io::keys::logic_problems as lk;
     use ndarray::{Array1, Array2, Ix1};
     params.check()?;
-    hyperlens_io::inspect_npz(path).map_err(|e| match e {
-        hyperlens_io::IoError::Invalid { array, msg, .. } if array == "(archive)" => {
-            TasksError::NpzFile {
-                path: path.to_path_buf(),
-                reason: msg,
-            }
-        }
-        hyperlens_io::IoError::Invalid { array, msg, .. } => TasksError::NpzArray {
-            path: path.to_path_buf(),
-            array,
-            reason: msg,
-        },
-        hyperlens_io::IoError::Io { source, .. } => TasksError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        other => other.into(),
-    })?;
+    inspect(path)?;
     let file = File::open(path).map_err(|source| TasksError::Io {
         path: path.to_path_buf(),
         source,
