@@ -26,6 +26,7 @@ pub mod mixer;
 pub mod nn;
 pub mod ops;
 pub mod st_header;
+pub mod stacked;
 pub mod transformer;
 
 /// The candle crates this crate is built on, re-exported so that dependants use the same copies.
@@ -38,4 +39,5 @@ pub use error::{ModelError, Result};
 pub use eval::{evaluate, EvalMetrics};
 pub use mixer::{Mixer, Normalisation, ValueNetwork};
 pub use ops::Ops;
+pub use stacked::StackedTransformer;
 pub use transformer::{ForwardOutput, Transformer};

@@ -240,16 +240,29 @@ pub fn corpus_params(settings: &TrainSettings) -> Result<hyperlens_tasks::induct
 }
 
 impl Job for InductionJob {
+    fn members(&self) -> usize {
+        1
+    }
+
     fn vars(&self) -> Result<Vec<(String, Var)>> {
         varmap_vars(&self.varmap)
     }
 
-    fn batch_loss(&mut self, step: u64, rng: &mut ChaCha8Rng) -> Result<BatchLoss> {
-        let tokens = self.corpus.batch(self.seed, step, self.batch);
-        batch_loss(&self.model, &tokens, self.dropout, rng)
+    fn stacked(&self) -> bool {
+        false
     }
 
-    fn evaluate(&mut self, step: u64) -> Result<Evaluation> {
+    fn batch_loss(&mut self, step: u64, rngs: &mut [ChaCha8Rng]) -> Result<Vec<BatchLoss>> {
+        let [rng] = rngs else {
+            return Err(TrainError::InvalidParam(
+                "the induction task trains one model per run".into(),
+            ));
+        };
+        let tokens = self.corpus.batch(self.seed, step, self.batch);
+        Ok(vec![batch_loss(&self.model, &tokens, self.dropout, rng)?])
+    }
+
+    fn evaluate(&mut self, _member: usize, step: u64) -> Result<Evaluation> {
         let (mut id, mut ind, mut ood) = (Acc::default(), Acc::default(), Acc::default());
         let p = *self.corpus.params();
         let half = p.seq_len / 2;
@@ -297,7 +310,7 @@ impl Job for InductionJob {
         })
     }
 
-    fn save(&self, dir: &Path) -> Result<()> {
+    fn save(&self, _member: usize, dir: &Path) -> Result<()> {
         Ok(self.model.save(dir)?)
     }
 

@@ -22,19 +22,24 @@ pub struct BatchLoss {
     pub metric_count: f64,
 }
 
-/// A task's training job.
+/// A task's training job: M models trained together (one for a single run).
 pub(crate) trait Job {
-    /// The trainable variables by name.
+    /// Models M trained together.
+    fn members(&self) -> usize;
+    /// The trainable variables by name; with [`Job::stacked`], each with a leading model axis.
     fn vars(&self) -> Result<Vec<(String, Var)>>;
-    /// The loss of update `step` (batch `step` of the training stream; dropout from `rng`).
-    fn batch_loss(&mut self, step: u64, rng: &mut ChaCha8Rng) -> Result<BatchLoss>;
-    /// Evaluates the current parameters.
-    fn evaluate(&mut self, step: u64) -> Result<Evaluation>;
-    /// Saves a checkpoint directory (`config.json` + `model.safetensors`).
-    fn save(&self, dir: &Path) -> Result<()>;
+    /// Whether the variables carry a leading model axis (a stacked optimiser updates them).
+    fn stacked(&self) -> bool;
+    /// The losses of update `step`, one per model: batch `step` of model `m`'s training stream,
+    /// dropout from `rngs[m]`.
+    fn batch_loss(&mut self, step: u64, rngs: &mut [ChaCha8Rng]) -> Result<Vec<BatchLoss>>;
+    /// Evaluates model `member`'s current parameters.
+    fn evaluate(&mut self, member: usize, step: u64) -> Result<Evaluation>;
+    /// Saves model `member` as a checkpoint directory (`config.json` + `model.safetensors`).
+    fn save(&self, member: usize, dir: &Path) -> Result<()>;
     /// The model configuration as JSON (for `train.json`).
     fn model_config(&self) -> Result<serde_json::Value>;
-    /// Number of parameters.
+    /// Number of parameters of one model.
     fn n_params(&self) -> usize;
 }
 
@@ -52,17 +57,17 @@ pub(crate) fn varmap_vars(varmap: &VarMap) -> Result<Vec<(String, Var)>> {
     Ok(v)
 }
 
-/// Loads the SRAVEN / logic transformer checkpoint in `dir` as trainable variables, after checking
-/// that its config is the run's (`expect`): the resume path of both tasks.
+/// Loads the SRAVEN / logic transformer checkpoint in `dir`, after checking that its config is
+/// the run's (`expect`): the resume path of both tasks.
 ///
 /// # Errors
 /// [`TrainError::Resume`] if the checkpoint's config differs from `expect`; checkpoint errors
 /// (missing, truncated or mismatched files).
-pub(crate) fn resume_transformer(
+pub(crate) fn load_transformer(
     dir: &Path,
     expect: &hyperlens_model::Config,
     device: &candle_core::Device,
-) -> Result<(hyperlens_model::Transformer, VarMap)> {
+) -> Result<std::collections::HashMap<String, Tensor>> {
     let (config, tensors) = hyperlens_model::checkpoint::load(dir, device)?;
     if &config != expect {
         return Err(TrainError::Resume(format!(
@@ -70,7 +75,5 @@ pub(crate) fn resume_transformer(
             dir.join(hyperlens_model::checkpoint::CONFIG_FILE).display()
         )));
     }
-    Ok(hyperlens_model::Transformer::trainable_from_tensors(
-        &config, tensors, device,
-    )?)
+    Ok(tensors)
 }

@@ -35,6 +35,7 @@ pub mod run;
 pub mod schedule;
 pub mod settings;
 pub mod sraven;
+mod stacked;
 pub mod state;
 
 pub use error::{Result, TrainError};
@@ -42,6 +43,9 @@ pub use job::BatchLoss;
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
 pub use progress::ProgressText;
-pub use run::{read_settings, train, Event, RunOptions, TrainOutcome, TrainRecord};
+pub use run::{
+    check_group, read_settings, train, train_group, Event, GroupRun, RunOptions, TrainOutcome,
+    TrainRecord, BATCHED_SETTINGS, FAILED_FILE,
+};
 pub use schedule::WarmupCosine;
 pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};

@@ -2,21 +2,19 @@
 //! task"; `docs/spec/models.md`: D 128, H 8, d 2, 2 layers, 50,000 steps, warm-up 100, same optimiser).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use candle_core::{Device, Tensor, Var};
-use candle_nn::VarMap;
+use candle_core::{Device, Tensor};
 use hyperlens_model::{Config, Transformer};
 use hyperlens_tasks::logic::{r2, sample_logic, LogicBatch, LogicSet, LogicSplit, Purpose};
 use ndarray::Array1;
 use rand::Rng;
-use rand_chacha::ChaCha8Rng;
 
-use crate::error::{Result, TrainError};
-use crate::job::{varmap_vars, BatchLoss, Job};
+use crate::error::Result;
+use crate::job::BatchLoss;
 use crate::loss::mse;
 use crate::metrics::{Evaluation, SetMetrics};
 use crate::settings::TrainSettings;
+use crate::stacked::TransformerTask;
 
 /// The model a logic run trains: `Config::logic(mixer, L, N)` with `layers` layers and D, H, D_mlp
 /// multiplied by `width` (d stays 2).
@@ -98,18 +96,36 @@ pub fn batch_loss<R: Rng + ?Sized>(
     dropout: f64,
     rng: &mut R,
 ) -> Result<BatchLoss> {
-    let dev = model.device();
     let pred = predict(model, batch, dropout, rng)?;
-    let y = Tensor::from_vec(batch.y.to_vec(), batch.y.len(), dev)?;
-    let loss = mse(&pred, &y)?;
-    let (w, count) = r2_weights(batch);
-    let w = Tensor::from_vec(w, batch.y.len(), dev)?;
-    let err = (pred.detach() - &y)?.sqr()?;
-    let metric_sum = ((err * w)?.sum_all()?.neg()? + count)?;
+    loss_of(&pred, &LogicTargets::of(batch, model.device())?)
+}
+
+/// A logic batch's targets on the device: `y [B]`, the R² weights `1 / var(targets)` `[B]` and
+/// the number of sequences with a defined R².
+pub(crate) struct LogicTargets {
+    y: Tensor,
+    w: Tensor,
+    count: f64,
+}
+
+impl LogicTargets {
+    fn of(batch: &LogicBatch, device: &Device) -> Result<LogicTargets> {
+        let y = Tensor::from_vec(batch.y.to_vec(), batch.y.len(), device)?;
+        let (w, count) = r2_weights(batch);
+        let w = Tensor::from_vec(w, batch.y.len(), device)?;
+        Ok(LogicTargets { y, w, count })
+    }
+}
+
+/// The logic loss (MSE) and R² sum of a batch from the predictions `pred [B]`.
+fn loss_of(pred: &Tensor, t: &LogicTargets) -> Result<BatchLoss> {
+    let loss = mse(pred, &t.y)?;
+    let err = (pred.detach() - &t.y)?.sqr()?;
+    let metric_sum = ((err * &t.w)?.sum_all()?.neg()? + t.count)?;
     Ok(BatchLoss {
         loss,
         metric_sum,
-        metric_count: count,
+        metric_count: t.count,
     })
 }
 
@@ -162,57 +178,35 @@ pub fn evaluate_set(
     })
 }
 
-/// A fuzzy-logic run.
-pub(crate) struct LogicJob {
-    model: Transformer,
-    varmap: VarMap,
+/// One fuzzy-logic run's part of a training job ([`crate::stacked::StackJob`]): its split,
+/// training stream and evaluation.
+pub(crate) struct LogicTask {
     split: LogicSplit,
     seed: u64,
     batch: usize,
-    dropout: f64,
     eval_n: usize,
     eval_seed: u64,
+    device: Device,
 }
 
-impl LogicJob {
-    fn new(settings: &TrainSettings, model: Transformer, varmap: VarMap) -> Result<LogicJob> {
-        let split = LogicSplit::new(settings.logic.params(), settings.split_seed()?)?;
-        Ok(LogicJob {
-            model,
-            varmap,
-            split,
+impl LogicTask {
+    /// The task of a run's settings.
+    pub(crate) fn new(settings: &TrainSettings, device: &Device) -> Result<LogicTask> {
+        Ok(LogicTask {
+            split: LogicSplit::new(settings.logic.params(), settings.split_seed()?)?,
             seed: settings.seed,
             batch: settings.batch,
-            dropout: settings.dropout,
             eval_n: settings.eval_n,
             eval_seed: settings.eval_seed,
+            device: device.clone(),
         })
-    }
-
-    /// A freshly initialised job (the paper's initialisation).
-    pub(crate) fn fresh(settings: &TrainSettings, device: &Device) -> Result<LogicJob> {
-        let (model, varmap) = Transformer::init(&model_config(settings)?, settings.seed, device)?;
-        LogicJob::new(settings, model, varmap)
-    }
-
-    /// A job continuing from the checkpoint in `dir`.
-    pub(crate) fn resume(
-        settings: &TrainSettings,
-        dir: &Path,
-        device: &Device,
-    ) -> Result<LogicJob> {
-        let (model, varmap) =
-            crate::job::resume_transformer(dir, &model_config(settings)?, device)?;
-        LogicJob::new(settings, model, varmap)
     }
 }
 
-impl Job for LogicJob {
-    fn vars(&self) -> Result<Vec<(String, Var)>> {
-        varmap_vars(&self.varmap)
-    }
+impl TransformerTask for LogicTask {
+    type Targets = LogicTargets;
 
-    fn batch_loss(&mut self, step: u64, rng: &mut ChaCha8Rng) -> Result<BatchLoss> {
+    fn batch(&self, step: u64) -> Result<(Vec<f32>, usize, LogicTargets)> {
         let batch = sample_logic(
             &self.split,
             LogicSet::Train,
@@ -221,21 +215,18 @@ impl Job for LogicJob {
             self.seed,
             step,
         )?;
-        batch_loss(&self.model, &batch, self.dropout, rng)
+        let x = batch.x.as_standard_layout().iter().copied().collect();
+        let b = batch.y.len();
+        Ok((x, b, LogicTargets::of(&batch, &self.device)?))
     }
 
-    fn evaluate(&mut self, step: u64) -> Result<Evaluation> {
-        let batch = self.batch.max(256);
-        let ev = |set| {
-            evaluate_set(
-                &self.model,
-                &self.split,
-                set,
-                self.eval_n,
-                batch,
-                self.eval_seed,
-            )
-        };
+    fn loss(&self, logits: &Tensor, t: &LogicTargets) -> Result<BatchLoss> {
+        let b = t.y.dim(0)?;
+        loss_of(&logits.reshape(b)?, t)
+    }
+
+    fn evaluate(&self, model: &Transformer, step: u64, batch: usize) -> Result<Evaluation> {
+        let ev = |set| evaluate_set(model, &self.split, set, self.eval_n, batch, self.eval_seed);
         let id = ev(LogicSet::Train)?;
         let ood = ev(LogicSet::Test)?;
         let mut extra = BTreeMap::new();
@@ -248,21 +239,6 @@ impl Job for LogicJob {
             ood,
             extra,
         })
-    }
-
-    fn save(&self, dir: &Path) -> Result<()> {
-        Ok(self.model.save(dir)?)
-    }
-
-    fn model_config(&self) -> Result<serde_json::Value> {
-        serde_json::to_value(self.model.config()).map_err(|source| TrainError::Json {
-            path: "model config".into(),
-            source,
-        })
-    }
-
-    fn n_params(&self) -> usize {
-        self.model.n_params()
     }
 }
 

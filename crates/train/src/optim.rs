@@ -70,15 +70,18 @@ impl AdamWParams {
 struct Slot {
     name: String,
     var: Var,
-    /// First element of this parameter in the flat vectors.
+    /// The shape of one model's parameter (the variable's shape without the model axis of a
+    /// stacked optimiser).
+    shape: Vec<usize>,
+    /// First element of this parameter in each model's row of the flat state.
     offset: usize,
-    /// Number of elements.
+    /// Number of elements per model.
     len: usize,
 }
 
 /// AdamW over named variables, updated as one flat vector.
 ///
-/// The moments of all parameters live in two flat vectors, and each update concatenates the
+/// The moments of all parameters live in two flat tensors, and each update concatenates the
 /// gradients and parameters, applies the AdamW arithmetic once to the whole vector and copies the
 /// slices back. The arithmetic per element is the same as a per-tensor update (weight decay is a
 /// per-element coefficient, 0 on undecayed parameters), but one update costs about 3 operations per
@@ -86,38 +89,83 @@ struct Slot {
 /// kernel launch, and the per-tensor update of the base model's 74 tensors was a third of the
 /// operations of a training step (`benches/train_step.rs`, group `overhead`).
 ///
+/// A **stacked** optimiser ([`AdamW::stacked`]) updates M models whose variables carry a leading
+/// model axis (`hyperlens_model::StackedTransformer`) as the same one flat update: the state is
+/// `[M, P]`, one row per model in the single model's order, with a learning rate and a weight
+/// decay per model. Each model's row is updated exactly as its single run's vector is.
+///
 /// # Shapes
-/// Each moment has the shape of its variable; the state is exported as `m.{name}` and `v.{name}`
-/// (the format of `optimizer.safetensors`).
+/// The state is `[M, P]` (`M = 1` for an optimiser over one model's variables), `P` the parameters
+/// of one model; each model's moments are exported with the shapes of its parameters as `m.{name}`
+/// and `v.{name}` (the format of `optimizer.safetensors`).
 pub struct AdamW {
     slots: Vec<Slot>,
-    /// First moments, concatenated in slot order, `[P]`.
+    /// Models M (rows of the state).
+    models: usize,
+    /// First moments, `[M, P]`: each model's parameters concatenated in slot order.
     m: Tensor,
-    /// Second moments, `[P]`.
+    /// Second moments, `[M, P]`.
     v: Tensor,
-    /// Weight-decay coefficient per element, `[P]`: `weight_decay` on parameters of rank >= 2, 0 on
-    /// the others; `None` when nothing is decayed.
+    /// Weight-decay coefficient per element, `[M, P]`: the model's weight decay on parameters of
+    /// rank >= 2, 0 on the others; `None` when nothing is decayed.
     decay: Option<Tensor>,
     params: AdamWParams,
     step: u64,
 }
 
 impl AdamW {
-    /// An optimiser over `vars` (name, variable), sorted by name for a reproducible order. Parameters
-    /// with `rank >= 2` are decayed (the paper's mask `ndim != 1`).
+    /// An optimiser over one model's `vars` (name, variable), sorted by name for a reproducible
+    /// order. Parameters with `rank >= 2` are decayed (the paper's mask `ndim != 1`).
     ///
     /// # Errors
     /// Parameter validation; [`TrainError::InvalidParam`] if a variable is not `f32` or the variables
     /// are not all on one device; a tensor allocation failure.
     pub fn new(vars: Vec<(String, Var)>, params: AdamWParams) -> Result<Self> {
+        AdamW::build(vars, params, &[params.weight_decay], false)
+    }
+
+    /// An optimiser over the stacked variables of `weight_decays.len()` models (each variable
+    /// `[M, ...]`): model `m` is decayed with `weight_decays[m]` (the `weight_decay` of `params` is
+    /// not used), on parameters whose per-model rank is 2 or more.
+    ///
+    /// # Errors
+    /// As [`AdamW::new`]; [`TrainError::InvalidParam`] for no models, a negative or NaN decay, or a
+    /// variable whose leading axis is not M.
+    pub fn stacked(
+        vars: Vec<(String, Var)>,
+        params: AdamWParams,
+        weight_decays: &[f64],
+    ) -> Result<Self> {
+        AdamW::build(vars, params, weight_decays, true)
+    }
+
+    fn build(
+        vars: Vec<(String, Var)>,
+        params: AdamWParams,
+        weight_decays: &[f64],
+        stacked: bool,
+    ) -> Result<Self> {
         params.check()?;
+        for &wd in weight_decays {
+            AdamWParams {
+                weight_decay: wd,
+                ..params
+            }
+            .check()?;
+        }
+        let models = weight_decays.len();
+        if models == 0 {
+            return Err(TrainError::InvalidParam(
+                "an optimiser over zero models".into(),
+            ));
+        }
         let mut vars = vars;
         vars.sort_by(|a, b| a.0.cmp(&b.0));
         let device = vars
             .first()
             .map_or(candle_core::Device::Cpu, |(_, v)| v.device().clone());
         let mut slots = Vec::with_capacity(vars.len());
-        let mut decay = Vec::new();
+        let mut decayed = Vec::new();
         let mut offset = 0;
         for (name, var) in vars {
             if var.dtype() != DType::F32 {
@@ -132,30 +180,47 @@ impl AdamW {
                     var.device()
                 )));
             }
-            let len = var.elem_count();
-            let wd = if var.rank() >= 2 {
-                params.weight_decay as f32
+            let shape = if stacked {
+                match var.dims().split_first() {
+                    Some((&m, rest)) if m == models => rest.to_vec(),
+                    _ => {
+                        return Err(TrainError::InvalidParam(format!(
+                            "parameter {name} has shape {:?}; a stacked optimiser of {models} \
+                             models needs a leading axis of {models}",
+                            var.dims()
+                        )))
+                    }
+                }
             } else {
-                0.0
+                var.dims().to_vec()
             };
-            decay.extend(std::iter::repeat_n(wd, len));
+            let len = shape.iter().product::<usize>();
+            decayed.push((shape.len() >= 2, len));
             slots.push(Slot {
                 name,
                 var,
+                shape,
                 offset,
                 len,
             });
             offset += len;
         }
-        let m = Tensor::zeros(offset, DType::F32, &device)?;
+        let m = Tensor::zeros((models, offset), DType::F32, &device)?;
         let v = m.clone();
+        let mut decay = Vec::with_capacity(models * offset);
+        for &wd in weight_decays {
+            for &(on, len) in &decayed {
+                decay.extend(std::iter::repeat_n(if on { wd as f32 } else { 0.0 }, len));
+            }
+        }
         let decay = if decay.iter().any(|&d| d != 0.0) {
-            Some(Tensor::from_vec(decay, offset, &device)?)
+            Some(Tensor::from_vec(decay, (models, offset), &device)?)
         } else {
             None
         };
         Ok(Self {
             slots,
+            models,
             m,
             v,
             decay,
@@ -169,10 +234,16 @@ impl AdamW {
         self.step
     }
 
-    /// Applies one update with learning rate `lr` (optax.adamw: `eps` outside the square root,
-    /// decay scaled by `lr`) and returns the names of the variables that had no gradient. If any
-    /// variable lacks a gradient, nothing is updated and the update count does not advance: the
-    /// training loop treats it as an error (fused candle ops silently drop gradients).
+    /// Number of models M.
+    pub fn models(&self) -> usize {
+        self.models
+    }
+
+    /// Applies one update with learning rate `lr` for every model (optax.adamw: `eps` outside
+    /// the square root, decay scaled by `lr`) and returns the names of the variables that had no
+    /// gradient. If any variable lacks a gradient, nothing is updated and the update count does
+    /// not advance: the training loop treats it as an error (fused candle ops silently drop
+    /// gradients).
     ///
     /// # Errors
     /// A tensor operation failure.
@@ -181,13 +252,34 @@ impl AdamW {
         grads: &candle_core::backprop::GradStore,
         lr: f64,
     ) -> Result<Vec<String>> {
+        self.step_each(grads, &vec![lr; self.models])
+    }
+
+    /// [`AdamW::step`] with learning rate `lrs[m]` for model `m`.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] if `lrs` does not have one rate per model; a tensor operation
+    /// failure.
+    pub fn step_each(
+        &mut self,
+        grads: &candle_core::backprop::GradStore,
+        lrs: &[f64],
+    ) -> Result<Vec<String>> {
+        if lrs.len() != self.models {
+            return Err(TrainError::InvalidParam(format!(
+                "{} learning rates for {} models",
+                lrs.len(),
+                self.models
+            )));
+        }
+        let rows = |t: &Tensor, s: &Slot| t.reshape((self.models, s.len));
         let mut flat_grads = Vec::with_capacity(self.slots.len());
         let mut missing = Vec::new();
         for slot in &self.slots {
             match grads.get(slot.var.as_tensor()) {
                 // Gradients carry the backward graph (which references the forward pass);
                 // detached, the moments hold plain values and no step's graph outlives the step.
-                Some(g) => flat_grads.push(g.detach().flatten_all()?),
+                Some(g) => flat_grads.push(rows(&g.detach(), slot)?),
                 None => missing.push(slot.name.clone()),
             }
         }
@@ -204,14 +296,14 @@ impl AdamW {
         } = self.params;
         let scale_m = 1.0 / (1.0 - beta1.powf(t));
         let scale_v = 1.0 / (1.0 - beta2.powf(t));
-        let g = Tensor::cat(&flat_grads, 0)?;
+        let g = Tensor::cat(&flat_grads, 1)?;
         let theta = Tensor::cat(
             &self
                 .slots
                 .iter()
-                .map(|s| s.var.as_tensor().detach().flatten_all())
+                .map(|s| rows(&s.var.as_tensor().detach(), s))
                 .collect::<candle_core::Result<Vec<_>>>()?,
-            0,
+            1,
         )?;
         let m = ((&self.m * beta1)? + (&g * (1.0 - beta1))?)?;
         let v = ((&self.v * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
@@ -220,65 +312,102 @@ impl AdamW {
             Some(d) => (update + (&theta * d)?)?,
             None => update,
         };
-        let theta = (theta - (update * lr)?)?;
+        let step = if lrs.iter().all(|&lr| lr == lrs[0]) {
+            (update * lrs[0])?
+        } else {
+            let lr: Vec<f32> = lrs.iter().map(|&lr| lr as f32).collect();
+            update.broadcast_mul(&Tensor::from_vec(lr, (self.models, 1), theta.device())?)?
+        };
+        let theta = (theta - step)?;
         for s in &self.slots {
             s.var
-                .set(&theta.narrow(0, s.offset, s.len)?.reshape(s.var.shape())?)?;
+                .set(&theta.narrow(1, s.offset, s.len)?.reshape(s.var.shape())?)?;
         }
         self.m = m;
         self.v = v;
         Ok(missing)
     }
 
-    /// The optimiser state as named tensors (`m.{name}`, `v.{name}`, each the shape of its
-    /// parameter) plus the step count, for saving beside a checkpoint.
+    /// Model `member`'s optimiser state as named tensors (`m.{name}`, `v.{name}`, each the shape
+    /// of its parameter) plus the step count, for saving beside its checkpoint.
     ///
     /// # Errors
-    /// A tensor operation failure.
-    pub fn state(&self) -> Result<(HashMap<String, Tensor>, u64)> {
+    /// [`TrainError::InvalidParam`] for a model out of range; a tensor operation failure.
+    pub fn state_of(&self, member: usize) -> Result<(HashMap<String, Tensor>, u64)> {
+        if member >= self.models {
+            return Err(TrainError::InvalidParam(format!(
+                "model {member} of an optimiser over {}",
+                self.models
+            )));
+        }
         let mut map = HashMap::new();
         for s in &self.slots {
             for (prefix, flat) in [("m", &self.m), ("v", &self.v)] {
-                let t = flat.narrow(0, s.offset, s.len)?.reshape(s.var.shape())?;
+                let t = flat
+                    .narrow(0, member, 1)?
+                    .narrow(1, s.offset, s.len)?
+                    .reshape(s.shape.as_slice())?;
                 map.insert(format!("{prefix}.{}", s.name), t);
             }
         }
         Ok((map, self.step))
     }
 
-    /// Restores a state saved by [`AdamW::state`].
+    /// The state of a one-model optimiser ([`AdamW::state_of`] model 0).
     ///
     /// # Errors
-    /// [`TrainError::Resume`] if a moment is missing or has the wrong shape, or the state holds
-    /// tensors for parameters this optimiser does not have.
-    pub fn load_state(&mut self, state: &HashMap<String, Tensor>, step: u64) -> Result<()> {
-        let (mut m, mut v) = (Vec::new(), Vec::new());
-        for s in &self.slots {
-            for (prefix, dst) in [("m", &mut m), ("v", &mut v)] {
-                let key = format!("{prefix}.{}", s.name);
-                let t = state
-                    .get(&key)
-                    .ok_or_else(|| TrainError::Resume(format!("optimizer state lacks {key}")))?;
-                if t.dims() != s.var.dims() {
-                    return Err(TrainError::Resume(format!(
-                        "optimizer state {key} has shape {:?}, the parameter {:?}",
-                        t.dims(),
-                        s.var.dims()
-                    )));
-                }
-                dst.push(
-                    t.to_dtype(DType::F32)?
-                        .to_device(self.m.device())?
-                        .flatten_all()?,
-                );
-            }
-        }
-        if state.len() != 2 * self.slots.len() {
+    /// As [`AdamW::state_of`].
+    pub fn state(&self) -> Result<(HashMap<String, Tensor>, u64)> {
+        self.state_of(0)
+    }
+
+    /// Restores the states saved by [`AdamW::state_of`], one per model, all at update `step`.
+    ///
+    /// # Errors
+    /// [`TrainError::Resume`] for a number of states other than M, a moment that is missing or has
+    /// the wrong shape, or a state holding tensors for parameters this optimiser does not have.
+    pub fn load_states(&mut self, states: &[&HashMap<String, Tensor>], step: u64) -> Result<()> {
+        if states.len() != self.models {
             return Err(TrainError::Resume(format!(
-                "optimizer state has {} tensors, expected {}",
-                state.len(),
-                2 * self.slots.len()
+                "{} optimizer states for {} models",
+                states.len(),
+                self.models
             )));
+        }
+        let (mut m, mut v) = (Vec::new(), Vec::new());
+        for state in states {
+            let (mut mr, mut vr) = (Vec::new(), Vec::new());
+            for s in &self.slots {
+                for (prefix, dst) in [("m", &mut mr), ("v", &mut vr)] {
+                    let key = format!("{prefix}.{}", s.name);
+                    let t = state.get(&key).ok_or_else(|| {
+                        TrainError::Resume(format!("optimizer state lacks {key}"))
+                    })?;
+                    if t.dims() != s.shape.as_slice() {
+                        return Err(TrainError::Resume(format!(
+                            "optimizer state {key} has shape {:?}, the parameter {:?}",
+                            t.dims(),
+                            s.shape
+                        )));
+                    }
+                    dst.push(
+                        t.to_dtype(DType::F32)?
+                            .to_device(self.m.device())?
+                            .reshape((1, s.len))?,
+                    );
+                }
+            }
+            if state.len() != 2 * self.slots.len() {
+                return Err(TrainError::Resume(format!(
+                    "optimizer state has {} tensors, expected {}",
+                    state.len(),
+                    2 * self.slots.len()
+                )));
+            }
+            if !self.slots.is_empty() {
+                m.push(Tensor::cat(&mr, 1)?);
+                v.push(Tensor::cat(&vr, 1)?);
+            }
         }
         if !self.slots.is_empty() {
             self.m = Tensor::cat(&m, 0)?;
@@ -286,6 +415,14 @@ impl AdamW {
         }
         self.step = step;
         Ok(())
+    }
+
+    /// Restores the state of a one-model optimiser ([`AdamW::load_states`] with one state).
+    ///
+    /// # Errors
+    /// As [`AdamW::load_states`].
+    pub fn load_state(&mut self, state: &HashMap<String, Tensor>, step: u64) -> Result<()> {
+        self.load_states(&[state], step)
     }
 }
 
@@ -406,6 +543,99 @@ mod tests {
         let mut empty = AdamW::new(Vec::new(), AdamWParams::default())?;
         assert!(empty.step(&grads, 0.1)?.is_empty());
         assert_eq!(empty.step_count(), 1);
+        Ok(())
+    }
+
+    /// A stacked optimiser over two models with their own learning rates and weight decays
+    /// updates each model's row as that model's own optimiser does, bit for bit, and exports and
+    /// restores each model's state with the single model's names and shapes.
+    #[test]
+    fn stacked_rows_are_the_single_optimisers() -> Result<()> {
+        let dev = Device::Cpu;
+        let w0: Vec<f32> = (0..6).map(|i| 0.3 * i as f32 - 0.7).collect();
+        let w1: Vec<f32> = (0..6).map(|i| 0.2 - 0.15 * i as f32).collect();
+        let (b0, b1) = (vec![0.5f32, -0.25, 1.5], vec![-0.1f32, 0.7, 0.05]);
+        let singles = [
+            (
+                Var::from_vec(w0.clone(), (2, 3), &dev)?,
+                Var::from_vec(b0.clone(), 3, &dev)?,
+            ),
+            (
+                Var::from_vec(w1.clone(), (2, 3), &dev)?,
+                Var::from_vec(b1.clone(), 3, &dev)?,
+            ),
+        ];
+        let ws = Var::from_tensor(&Tensor::stack(
+            &[
+                Tensor::from_vec(w0, (2, 3), &dev)?,
+                Tensor::from_vec(w1, (2, 3), &dev)?,
+            ],
+            0,
+        )?)?;
+        let bs = Var::from_tensor(&Tensor::stack(
+            &[
+                Tensor::from_vec(b0, 3, &dev)?,
+                Tensor::from_vec(b1, 3, &dev)?,
+            ],
+            0,
+        )?)?;
+        let (lrs, wds) = ([0.01, 0.03], [0.1, 0.3]);
+        let mut stacked = AdamW::stacked(
+            vec![("w".into(), ws.clone()), ("b".into(), bs.clone())],
+            AdamWParams::default(),
+            &wds,
+        )?;
+        let mut opts = singles
+            .iter()
+            .zip(wds)
+            .map(|((w, b), wd)| {
+                AdamW::new(
+                    vec![("w".into(), w.clone()), ("b".into(), b.clone())],
+                    AdamWParams {
+                        weight_decay: wd,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let c = Tensor::new(&[[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &dev)?;
+        let loss = |w: &Tensor, b: &Tensor| -> Result<Tensor> {
+            Ok(((w.sqr()?.broadcast_mul(&c))?.sum_all()? + b.powf(3.0)?.sum_all()?)?)
+        };
+        for _ in 0..4 {
+            let grads = loss(ws.as_tensor(), bs.as_tensor())?.backward()?;
+            assert!(stacked.step_each(&grads, &lrs)?.is_empty());
+            for (((w, b), opt), lr) in singles.iter().zip(&mut opts).zip(lrs) {
+                let grads = loss(w.as_tensor(), b.as_tensor())?.backward()?;
+                opt.step(&grads, lr)?;
+            }
+        }
+        for (i, (w, b)) in singles.iter().enumerate() {
+            let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+            assert_eq!(flat(&ws.as_tensor().get(i)?), flat(w.as_tensor()));
+            assert_eq!(flat(&bs.as_tensor().get(i)?), flat(b.as_tensor()));
+            let (mine, step) = stacked.state_of(i)?;
+            let (theirs, _) = opts[i].state()?;
+            assert_eq!(step, 4);
+            for (k, t) in &theirs {
+                assert_eq!(mine[k].dims(), t.dims(), "{k}");
+                assert_eq!(flat(&mine[k]), flat(t), "{k}");
+            }
+        }
+        // Restore the rows from the single states, in the other order, and read them back.
+        let (s0, _) = opts[0].state()?;
+        let (s1, _) = opts[1].state()?;
+        stacked.load_states(&[&s1, &s0], 4)?;
+        let (back, _) = stacked.state_of(0)?;
+        assert_eq!(
+            back["v.w"].flatten_all()?.to_vec1::<f32>()?,
+            s1["v.w"].flatten_all()?.to_vec1::<f32>()?
+        );
+        assert!(stacked.load_states(&[&s0], 4).is_err());
+        assert!(stacked
+            .step_each(&loss(ws.as_tensor(), bs.as_tensor())?.backward()?, &[0.1])
+            .is_err());
+        assert!(AdamW::stacked(vec![("w".into(), ws)], AdamWParams::default(), &[0.1; 3]).is_err());
         Ok(())
     }
 }

@@ -32,8 +32,8 @@ use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::WarmupCosine;
 use crate::settings::{TrainSettings, TrainTask};
 use crate::state::{
-    dropout_rng, file_hash, load_optimizer, save_optimizer, write_json, Session, TrainState,
-    RECORD_FILE, STATE_FILE, VERSION,
+    dropout_rng, file_hash, save_optimizer, write_json, Session, TrainState, RECORD_FILE,
+    STATE_FILE, VERSION,
 };
 
 /// How to run: the device and whether to continue an existing run.
@@ -183,26 +183,39 @@ fn first_difference(a: &TrainSettings, b: &TrainSettings) -> String {
         .unwrap_or_else(|| "settings".into())
 }
 
+/// The job of the runs `settings` (one model each), fresh or from the checkpoints in `dirs`.
 fn make_job(
-    settings: &TrainSettings,
-    dir: Option<&Path>,
+    settings: &[TrainSettings],
+    dirs: Option<&[&Path]>,
     device: &candle_core::Device,
 ) -> Result<Box<dyn Job>> {
-    Ok(match (settings.task, dir) {
-        (TrainTask::Sraven, None) => Box::new(crate::sraven::SravenJob::fresh(settings, device)?),
-        (TrainTask::Sraven, Some(d)) => {
-            Box::new(crate::sraven::SravenJob::resume(settings, d, device)?)
-        }
-        (TrainTask::Logic, None) => Box::new(crate::logic::LogicJob::fresh(settings, device)?),
-        (TrainTask::Logic, Some(d)) => {
-            Box::new(crate::logic::LogicJob::resume(settings, d, device)?)
-        }
-        (TrainTask::Induction, None) => {
-            Box::new(crate::induction::InductionJob::fresh(settings, device)?)
-        }
-        (TrainTask::Induction, Some(d)) => {
-            Box::new(crate::induction::InductionJob::resume(settings, d, device)?)
-        }
+    let first = settings
+        .first()
+        .ok_or_else(|| TrainError::InvalidParam("no runs to train".into()))?;
+    Ok(match first.task {
+        TrainTask::Sraven => Box::new(crate::stacked::StackJob::new(
+            settings,
+            crate::sraven::model_config(first)?,
+            dirs,
+            device,
+            |s| crate::sraven::SravenTask::new(s, device),
+        )?),
+        TrainTask::Logic => Box::new(crate::stacked::StackJob::new(
+            settings,
+            crate::logic::model_config(first)?,
+            dirs,
+            device,
+            |s| crate::logic::LogicTask::new(s, device),
+        )?),
+        TrainTask::Induction => match (settings, dirs) {
+            ([s], None) => Box::new(crate::induction::InductionJob::fresh(s, device)?),
+            ([s], Some([d])) => Box::new(crate::induction::InductionJob::resume(s, d, device)?),
+            _ => {
+                return Err(TrainError::InvalidParam(
+                    "the induction task trains one model per run (no batched runs)".into(),
+                ))
+            }
+        },
     })
 }
 
@@ -214,7 +227,7 @@ fn make_job(
 ///
 /// # Errors
 /// [`TrainError::InvalidParam`] naming the flag and what it would have cost.
-fn check_memory(settings: &TrainSettings) -> Result<()> {
+fn check_memory(settings: &TrainSettings, models: usize) -> Result<()> {
     use hyperlens_io::budget::{bytes_of, check_alloc};
     let dims = match settings.task {
         TrainTask::Sraven => {
@@ -240,7 +253,7 @@ fn check_memory(settings: &TrainSettings) -> Result<()> {
     if held_eval {
         check_alloc(
             format!("--eval-n {} (ID and OOD evaluation sets)", settings.eval_n),
-            bytes_of(4, &[2, settings.eval_n, t, d_in]),
+            bytes_of(4, &[models, 2, settings.eval_n, t, d_in]),
         )
         .map_err(refuse)?;
     }
@@ -249,12 +262,17 @@ fn check_memory(settings: &TrainSettings) -> Result<()> {
         .saturating_add(2 * mlp as u128);
     check_alloc(
         format!(
-            "--batch {} (activations kept for the backward pass)",
-            settings.batch
+            "--batch {} (activations kept for the backward pass{})",
+            settings.batch,
+            if models > 1 {
+                format!(", for each of {models} runs trained together")
+            } else {
+                String::new()
+            }
         ),
-        bytes_of(4, &[settings.batch, layers.max(1), t])
+        bytes_of(4, &[models, settings.batch, layers.max(1), t])
             .saturating_mul(per_token)
-            .saturating_add(bytes_of(4, &[settings.batch, t, d_in])),
+            .saturating_add(bytes_of(4, &[models, settings.batch, t, d_in])),
     )
     .map_err(refuse)
 }
@@ -288,7 +306,7 @@ fn threads() -> String {
 ///
 /// Recipe (`docs/spec/models.md`, "Training recipe"): [`AdamW`] with decoupled weight decay on parameters
 /// of 2 or more dimensions, the [`WarmupCosine`] schedule, attention dropout on the normalised scores,
-/// a fresh batch every update, the paper's initialisation.
+/// a fresh batch every update, the paper's initialisation. This is [`train_group`] with one run.
 ///
 /// # Errors
 /// [`TrainError::InvalidParam`] for bad settings, a non-empty `out` without `resume`, or a parameter
@@ -305,30 +323,117 @@ pub fn train<F>(
 where
     F: FnMut(&Event<'_>) -> ControlFlow<()>,
 {
-    settings.check()?;
-    check_memory(settings)?;
-    let session_start = Instant::now();
-    let device = options.device.to_candle()?;
-    let params = AdamWParams {
-        weight_decay: settings.weight_decay,
-        ..AdamWParams::default()
+    let run = GroupRun {
+        out: out.to_path_buf(),
+        settings: settings.clone(),
     };
-    let schedule = WarmupCosine::paper(settings.lr, settings.warmup, settings.steps);
-    schedule.check()?;
+    train_group(std::slice::from_ref(&run), options, |_, e| on_event(e))?
+        .pop()
+        .unwrap_or_else(|| Err(TrainError::InvalidParam("no runs to train".into())))
+}
+
+/// One run of a group trained together ([`train_group`]): its run directory and its settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRun {
+    /// The run directory.
+    pub out: std::path::PathBuf,
+    /// The run's settings.
+    pub settings: TrainSettings,
+}
+
+/// The settings that the runs of one batched group may differ in: the seed, the split, the peak
+/// learning rate and the weight decay. Everything else (task, architecture, steps, batch,
+/// schedule shape, cadence) must be the same.
+pub const BATCHED_SETTINGS: [&str; 4] = ["seed", "split", "lr", "weight_decay"];
+
+/// Checks that `runs` can train as one group: at least one, all valid, distinct directories, and
+/// settings equal except in [`BATCHED_SETTINGS`]; more than one only for the SRAVEN and logic
+/// tasks.
+///
+/// # Errors
+/// [`TrainError::InvalidParam`] naming the first problem.
+pub fn check_group(runs: &[GroupRun]) -> Result<()> {
+    let first = runs
+        .first()
+        .ok_or_else(|| TrainError::InvalidParam("no runs to train".into()))?;
+    for (i, r) in runs.iter().enumerate() {
+        r.settings.check()?;
+        if runs[..i].iter().any(|o| o.out == r.out) {
+            return Err(TrainError::InvalidParam(format!(
+                "two runs of the group write to {}",
+                r.out.display()
+            )));
+        }
+        let mut same = r.settings.clone();
+        same.seed = first.settings.seed;
+        same.split.clone_from(&first.settings.split);
+        same.lr = first.settings.lr;
+        same.weight_decay = first.settings.weight_decay;
+        if same != first.settings {
+            return Err(TrainError::InvalidParam(format!(
+                "{} and {} differ in {}: runs trained together may differ only in {}",
+                first.out.display(),
+                r.out.display(),
+                first_difference(&first.settings, &same),
+                BATCHED_SETTINGS.join(", ")
+            )));
+        }
+    }
+    if runs.len() > 1 && first.settings.task == TrainTask::Induction {
+        return Err(TrainError::InvalidParam(
+            "the induction task trains one model per run (no batched runs)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One run's side of a group: its files, state and running sums.
+struct Member<'a> {
+    out: &'a Path,
+    settings: &'a TrainSettings,
+    schedule: WarmupCosine,
+    state: TrainState,
+    log: MetricsLog,
+    loss_sum: Option<Tensor>,
+    metric_sum: Option<Tensor>,
+    metric_count: f64,
+    last_eval: Option<Evaluation>,
+    /// Set when the run diverged: it takes no further part in logs, evaluations and checkpoints.
+    failed: Option<TrainError>,
+}
+
+/// The file a run of a group that diverged gets, with the reason (`failed.json`).
+pub const FAILED_FILE: &str = "failed.json";
+
+/// Opens one run for [`train_group`]: checks and prepares its directory (fresh) or reads its
+/// latest checkpoint (`resume`); returns the run's state and the checkpoint directory to load
+/// (resume). A resumed run whose final checkpoint is complete but which has no record gets no
+/// new session: the group only evaluates it and writes the record.
+fn open_run(
+    run: &GroupRun,
+    resume: bool,
+    models: usize,
+    device: &hyperlens_model::Device,
+) -> Result<(TrainState, Option<std::path::PathBuf>)> {
+    let (out, settings) = (run.out.as_path(), &run.settings);
     let io = |p: &Path| {
         let p = p.display().to_string();
         move |source| TrainError::Io { path: p, source }
     };
-
+    let session = || Session {
+        start_step: 0,
+        end_step: 0,
+        device: device.to_string(),
+        threads: threads(),
+        train_time_s: None,
+        wall_time_s: None,
+        batched: (models > 1).then_some(models),
+    };
     // A run killed before its first checkpoint was committed left nothing to resume, only
     // leftovers: it starts again from step 0, which is the same run (every random stream depends
     // only on the seed and the step).
     let restart = crate::checkpoint::only_leftovers(out)?;
-    let resume = options.resume && !restart;
-    // A run whose final checkpoint was committed but which was stopped before `train.json` was
-    // written: resuming evaluates it and writes the record.
-    let mut finishing = false;
-    let (mut state, mut job, mut opt) = if resume {
+    if resume && !restart {
         // Leftovers of a killed checkpoint write go; the latest complete checkpoint is the one the
         // manifest names (or the run directory's own files, in runs that have none).
         crate::checkpoint::sweep(out)?;
@@ -342,6 +447,7 @@ where
                 first_difference(&merged, settings)
             )));
         }
+        let mut finishing = false;
         if stored.step >= settings.steps {
             if out.join(RECORD_FILE).exists() {
                 return Err(TrainError::Resume(format!(
@@ -361,17 +467,6 @@ where
                 STATE_FILE
             )));
         }
-        let job = make_job(settings, Some(&ckdir), &device)?;
-        let mut opt = AdamW::new(job.vars()?, params)?;
-        let opt_step = load_optimizer(&ckdir, &mut opt, &device)?;
-        if opt_step != stored.step {
-            return Err(TrainError::Resume(format!(
-                "{} is at step {opt_step}, {} at step {}",
-                crate::state::OPTIMIZER_FILE,
-                STATE_FILE,
-                stored.step
-            )));
-        }
         let mut state = TrainState {
             settings: settings.clone(),
             version: VERSION.into(),
@@ -381,86 +476,189 @@ where
             state.sessions.push(Session {
                 start_step: state.step,
                 end_step: state.step,
-                device: options.device.to_string(),
-                threads: threads(),
-                train_time_s: None,
-                wall_time_s: None,
+                ..session()
             });
         }
-        (state, job, opt)
-    } else {
-        if out.exists() && !out.is_dir() {
+        return Ok((state, Some(ckdir)));
+    }
+    if out.exists() && !out.is_dir() {
+        return Err(TrainError::InvalidParam(format!(
+            "--out {} is a file, not a run directory",
+            out.display()
+        )));
+    }
+    if out.exists() {
+        let mut entries = std::fs::read_dir(out).map_err(io(out))?;
+        if restart {
+            crate::checkpoint::clear_leftovers(out)?;
+        } else if entries.next().is_some() {
             return Err(TrainError::InvalidParam(format!(
-                "--out {} is a file, not a run directory",
+                "--out {} is not empty: pass --resume to continue the run there, or choose another directory",
                 out.display()
             )));
         }
-        if out.exists() {
-            let mut entries = std::fs::read_dir(out).map_err(io(out))?;
-            if restart {
-                crate::checkpoint::clear_leftovers(out)?;
-            } else if entries.next().is_some() {
-                return Err(TrainError::InvalidParam(format!(
-                    "--out {} is not empty: pass --resume to continue the run there, or choose another directory",
-                    out.display()
+    }
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let state = TrainState {
+        version: VERSION.into(),
+        settings: settings.clone(),
+        step: 0,
+        data_position: 0,
+        dropout_stream: "ChaCha8, key (seed, \"hyperlens/train/dropout\"), stream = step".into(),
+        train_time_s: 0.0,
+        wall_time_s: 0.0,
+        weights_hash: String::new(),
+        sessions: vec![session()],
+    };
+    Ok((state, None))
+}
+
+/// Trains the runs `runs` together, as one batched model ([`hyperlens_model::StackedTransformer`]:
+/// one graph, a leading model axis on every weight, one flat AdamW update): each run's
+/// directory, files, data stream, dropout masks, optimiser state and evaluations are those of
+/// its single run ([`train`]), and its weights equal the single run's to float32 rounding (for one
+/// run, bitwise). With `options.resume` every run continues from its latest checkpoint; they
+/// must all be at the same step.
+///
+/// `on_event(i, event)` reports the events of run `i`; `Break` stops every run as [`train`]'s
+/// does. A run whose loss stops being finite stops alone: it gets [`FAILED_FILE`] with the reason,
+/// keeps its last checkpoint, and its result is [`TrainError::Diverged`]; the others go on.
+///
+/// # Errors
+/// As [`train`] for what concerns the whole group (the checks of [`check_group`], a run that
+/// cannot start or resume, a runs at different steps on resume, I/O); a run's own divergence is
+/// its entry of the returned results.
+pub fn train_group<F>(
+    runs: &[GroupRun],
+    options: &RunOptions,
+    mut on_event: F,
+) -> Result<Vec<Result<TrainOutcome>>>
+where
+    F: FnMut(usize, &Event<'_>) -> ControlFlow<()>,
+{
+    check_group(runs)?;
+    let settings = &runs[0].settings;
+    check_memory(settings, runs.len())?;
+    let session_start = Instant::now();
+    let device = options.device.to_candle()?;
+    let params = AdamWParams {
+        weight_decay: settings.weight_decay,
+        ..AdamWParams::default()
+    };
+    let mut opened = Vec::with_capacity(runs.len());
+    for run in runs {
+        opened.push(open_run(run, options.resume, runs.len(), &options.device)?);
+    }
+    let steps: Vec<u64> = opened.iter().map(|o| o.0.step).collect();
+    if steps.iter().any(|&s| s != steps[0]) {
+        return Err(TrainError::Resume(format!(
+            "the runs are at different steps ({}): resume them one by one",
+            runs.iter()
+                .zip(&steps)
+                .map(|(r, s)| format!("{}: {s}", r.out.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let resume = opened.iter().any(|o| o.1.is_some());
+    if resume && opened.iter().any(|o| o.1.is_none()) {
+        return Err(TrainError::Resume(
+            "some runs of the group have a checkpoint and some have none: resume them one by one"
+                .into(),
+        ));
+    }
+    let all: Vec<TrainSettings> = runs.iter().map(|r| r.settings.clone()).collect();
+    let (job, opt) = if resume {
+        let dirs: Vec<&Path> = opened.iter().filter_map(|o| o.1.as_deref()).collect();
+        let job = make_job(&all, Some(&dirs), &device)?;
+        let mut opt = new_optimizer(job.as_ref(), params, &all)?;
+        let mut states = Vec::with_capacity(dirs.len());
+        for (dir, (state, ..)) in dirs.iter().zip(&opened) {
+            let (map, opt_step) = crate::state::read_optimizer(dir, &device)?;
+            if opt_step != state.step {
+                return Err(TrainError::Resume(format!(
+                    "{} is at step {opt_step}, {} at step {}",
+                    dir.join(crate::state::OPTIMIZER_FILE).display(),
+                    STATE_FILE,
+                    state.step
                 )));
             }
+            states.push(map);
         }
-        std::fs::create_dir_all(out).map_err(io(out))?;
-        let job = make_job(settings, None, &device)?;
-        let opt = AdamW::new(job.vars()?, params)?;
-        let state = TrainState {
-            version: VERSION.into(),
-            settings: settings.clone(),
-            step: 0,
-            data_position: 0,
-            dropout_stream: "ChaCha8, key (seed, \"hyperlens/train/dropout\"), stream = step"
-                .into(),
-            train_time_s: 0.0,
-            wall_time_s: 0.0,
-            weights_hash: String::new(),
-            sessions: vec![Session {
-                start_step: 0,
-                end_step: 0,
-                device: options.device.to_string(),
-                threads: threads(),
-                train_time_s: None,
-                wall_time_s: None,
-            }],
-        };
-        (state, job, opt)
+        let refs: Vec<&std::collections::HashMap<String, Tensor>> = states.iter().collect();
+        opt.load_states(&refs, steps[0]).map_err(|e| {
+            TrainError::Resume(format!(
+                "{}: {e}",
+                dirs.iter()
+                    .map(|d| d.join(crate::state::OPTIMIZER_FILE).display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        (job, opt)
+    } else {
+        let job = make_job(&all, None, &device)?;
+        let opt = new_optimizer(job.as_ref(), params, &all)?;
+        (job, opt)
     };
-
-    let start = state.step;
-    let wall_before = state.wall_time_s;
-    let train_before = state.train_time_s;
-    let mut log = MetricsLog::open(out, resume.then_some(start))?;
+    let mut job = job;
+    let mut opt = opt;
+    if job.members() != runs.len() {
+        return Err(TrainError::InvalidParam(format!(
+            "a job of {} models for {} runs",
+            job.members(),
+            runs.len()
+        )));
+    }
+    let start = steps[0];
+    let mut members = Vec::with_capacity(runs.len());
+    for (run, (state, _)) in runs.iter().zip(opened) {
+        let schedule =
+            WarmupCosine::paper(run.settings.lr, run.settings.warmup, run.settings.steps);
+        schedule.check()?;
+        members.push(Member {
+            out: &run.out,
+            settings: &run.settings,
+            schedule,
+            log: MetricsLog::open(&run.out, resume.then_some(start))?,
+            state,
+            loss_sum: None,
+            metric_sum: None,
+            metric_count: 0.0,
+            last_eval: None,
+            failed: None,
+        });
+    }
+    let wall_before: Vec<f64> = members.iter().map(|m| m.state.wall_time_s).collect();
+    let train_before: Vec<f64> = members.iter().map(|m| m.state.train_time_s).collect();
     let mut session_train_s = 0.0;
-    // One checkpoint, written crash-safely (crate::checkpoint): the four files go to a staging
-    // directory, which becomes a step directory, which the manifest then names.
-    let checkpoint = |job: &dyn Job,
+    // One checkpoint of run `i`, written crash-safely (crate::checkpoint): the four files go to a
+    // staging directory, which becomes a step directory, which the manifest then names.
+    let checkpoint = |i: usize,
+                      job: &dyn Job,
                       opt: &AdamW,
-                      state: &mut TrainState,
+                      mem: &mut Member<'_>,
                       done: u64,
                       train_s: f64,
                       after: &mut dyn FnMut(&'static str) -> ControlFlow<()>|
      -> Result<()> {
+        let state = &mut mem.state;
         state.step = done;
         state.data_position = done;
-        state.train_time_s = train_before + train_s;
-        state.wall_time_s = wall_before + session_start.elapsed().as_secs_f64();
+        state.train_time_s = train_before[i] + train_s;
+        state.wall_time_s = wall_before[i] + session_start.elapsed().as_secs_f64();
         if let Some(s) = state.sessions.last_mut() {
             s.end_step = done;
             s.train_time_s = Some(train_s);
             s.wall_time_s = Some(session_start.elapsed().as_secs_f64());
         }
         crate::checkpoint::write(
-            out,
+            mem.out,
             done,
             |dir, done| {
-                job.save(dir)?;
+                job.save(i, dir)?;
                 done()?;
-                save_optimizer(dir, opt)?;
+                save_optimizer(dir, opt, i)?;
                 done()?;
                 state.weights_hash =
                     file_hash(&dir.join(hyperlens_model::checkpoint::WEIGHTS_FILE))?;
@@ -471,53 +669,68 @@ where
         )
     };
     let mut stop = false;
-    let mut last_eval: Option<Evaluation> = None;
     if !resume {
-        checkpoint(job.as_ref(), &opt, &mut state, 0, 0.0, &mut |op| {
-            on_event(&Event::CheckpointWrite { step: 0, op })
-        })?;
+        for (i, mem) in members.iter_mut().enumerate() {
+            checkpoint(i, job.as_ref(), &opt, mem, 0, 0.0, &mut |op| {
+                on_event(i, &Event::CheckpointWrite { step: 0, op })
+            })?;
+        }
     }
-    stop |= on_event(&Event::Start {
-        step: start,
-        total: settings.steps,
-        n_params: job.n_params(),
-    })
-    .is_break();
+    for i in 0..members.len() {
+        stop |= on_event(
+            i,
+            &Event::Start {
+                step: start,
+                total: settings.steps,
+                n_params: job.n_params(),
+            },
+        )
+        .is_break();
+    }
     // The evaluation of the untrained model (also when a run resumes from its first checkpoint
     // before that row was logged).
-    if start == 0 && settings.eval_every > 0 && log.last_step().is_none() {
-        let ev = job.evaluate(0)?;
-        let row = eval_row(
-            0,
-            schedule.lr(0),
-            None,
-            None,
-            &ev,
-            wall_before + session_start.elapsed().as_secs_f64(),
-        );
-        log.push(&row)?;
-        stop |= on_event(&Event::Evaluated(&ev)).is_break();
-        stop |= on_event(&Event::Row(&row)).is_break();
-        last_eval = Some(ev);
+    for (i, mem) in members.iter_mut().enumerate() {
+        if start == 0 && settings.eval_every > 0 && mem.log.last_step().is_none() {
+            let ev = job.evaluate(i, 0)?;
+            let row = eval_row(
+                0,
+                mem.schedule.lr(0),
+                None,
+                None,
+                &ev,
+                wall_before[i] + session_start.elapsed().as_secs_f64(),
+            );
+            mem.log.push(&row)?;
+            stop |= on_event(i, &Event::Evaluated(&ev)).is_break();
+            stop |= on_event(i, &Event::Row(&row)).is_break();
+            mem.last_eval = Some(ev);
+        }
     }
 
-    let mut loss_sum: Option<Tensor> = None;
-    let mut metric_sum: Option<Tensor> = None;
-    let mut metric_count = 0.0;
     let mut interval_steps = 0u64;
     let mut interval_start = Instant::now();
     let mut interval_excluded_s = 0.0;
     let cache_uploads = hyperlens_model::device::upload_cache_requested()?;
     let mut step = start;
-    while step < settings.steps && !stop {
-        let lr = schedule.lr(step);
-        let mut rng = dropout_rng(settings.seed, step);
-        let bl = job.batch_loss(step, &mut rng)?;
+    while step < settings.steps && !stop && members.iter().any(|m| m.failed.is_none()) {
+        let lrs: Vec<f64> = members.iter().map(|m| m.schedule.lr(step)).collect();
+        let mut rngs: Vec<_> = members
+            .iter()
+            .map(|m| dropout_rng(m.settings.seed, step))
+            .collect();
+        let losses = job.batch_loss(step, &mut rngs)?;
         let missing = {
             // The backward pass and the update upload no per-step data (`UploadCache`).
-            let _cache = hyperlens_model::device::upload_cache(bl.loss.device(), cache_uploads);
-            let grads = bl.loss.backward()?;
-            opt.step(&grads, lr)?
+            let total = match losses.as_slice() {
+                [one] => one.loss.clone(),
+                many => {
+                    let parts: Vec<&Tensor> = many.iter().map(|l| &l.loss).collect();
+                    Tensor::stack(&parts, 0)?.sum_all()?
+                }
+            };
+            let _cache = hyperlens_model::device::upload_cache(total.device(), cache_uploads);
+            let grads = total.backward()?;
+            opt.step_each(&grads, &lrs)?
         };
         if !missing.is_empty() {
             return Err(TrainError::InvalidParam(format!(
@@ -526,77 +739,101 @@ where
                 missing.join(", ")
             )));
         }
-        let l = bl.loss.detach();
-        loss_sum = Some(match loss_sum {
-            Some(s) => (s + l)?,
-            None => l,
-        });
-        metric_sum = Some(match metric_sum {
-            Some(s) => (s + bl.metric_sum)?,
-            None => bl.metric_sum,
-        });
-        metric_count += bl.metric_count;
+        for (mem, bl) in members.iter_mut().zip(losses) {
+            let l = bl.loss.detach();
+            mem.loss_sum = Some(match mem.loss_sum.take() {
+                Some(s) => (s + l)?,
+                None => l,
+            });
+            mem.metric_sum = Some(match mem.metric_sum.take() {
+                Some(s) => (s + bl.metric_sum)?,
+                None => bl.metric_sum,
+            });
+            mem.metric_count += bl.metric_count;
+        }
         interval_steps += 1;
         let done = step + 1;
         step = done;
-        stop |= on_event(&Event::Step {
-            step: done - 1,
-            total: settings.steps,
-            lr,
-        })
-        .is_break();
+        for (i, lr) in lrs.iter().enumerate() {
+            stop |= on_event(
+                i,
+                &Event::Step {
+                    step: done - 1,
+                    total: settings.steps,
+                    lr: *lr,
+                },
+            )
+            .is_break();
+        }
 
         let every = |k: u64| k > 0 && done % k == 0;
         let last = done == settings.steps;
         let eval_due = every(settings.eval_every) || last;
         let log_due = every(settings.log_every) || eval_due || stop;
         let ckpt_due = every(settings.checkpoint_every) || last || stop;
-        let wall = || wall_before + session_start.elapsed().as_secs_f64();
         if log_due {
-            // Synchronise: read the interval's sums (this waits for the device).
-            let mean_loss = match loss_sum.take() {
-                Some(s) => s.to_scalar::<f32>()? as f64 / interval_steps.max(1) as f64,
-                None => f64::NAN,
-            };
-            let mean_metric = match metric_sum.take() {
-                Some(s) if metric_count > 0.0 => Some(s.to_scalar::<f32>()? as f64 / metric_count),
-                _ => None,
-            };
             let interval_s =
                 (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
             session_train_s += interval_s;
-            if !mean_loss.is_finite() {
-                return Err(TrainError::Diverged {
-                    step: done - 1,
-                    loss: mean_loss as f32,
-                });
-            }
             let rate = (interval_s > 0.0).then(|| interval_steps as f64 / interval_s);
-            let mut row = MetricsRow {
-                step: done,
-                lr,
-                train_loss: Some(mean_loss),
-                train_acc: mean_metric,
-                id_loss: None,
-                id_acc: None,
-                ood_loss: None,
-                ood_acc: None,
-                wall_time_s: 0.0,
-                steps_per_s: rate,
-            };
-            if eval_due {
-                let ev = job.evaluate(done)?;
-                row = MetricsRow {
-                    steps_per_s: rate,
-                    ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0)
+            for (i, mem) in members.iter_mut().enumerate() {
+                // Synchronise: read the interval's sums (this waits for the device).
+                let mean_loss = match mem.loss_sum.take() {
+                    Some(s) => s.to_scalar::<f32>()? as f64 / interval_steps.max(1) as f64,
+                    None => f64::NAN,
                 };
-                stop |= on_event(&Event::Evaluated(&ev)).is_break();
-                last_eval = Some(ev);
+                let mean_metric = match mem.metric_sum.take() {
+                    Some(s) if mem.metric_count > 0.0 => {
+                        Some(s.to_scalar::<f32>()? as f64 / mem.metric_count)
+                    }
+                    _ => None,
+                };
+                mem.metric_count = 0.0;
+                if mem.failed.is_some() {
+                    continue;
+                }
+                if !mean_loss.is_finite() {
+                    let err = TrainError::Diverged {
+                        step: done - 1,
+                        loss: mean_loss as f32,
+                    };
+                    write_json(
+                        &mem.out.join(FAILED_FILE),
+                        &serde_json::json!({
+                            "error": err.to_string(),
+                            "step": done - 1,
+                            "last_checkpoint_step": mem.state.step,
+                        }),
+                    )?;
+                    mem.failed = Some(err);
+                    continue;
+                }
+                let lr = lrs[i];
+                let mut row = MetricsRow {
+                    step: done,
+                    lr,
+                    train_loss: Some(mean_loss),
+                    train_acc: mean_metric,
+                    id_loss: None,
+                    id_acc: None,
+                    ood_loss: None,
+                    ood_acc: None,
+                    wall_time_s: 0.0,
+                    steps_per_s: rate,
+                };
+                if eval_due {
+                    let ev = job.evaluate(i, done)?;
+                    row = MetricsRow {
+                        steps_per_s: rate,
+                        ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0)
+                    };
+                    stop |= on_event(i, &Event::Evaluated(&ev)).is_break();
+                    mem.last_eval = Some(ev);
+                }
+                row.wall_time_s = wall_before[i] + session_start.elapsed().as_secs_f64();
+                mem.log.push(&row)?;
+                stop |= on_event(i, &Event::Row(&row)).is_break();
             }
-            row.wall_time_s = wall();
-            log.push(&row)?;
-            stop |= on_event(&Event::Row(&row)).is_break();
-            metric_count = 0.0;
             interval_steps = 0;
             interval_excluded_s = 0.0;
             interval_start = Instant::now();
@@ -604,66 +841,95 @@ where
         if ckpt_due || stop {
             let t = Instant::now();
             let pending = (interval_start.elapsed().as_secs_f64() - interval_excluded_s).max(0.0);
-            checkpoint(
-                job.as_ref(),
-                &opt,
-                &mut state,
-                done,
-                session_train_s + pending,
-                &mut |op| on_event(&Event::CheckpointWrite { step: done, op }),
-            )?;
-            stop |= on_event(&Event::Checkpoint { step: done }).is_break();
+            for (i, mem) in members.iter_mut().enumerate() {
+                if mem.failed.is_some() {
+                    continue;
+                }
+                checkpoint(
+                    i,
+                    job.as_ref(),
+                    &opt,
+                    mem,
+                    done,
+                    session_train_s + pending,
+                    &mut |op| on_event(i, &Event::CheckpointWrite { step: done, op }),
+                )?;
+                stop |= on_event(i, &Event::Checkpoint { step: done }).is_break();
+            }
             interval_excluded_s += t.elapsed().as_secs_f64();
         }
     }
 
     let completed = step >= settings.steps;
-    let record = if completed {
-        let final_eval = match &last_eval {
-            Some(ev) if ev.step == step => ev.clone(),
-            _ => job.evaluate(step)?,
+    let mut results = Vec::with_capacity(members.len());
+    for (i, mem) in members.into_iter().enumerate() {
+        if let Some(err) = mem.failed {
+            results.push(Err(err));
+            continue;
+        }
+        let record = if completed {
+            let final_eval = match &mem.last_eval {
+                Some(ev) if ev.step == step => ev.clone(),
+                _ => job.evaluate(i, step)?,
+            };
+            let s = mem.settings;
+            let train_time_s = mem.state.train_time_s;
+            let record = TrainRecord {
+                hyperlens_version: VERSION.into(),
+                task: s.task,
+                mixer: s.mixer,
+                split: s.split.clone(),
+                seed: s.seed,
+                steps: step,
+                batch: s.batch,
+                lr: s.lr,
+                weight_decay: s.weight_decay,
+                warmup: s.warmup,
+                dropout: s.dropout,
+                device: options.device.to_string(),
+                wall_time_s: wall_before[i] + session_start.elapsed().as_secs_f64(),
+                train_time_s,
+                steps_per_s: match mem.state.sessions.last().and_then(Session::steps_per_s) {
+                    Some(rate) => rate,
+                    None if train_time_s > 0.0 => step as f64 / train_time_s,
+                    None => 0.0,
+                },
+                metric: s.task.metric_name().into(),
+                final_eval,
+                n_params: job.n_params(),
+                model: job.model_config()?,
+                optimizer: AdamWParams {
+                    weight_decay: s.weight_decay,
+                    ..params
+                },
+                schedule: mem.schedule,
+                settings: s.clone(),
+                sessions: mem.state.sessions.clone(),
+            };
+            write_json(&mem.out.join(RECORD_FILE), &record)?;
+            Some(record)
+        } else {
+            None
         };
-        let train_time_s = state.train_time_s;
-        let record = TrainRecord {
-            hyperlens_version: VERSION.into(),
-            task: settings.task,
-            mixer: settings.mixer,
-            split: settings.split.clone(),
-            seed: settings.seed,
-            steps: step,
-            batch: settings.batch,
-            lr: settings.lr,
-            weight_decay: settings.weight_decay,
-            warmup: settings.warmup,
-            dropout: settings.dropout,
-            device: options.device.to_string(),
-            wall_time_s: wall_before + session_start.elapsed().as_secs_f64(),
-            train_time_s,
-            steps_per_s: match state.sessions.last().and_then(Session::steps_per_s) {
-                Some(rate) => rate,
-                None if train_time_s > 0.0 => step as f64 / train_time_s,
-                None => 0.0,
-            },
-            metric: settings.task.metric_name().into(),
-            final_eval,
-            n_params: job.n_params(),
-            model: job.model_config()?,
-            optimizer: params,
-            schedule,
-            settings: settings.clone(),
-            sessions: state.sessions.clone(),
-        };
-        write_json(&out.join(RECORD_FILE), &record)?;
-        Some(record)
+        results.push(Ok(TrainOutcome {
+            step,
+            completed,
+            last_eval: mem.last_eval,
+            record,
+        }));
+    }
+    Ok(results)
+}
+
+/// The optimiser of a job: one flat AdamW over its variables, stacked with each run's weight
+/// decay when the job's variables carry a model axis.
+fn new_optimizer(job: &dyn Job, params: AdamWParams, runs: &[TrainSettings]) -> Result<AdamW> {
+    if job.stacked() {
+        let decays: Vec<f64> = runs.iter().map(|s| s.weight_decay).collect();
+        AdamW::stacked(job.vars()?, params, &decays)
     } else {
-        None
-    };
-    Ok(TrainOutcome {
-        step,
-        completed,
-        last_eval,
-        record,
-    })
+        AdamW::new(job.vars()?, params)
+    }
 }
 
 fn eval_row(

@@ -1,20 +1,17 @@
 //! SRAVEN training: the paper's base task (`docs/spec/sraven.md`, `docs/spec/models.md` "Training recipe").
 
-use std::path::Path;
-
-use candle_core::{Device, Tensor, Var};
-use candle_nn::VarMap;
+use candle_core::{Device, Tensor};
 use hyperlens_model::eval::batch_tensor;
 use hyperlens_model::{evaluate, Config, EvalMetrics, Transformer};
 use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, TrainStream};
 use rand::Rng;
-use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Result, TrainError};
-use crate::job::{varmap_vars, BatchLoss, Job};
+use crate::job::BatchLoss;
 use crate::loss::{count_correct, cross_entropy};
 use crate::metrics::{Evaluation, SetMetrics};
 use crate::settings::TrainSettings;
+use crate::stacked::TransformerTask;
 
 /// The model a SRAVEN run trains: `Config::sraven(mixer, width, layers)` (`docs/spec/models.md`, "Sizes"),
 /// or explicit sizes ([`crate::settings::ModelSize`]), for the task sizes of the settings (F inputs of
@@ -79,12 +76,18 @@ pub fn batch_loss<R: Rng + ?Sized>(
     } else {
         model.forward(&x, false)?
     };
-    let loss = cross_entropy(&out.logits, &y)?;
-    let metric_sum = count_correct(&out.logits, &y, true)?;
+    loss_of(&out.logits, &y)
+}
+
+/// The SRAVEN loss and metric of a batch from its logits: cross-entropy, problems solved.
+///
+/// # Shapes
+/// `logits [B, F, d_out]`, `y [B, F]` u32.
+fn loss_of(logits: &Tensor, y: &Tensor) -> Result<BatchLoss> {
     Ok(BatchLoss {
-        loss,
-        metric_sum,
-        metric_count: problems.len() as f64,
+        loss: cross_entropy(logits, y)?,
+        metric_sum: count_correct(logits, y, true)?,
+        metric_count: y.dim(0)? as f64,
     })
 }
 
@@ -97,64 +100,38 @@ fn set_metrics(m: &EvalMetrics) -> SetMetrics {
     }
 }
 
-/// A SRAVEN run.
-pub(crate) struct SravenJob {
-    model: Transformer,
-    varmap: VarMap,
+/// One SRAVEN run's part of a training job ([`crate::stacked::StackJob`]): its split, training
+/// stream and evaluation sets.
+pub(crate) struct SravenTask {
     split: Split,
     seed: u64,
     batch: usize,
-    dropout: f64,
     id_set: ProblemSet,
     ood_set: ProblemSet,
+    device: Device,
 }
 
-impl SravenJob {
-    /// A job from settings and a trainable model (fresh or resumed).
-    pub(crate) fn new(
-        settings: &TrainSettings,
-        model: Transformer,
-        varmap: VarMap,
-    ) -> Result<SravenJob> {
+impl SravenTask {
+    /// The task of a run's settings (its evaluation sets sampled once).
+    pub(crate) fn new(settings: &TrainSettings, device: &Device) -> Result<SravenTask> {
         let split = Split::named_with(&settings.split, settings.sraven.params())?;
         let id_set = sample(&split, Set::Id, settings.eval_n, settings.eval_seed, false)?;
         let ood_set = sample(&split, Set::Ood, settings.eval_n, settings.eval_seed, false)?;
-        Ok(SravenJob {
-            model,
-            varmap,
+        Ok(SravenTask {
             split,
             seed: settings.seed,
             batch: settings.batch,
-            dropout: settings.dropout,
             id_set,
             ood_set,
+            device: device.clone(),
         })
-    }
-
-    /// A freshly initialised job (the paper's initialisation, seeded by the run seed).
-    pub(crate) fn fresh(settings: &TrainSettings, device: &Device) -> Result<SravenJob> {
-        let (model, varmap) = Transformer::init(&model_config(settings)?, settings.seed, device)?;
-        SravenJob::new(settings, model, varmap)
-    }
-
-    /// A job continuing from the checkpoint in `dir`.
-    pub(crate) fn resume(
-        settings: &TrainSettings,
-        dir: &Path,
-        device: &Device,
-    ) -> Result<SravenJob> {
-        let (model, varmap) =
-            crate::job::resume_transformer(dir, &model_config(settings)?, device)?;
-        SravenJob::new(settings, model, varmap)
     }
 }
 
-impl Job for SravenJob {
-    fn vars(&self) -> Result<Vec<(String, Var)>> {
-        varmap_vars(&self.varmap)
-    }
+impl TransformerTask for SravenTask {
+    type Targets = Tensor;
 
-    fn batch_loss(&mut self, step: u64, rng: &mut ChaCha8Rng) -> Result<BatchLoss> {
+    fn batch(&self, step: u64) -> Result<(Vec<f32>, usize, Tensor)> {
         let problems = TrainStream::at(&self.split, self.seed, step).next_batch(self.batch);
         if problems.is_empty() {
             return Err(TrainError::InvalidParam(format!(
@@ -162,33 +139,24 @@ impl Job for SravenJob {
                 self.split.name
             )));
         }
-        batch_loss(&self.model, &problems, self.dropout, rng)
+        let y = targets(&problems, &self.device)?;
+        let b = problems.len();
+        let x = problems.x.as_standard_layout().iter().copied().collect();
+        Ok((x, b, y))
     }
 
-    fn evaluate(&mut self, step: u64) -> Result<Evaluation> {
-        let batch = self.batch.max(256);
-        let id = evaluate(&self.model, &self.id_set, batch)?;
-        let ood = evaluate(&self.model, &self.ood_set, batch)?;
+    fn loss(&self, logits: &Tensor, y: &Tensor) -> Result<BatchLoss> {
+        loss_of(logits, y)
+    }
+
+    fn evaluate(&self, model: &Transformer, step: u64, batch: usize) -> Result<Evaluation> {
+        let id = evaluate(model, &self.id_set, batch)?;
+        let ood = evaluate(model, &self.ood_set, batch)?;
         Ok(Evaluation {
             step,
             id: set_metrics(&id),
             ood: set_metrics(&ood),
             extra: Default::default(),
         })
-    }
-
-    fn save(&self, dir: &Path) -> Result<()> {
-        Ok(self.model.save(dir)?)
-    }
-
-    fn model_config(&self) -> Result<serde_json::Value> {
-        serde_json::to_value(self.model.config()).map_err(|source| TrainError::Json {
-            path: "model config".into(),
-            source,
-        })
-    }
-
-    fn n_params(&self) -> usize {
-        self.model.n_params()
     }
 }

@@ -86,6 +86,10 @@ pub struct Session {
     /// included; `None` in runs before 2026-11-23).
     #[serde(default)]
     pub wall_time_s: Option<f64>,
+    /// The number of runs trained in one batched graph in this session
+    /// ([`crate::run::train_group`]), when more than one; `None` for a run trained alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batched: Option<usize>,
 }
 
 impl Session {
@@ -144,12 +148,13 @@ impl TrainState {
     }
 }
 
-/// Saves the optimiser state atomically (moments plus the update count as an i64 tensor `step`).
+/// Saves model `member`'s optimiser state atomically (moments plus the update count as an i64
+/// tensor `step`).
 ///
 /// # Errors
 /// Candle or I/O errors naming the file.
-pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW) -> Result<()> {
-    let (mut map, step) = opt.state()?;
+pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW, member: usize) -> Result<()> {
+    let (mut map, step) = opt.state_of(member)?;
     let dev = Device::Cpu;
     for t in map.values_mut() {
         *t = t.to_device(&dev)?;
@@ -161,11 +166,14 @@ pub(crate) fn save_optimizer(dir: &Path, opt: &AdamW) -> Result<()> {
     Ok(file.commit()?)
 }
 
-/// Loads the optimiser state saved by [`save_optimizer`] into `opt`; returns its update count.
+/// Reads the optimiser state saved by [`save_optimizer`]: the moments and the update count.
 ///
 /// # Errors
-/// [`TrainError::Resume`] naming the file if it is missing or does not fit the model.
-pub(crate) fn load_optimizer(dir: &Path, opt: &mut AdamW, device: &Device) -> Result<u64> {
+/// [`TrainError::Resume`] naming the file if it is missing or malformed.
+pub(crate) fn read_optimizer(
+    dir: &Path,
+    device: &Device,
+) -> Result<(HashMap<String, Tensor>, u64)> {
     let path = dir.join(OPTIMIZER_FILE);
     let mut map: HashMap<String, Tensor> = candle_core::safetensors::load(&path, device)
         .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;
@@ -185,9 +193,7 @@ pub(crate) fn load_optimizer(dir: &Path, opt: &mut AdamW, device: &Device) -> Re
             )))
         }
     };
-    opt.load_state(&map, step)
-        .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;
-    Ok(step)
+    Ok((map, step))
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use hyperlens_train::state::{
     dropout_rng, Session, TrainState, OPTIMIZER_FILE, RECORD_FILE, STATE_FILE,
 };
 use hyperlens_train::{
-    train, Event, ModelSize, RunOptions, TrainError, TrainRecord, TrainSettings, TrainTask,
+    train, train_group, Event, GroupRun, ModelSize, RunOptions, TrainError, TrainRecord,
+    TrainSettings, TrainTask,
 };
 
 /// A tiny SRAVEN model: D 32, 4 heads of 4, D_mlp 64, 2 layers, batch 16.
@@ -438,6 +439,21 @@ fn manifest_dir() -> std::path::PathBuf {
 /// loss to 1e-5 and every parameter's gradient to 1e-4 in relative L2 norm, with every form of the
 /// operations ([`Ops`]: CPU kernels, the custom ops a GPU runs, the reference maths)
 /// (measured: 2.7e-6 for HYLA; the exactly-zero key-bias gradient of softmax comes out at 4e-8).
+/// The paper checkpoint `{stem}_params.npz` as named tensors.
+fn params_map(
+    reference: &Path,
+    stem: &str,
+    mixer: Mixer,
+) -> std::collections::HashMap<String, Tensor> {
+    let (_, params) = hyperlens_model::import::import_jax_npz(
+        &reference.join(format!("{stem}_params.npz")),
+        mixer,
+        4,
+    )
+    .unwrap();
+    params.into_iter().collect()
+}
+
 #[test]
 fn gradients_match_jax_float64_on_paper_checkpoints() {
     use hyperlens_model::import::import_jax_npz;
@@ -525,6 +541,47 @@ fn gradients_match_jax_float64_on_paper_checkpoints() {
                 worst.1,
                 worst.0
             );
+            // The batched path: the checkpoint twice in one stack, each copy on the inputs; each
+            // copy's loss and gradients are JAX's.
+            let members = vec![params_map(&reference, stem, mixer); 2];
+            let (stack, svars) =
+                hyperlens_model::StackedTransformer::trainable_from_members(&cfg, members, &dev)
+                    .unwrap();
+            let stack = stack.with_ops(ops);
+            let x2 = Tensor::stack(&[&xt, &xt], 0).unwrap();
+            let logits = stack.forward_with(&x2, None).unwrap();
+            let losses: Vec<Tensor> = (0..2)
+                .map(|i| hyperlens_train::loss::cross_entropy(&logits.get(i).unwrap(), &y).unwrap())
+                .collect();
+            for l in &losses {
+                let l = l.to_scalar::<f32>().unwrap() as f64;
+                assert!(
+                    (l - want_loss).abs() < 1e-5 * want_loss.abs(),
+                    "{stem} stacked: {l}"
+                );
+            }
+            let grads = (&losses[0] + &losses[1]).unwrap().backward().unwrap();
+            let svars = svars.data().lock().unwrap();
+            for (name, want) in &want_grads {
+                if mixer == Mixer::Softmax && name.ends_with("attn.b_K") {
+                    continue;
+                }
+                let g = grads.get(svars[name].as_tensor()).unwrap();
+                let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+                for i in 0..2 {
+                    let got: Vec<f32> = g.get(i).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+                    for (g, w) in got.iter().zip(&want) {
+                        diff += (*g as f64 - *w as f64).powi(2);
+                        norm += (*w as f64).powi(2);
+                    }
+                    let rel = diff.sqrt() / norm.sqrt().max(1e-3);
+                    assert!(
+                        rel < 1e-4,
+                        "{stem} ({ops:?}) stacked model {i}: {name} off by {rel:.2e}"
+                    );
+                }
+            }
         }
     }
 }
@@ -654,4 +711,293 @@ fn a_checkpoint_stopped_at_any_file_operation_resumes_exactly() {
             "after `{op}`"
         );
     }
+}
+
+/// FNV-1a 64 over every tensor of a run's weights, name then little-endian bytes, in name order.
+fn weights_fnv(dir: &Path) -> u64 {
+    let mut bytes = Vec::new();
+    for (name, bits) in tensor_bits(&dir.join("model.safetensors")) {
+        bytes.extend(name.as_bytes());
+        for b in bits {
+            bytes.extend((b as u32).to_le_bytes());
+        }
+    }
+    hyperlens_train::state::fnv1a64(&bytes)
+}
+
+/// The settings of the golden runs below: `tiny_sraven(50)` or a one-layer logic model, as the
+/// CLI gives them (`hyperlens train ... --steps 50 --batch 16 --warmup 30 --eval-every 0
+/// --eval-n 64 --checkpoint-every 0`).
+fn golden(task: TrainTask, mixer: Mixer, seed: u64, split: &str) -> TrainSettings {
+    let mut s = match task {
+        TrainTask::Sraven => tiny_sraven(50),
+        _ => {
+            let mut s = TrainSettings::for_task(task);
+            s.layers = 1;
+            s.steps = 50;
+            s.batch = 16;
+            s.warmup = 30;
+            s.eval_every = 0;
+            s.eval_n = 64;
+            s.checkpoint_every = 0;
+            s
+        }
+    };
+    s.mixer = mixer;
+    s.seed = seed;
+    s.split = split.into();
+    s
+}
+
+/// A group of one run is today's single run, bit for bit: the weights after 50 steps hash to what
+/// the single-run trainer of commit 212d13c (before batched training existed) wrote for the same
+/// settings (`hyperlens train --task sraven --mixer hyla --d-model 32 --heads 4 --d-head 4
+/// --d-mlp 64 --layers 2 --steps 50 --batch 16 --warmup 30 --lr 3e-3 --eval-every 0 --eval-n 64
+/// --checkpoint-every 0 --seed 3 --split paper-seed1`, the same with `--mixer softmax`, and
+/// `--task logic --mixer hyla --layers 1 ... --seed 2 --split seed1`; the hash as
+/// [`weights_fnv`]).
+#[test]
+fn a_group_of_one_is_bitwise_the_single_run_before_batching() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            TrainTask::Sraven,
+            Mixer::Hyla,
+            3,
+            "paper-seed1",
+            0xad0e_3e02_e7a5_078f_u64,
+        ),
+        (
+            TrainTask::Sraven,
+            Mixer::Softmax,
+            3,
+            "paper-seed1",
+            0xee8e_5592_64b5_a6d3,
+        ),
+        (
+            TrainTask::Logic,
+            Mixer::Hyla,
+            2,
+            "seed1",
+            0x6db7_986e_d1a0_d600,
+        ),
+    ];
+    for (i, (task, mixer, seed, split, want)) in cases.into_iter().enumerate() {
+        let run = GroupRun {
+            out: dir.path().join(format!("run{i}")),
+            settings: golden(task, mixer, seed, split),
+        };
+        let results = train_group(
+            std::slice::from_ref(&run),
+            &RunOptions::default(),
+            |_, _| ControlFlow::Continue(()),
+        )
+        .unwrap();
+        assert!(results[0].as_ref().unwrap().completed);
+        assert_eq!(
+            weights_fnv(&run.out),
+            want,
+            "{task} {mixer}: weights differ from the single run of 212d13c"
+        );
+    }
+}
+
+/// Largest `|a - b| / max |b|` over the tensors of two runs' weights.
+fn worst_relative(a: &Path, b: &Path) -> (f64, String) {
+    let load = |d: &Path| {
+        candle_core::safetensors::load(d.join("model.safetensors"), &Device::Cpu).unwrap()
+    };
+    let (wa, wb) = (load(a), load(b));
+    assert_eq!(wa.len(), wb.len());
+    let mut worst = (0.0f64, String::new());
+    for (name, tb) in &wb {
+        let x: Vec<f32> = wa[name].flatten_all().unwrap().to_vec1().unwrap();
+        let y: Vec<f32> = tb.flatten_all().unwrap().to_vec1().unwrap();
+        let scale = y.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
+        let diff = x
+            .iter()
+            .zip(&y)
+            .fold(0f64, |m, (p, q)| m.max((*p as f64 - *q as f64).abs()));
+        if diff / scale > worst.0 {
+            worst = (diff / scale, name.clone());
+        }
+    }
+    worst
+}
+
+/// Three runs trained as one batched model (seeds zipped with the paper's splits, each with its
+/// own learning rate and weight decay, attention dropout on) end with the weights of their three
+/// single runs to float32 rounding (at most 1e-5 relative per tensor after 50 steps), with the
+/// same metrics rows; every run directory is an ordinary run (`train.json`, checkpoint). A group
+/// stopped half-way and resumed ends bitwise where the uninterrupted group ends, and one run of
+/// it resumes alone.
+#[test]
+fn three_runs_trained_together_equal_their_single_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for mixer in [Mixer::Hyla, Mixer::Softmax] {
+        let mk = |s: u64, lr: f64, wd: f64| {
+            let mut st = golden(TrainTask::Sraven, mixer, s, &format!("paper-seed{s}"));
+            st.lr = lr;
+            st.weight_decay = wd;
+            st.checkpoint_every = 20;
+            st
+        };
+        let settings = [mk(0, 3e-3, 0.1), mk(1, 3e-3, 0.1), mk(2, 1e-3, 0.3)];
+        let runs: Vec<GroupRun> = settings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| GroupRun {
+                out: dir.path().join(format!("{mixer}-group/run-{i}")),
+                settings: s.clone(),
+            })
+            .collect();
+        let results = train_group(&runs, &RunOptions::default(), |_, _| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        for (i, (run, res)) in runs.iter().zip(&results).enumerate() {
+            let outcome = res.as_ref().unwrap();
+            assert!(outcome.completed && outcome.record.is_some());
+            let single = dir.path().join(format!("{mixer}-single-{i}"));
+            go(&single, &run.settings, false).unwrap();
+            let (worst, name) = worst_relative(&run.out, &single);
+            eprintln!("{mixer} run {i}: worst relative difference {worst:.2e} ({name})");
+            assert!(
+                worst <= 1e-5,
+                "{mixer} run {i}: {name} differs by {worst:.2e}"
+            );
+            let rows = read_metrics(&run.out.join("metrics.csv")).unwrap();
+            let want = read_metrics(&single.join("metrics.csv")).unwrap();
+            assert_eq!(rows.len(), want.len());
+            for (r, w) in rows.iter().zip(&want) {
+                assert_eq!((r.step, r.lr), (w.step, w.lr));
+                let (a, b) = (r.train_loss.unwrap(), w.train_loss.unwrap());
+                assert!((a - b).abs() <= 1e-4 * b.abs(), "{a} vs {b}");
+            }
+            let rec: TrainRecord =
+                serde_json::from_str(&std::fs::read_to_string(run.out.join(RECORD_FILE)).unwrap())
+                    .unwrap();
+            assert_eq!((rec.seed, rec.lr), (run.settings.seed, run.settings.lr));
+            assert_eq!(rec.sessions[0].batched, Some(3));
+            let single_rec: TrainRecord =
+                serde_json::from_str(&std::fs::read_to_string(single.join(RECORD_FILE)).unwrap())
+                    .unwrap();
+            assert_eq!(single_rec.sessions[0].batched, None);
+            // The run directory is a checkpoint of the model crate.
+            assert!(Transformer::load(&run.out, &Device::Cpu).is_ok());
+        }
+        if mixer != Mixer::Hyla {
+            continue;
+        }
+        // Stopped after 30 updates (a checkpoint), then resumed together: bitwise the same end.
+        let stopped: Vec<GroupRun> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| GroupRun {
+                out: dir.path().join(format!("stopped/run-{i}")),
+                settings: r.settings.clone(),
+            })
+            .collect();
+        let partial = train_group(&stopped, &RunOptions::default(), |_, e| match e {
+            Event::Step { step: 29, .. } => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        })
+        .unwrap();
+        assert!(partial.iter().all(|r| !r.as_ref().unwrap().completed));
+        // One run alone first would leave the group at different steps: refused.
+        let resume = RunOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let alone = dir.path().join("alone");
+        std::fs::create_dir_all(&alone).unwrap();
+        let copy = alone.join("run-2");
+        copy_dir(&stopped[2].out, &copy);
+        train_group(&stopped, &resume, |_, _| ControlFlow::Continue(())).unwrap();
+        for (r, s) in runs.iter().zip(&stopped) {
+            assert_eq!(
+                tensor_bits(&r.out.join("model.safetensors")),
+                tensor_bits(&s.out.join("model.safetensors"))
+            );
+        }
+        // The third run, resumed on its own from its copy at step 30: as a single run would.
+        go(&copy, &stopped[2].settings, true).unwrap();
+        let (worst, name) = worst_relative(&copy, &runs[2].out);
+        assert!(
+            worst <= 1e-5,
+            "resumed alone: {name} differs by {worst:.2e}"
+        );
+        let mut mixed = stopped.clone();
+        mixed[2].out = copy;
+        let err = train_group(&mixed, &resume, |_, _| ControlFlow::Continue(())).unwrap_err();
+        assert!(err.to_string().contains("complete"), "{err}");
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// A run of a group whose loss stops being finite stops alone: it gets `failed.json` naming the
+/// step, its result is `Diverged`, and the other runs finish with the weights of their single
+/// runs. Runs that differ in more than what a group may batch are refused.
+#[test]
+fn a_diverging_run_stops_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut good = golden(TrainTask::Logic, Mixer::Hyla, 0, "seed0");
+    good.steps = 20;
+    good.log_every = 5;
+    let mut bad = good.clone();
+    bad.seed = 1;
+    bad.lr = 1e30;
+    let runs = vec![
+        GroupRun {
+            out: dir.path().join("g/good"),
+            settings: good.clone(),
+        },
+        GroupRun {
+            out: dir.path().join("g/bad"),
+            settings: bad,
+        },
+    ];
+    let results = train_group(&runs, &RunOptions::default(), |_, _| {
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert!(results[0].as_ref().unwrap().completed);
+    assert!(matches!(results[1], Err(TrainError::Diverged { .. })));
+    let failed = std::fs::read_to_string(runs[1].out.join(hyperlens_train::FAILED_FILE)).unwrap();
+    assert!(
+        failed.contains("not finite") || failed.contains("diverged"),
+        "{failed}"
+    );
+    assert!(!runs[1].out.join(RECORD_FILE).exists());
+    let single = dir.path().join("single");
+    go(&single, &good, false).unwrap();
+    let (worst, name) = worst_relative(&runs[0].out, &single);
+    assert!(worst <= 1e-5, "{name} differs by {worst:.2e}");
+    // A group may differ only in seed, split, lr and weight decay.
+    let mut other = good.clone();
+    other.batch = 8;
+    let err = hyperlens_train::check_group(&[
+        GroupRun {
+            out: dir.path().join("a"),
+            settings: good.clone(),
+        },
+        GroupRun {
+            out: dir.path().join("b"),
+            settings: other,
+        },
+    ])
+    .unwrap_err();
+    assert!(err.to_string().contains("batch"), "{err}");
 }

@@ -84,6 +84,59 @@ impl Ops {
         reference::project_heads(self, x, w, b)
     }
 
+    /// `x W + b` per model of a stack ([`crate::StackedTransformer`]). With the CPU kernels each
+    /// model's product runs as its own [`Ops::linear`] (values and gradients exactly the single
+    /// model's; a CPU saves nothing by batching); otherwise one batched product over the model
+    /// axis ([`reference::linear_stacked`]), which a GPU launches once for all models.
+    ///
+    /// # Shapes
+    /// `x [M, ..., in]`, `w [M, in, out]`, `b [M, out]` -> `[M, ..., out]`.
+    ///
+    /// # Errors
+    /// Candle errors on mismatched shapes.
+    pub fn linear_stacked(self, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.cpu_kernels(x) {
+            return fast::fused::stacked_linear(x, w, b, true);
+        }
+        reference::linear_stacked(x, w, b)
+    }
+
+    /// The per-head projection per model of a stack, as [`Ops::linear_stacked`] does
+    /// [`Ops::linear`], with the model axis folded into the batch of the result.
+    ///
+    /// # Shapes
+    /// `x [M, B, T, D]`, `w [M, H, D, d]`, `b [M, H, d]` -> `[M * B, H, T, d]` (contiguous).
+    ///
+    /// # Errors
+    /// Candle errors on mismatched shapes.
+    pub fn project_heads_stacked(self, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.cpu_kernels(x) {
+            return fast::fused::stacked_project_heads(x, w, b, true);
+        }
+        reference::project_heads_stacked(x, w, b)
+    }
+
+    /// LayerNorm per model of a stack, as [`Ops::linear_stacked`] does [`Ops::linear`]
+    /// (otherwise the normalisation over the folded batch, then each model's scale and bias).
+    ///
+    /// # Shapes
+    /// `x [M, ..., D]`, `w [M, D]`, `b [M, D]` -> `[M, ..., D]`.
+    ///
+    /// # Errors
+    /// Candle errors on mismatched shapes.
+    pub fn layer_norm_stacked(
+        self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        eps: f64,
+    ) -> Result<Tensor> {
+        if self.cpu_kernels(x) {
+            return fast::fused::stacked_layer_norm(x, w, b, eps, true);
+        }
+        reference::layer_norm_stacked(self, x, w, b, eps)
+    }
+
     /// `x + b` with `b` broadcast over the leading axes of `x` (a bias over batch and tokens, a
     /// relative-position table over the batch).
     ///
@@ -186,7 +239,9 @@ impl Ops {
     /// # Shapes
     /// `scores [B, H, Q, K]` (scaled, with any position bias), `v [B, H, K, d]`, `mask` `u8`
     /// broadcastable to `[B, H, Q, K]` (1 = visible), `dropout` `f32` broadcastable to
-    /// `[B, H, Q, K]`. Returns `(o [B, Q, H, d], attention [B, H, Q, K])`: the per-head output
+    /// `[B, H, Q, K]`, or `[G, 1, Q, K]` with `G` dividing `B`: one mask per group of `B / G`
+    /// consecutive problems (the per-model masks of a stacked batch,
+    /// [`crate::stacked::StackedTransformer`]). Returns `(o [B, Q, H, d], attention [B, H, Q, K])`: the per-head output
     /// before the output projection, and the latent codes (before dropout).
     ///
     /// # Errors
@@ -205,6 +260,17 @@ impl Ops {
                 return Ok(out);
             }
         }
+        let grouped;
+        let dropout = match dropout {
+            Some(d) => match group_dropout(d, scores.dim(0)?)? {
+                Some(expanded) => {
+                    grouped = expanded;
+                    Some(&grouped)
+                }
+                None => Some(d),
+            },
+            None => None,
+        };
         let tracked = scores.track_op() || v.track_op();
         if mixer.value_network().is_mlp() && tracked && self.fused(scores) {
             // Training: one graph node with a hand-written gradient.
@@ -218,6 +284,23 @@ impl Ops {
             );
         }
         reference::mix(self, scores, v, mixer, mask, dropout)
+    }
+}
+
+/// Per-group dropout masks `[G, 1, Q, K]` (`1 < G < B`, `G` dividing `B`) expanded to one mask per
+/// problem, `[B, 1, Q, K]`, for the forms that broadcast; `None` for any other shape.
+///
+/// # Errors
+/// Candle errors.
+fn group_dropout(d: &Tensor, b: usize) -> Result<Option<Tensor>> {
+    match d.dims() {
+        &[g, 1, q, k] if g > 1 && g != b && b % g == 0 => Ok(Some(
+            d.reshape((g, 1, 1, q, k))?
+                .broadcast_as((g, b / g, 1, q, k))?
+                .contiguous()?
+                .reshape((b, 1, q, k))?,
+        )),
+        _ => Ok(None),
     }
 }
 

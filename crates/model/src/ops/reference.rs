@@ -53,6 +53,73 @@ pub fn project_heads(ops: Ops, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Ten
     Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
 }
 
+/// `x W + b` per model of a stack ([`crate::StackedTransformer`]): one batched matrix product
+/// over the model axis, then each model's bias.
+///
+/// # Shapes
+/// `x [M, ..., in]`, `w [M, in, out]`, `b [M, out]` -> `[M, ..., out]`.
+///
+/// # Errors
+/// Candle errors on mismatched shapes.
+pub fn linear_stacked(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (m, n_in, n_out) = w.dims3()?;
+    let rows = x.elem_count() / (m * n_in).max(1);
+    let y = x
+        .reshape((m, rows, n_in))?
+        .matmul(w)?
+        .broadcast_add(&b.unsqueeze(1)?)?;
+    let mut shape = x.dims().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = n_out;
+    }
+    Ok(y.reshape(shape)?)
+}
+
+/// The per-head projection per model of a stack ([`linear_stacked`] with the heads' kernels side
+/// by side), the model axis folded into the batch of the result.
+///
+/// # Shapes
+/// `x [M, B, T, D]`, `w [M, H, D, d]`, `b [M, H, d]` -> `[M * B, H, T, d]` (contiguous).
+///
+/// # Errors
+/// Candle errors on mismatched shapes.
+pub fn project_heads_stacked(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (m, bsz, t, dm) = x.dims4()?;
+    let (_, h, _, d) = w.dims4()?;
+    let w = w.permute((0, 2, 1, 3))?.reshape((m, dm, h * d))?;
+    let y = linear_stacked(&x.reshape((m, bsz * t, dm))?, &w, &b.reshape((m, h * d))?)?;
+    Ok(y.reshape((m, bsz, t, h, d))?
+        .permute((0, 1, 3, 2, 4))?
+        .contiguous()?
+        .reshape((m * bsz, h, t, d))?)
+}
+
+/// LayerNorm per model of a stack: the normalisation over the folded batch through `ops`, then
+/// each model's scale and bias.
+///
+/// # Shapes
+/// `x [M, ..., D]`, `w [M, D]`, `b [M, D]` -> `[M, ..., D]`.
+///
+/// # Errors
+/// Candle errors on mismatched shapes.
+pub fn layer_norm_stacked(
+    ops: Ops,
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    eps: f64,
+) -> Result<Tensor> {
+    let (m, d) = w.dims2()?;
+    let ones = Tensor::ones(d, w.dtype(), x.device())?;
+    let zeros = Tensor::zeros(d, w.dtype(), x.device())?;
+    let y = ops.layer_norm(x, &ones, &zeros, eps)?;
+    let mut shape = vec![1; x.rank()];
+    shape[0] = m;
+    shape[x.rank() - 1] = d;
+    Ok(y.broadcast_mul(&w.reshape(shape.clone())?)?
+        .broadcast_add(&b.reshape(shape)?)?)
+}
+
 /// `x + b`, `b` broadcast to the shape of `x`.
 ///
 /// # Shapes

@@ -75,8 +75,22 @@ struct Plan {
     relu: bool,
     /// Visibility per pair `[Q * K]` (none: all visible).
     visible: Option<Vec<bool>>,
-    /// Dropout multiplier per pair `[Q * K]` (none: 1).
+    /// Dropout multipliers per pair, one `[Q * K]` mask per group of `per_mask` consecutive
+    /// problems, `[G * Q * K]` (none: 1).
     dropout: Option<Vec<f32>>,
+    /// Problems that share one dropout mask (all of them for a mask shared by the batch; the
+    /// problems of one model in a stacked batch).
+    per_mask: usize,
+}
+
+impl Plan {
+    /// The dropout multipliers of problem `n`, `[Q * K]`.
+    fn dropout_of(&self, n: usize) -> Option<&[f32]> {
+        let qk = self.q * self.k;
+        self.dropout
+            .as_ref()
+            .map(|v| &v[(n / self.per_mask.max(1)) * qk..][..qk])
+    }
 }
 
 /// `y += a x`, elementwise.
@@ -148,7 +162,7 @@ impl Rows {
     }
 
     /// The codes and hidden units of query `i` against every key, from the scores `s [H, Q, K]`.
-    fn query(&mut self, p: &Plan, s: &[f32], i: usize) {
+    fn query(&mut self, p: &Plan, s: &[f32], drop: Option<&[f32]>, i: usize) {
         let (h, k, d) = (p.h, p.k, p.d);
         let vis = p.visible.as_ref().map(|v| &v[i * k..][..k]);
         for hh in 0..h {
@@ -190,7 +204,7 @@ impl Rows {
                 }
             }
         }
-        let drop = p.dropout.as_ref().map(|v| &v[i * k..][..k]);
+        let drop = drop.map(|v| &v[i * k..][..k]);
         match drop {
             Some(dr) => {
                 for (ad, a) in self.ad.chunks_exact_mut(k).zip(self.a.chunks_exact(k)) {
@@ -247,13 +261,20 @@ fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
     }
 }
 
-/// The forward pass of one problem: `s [H, Q, K]`, `v [H, K, d]` -> `o [Q, H, d]`, attention
-/// `[H, Q, K]` (the codes before dropout).
-fn forward_one(p: &Plan, s: &[f32], v: &[f32], o: &mut [f32], att: &mut [f32]) {
+/// The forward pass of one problem: `s [H, Q, K]`, `v [H, K, d]`, its dropout multipliers
+/// `drop [Q, K]` -> `o [Q, H, d]`, attention `[H, Q, K]` (the codes before dropout).
+fn forward_one(
+    p: &Plan,
+    s: &[f32],
+    v: &[f32],
+    drop: Option<&[f32]>,
+    o: &mut [f32],
+    att: &mut [f32],
+) {
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
     let mut rows = Rows::new(p, v);
     for i in 0..q {
-        rows.query(p, s, i);
+        rows.query(p, s, drop, i);
         for hh in 0..h {
             att[(hh * q + i) * k..][..k].copy_from_slice(&rows.a[hh * k..][..k]);
             let ad = &rows.ad[hh * k..][..k];
@@ -264,8 +285,17 @@ fn forward_one(p: &Plan, s: &[f32], v: &[f32], o: &mut [f32], att: &mut [f32]) {
     }
 }
 
-/// The backward pass of one problem: from `go [Q, H, d]`, `g_s [H, Q, K]` and `g_v [H, K, d]`.
-fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: &mut [f32]) {
+/// The backward pass of one problem (dropout multipliers `drop [Q, K]`): from `go [Q, H, d]`,
+/// `g_s [H, Q, K]` and `g_v [H, K, d]`.
+fn backward_one(
+    p: &Plan,
+    s: &[f32],
+    v: &[f32],
+    drop: Option<&[f32]>,
+    go: &[f32],
+    gs: &mut [f32],
+    gv: &mut [f32],
+) {
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
     let mut rows = Rows::new(p, v);
     let mut gpre = vec![0f32; d * k];
@@ -273,7 +303,7 @@ fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: 
     let mut gvt = vec![0f32; h * d * k];
     let mut c = vec![0f32; k];
     for i in 0..q {
-        rows.query(p, s, i);
+        rows.query(p, s, drop, i);
         let go = &go[i * h * d..][..h * d];
         gpre.fill(0.0);
         for hh in 0..h {
@@ -309,7 +339,7 @@ fn backward_one(p: &Plan, s: &[f32], v: &[f32], go: &[f32], gs: &mut [f32], gv: 
                 }
             }
         }
-        if let Some(drop) = p.dropout.as_ref().map(|v| &v[i * k..][..k]) {
+        if let Some(drop) = drop.map(|v| &v[i * k..][..k]) {
             for ga in ga.chunks_exact_mut(k) {
                 for (x, &dr) in ga.iter_mut().zip(drop) {
                     *x *= dr;
@@ -377,13 +407,26 @@ fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
     Ok(Some(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?))
 }
 
+/// Per-group multipliers `[G, 1, Q, K]` with `G` dividing the `B` problems (the per-model dropout
+/// masks of a stacked batch, model-major): the `G * Q * K` floats and the problems per group.
+fn per_group(t: &Tensor, b: usize, q: usize, k: usize) -> Result<Option<(Vec<f32>, usize)>> {
+    match t.dims() {
+        &[g, 1, tq, tk] if g > 0 && b % g == 0 && (tq, tk) == (q, k) => Ok(Some((
+            t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
+            b / g,
+        ))),
+        _ => Ok(None),
+    }
+}
+
 /// The second half of [`crate::attention::mix`] by the kernel (module docs), or `None` where the
 /// kernel does not apply (the standard value network, not the CPU in float32 with the fast paths
 /// on, a mask or dropout multiplier that is not shared by batch and heads).
 ///
 /// # Shapes
 /// `scores [B, H, Q, K]` (scaled, with the bias), `v [B, H, K, d]`, `mask` `u8` and `dropout`
-/// broadcastable to `[B, H, Q, K]`; returns `(o [B, Q, H, d], attention [B, H, Q, K])` as
+/// broadcastable to `[B, H, Q, K]`, or `dropout [G, 1, Q, K]` with one mask per `B / G`
+/// consecutive problems ([`crate::ops::Ops::mix`]); returns `(o [B, Q, H, d], attention [B, H, Q, K])` as
 /// [`crate::attention::mix`]. Differentiable in `scores` and `v` (the attention is not: it is the
 /// latent code, an output).
 ///
@@ -415,9 +458,15 @@ pub(crate) fn mix(
         Some(Some(m)) => Some(m.into_iter().map(|x| x != 0.0).collect()),
         None => None,
     };
-    let dropout = match dropout.map(|t| per_pair(t, q, k)).transpose()? {
-        Some(None) => return Ok(None),
-        other => other.flatten(),
+    let (dropout, per_mask) = match dropout {
+        None => (None, b),
+        Some(t) => match per_pair(t, q, k)? {
+            Some(m) => (Some(m), b),
+            None => match per_group(t, b, q, k)? {
+                Some((m, per_mask)) => (Some(m), per_mask),
+                None => return Ok(None),
+            },
+        },
     };
     let plan = Plan {
         h,
@@ -428,6 +477,7 @@ pub(crate) fn mix(
         relu,
         visible,
         dropout,
+        per_mask,
     };
     let (s, v) = (scores.contiguous()?, v.contiguous()?);
     let (mut o, mut att) = (vec![0f32; b * q * h * d], vec![0f32; b * h * q * k]);
@@ -436,7 +486,7 @@ pub(crate) fn mix(
             for_block_pairs(&mut o, q * h * d, &mut att, h * q * k, |n, o, att| {
                 let s = &sd[n * h * q * k..][..h * q * k];
                 let v = &vd[n * h * k * d..][..h * k * d];
-                forward_one(&plan, s, v, o, att);
+                forward_one(&plan, s, v, plan.dropout_of(n), o, att);
             })
         })
     })??;
@@ -469,7 +519,7 @@ impl Gradient for MixKernel {
                         let s = &sd[n * h * q * k..][..h * q * k];
                         let v = &vd[n * h * k * d..][..h * k * d];
                         let go = &gd[n * q * h * d..][..q * h * d];
-                        backward_one(p, s, v, go, gs, gv);
+                        backward_one(p, s, v, p.dropout_of(n), go, gs, gv);
                     })
                 })
             })
