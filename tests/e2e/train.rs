@@ -353,3 +353,118 @@ fn train_usage_errors() {
     ]);
     hyperlens(&["train", "--steps", "3"]).usage_error(&["--out <OUT>"]);
 }
+
+/// `train --seeds` trains a group: `group.json` and one ordinary run directory per run, named by
+/// what differs, each equal (weights and logs) to the single run with its settings, with prefixed
+/// lines; a group stopped part-way resumes as one from its directory; finished runs are then
+/// listed and skipped. A run that diverges stops alone, with `failed.json`, and the command fails
+/// naming it after the others finished.
+#[test]
+fn a_group_of_seeds_trains_as_its_single_runs() {
+    let tmp = tempdir();
+    let group = tmp.path().join("group");
+    let r = tiny_run(
+        &group,
+        "6",
+        "2",
+        &[
+            "--seeds",
+            "0,1",
+            "--splits",
+            "paper-seed0,paper-seed1",
+            "--stop-after",
+            "3",
+        ],
+    );
+    let stdout = r.success();
+    assert!(
+        stdout.contains("[seed-1_split-paper-seed1] step 3/6  loss "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().last().unwrap().contains(&format!(
+            "continue the group with: hyperlens train --out {} --resume",
+            group.display()
+        )),
+        "{stdout}"
+    );
+    let file = json(&group.join("group.json"));
+    assert_eq!(file["combine"], "zip");
+    assert_eq!(
+        file["runs"],
+        serde_json::json!(["seed-0_split-paper-seed0", "seed-1_split-paper-seed1"])
+    );
+    let stdout = hyperlens(&["train", "--out", s(&group), "--resume"])
+        .success()
+        .to_owned();
+    assert!(stdout.contains("training 2 runs together"), "{stdout}");
+    assert!(stdout.contains("model-steps/s"), "{stdout}");
+    for (i, name) in ["seed-0_split-paper-seed0", "seed-1_split-paper-seed1"]
+        .iter()
+        .enumerate()
+    {
+        let member = group.join(name);
+        let single = tmp.path().join(format!("single-{i}"));
+        let seed = i.to_string();
+        let split = format!("paper-seed{i}");
+        tiny_run(&single, "6", "2", &["--seed", &seed, "--split", &split]).success();
+        let (a, b) = (
+            safetensors(&member.join("model.safetensors")),
+            safetensors(&single.join("model.safetensors")),
+        );
+        for (n, t) in &a {
+            assert!(
+                values(t) == values(&b[n]),
+                "{name}: {n} differs from the single run"
+            );
+        }
+        let (a, b) = (
+            Csv::read(&member.join("metrics.csv")),
+            Csv::read(&single.join("metrics.csv")),
+        );
+        for col in ["step", "lr", "train_loss", "id_acc", "ood_loss"] {
+            assert_eq!(a.strings(col), b.strings(col), "{name}: {col}");
+        }
+        let rec = json(&member.join("train.json"));
+        assert_eq!(rec["seed"], i as u64);
+        assert_eq!(rec["sessions"][1]["batched"], 2);
+        // The member is an ordinary checkpoint for the other commands.
+        hyperlens(&["eval", "--checkpoint", s(&member), "--n", "16"]).success();
+    }
+    let stdout = hyperlens(&["train", "--out", s(&group), "--resume"])
+        .success()
+        .to_owned();
+    assert!(
+        stdout.contains("seed-0_split-paper-seed0: complete"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nothing to resume"), "{stdout}");
+
+    // One diverging run of two.
+    let bad = tmp.path().join("bad");
+    let r = tiny_run(&bad, "6", "2", &["--seeds", "0,1", "--lr", "1e-3,1e30"]);
+    r.failure(&[
+        "seed-1_lr-1e30",
+        "diverged",
+        "failed.json",
+        "1 of 2 runs diverged",
+    ]);
+    assert!(bad.join("seed-0_lr-1e-3/train.json").exists());
+    let failed = json(&bad.join("seed-1_lr-1e30/failed.json"));
+    assert!(failed["error"].as_str().unwrap().contains("diverged"));
+    assert!(!bad.join("seed-1_lr-1e30/train.json").exists());
+
+    // Lists that do not zip, lists with --resume on a single run, a group into a non-empty dir.
+    let n = tmp.path().join("n");
+    tiny_run(&n, "6", "2", &["--seeds", "0,1,2", "--lr", "1e-3,3e-4"])
+        .failure(&["zipped lists", "--grid"]);
+    assert!(!n.exists());
+    tiny_run(&group, "6", "2", &["--seeds", "5"]).failure(&["is not empty"]);
+    let single = tmp.path().join("single-0");
+    hyperlens(&["train", "--out", s(&single), "--resume", "--seeds", "0,1"])
+        .failure(&["--resume with lists", "group.json"]);
+    hyperlens(&["train", "--out", s(&group), "--resume", "--seeds", "0,1"])
+        .failure(&["is a group"]);
+    hyperlens(&["train", "--out", "x", "--seed", "1", "--seeds", "0,1"])
+        .usage_error(&["--seed <SEED>", "cannot be used with"]);
+}

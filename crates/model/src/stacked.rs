@@ -316,14 +316,20 @@ impl StackedTransformer {
         let flat = self.buckets.flatten_all()?;
         // As `[M * H, n_buckets]`: the single model's gather along the last axis of a rank-2 table.
         let nb = self.config.n_buckets;
+        let s = h * t * t;
         let bias = p("rel_pos")?
             .reshape((m * h, nb))?
             .index_select(&flat, 1)?
-            .reshape((m, 1, h, t, t))?;
-        let scores = scores
-            .reshape((m, bsz, h, t, t))?
-            .broadcast_add(&bias)?
-            .reshape((m * bsz, h, t, t))?;
+            .reshape((m, 1, s))?;
+        // Each model's bias over its batch. On the CPU as a product with a column of ones, as the
+        // single model's `Ops::add_leading` does (exactly `1 * v`; its gradient is a batched gemm,
+        // where candle's sum over the batch axis of a broadcast is slow).
+        let bias = if ops == Ops::Fast && self.device.is_cpu() {
+            Tensor::ones((m, bsz, 1), DType::F32, &self.device)?.matmul(&bias)?
+        } else {
+            bias.broadcast_as((m, bsz, s))?
+        };
+        let scores = (scores.reshape((m, bsz, s))? + bias)?.reshape((m * bsz, h, t, t))?;
         let (o, _) = ops.mix(&scores, &v, self.config.mixer, self.mask.as_ref(), dropout)?;
         ops.linear_stacked(
             &o.reshape((m, bsz, t, h * d))?,

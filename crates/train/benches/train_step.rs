@@ -4,6 +4,11 @@
 //! matrix products and, through it, its elementwise operations; `CANDLE_NUM_THREADS` alone sets only
 //! the elementwise ones).
 //!
+//! `batched_step` trains M = 1, 2, 4, 8 base models as one batched model (`hyperlens train
+//! --seeds ...`, [`hyperlens_train::Updates`]: seeds 0..M, batch 128 each, dropout 0.1) and reports
+//! its throughput in model-steps (criterion's elements): the time per model-step is the time per
+//! iteration over M.
+//!
 //! Two more groups isolate the per-operation overhead that bounds a GPU step (each candle operation is
 //! one kernel launch there): `adamw_update` times the optimiser alone on the base model's 74 parameter
 //! tensors, and `overhead` runs a whole step of a micro model with the base model's architecture (same
@@ -20,7 +25,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use hyperlens_model::{Config, Mixer, Ops, Transformer};
 use hyperlens_tasks::sraven::{Split, TrainStream};
 use hyperlens_train::state::dropout_rng;
-use hyperlens_train::{AdamW, AdamWParams};
+use hyperlens_train::{AdamW, AdamWParams, TrainSettings, TrainTask, Updates};
 
 /// The id the next candle tensor will get, read from a fresh tensor (ids count up from 1 per
 /// process; `TensorId` exposes no number, only its `Debug` form `TensorId(n)`).
@@ -78,6 +83,32 @@ fn bench(c: &mut Criterion) {
                 step += 1;
             })
         });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("batched_step");
+    group.sample_size(10);
+    for mixer in [Mixer::Hyla, Mixer::Softmax] {
+        for m in [1u64, 2, 4, 8] {
+            let settings: Vec<TrainSettings> = (0..m)
+                .map(|seed| {
+                    let mut s = TrainSettings::for_task(TrainTask::Sraven);
+                    s.mixer = mixer;
+                    s.seed = seed;
+                    s
+                })
+                .collect();
+            let mut updates =
+                Updates::fresh(&settings, hyperlens_model::Device::Cpu).expect("models");
+            let mut step = 0u64;
+            group.throughput(criterion::Throughput::Elements(m));
+            group.bench_function(format!("base_{mixer}_models_{m}"), |b| {
+                b.iter(|| {
+                    updates.apply(step).expect("update");
+                    step += 1;
+                })
+            });
+        }
     }
     group.finish();
 

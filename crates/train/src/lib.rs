@@ -24,6 +24,7 @@
 
 pub mod checkpoint;
 pub mod error;
+pub mod group;
 pub mod induction;
 mod job;
 pub mod logic;
@@ -39,13 +40,14 @@ mod stacked;
 pub mod state;
 
 pub use error::{Result, TrainError};
+pub use group::{Combine, GroupFile, Variation, GROUP_FILE};
 pub use job::BatchLoss;
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
 pub use progress::ProgressText;
 pub use run::{
     check_group, read_settings, train, train_group, Event, GroupRun, RunOptions, TrainOutcome,
-    TrainRecord, BATCHED_SETTINGS, FAILED_FILE,
+    TrainRecord, Updates, BATCHED_SETTINGS, FAILED_FILE,
 };
 pub use schedule::WarmupCosine;
 pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};

@@ -95,18 +95,19 @@ struct Slot {
 /// decay per model. Each model's row is updated exactly as its single run's vector is.
 ///
 /// # Shapes
-/// The state is `[M, P]` (`M = 1` for an optimiser over one model's variables), `P` the parameters
+/// The state is `[M, P]` (`[P]` for one model, the layout of a single run), `P` the parameters
 /// of one model; each model's moments are exported with the shapes of its parameters as `m.{name}`
 /// and `v.{name}` (the format of `optimizer.safetensors`).
 pub struct AdamW {
     slots: Vec<Slot>,
     /// Models M (rows of the state).
     models: usize,
-    /// First moments, `[M, P]`: each model's parameters concatenated in slot order.
+    /// First moments, `[M, P]` (`[P]` for one model): each model's parameters concatenated in
+    /// slot order.
     m: Tensor,
-    /// Second moments, `[M, P]`.
+    /// Second moments, as `m`.
     v: Tensor,
-    /// Weight-decay coefficient per element, `[M, P]`: the model's weight decay on parameters of
+    /// Weight-decay coefficient per element, as `m`: the model's weight decay on parameters of
     /// rank >= 2, 0 on the others; `None` when nothing is decayed.
     decay: Option<Tensor>,
     params: AdamWParams,
@@ -205,7 +206,14 @@ impl AdamW {
             });
             offset += len;
         }
-        let m = Tensor::zeros((models, offset), DType::F32, &device)?;
+        // One model keeps the flat `[P]` layout of a single run (the same operations, so the same
+        // tensors per update); M models a `[M, P]` matrix.
+        let shape: Vec<usize> = if models == 1 {
+            vec![offset]
+        } else {
+            vec![models, offset]
+        };
+        let m = Tensor::zeros(shape.as_slice(), DType::F32, &device)?;
         let v = m.clone();
         let mut decay = Vec::with_capacity(models * offset);
         for &wd in weight_decays {
@@ -214,7 +222,7 @@ impl AdamW {
             }
         }
         let decay = if decay.iter().any(|&d| d != 0.0) {
-            Some(Tensor::from_vec(decay, (models, offset), &device)?)
+            Some(Tensor::from_vec(decay, shape.as_slice(), &device)?)
         } else {
             None
         };
@@ -272,7 +280,16 @@ impl AdamW {
                 self.models
             )));
         }
-        let rows = |t: &Tensor, s: &Slot| t.reshape((self.models, s.len));
+        // Each parameter as its rows of the state: `[len]` for one model, `[M, len]` for M.
+        let one = self.models == 1;
+        let axis = usize::from(!one);
+        let rows = |t: &Tensor, s: &Slot| {
+            if one {
+                t.flatten_all()
+            } else {
+                t.reshape((self.models, s.len))
+            }
+        };
         let mut flat_grads = Vec::with_capacity(self.slots.len());
         let mut missing = Vec::new();
         for slot in &self.slots {
@@ -296,14 +313,14 @@ impl AdamW {
         } = self.params;
         let scale_m = 1.0 / (1.0 - beta1.powf(t));
         let scale_v = 1.0 / (1.0 - beta2.powf(t));
-        let g = Tensor::cat(&flat_grads, 1)?;
+        let g = Tensor::cat(&flat_grads, axis)?;
         let theta = Tensor::cat(
             &self
                 .slots
                 .iter()
                 .map(|s| rows(&s.var.as_tensor().detach(), s))
                 .collect::<candle_core::Result<Vec<_>>>()?,
-            1,
+            axis,
         )?;
         let m = ((&self.m * beta1)? + (&g * (1.0 - beta1))?)?;
         let v = ((&self.v * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
@@ -320,8 +337,11 @@ impl AdamW {
         };
         let theta = (theta - step)?;
         for s in &self.slots {
-            s.var
-                .set(&theta.narrow(1, s.offset, s.len)?.reshape(s.var.shape())?)?;
+            s.var.set(
+                &theta
+                    .narrow(axis, s.offset, s.len)?
+                    .reshape(s.var.shape())?,
+            )?;
         }
         self.m = m;
         self.v = v;
@@ -343,9 +363,13 @@ impl AdamW {
         let mut map = HashMap::new();
         for s in &self.slots {
             for (prefix, flat) in [("m", &self.m), ("v", &self.v)] {
-                let t = flat
-                    .narrow(0, member, 1)?
-                    .narrow(1, s.offset, s.len)?
+                let row = if self.models == 1 {
+                    flat.clone()
+                } else {
+                    flat.get(member)?
+                };
+                let t = row
+                    .narrow(0, s.offset, s.len)?
                     .reshape(s.shape.as_slice())?;
                 map.insert(format!("{prefix}.{}", s.name), t);
             }
@@ -393,7 +417,7 @@ impl AdamW {
                     dst.push(
                         t.to_dtype(DType::F32)?
                             .to_device(self.m.device())?
-                            .reshape((1, s.len))?,
+                            .reshape(s.len)?,
                     );
                 }
             }
@@ -405,13 +429,20 @@ impl AdamW {
                 )));
             }
             if !self.slots.is_empty() {
-                m.push(Tensor::cat(&mr, 1)?);
-                v.push(Tensor::cat(&vr, 1)?);
+                m.push(Tensor::cat(&mr, 0)?);
+                v.push(Tensor::cat(&vr, 0)?);
             }
         }
         if !self.slots.is_empty() {
-            self.m = Tensor::cat(&m, 0)?;
-            self.v = Tensor::cat(&v, 0)?;
+            let stack = |rows: &[Tensor]| -> Result<Tensor> {
+                Ok(if self.models == 1 {
+                    rows[0].clone()
+                } else {
+                    Tensor::stack(rows, 0)?
+                })
+            };
+            self.m = stack(&m)?;
+            self.v = stack(&v)?;
         }
         self.step = step;
         Ok(())

@@ -26,7 +26,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
-use crate::job::Job;
+use crate::job::{BatchLoss, Job};
 use crate::metrics::{Evaluation, MetricsLog, MetricsRow};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::WarmupCosine;
@@ -353,38 +353,150 @@ pub const BATCHED_SETTINGS: [&str; 4] = ["seed", "split", "lr", "weight_decay"];
 /// # Errors
 /// [`TrainError::InvalidParam`] naming the first problem.
 pub fn check_group(runs: &[GroupRun]) -> Result<()> {
-    let first = runs
-        .first()
-        .ok_or_else(|| TrainError::InvalidParam("no runs to train".into()))?;
     for (i, r) in runs.iter().enumerate() {
-        r.settings.check()?;
         if runs[..i].iter().any(|o| o.out == r.out) {
             return Err(TrainError::InvalidParam(format!(
                 "two runs of the group write to {}",
                 r.out.display()
             )));
         }
-        let mut same = r.settings.clone();
-        same.seed = first.settings.seed;
-        same.split.clone_from(&first.settings.split);
-        same.lr = first.settings.lr;
-        same.weight_decay = first.settings.weight_decay;
-        if same != first.settings {
+    }
+    let settings: Vec<TrainSettings> = runs.iter().map(|r| r.settings.clone()).collect();
+    check_settings(&settings).map_err(|e| match (e, runs) {
+        (TrainError::InvalidParam(msg), [first, ..]) => {
+            TrainError::InvalidParam(format!("{} and the other runs: {msg}", first.out.display()))
+        }
+        (e, _) => e,
+    })
+}
+
+/// Checks that runs with these settings can train together (as [`check_group`], without the
+/// directories).
+///
+/// # Errors
+/// [`TrainError::InvalidParam`] naming the first problem.
+fn check_settings(settings: &[TrainSettings]) -> Result<()> {
+    let first = settings
+        .first()
+        .ok_or_else(|| TrainError::InvalidParam("no runs to train".into()))?;
+    for s in settings {
+        s.check()?;
+        let mut same = s.clone();
+        same.seed = first.seed;
+        same.split.clone_from(&first.split);
+        same.lr = first.lr;
+        same.weight_decay = first.weight_decay;
+        if &same != first {
             return Err(TrainError::InvalidParam(format!(
-                "{} and {} differ in {}: runs trained together may differ only in {}",
-                first.out.display(),
-                r.out.display(),
-                first_difference(&first.settings, &same),
-                BATCHED_SETTINGS.join(", ")
+                "runs trained together may differ only in {}, these differ in {}",
+                BATCHED_SETTINGS.join(", "),
+                first_difference(first, &same),
             )));
         }
     }
-    if runs.len() > 1 && first.settings.task == TrainTask::Induction {
+    if settings.len() > 1 && first.task == TrainTask::Induction {
         return Err(TrainError::InvalidParam(
             "the induction task trains one model per run (no batched runs)".into(),
         ));
     }
     Ok(())
+}
+
+/// The training updates of runs trained together, without their files: the batched model, its
+/// optimiser and each run's schedule, seed and data stream. [`train_group`] applies these
+/// updates between its evaluations and checkpoints; benchmarks and programs that keep their
+/// own books use it directly.
+pub struct Updates {
+    job: Box<dyn Job>,
+    opt: AdamW,
+    schedules: Vec<WarmupCosine>,
+    seeds: Vec<u64>,
+    cache_uploads: bool,
+}
+
+impl Updates {
+    /// Freshly initialised models for `settings` (one run each, as [`check_group`] allows) on
+    /// `device`, before update 0.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] for settings that cannot train together; model, task and
+    /// device errors.
+    pub fn fresh(settings: &[TrainSettings], device: hyperlens_model::Device) -> Result<Updates> {
+        check_settings(settings)?;
+        let device = device.to_candle()?;
+        let job = make_job(settings, None, &device)?;
+        let opt = new_optimizer(job.as_ref(), settings)?;
+        Updates::from_parts(job, opt, settings)
+    }
+
+    fn from_parts(job: Box<dyn Job>, opt: AdamW, settings: &[TrainSettings]) -> Result<Updates> {
+        if job.members() != settings.len() {
+            return Err(TrainError::InvalidParam(format!(
+                "a job of {} models for {} runs",
+                job.members(),
+                settings.len()
+            )));
+        }
+        let schedules = settings
+            .iter()
+            .map(|s| {
+                let sch = WarmupCosine::paper(s.lr, s.warmup, s.steps);
+                sch.check()?;
+                Ok(sch)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Updates {
+            job,
+            opt,
+            schedules,
+            seeds: settings.iter().map(|s| s.seed).collect(),
+            cache_uploads: hyperlens_model::device::upload_cache_requested()?,
+        })
+    }
+
+    /// The number of models.
+    pub fn models(&self) -> usize {
+        self.seeds.len()
+    }
+
+    /// The learning rate of each model at update `step`.
+    pub fn lrs(&self, step: u64) -> Vec<f64> {
+        self.schedules.iter().map(|s| s.lr(step)).collect()
+    }
+
+    /// Applies update `step` (0-based) to every model: batch `step` of each run's stream, its
+    /// dropout masks ([`dropout_rng`]), the forward and backward pass of the batched model and one
+    /// AdamW update. Returns each model's loss and metric sums for the batch.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] if a parameter received no gradient; task, model and tensor
+    /// errors.
+    pub fn apply(&mut self, step: u64) -> Result<Vec<BatchLoss>> {
+        let lrs = self.lrs(step);
+        let mut rngs: Vec<_> = self.seeds.iter().map(|&s| dropout_rng(s, step)).collect();
+        let losses = self.job.batch_loss(step, &mut rngs)?;
+        let total = match losses.as_slice() {
+            [one] => one.loss.clone(),
+            many => {
+                let parts: Vec<&Tensor> = many.iter().map(|l| &l.loss).collect();
+                Tensor::stack(&parts, 0)?.sum_all()?
+            }
+        };
+        let missing = {
+            // The backward pass and the update upload no per-step data (`UploadCache`).
+            let _cache = hyperlens_model::device::upload_cache(total.device(), self.cache_uploads);
+            let grads = total.backward()?;
+            self.opt.step_each(&grads, &lrs)?
+        };
+        if !missing.is_empty() {
+            return Err(TrainError::InvalidParam(format!(
+                "at step {step}, no gradient reached {} parameter(s): {}",
+                missing.len(),
+                missing.join(", ")
+            )));
+        }
+        Ok(losses)
+    }
 }
 
 /// One run's side of a group: its files, state and running sums.
@@ -571,7 +683,7 @@ where
     let (job, opt) = if resume {
         let dirs: Vec<&Path> = opened.iter().filter_map(|o| o.1.as_deref()).collect();
         let job = make_job(&all, Some(&dirs), &device)?;
-        let mut opt = new_optimizer(job.as_ref(), params, &all)?;
+        let mut opt = new_optimizer(job.as_ref(), &all)?;
         let mut states = Vec::with_capacity(dirs.len());
         for (dir, (state, ..)) in dirs.iter().zip(&opened) {
             let (map, opt_step) = crate::state::read_optimizer(dir, &device)?;
@@ -598,18 +710,10 @@ where
         (job, opt)
     } else {
         let job = make_job(&all, None, &device)?;
-        let opt = new_optimizer(job.as_ref(), params, &all)?;
+        let opt = new_optimizer(job.as_ref(), &all)?;
         (job, opt)
     };
-    let mut job = job;
-    let mut opt = opt;
-    if job.members() != runs.len() {
-        return Err(TrainError::InvalidParam(format!(
-            "a job of {} models for {} runs",
-            job.members(),
-            runs.len()
-        )));
-    }
+    let mut updates = Updates::from_parts(job, opt, &all)?;
     let start = steps[0];
     let mut members = Vec::with_capacity(runs.len());
     for (run, (state, _)) in runs.iter().zip(opened) {
@@ -671,9 +775,15 @@ where
     let mut stop = false;
     if !resume {
         for (i, mem) in members.iter_mut().enumerate() {
-            checkpoint(i, job.as_ref(), &opt, mem, 0, 0.0, &mut |op| {
-                on_event(i, &Event::CheckpointWrite { step: 0, op })
-            })?;
+            checkpoint(
+                i,
+                updates.job.as_ref(),
+                &updates.opt,
+                mem,
+                0,
+                0.0,
+                &mut |op| on_event(i, &Event::CheckpointWrite { step: 0, op }),
+            )?;
         }
     }
     for i in 0..members.len() {
@@ -682,7 +792,7 @@ where
             &Event::Start {
                 step: start,
                 total: settings.steps,
-                n_params: job.n_params(),
+                n_params: updates.job.n_params(),
             },
         )
         .is_break();
@@ -691,7 +801,7 @@ where
     // before that row was logged).
     for (i, mem) in members.iter_mut().enumerate() {
         if start == 0 && settings.eval_every > 0 && mem.log.last_step().is_none() {
-            let ev = job.evaluate(i, 0)?;
+            let ev = updates.job.evaluate(i, 0)?;
             let row = eval_row(
                 0,
                 mem.schedule.lr(0),
@@ -710,35 +820,10 @@ where
     let mut interval_steps = 0u64;
     let mut interval_start = Instant::now();
     let mut interval_excluded_s = 0.0;
-    let cache_uploads = hyperlens_model::device::upload_cache_requested()?;
     let mut step = start;
     while step < settings.steps && !stop && members.iter().any(|m| m.failed.is_none()) {
-        let lrs: Vec<f64> = members.iter().map(|m| m.schedule.lr(step)).collect();
-        let mut rngs: Vec<_> = members
-            .iter()
-            .map(|m| dropout_rng(m.settings.seed, step))
-            .collect();
-        let losses = job.batch_loss(step, &mut rngs)?;
-        let missing = {
-            // The backward pass and the update upload no per-step data (`UploadCache`).
-            let total = match losses.as_slice() {
-                [one] => one.loss.clone(),
-                many => {
-                    let parts: Vec<&Tensor> = many.iter().map(|l| &l.loss).collect();
-                    Tensor::stack(&parts, 0)?.sum_all()?
-                }
-            };
-            let _cache = hyperlens_model::device::upload_cache(total.device(), cache_uploads);
-            let grads = total.backward()?;
-            opt.step_each(&grads, &lrs)?
-        };
-        if !missing.is_empty() {
-            return Err(TrainError::InvalidParam(format!(
-                "at step {step}, no gradient reached {} parameter(s): {}",
-                missing.len(),
-                missing.join(", ")
-            )));
-        }
+        let lrs = updates.lrs(step);
+        let losses = updates.apply(step)?;
         for (mem, bl) in members.iter_mut().zip(losses) {
             let l = bl.loss.detach();
             mem.loss_sum = Some(match mem.loss_sum.take() {
@@ -822,7 +907,7 @@ where
                     steps_per_s: rate,
                 };
                 if eval_due {
-                    let ev = job.evaluate(i, done)?;
+                    let ev = updates.job.evaluate(i, done)?;
                     row = MetricsRow {
                         steps_per_s: rate,
                         ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0)
@@ -847,8 +932,8 @@ where
                 }
                 checkpoint(
                     i,
-                    job.as_ref(),
-                    &opt,
+                    updates.job.as_ref(),
+                    &updates.opt,
                     mem,
                     done,
                     session_train_s + pending,
@@ -870,7 +955,7 @@ where
         let record = if completed {
             let final_eval = match &mem.last_eval {
                 Some(ev) if ev.step == step => ev.clone(),
-                _ => job.evaluate(i, step)?,
+                _ => updates.job.evaluate(i, step)?,
             };
             let s = mem.settings;
             let train_time_s = mem.state.train_time_s;
@@ -896,8 +981,8 @@ where
                 },
                 metric: s.task.metric_name().into(),
                 final_eval,
-                n_params: job.n_params(),
-                model: job.model_config()?,
+                n_params: updates.job.n_params(),
+                model: updates.job.model_config()?,
                 optimizer: AdamWParams {
                     weight_decay: s.weight_decay,
                     ..params
@@ -923,7 +1008,11 @@ where
 
 /// The optimiser of a job: one flat AdamW over its variables, stacked with each run's weight
 /// decay when the job's variables carry a model axis.
-fn new_optimizer(job: &dyn Job, params: AdamWParams, runs: &[TrainSettings]) -> Result<AdamW> {
+fn new_optimizer(job: &dyn Job, runs: &[TrainSettings]) -> Result<AdamW> {
+    let params = AdamWParams {
+        weight_decay: runs.first().map_or(0.1, |s| s.weight_decay),
+        ..AdamWParams::default()
+    };
     if job.stacked() {
         let decays: Vec<f64> = runs.iter().map(|s| s.weight_decay).collect();
         AdamW::stacked(job.vars()?, params, &decays)

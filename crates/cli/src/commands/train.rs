@@ -4,13 +4,15 @@
 
 use std::io::IsTerminal;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
 use hyperlens_model::{Device, Mixer};
+use hyperlens_train::state::RECORD_FILE;
 use hyperlens_train::{
-    read_settings, train, Event, ModelSize, ProgressText, RunOptions, TrainSettings, TrainTask,
+    read_settings, train, train_group, Combine, Event, GroupFile, GroupRun, ModelSize,
+    ProgressText, RunOptions, TrainSettings, TrainTask, Variation, FAILED_FILE,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -27,8 +29,12 @@ pub struct TrainArgs {
     pub mixer: Option<Mixer>,
     /// The split: sraven `paper-seed0|1|2|2024` or `seed{N}` [default: paper-seed0]; logic `seed{N}`
     /// (task shuffle) and induction `seed{N}` (bigram table) [default: seed0].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "splits")]
     pub split: Option<String>,
+    /// Several runs trained together in one batched model, one per split (comma-separated);
+    /// zipped with the other lists unless --grid. --out is then the group's directory.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub splits: Vec<String>,
     /// Total optimiser updates [default: sraven 156250, logic 50000, induction 3000].
     #[arg(long)]
     pub steps: Option<u64>,
@@ -36,8 +42,17 @@ pub struct TrainArgs {
     #[arg(long)]
     pub batch: Option<usize>,
     /// Seed of the initialisation, the training stream and the dropout masks [default: 0].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "seeds")]
     pub seed: Option<u64>,
+    /// Several runs trained together in one batched model, one per seed (comma-separated, e.g.
+    /// 0,1,2); zipped with the other lists unless --grid. --out is then the group's directory,
+    /// with one ordinary run directory per run.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub seeds: Vec<u64>,
+    /// Combine the lists (--seeds, --splits, --lr, --weight-decay) as every combination instead of
+    /// zipping them.
+    #[arg(long)]
+    pub grid: bool,
     /// Compute device: cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -47,12 +62,14 @@ pub struct TrainArgs {
     /// Continue the run in --out exactly where its last checkpoint left it.
     #[arg(long)]
     pub resume: bool,
-    /// Peak learning rate (paper grid: 1e-3, 3e-4) [default: 1e-3].
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// Decoupled weight decay on parameters with >= 2 dims (paper grid: 0.1, 0.3) [default: 0.1].
-    #[arg(long)]
-    pub weight_decay: Option<f64>,
+    /// Peak learning rate (paper grid: 1e-3, 3e-4) [default: 1e-3]; a comma-separated list trains
+    /// one run per value together.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub lr: Vec<f64>,
+    /// Decoupled weight decay on parameters with >= 2 dims (paper grid: 0.1, 0.3) [default: 0.1];
+    /// a comma-separated list trains one run per value together.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub weight_decay: Vec<f64>,
     /// Linear warm-up steps (paper grid: 1000, 3000) [default: 1000; logic and induction 100].
     #[arg(long)]
     pub warmup: Option<u64>,
@@ -138,19 +155,27 @@ fn set<T: Clone>(field: &mut T, value: &Option<T>) {
     }
 }
 
-/// The run's settings: the task defaults (or the saved settings with `--resume`) overridden by the
-/// flags that were given.
-fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
+/// The lists of a group (`--seeds`, `--splits`, and `--lr` / `--weight-decay` with more than one
+/// value).
+fn variation(args: &TrainArgs) -> Variation {
+    let list = |v: &[f64]| if v.len() > 1 { v.to_vec() } else { Vec::new() };
+    Variation {
+        seeds: args.seeds.clone(),
+        splits: args.splits.clone(),
+        lrs: list(&args.lr),
+        weight_decays: list(&args.weight_decay),
+    }
+}
+
+/// The settings of the run in `dir`: the task defaults (or the saved settings with `--resume`)
+/// overridden by the flags that were given.
+fn settings(args: &TrainArgs, dir: &Path) -> anyhow::Result<TrainSettings> {
     let mut s = if args.resume {
-        let s = read_settings(&args.out)
-            .with_context(|| format!("--resume: reading the run in {}", args.out.display()))?;
+        let s = read_settings(dir)
+            .with_context(|| format!("--resume: reading the run in {}", dir.display()))?;
         if let Some(t) = args.task {
             if t != s.task {
-                bail!(
-                    "--task {t}: the run in {} trains {}",
-                    args.out.display(),
-                    s.task
-                );
+                bail!("--task {t}: the run in {} trains {}", dir.display(), s.task);
             }
         }
         s
@@ -162,8 +187,12 @@ fn settings(args: &TrainArgs) -> anyhow::Result<TrainSettings> {
     set(&mut s.steps, &args.steps);
     set(&mut s.batch, &args.batch);
     set(&mut s.seed, &args.seed);
-    set(&mut s.lr, &args.lr);
-    set(&mut s.weight_decay, &args.weight_decay);
+    if let [lr] = args.lr.as_slice() {
+        s.lr = *lr;
+    }
+    if let [wd] = args.weight_decay.as_slice() {
+        s.weight_decay = *wd;
+    }
     set(&mut s.warmup, &args.warmup);
     set(&mut s.dropout, &args.dropout);
     set(&mut s.layers, &args.layers);
@@ -215,7 +244,8 @@ fn progress_bar(quiet: bool, steps: u64) -> anyhow::Result<ProgressBar> {
     Ok(bar)
 }
 
-/// Runs `hyperlens train`.
+/// Runs `hyperlens train`: one run, or with lists (`--seeds`, `--splits`, `--lr a,b`,
+/// `--weight-decay a,b`) or `--resume` on a group directory, a group of runs trained together.
 ///
 /// Once the run starts, prints a warning on stderr for valid but suspicious settings (a run shorter
 /// than its warm-up); prints the start line, one line per evaluation and the closing summary on
@@ -226,7 +256,15 @@ fn progress_bar(quiet: bool, steps: u64) -> anyhow::Result<ProgressBar> {
 /// Bad flags, an `--out` that is not empty without `--resume` (or not a run with it), an unavailable
 /// device, a diverged run, I/O errors.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    let settings = settings(&args)?;
+    let group = if args.resume {
+        GroupFile::read(&args.out)?
+    } else {
+        None
+    };
+    if group.is_some() || variation(&args).is_group() {
+        return run_group(args, group);
+    }
+    let settings = settings(&args, &args.out)?;
     let options = RunOptions {
         device: args.device,
         resume: args.resume,
@@ -235,33 +273,209 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let mut text = ProgressText::new(&settings, &args.out, args.resume);
     let stop_after = args.stop_after;
     let outcome = train(&args.out, &settings, &options, |event| {
-        match event {
-            Event::Start { step, .. } => {
-                bar.set_position(*step);
-                for warning in settings.warnings() {
-                    bar.suspend(|| eprintln!("warning: {warning}"));
-                }
-            }
-            Event::Step { step, .. } => {
-                bar.set_position(step + 1);
-                if stop_after.is_some_and(|k| step + 1 >= k) {
-                    return ControlFlow::Break(());
-                }
-            }
-            Event::Row(row) => bar.set_message(text.bar_message(row)),
-            Event::Evaluated(_) | Event::Checkpoint { .. } | Event::CheckpointWrite { .. } => {}
-        }
-        if let Some(line) = text.line(event) {
-            // A closed stdout (`| head`) must not stop the run: its files are the product.
-            bar.suspend(|| {
-                let _ = outln!("{line}");
-            });
-        }
-        ControlFlow::Continue(())
+        on_event(&bar, &mut text, &settings, stop_after, event, "")
     })?;
     bar.finish_and_clear();
     for line in text.summary(&outcome) {
         let _ = outln!("{line}");
+    }
+    Ok(())
+}
+
+/// The front end's handling of one event of a run: the progress bar, `--stop-after`, and the
+/// printed line (prefixed by `prefix`, the run's name in a group).
+fn on_event(
+    bar: &ProgressBar,
+    text: &mut ProgressText,
+    settings: &TrainSettings,
+    stop_after: Option<u64>,
+    event: &Event<'_>,
+    prefix: &str,
+) -> ControlFlow<()> {
+    match event {
+        Event::Start { step, .. } => {
+            bar.set_position(*step);
+            for warning in settings.warnings() {
+                bar.suspend(|| eprintln!("warning: {prefix}{warning}"));
+            }
+        }
+        Event::Step { step, .. } => {
+            bar.set_position(step + 1);
+            if stop_after.is_some_and(|k| step + 1 >= k) {
+                return ControlFlow::Break(());
+            }
+        }
+        Event::Row(row) => bar.set_message(format!("{prefix}{}", text.bar_message(row))),
+        Event::Evaluated(_) | Event::Checkpoint { .. } | Event::CheckpointWrite { .. } => {}
+    }
+    if let Some(line) = text.line(event) {
+        // A closed stdout (`| head`) must not stop the run: its files are the product.
+        bar.suspend(|| {
+            let _ = outln!("{prefix}{line}");
+        });
+    }
+    ControlFlow::Continue(())
+}
+
+/// `hyperlens train` for a group: the runs of the lists in subdirectories of `--out` (with
+/// `group.json`), trained together; or, with `--resume` on a group directory, the group's
+/// unfinished runs continued together (finished and failed runs are skipped and listed).
+///
+/// # Errors
+/// As [`run`]; lists given with `--resume` on a group; an error when any run of the group
+/// diverged (after the others finished).
+fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
+    let out = args.out.clone();
+    let runs: Vec<GroupRun> = match group {
+        Some(file) => {
+            if variation(&args).is_group() {
+                bail!(
+                    "--resume: {} is a group (its runs are listed in {}); resume it without \
+                     --seeds, --splits or lists of --lr / --weight-decay",
+                    out.display(),
+                    hyperlens_train::GROUP_FILE
+                );
+            }
+            let mut runs = Vec::new();
+            for name in &file.runs {
+                let dir = out.join(name);
+                if dir.join(RECORD_FILE).exists() {
+                    let _ = outln!("{name}: complete ({})", dir.join(RECORD_FILE).display());
+                    continue;
+                }
+                if dir.join(FAILED_FILE).exists() {
+                    let _ = outln!(
+                        "{name}: diverged earlier ({}); not resumed (resume it alone with \
+                         --out {} --resume to retry)",
+                        dir.join(FAILED_FILE).display(),
+                        dir.display()
+                    );
+                    continue;
+                }
+                runs.push(GroupRun {
+                    settings: settings(&args, &dir)?,
+                    out: dir,
+                });
+            }
+            if runs.is_empty() {
+                let _ = outln!("nothing to resume in {}", out.display());
+                return Ok(());
+            }
+            runs
+        }
+        None => {
+            if args.resume {
+                bail!(
+                    "--resume with lists: {} has no {}; to continue one run, give its directory \
+                     without the lists",
+                    out.display(),
+                    hyperlens_train::GROUP_FILE
+                );
+            }
+            let base = settings(&args, &out)?;
+            let combine = if args.grid {
+                Combine::Grid
+            } else {
+                Combine::Zip
+            };
+            let members = variation(&args).expand(&base, combine)?;
+            if out.is_file() {
+                bail!("--out {} is a file, not a directory", out.display());
+            }
+            if out.exists()
+                && std::fs::read_dir(&out)
+                    .with_context(|| format!("--out {}", out.display()))?
+                    .next()
+                    .is_some()
+            {
+                bail!(
+                    "--out {} is not empty: pass --resume to continue the group there, or \
+                     choose another directory",
+                    out.display()
+                );
+            }
+            std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
+            GroupFile {
+                combine,
+                runs: members.iter().map(|(n, _)| n.clone()).collect(),
+            }
+            .write(&out)?;
+            members
+                .into_iter()
+                .map(|(name, settings)| GroupRun {
+                    out: out.join(name),
+                    settings,
+                })
+                .collect()
+        }
+    };
+    hyperlens_train::check_group(&runs)?;
+    let options = RunOptions {
+        device: args.device,
+        resume: args.resume,
+    };
+    let steps = runs[0].settings.steps;
+    let bar = progress_bar(args.quiet, steps)?;
+    let names: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            r.out
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .collect();
+    let prefixes: Vec<String> = names.iter().map(|n| format!("[{n}] ")).collect();
+    let mut texts: Vec<ProgressText> = runs
+        .iter()
+        .map(|r| ProgressText::new(&r.settings, &r.out, args.resume))
+        .collect();
+    let _ = outln!(
+        "training {} runs together in one batched model -> {}",
+        runs.len(),
+        out.display()
+    );
+    let stop_after = args.stop_after;
+    let results = train_group(&runs, &options, |i, event| {
+        on_event(
+            &bar,
+            &mut texts[i],
+            &runs[i].settings,
+            stop_after,
+            event,
+            &prefixes[i],
+        )
+    })?;
+    bar.finish_and_clear();
+    let mut failed = Vec::new();
+    let mut stopped = None;
+    for (i, result) in results.iter().enumerate() {
+        match result {
+            Ok(outcome) if outcome.record.is_none() => stopped = Some(outcome.step),
+            Ok(outcome) => {
+                for line in texts[i].summary(outcome) {
+                    let _ = outln!("{}{line}", prefixes[i]);
+                }
+            }
+            Err(e) => {
+                let file = runs[i].out.join(FAILED_FILE);
+                failed.push(format!("{} ({e}; {})", names[i], file.display()));
+            }
+        }
+    }
+    if let Some(step) = stopped {
+        let _ = outln!(
+            "stopped at step {step} of {steps}; continue the group with: hyperlens train --out {} --resume",
+            out.display()
+        );
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} runs diverged: {}; the others finished",
+            failed.len(),
+            runs.len(),
+            failed.join(", ")
+        );
     }
     Ok(())
 }

@@ -262,7 +262,7 @@ impl Ops {
         }
         let grouped;
         let dropout = match dropout {
-            Some(d) => match group_dropout(d, scores.dim(0)?)? {
+            Some(d) => match group_dropout(d, scores.dims())? {
                 Some(expanded) => {
                     grouped = expanded;
                     Some(&grouped)
@@ -287,18 +287,22 @@ impl Ops {
     }
 }
 
-/// Per-group dropout masks `[G, 1, Q, K]` (`1 < G < B`, `G` dividing `B`) expanded to one mask per
-/// problem, `[B, 1, Q, K]`, for the forms that broadcast; `None` for any other shape.
+/// Per-group dropout masks `[G, 1, Q, K]` (`1 < G < B`, `G` dividing `B`) expanded to the scores'
+/// shape `[B, H, Q, K]` for the forms that broadcast (a same-shape product is a fast contiguous pass
+/// on the CPU, where a broadcast over the middle axes is not); `None` for any other shape.
 ///
 /// # Errors
 /// Candle errors.
-fn group_dropout(d: &Tensor, b: usize) -> Result<Option<Tensor>> {
+fn group_dropout(d: &Tensor, scores: &[usize]) -> Result<Option<Tensor>> {
+    let &[b, h, q, k] = scores else {
+        return Ok(None);
+    };
     match d.dims() {
-        &[g, 1, q, k] if g > 1 && g != b && b % g == 0 => Ok(Some(
+        &[g, 1, dq, dk] if g > 1 && g != b && b % g == 0 && (dq, dk) == (q, k) => Ok(Some(
             d.reshape((g, 1, 1, q, k))?
-                .broadcast_as((g, b / g, 1, q, k))?
+                .broadcast_as((g, b / g, h, q, k))?
                 .contiguous()?
-                .reshape((b, 1, q, k))?,
+                .reshape((b, h, q, k))?,
         )),
         _ => Ok(None),
     }

@@ -1,0 +1,367 @@
+//! Groups of runs trained together ([`crate::train_group`]): the runs that lists of seeds, splits,
+//! learning rates and weight decays describe (zipped or as a grid), their directory names, and the
+//! group directory's `group.json` that lets the group be resumed as one.
+//!
+//! ```text
+//! runs/NAME/group.json                   {"combine": "zip", "runs": ["seed-0_split-paper-seed0", ...]}
+//! runs/NAME/seed-0_split-paper-seed0/    an ordinary run directory (readable by every command)
+//! ```
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::settings::TrainSettings;
+use crate::state::write_json;
+
+/// The file of a group directory that names its runs.
+pub const GROUP_FILE: &str = "group.json";
+
+/// How lists of values combine into runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Combine {
+    /// The i-th run takes the i-th value of every list (lists of one value apply to every run;
+    /// the others must have one length). The paper couples seed `s` with split `paper-seed{s}`
+    /// this way.
+    #[default]
+    Zip,
+    /// Every combination of the lists' values, in the order seeds, splits, learning rates,
+    /// weight decays, the first list outermost.
+    Grid,
+}
+
+/// The values that the runs of a group take (an empty list keeps the base settings' value).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Variation {
+    /// Seeds (`--seeds`).
+    pub seeds: Vec<u64>,
+    /// Splits (`--splits`).
+    pub splits: Vec<String>,
+    /// Peak learning rates (`--lr a,b`).
+    pub lrs: Vec<f64>,
+    /// Weight decays (`--weight-decay a,b`).
+    pub weight_decays: Vec<f64>,
+}
+
+/// A number as the shorter of its plain and its exponent form (`0.1`, `3e-4`, `1e30`).
+fn short(v: f64) -> String {
+    let (plain, exp) = (v.to_string(), format!("{v:e}"));
+    if exp.len() < plain.len() {
+        exp
+    } else {
+        plain
+    }
+}
+
+/// One axis of a variation: its name in run names, and its values as settings edits.
+type Axis = (&'static str, Vec<(String, Edit)>);
+
+/// One edit of the settings.
+#[derive(Debug, Clone)]
+enum Edit {
+    Seed(u64),
+    Split(String),
+    Lr(f64),
+    WeightDecay(f64),
+}
+
+impl Edit {
+    fn apply(&self, s: &mut TrainSettings) {
+        match self {
+            Edit::Seed(v) => s.seed = *v,
+            Edit::Split(v) => s.split.clone_from(v),
+            Edit::Lr(v) => s.lr = *v,
+            Edit::WeightDecay(v) => s.weight_decay = *v,
+        }
+    }
+}
+
+impl Variation {
+    /// The non-empty lists as axes, in the order seeds, splits, learning rates, weight decays.
+    fn axes(&self) -> Vec<Axis> {
+        let mut axes: Vec<Axis> = Vec::new();
+        let mut push = |name: &'static str, values: Vec<(String, Edit)>| {
+            if !values.is_empty() {
+                axes.push((name, values));
+            }
+        };
+        push(
+            "seed",
+            self.seeds
+                .iter()
+                .map(|&v| (v.to_string(), Edit::Seed(v)))
+                .collect(),
+        );
+        push(
+            "split",
+            self.splits
+                .iter()
+                .map(|v| (v.clone(), Edit::Split(v.clone())))
+                .collect(),
+        );
+        push(
+            "lr",
+            self.lrs.iter().map(|&v| (short(v), Edit::Lr(v))).collect(),
+        );
+        push(
+            "wd",
+            self.weight_decays
+                .iter()
+                .map(|&v| (short(v), Edit::WeightDecay(v)))
+                .collect(),
+        );
+        axes
+    }
+
+    /// Whether the variation describes a group (any list given).
+    pub fn is_group(&self) -> bool {
+        !self.axes().is_empty()
+    }
+
+    /// The runs of the group: `base` with each combination of the lists' values, and each run's
+    /// directory name, which names the values that differ between runs (`seed-1_split-paper-seed1`;
+    /// `seed-N` for a group of one run).
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] for no list, lists of unequal lengths in a zip, a value that
+    /// appears twice in one list, or settings that do not check.
+    pub fn expand(
+        &self,
+        base: &TrainSettings,
+        combine: Combine,
+    ) -> Result<Vec<(String, TrainSettings)>> {
+        let axes = self.axes();
+        if axes.is_empty() {
+            return Err(TrainError::InvalidParam(
+                "a group needs --seeds, --splits, or a list for --lr or --weight-decay".into(),
+            ));
+        }
+        for (name, values) in &axes {
+            for (i, (v, _)) in values.iter().enumerate() {
+                if values[..i].iter().any(|(w, _)| w == v) {
+                    return Err(TrainError::InvalidParam(format!(
+                        "{name} {v} is listed twice"
+                    )));
+                }
+            }
+        }
+        // Each run as the index of its value on every axis.
+        let picks: Vec<Vec<usize>> = match combine {
+            Combine::Zip => {
+                let n = axes.iter().map(|(_, v)| v.len()).max().unwrap_or(1);
+                if let Some((name, v)) = axes.iter().find(|(_, v)| v.len() != 1 && v.len() != n) {
+                    return Err(TrainError::InvalidParam(format!(
+                        "zipped lists must have one length (or one value): {name} has {}, \
+                         another list {n}; pass --grid for every combination",
+                        v.len()
+                    )));
+                }
+                (0..n)
+                    .map(|i| {
+                        axes.iter()
+                            .map(|(_, v)| if v.len() == 1 { 0 } else { i })
+                            .collect()
+                    })
+                    .collect()
+            }
+            Combine::Grid => {
+                let mut picks = vec![Vec::new()];
+                for (_, v) in &axes {
+                    picks = picks
+                        .into_iter()
+                        .flat_map(|p| {
+                            (0..v.len()).map(move |i| {
+                                let mut q = p.clone();
+                                q.push(i);
+                                q
+                            })
+                        })
+                        .collect();
+                }
+                picks
+            }
+        };
+        let varies: Vec<bool> = axes
+            .iter()
+            .enumerate()
+            .map(|(a, _)| picks.iter().any(|p| p[a] != picks[0][a]))
+            .collect();
+        picks
+            .iter()
+            .map(|p| {
+                let mut s = base.clone();
+                let mut parts = Vec::new();
+                for (a, (name, values)) in axes.iter().enumerate() {
+                    let (label, edit) = &values[p[a]];
+                    edit.apply(&mut s);
+                    if varies[a] {
+                        parts.push(format!("{name}-{label}"));
+                    }
+                }
+                if parts.is_empty() {
+                    parts.push(format!("seed-{}", s.seed));
+                }
+                s.check()?;
+                Ok((parts.join("_"), s))
+            })
+            .collect()
+    }
+}
+
+/// `group.json`: how the group was combined and its runs' directory names, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupFile {
+    /// How the lists were combined.
+    pub combine: Combine,
+    /// The runs' directory names (subdirectories of the group directory).
+    pub runs: Vec<String>,
+}
+
+impl GroupFile {
+    /// Writes `group.json` into the group directory `dir` (atomically).
+    ///
+    /// # Errors
+    /// I/O errors naming the file.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(GROUP_FILE), self)
+    }
+
+    /// Reads `group.json` of the group directory `dir`; `None` if it has none.
+    ///
+    /// # Errors
+    /// [`TrainError::Json`] naming the file if it is malformed or names a run outside the group
+    /// directory; I/O errors.
+    pub fn read(dir: &Path) -> Result<Option<GroupFile>> {
+        let path = dir.join(GROUP_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(TrainError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        };
+        let file: GroupFile = serde_json::from_str(&text).map_err(|source| TrainError::Json {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if let Some(bad) = file
+            .runs
+            .iter()
+            .find(|n| n.is_empty() || n.contains('/') || n.contains('\\') || n.starts_with('.'))
+        {
+            return Err(TrainError::InvalidParam(format!(
+                "{}: run name `{bad}` is not a directory name inside the group",
+                path.display()
+            )));
+        }
+        Ok(Some(file))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::TrainTask;
+
+    fn base() -> TrainSettings {
+        TrainSettings::for_task(TrainTask::Sraven)
+    }
+
+    #[test]
+    fn zip_couples_seeds_and_splits_and_names_what_differs() {
+        let v = Variation {
+            seeds: vec![0, 1, 2],
+            splits: vec![
+                "paper-seed0".into(),
+                "paper-seed1".into(),
+                "paper-seed2".into(),
+            ],
+            lrs: vec![3e-4],
+            ..Default::default()
+        };
+        let runs = v.expand(&base(), Combine::Zip).unwrap();
+        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "seed-0_split-paper-seed0",
+                "seed-1_split-paper-seed1",
+                "seed-2_split-paper-seed2"
+            ]
+        );
+        assert_eq!(
+            (runs[2].1.seed, runs[2].1.split.as_str()),
+            (2, "paper-seed2")
+        );
+        assert!(runs.iter().all(|(_, s)| s.lr == 3e-4));
+        // A group of one run is named by its seed.
+        let one = Variation {
+            seeds: vec![7],
+            ..Default::default()
+        };
+        assert_eq!(one.expand(&base(), Combine::Zip).unwrap()[0].0, "seed-7");
+    }
+
+    #[test]
+    fn grid_takes_every_combination_and_bad_lists_are_refused() {
+        let v = Variation {
+            seeds: vec![0, 1],
+            lrs: vec![1e-3, 3e-4],
+            weight_decays: vec![0.1],
+            ..Default::default()
+        };
+        let runs = v.expand(&base(), Combine::Grid).unwrap();
+        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "seed-0_lr-1e-3",
+                "seed-0_lr-3e-4",
+                "seed-1_lr-1e-3",
+                "seed-1_lr-3e-4"
+            ]
+        );
+        assert!(v.expand(&base(), Combine::Zip).is_ok());
+        let bad = Variation {
+            seeds: vec![0, 1, 2],
+            lrs: vec![1e-3, 3e-4],
+            ..Default::default()
+        };
+        let err = bad.expand(&base(), Combine::Zip).unwrap_err().to_string();
+        assert!(err.contains("--grid"), "{err}");
+        let twice = Variation {
+            seeds: vec![1, 1],
+            ..Default::default()
+        };
+        assert!(twice.expand(&base(), Combine::Zip).is_err());
+        assert!(Variation::default().expand(&base(), Combine::Zip).is_err());
+        let bad_split = Variation {
+            splits: vec!["nope".into()],
+            ..Default::default()
+        };
+        assert!(bad_split.expand(&base(), Combine::Zip).is_err());
+    }
+
+    #[test]
+    fn group_file_round_trip_and_names_inside_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(GroupFile::read(dir.path()).unwrap(), None);
+        let g = GroupFile {
+            combine: Combine::Grid,
+            runs: vec!["seed-0".into(), "seed-1".into()],
+        };
+        g.write(dir.path()).unwrap();
+        assert_eq!(GroupFile::read(dir.path()).unwrap(), Some(g));
+        std::fs::write(
+            dir.path().join(GROUP_FILE),
+            r#"{"combine":"zip","runs":["../elsewhere"]}"#,
+        )
+        .unwrap();
+        assert!(GroupFile::read(dir.path()).is_err());
+    }
+}
