@@ -14,15 +14,47 @@ use crate::error::{ReportError, Result};
 pub type Skipped = Vec<(PathBuf, String)>;
 
 /// The checkpoints to analyse: `given` (each refused by name if its `train.json` names a task
-/// other than SRAVEN), or, when `given` is empty, every directory with a `config.json` under
+/// other than SRAVEN; a group directory of `hyperlens train --seeds`, with its `group.json`,
+/// stands for its runs), or, when `given` is empty, every directory with a `config.json` under
 /// `root`, sorted by path, leaving out checkpoints of other tasks. Returns the checkpoints and the
 /// skipped ones with their task.
 ///
 /// # Errors
-/// [`ReportError::Unsupported`] for a given checkpoint of another task,
+/// [`ReportError::Unsupported`] for a given checkpoint of another task, a malformed `group.json`,
+/// or two given checkpoints with one name (their files would collide);
 /// [`ReportError::NoCheckpoint`] if `root` cannot be listed or holds no checkpoint.
 pub fn checkpoints(given: &[PathBuf], root: &Path) -> Result<(Vec<PathBuf>, Skipped)> {
     if !given.is_empty() {
+        let mut expanded = Vec::with_capacity(given.len());
+        for dir in given {
+            if dir.join(CONFIG_FILE).is_file() {
+                expanded.push(dir.clone());
+                continue;
+            }
+            match hyperlens_train::GroupFile::read(dir) {
+                Ok(Some(group)) => expanded.extend(group.runs.iter().map(|n| dir.join(n))),
+                Ok(None) => expanded.push(dir.clone()),
+                Err(e) => {
+                    return Err(ReportError::Unsupported {
+                        dir: dir.clone(),
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
+        for (i, dir) in expanded.iter().enumerate() {
+            if let Some(other) = expanded[..i].iter().find(|o| name_of(o) == name_of(dir)) {
+                return Err(ReportError::Unsupported {
+                    dir: dir.clone(),
+                    reason: format!(
+                        "has the name `{}` of {} too (report files are named by checkpoint)",
+                        name_of(dir),
+                        other.display()
+                    ),
+                });
+            }
+        }
+        let given = &expanded;
         for dir in given {
             if let Some(task) = RunInfo::read(dir).task.filter(|t| t != "sraven") {
                 return Err(ReportError::Unsupported {
@@ -236,5 +268,27 @@ mod tests {
             checkpoints(&[], empty.path()),
             Err(ReportError::NoCheckpoint { .. })
         ));
+    }
+
+    #[test]
+    fn a_group_directory_stands_for_its_runs() {
+        let root = tempfile::tempdir().unwrap();
+        let group = root.path().join("g");
+        for name in ["seed-0", "seed-1"] {
+            let d = group.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(CONFIG_FILE), "{}").unwrap();
+        }
+        hyperlens_train::GroupFile {
+            combine: hyperlens_train::Combine::Zip,
+            runs: vec!["seed-0".into(), "seed-1".into()],
+        }
+        .write(&group)
+        .unwrap();
+        let (dirs, _) = checkpoints(std::slice::from_ref(&group), root.path()).unwrap();
+        assert_eq!(dirs, [group.join("seed-0"), group.join("seed-1")]);
+        // The same group twice: two checkpoints called seed-0.
+        let e = checkpoints(&[group.clone(), group.clone()], root.path()).unwrap_err();
+        assert!(e.to_string().contains("`seed-0`"), "{e}");
     }
 }

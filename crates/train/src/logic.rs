@@ -20,7 +20,7 @@ use crate::stacked::TransformerTask;
 /// multiplied by `width` (d stays 2).
 ///
 /// # Errors
-/// [`TrainError::Model`] if the resulting config is invalid.
+/// [`crate::TrainError::Model`] if the resulting config is invalid.
 pub fn model_config(settings: &TrainSettings) -> Result<Config> {
     let base = Config::logic(
         settings.mixer,

@@ -579,6 +579,11 @@ fn open_run(
                 STATE_FILE
             )));
         }
+        // A run that diverged is retried from its last checkpoint: the old verdict goes.
+        let failed = out.join(FAILED_FILE);
+        if failed.exists() {
+            std::fs::remove_file(&failed).map_err(io(&failed))?;
+        }
         let mut state = TrainState {
             settings: settings.clone(),
             version: VERSION.into(),
