@@ -6,7 +6,8 @@ use hyperlens_model::Mixer;
 use ndarray::{ArrayD, Axis};
 
 use crate::util::{
-    array, close, hyperlens, in_range, json, s, sraven_checkpoint, tempdir, TINY_HEADS, TINY_LAYERS,
+    array, close, hyperlens, in_range, json, s, sraven_checkpoint, tempdir, Csv, TINY_HEADS,
+    TINY_LAYERS,
 };
 
 const N: usize = 30;
@@ -221,4 +222,150 @@ fn probe_usage_errors() {
     with(&["--device", "gpu"]).usage_error(&["invalid value 'gpu' for '--device <DEVICE>'"]);
     hyperlens(&["probe", "--checkpoint", "x", "--split", "paper-seed0"])
         .usage_error(&["--out <OUT>"]);
+}
+
+/// On a fuzzy-logic checkpoint, `probe` writes the codes at the paper's site (the last token's
+/// attention to itself) with the task's terms, the same whether the sequences are sampled or read
+/// from the file `tasks sample --task logic` writes with the same flags; `analyze` on two such
+/// files writes the term decoding per layer and `all`. SRAVEN sites are refused by name.
+#[test]
+fn logic_probe_labels_codes_with_the_tasks_terms() {
+    let tmp = tempdir();
+    let run = tmp.path().join("run");
+    hyperlens(&[
+        "train",
+        "--task",
+        "logic",
+        "--layers",
+        "2",
+        "--steps",
+        "4",
+        "--batch",
+        "8",
+        "--warmup",
+        "2",
+        "--eval-every",
+        "0",
+        "--eval-n",
+        "16",
+        "--out",
+        s(&run),
+    ])
+    .success();
+    let sampled = tmp.path().join("sampled.npz");
+    let r = hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--set",
+        "id",
+        "--n",
+        "300",
+        "--batch",
+        "64",
+        "--out",
+        s(&sampled),
+    ]);
+    assert!(r.success().contains("300 rows, logic"), "{}", r.success());
+    let file = tmp.path().join("id.npz");
+    hyperlens(&[
+        "tasks",
+        "sample",
+        "--task",
+        "logic",
+        "--set",
+        "id",
+        "--n",
+        "300",
+        "--out",
+        s(&file),
+    ])
+    .success();
+    let read = tmp.path().join("read.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--problems",
+        s(&file),
+        "--out",
+        s(&read),
+    ])
+    .success();
+    let codes: ndarray::ArrayD<f32> = array(&sampled, "codes");
+    assert_eq!(codes.shape(), &[300, 2, 8, 1, 1]);
+    assert_eq!(codes, array::<f32>(&read, "codes"));
+    let terms: ndarray::ArrayD<i64> = array(&sampled, "terms");
+    let file_terms: ndarray::ArrayD<u8> = array(&file, "terms");
+    assert_eq!(terms, file_terms.mapv(i64::from));
+    assert_eq!(
+        array::<i64>(&sampled, "term_ids"),
+        array::<i64>(&file, "term_ids")
+    );
+    assert_eq!(array::<f32>(&sampled, "target"), array::<f32>(&file, "y"));
+    let side = json(&tmp.path().join("sampled.json"));
+    assert_eq!(side["site"], "query:31;keys:31");
+    // HYLA codes are RMSHead-normalised over the heads: the mean square over heads is 1.
+    for row in codes.outer_iter().take(5) {
+        for l in 0..2 {
+            let ms: f32 = (0..8).map(|h| row[[l, h, 0, 0]].powi(2)).sum::<f32>() / 8.0;
+            assert!((ms - 1.0).abs() < 1e-3, "{ms}");
+        }
+    }
+    let ood = tmp.path().join("ood.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--n",
+        "200",
+        "--out",
+        s(&ood),
+    ])
+    .success();
+    let out = tmp.path().join("analysis");
+    let stdout = hyperlens(&[
+        "analyze",
+        "--train",
+        s(&sampled),
+        "--test",
+        s(&ood),
+        "--out",
+        s(&out),
+    ])
+    .success()
+    .to_owned();
+    assert!(stdout.contains("ridge_r2"), "{stdout}");
+    let csv = Csv::read(&out.join("term_decoding.csv"));
+    assert_eq!(csv.strings("layer"), ["0", "1", "all"]);
+    for col in [
+        "ridge_r2",
+        "f1_mean",
+        "f1_base_rate",
+        "f1_shuffled",
+        "n_terms",
+    ] {
+        assert_eq!(csv.strings(col).len(), 3, "{col}");
+    }
+    assert_eq!(json(&out.join("summary.json"))["task"], "logic");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--site",
+        "all-slots",
+        "--out",
+        s(&ood),
+    ])
+    .failure(&["--site all-slots is a SRAVEN site"]);
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--site",
+        "query:40;keys:31",
+        "--out",
+        s(&ood),
+    ])
+    .failure(&["query 40", "32 tokens"]);
 }

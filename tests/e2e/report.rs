@@ -38,6 +38,7 @@ fn make_checkpoint(dir: &Path, mixer: Mixer, split: &str, seed: u64, log: bool) 
             ood_acc: ood,
             wall_time_s: step as f64 * 0.1,
             steps_per_s: tl.map(|_| 10.0),
+            extra: Default::default(),
         };
         let rows = [
             row(0, None, Some(0.0), Some(0.0)),

@@ -413,7 +413,7 @@ fn npz_err(path: &str, name: &str, e: ReadNpzError) -> AnalysisError {
     AnalysisError::Npz(format!("{path}: reading array `{name}`: {e}"))
 }
 
-fn read_codes(npz: &mut NpzReader<File>, path: &str) -> Result<Array5<f32>> {
+pub(crate) fn read_codes(npz: &mut NpzReader<File>, path: &str) -> Result<Array5<f32>> {
     let wrong_ndim = |got: Option<usize>| {
         AnalysisError::Npz(format!(
             "{path}: array `codes` must have 5 axes [N, L, H, Q, K], found {}",
@@ -439,7 +439,7 @@ fn read_codes(npz: &mut NpzReader<File>, path: &str) -> Result<Array5<f32>> {
 }
 
 /// Reads an integer array of any NumPy integer dtype as i64.
-fn read_int(npz: &mut NpzReader<File>, path: &str, name: &str) -> Result<ArrayD<i64>> {
+pub(crate) fn read_int(npz: &mut NpzReader<File>, path: &str, name: &str) -> Result<ArrayD<i64>> {
     let mut descr: Option<String> = None;
     macro_rules! attempt {
         ($t:ty) => {
@@ -502,7 +502,7 @@ fn to_1d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array1<T>> {
     })
 }
 
-fn to_2d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array2<T>> {
+pub(crate) fn to_2d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array2<T>> {
     let ndim = a.ndim();
     a.into_dimensionality().map_err(|_| {
         AnalysisError::Npz(format!(

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod error;
 pub mod pca;
 pub mod similarity;
+pub mod terms;
 
 pub use codes::report::{analyze_pair, LatentAnalysisParams, LatentReport};
 pub use codes::CodeSet;

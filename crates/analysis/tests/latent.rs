@@ -700,3 +700,73 @@ fn manifest_dir() -> std::path::PathBuf {
         std::path::PathBuf::from,
     )
 }
+
+/// Term decoding of fuzzy-logic codes (`terms.rs`) against scikit-learn on the arrays of
+/// `tests/fixtures/make_terms_reference.py`: ridge R² (`Ridge(alpha=1.0)` on halves,
+/// `r2_score`), per-term logistic F1 (`StandardScaler` + `LogisticRegression(C=1.0)`,
+/// `f1_score`) and the base-rate control, per layer and on all layers. Tolerances: the ridge
+/// solution is exact up to the conditioning of the 8 x 8 normal equations, so R² agrees to 1e-9;
+/// the logistic fits stop at a gradient tolerance (lbfgs, tol 1e-4, as scikit-learn's), so a
+/// prediction near 0.5 may flip: the mean F1 over 12 terms may move by one flipped problem in a
+/// term, at most about 0.01 here. The shuffled-label control must sit far below the real probe.
+#[test]
+fn term_decoding_matches_scikit_learn() {
+    use hyperlens_analysis::terms::{term_decoding, TermCodes, TermDecodingParams};
+    use ndarray::{Array3, Array5};
+    let mut npz =
+        NpzReader::new(File::open(fixtures().join("terms_reference.npz")).unwrap()).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("terms_reference.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut set = |p: &str| {
+        let codes: Array5<f32> = npz.by_name(&format!("{p}_codes")).unwrap();
+        let terms: Array3<i64> = npz.by_name(&format!("{p}_terms")).unwrap();
+        let ids: Array2<i64> = npz.by_name(&format!("{p}_term_ids")).unwrap();
+        TermCodes::new(codes, terms, ids).unwrap()
+    };
+    let (train, test) = (set("train"), set("test"));
+    let rows = term_decoding(&train, &test, &TermDecodingParams::default()).unwrap();
+    let want = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), want.len());
+    for (r, w) in rows.iter().zip(want) {
+        let what = format!("layer {:?}", r.layer);
+        assert_eq!(
+            r.layer.map_or("all".to_string(), |l| l.to_string()),
+            w["layer"].to_string().trim_matches('"')
+        );
+        close(
+            r.ridge_r2,
+            w["ridge_r2"].as_f64().unwrap(),
+            1e-9,
+            &format!("{what} ridge R²"),
+        );
+        close(
+            r.f1_mean,
+            w["f1_mean"].as_f64().unwrap(),
+            0.01,
+            &format!("{what} F1"),
+        );
+        close(
+            r.f1_base_rate,
+            w["f1_base_rate"].as_f64().unwrap(),
+            1e-12,
+            &format!("{what} base rate"),
+        );
+        assert_eq!(r.n_terms as u64, w["n_terms"].as_u64().unwrap());
+    }
+    // Layer 1 carries the terms: its probes beat the shuffled-label control by far.
+    assert!(rows[1].f1_mean > rows[1].f1_shuffled + 0.3, "{:?}", rows[1]);
+    // Bad input: sets of different shapes, bits that are not bits.
+    let other = TermCodes::new(
+        Array5::zeros((4, 1, 8, 1, 1)),
+        Array3::zeros((4, 2, 4)),
+        Array2::zeros((4, 2)),
+    )
+    .unwrap();
+    assert!(term_decoding(&train, &other, &TermDecodingParams::default()).is_err());
+    assert!(TermCodes::new(
+        Array5::zeros((2, 1, 1, 1, 1)),
+        Array3::from_elem((2, 1, 1), 2),
+        Array2::zeros((2, 1))
+    )
+    .is_err());
+}

@@ -14,10 +14,17 @@ pub mod codes {
     pub const RULES: &str = "rules";
     /// int64 `[N, K]`: the value shown by each selected key token (-1 for a query token).
     pub const INPUTS: &str = "inputs";
-    /// int64 `[N]`: the answer value of the row's slot.
+    /// int64 `[N]`: the answer value of the row's slot (logic codes: float32 `[N]`, the last
+    /// token's target).
     pub const TARGET: &str = "target";
-    /// int64 `[N]`: the model's predicted value of the row's slot.
+    /// int64 `[N]`: the model's predicted value of the row's slot (logic codes: float32 `[N]`, the
+    /// model's prediction of the last token's target).
     pub const PREDICTION: &str = "prediction";
+    /// Logic codes only: int64 `[N, Kt, Lv]`, the task's terms as bits (1: the variable, 0: its
+    /// negation), as in the problem set.
+    pub const TERMS: &str = "terms";
+    /// Logic codes only: int64 `[N, Kt]`, the task's term indices.
+    pub const TERM_IDS: &str = "term_ids";
     /// bool `[N]`: `prediction == target`.
     pub const CORRECT: &str = "correct";
     /// int64 `[N]`: the answer slot of the row.

@@ -1,13 +1,16 @@
 //! hyperlens-probe: extraction of latent codes (the attention scores of all heads for selected
 //! query-key pairs, docs/spec/latent-codes.md) from a checkpoint over a problem set, streamed in batches to
-//! `.npz` with labels and a JSON sidecar. This is the only crate that sees both candle tensors and
+//! `.npz` with labels and a JSON sidecar: SRAVEN problems labelled by rule ([`extract()`]), fuzzy-logic
+//! sequences labelled by the task's terms ([`extract_logic`]). This is the only crate that sees both candle tensors and
 //! host arrays.
 
 pub mod error;
 pub mod extract;
+pub mod logic;
 pub mod npz_stream;
 pub mod site;
 
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
+pub use logic::{extract_logic, LogicProbeSummary, LogicSite};
 pub use site::{Selection, Site};

@@ -520,6 +520,7 @@ mod tests {
             ood_acc: ood,
             wall_time_s: 0.0,
             steps_per_s: None,
+            extra: Default::default(),
         };
         let rows = vec![
             row(0, None, Some(0.1)),

@@ -66,17 +66,48 @@ pub struct MetricsRow {
     pub wall_time_s: f64,
     /// Training steps per second over the interval (excluding evaluation and checkpoint time).
     pub steps_per_s: Option<f64>,
+    /// The task's further evaluation sets at evaluations, by column prefix
+    /// ([`crate::TrainTask::extra_sets`]; logic `unknown`, induction `induction`): (loss, metric).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, (Option<f64>, Option<f64>)>,
 }
 
-/// The header of `metrics.csv`.
+/// The header of `metrics.csv` as written before 2026-11-24 by every task (the metric columns
+/// named `*_acc` also for the R² of the logic task, no extra sets). [`read_metrics`] reads it.
 pub const METRICS_HEADER: &str =
     "step,lr,train_loss,train_acc,id_loss,id_acc,ood_loss,ood_acc,wall_time_s,steps_per_s";
+
+/// The columns of a task's `metrics.csv`: `step,lr,train_loss,train_M,id_loss,id_M,ood_loss,ood_M,
+/// wall_time_s,steps_per_s`, then `X_loss,X_M` for each extra set `X`, where `M` is the task's
+/// metric label (`acc`; `r2` for logic).
+pub fn metrics_header(task: crate::TrainTask) -> String {
+    let m = task.metric_label();
+    let mut h = format!(
+        "step,lr,train_loss,train_{m},id_loss,id_{m},ood_loss,ood_{m},wall_time_s,steps_per_s"
+    );
+    for (_, prefix) in task.extra_sets() {
+        let _ = write!(h, ",{prefix}_loss,{prefix}_{m}");
+    }
+    h
+}
 
 /// File name of the metrics log in a run directory.
 pub const METRICS_FILE: &str = "metrics.csv";
 
 impl MetricsRow {
-    /// The CSV line (no newline); missing values are empty fields.
+    /// The CSV line of the columns of [`metrics_header`] for `task` (no newline); missing values
+    /// are empty fields.
+    pub fn to_csv_for(&self, task: crate::TrainTask) -> String {
+        let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
+        let mut s = self.to_csv();
+        for (_, prefix) in task.extra_sets() {
+            let (loss, metric) = self.extra.get(*prefix).copied().unwrap_or((None, None));
+            let _ = write!(s, ",{},{}", opt(loss), opt(metric));
+        }
+        s
+    }
+
+    /// The CSV line of the first ten columns (no newline); missing values are empty fields.
     pub fn to_csv(&self) -> String {
         let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
         let mut s = String::new();
@@ -127,6 +158,7 @@ impl MetricsRow {
             ood_acc: opt(f[7])?,
             wall_time_s: f[8].parse().map_err(|_| bad())?,
             steps_per_s: opt(f[9])?,
+            extra: BTreeMap::new(),
         })
     }
 }
@@ -148,15 +180,59 @@ pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
         _ => text.as_str(),
     };
     let mut lines = complete.lines();
-    if lines.next() != Some(METRICS_HEADER) {
-        return Err(TrainError::Resume(format!(
-            "{}: unexpected header",
-            path.display()
-        )));
+    let header = lines.next().unwrap_or_default();
+    let unexpected = || TrainError::Resume(format!("{}: unexpected header", path.display()));
+    // The first ten columns are fixed (their metric label `acc` or `r2`); extra sets follow in
+    // pairs `X_loss,X_M`.
+    let cols: Vec<&str> = header.split(',').collect();
+    let label = cols
+        .get(3)
+        .and_then(|c| c.strip_prefix("train_"))
+        .unwrap_or("");
+    let fixed: Vec<String> = METRICS_HEADER
+        .split(',')
+        .map(|c| {
+            c.strip_suffix("_acc")
+                .map_or(c.to_string(), |s| format!("{s}_{label}"))
+        })
+        .collect();
+    if cols.len() < 10 || cols[..10] != fixed || (cols.len() - 10) % 2 != 0 {
+        return Err(unexpected());
+    }
+    let mut extras = Vec::new();
+    for pair in cols[10..].chunks(2) {
+        match (
+            pair[0].strip_suffix("_loss"),
+            pair[1].strip_suffix(&format!("_{label}")),
+        ) {
+            (Some(a), Some(b)) if a == b && !a.is_empty() => extras.push(a.to_string()),
+            _ => return Err(unexpected()),
+        }
     }
     lines
         .filter(|l| !l.is_empty())
-        .map(MetricsRow::from_csv)
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            let bad = || TrainError::Resume(format!("{METRICS_FILE}: malformed row `{line}`"));
+            if f.len() != cols.len() {
+                return Err(bad());
+            }
+            let mut row = MetricsRow::from_csv(&f[..10].join(","))?;
+            let opt = |s: &str| -> Result<Option<f64>> {
+                if s.is_empty() {
+                    Ok(None)
+                } else {
+                    s.parse::<f64>().map(Some).map_err(|_| bad())
+                }
+            };
+            for (i, name) in extras.iter().enumerate() {
+                let (loss, metric) = (opt(f[10 + 2 * i])?, opt(f[11 + 2 * i])?);
+                if loss.is_some() || metric.is_some() {
+                    row.extra.insert(name.clone(), (loss, metric));
+                }
+            }
+            Ok(row)
+        })
         .collect()
 }
 
@@ -166,23 +242,30 @@ pub(crate) struct MetricsLog {
     path: PathBuf,
     file: std::fs::File,
     last_step: Option<u64>,
+    task: crate::TrainTask,
 }
 
 impl MetricsLog {
-    /// Opens the log of a run directory. A fresh log gets the header; on resume the rows after
-    /// `resume_from` (written after the checkpoint being resumed) are dropped, atomically.
-    pub(crate) fn open(dir: &Path, resume_from: Option<u64>) -> Result<MetricsLog> {
+    /// Opens the log of a run directory of `task`. A fresh log gets the task's header
+    /// ([`metrics_header`]); on resume the rows after `resume_from` (written after the checkpoint
+    /// being resumed) are dropped and the log is rewritten under the task's header, atomically
+    /// (a log written before 2026-11-24 gets the current column names).
+    pub(crate) fn open(
+        dir: &Path,
+        task: crate::TrainTask,
+        resume_from: Option<u64>,
+    ) -> Result<MetricsLog> {
         let path = dir.join(METRICS_FILE);
         let io = |p: &Path| {
             let p = p.display().to_string();
             move |source| TrainError::Io { path: p, source }
         };
-        let mut text = format!("{METRICS_HEADER}\n");
+        let mut text = format!("{}\n", metrics_header(task));
         let mut last_step = None;
         if let Some(step) = resume_from {
             if path.exists() {
                 for row in read_metrics(&path)?.into_iter().filter(|r| r.step <= step) {
-                    text.push_str(&row.to_csv());
+                    text.push_str(&row.to_csv_for(task));
                     text.push('\n');
                     last_step = Some(row.step);
                 }
@@ -197,6 +280,7 @@ impl MetricsLog {
             path,
             file,
             last_step,
+            task,
         })
     }
 
@@ -208,7 +292,7 @@ impl MetricsLog {
     /// Appends one row.
     pub(crate) fn push(&mut self, row: &MetricsRow) -> Result<()> {
         let p = self.path.display().to_string();
-        writeln!(self.file, "{}", row.to_csv())
+        writeln!(self.file, "{}", row.to_csv_for(self.task))
             .and_then(|_| self.file.flush())
             .map_err(|source| TrainError::Io { path: p, source })?;
         self.last_step = Some(row.step);
@@ -244,6 +328,7 @@ mod tests {
             ood_acc: Some(0.0625),
             wall_time_s: 12.5,
             steps_per_s: None,
+            extra: Default::default(),
         };
         let line = row.to_csv();
         assert_eq!(line, "1300,0.00075,1.25,0.125,,,2.5,0.0625,12.500,");
@@ -251,5 +336,47 @@ mod tests {
         assert!(MetricsRow::from_csv("1,2,3").is_err());
         assert!(MetricsRow::from_csv("x,0,,,,,,,0,").is_err());
         assert_eq!(METRICS_HEADER.split(',').count(), 10);
+    }
+
+    /// A logic run's log names its columns by the metric (`id_r2`) and carries the unknown-term
+    /// set (`unknown_loss`, `unknown_r2`); the reader maps them back, reads the header of logs
+    /// written before 2026-11-24, and refuses other headers.
+    #[test]
+    fn honest_column_names_per_task() {
+        use crate::TrainTask;
+        assert_eq!(
+            metrics_header(TrainTask::Logic),
+            "step,lr,train_loss,train_r2,id_loss,id_r2,ood_loss,ood_r2,wall_time_s,steps_per_s,\
+             unknown_loss,unknown_r2"
+        );
+        assert_eq!(metrics_header(TrainTask::Sraven), METRICS_HEADER);
+        assert!(metrics_header(TrainTask::Induction).ends_with(",induction_loss,induction_acc"));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(METRICS_FILE);
+        let mut row = MetricsRow::from_csv("100,0.001,0.2,0.5,0.1,0.6,0.12,0.55,3.000,").unwrap();
+        row.extra.insert("unknown".into(), (Some(0.3), Some(0.25)));
+        let plain = MetricsRow::from_csv("50,0.001,0.2,0.5,,,,,1.000,7.5").unwrap();
+        let text = format!(
+            "{}\n{}\n{}\n",
+            metrics_header(TrainTask::Logic),
+            plain.to_csv_for(TrainTask::Logic),
+            row.to_csv_for(TrainTask::Logic)
+        );
+        assert!(
+            text.contains("\n50,0.001,0.2,0.5,,,,,1.000,7.5000,,\n"),
+            "{text}"
+        );
+        std::fs::write(&p, text).unwrap();
+        assert_eq!(read_metrics(&p).unwrap(), vec![plain.clone(), row]);
+        std::fs::write(&p, format!("{METRICS_HEADER}\n{}\n", plain.to_csv())).unwrap();
+        assert_eq!(read_metrics(&p).unwrap(), vec![plain]);
+        for bad in [
+            "step,lr,train_loss,train_r2,id_loss,id_acc,ood_loss,ood_r2,wall_time_s,steps_per_s",
+            "step,lr,train_loss,train_r2,id_loss,id_r2,ood_loss,ood_r2,wall_time_s,steps_per_s,x_loss",
+            "step,lr",
+        ] {
+            std::fs::write(&p, format!("{bad}\n")).unwrap();
+            assert!(read_metrics(&p).is_err(), "{bad}");
+        }
     }
 }

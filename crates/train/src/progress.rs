@@ -28,14 +28,6 @@ pub struct ProgressText {
     pending: Option<Evaluation>,
 }
 
-/// The short name of the task's metric in printed lines: `r2` for logic, `acc` otherwise.
-fn metric_label(task: TrainTask) -> &'static str {
-    match task {
-        TrainTask::Logic => "r2",
-        _ => "acc",
-    }
-}
-
 fn fmt_opt(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into())
 }
@@ -82,7 +74,7 @@ impl ProgressText {
     /// id_loss 1.5021  ood_loss 1.6010  12.3 steps/s`, with the task's extra sets after the OOD set.
     /// The training loss and the speed are left out where the row has none (the evaluation at step 0).
     pub fn periodic_line(&self, row: &MetricsRow, ev: &Evaluation) -> String {
-        let m = metric_label(self.settings.task);
+        let m = self.settings.task.metric_label();
         let mut line = format!("step {}/{}", ev.step, self.settings.steps);
         if let Some(loss) = row.train_loss {
             line += &format!("  loss {loss:.4}");
@@ -110,7 +102,7 @@ impl ProgressText {
             "lr {:.2e} loss {} {} {}",
             row.lr,
             fmt_opt(row.train_loss),
-            metric_label(self.settings.task),
+            self.settings.task.metric_label(),
             fmt_opt(row.train_acc)
         )
     }
@@ -195,6 +187,7 @@ mod tests {
             ood_acc: Some(0.37),
             wall_time_s: 1.0,
             steps_per_s: rate,
+            extra: Default::default(),
         }
     }
 

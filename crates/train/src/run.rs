@@ -729,7 +729,7 @@ where
             out: &run.out,
             settings: &run.settings,
             schedule,
-            log: MetricsLog::open(&run.out, resume.then_some(start))?,
+            log: MetricsLog::open(&run.out, run.settings.task, resume.then_some(start))?,
             state,
             loss_sum: None,
             metric_sum: None,
@@ -808,10 +808,10 @@ where
         if start == 0 && settings.eval_every > 0 && mem.log.last_step().is_none() {
             let ev = updates.job.evaluate(i, 0)?;
             let row = eval_row(
+                mem.settings.task,
                 0,
                 mem.schedule.lr(0),
-                None,
-                None,
+                (None, None),
                 &ev,
                 wall_before[i] + session_start.elapsed().as_secs_f64(),
             );
@@ -910,12 +910,20 @@ where
                     ood_acc: None,
                     wall_time_s: 0.0,
                     steps_per_s: rate,
+                    extra: Default::default(),
                 };
                 if eval_due {
                     let ev = updates.job.evaluate(i, done)?;
                     row = MetricsRow {
                         steps_per_s: rate,
-                        ..eval_row(done, lr, Some(mean_loss), mean_metric, &ev, 0.0)
+                        ..eval_row(
+                            mem.settings.task,
+                            done,
+                            lr,
+                            (Some(mean_loss), mean_metric),
+                            &ev,
+                            0.0,
+                        )
                     };
                     stop |= on_event(i, &Event::Evaluated(&ev)).is_break();
                     mem.last_eval = Some(ev);
@@ -1026,25 +1034,35 @@ fn new_optimizer(job: &dyn Job, runs: &[TrainSettings]) -> Result<AdamW> {
     }
 }
 
+/// The `metrics.csv` row of an evaluation of a run of `task` (its extra sets under their column
+/// prefixes, [`TrainTask::extra_sets`]).
 fn eval_row(
+    task: TrainTask,
     step: u64,
     lr: f64,
-    train_loss: Option<f64>,
-    train_acc: Option<f64>,
+    train: (Option<f64>, Option<f64>),
     ev: &Evaluation,
     wall_time_s: f64,
 ) -> MetricsRow {
     MetricsRow {
         step,
         lr,
-        train_loss,
-        train_acc,
+        train_loss: train.0,
+        train_acc: train.1,
         id_loss: Some(ev.id.loss),
         id_acc: Some(ev.id.metric),
         ood_loss: Some(ev.ood.loss),
         ood_acc: Some(ev.ood.metric),
         wall_time_s,
         steps_per_s: None,
+        extra: task
+            .extra_sets()
+            .iter()
+            .filter_map(|(key, prefix)| {
+                let set = ev.extra.get(*key)?;
+                Some((prefix.to_string(), (Some(set.loss), Some(set.metric))))
+            })
+            .collect(),
     }
 }
 

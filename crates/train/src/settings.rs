@@ -36,7 +36,27 @@ impl TrainTask {
         }
     }
 
-    /// What the `*_acc` columns of `metrics.csv` hold for this task.
+    /// The short name of the task's metric in column names of `metrics.csv` (`id_acc`,
+    /// `ood_r2`): `r2` for logic, `acc` otherwise.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            TrainTask::Logic => "r2",
+            _ => "acc",
+        }
+    }
+
+    /// The task's further evaluation sets: the key of [`crate::Evaluation::extra`] and the prefix
+    /// of its columns in `metrics.csv` (logic: the unknown-term pairs; induction: the corpus
+    /// positions only induction predicts).
+    pub fn extra_sets(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            TrainTask::Sraven => &[],
+            TrainTask::Logic => &[("unknown_terms", "unknown")],
+            TrainTask::Induction => &[("induction_positions", "induction")],
+        }
+    }
+
+    /// What the metric columns of `metrics.csv` (`*_acc` or `*_r2`) hold for this task.
     pub fn metric_name(self) -> &'static str {
         match self {
             TrainTask::Sraven => "accuracy (all features right)",

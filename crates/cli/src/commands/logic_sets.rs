@@ -127,6 +127,118 @@ fn run_settings(checkpoint: &Path) -> Result<TrainSettings> {
         .with_context(|| format!("{}: field `settings`", path.display()))
 }
 
+/// The logic split a sampling command uses: `--split` if given (refused when it differs from the
+/// recorded one without `--other-split`), else the split the checkpoint was trained on.
+///
+/// # Errors
+/// A differing `--split` without `--other-split`; a split that is not `seed{N}`.
+fn resolve_split(
+    p: &super::common::ProblemArgs,
+    settings: &TrainSettings,
+    checkpoint: &Path,
+) -> Result<LogicSplit> {
+    let recorded = settings.split.clone();
+    let name = match &p.split {
+        Some(given) if given != &recorded && !p.other_split => bail!(
+            "--split {given} differs from the split {recorded} that {} was trained on; pass \
+             --other-split to use it anyway",
+            checkpoint.display()
+        ),
+        Some(given) => given.clone(),
+        None => recorded,
+    };
+    LogicSplit::new(settings.logic.params(), split_seed(&name)?).context("--split")
+}
+
+/// `hyperlens probe` on a fuzzy-logic checkpoint: the latent codes at `site` (by default the
+/// paper's: the last token's attention to itself) with the task's terms, from a problem file or
+/// sampled (`--set`, default `ood`: held-out pairs of known terms) in chunks of
+/// [`LOGIC_SET_CHUNK`] (the sequences `tasks sample --task logic` writes).
+///
+/// # Errors
+/// Missing run files, a bad split, site, layer list or problem file, model errors, a failed write.
+pub fn probe(
+    args: &super::probe::ProbeArgs,
+    model: &Transformer,
+) -> Result<hyperlens_probe::LogicProbeSummary> {
+    use hyperlens_probe::{extract_logic, LogicSite, ProbeMeta, Site};
+    let settings = run_settings(&args.checkpoint)?;
+    let params = settings.logic.params();
+    let cfg = model.config();
+    let site = match &args.site {
+        Site::Paper => LogicSite::paper(cfg.n_tokens),
+        Site::Explicit { query, keys } => LogicSite {
+            query: *query,
+            keys: keys.clone(),
+        },
+        other => bail!(
+            "--site {other} is a SRAVEN site; a logic checkpoint takes `paper` (the last token's \
+             attention to itself) or `query:I;keys:J,K,...`"
+        ),
+    };
+    let layers: Vec<usize> = args
+        .layers
+        .clone()
+        .unwrap_or_else(|| (0..cfg.n_layers).collect());
+    let mut meta = ProbeMeta {
+        checkpoint: args.checkpoint.display().to_string(),
+        ..ProbeMeta::default()
+    };
+    let p = &args.problems;
+    let run = |batches: &mut dyn Iterator<Item = hyperlens_probe::Result<_>>,
+               n: usize,
+               meta: ProbeMeta| {
+        let bar = super::common::progress_bar(n as u64, "probe", "sequences");
+        let s = extract_logic(
+            model,
+            batches,
+            n,
+            args.batch,
+            &layers,
+            &site,
+            &args.out,
+            meta,
+            |d| bar.set_position(d as u64),
+        );
+        bar.finish_and_clear();
+        s
+    };
+    let summary = if let Some(path) = &p.problems {
+        let set = load_logic(path, &params)?;
+        meta.problems = path.display().to_string();
+        let n = set.y.len();
+        run(&mut std::iter::once(Ok(set)), n, meta)?
+    } else {
+        if p.unpermuted {
+            bail!("--unpermuted applies to SRAVEN checkpoints");
+        }
+        if p.n == 0 {
+            bail!("--n must be positive");
+        }
+        let split = resolve_split(p, &settings, &args.checkpoint)?;
+        let set = logic_set(p.set.unwrap_or(SetArg::Ood));
+        if split.tasks(set).is_empty() {
+            bail!(
+                "--set {}: the split has no tasks in this set",
+                set_name(set)
+            );
+        }
+        meta.problems = "generated".into();
+        meta.split = Some(settings.split.clone());
+        meta.set = Some(set_name(set).into());
+        meta.seed = Some(p.seed);
+        let (n, seed) = (p.n, p.seed);
+        let mut chunks = (0..n.div_ceil(LOGIC_SET_CHUNK)).map(|i| {
+            let b = LOGIC_SET_CHUNK.min(n - i * LOGIC_SET_CHUNK);
+            sample_logic(&split, set, Purpose::Eval, b, seed, i as u64).map_err(|e| {
+                hyperlens_probe::ProbeError::InvalidInput(format!("--set {}: {e}", set_name(set)))
+            })
+        });
+        run(&mut chunks, n, meta)?
+    };
+    Ok(summary)
+}
+
 /// `hyperlens eval` on a fuzzy-logic checkpoint: MSE and mean R² of the last token's prediction,
 /// on a problem file or on sampled sets (all three, or the one `--set` names), streamed in batches.
 ///
@@ -145,20 +257,10 @@ pub fn eval(args: &EvalArgs, model: &Transformer) -> Result<()> {
         let (r2, mse) = acc.finish();
         rows.push((path.display().to_string(), r2, mse, set.y.len()));
     } else {
-        let recorded = settings.split.clone();
-        let name = match &p.split {
-            Some(given) if given != &recorded && !p.other_split => bail!(
-                "--split {given} differs from the split {recorded} that {} was trained on; pass \
-                 --other-split to use it anyway",
-                args.checkpoint.display()
-            ),
-            Some(given) => given.clone(),
-            None => recorded,
-        };
         if p.n == 0 {
             bail!("--n must be positive");
         }
-        let split = LogicSplit::new(params, split_seed(&name)?).context("--split")?;
+        let split = resolve_split(p, &settings, &args.checkpoint)?;
         let sets: Vec<LogicSet> = match p.set {
             Some(s) => vec![logic_set(s)],
             None => vec![LogicSet::Train, LogicSet::Test, LogicSet::Ood]

@@ -12,7 +12,8 @@ use hyperlens_tasks::sraven::SampleStream;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
 
-/// Arguments of `hyperlens probe`.
+/// Arguments of `hyperlens probe`. On a fuzzy-logic checkpoint (its train.json says `task:
+/// logic`) the codes are labelled by the task's terms (`commands::logic_sets::probe`).
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// The checkpoint directory (config.json + model.safetensors).
@@ -22,7 +23,8 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub problems: ProblemArgs,
     /// The site: `paper` (query 35, keys 27 and 31, label = rule of slot 3), `slot:F`, `all-slots`,
-    /// or `query:I;keys:J,K,...`.
+    /// or `query:I;keys:J,K,...`. On a logic checkpoint `paper` is the last token's attention to
+    /// itself.
     #[arg(long, default_value = "paper")]
     pub site: Site,
     /// Layers to keep, comma-separated (default: all).
@@ -50,6 +52,20 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let device = args.device.to_candle()?;
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
+    let task = hyperlens_report::discover::RunInfo::read(&args.checkpoint).task;
+    if task.as_deref() == Some("logic") {
+        super::common::create_parent("--out", &args.out)?;
+        let summary = super::logic_sets::probe(&args, &model)
+            .with_context(|| format!("probing {}", args.checkpoint.display()))?;
+        outln!(
+            "wrote {} ({} rows, logic, {} mixer); MSE of the last token's prediction {:.6}",
+            args.out.display(),
+            summary.n_rows,
+            cfg.mixer,
+            summary.mse
+        )?;
+        return Ok(());
+    }
     let params = sraven_params(&args.checkpoint, &cfg)?;
     let probe = ProbeParams {
         site: args.site.clone(),

@@ -1,0 +1,274 @@
+//! Streaming extraction of the latent codes of a fuzzy-logic model with the task's terms as labels.
+//!
+//! The paper's site for this task is the last token's attention to itself: the query and the key
+//! are both the last position, whose target the model predicts, so each problem gives an `[L, H]`
+//! code (Schug et al. 2025, the fuzzy-logic experiments; `docs/spec/sraven.md`, "The fuzzy-logic
+//! task"). Any query and keys may be chosen instead. The labels are the task's terms: the bits
+//! `terms [K, L]` (1: the variable, 0: its negation) and the term indices `term_ids [K]`. As for
+//! SRAVEN ([`crate::extract()`]), the model runs once per batch with attention capture, only the
+//! selected codes travel to the host, and memory is bounded by the batch.
+
+use std::path::Path;
+
+use candle_core::{IndexOp, Tensor};
+use hyperlens_io::keys::codes as keys;
+use hyperlens_model::Transformer;
+use hyperlens_tasks::logic::LogicBatch;
+use ndarray::s;
+
+use crate::error::{ProbeError, Result};
+use crate::extract::{ProbeMeta, SelectionMeta};
+use crate::npz_stream::{NpyDtype, NpzStream};
+
+/// Where a logic probe reads the codes: one query position and its keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicSite {
+    /// The query position.
+    pub query: usize,
+    /// The key positions, in output order.
+    pub keys: Vec<usize>,
+}
+
+impl LogicSite {
+    /// The paper's site for a model of `n_tokens` positions: the last token's attention to itself.
+    pub fn paper(n_tokens: usize) -> LogicSite {
+        let last = n_tokens.saturating_sub(1);
+        LogicSite {
+            query: last,
+            keys: vec![last],
+        }
+    }
+}
+
+/// What [`extract_logic`] reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicProbeSummary {
+    /// Rows written (one per problem).
+    pub n_rows: usize,
+    /// Mean squared error of the model's prediction of the last token's target.
+    pub mse: f64,
+}
+
+/// Extracts the codes of the logic `model` at `site` for the layers `layers` over `batches` (which
+/// must yield `n_problems` sequences in total), running the model on at most `batch` sequences at
+/// a time, and writes them to `out` (`.npz`) with the sidecar `meta` completed beside it.
+///
+/// Arrays written (one row per sequence): `codes` f32 `[N, L, H, 1, K]` (layers selected, heads,
+/// the query, the keys), `terms` i64 `[N, Kt, Lv]` (the task's terms as bits), `term_ids` i64
+/// `[N, Kt]`, `target` f32 `[N]` (the last token's target), `prediction` f32 `[N]` (the model's),
+/// `problem` i64 `[N]`.
+///
+/// # Shapes
+/// Each batch: `x [B, T, Lv + 1]`, `y [B]`, `terms [B, Kt, Lv]`, `term_ids [B, Kt]`.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for an empty, repeated or out-of-range layer list, a site outside
+/// the sequence, a zero `batch`, batches that do not fit the model or do not add up to
+/// `n_problems`; candle and I/O errors. On error no output file is left behind.
+#[allow(clippy::too_many_arguments)]
+pub fn extract_logic<I, P>(
+    model: &Transformer,
+    batches: I,
+    n_problems: usize,
+    batch: usize,
+    layers: &[usize],
+    site: &LogicSite,
+    out: &Path,
+    mut meta: ProbeMeta,
+    mut progress: P,
+) -> Result<LogicProbeSummary>
+where
+    I: IntoIterator<Item = Result<LogicBatch>>,
+    P: FnMut(usize),
+{
+    let cfg = model.config().clone();
+    let (t, h) = (cfg.n_tokens, cfg.n_heads);
+    let layers = crate::ProbeParams {
+        site: crate::Site::Paper,
+        layers: Some(layers.to_vec()),
+    }
+    .check(cfg.n_layers)?;
+    if batch == 0 {
+        return Err(ProbeError::InvalidInput("--batch must be positive".into()));
+    }
+    if site.keys.is_empty() || site.query >= t || site.keys.iter().any(|&k| k >= t) {
+        return Err(ProbeError::InvalidInput(format!(
+            "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
+             least one key",
+            site.query, site.keys
+        )));
+    }
+    let n_keys = site.keys.len();
+    let device = model.device().clone();
+    let key_idx = Tensor::from_vec(
+        site.keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
+        n_keys,
+        &device,
+    )?;
+    let mut w: Option<(NpzStream, [crate::npz_stream::ArrayId; 6])> = None;
+    let mut shapes = None;
+    let mut done = 0usize;
+    let mut se = 0f64;
+    for chunk in batches {
+        let chunk = chunk?;
+        let (b, ct, d) = chunk.x.dim();
+        if b == 0 {
+            continue;
+        }
+        let (kt, lv) = (chunk.terms.dim().1, chunk.terms.dim().2);
+        if ct != t
+            || d != cfg.d_in
+            || chunk.y.len() != b
+            || chunk.terms.dim().0 != b
+            || chunk.term_ids.dim() != (b, kt)
+            || cfg.d_out != 1
+        {
+            return Err(ProbeError::InvalidInput(format!(
+                "logic batch x {:?}, y [{}], terms {:?} does not fit the model (T {t}, input {}, \
+                 output {})",
+                chunk.x.shape(),
+                chunk.y.len(),
+                chunk.terms.shape(),
+                cfg.d_in,
+                cfg.d_out
+            )));
+        }
+        if done + b > n_problems {
+            return Err(ProbeError::InvalidInput(format!(
+                "the batches hold more than the announced {n_problems} sequences"
+            )));
+        }
+        let (stream, ids) = match &mut w {
+            Some(x) => x,
+            None => {
+                let mut stream = NpzStream::create(out)?;
+                let codes_shape = vec![n_problems, layers.len(), h, 1, n_keys];
+                let ids = [
+                    stream.add_array(keys::CODES, NpyDtype::F32, &codes_shape)?,
+                    stream.add_array(keys::TERMS, NpyDtype::I64, &[n_problems, kt, lv])?,
+                    stream.add_array(keys::TERM_IDS, NpyDtype::I64, &[n_problems, kt])?,
+                    stream.add_array(keys::TARGET, NpyDtype::F32, &[n_problems])?,
+                    stream.add_array(keys::PREDICTION, NpyDtype::F32, &[n_problems])?,
+                    stream.add_array(keys::PROBLEM, NpyDtype::I64, &[n_problems])?,
+                ];
+                shapes = Some((kt, lv, codes_shape));
+                w.insert((stream, ids))
+            }
+        };
+        if let Some((skt, slv, _)) = &shapes {
+            if (*skt, *slv) != (kt, lv) {
+                return Err(ProbeError::InvalidInput(format!(
+                    "a batch has terms [{kt}, {lv}], an earlier one [{skt}, {slv}]"
+                )));
+            }
+        }
+        let mut start = 0;
+        while start < b {
+            let end = (start + batch).min(b);
+            let xb: Vec<f32> = chunk
+                .x
+                .slice(s![start..end, .., ..])
+                .iter()
+                .copied()
+                .collect();
+            let x = Tensor::from_vec(xb, (end - start, t, d), &device)?;
+            let fwd = model.forward(&x, true)?;
+            let attention = fwd.attention.ok_or_else(|| {
+                ProbeError::InvalidInput("the model returned no attention".into())
+            })?;
+            let pred: Vec<f32> = fwd.logits.flatten_all()?.to_vec1()?;
+            let per_layer = layers
+                .iter()
+                .map(|&l| {
+                    let a = attention[l].i((.., .., site.query, ..))?.contiguous()?; // [B, H, T]
+                    Ok(a.index_select(&key_idx, 2)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let n = end - start;
+            let mut codes = Vec::with_capacity(n * layers.len() * h * n_keys);
+            for i in 0..n {
+                for pl in &per_layer {
+                    codes.extend_from_slice(&pl[i * h * n_keys..(i + 1) * h * n_keys]);
+                }
+            }
+            let terms: Vec<i64> = chunk
+                .terms
+                .slice(s![start..end, .., ..])
+                .iter()
+                .map(|&v| i64::from(v))
+                .collect();
+            let term_ids: Vec<i64> = chunk
+                .term_ids
+                .slice(s![start..end, ..])
+                .iter()
+                .map(|&v| i64::from(v))
+                .collect();
+            let target: Vec<f32> = chunk.y.slice(s![start..end]).to_vec();
+            se += pred
+                .iter()
+                .zip(&target)
+                .map(|(&p, &y)| (p as f64 - y as f64).powi(2))
+                .sum::<f64>();
+            let problem: Vec<i64> = (done + start..done + end).map(|p| p as i64).collect();
+            stream.append_f32(ids[0], &codes)?;
+            stream.append_i64(ids[1], &terms)?;
+            stream.append_i64(ids[2], &term_ids)?;
+            stream.append_f32(ids[3], &target)?;
+            stream.append_f32(ids[4], &pred)?;
+            stream.append_i64(ids[5], &problem)?;
+            start = end;
+        }
+        done += b;
+        progress(done);
+    }
+    let (Some((stream, _)), Some((kt, lv, codes_shape))) = (w, shapes) else {
+        return Err(ProbeError::InvalidInput(
+            "no sequences to probe (an empty set)".into(),
+        ));
+    };
+    if done != n_problems {
+        return Err(ProbeError::InvalidInput(format!(
+            "the batches held {done} sequences, {n_problems} were announced"
+        )));
+    }
+    meta.site = format!(
+        "query:{};keys:{}",
+        site.query,
+        site.keys
+            .iter()
+            .map(|k| k.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    meta.selections = vec![SelectionMeta {
+        query: site.query,
+        keys: site.keys.clone(),
+        slot: 0,
+    }];
+    meta.layers = layers.clone();
+    meta.heads = h;
+    meta.n_problems = n_problems;
+    meta.n_rows = n_problems;
+    meta.mixer = cfg.mixer.to_string();
+    meta.normalisation = cfg.mixer.normalisation().name().to_string();
+    meta.shapes = [
+        (keys::CODES, codes_shape),
+        (keys::TERMS, vec![n_problems, kt, lv]),
+        (keys::TERM_IDS, vec![n_problems, kt]),
+        (keys::TARGET, vec![n_problems]),
+        (keys::PREDICTION, vec![n_problems]),
+        (keys::PROBLEM, vec![n_problems]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    meta.version = env!("CARGO_PKG_VERSION").to_string();
+    stream.finish()?;
+    hyperlens_io::write_sidecar(out, &meta)?;
+    Ok(LogicProbeSummary {
+        n_rows: n_problems,
+        mse: se / n_problems.max(1) as f64,
+    })
+}
