@@ -347,7 +347,20 @@ fn logic_probe_labels_codes_with_the_tasks_terms() {
     ] {
         assert_eq!(csv.strings(col).len(), 3, "{col}");
     }
-    assert_eq!(json(&out.join("summary.json"))["task"], "logic");
+    let summary = json(&out.join("summary.json"));
+    assert_eq!(summary["task"], "logic");
+    let trust = summary["projections"]["tsne_trustworthiness_k5"]
+        .as_f64()
+        .unwrap();
+    assert!((0.5..=1.0).contains(&trust), "{trust}");
+    let proj = out.join("projections.npz");
+    for name in ["pca_layer0", "pca_layer1", "pca_all", "tsne_all"] {
+        assert_eq!(array::<f64>(&proj, name).shape(), &[200, 2], "{name}");
+    }
+    assert_eq!(
+        array::<i64>(&proj, "term_ids"),
+        array::<i64>(&ood, "term_ids")
+    );
     hyperlens(&[
         "probe",
         "--checkpoint",

@@ -12,6 +12,7 @@ pub mod circuits;
 pub mod cluster;
 pub mod codes;
 pub mod decode;
+pub mod embed;
 pub mod error;
 pub mod pca;
 pub mod similarity;

@@ -153,6 +153,48 @@ impl TermCodes {
         self.codes.dim().0
     }
 
+    /// The term indices, `[N, Kt]`.
+    pub fn term_ids(&self) -> &Array2<i64> {
+        &self.term_ids
+    }
+
+    /// PCA (2 components) of each layer's codes and of all layers, and a t-SNE embedding of all
+    /// layers' codes of the first `max_tsne` problems, with its trustworthiness (k = 5): the
+    /// projections of the paper's Fig. 2D / A2, coloured by term downstream.
+    ///
+    /// # Shapes
+    /// Returns `(name, [N or n_tsne, 2])` pairs, `pca_layer{l}` and `pca_all` over all problems,
+    /// `tsne_all` over the first `min(N, max_tsne)`, and the trustworthiness.
+    ///
+    /// # Errors
+    /// As [`crate::pca::PcaParams::fit`] and [`crate::embed::tsne`] (too few problems for the
+    /// perplexity, fewer than 2 features).
+    pub fn projections(
+        &self,
+        max_tsne: usize,
+        tsne: &crate::embed::TsneParams,
+    ) -> Result<(Vec<(String, Array2<f64>)>, f64)> {
+        let mut out = Vec::new();
+        let selections: Vec<Option<usize>> = (0..self.n_layers())
+            .map(Some)
+            .chain(std::iter::once(None))
+            .collect();
+        for layer in selections {
+            let x = self.features(layer);
+            let k = 2.min(x.ncols()).min(x.nrows());
+            let pca = crate::pca::PcaParams::new(k).fit(x.view())?;
+            let name = layer.map_or_else(|| "pca_all".to_string(), |l| format!("pca_layer{l}"));
+            out.push((name, pca.transform(x.view())?));
+        }
+        let all = self.features(None);
+        let m = all.nrows().min(max_tsne);
+        let sub = all.slice(ndarray::s![..m, ..]);
+        let emb = crate::embed::tsne(sub, tsne)?;
+        let trust = crate::embed::trustworthiness(sub, emb.view(), 5)?;
+        out.push(("tsne_all".to_string(), emb));
+        Ok((out, trust))
+    }
+
     /// Layers L.
     pub fn n_layers(&self) -> usize {
         self.codes.dim().1

@@ -50,6 +50,14 @@ pub struct AnalyzeArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// The t-SNE embeddings use at most this many codes of the set they run on (the first ones;
+    /// Barnes-Hut t-SNE by linfa-tsne, perplexity 30).
+    #[arg(long, default_value_t = 2_000)]
+    pub tsne_points: usize,
+    /// SRAVEN codes: also write tsne.npz, a t-SNE embedding of the all-layer codes of the
+    /// --unsupervised-on set with their rule labels (logic codes always get one).
+    #[arg(long)]
+    pub tsne: bool,
 }
 
 fn parse_split(s: &str) -> Result<CodeSplit, String> {
@@ -114,6 +122,33 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let written = report
         .write_tables(&args.out)
         .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
+    if args.tsne {
+        let set = match args.unsupervised_on {
+            CodeSplit::Train => &train,
+            _ => &test,
+        };
+        let codes = set.codes();
+        let n = codes.dim().0.min(args.tsne_points);
+        let x = codes
+            .slice(ndarray::s![..n, .., .., .., ..])
+            .mapv(f64::from)
+            .into_shape_with_order((n, codes.len() / codes.dim().0.max(1)))
+            .context("t-SNE features")?;
+        let params = hyperlens_analysis::embed::TsneParams {
+            seed: args.seed,
+            ..Default::default()
+        };
+        let emb = hyperlens_analysis::embed::tsne(x.view(), &params)?;
+        let trust = hyperlens_analysis::embed::trustworthiness(x.view(), emb.view(), 5)?;
+        let label = set.label().slice(ndarray::s![..n]).to_owned();
+        hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&args.out.join("tsne.npz"), |z| {
+            z.add("tsne_all", &emb)?;
+            z.add("label", &label)
+        })?;
+        outln!(
+            "t-SNE of {n} codes (all layers): trustworthiness (k = 5) {trust:.3}; wrote tsne.npz"
+        )?;
+    }
 
     outln!("layer  accuracy  balanced  majority  shuffled  ari    nmi    silhouette")?;
     for a in &report.layers {
@@ -180,6 +215,27 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
         "params": params,
         "term_decoding": rows,
     });
+    let (projections, trust) = test.projections(
+        args.tsne_points,
+        &hyperlens_analysis::embed::TsneParams {
+            seed: args.seed,
+            ..Default::default()
+        },
+    )?;
+    let n_tsne = args.tsne_points.min(test.n_samples());
+    let npz_path = args.out.join("projections.npz");
+    hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&npz_path, |z| {
+        for (name, a) in &projections {
+            z.add(name, a)?;
+        }
+        z.add("term_ids", test.term_ids())
+    })?;
+    let mut summary = summary;
+    summary["projections"] = serde_json::json!({
+        "pca": "2 components per layer and for all layers, over every --test code",
+        "tsne_points": n_tsne,
+        "tsne_trustworthiness_k5": trust,
+    });
     let mut text = serde_json::to_vec_pretty(&summary)?;
     text.push(b'\n');
     hyperlens_io::write_atomic(&args.out.join("summary.json"), &text)?;
@@ -195,8 +251,9 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
             r.n_terms
         )?;
     }
+    outln!("t-SNE of {n_tsne} codes: trustworthiness (k = 5) {trust:.3}")?;
     outln!(
-        "wrote term_decoding.csv and summary.json to {} in {:.1} s",
+        "wrote term_decoding.csv, projections.npz and summary.json to {} in {:.1} s",
         args.out.display(),
         start.elapsed().as_secs_f64()
     )?;
