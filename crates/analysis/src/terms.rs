@@ -31,6 +31,9 @@ use serde::Serialize;
 use crate::decode::{LogisticParams, Standardizer};
 use crate::error::{AnalysisError, Result};
 
+/// A named two-dimensional projection of codes, `(name, [N, 2])`.
+pub type NamedProjection = (String, Array2<f64>);
+
 /// Latent codes of fuzzy-logic problems with their tasks' terms (a logic `codes.npz`).
 #[derive(Debug, Clone)]
 pub struct TermCodes {
@@ -173,7 +176,7 @@ impl TermCodes {
         &self,
         max_tsne: usize,
         tsne: &crate::embed::TsneParams,
-    ) -> Result<(Vec<(String, Array2<f64>)>, f64)> {
+    ) -> Result<(Vec<NamedProjection>, f64)> {
         let mut out = Vec::new();
         let selections: Vec<Option<usize>> = (0..self.n_layers())
             .map(Some)
