@@ -40,6 +40,7 @@ pub struct TermCodes {
     codes: Array5<f32>,
     terms: Array3<i64>,
     term_ids: Array2<i64>,
+    target: Option<Array1<f64>>,
 }
 
 impl TermCodes {
@@ -84,7 +85,36 @@ impl TermCodes {
             codes,
             terms,
             term_ids,
+            target: None,
         })
+    }
+
+    /// The same codes with each problem's target value (the last token's `f(x)`).
+    ///
+    /// # Shapes
+    /// `target [N]`.
+    ///
+    /// # Errors
+    /// [`AnalysisError::Shape`] for another length; [`AnalysisError::InvalidInput`] for
+    /// non-finite values.
+    pub fn with_target(mut self, target: Array1<f64>) -> Result<Self> {
+        if target.len() != self.n_samples() {
+            return Err(AnalysisError::Shape(format!(
+                "{} targets for {} problems",
+                target.len(),
+                self.n_samples()
+            )));
+        }
+        if target.iter().any(|v| !v.is_finite()) {
+            return Err(AnalysisError::InvalidInput("targets must be finite".into()));
+        }
+        self.target = Some(target);
+        Ok(self)
+    }
+
+    /// Each problem's target value, if the codes carry it.
+    pub fn target(&self) -> Option<&Array1<f64>> {
+        self.target.as_ref()
     }
 
     /// Reads a logic code file written by `hyperlens probe` (`codes`, `terms`, `term_ids`;
@@ -134,12 +164,22 @@ impl TermCodes {
         })?;
         let ids = crate::codes::read_int(&mut npz, &shown, keys::TERM_IDS)?;
         let ids = crate::codes::to_2d(ids, &shown, keys::TERM_IDS)?;
-        TermCodes::new(codes, terms, ids).map_err(|e| match e {
+        let with_file = |e: AnalysisError| match e {
             AnalysisError::Shape(m) | AnalysisError::InvalidInput(m) => {
                 AnalysisError::Npz(format!("{shown}: {m}"))
             }
             other => other,
-        })
+        };
+        let set = TermCodes::new(codes, terms, ids).map_err(with_file)?;
+        if !names.iter().any(|n| n == keys::TARGET) {
+            return Ok(set);
+        }
+        let target: Array1<f32> = npz.by_name(keys::TARGET).map_err(|e| {
+            AnalysisError::Npz(format!(
+                "{shown}: array `target` must be float32 [N] in a logic code file: {e}"
+            ))
+        })?;
+        set.with_target(target.mapv(f64::from)).map_err(with_file)
     }
 
     /// Whether the `.npz` at `path` is a logic code file (it holds `terms`).

@@ -73,6 +73,7 @@ pub fn checkpoint_figures(e: &Entry, out: &Path) -> Result<(Vec<FigureRef>, Opti
                     r.get(0).copied().unwrap_or(0.0),
                     r.get(1).copied().unwrap_or(0.0),
                 ],
+                axes: None,
             }
         })
         .collect();

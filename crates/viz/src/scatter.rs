@@ -23,6 +23,9 @@ pub struct ScatterPanel<'a> {
     /// Fraction of the total variance (over ALL components) explained by PC1 and PC2, each in
     /// [0, 1]; shown in the axis labels as "PC1 (xx.x %)".
     pub explained: [f64; 2],
+    /// Axis titles that replace the PCA ones (e.g. "t-SNE 1", "t-SNE 2" for an embedding that
+    /// is not a PCA); `explained` is then neither shown nor checked.
+    pub axes: Option<[String; 2]>,
 }
 
 /// How the points of a [`PcaScatter`] are coloured.
@@ -137,11 +140,13 @@ impl<'a> PcaScatter<'a> {
                 panel.points.nrows(),
             )?;
             finite2(&what, panel.points)?;
-            crate::util::within(
-                &format!("PCA scatter panel {p} explained variance"),
-                &panel.explained,
-                (0.0, 1.0 + 1e-9),
-            )?;
+            if panel.axes.is_none() {
+                crate::util::within(
+                    &format!("PCA scatter panel {p} explained variance"),
+                    &panel.explained,
+                    (0.0, 1.0 + 1e-9),
+                )?;
+            }
         }
         match &self.colors {
             PointColors::Categories { labels, names, .. } => {
@@ -264,8 +269,14 @@ impl Figure for PcaScatter<'_> {
                 .bold_line_style(GRID_GREY)
                 .label_style(text(TICK_SIZE))
                 .axis_desc_style(text(AXIS_SIZE))
-                .x_desc(format!("PC1 ({:.1} %)", 100.0 * panel.explained[0]))
-                .y_desc(format!("PC2 ({:.1} %)", 100.0 * panel.explained[1]))
+                .x_desc(match &panel.axes {
+                    Some([x, _]) => x.clone(),
+                    None => format!("PC1 ({:.1} %)", 100.0 * panel.explained[0]),
+                })
+                .y_desc(match &panel.axes {
+                    Some([_, y]) => y.clone(),
+                    None => format!("PC2 ({:.1} %)", 100.0 * panel.explained[1]),
+                })
                 .draw()?;
             let r = self.point_size as i32;
             chart.draw_series(

@@ -338,6 +338,7 @@ fn panels(points: &[Array2<f64>]) -> Vec<ScatterPanel<'_>> {
             title: format!("layer {l}"),
             points: p.view(),
             explained: [0.412 - 0.05 * l as f64, 0.187],
+            axes: None,
         })
         .collect()
 }
@@ -429,6 +430,7 @@ fn pca_scatter_by_rule_and_by_target() {
         title: "l0".into(),
         points: wrong_cols.view(),
         explained: [0.5, 0.2],
+        axes: None,
     }];
     assert!(matches!(
         save_png(&p, &PcaScatter::by_value("x", bad_panel, &targets, "t")),
