@@ -373,6 +373,57 @@ pub fn sample_logic(
     })
 }
 
+/// The fixed query of seed `seed`: `L` values uniform in [0, 1), the same for every set (so that
+/// codes of the ID and the held-out tasks are taken at one query).
+///
+/// # Shapes
+/// Returns `[L]`.
+pub fn fixed_query(params: &LogicParams, seed: u64) -> Vec<f32> {
+    let mut rng = rng::stream(seed, Domain::LogicFixedQuery, 0, 0);
+    (0..params.variables).map(|_| rng.gen::<f32>()).collect()
+}
+
+/// Gives every sequence of `batch` the same query: the last token's `L` inputs become `query`, and
+/// its target (`y` and the last column of `targets`) is recomputed for each sequence's task. The
+/// context tokens are left as they are, so the latent codes of a fixed-query set differ only by
+/// the task and the context (a "fixed query" set for decoding the task's terms).
+///
+/// # Shapes
+/// `query [L]` with values in [0, 1].
+///
+/// # Errors
+/// [`TasksError::InvalidInput`] if `query` has another length than `L`, holds a value outside
+/// [0, 1], or the batch is malformed.
+pub fn fix_query(batch: &mut LogicBatch, query: &[f32]) -> Result<()> {
+    let (b, n, d) = batch.x.dim();
+    let l = d.saturating_sub(1);
+    if query.len() != l || n == 0 {
+        return Err(TasksError::input(
+            "query",
+            format!(
+                "{} values for {l} variables (sequences of {n} tokens)",
+                query.len()
+            ),
+        ));
+    }
+    if query.iter().any(|v| !(0.0..=1.0).contains(v)) {
+        return Err(TasksError::input(
+            "query",
+            "values must lie in [0, 1]".to_string(),
+        ));
+    }
+    let q = ndarray::ArrayView1::from(query);
+    for i in 0..b {
+        for (v, &x) in query.iter().enumerate() {
+            batch.x[[i, n - 1, v]] = x;
+        }
+        let f = fuzzy_value(batch.terms.index_axis(ndarray::Axis(0), i), q)?;
+        batch.y[i] = f;
+        batch.targets[[i, n - 1]] = f;
+    }
+    Ok(())
+}
+
 /// The sequences per stream index of [`sample_logic_set`]: the evaluation batch that training's
 /// evaluation and `hyperlens eval --batch 256` draw, so that a written set holds the same sequences.
 pub const LOGIC_SET_CHUNK: usize = 256;
@@ -497,5 +548,31 @@ mod tests {
         let v = fuzzy_value(t.view(), ndarray::arr1(&[0.2f32, 0.7]).view()).unwrap();
         assert!((v - 0.7).abs() < 1e-6);
         assert!(fuzzy_value(t.view(), ndarray::arr1(&[0.2f32]).view()).is_err());
+    }
+
+    #[test]
+    fn a_fixed_query_recomputes_the_last_target_only() {
+        let split = LogicSplit::new(LogicParams::default(), 1).unwrap();
+        let mut b = sample_logic(&split, LogicSet::Test, Purpose::Eval, 9, 3, 0).unwrap();
+        let before = b.clone();
+        let q = [0.9f32, 0.1, 0.8, 0.3];
+        fix_query(&mut b, &q).unwrap();
+        let n = b.x.dim().1;
+        for i in 0..9 {
+            assert_eq!(b.x.slice(ndarray::s![i, n - 1, ..4]).to_vec(), q.to_vec());
+            assert_eq!(b.x[[i, n - 1, 4]], 0.0);
+            let want = fuzzy_value(
+                b.terms.index_axis(ndarray::Axis(0), i),
+                ndarray::ArrayView1::from(&q[..]),
+            )
+            .unwrap();
+            assert_eq!((b.y[i], b.targets[[i, n - 1]]), (want, want));
+            assert_eq!(
+                b.x.slice(ndarray::s![i, ..n - 1, ..]),
+                before.x.slice(ndarray::s![i, ..n - 1, ..])
+            );
+        }
+        assert!(fix_query(&mut b, &q[..3]).is_err());
+        assert!(fix_query(&mut b, &[0.5, 0.5, 1.5, 0.0]).is_err());
     }
 }

@@ -25,6 +25,8 @@ pub(crate) enum Domain {
     LogicTrain = 0x6c6f_6769_6300_0002,
     /// Fuzzy-logic evaluation batches.
     LogicEval = 0x6c6f_6769_6300_0003,
+    /// Fuzzy-logic fixed query of a probe set.
+    LogicFixedQuery = 0x6c6f_6769_6300_0004,
     /// Induction corpus: bigram table.
     InductionTable = 0x696e_6475_6300_0001,
     /// Induction corpus: sequences.

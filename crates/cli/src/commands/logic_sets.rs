@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::Transformer;
 use hyperlens_tasks::logic::{
-    r2, sample_logic, sample_logic_set, LogicParams, LogicSet, LogicSplit, Purpose, LOGIC_SET_CHUNK,
+    fix_query, r2, sample_logic, sample_logic_set, LogicParams, LogicSet, LogicSplit, Purpose,
+    LOGIC_SET_CHUNK,
 };
 use hyperlens_tasks::npz::{load_logic, save_logic};
 use hyperlens_train::TrainSettings;
@@ -185,6 +186,18 @@ pub fn probe(
         ..ProbeMeta::default()
     };
     let p = &args.problems;
+    // With --fixed-query: one query, drawn from --seed, given to every sequence of every set.
+    let query = args
+        .fixed_query
+        .then(|| hyperlens_tasks::logic::fixed_query(&params, p.seed));
+    let fix = |mut b: hyperlens_tasks::logic::LogicBatch| -> hyperlens_probe::Result<_> {
+        if let Some(q) = &query {
+            fix_query(&mut b, q).map_err(|e| {
+                hyperlens_probe::ProbeError::InvalidInput(format!("--fixed-query: {e}"))
+            })?;
+        }
+        Ok(b)
+    };
     let run = |batches: &mut dyn Iterator<Item = hyperlens_probe::Result<_>>,
                n: usize,
                meta: ProbeMeta| {
@@ -207,7 +220,7 @@ pub fn probe(
         let set = load_logic(path, &params)?;
         meta.problems = path.display().to_string();
         let n = set.y.len();
-        run(&mut std::iter::once(Ok(set)), n, meta)?
+        run(&mut std::iter::once(fix(set)), n, meta)?
     } else {
         if p.unpermuted {
             bail!("--unpermuted applies to SRAVEN checkpoints");
@@ -227,12 +240,20 @@ pub fn probe(
         meta.split = Some(settings.split.clone());
         meta.set = Some(set_name(set).into());
         meta.seed = Some(p.seed);
+        if let Some(q) = &query {
+            meta.problems = format!("generated, with the fixed query {q:?} of --seed {}", p.seed);
+        }
         let (n, seed) = (p.n, p.seed);
         let mut chunks = (0..n.div_ceil(LOGIC_SET_CHUNK)).map(|i| {
             let b = LOGIC_SET_CHUNK.min(n - i * LOGIC_SET_CHUNK);
-            sample_logic(&split, set, Purpose::Eval, b, seed, i as u64).map_err(|e| {
-                hyperlens_probe::ProbeError::InvalidInput(format!("--set {}: {e}", set_name(set)))
-            })
+            sample_logic(&split, set, Purpose::Eval, b, seed, i as u64)
+                .map_err(|e| {
+                    hyperlens_probe::ProbeError::InvalidInput(format!(
+                        "--set {}: {e}",
+                        set_name(set)
+                    ))
+                })
+                .and_then(fix)
         });
         run(&mut chunks, n, meta)?
     };

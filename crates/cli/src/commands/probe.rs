@@ -39,6 +39,11 @@ pub struct ProbeArgs {
     /// Problems per forward pass; memory is bounded by this, not by N.
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
+    /// Logic checkpoints: give every sequence one query (the last token's inputs, drawn from
+    /// --seed, the same for every --set), so that the codes differ only by the task and the
+    /// context.
+    #[arg(long)]
+    pub fixed_query: bool,
 }
 
 /// Runs `hyperlens probe`.
@@ -65,6 +70,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             summary.mse
         )?;
         return Ok(());
+    }
+    if args.fixed_query {
+        bail!("--fixed-query applies to fuzzy-logic checkpoints");
     }
     let params = sraven_params(&args.checkpoint, &cfg)?;
     let probe = ProbeParams {
