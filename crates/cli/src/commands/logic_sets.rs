@@ -218,7 +218,14 @@ pub fn probe(
     };
     let summary = if let Some(path) = &p.problems {
         let set = load_logic(path, &params)?;
-        meta.problems = path.display().to_string();
+        meta.problems = match &query {
+            Some(q) => format!(
+                "{}, with the fixed query {q:?} of seed {}",
+                path.display(),
+                p.seed
+            ),
+            None => path.display().to_string(),
+        };
         let n = set.y.len();
         run(&mut std::iter::once(fix(set)), n, meta)?
     } else {
@@ -237,7 +244,7 @@ pub fn probe(
             );
         }
         meta.problems = "generated".into();
-        meta.split = Some(settings.split.clone());
+        meta.split = Some(format!("seed{}", split.seed));
         meta.set = Some(set_name(set).into());
         meta.seed = Some(p.seed);
         if let Some(q) = &query {
