@@ -288,27 +288,7 @@ impl CodeSet {
     /// `0..8`; [`AnalysisError::File`] for a header that claims more data than the file holds or
     /// the memory budget allows.
     pub fn read_npz(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let shown = path.display().to_string();
-        // Sizes in the headers are checked against the bytes present and the memory budget
-        // before ndarray-npy allocates anything.
-        hyperlens_io::inspect_npz(path).map_err(|e| match e {
-            hyperlens_io::IoError::Io { source, .. } => AnalysisError::Io {
-                path: shown.clone(),
-                source,
-            },
-            other => AnalysisError::Npz(other.to_string()),
-        })?;
-        let file = File::open(path).map_err(|source| AnalysisError::Io {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut npz = NpzReader::new(file).map_err(|e| {
-            AnalysisError::Npz(format!("{shown}: not a readable .npz archive: {e}"))
-        })?;
-        let names = npz
-            .names()
-            .map_err(|e| AnalysisError::Npz(format!("{shown}: cannot list arrays: {e}")))?;
+        let (mut npz, names, shown) = open_npz(path.as_ref())?;
         let has = |name: &str| names.iter().any(|n| n == name);
         for required in [keys::CODES, keys::LABEL] {
             if !has(required) {
@@ -407,6 +387,34 @@ fn check_len(source: &str, name: &str, got: usize, n: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Opens a code file for reading: the sizes in its headers are checked against the bytes present
+/// and the memory budget before ndarray-npy allocates anything. Returns the reader, the names of
+/// its arrays and the path as shown in messages.
+///
+/// # Errors
+/// [`AnalysisError::Io`] naming the file if it cannot be read; [`AnalysisError::Npz`] for a file
+/// that is not an `.npz` archive or whose headers do not fit its bytes or the budget.
+pub(crate) fn open_npz(path: &Path) -> Result<(NpzReader<File>, Vec<String>, String)> {
+    let shown = path.display().to_string();
+    hyperlens_io::inspect_npz(path).map_err(|e| match e {
+        hyperlens_io::IoError::Io { source, .. } => AnalysisError::Io {
+            path: shown.clone(),
+            source,
+        },
+        other => AnalysisError::Npz(other.to_string()),
+    })?;
+    let file = File::open(path).map_err(|source| AnalysisError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let mut npz = NpzReader::new(file)
+        .map_err(|e| AnalysisError::Npz(format!("{shown}: not a readable .npz archive: {e}")))?;
+    let names = npz
+        .names()
+        .map_err(|e| AnalysisError::Npz(format!("{shown}: cannot list arrays: {e}")))?;
+    Ok((npz, names, shown))
 }
 
 fn npz_err(path: &str, name: &str, e: ReadNpzError) -> AnalysisError {

@@ -126,25 +126,7 @@ impl TermCodes {
     /// [`TermCodes::new`].
     pub fn read_npz(path: impl AsRef<std::path::Path>) -> Result<Self> {
         use hyperlens_io::keys::codes as keys;
-        let path = path.as_ref();
-        let shown = path.display().to_string();
-        hyperlens_io::inspect_npz(path).map_err(|e| match e {
-            hyperlens_io::IoError::Io { source, .. } => AnalysisError::Io {
-                path: shown.clone(),
-                source,
-            },
-            other => AnalysisError::Npz(other.to_string()),
-        })?;
-        let file = std::fs::File::open(path).map_err(|source| AnalysisError::Io {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut npz = ndarray_npy::NpzReader::new(file).map_err(|e| {
-            AnalysisError::Npz(format!("{shown}: not a readable .npz archive: {e}"))
-        })?;
-        let names = npz
-            .names()
-            .map_err(|e| AnalysisError::Npz(format!("{shown}: cannot list arrays: {e}")))?;
+        let (mut npz, names, shown) = crate::codes::open_npz(path.as_ref())?;
         for required in [keys::CODES, keys::TERMS, keys::TERM_IDS] {
             if !names.iter().any(|n| n == required) {
                 return Err(AnalysisError::Npz(format!(

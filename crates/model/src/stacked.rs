@@ -344,7 +344,7 @@ mod tests {
     use super::*;
     use crate::Mixer;
     use candle_core::Var;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     fn tiny(mixer: Mixer) -> Config {
@@ -364,13 +364,7 @@ mod tests {
         }
     }
 
-    fn input(cfg: &Config, b: usize, seed: u64) -> Tensor {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let v: Vec<f32> = (0..b * cfg.n_tokens * cfg.d_in)
-            .map(|_| rng.gen_range(-1.0..1.0))
-            .collect();
-        Tensor::from_vec(v, (b, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap()
-    }
+    use crate::ops::test_util::random_input as input;
 
     fn masks(cfg: &Config, seed: u64) -> Vec<Tensor> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);

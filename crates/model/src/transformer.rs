@@ -317,13 +317,7 @@ mod tests {
         }
     }
 
-    fn input(cfg: &Config, b: usize, seed: u64) -> Tensor {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let v: Vec<f32> = (0..b * cfg.n_tokens * cfg.d_in)
-            .map(|_| rng.gen_range(-1.0..1.0))
-            .collect();
-        Tensor::from_vec(v, (b, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap()
-    }
+    use crate::ops::test_util::random_input as input;
 
     #[test]
     fn init_statistics_follow_the_paper() {

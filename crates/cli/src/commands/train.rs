@@ -409,7 +409,6 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
                 .collect()
         }
     };
-    hyperlens_train::check_group(&runs)?;
     let options = RunOptions {
         device: args.device,
         resume: args.resume,

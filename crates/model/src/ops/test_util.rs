@@ -42,3 +42,13 @@ pub(crate) fn close(a: &Tensor, b: &Tensor, tol: f64) {
         assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{x} vs {y}");
     }
 }
+
+/// A random model input `[b, T, d_in]` for `cfg`, uniform in [-1, 1), seeded.
+pub(crate) fn random_input(cfg: &crate::Config, b: usize, seed: u64) -> Tensor {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..b * cfg.n_tokens * cfg.d_in)
+        .map(|_| rng.gen_range(-1.0..1.0))
+        .collect();
+    Tensor::from_vec(v, (b, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap()
+}

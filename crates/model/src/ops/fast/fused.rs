@@ -110,17 +110,32 @@ pub(crate) fn project_heads(
     b: &Tensor,
     cpu_kernels: bool,
 ) -> Result<Tensor> {
-    let (bsz, t, dm) = x.dims3()?;
+    let (bsz, t, _) = x.dims3()?;
     let (h, _, d) = w.dims3()?;
-    let w2 = w.detach().transpose(0, 1)?.reshape((dm, h * d))?;
-    let x2 = x.detach().reshape((bsz * t, dm))?;
-    let y = affine_rows(&x2, &w2, &b.detach().reshape(h * d)?, cpu_kernels)?;
-    let y = y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?;
+    let y = heads_value(&x.detach(), &w.detach(), &b.detach(), cpu_kernels)?;
     let grad = AffineGrad {
         layout: Some((bsz, t, h, d)),
         cpu_kernels,
     };
     attach(&[x, w, b], y, grad)
+}
+
+/// The value of [`project_heads`], off the graph: the heads' kernels side by side as one
+/// `[D, H d]` matrix, a product on the rows, heads to axis 1.
+///
+/// # Shapes
+/// `x [B, T, D]`, `w [H, D, d]`, `b [H, d]` -> `[B, H, T, d]` (contiguous).
+fn heads_value(x: &Tensor, w: &Tensor, b: &Tensor, cpu_kernels: bool) -> Result<Tensor> {
+    let (bsz, t, dm) = x.dims3()?;
+    let (h, _, d) = w.dims3()?;
+    let w2 = w.transpose(0, 1)?.reshape((dm, h * d))?;
+    let y = affine_rows(
+        &x.reshape((bsz * t, dm))?,
+        &w2,
+        &b.reshape(h * d)?,
+        cpu_kernels,
+    )?;
+    Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
 }
 
 /// `x W + b` on the rows of a matrix, off the graph.
@@ -286,16 +301,11 @@ pub(crate) fn stacked_project_heads(
     b: &Tensor,
     cpu_kernels: bool,
 ) -> Result<Tensor> {
-    let (m, bsz, t, dm) = x.dims4()?;
+    let (m, bsz, t, _) = x.dims4()?;
     let (_, h, _, d) = w.dims4()?;
     let (xd, wd, bd) = (x.detach(), w.detach(), b.detach());
     let ys = (0..m)
-        .map(|i| {
-            let w2 = wd.get(i)?.transpose(0, 1)?.reshape((dm, h * d))?;
-            let x2 = xd.get(i)?.reshape((bsz * t, dm))?;
-            let y = affine_rows(&x2, &w2, &bd.get(i)?.reshape(h * d)?, cpu_kernels)?;
-            Ok(y.reshape((bsz, t, h, d))?.transpose(1, 2)?.contiguous()?)
-        })
+        .map(|i| heads_value(&xd.get(i)?, &wd.get(i)?, &bd.get(i)?, cpu_kernels))
         .collect::<Result<Vec<_>>>()?;
     let grad = PerModel {
         inner: AffineGrad {
