@@ -432,6 +432,16 @@ fn report_errors_name_the_bad_checkpoint() {
     run_report(tmp.path(), &["--checkpoint", b, "--out", o, "--n", "16"])
         .failure_after_notes("report: ", &["not-a-checkpoint", "config.json"]);
     // A checkpoint of another task is refused by name.
+    let other = tmp.path().join("induction-run");
+    make_checkpoint(&other, Mixer::Softmax, "seed0", 0, false);
+    std::fs::write(
+        other.join("train.json"),
+        serde_json::json!({"task": "induction"}).to_string(),
+    )
+    .unwrap();
+    run_report(tmp.path(), &["--checkpoint", s(&other), "--out", o])
+        .failure_after_notes("report: ", &["induction-run", "induction checkpoint"]);
+    // A logic checkpoint whose run files lack the settings: the task's terms are unknown.
     let logic = tmp.path().join("logic-run");
     make_checkpoint(&logic, Mixer::Softmax, "seed0", 0, false);
     std::fs::write(
@@ -440,7 +450,7 @@ fn report_errors_name_the_bad_checkpoint() {
     )
     .unwrap();
     run_report(tmp.path(), &["--checkpoint", s(&logic), "--out", o])
-        .failure_after_notes("report: ", &["logic-run", "logic checkpoint"]);
+        .failure_after_notes("report: ", &["logic-run", "train.json", "settings"]);
     // A bad --n is refused before any work.
     run_report(tmp.path(), &["--checkpoint", b, "--out", o, "--n", "3"]).failure(&["--n"]);
     // No file was written (the report creates its empty folders before it checks the checkpoints).
@@ -456,4 +466,135 @@ fn report_usage_errors() {
         .usage_error(&["invalid value 'foo' for '--device <DEVICE>'"]);
     run_report(tmp.path(), &["--checkpoint", "x", "--bogus"])
         .usage_error(&["unexpected argument '--bogus'"]);
+}
+
+#[test]
+fn report_sets_a_logic_checkpoint_beside_table_a1_in_a_section_of_its_own() {
+    let tmp = tempdir();
+    let root = tmp.path();
+    let logic = root.join("logic-run");
+    crate::util::hyperlens(&[
+        "train",
+        "--task",
+        "logic",
+        "--layers",
+        "2",
+        "--steps",
+        "4",
+        "--batch",
+        "8",
+        "--warmup",
+        "2",
+        "--eval-every",
+        "2",
+        "--eval-n",
+        "16",
+        "--out",
+        s(&logic),
+    ])
+    .success();
+    let sraven = root.join("tiny-softmax");
+    make_checkpoint(&sraven, Mixer::Softmax, "paper-seed1", 1, false);
+    let out = root.join("out");
+    let n = N.to_string();
+    let args = [
+        "--checkpoint",
+        s(&sraven),
+        "--checkpoint",
+        s(&logic),
+        "--out",
+        s(&out),
+        "--n",
+        &n,
+        "--batch",
+        "20",
+        "--seed",
+        "3",
+    ];
+    assert!(run_report(root, &args).success().contains("2 checkpoints"));
+
+    // R² per set: in range, and the same sequences as `eval` draws with the same seed.
+    let csv = out.join("tables/logic.csv");
+    assert_eq!(
+        Csv::read(&csv).header.join(","),
+        "checkpoint,mixer,split,id_r2,ood_r2,unknown_r2,id_mse,ood_mse,unknown_mse,n,steps,\
+         planned_steps"
+    );
+    let eval_run = crate::util::hyperlens(&[
+        "eval",
+        "--checkpoint",
+        s(&logic),
+        "--json",
+        "--n",
+        &n,
+        "--seed",
+        "3",
+        "--batch",
+        "7",
+    ]);
+    let evals: Vec<serde_json::Value> = eval_run
+        .success()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(evals.len(), 3);
+    for e in &evals {
+        let set = e["set"].as_str().unwrap();
+        let r2 = column(&csv, &format!("{set}_r2"))[0];
+        let mse = column(&csv, &format!("{set}_mse"))[0];
+        assert!(r2 <= 1.0 && mse >= 0.0, "{set}: R² {r2}, MSE {mse}");
+        assert!(
+            (r2 - e["r2"].as_f64().unwrap()).abs() < 1e-5,
+            "{set}: {r2} vs {e}"
+        );
+        assert!(
+            (mse - e["mse"].as_f64().unwrap()).abs() < 1e-5,
+            "{set}: {mse} vs {e}"
+        );
+    }
+    assert_eq!(column(&csv, "n"), [N as f64]);
+    assert_eq!(column(&csv, "steps"), [4.0]);
+
+    // Term decoding: one row per layer and `all`, F1 and its controls in [0, 1].
+    let td = out.join("tables/logic-run/term_decoding.csv");
+    assert_eq!(Csv::read(&td).strings("layer"), ["0", "1", "all"]);
+    for c in ["f1_mean", "f1_base_rate", "f1_shuffled"] {
+        in_unit(c, &column(&td, c));
+    }
+    assert!(column(&td, "ridge_r2").iter().all(|&v| v <= 1.0));
+    // The codes of the paper's site, [N, L, H, 1, 1], with the task's terms [N, K, L].
+    for set in ["id", "ood"] {
+        let path = out.join(format!("codes/logic-run_{set}.npz"));
+        let codes: ArrayD<f32> = crate::util::array(&path, "codes");
+        assert_eq!(codes.shape(), [N, 2, 8, 1, 1], "{set}");
+        let terms: ArrayD<i64> = crate::util::array(&path, "terms");
+        assert_eq!(terms.shape(), [N, 2, 4], "{set}");
+    }
+    let tsne: ArrayD<f64> =
+        crate::util::array(&out.join("tables/logic-run/projections.npz"), "tsne_all");
+    assert_eq!(tsne.shape(), [N, 2]);
+    for f in [
+        "term_decoding",
+        "projections_term",
+        "projections_target",
+        "training",
+    ] {
+        check_png(&out.join(format!("figures/logic-run_{f}.png")));
+    }
+    let summary = json(&out.join("summary.json"));
+    let entry = &summary["logic_checkpoints"][0];
+    assert_eq!(entry["sets"].as_array().unwrap().len(), 3);
+    assert_eq!(entry["tsne_perplexity"].as_f64(), Some(15.0));
+
+    // One page, a section per task; the logic table quotes Table A1.
+    let md = std::fs::read_to_string(out.join("index.md")).unwrap();
+    let (sraven_part, logic_part) = md
+        .split_once("## Fuzzy-logic task")
+        .expect("a logic section");
+    assert!(sraven_part.contains("## tiny-softmax"), "{md}");
+    assert!(
+        logic_part.contains("### logic-run") && logic_part.contains("81.1 ± 7.8 %"),
+        "{md}"
+    );
+    assert!(logic_part.contains("The log covers 4 steps"), "{md}");
 }

@@ -12,5 +12,8 @@ pub mod site;
 
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
-pub use logic::{extract_logic, LogicProbeSummary, LogicSite};
+pub use logic::{
+    extract_logic, extract_logic_set, logic_set_name, GeneratedLogicSet, LogicProbeSummary,
+    LogicSite,
+};
 pub use site::{Selection, Site};

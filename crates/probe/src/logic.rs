@@ -13,7 +13,9 @@ use std::path::Path;
 use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::Transformer;
-use hyperlens_tasks::logic::LogicBatch;
+use hyperlens_tasks::logic::{
+    fix_query, logic_chunks, LogicBatch, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
+};
 use ndarray::s;
 
 use crate::error::{ProbeError, Result};
@@ -47,6 +49,86 @@ pub struct LogicProbeSummary {
     pub n_rows: usize,
     /// Mean squared error of the model's prediction of the last token's target.
     pub mse: f64,
+}
+
+/// A generated logic probe set: `n` sequences of `set` from the evaluation stream `seed` of
+/// `split`, drawn in chunks of [`LOGIC_SET_CHUNK`] (the sequences `tasks sample --task logic`
+/// writes), with every sequence's query replaced by `fixed_query` when given (the paper's
+/// fixed-query sets; [`hyperlens_tasks::logic::fixed_query`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GeneratedLogicSet<'a> {
+    /// The split (its seed and the task's terms).
+    pub split: &'a LogicSplit,
+    /// Which tasks: the training tasks, held-out pairs of known terms, or pairs of unknown terms.
+    pub set: LogicSet,
+    /// Sequences.
+    pub n: usize,
+    /// Seed of the evaluation stream.
+    pub seed: u64,
+    /// One query for every sequence, `[L]` values in [0, 1].
+    pub fixed_query: Option<&'a [f32]>,
+}
+
+/// [`extract_logic`] on a generated set: fills the sidecar's `problems`, `split`, `set` (`id`,
+/// `ood`, `unknown`) and `seed`, and draws the set lazily (memory bounded by the chunk and the
+/// batch).
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for `n = 0`, a set without tasks in the split, or a fixed query of
+/// the wrong length; the errors of [`extract_logic`].
+#[allow(clippy::too_many_arguments)]
+pub fn extract_logic_set<P: FnMut(usize)>(
+    model: &Transformer,
+    source: GeneratedLogicSet<'_>,
+    batch: usize,
+    layers: &[usize],
+    site: &LogicSite,
+    out: &Path,
+    mut meta: ProbeMeta,
+    progress: P,
+) -> Result<LogicProbeSummary> {
+    let GeneratedLogicSet {
+        split,
+        set,
+        n,
+        seed,
+        fixed_query,
+    } = source;
+    let name = logic_set_name(set);
+    if n == 0 {
+        return Err(ProbeError::InvalidInput("--n must be positive".into()));
+    }
+    if split.tasks(set).is_empty() {
+        return Err(ProbeError::InvalidInput(format!(
+            "--set {name}: the split has no tasks in this set"
+        )));
+    }
+    meta.problems = match fixed_query {
+        Some(q) => format!("generated, with the fixed query {q:?} of seed {seed}"),
+        None => "generated".into(),
+    };
+    meta.split = Some(format!("seed{}", split.seed));
+    meta.set = Some(name.into());
+    meta.seed = Some(seed);
+    let chunks = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).map(|c| {
+        let mut c = c.map_err(|e| ProbeError::InvalidInput(format!("--set {name}: {e}")))?;
+        if let Some(q) = fixed_query {
+            fix_query(&mut c, q)
+                .map_err(|e| ProbeError::InvalidInput(format!("--fixed-query: {e}")))?;
+        }
+        Ok(c)
+    });
+    extract_logic(model, chunks, n, batch, layers, site, out, meta, progress)
+}
+
+/// The name hyperlens uses for a logic set: `id` (the training tasks), `ood` (held-out pairs of
+/// known terms), `unknown` (pairs of unknown terms).
+pub fn logic_set_name(set: LogicSet) -> &'static str {
+    match set {
+        LogicSet::Train => "id",
+        LogicSet::Test => "ood",
+        LogicSet::Ood => "unknown",
+    }
 }
 
 /// Extracts the codes of the logic `model` at `site` for the layers `layers` over `batches` (which

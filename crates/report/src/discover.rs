@@ -1,6 +1,6 @@
-//! Which checkpoints the report analyses, and what their run files say about them: the task,
-//! split and length of training (`train.json`, `train_state.json`) and the training log
-//! (`metrics.csv`).
+//! Which checkpoints the report analyses (SRAVEN and fuzzy-logic ones), and what their run files
+//! say about them: the task, split and length of training (`train.json`, `train_state.json`) and
+//! the training log (`metrics.csv`).
 
 use std::path::{Path, PathBuf};
 
@@ -13,17 +13,59 @@ use crate::error::{ReportError, Result};
 /// Checkpoints left out of the report, each with the task its `train.json` names.
 pub type Skipped = Vec<(PathBuf, String)>;
 
+/// The checkpoints the report analyses, by task.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Discovered {
+    /// SRAVEN checkpoints (and checkpoints whose run files name no task: imported ones).
+    pub sraven: Vec<PathBuf>,
+    /// Fuzzy-logic checkpoints.
+    pub logic: Vec<PathBuf>,
+    /// Checkpoints of other tasks (the induction token models), with their task.
+    pub skipped: Skipped,
+}
+
+impl Discovered {
+    /// Checkpoints analysed, of both tasks.
+    pub fn len(&self) -> usize {
+        self.sraven.len() + self.logic.len()
+    }
+
+    /// Whether no checkpoint is analysed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Files `path` under the task its run files name.
+    fn push(&mut self, path: PathBuf, given: bool) -> Result<()> {
+        match RunInfo::read(&path).task.as_deref() {
+            None | Some("sraven") => self.sraven.push(path),
+            Some("logic") => self.logic.push(path),
+            Some(task) if given => {
+                return Err(ReportError::Unsupported {
+                    dir: path,
+                    reason: format!(
+                        "a {task} checkpoint (train.json); the report analyses SRAVEN and \
+                         fuzzy-logic checkpoints"
+                    ),
+                })
+            }
+            Some(task) => self.skipped.push((path, task.to_string())),
+        }
+        Ok(())
+    }
+}
+
 /// The checkpoints to analyse: `given` (each refused by name if its `train.json` names a task
-/// other than SRAVEN; a group directory of `hyperlens train --seeds`, with its `group.json`,
-/// stands for its runs), or, when `given` is empty, every directory with a `config.json` under
-/// `root`, sorted by path, leaving out checkpoints of other tasks. Returns the checkpoints and the
-/// skipped ones with their task.
+/// other than SRAVEN or logic; a group directory of `hyperlens train --seeds`, with its
+/// `group.json`, stands for its runs), or, when `given` is empty, every directory with a
+/// `config.json` under `root`, sorted by path, leaving out checkpoints of other tasks.
 ///
 /// # Errors
 /// [`ReportError::Unsupported`] for a given checkpoint of another task, a malformed `group.json`,
 /// or two given checkpoints with one name (their files would collide);
-/// [`ReportError::NoCheckpoint`] if `root` cannot be listed or holds no checkpoint.
-pub fn checkpoints(given: &[PathBuf], root: &Path) -> Result<(Vec<PathBuf>, Skipped)> {
+/// [`ReportError::NoCheckpoint`] if `root` cannot be listed or holds no checkpoint of either task.
+pub fn checkpoints(given: &[PathBuf], root: &Path) -> Result<Discovered> {
+    let mut found = Discovered::default();
     if !given.is_empty() {
         let mut expanded = Vec::with_capacity(given.len());
         for dir in given {
@@ -54,41 +96,28 @@ pub fn checkpoints(given: &[PathBuf], root: &Path) -> Result<(Vec<PathBuf>, Skip
                 });
             }
         }
-        let given = &expanded;
-        for dir in given {
-            if let Some(task) = RunInfo::read(dir).task.filter(|t| t != "sraven") {
-                return Err(ReportError::Unsupported {
-                    dir: dir.clone(),
-                    reason: format!(
-                        "a {task} checkpoint (train.json); the report analyses SRAVEN checkpoints"
-                    ),
-                });
-            }
+        for dir in expanded {
+            found.push(dir, true)?;
         }
-        return Ok((given.to_vec(), Vec::new()));
+        return Ok(found);
     }
     let entries = std::fs::read_dir(root).map_err(|_| ReportError::NoCheckpoint {
         root: root.to_path_buf(),
     })?;
-    let mut dirs = Vec::new();
-    let mut skipped = Vec::new();
-    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-        if !path.join(CONFIG_FILE).is_file() {
-            continue;
-        }
-        match RunInfo::read(&path).task {
-            Some(task) if task != "sraven" => skipped.push((path, task)),
-            _ => dirs.push(path),
-        }
-    }
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join(CONFIG_FILE).is_file())
+        .collect();
     dirs.sort();
-    skipped.sort();
-    if dirs.is_empty() {
+    for dir in dirs {
+        found.push(dir, false)?;
+    }
+    if found.is_empty() {
         return Err(ReportError::NoCheckpoint {
             root: root.to_path_buf(),
         });
     }
-    Ok((dirs, skipped))
+    Ok(found)
 }
 
 /// The name of a checkpoint: its directory name.
@@ -248,7 +277,12 @@ mod tests {
     #[test]
     fn discovery_skips_other_tasks_and_refuses_them_by_name() {
         let root = tempfile::tempdir().unwrap();
-        for (name, task) in [("b", "sraven"), ("a", "logic"), ("c", "")] {
+        for (name, task) in [
+            ("b", "sraven"),
+            ("a", "induction"),
+            ("c", ""),
+            ("d", "logic"),
+        ] {
             let d = root.path().join(name);
             std::fs::create_dir(&d).unwrap();
             std::fs::write(d.join(CONFIG_FILE), "{}").unwrap();
@@ -257,12 +291,16 @@ mod tests {
             }
         }
         std::fs::create_dir(root.path().join("not-a-checkpoint")).unwrap();
-        let (dirs, skipped) = checkpoints(&[], root.path()).unwrap();
-        let names: Vec<String> = dirs.iter().map(|d| name_of(d)).collect();
+        let found = checkpoints(&[], root.path()).unwrap();
+        let names: Vec<String> = found.sraven.iter().map(|d| name_of(d)).collect();
         assert_eq!(names, ["b", "c"]);
-        assert_eq!(skipped, [(root.path().join("a"), "logic".to_string())]);
+        assert_eq!(found.logic, [root.path().join("d")]);
+        assert_eq!(
+            found.skipped,
+            [(root.path().join("a"), "induction".to_string())]
+        );
         let e = checkpoints(&[root.path().join("a")], root.path()).unwrap_err();
-        assert!(e.to_string().contains("logic checkpoint"), "{e}");
+        assert!(e.to_string().contains("induction checkpoint"), "{e}");
         let empty = tempfile::tempdir().unwrap();
         assert!(matches!(
             checkpoints(&[], empty.path()),
@@ -285,8 +323,8 @@ mod tests {
         }
         .write(&group)
         .unwrap();
-        let (dirs, _) = checkpoints(std::slice::from_ref(&group), root.path()).unwrap();
-        assert_eq!(dirs, [group.join("seed-0"), group.join("seed-1")]);
+        let found = checkpoints(std::slice::from_ref(&group), root.path()).unwrap();
+        assert_eq!(found.sraven, [group.join("seed-0"), group.join("seed-1")]);
         // The same group twice: two checkpoints called seed-0.
         let e = checkpoints(&[group.clone(), group.clone()], root.path()).unwrap_err();
         assert!(e.to_string().contains("`seed-0`"), "{e}");

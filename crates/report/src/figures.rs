@@ -23,7 +23,7 @@ use crate::text::{
 use crate::verdict::best_layer;
 
 /// Saves `fig` as `out/rel` (PNG) and returns its [`FigureRef`].
-fn save<F: Figure>(
+pub(crate) fn save<F: Figure>(
     out: &Path,
     rel: String,
     fig: &F,

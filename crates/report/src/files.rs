@@ -49,15 +49,18 @@ fn figure_json(f: &FigureRef) -> serde_json::Value {
     json!({"file": f.src, "caption": f.caption, "text": f.text})
 }
 
-/// `summary.json`: the parameters, and per checkpoint its accuracy, verdicts, latent-code summary,
-/// attention sample and figures. No timings.
+/// `summary.json`: the parameters, and per SRAVEN checkpoint its accuracy, verdicts, latent-code
+/// summary, attention sample and figures; per logic checkpoint (`logic_checkpoints`) its R², term
+/// decoding and figures. No timings.
 pub fn summary(
     entries: &[Entry],
     figs: &[CheckpointFigures],
     comparison: Option<&FigureRef>,
+    logic: &crate::page::LogicPart<'_>,
     params: &ReportParams,
 ) -> serde_json::Value {
     json!({
+        "logic_checkpoints": crate::logic::summary(logic.entries, logic.figures),
         "version": env!("CARGO_PKG_VERSION"),
         "n": params.n,
         "seed": params.seed,
@@ -93,10 +96,19 @@ pub fn summary(
 
 /// `timings.json`: seconds per checkpoint and stage (with the latent-code analysis' own timings),
 /// of the figures and of the whole run.
-pub fn timings(entries: &[Entry], figures_s: f64, elapsed_s: f64) -> serde_json::Value {
+pub fn timings(
+    entries: &[Entry],
+    logic: &[crate::logic::LogicEntry],
+    figures_s: f64,
+    elapsed_s: f64,
+) -> serde_json::Value {
     json!({
         "elapsed_s": elapsed_s,
         "figures_s": figures_s,
+        "logic_checkpoints": logic.iter().map(|e| json!({
+            "name": e.name,
+            "seconds": e.seconds,
+        })).collect::<Vec<_>>(),
         "checkpoints": entries.iter().map(|e| json!({
             "name": e.name,
             "seconds": e.seconds,

@@ -4,15 +4,18 @@
 //! k-means, similarity), reads the training log when there is one, captures the attention of one
 //! OOD problem, and writes tables, codes, figures and a page in Markdown and HTML that compares
 //! the checkpoints side by side and with the paper (Schug et al., "Attention as a Hypernetwork",
-//! ICLR 2025). Every figure comes with sentences generated from its numbers.
+//! ICLR 2025). Every figure comes with sentences generated from its numbers. Fuzzy-logic
+//! checkpoints get a section of their own ([`logic`]): R² per set, term decoding from the latent
+//! codes, projections and training curves, set beside Table A1.
 //!
 //! The modules, in the order of the job: [`discover`] (which checkpoints, what their run files
-//! say), [`evaluate`] (the only module that runs the model), [`figures`] with [`text`],
+//! say), [`evaluate`] and [`logic`] (the only modules that run the model), [`figures`] with [`text`],
 //! [`verdict`] and [`paper`] (what the numbers say), [`page`] (the page as a [`doc::Document`]),
 //! [`html`] (its HTML; Markdown to HTML is pulldown-cmark's job) and [`files`] (the tables).
 //!
 //! Output directory (`reports/default` by default): `index.md`, `index.html`, `summary.json`,
-//! `tables/accuracy.csv`, `tables/<name>/` (the latent-code tables), `codes/<name>_{id,ood}.npz`
+//! `tables/accuracy.csv` (SRAVEN), `tables/logic.csv` (logic), `tables/<name>/` (the latent-code
+//! tables), `codes/<name>_{id,ood}.npz`
 //! with their sidecars, `codes/<name>_attention.npz`, `figures/`; and `timings.json`, the only
 //! file that differs between two runs on the same checkpoints.
 
@@ -23,6 +26,7 @@ pub mod evaluate;
 pub mod figures;
 pub mod files;
 pub mod html;
+pub mod logic;
 pub mod page;
 pub mod paper;
 mod staging;
@@ -107,6 +111,17 @@ pub enum Progress<'a> {
         /// Its position.
         index: usize,
         /// How many there are.
+        total: usize,
+    },
+    /// Codes extracted so far for one set of a fuzzy-logic checkpoint.
+    LogicCodes {
+        /// The checkpoint's name.
+        name: &'a str,
+        /// `id` or `ood`.
+        set: &'a str,
+        /// Sequences done.
+        done: usize,
+        /// Sequences in the set.
         total: usize,
     },
     /// Codes extracted so far for one set of a checkpoint.
@@ -200,8 +215,8 @@ pub fn run(params: &ReportParams, progress: &mut dyn FnMut(Progress<'_>)) -> Res
 /// [`run`] into `params.out`, which is the staging directory.
 fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Result<ReportSummary> {
     let start = Instant::now();
-    let (dirs, skipped) = discover::checkpoints(&params.checkpoints, &params.checkpoint_root)?;
-    for (dir, task) in &skipped {
+    let found = discover::checkpoints(&params.checkpoints, &params.checkpoint_root)?;
+    for (dir, task) in &found.skipped {
         progress(Progress::Skipped { dir, task });
     }
     let out = &params.out;
@@ -209,16 +224,24 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
         let d = out.join(sub);
         std::fs::create_dir_all(&d).map_err(|source| ReportError::Io { path: d, source })?;
     }
-    let mut entries = Vec::with_capacity(dirs.len());
-    for (index, dir) in dirs.iter().enumerate() {
-        progress(Progress::Checkpoint {
-            dir,
-            index,
-            total: dirs.len(),
-        });
+    let total = found.len();
+    let mut entries = Vec::with_capacity(found.sraven.len());
+    for (index, dir) in found.sraven.iter().enumerate() {
+        progress(Progress::Checkpoint { dir, index, total });
         let entry = evaluate::analyse_checkpoint(params, dir, progress)
             .map_err(|e| e.in_checkpoint(dir))?;
         entries.push(entry);
+    }
+    let mut logic_entries = Vec::with_capacity(found.logic.len());
+    for (i, dir) in found.logic.iter().enumerate() {
+        progress(Progress::Checkpoint {
+            dir,
+            index: entries.len() + i,
+            total,
+        });
+        let entry = logic::analyse_logic_checkpoint(params, dir, progress)
+            .map_err(|e| e.in_checkpoint(dir))?;
+        logic_entries.push(entry);
     }
     let t_fig = Instant::now();
     let mut figs = Vec::with_capacity(entries.len());
@@ -226,32 +249,62 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
         figs.push(figures::checkpoint_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir))?);
         progress(Progress::Figures {
             done: done + 1,
-            total: entries.len(),
+            total,
         });
     }
-    let accuracy = figures::accuracy_figure(&entries, out, verdict::accuracy_text(&entries))?;
-    let comparison = figures::comparison_figure(&entries, out)?;
+    let mut logic_figs = Vec::with_capacity(logic_entries.len());
+    for (done, e) in logic_entries.iter().enumerate() {
+        logic_figs.push(logic::logic_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir))?);
+        progress(Progress::Figures {
+            done: entries.len() + done + 1,
+            total,
+        });
+    }
+    let (accuracy, comparison) = if entries.is_empty() {
+        (None, None)
+    } else {
+        (
+            Some(figures::accuracy_figure(
+                &entries,
+                out,
+                verdict::accuracy_text(&entries),
+            )?),
+            figures::comparison_figure(&entries, out)?,
+        )
+    };
     let figures_s = t_fig.elapsed().as_secs_f64();
-    let summary = files::summary(&entries, &figs, comparison.as_ref(), params);
-    let doc = page::document(&entries, &figs, accuracy, comparison, params);
+    let logic = page::LogicPart {
+        entries: &logic_entries,
+        figures: &logic_figs,
+    };
+    let summary = files::summary(&entries, &figs, comparison.as_ref(), &logic, params);
+    let doc = page::document(&entries, &figs, accuracy, comparison, &logic, params);
     files::write_text(&out.join("index.md"), &doc.to_markdown())?;
     files::write_text(
         &out.join("index.html"),
         &html::to_html(&doc, "hyperlens report"),
     )?;
-    files::write_text(
-        &out.join("tables/accuracy.csv"),
-        &files::accuracy_csv(&entries),
-    )?;
+    if !entries.is_empty() {
+        files::write_text(
+            &out.join("tables/accuracy.csv"),
+            &files::accuracy_csv(&entries),
+        )?;
+    }
+    if !logic_entries.is_empty() {
+        files::write_text(
+            &out.join("tables/logic.csv"),
+            &logic::logic_csv(&logic_entries),
+        )?;
+    }
     hyperlens_io::write_json(&out.join("summary.json"), &summary)?;
     let elapsed_s = start.elapsed().as_secs_f64();
     hyperlens_io::write_json(
         &out.join(files::TIMINGS_FILE),
-        &files::timings(&entries, figures_s, elapsed_s),
+        &files::timings(&entries, &logic_entries, figures_s, elapsed_s),
     )?;
     Ok(ReportSummary {
         index_html: out.join("index.html"),
-        checkpoints: entries.len(),
+        checkpoints: total,
         elapsed_s,
     })
 }

@@ -11,6 +11,15 @@ use crate::{paper, ReportParams};
 /// The figures of one checkpoint and the sentence said instead of a missing training figure.
 pub type CheckpointFigures = (Vec<FigureRef>, Option<String>);
 
+/// The fuzzy-logic checkpoints of the report and their figures (in the same order).
+#[derive(Debug, Clone, Copy)]
+pub struct LogicPart<'a> {
+    /// The checkpoints.
+    pub entries: &'a [crate::logic::LogicEntry],
+    /// Their figures.
+    pub figures: &'a [CheckpointFigures],
+}
+
 /// `156,250`, or `30,000 of 48,000` for a run stopped before the end of its schedule; `?` when
 /// not recorded.
 pub fn steps_text(e: &Entry) -> String {
@@ -27,12 +36,40 @@ pub fn steps_text(e: &Entry) -> String {
 pub fn document(
     entries: &[Entry],
     figs: &[CheckpointFigures],
-    accuracy: FigureRef,
+    accuracy: Option<FigureRef>,
     comparison: Option<FigureRef>,
+    logic: &LogicPart<'_>,
     params: &ReportParams,
 ) -> Document {
     let mut doc = Document::new();
     doc.heading(1, "hyperlens report");
+    if let Some(accuracy) = accuracy {
+        sraven_part(&mut doc, entries, figs, accuracy, comparison, params);
+    } else {
+        doc.contents();
+    }
+    if !logic.entries.is_empty() {
+        crate::logic::section(
+            &mut doc,
+            logic.entries,
+            logic.figures,
+            params.n,
+            params.seed,
+        );
+    }
+    doc
+}
+
+/// The SRAVEN part of the page: introduction, summary, comparison with the paper, one section per
+/// checkpoint.
+fn sraven_part(
+    doc: &mut Document,
+    entries: &[Entry],
+    figs: &[CheckpointFigures],
+    accuracy: FigureRef,
+    comparison: Option<FigureRef>,
+    params: &ReportParams,
+) {
     doc.paragraph(format!(
         "{} compared on SRAVEN: accuracy (all 4 answer features right) on {} permuted problems per set; latent codes of the paper's site (query 35, keys 27 and 31, label = rule of slot 3) on {} unpermuted ID and OOD problems (seed {}); the attention of the first OOD problem; training curves where the checkpoint has a training log.",
         count(entries.len(), "checkpoint"),
@@ -150,5 +187,4 @@ pub fn document(
             e.name
         ));
     }
-    doc
 }

@@ -428,6 +428,31 @@ pub fn fix_query(batch: &mut LogicBatch, query: &[f32]) -> Result<()> {
 /// evaluation and `hyperlens eval --batch 256` draw, so that a written set holds the same sequences.
 pub const LOGIC_SET_CHUNK: usize = 256;
 
+/// The evaluation stream `seed` of `set` as chunks: `n` sequences in chunks of `chunk` (the last
+/// one cut to size; a `chunk` of 0 counts as 1), chunk `i` being
+/// `sample_logic(split, set, Purpose::Eval, .., seed, i)`. With `chunk` = [`LOGIC_SET_CHUNK`] they
+/// are the sequences of [`sample_logic_set`] (what `tasks sample --task logic` writes), drawn
+/// lazily: memory is bounded by the chunk.
+///
+/// # Shapes
+/// Each item as [`LogicBatch`] with B = `chunk` (the last one `n mod chunk` if that is not 0).
+///
+/// # Errors
+/// Each item as [`sample_logic`].
+pub fn logic_chunks<'a>(
+    split: &'a LogicSplit,
+    set: LogicSet,
+    n: usize,
+    chunk: usize,
+    seed: u64,
+) -> impl Iterator<Item = Result<LogicBatch>> + 'a {
+    let chunk = chunk.max(1);
+    (0..n.div_ceil(chunk)).map(move |i| {
+        let b = chunk.min(n - i * chunk);
+        sample_logic(split, set, Purpose::Eval, b, seed, i as u64)
+    })
+}
+
 /// Draws `n` sequences of `set` from the evaluation stream `seed` as one batch: stream indices 0, 1,
 /// ... of [`LOGIC_SET_CHUNK`] sequences each (the last one cut to size), concatenated.
 ///
@@ -448,14 +473,7 @@ pub fn sample_logic_set(
             "the problem set would be empty (n = 0)",
         ));
     }
-    let mut parts = Vec::new();
-    let (mut done, mut index) = (0usize, 0u64);
-    while done < n {
-        let b = LOGIC_SET_CHUNK.min(n - done);
-        parts.push(sample_logic(split, set, Purpose::Eval, b, seed, index)?);
-        done += b;
-        index += 1;
-    }
+    let parts = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).collect::<Result<Vec<_>>>()?;
     let cat = |e: ndarray::ShapeError| TasksError::input("batch", e.to_string());
     let ax = ndarray::Axis(0);
     Ok(LogicBatch {

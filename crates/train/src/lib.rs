@@ -46,8 +46,8 @@ pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
 pub use progress::ProgressText;
 pub use run::{
-    check_group, read_settings, train, train_group, Event, GroupRun, RunOptions, TrainOutcome,
-    TrainRecord, Updates, BATCHED_SETTINGS, FAILED_FILE,
+    check_group, read_settings, run_settings, train, train_group, Event, GroupRun, RunOptions,
+    TrainOutcome, TrainRecord, Updates, BATCHED_SETTINGS, FAILED_FILE,
 };
 pub use schedule::WarmupCosine;
 pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
 use hyperlens_model::{Config, Transformer};
-use hyperlens_tasks::logic::{r2, sample_logic, LogicBatch, LogicSet, LogicSplit, Purpose};
+use hyperlens_tasks::logic::{
+    logic_chunks, r2, sample_logic, LogicBatch, LogicSet, LogicSplit, Purpose,
+};
 use ndarray::Array1;
 use rand::Rng;
 
@@ -62,16 +64,16 @@ fn r2_weights(batch: &LogicBatch) -> (Vec<f32>, f64) {
 /// The model's prediction for the last token of every sequence.
 ///
 /// # Shapes
-/// `batch.x [B, N, L + 1]` -> `[B]`.
+/// `x [B, N, L + 1]` -> `[B]`.
 fn predict<R: Rng + ?Sized>(
     model: &Transformer,
-    batch: &LogicBatch,
+    x: ndarray::ArrayView3<'_, f32>,
     dropout: f64,
     rng: &mut R,
 ) -> Result<Tensor> {
     let dev = model.device();
-    let (b, n, d) = batch.x.dim();
-    let data: Vec<f32> = batch.x.as_standard_layout().iter().copied().collect();
+    let (b, n, d) = x.dim();
+    let data: Vec<f32> = x.iter().copied().collect();
     let x = Tensor::from_vec(data, (b, n, d), dev)?;
     let out = if dropout > 0.0 {
         model.forward_train(&x, dropout, rng, false)?
@@ -96,7 +98,7 @@ pub fn batch_loss<R: Rng + ?Sized>(
     dropout: f64,
     rng: &mut R,
 ) -> Result<BatchLoss> {
-    let pred = predict(model, batch, dropout, rng)?;
+    let pred = predict(model, batch.x.view(), dropout, rng)?;
     loss_of(&pred, &LogicTargets::of(batch, model.device())?)
 }
 
@@ -129,8 +131,9 @@ fn loss_of(pred: &Tensor, t: &LogicTargets) -> Result<BatchLoss> {
     })
 }
 
-/// Evaluates on `n` sequences of `set` (evaluation stream `seed`, batches of `batch`): mean R² over
-/// sequences with a defined R², and MSE.
+/// Evaluates on `n` sequences of `set` (evaluation stream `seed`, drawn and run in batches of
+/// `batch`): mean R² over sequences with a defined R², and MSE. The training loop's evaluation;
+/// [`evaluate_chunks`] with chunks of `batch` sequences.
 ///
 /// # Errors
 /// Task errors (e.g. an empty set); model errors.
@@ -142,20 +145,50 @@ pub fn evaluate_set(
     batch: usize,
     seed: u64,
 ) -> Result<SetMetrics> {
+    let chunks = logic_chunks(split, set, n, batch, seed).map(|c| c.map_err(Into::into));
+    evaluate_chunks(model, chunks, batch)
+}
+
+/// Mean R² (over sequences whose targets vary; NaN if none does) and MSE of the model's
+/// last-token prediction over every sequence of `chunks`, each chunk run in batches of at most
+/// `batch` sequences: memory is bounded by the chunk and the batch. The paper's R² (Schug et al.
+/// 2025, the fuzzy-logic task): per sequence `1 - (pred - y)² / var(targets)`, averaged.
+///
+/// # Shapes
+/// Each chunk: `x [B, T, L + 1]`, `y [B]`, `targets [B, T]`.
+///
+/// # Errors
+/// A chunk's error; [`crate::TrainError::InvalidParam`] for a zero `batch`; model errors for
+/// chunks that do not fit the model.
+pub fn evaluate_chunks<I>(model: &Transformer, chunks: I, batch: usize) -> Result<SetMetrics>
+where
+    I: IntoIterator<Item = Result<LogicBatch>>,
+{
+    if batch == 0 {
+        return Err(crate::TrainError::InvalidParam(
+            "the evaluation batch must be positive".into(),
+        ));
+    }
     let mut r2_sum = 0.0;
     let mut r2_n = 0usize;
     let mut se = 0.0;
-    let mut done = 0usize;
-    let mut index = 0u64;
+    let mut n = 0usize;
     let mut rng = rand::rngs::mock::StepRng::new(0, 0);
-    while done < n {
-        let b = batch.min(n - done);
-        let lb = sample_logic(split, set, Purpose::Eval, b, seed, index)?;
-        let pred: Vec<f32> = predict(model, &lb, 0.0, &mut rng)?.to_vec1()?;
+    for chunk in chunks {
+        let chunk = chunk?;
+        let len = chunk.y.len();
+        let mut pred = Vec::with_capacity(len);
+        let mut start = 0;
+        while start < len {
+            let end = (start + batch).min(len);
+            let x = chunk.x.slice(ndarray::s![start..end, .., ..]);
+            pred.extend(predict(model, x, 0.0, &mut rng)?.to_vec1::<f32>()?);
+            start = end;
+        }
         let pred = Array1::from_vec(pred);
-        for (v, (&p, &y)) in r2(pred.view(), &lb)?
+        for (v, (&p, &y)) in r2(pred.view(), &chunk)?
             .iter()
-            .zip(pred.iter().zip(lb.y.iter()))
+            .zip(pred.iter().zip(chunk.y.iter()))
         {
             if v.is_finite() {
                 r2_sum += v;
@@ -163,8 +196,7 @@ pub fn evaluate_set(
             }
             se += (p as f64 - y as f64).powi(2);
         }
-        done += b;
-        index += 1;
+        n += len;
     }
     Ok(SetMetrics {
         n,
@@ -173,7 +205,7 @@ pub fn evaluate_set(
         } else {
             f64::NAN
         },
-        loss: se / n as f64,
+        loss: if n > 0 { se / n as f64 } else { f64::NAN },
         per_feature: Vec::new(),
     })
 }
@@ -262,7 +294,7 @@ mod tests {
         let (model, _) = Transformer::init(&cfg, 2, &Device::Cpu).unwrap();
         let mut rng = rand::rngs::mock::StepRng::new(0, 0);
         let bl = batch_loss(&model, &batch, 0.0, &mut rng).unwrap();
-        let pred: Vec<f32> = predict(&model, &batch, 0.0, &mut rng)
+        let pred: Vec<f32> = predict(&model, batch.x.view(), 0.0, &mut rng)
             .unwrap()
             .to_vec1()
             .unwrap();

@@ -1066,6 +1066,30 @@ fn eval_row(
     }
 }
 
+/// The settings a checkpoint was trained with: those of [`read_settings`] (its `train_state.json`),
+/// else the `settings` of its `train.json` (a shipped checkpoint may keep only the record).
+///
+/// # Errors
+/// [`TrainError::Resume`] naming the checkpoint when it has neither file, or naming `train.json`
+/// when its `settings` field is missing or malformed.
+pub fn run_settings(dir: &Path) -> Result<TrainSettings> {
+    if let Ok(s) = read_settings(dir) {
+        return Ok(s);
+    }
+    let path = dir.join(crate::state::RECORD_FILE);
+    let bytes = std::fs::read(&path).map_err(|_| {
+        TrainError::Resume(format!(
+            "{}: the checkpoint has no run files (train_state.json or train.json) with its \
+             training settings",
+            dir.display()
+        ))
+    })?;
+    let record: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;
+    serde_json::from_value(record["settings"].clone())
+        .map_err(|e| TrainError::Resume(format!("{}: field `settings`: {e}", path.display())))
+}
+
 /// Reads the settings of an existing run directory (for `--resume`): those of its latest complete
 /// checkpoint (the one its manifest names, or its own `train_state.json` in runs without one).
 ///

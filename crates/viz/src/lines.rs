@@ -267,6 +267,9 @@ pub struct TrainingCurves<'a> {
     pub log_loss: bool,
     /// x axis description, e.g. "step".
     pub x_label: String,
+    /// y axis description of the accuracy panel: "accuracy", or the task's metric on [0, 1]
+    /// ("R²" for the fuzzy-logic task, whose values below 0 the caller clips).
+    pub metric_label: String,
 }
 
 impl<'a> TrainingCurves<'a> {
@@ -278,6 +281,7 @@ impl<'a> TrainingCurves<'a> {
             accuracy,
             log_loss: false,
             x_label: "step".to_string(),
+            metric_label: "accuracy".to_string(),
         }
     }
 
@@ -540,7 +544,7 @@ impl Figure for TrainingCurves<'_> {
             let f = |v: &f64| fmt_tick(*v, 0.2);
             let spec = PanelSpec {
                 x_label: &self.x_label,
-                y_label: "accuracy",
+                y_label: &self.metric_label,
                 colour_offset: self.loss.len(),
                 legend_pos: SeriesLabelPosition::LowerRight,
                 log_y: false,

@@ -223,7 +223,19 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
         },
     )?;
     let n_tsne = args.tsne_points.min(test.n_samples());
-    let figures = projection_figures(&test, &projections, n_tsne, &args.out)?;
+    let with_target = hyperlens_report::logic::write_projection_figures(
+        &test,
+        &projections,
+        n_tsne,
+        "--test codes",
+        &args.out.join("projections_term.png"),
+        &args.out.join("projections_target.png"),
+    )?;
+    let figures = if with_target {
+        "projections_term.png, projections_target.png"
+    } else {
+        "projections_term.png"
+    };
     let npz_path = args.out.join("projections.npz");
     hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&npz_path, |z| {
         for (name, a) in &projections {
@@ -252,85 +264,11 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
             r.n_terms
         )?;
     }
-    outln!(
-        "t-SNE of {n_tsne} codes: trustworthiness (k = 5) {trust:.3}; figures {}",
-        figures.join(", ")
-    )?;
+    outln!("t-SNE of {n_tsne} codes: trustworthiness (k = 5) {trust:.3}; figures {figures}")?;
     outln!(
         "wrote term_decoding.csv, projections.npz and summary.json to {} in {:.1} s",
         args.out.display(),
         start.elapsed().as_secs_f64()
     )?;
     Ok(())
-}
-
-/// The projection figures of logic codes: PCA of all layers and the t-SNE side by side over the
-/// first `n` test codes, coloured by the task's first term (`projections_term.png`) and, when the
-/// codes carry it, by the target value (`projections_target.png`). Returns the file names.
-///
-/// # Errors
-/// A failed render or write.
-fn projection_figures(
-    test: &TermCodes,
-    projections: &[hyperlens_analysis::terms::NamedProjection],
-    n: usize,
-    out: &std::path::Path,
-) -> anyhow::Result<Vec<String>> {
-    use hyperlens_viz::{save_png, PcaScatter, ScatterPanel};
-    let find = |name: &str| {
-        projections
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, a)| a)
-            .with_context(|| format!("no projection {name}"))
-    };
-    let (pca, tsne) = (find("pca_all")?, find("tsne_all")?);
-    let pca = pca.slice(ndarray::s![..n, ..]);
-    let panels = || {
-        vec![
-            ScatterPanel {
-                title: "PCA, all layers".into(),
-                points: pca,
-                explained: [0.0, 0.0],
-                axes: Some(["PC1".into(), "PC2".into()]),
-            },
-            ScatterPanel {
-                title: "t-SNE, all layers".into(),
-                points: tsne.view(),
-                explained: [0.0, 0.0],
-                axes: Some(["t-SNE 1".into(), "t-SNE 2".into()]),
-            },
-        ]
-    };
-    let ids = test.term_ids();
-    let lv = (ids.iter().copied().max().unwrap_or(0) as f64 + 1.0)
-        .log2()
-        .ceil() as usize;
-    let first: Vec<usize> = (0..n).map(|i| ids[[i, 0]].max(0) as usize).collect();
-    let n_terms = first.iter().copied().max().unwrap_or(0) + 1;
-    let names: Vec<String> = (0..n_terms)
-        .map(|t| format!("{t:0width$b}", width = lv.max(1)))
-        .collect();
-    let mut written = Vec::new();
-    let term_fig = PcaScatter::by_category(
-        "Latent codes of the logic task, coloured by the task's first term",
-        panels(),
-        &first,
-        &names,
-        "first term",
-    );
-    save_png(out.join("projections_term.png"), &term_fig)?;
-    written.push("projections_term.png".to_string());
-    if let Some(target) = test.target() {
-        let values: Vec<f64> = target.iter().take(n).copied().collect();
-        let fig = PcaScatter::by_value(
-            "Latent codes of the logic task, coloured by the target f(x)",
-            panels(),
-            &values,
-            "target f(x)",
-        );
-        save_png(out.join("projections_target.png"), &fig)?;
-        written.push("projections_target.png".to_string());
-    }
-    Ok(written)
 }

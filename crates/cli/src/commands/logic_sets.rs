@@ -8,11 +8,11 @@ use anyhow::{bail, Context, Result};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::Transformer;
 use hyperlens_tasks::logic::{
-    fix_query, r2, sample_logic, sample_logic_set, LogicParams, LogicSet, LogicSplit, Purpose,
-    LOGIC_SET_CHUNK,
+    fix_query, logic_chunks, sample_logic_set, LogicParams, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
 use hyperlens_tasks::npz::{load_logic, save_logic};
-use hyperlens_train::TrainSettings;
+use hyperlens_train::logic::evaluate_chunks;
+use hyperlens_train::{SetMetrics, TrainSettings};
 
 use super::eval::EvalArgs;
 use super::tasks::{SampleArgs, SetArg};
@@ -27,14 +27,7 @@ fn logic_set(set: SetArg) -> LogicSet {
     }
 }
 
-/// The name hyperlens uses for a logic set (`id`, `ood`, `unknown`).
-fn set_name(set: LogicSet) -> &'static str {
-    match set {
-        LogicSet::Train => "id",
-        LogicSet::Test => "ood",
-        LogicSet::Ood => "unknown",
-    }
-}
+use hyperlens_probe::logic_set_name as set_name;
 
 /// The seed N of a logic split name `seed{N}`.
 fn split_seed(name: &str) -> Result<u64> {
@@ -111,21 +104,12 @@ pub fn sample_to_file(args: &SampleArgs) -> Result<String> {
 
 /// The settings a logic checkpoint was trained with (its `train_state.json`, else `train.json`).
 fn run_settings(checkpoint: &Path) -> Result<TrainSettings> {
-    if let Ok(s) = hyperlens_train::read_settings(checkpoint) {
-        return Ok(s);
-    }
-    let path = checkpoint.join(hyperlens_train::state::RECORD_FILE);
-    let bytes = std::fs::read(&path).with_context(|| {
+    hyperlens_train::run_settings(checkpoint).with_context(|| {
         format!(
-            "{}: a logic checkpoint needs its run files (train_state.json or train.json) for \
-             the task's terms and split",
+            "{}: a logic checkpoint needs its run files for the task's terms and split",
             checkpoint.display()
         )
-    })?;
-    let record: serde_json::Value =
-        serde_json::from_slice(&bytes).with_context(|| format!("{}", path.display()))?;
-    serde_json::from_value(record["settings"].clone())
-        .with_context(|| format!("{}: field `settings`", path.display()))
+    })
 }
 
 /// The logic split a sampling command uses: `--split` if given (refused when it differs from the
@@ -162,7 +146,9 @@ pub fn probe(
     args: &super::probe::ProbeArgs,
     model: &Transformer,
 ) -> Result<hyperlens_probe::LogicProbeSummary> {
-    use hyperlens_probe::{extract_logic, LogicSite, ProbeMeta, Site};
+    use hyperlens_probe::{
+        extract_logic, extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta, Site,
+    };
     let settings = run_settings(&args.checkpoint)?;
     let params = settings.logic.params();
     let cfg = model.config();
@@ -190,21 +176,22 @@ pub fn probe(
     let query = args
         .fixed_query
         .then(|| hyperlens_tasks::logic::fixed_query(&params, p.seed));
-    let fix = |mut b: hyperlens_tasks::logic::LogicBatch| -> hyperlens_probe::Result<_> {
+    let bar = super::common::progress_bar(p.n as u64, "probe", "sequences");
+    let summary = if let Some(path) = &p.problems {
+        let mut set = load_logic(path, &params)?;
+        meta.problems = path.display().to_string();
         if let Some(q) = &query {
-            fix_query(&mut b, q).map_err(|e| {
-                hyperlens_probe::ProbeError::InvalidInput(format!("--fixed-query: {e}"))
-            })?;
+            fix_query(&mut set, q).context("--fixed-query")?;
+            meta.problems = format!(
+                "{}, with the fixed query {q:?} of seed {}",
+                meta.problems, p.seed
+            );
         }
-        Ok(b)
-    };
-    let run = |batches: &mut dyn Iterator<Item = hyperlens_probe::Result<_>>,
-               n: usize,
-               meta: ProbeMeta| {
-        let bar = super::common::progress_bar(n as u64, "probe", "sequences");
-        let s = extract_logic(
+        let n = set.y.len();
+        bar.set_length(n as u64);
+        extract_logic(
             model,
-            batches,
+            std::iter::once(Ok(set)),
             n,
             args.batch,
             &layers,
@@ -212,59 +199,31 @@ pub fn probe(
             &args.out,
             meta,
             |d| bar.set_position(d as u64),
-        );
-        bar.finish_and_clear();
-        s
-    };
-    let summary = if let Some(path) = &p.problems {
-        let set = load_logic(path, &params)?;
-        meta.problems = match &query {
-            Some(q) => format!(
-                "{}, with the fixed query {q:?} of seed {}",
-                path.display(),
-                p.seed
-            ),
-            None => path.display().to_string(),
-        };
-        let n = set.y.len();
-        run(&mut std::iter::once(fix(set)), n, meta)?
+        )
     } else {
         if p.unpermuted {
             bail!("--unpermuted applies to SRAVEN checkpoints");
         }
-        if p.n == 0 {
-            bail!("--n must be positive");
-        }
-        let split = resolve_split(p, &settings, &args.checkpoint)?;
-        let set = logic_set(p.set.unwrap_or(SetArg::Ood));
-        if split.tasks(set).is_empty() {
-            bail!(
-                "--set {}: the split has no tasks in this set",
-                set_name(set)
-            );
-        }
-        meta.problems = "generated".into();
-        meta.split = Some(format!("seed{}", split.seed));
-        meta.set = Some(set_name(set).into());
-        meta.seed = Some(p.seed);
-        if let Some(q) = &query {
-            meta.problems = format!("generated, with the fixed query {q:?} of --seed {}", p.seed);
-        }
-        let (n, seed) = (p.n, p.seed);
-        let mut chunks = (0..n.div_ceil(LOGIC_SET_CHUNK)).map(|i| {
-            let b = LOGIC_SET_CHUNK.min(n - i * LOGIC_SET_CHUNK);
-            sample_logic(&split, set, Purpose::Eval, b, seed, i as u64)
-                .map_err(|e| {
-                    hyperlens_probe::ProbeError::InvalidInput(format!(
-                        "--set {}: {e}",
-                        set_name(set)
-                    ))
-                })
-                .and_then(fix)
-        });
-        run(&mut chunks, n, meta)?
+        let source = GeneratedLogicSet {
+            split: &resolve_split(p, &settings, &args.checkpoint)?,
+            set: logic_set(p.set.unwrap_or(SetArg::Ood)),
+            n: p.n,
+            seed: p.seed,
+            fixed_query: query.as_deref(),
+        };
+        extract_logic_set(
+            model,
+            source,
+            args.batch,
+            &layers,
+            &site,
+            &args.out,
+            meta,
+            |d| bar.set_position(d as u64),
+        )
     };
-    Ok(summary)
+    bar.finish_and_clear();
+    Ok(summary?)
 }
 
 /// `hyperlens eval` on a fuzzy-logic checkpoint: MSE and mean R² of the last token's prediction,
@@ -277,13 +236,13 @@ pub fn eval(args: &EvalArgs, model: &Transformer) -> Result<()> {
     let settings = run_settings(&args.checkpoint)?;
     let params = settings.logic.params();
     let p = &args.problems;
-    let mut rows: Vec<(String, f64, f64, usize)> = Vec::new();
+    let mut rows: Vec<(String, SetMetrics)> = Vec::new();
     if let Some(path) = &p.problems {
         let set = load_logic(path, &params)?;
-        let mut acc = Accumulator::default();
-        acc.add(&predict_all(model, &set, args.batch)?, &set)?;
-        let (r2, mse) = acc.finish();
-        rows.push((path.display().to_string(), r2, mse, set.y.len()));
+        rows.push((
+            path.display().to_string(),
+            evaluate_chunks(model, std::iter::once(Ok(set)), args.batch)?,
+        ));
     } else {
         if p.n == 0 {
             bail!("--n must be positive");
@@ -297,14 +256,18 @@ pub fn eval(args: &EvalArgs, model: &Transformer) -> Result<()> {
                 .collect(),
         };
         for set in sets {
-            let (r2, mse) = evaluate_stream(model, &split, set, p.n, args.batch, p.seed)
+            // Chunks of LOGIC_SET_CHUNK: the sequences `tasks sample --task logic` writes.
+            let chunks = logic_chunks(&split, set, p.n, LOGIC_SET_CHUNK, p.seed)
+                .map(|c| c.map_err(Into::into));
+            let m = evaluate_chunks(model, chunks, args.batch)
                 .with_context(|| format!("--set {}", set_name(set)))?;
-            rows.push((set_name(set).to_string(), r2, mse, p.n));
+            rows.push((set_name(set).to_string(), m));
         }
     }
     let mut stdout = std::io::stdout().lock();
     use std::io::Write as _;
-    for (set, r2, mse, n) in rows {
+    for (set, m) in rows {
+        let (r2, mse, n) = (m.metric, m.loss, m.n);
         if args.json {
             let obj =
                 serde_json::json!({"task": "logic", "set": set, "r2": r2, "mse": mse, "n": n});
@@ -314,96 +277,4 @@ pub fn eval(args: &EvalArgs, model: &Transformer) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Sums of the per-sequence R² (over sequences whose targets vary) and of the squared errors.
-#[derive(Debug, Default)]
-struct Accumulator {
-    r2_sum: f64,
-    r2_n: usize,
-    se: f64,
-    n: usize,
-}
-
-impl Accumulator {
-    /// Adds the predictions `pred` `[B]` of a batch of sequences.
-    fn add(
-        &mut self,
-        pred: &ndarray::Array1<f32>,
-        set: &hyperlens_tasks::logic::LogicBatch,
-    ) -> Result<()> {
-        for (r, (&p, &y)) in r2(pred.view(), set)?
-            .iter()
-            .zip(pred.iter().zip(set.y.iter()))
-        {
-            if r.is_finite() {
-                self.r2_sum += r;
-                self.r2_n += 1;
-            }
-            self.se += (p as f64 - y as f64).powi(2);
-            self.n += 1;
-        }
-        Ok(())
-    }
-
-    /// Mean R² (NaN when no sequence has one) and MSE.
-    fn finish(&self) -> (f64, f64) {
-        let r2 = if self.r2_n > 0 {
-            self.r2_sum / self.r2_n as f64
-        } else {
-            f64::NAN
-        };
-        (r2, self.se / self.n.max(1) as f64)
-    }
-}
-
-/// Mean R² and MSE on `n` sequences of `set` from the evaluation stream `seed`, drawn in chunks of
-/// [`LOGIC_SET_CHUNK`] (the sequences `tasks sample --task logic` writes, whatever `batch` is) and
-/// run in batches of `batch`: memory is bounded by the chunk and the batch.
-fn evaluate_stream(
-    model: &Transformer,
-    split: &LogicSplit,
-    set: LogicSet,
-    n: usize,
-    batch: usize,
-    seed: u64,
-) -> Result<(f64, f64)> {
-    let mut acc = Accumulator::default();
-    let (mut done, mut index) = (0usize, 0u64);
-    while done < n {
-        let b = LOGIC_SET_CHUNK.min(n - done);
-        let chunk = sample_logic(split, set, Purpose::Eval, b, seed, index)?;
-        acc.add(&predict_all(model, &chunk, batch)?, &chunk)?;
-        done += b;
-        index += 1;
-    }
-    Ok(acc.finish())
-}
-
-/// The model's last-token prediction for every sequence of a set, in batches of `batch`.
-///
-/// # Shapes
-/// `set.x [N, T, L + 1]` -> `[N]`.
-fn predict_all(
-    model: &Transformer,
-    set: &hyperlens_tasks::logic::LogicBatch,
-    batch: usize,
-) -> Result<ndarray::Array1<f32>> {
-    let (n, t, d) = set.x.dim();
-    let mut out = Vec::with_capacity(n);
-    let mut start = 0;
-    while start < n {
-        let end = (start + batch).min(n);
-        let xb = set.x.slice(ndarray::s![start..end, .., ..]);
-        let data: Vec<f32> = xb.iter().copied().collect();
-        let x = hyperlens_model::candle_core::Tensor::from_vec(
-            data,
-            (end - start, t, d),
-            model.device(),
-        )?;
-        let logits = model.forward(&x, false)?.logits;
-        out.extend(logits.flatten_all()?.to_vec1::<f32>()?);
-        start = end;
-    }
-    Ok(ndarray::Array1::from_vec(out))
 }

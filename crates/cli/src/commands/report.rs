@@ -83,7 +83,8 @@ impl Bars {
             Progress::Skipped { dir, task } => {
                 self.clear();
                 eprintln!(
-                    "report: skipping {} (a {task} checkpoint; the report analyses SRAVEN)",
+                    "report: skipping {} (a {task} checkpoint; the report analyses SRAVEN and \
+                     fuzzy-logic checkpoints)",
                     dir.display()
                 );
             }
@@ -97,6 +98,12 @@ impl Bars {
                 done,
                 total,
             } => self.show(format!("{name} codes {set}"), done, total, "problems"),
+            Progress::LogicCodes {
+                name,
+                set,
+                done,
+                total,
+            } => self.show(format!("{name} codes {set}"), done, total, "sequences"),
             Progress::Analysis { name, done, total } => {
                 self.show(format!("{name} analysis"), done, total, "stages");
             }
