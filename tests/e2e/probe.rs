@@ -381,4 +381,79 @@ fn logic_probe_labels_codes_with_the_tasks_terms() {
         s(&ood),
     ])
     .failure(&["query 40", "32 tokens"]);
+
+    // The fixed-context variant: one context for every sequence, in `tasks sample` and in the
+    // probe's generated sets alike.
+    let fc_file = tmp.path().join("fc.npz");
+    hyperlens(&[
+        "tasks",
+        "sample",
+        "--task",
+        "logic",
+        "--set",
+        "ood",
+        "--n",
+        "40",
+        "--seed",
+        "2",
+        "--fixed-context",
+        "--out",
+        s(&fc_file),
+    ])
+    .success();
+    let x: ndarray::ArrayD<f32> = array(&fc_file, "x");
+    let first = x.index_axis(ndarray::Axis(0), 0).to_owned();
+    for row in x.outer_iter() {
+        // Context tokens (inputs and targets' inputs) equal; queries differ.
+        assert_eq!(
+            row.slice(ndarray::s![..31, ..4]),
+            first.slice(ndarray::s![..31, ..4])
+        );
+    }
+    assert_ne!(
+        x.slice(ndarray::s![0, 31, ..4]),
+        x.slice(ndarray::s![1, 31, ..4])
+    );
+    assert_eq!(json(&tmp.path().join("fc.json"))["inputs"], "fixed_context");
+    let fc_probe = tmp.path().join("fc_probe.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--set",
+        "ood",
+        "--n",
+        "40",
+        "--seed",
+        "2",
+        "--fixed-context",
+        "--out",
+        s(&fc_probe),
+    ])
+    .success();
+    let fc_read = tmp.path().join("fc_read.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--problems",
+        s(&fc_file),
+        "--out",
+        s(&fc_read),
+    ])
+    .success();
+    assert_eq!(
+        array::<f32>(&fc_probe, "codes"),
+        array::<f32>(&fc_read, "codes")
+    );
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--fixed-query",
+        "--fixed-context",
+        "--out",
+        s(&fc_read),
+    ])
+    .usage_error(&["--fixed-query", "--fixed-context"]);
 }

@@ -13,7 +13,7 @@ pub mod site;
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{
-    extract_logic, extract_logic_set, logic_set_name, GeneratedLogicSet, LogicProbeSummary,
-    LogicSite,
+    describe_inputs, extract_logic, extract_logic_set, logic_set_name, GeneratedLogicSet,
+    LogicProbeSummary, LogicSite,
 };
 pub use site::{Selection, Site};

@@ -14,7 +14,7 @@ use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::Transformer;
 use hyperlens_tasks::logic::{
-    fix_query, logic_chunks, LogicBatch, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
+    logic_chunks, LogicBatch, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
 use ndarray::s;
 
@@ -53,8 +53,8 @@ pub struct LogicProbeSummary {
 
 /// A generated logic probe set: `n` sequences of `set` from the evaluation stream `seed` of
 /// `split`, drawn in chunks of [`LOGIC_SET_CHUNK`] (the sequences `tasks sample --task logic`
-/// writes), with every sequence's query replaced by `fixed_query` when given (the paper's
-/// fixed-query sets; [`hyperlens_tasks::logic::fixed_query`]).
+/// writes), with part of every sequence held fixed as `inputs` says (the paper's fixed-query and
+/// fixed-context sets; [`LogicInputs`]).
 #[derive(Debug, Clone, Copy)]
 pub struct GeneratedLogicSet<'a> {
     /// The split (its seed and the task's terms).
@@ -65,8 +65,8 @@ pub struct GeneratedLogicSet<'a> {
     pub n: usize,
     /// Seed of the evaluation stream.
     pub seed: u64,
-    /// One query for every sequence, `[L]` values in [0, 1].
-    pub fixed_query: Option<&'a [f32]>,
+    /// The inputs: uniform, one query for every sequence, or one context.
+    pub inputs: &'a LogicInputs,
 }
 
 /// [`extract_logic`] on a generated set: fills the sidecar's `problems`, `split`, `set` (`id`,
@@ -92,7 +92,7 @@ pub fn extract_logic_set<P: FnMut(usize)>(
         set,
         n,
         seed,
-        fixed_query,
+        inputs,
     } = source;
     let name = logic_set_name(set);
     if n == 0 {
@@ -103,22 +103,33 @@ pub fn extract_logic_set<P: FnMut(usize)>(
             "--set {name}: the split has no tasks in this set"
         )));
     }
-    meta.problems = match fixed_query {
-        Some(q) => format!("generated, with the fixed query {q:?} of seed {seed}"),
-        None => "generated".into(),
-    };
+    meta.problems = describe_inputs("generated", inputs, seed);
     meta.split = Some(format!("seed{}", split.seed));
     meta.set = Some(name.into());
     meta.seed = Some(seed);
     let chunks = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).map(|c| {
         let mut c = c.map_err(|e| ProbeError::InvalidInput(format!("--set {name}: {e}")))?;
-        if let Some(q) = fixed_query {
-            fix_query(&mut c, q)
-                .map_err(|e| ProbeError::InvalidInput(format!("--fixed-query: {e}")))?;
-        }
+        inputs.apply(&mut c).map_err(|e| {
+            ProbeError::InvalidInput(format!("--{}: {e}", inputs.name().replace('_', "-")))
+        })?;
         Ok(c)
     });
     extract_logic(model, chunks, n, batch, layers, site, out, meta, progress)
+}
+
+/// The sidecar's `problems` of a logic set from `source` (a file or `generated`) with `inputs` of
+/// seed `seed`: the source, then the fixed query or context, if any.
+pub fn describe_inputs(source: &str, inputs: &LogicInputs, seed: u64) -> String {
+    match inputs {
+        LogicInputs::Uniform => source.to_string(),
+        LogicInputs::FixedQuery(q) => {
+            format!("{source}, with the fixed query {q:?} of seed {seed}")
+        }
+        LogicInputs::FixedContext(c) => format!(
+            "{source}, with the fixed context of seed {seed} ({} tokens)",
+            c.nrows()
+        ),
+    }
 }
 
 /// The name hyperlens uses for a logic set: `id` (the training tasks), `ood` (held-out pairs of

@@ -18,7 +18,9 @@ use hyperlens_analysis::terms::{
 };
 use hyperlens_model::Transformer;
 use hyperlens_probe::{extract_logic_set, logic_set_name, GeneratedLogicSet, LogicSite, ProbeMeta};
-use hyperlens_tasks::logic::{fixed_query, logic_chunks, LogicSet, LogicSplit, LOGIC_SET_CHUNK};
+use hyperlens_tasks::logic::{
+    fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
+};
 use hyperlens_train::logic::evaluate_chunks;
 use hyperlens_train::metrics::MetricsRow;
 use hyperlens_train::{SetMetrics, TrainTask};
@@ -154,6 +156,7 @@ pub(crate) fn analyse_logic_checkpoint(
 
     let t0 = Instant::now();
     let query = fixed_query(&task, params.seed);
+    let inputs = LogicInputs::FixedQuery(query.clone());
     let site = LogicSite::paper(cfg.n_tokens);
     let layers: Vec<usize> = (0..cfg.n_layers).collect();
     let mut codes = Vec::new();
@@ -169,7 +172,7 @@ pub(crate) fn analyse_logic_checkpoint(
             set,
             n: params.n,
             seed: params.seed,
-            fixed_query: Some(&query),
+            inputs: &inputs,
         };
         let total = params.n;
         extract_logic_set(

@@ -424,6 +424,96 @@ pub fn fix_query(batch: &mut LogicBatch, query: &[f32]) -> Result<()> {
     Ok(())
 }
 
+/// The fixed context of seed `seed`: `T - 1` context inputs of `L` values uniform in [0, 1), the
+/// same for every sequence and every set (the paper's `fixed_context` callback set: the tasks'
+/// codes are then taken on one context, and differ only by the task and the query).
+///
+/// # Shapes
+/// Returns `[T - 1, L]` (`T` = `params.samples`).
+pub fn fixed_context(params: &LogicParams, seed: u64) -> Array2<f32> {
+    let mut rng = rng::stream(seed, Domain::LogicFixedContext, 0, 0);
+    let (t, l) = (params.samples.saturating_sub(1), params.variables);
+    Array2::from_shape_simple_fn((t, l), || rng.gen::<f32>())
+}
+
+/// Gives every sequence of `batch` the same context: the inputs of the first `T - 1` tokens become
+/// `context`, and their targets (the last input column and `targets`) are recomputed for each
+/// sequence's task. The query and its target are left as they are.
+///
+/// # Shapes
+/// `context [T - 1, L]` with values in [0, 1].
+///
+/// # Errors
+/// [`TasksError::InvalidInput`] if `context` is not `[T - 1, L]`, holds a value outside [0, 1], or
+/// the batch is malformed.
+pub fn fix_context(batch: &mut LogicBatch, context: ArrayView2<f32>) -> Result<()> {
+    let (b, n, d) = batch.x.dim();
+    let l = d.saturating_sub(1);
+    if n == 0 || context.dim() != (n - 1, l) {
+        return Err(TasksError::input(
+            "context",
+            format!(
+                "{:?} values for {} context tokens of {l} variables",
+                context.shape(),
+                n.saturating_sub(1)
+            ),
+        ));
+    }
+    if context.iter().any(|v| !(0.0..=1.0).contains(v)) {
+        return Err(TasksError::input(
+            "context",
+            "values must lie in [0, 1]".to_string(),
+        ));
+    }
+    for i in 0..b {
+        let terms = batch.terms.index_axis(ndarray::Axis(0), i).to_owned();
+        for (t, row) in context.outer_iter().enumerate() {
+            let f = fuzzy_value(terms.view(), row)?;
+            for (v, &x) in row.iter().enumerate() {
+                batch.x[[i, t, v]] = x;
+            }
+            batch.x[[i, t, l]] = f;
+            batch.targets[[i, t]] = f;
+        }
+    }
+    Ok(())
+}
+
+/// The inputs of a logic problem set: the training distribution, or one of the paper's callback
+/// variants that hold part of every sequence fixed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogicInputs {
+    /// Every token's inputs drawn afresh (the training and evaluation distribution).
+    Uniform,
+    /// One query for every sequence ([`fixed_query`], [`fix_query`]), `[L]`.
+    FixedQuery(Vec<f32>),
+    /// One context for every sequence ([`fixed_context`], [`fix_context`]), `[T - 1, L]`.
+    FixedContext(Array2<f32>),
+}
+
+impl LogicInputs {
+    /// Applies the variant to a batch drawn from the uniform distribution.
+    ///
+    /// # Errors
+    /// As [`fix_query`] / [`fix_context`].
+    pub fn apply(&self, batch: &mut LogicBatch) -> Result<()> {
+        match self {
+            LogicInputs::Uniform => Ok(()),
+            LogicInputs::FixedQuery(q) => fix_query(batch, q),
+            LogicInputs::FixedContext(c) => fix_context(batch, c.view()),
+        }
+    }
+
+    /// The name of the variant: `uniform`, `fixed_query` or `fixed_context` (the paper's names).
+    pub fn name(&self) -> &'static str {
+        match self {
+            LogicInputs::Uniform => "uniform",
+            LogicInputs::FixedQuery(_) => "fixed_query",
+            LogicInputs::FixedContext(_) => "fixed_context",
+        }
+    }
+}
+
 /// The sequences per stream index of [`sample_logic_set`]: the evaluation batch that training's
 /// evaluation and `hyperlens eval --batch 256` draw, so that a written set holds the same sequences.
 pub const LOGIC_SET_CHUNK: usize = 256;
@@ -592,5 +682,53 @@ mod tests {
         }
         assert!(fix_query(&mut b, &q[..3]).is_err());
         assert!(fix_query(&mut b, &[0.5, 0.5, 1.5, 0.0]).is_err());
+    }
+
+    #[test]
+    fn a_fixed_context_recomputes_the_context_targets_only() {
+        let params = LogicParams::default();
+        let split = LogicSplit::new(params, 2).unwrap();
+        let mut b = sample_logic(&split, LogicSet::Train, Purpose::Eval, 7, 4, 0).unwrap();
+        let before = b.clone();
+        let c = fixed_context(&params, 5);
+        let n = b.x.dim().1;
+        assert_eq!(c.dim(), (n - 1, 4));
+        assert_eq!(c, fixed_context(&params, 5));
+        assert_ne!(c, fixed_context(&params, 6));
+        LogicInputs::FixedContext(c.clone()).apply(&mut b).unwrap();
+        for i in 0..7 {
+            for t in 0..n - 1 {
+                assert_eq!(b.x.slice(ndarray::s![i, t, ..4]), c.row(t));
+                // Zadeh by hand: max over terms of min over literals (x or 1 - x).
+                let want = (0..b.terms.dim().1)
+                    .map(|k| {
+                        (0..4)
+                            .map(|v| {
+                                if b.terms[[i, k, v]] == 1 {
+                                    c[[t, v]]
+                                } else {
+                                    1.0 - c[[t, v]]
+                                }
+                            })
+                            .fold(f32::INFINITY, f32::min)
+                    })
+                    .fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!((b.x[[i, t, 4]], b.targets[[i, t]]), (want, want));
+            }
+            // The query and its target are untouched.
+            assert_eq!(
+                b.x.slice(ndarray::s![i, n - 1, ..]),
+                before.x.slice(ndarray::s![i, n - 1, ..])
+            );
+            assert_eq!(
+                (b.y[i], b.targets[[i, n - 1]]),
+                (before.y[i], before.targets[[i, n - 1]])
+            );
+        }
+        assert!(fix_context(&mut b, c.slice(ndarray::s![..3, ..])).is_err());
+        let mut bad = c.clone();
+        bad[[0, 0]] = 1.5;
+        assert!(LogicInputs::FixedContext(bad).apply(&mut b).is_err());
+        assert_eq!(LogicInputs::Uniform.name(), "uniform");
     }
 }

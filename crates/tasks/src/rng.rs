@@ -27,6 +27,8 @@ pub(crate) enum Domain {
     LogicEval = 0x6c6f_6769_6300_0003,
     /// Fuzzy-logic fixed query of a probe set.
     LogicFixedQuery = 0x6c6f_6769_6300_0004,
+    /// Fuzzy-logic fixed context of a probe set.
+    LogicFixedContext = 0x6c6f_6769_6300_0005,
     /// Induction corpus: bigram table.
     InductionTable = 0x696e_6475_6300_0001,
     /// Induction corpus: sequences.

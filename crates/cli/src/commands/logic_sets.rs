@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::Transformer;
 use hyperlens_tasks::logic::{
-    fix_query, logic_chunks, sample_logic_set, LogicParams, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
+    logic_chunks, sample_logic_set, LogicInputs, LogicParams, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
 use hyperlens_tasks::npz::{load_logic, save_logic};
 use hyperlens_train::logic::evaluate_chunks;
@@ -28,6 +28,23 @@ fn logic_set(set: SetArg) -> LogicSet {
 }
 
 use hyperlens_probe::logic_set_name as set_name;
+
+/// The inputs of a logic set: one query (`fixed_query`) or one context (`fixed_context`) of
+/// seed `seed` for every sequence, else uniform.
+fn logic_inputs(
+    fixed_query: bool,
+    fixed_context: bool,
+    params: &LogicParams,
+    seed: u64,
+) -> LogicInputs {
+    if fixed_query {
+        LogicInputs::FixedQuery(hyperlens_tasks::logic::fixed_query(params, seed))
+    } else if fixed_context {
+        LogicInputs::FixedContext(hyperlens_tasks::logic::fixed_context(params, seed))
+    } else {
+        LogicInputs::Uniform
+    }
+}
 
 /// The seed N of a logic split name `seed{N}`.
 fn split_seed(name: &str) -> Result<u64> {
@@ -67,8 +84,12 @@ pub fn sample_to_file(args: &SampleArgs) -> Result<String> {
         format!("--n {} (the whole problem set is held in memory)", args.n),
         per.saturating_mul(2 * args.n as u128),
     )?;
-    let problems = sample_logic_set(&split, set, args.n, args.seed)
+    let mut problems = sample_logic_set(&split, set, args.n, args.seed)
         .with_context(|| format!("--set {}", set_name(set)))?;
+    let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, args.seed);
+    inputs
+        .apply(&mut problems)
+        .with_context(|| format!("--{}", inputs.name().replace('_', "-")))?;
     super::common::create_parent("--out", &args.out)?;
     save_logic(&args.out, &problems)?;
     let sidecar = serde_json::json!({
@@ -78,6 +99,7 @@ pub fn sample_to_file(args: &SampleArgs) -> Result<String> {
         "set": set_name(set),
         "n": args.n,
         "seed": args.seed,
+        "inputs": inputs.name(),
         "stream_chunk": LOGIC_SET_CHUNK,
         "params": {
             "variables": l, "terms": k, "samples": t,
@@ -147,7 +169,8 @@ pub fn probe(
     model: &Transformer,
 ) -> Result<hyperlens_probe::LogicProbeSummary> {
     use hyperlens_probe::{
-        extract_logic, extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta, Site,
+        describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta,
+        Site,
     };
     let settings = run_settings(&args.checkpoint)?;
     let params = settings.logic.params();
@@ -172,21 +195,16 @@ pub fn probe(
         ..ProbeMeta::default()
     };
     let p = &args.problems;
-    // With --fixed-query: one query, drawn from --seed, given to every sequence of every set.
-    let query = args
-        .fixed_query
-        .then(|| hyperlens_tasks::logic::fixed_query(&params, p.seed));
+    // With --fixed-query / --fixed-context: one query / context, drawn from --seed, given to
+    // every sequence of every set.
+    let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, p.seed);
     let bar = super::common::progress_bar(p.n as u64, "probe", "sequences");
     let summary = if let Some(path) = &p.problems {
         let mut set = load_logic(path, &params)?;
-        meta.problems = path.display().to_string();
-        if let Some(q) = &query {
-            fix_query(&mut set, q).context("--fixed-query")?;
-            meta.problems = format!(
-                "{}, with the fixed query {q:?} of seed {}",
-                meta.problems, p.seed
-            );
-        }
+        inputs
+            .apply(&mut set)
+            .with_context(|| format!("--{}", inputs.name().replace('_', "-")))?;
+        meta.problems = describe_inputs(&path.display().to_string(), &inputs, p.seed);
         let n = set.y.len();
         bar.set_length(n as u64);
         extract_logic(
@@ -209,7 +227,7 @@ pub fn probe(
             set: logic_set(p.set.unwrap_or(SetArg::Ood)),
             n: p.n,
             seed: p.seed,
-            fixed_query: query.as_deref(),
+            inputs: &inputs,
         };
         extract_logic_set(
             model,

@@ -42,8 +42,13 @@ pub struct ProbeArgs {
     /// Logic checkpoints: give every sequence one query (the last token's inputs, drawn from
     /// --seed, the same for every --set), so that the codes differ only by the task and the
     /// context.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fixed_context")]
     pub fixed_query: bool,
+    /// Logic checkpoints: give every sequence one context (the first T - 1 tokens' inputs, drawn
+    /// from --seed, the same for every --set), so that the codes differ only by the task and the
+    /// query.
+    #[arg(long)]
+    pub fixed_context: bool,
 }
 
 /// Runs `hyperlens probe`.
@@ -71,8 +76,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    if args.fixed_query {
-        bail!("--fixed-query applies to fuzzy-logic checkpoints");
+    if args.fixed_query || args.fixed_context {
+        bail!("--fixed-query and --fixed-context apply to fuzzy-logic checkpoints");
     }
     let params = sraven_params(&args.checkpoint, &cfg)?;
     let probe = ProbeParams {

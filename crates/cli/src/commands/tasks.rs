@@ -52,6 +52,14 @@ pub struct SampleArgs {
     /// Logic: fraction of the known-term pairs held out as the OOD set [default: 0.7].
     #[arg(long)]
     pub logic_frac_test: Option<f64>,
+    /// Logic: one query for every sequence (the last token's inputs, drawn from --seed; the
+    /// paper's `fixed_query` sets).
+    #[arg(long, conflicts_with = "fixed_context")]
+    pub fixed_query: bool,
+    /// Logic: one context for every sequence (the first T - 1 tokens' inputs, drawn from --seed;
+    /// the paper's `fixed_context` sets).
+    #[arg(long)]
+    pub fixed_context: bool,
 }
 
 /// Runs a `tasks` subcommand.
