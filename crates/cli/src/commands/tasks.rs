@@ -127,6 +127,9 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     if args.logic_samples.is_some() || args.logic_frac_test.is_some() {
         bail!("--logic-samples and --logic-frac-test apply to --task logic");
     }
+    if args.fixed_query || args.fixed_context {
+        bail!("--fixed-query and --fixed-context apply to --task logic");
+    }
     let split_name = args.split.as_deref().unwrap_or("paper-seed0");
     let split = Split::named(split_name).context("--split")?;
     let set = match args.set {
@@ -248,6 +251,8 @@ mod tests {
             out,
             logic_samples: None,
             logic_frac_test: None,
+            fixed_query: false,
+            fixed_context: false,
         }
     }
 
