@@ -69,6 +69,9 @@ enum Command {
     /// Circuits from the weights and patterns of a token language model: OV copying scores,
     /// Q/K/V composition with a random baseline, induction and previous-token heads, figures.
     Circuits(Box<commands::circuits::CircuitsArgs>),
+    /// Many training runs from one spec: plan them, run them here or on Slurm, follow them.
+    #[command(subcommand)]
+    Sweep(commands::sweep::SweepCommand),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -83,6 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Analyze(a) => commands::analyze::run(a),
         Command::Attention(a) => commands::attention::run(a),
         Command::Circuits(a) => commands::circuits::run(*a),
+        Command::Sweep(c) => commands::sweep::run(c),
     }
 }
 

@@ -217,7 +217,7 @@ mod tests {
         let opts = zip::write::SimpleFileOptions::default().compression_method(method);
         zip.start_file("x.npy", opts).unwrap();
         let mut h = header.as_bytes().to_vec();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(b' ');
         }
         h.push(b'\n');

@@ -57,9 +57,22 @@ pub fn summary(
     figs: &[CheckpointFigures],
     comparison: Option<&FigureRef>,
     logic: &crate::page::LogicPart<'_>,
+    agg: &crate::aggregate::Aggregate,
     params: &ReportParams,
 ) -> serde_json::Value {
     json!({
+        "aggregate": agg.groups.iter().map(|g| json!({
+            "task": g.task,
+            "group": g.label,
+            "settings": g.key.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "runs": g.runs.iter().map(|&i| agg.points[i].name.clone()).collect::<Vec<_>>(),
+            "stats": g.stats.iter().map(|(m, mean, se, n)| json!({
+                "metric": m,
+                "mean": if mean.is_finite() { json!(mean) } else { json!(null) },
+                "se": if se.is_finite() { json!(se) } else { json!(null) },
+                "n": n,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
         "logic_checkpoints": crate::logic::summary(logic.entries, logic.figures),
         "version": env!("CARGO_PKG_VERSION"),
         "n": params.n,

@@ -14,11 +14,13 @@
 //! [`html`] (its HTML; Markdown to HTML is pulldown-cmark's job) and [`files`] (the tables).
 //!
 //! Output directory (`reports/default` by default): `index.md`, `index.html`, `summary.json`,
-//! `tables/accuracy.csv` (SRAVEN), `tables/logic.csv` (logic), `tables/<name>/` (the latent-code
+//! `aggregate.csv` (mean ± s.e. over seeds per group, [`aggregate`]), `tables/accuracy.csv`
+//! (SRAVEN), `tables/logic.csv` (logic), `tables/<name>/` (the latent-code
 //! tables), `codes/<name>_{id,ood}.npz`
 //! with their sidecars, `codes/<name>_attention.npz`, `figures/`; and `timings.json`, the only
 //! file that differs between two runs on the same checkpoints.
 
+pub mod aggregate;
 pub mod discover;
 pub mod doc;
 pub mod error;
@@ -60,6 +62,9 @@ pub struct ReportParams {
     pub device: Device,
     /// Problems per forward pass (memory is bounded by it); at least 1.
     pub batch: usize,
+    /// Show the aggregate over seeds even when no group has more than one run (a sweep's
+    /// report); otherwise it is shown only when some group has several.
+    pub aggregate: bool,
 }
 
 /// [`ReportParams`] as the stages of a run see them: `out` is the staging directory the report is
@@ -90,6 +95,7 @@ impl Default for ReportParams {
             seed: 0,
             device: Device::Cpu,
             batch: 256,
+            aggregate: false,
         }
     }
 }
@@ -272,13 +278,29 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
             figures::comparison_figure(&entries, out)?,
         )
     };
+    let agg = aggregate::Aggregate::new(aggregate::points(&entries, &logic_entries));
+    let show_aggregate = params.aggregate || agg.has_replicates();
+    let agg_figs = if show_aggregate {
+        aggregate::figures(&agg, out)?
+    } else {
+        Vec::new()
+    };
     let figures_s = t_fig.elapsed().as_secs_f64();
     let logic = page::LogicPart {
         entries: &logic_entries,
         figures: &logic_figs,
     };
-    let summary = files::summary(&entries, &figs, comparison.as_ref(), &logic, params);
-    let doc = page::document(&entries, &figs, accuracy, comparison, &logic, params);
+    let summary = files::summary(&entries, &figs, comparison.as_ref(), &logic, &agg, params);
+    let doc = page::document(
+        &entries,
+        &figs,
+        accuracy,
+        comparison,
+        &logic,
+        show_aggregate.then_some((&agg, agg_figs.as_slice())),
+        params,
+    );
+    files::write_text(&out.join(aggregate::AGGREGATE_FILE), &agg.csv())?;
     files::write_text(&out.join("index.md"), &doc.to_markdown())?;
     files::write_text(
         &out.join("index.html"),

@@ -39,14 +39,26 @@ pub fn document(
     accuracy: Option<FigureRef>,
     comparison: Option<FigureRef>,
     logic: &LogicPart<'_>,
+    aggregate: Option<(&crate::aggregate::Aggregate, &[FigureRef])>,
     params: &ReportParams,
 ) -> Document {
     let mut doc = Document::new();
     doc.heading(1, "hyperlens report");
+    if !entries.is_empty() {
+        doc.paragraph(format!(
+            "{} compared on SRAVEN: accuracy (all 4 answer features right) on {} permuted problems per set; latent codes of the paper's site (query 35, keys 27 and 31, label = rule of slot 3) on {} unpermuted ID and OOD problems (seed {}); the attention of the first OOD problem; training curves where the checkpoint has a training log.",
+            count(entries.len(), "checkpoint"),
+            params.n,
+            params.n,
+            params.seed
+        ));
+    }
+    doc.contents();
+    if let Some((agg, figs)) = aggregate {
+        crate::aggregate::section(&mut doc, agg, figs);
+    }
     if let Some(accuracy) = accuracy {
-        sraven_part(&mut doc, entries, figs, accuracy, comparison, params);
-    } else {
-        doc.contents();
+        sraven_part(&mut doc, entries, figs, accuracy, comparison);
     }
     if !logic.entries.is_empty() {
         crate::logic::section(
@@ -60,25 +72,14 @@ pub fn document(
     doc
 }
 
-/// The SRAVEN part of the page: introduction, summary, comparison with the paper, one section per
-/// checkpoint.
+/// The SRAVEN part of the page: summary, comparison with the paper, one section per checkpoint.
 fn sraven_part(
     doc: &mut Document,
     entries: &[Entry],
     figs: &[CheckpointFigures],
     accuracy: FigureRef,
     comparison: Option<FigureRef>,
-    params: &ReportParams,
 ) {
-    doc.paragraph(format!(
-        "{} compared on SRAVEN: accuracy (all 4 answer features right) on {} permuted problems per set; latent codes of the paper's site (query 35, keys 27 and 31, label = rule of slot 3) on {} unpermuted ID and OOD problems (seed {}); the attention of the first OOD problem; training curves where the checkpoint has a training log.",
-        count(entries.len(), "checkpoint"),
-        params.n,
-        params.n,
-        params.seed
-    ));
-    doc.contents();
-
     doc.heading(2, "Summary");
     doc.figure(accuracy);
     let header = [

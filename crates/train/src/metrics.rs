@@ -196,7 +196,7 @@ pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
                 .map_or(c.to_string(), |s| format!("{s}_{label}"))
         })
         .collect();
-    if cols.len() < 10 || cols[..10] != fixed || (cols.len() - 10) % 2 != 0 {
+    if cols.len() < 10 || cols[..10] != fixed || !(cols.len() - 10).is_multiple_of(2) {
         return Err(unexpected());
     }
     let mut extras = Vec::new();

@@ -856,7 +856,7 @@ where
             .is_break();
         }
 
-        let every = |k: u64| k > 0 && done % k == 0;
+        let every = |k: u64| k > 0 && done.is_multiple_of(k);
         let last = done == settings.steps;
         let eval_due = every(settings.eval_every) || last;
         let log_due = every(settings.log_every) || eval_due || stop;

@@ -32,6 +32,7 @@ mod heatmap;
 mod lines;
 mod panels;
 mod scatter;
+mod sweep;
 mod util;
 
 pub use attention::AttentionGrid;
@@ -40,6 +41,7 @@ pub use eigen::{EigenPanel, EigenvalueGrid};
 pub use lines::{layer_categories, Curve, LayerAccuracy, Reference, Series, TrainingCurves};
 pub use panels::FigureRow;
 pub use scatter::{PcaScatter, PointColors, ScatterPanel};
+pub use sweep::{SweepCurves, SweepSeries};
 
 pub use colour::{categorical, ColorMap};
 pub use error::{Result, VizError};

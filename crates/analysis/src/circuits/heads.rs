@@ -410,7 +410,7 @@ where
     S::Elem: Clone,
 {
     let (l, hkv, a, b) = w.dim();
-    if hkv == 0 || n_q_heads == 0 || n_q_heads % hkv != 0 {
+    if hkv == 0 || n_q_heads == 0 || !n_q_heads.is_multiple_of(hkv) {
         return Err(AnalysisError::InvalidInput(format!(
             "cannot expand {hkv} K/V heads to {n_q_heads} query heads (need a positive multiple)"
         )));

@@ -10,5 +10,6 @@ pub mod info;
 pub mod logic_sets;
 pub mod probe;
 pub mod report;
+pub mod sweep;
 pub mod tasks;
 pub mod train;

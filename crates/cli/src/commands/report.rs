@@ -15,11 +15,15 @@ use super::common::progress_bar;
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// Checkpoint directories to compare (default: every checkpoint under `data/checkpoints/`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sweep")]
     pub checkpoint: Vec<PathBuf>,
-    /// Output directory.
-    #[arg(long, default_value = "reports/default")]
-    pub out: PathBuf,
+    /// A sweep directory (`hyperlens sweep plan`): the report of its finished runs, with the
+    /// aggregate over seeds (unfinished runs are listed and left out).
+    #[arg(long)]
+    pub sweep: Option<PathBuf>,
+    /// Output directory [default: reports/default; with --sweep, DIR/report].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Problems per set (ID and OOD, for accuracy and for the codes).
     #[arg(long, default_value_t = 2048)]
     pub n: usize,
@@ -42,7 +46,10 @@ impl ReportArgs {
     fn params(&self) -> ReportParams {
         ReportParams {
             checkpoints: self.checkpoint.clone(),
-            out: self.out.clone(),
+            out: self.out.clone().unwrap_or_else(|| match &self.sweep {
+                Some(dir) => dir.join("report"),
+                None => PathBuf::from("reports/default"),
+            }),
             n: self.n,
             split: self.split.clone(),
             seed: self.seed,
@@ -123,8 +130,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     if args.n < 16 || args.batch == 0 {
         anyhow::bail!("--n must be at least 16 and --batch positive");
     }
+    let mut params = args.params();
+    if let Some(dir) = &args.sweep {
+        params.checkpoints = sweep_checkpoints(dir)?;
+        params.aggregate = true;
+    }
     let mut bars = Bars::default();
-    let summary = run_report(&args.params(), &mut |p| bars.on(p));
+    let summary = run_report(&params, &mut |p| bars.on(p));
     bars.clear();
     let summary = summary?;
     let n = summary.checkpoints;
@@ -135,4 +147,29 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         summary.elapsed_s
     )?;
     Ok(())
+}
+
+/// The finished runs of the sweep in `dir`, in plan order; the others are listed on stderr.
+///
+/// # Errors
+/// A directory without a plan; a sweep with no finished run.
+fn sweep_checkpoints(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    use hyperlens_sweep::{sweep_status, Plan, RunState};
+    let plan = Plan::read(dir)?;
+    let mut out = Vec::new();
+    for s in sweep_status(dir, &plan) {
+        if s.state == RunState::Finished {
+            out.push(Plan::run_dir(dir, &s.name));
+        } else {
+            eprintln!("report: leaving out {} ({})", s.name, s.state);
+        }
+    }
+    if out.is_empty() {
+        anyhow::bail!(
+            "--sweep {}: no run is finished yet (see `hyperlens sweep status {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(out)
 }

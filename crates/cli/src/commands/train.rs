@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Args, Parser as _};
 use hyperlens_model::{Device, Mixer};
 use hyperlens_train::state::RECORD_FILE;
 use hyperlens_train::{
@@ -148,6 +148,40 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
+/// `hyperlens train`'s arguments alone, for parsing a sweep run's argument list.
+#[derive(Debug, clap::Parser)]
+#[command(name = "train", no_binary_name = true)]
+struct TrainOnly {
+    #[command(flatten)]
+    args: TrainArgs,
+}
+
+/// Parses `args` (a sweep run's `--key value` list, without `--out`) as `hyperlens train`'s
+/// arguments with `--out out`, and `--resume` when `resume`.
+///
+/// # Errors
+/// Clap's error as one line (an unknown flag, a bad value).
+pub(crate) fn parse_train_args(
+    args: &[String],
+    out: &Path,
+    resume: bool,
+) -> anyhow::Result<TrainArgs> {
+    let mut all = args.to_vec();
+    all.push("--out".into());
+    all.push(out.display().to_string());
+    if resume {
+        all.push("--resume".into());
+    }
+    all.push("--quiet".into());
+    TrainOnly::try_parse_from(&all)
+        .map(|t| t.args)
+        .map_err(|e| {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            anyhow::anyhow!("{}", first.trim_start_matches("error: "))
+        })
+}
+
 /// Sets `field` to the flag's value when given.
 fn set<T: Clone>(field: &mut T, value: &Option<T>) {
     if let Some(v) = value {
@@ -169,7 +203,7 @@ fn variation(args: &TrainArgs) -> Variation {
 
 /// The settings of the run in `dir`: the task defaults (or the saved settings with `--resume`)
 /// overridden by the flags that were given.
-fn settings(args: &TrainArgs, dir: &Path) -> anyhow::Result<TrainSettings> {
+pub(crate) fn settings(args: &TrainArgs, dir: &Path) -> anyhow::Result<TrainSettings> {
     let mut s = if args.resume {
         let s = read_settings(dir)
             .with_context(|| format!("--resume: reading the run in {}", dir.display()))?;
@@ -413,8 +447,27 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
         device: args.device,
         resume: args.resume,
     };
-    let steps = runs[0].settings.steps;
-    let bar = progress_bar(args.quiet, steps)?;
+    train_together(&runs, &options, args.quiet, args.stop_after, &out)
+}
+
+/// Trains `runs` together in one batched model (one run: the ordinary loop), printing each run's
+/// lines prefixed by its name; `out` names the group in the messages.
+///
+/// # Errors
+/// As [`hyperlens_train::train_group`]; an error naming the runs that diverged (after the others
+/// finished).
+pub(crate) fn train_together(
+    runs: &[GroupRun],
+    options: &RunOptions,
+    quiet: bool,
+    stop_after: Option<u64>,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let Some(first) = runs.first() else {
+        return Ok(());
+    };
+    let steps = first.settings.steps;
+    let bar = progress_bar(quiet, steps)?;
     let names: Vec<String> = runs
         .iter()
         .map(|r| {
@@ -427,15 +480,16 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
     let prefixes: Vec<String> = names.iter().map(|n| format!("[{n}] ")).collect();
     let mut texts: Vec<ProgressText> = runs
         .iter()
-        .map(|r| ProgressText::new(&r.settings, &r.out, args.resume))
+        .map(|r| ProgressText::new(&r.settings, &r.out, options.resume))
         .collect();
-    let _ = outln!(
-        "training {} runs together in one batched model -> {}",
-        runs.len(),
-        out.display()
-    );
-    let stop_after = args.stop_after;
-    let results = train_group(&runs, &options, |i, event| {
+    if runs.len() > 1 {
+        let _ = outln!(
+            "training {} runs together in one batched model -> {}",
+            runs.len(),
+            out.display()
+        );
+    }
+    let results = train_group(runs, options, |i, event| {
         on_event(
             &bar,
             &mut texts[i],
@@ -464,7 +518,7 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
     }
     if let Some(step) = stopped {
         let _ = outln!(
-            "stopped at step {step} of {steps}; continue the group with: hyperlens train --out {} --resume",
+            "stopped at step {step} of {steps}; continue with: hyperlens train --out {} --resume",
             out.display()
         );
     }

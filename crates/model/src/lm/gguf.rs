@@ -149,7 +149,7 @@ pub(crate) fn read_gguf(path: &Path) -> Result<(GgufMeta<'_>, TensorStore)> {
 /// [`ModelError::Input`] when the row count is not `n_heads` times an even head width.
 pub fn unpermute_qk_rows(w: &Tensor, n_heads: usize) -> Result<Tensor> {
     let (rows, cols) = w.dims2()?;
-    if n_heads == 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 {
+    if n_heads == 0 || rows % n_heads != 0 || !(rows / n_heads).is_multiple_of(2) {
         return Err(ModelError::Input(format!(
             "cannot un-permute {rows} rows into {n_heads} heads of even width"
         )));
@@ -171,7 +171,7 @@ pub fn unpermute_qk_rows(w: &Tensor, n_heads: usize) -> Result<Tensor> {
 /// [`ModelError::Input`] when the row count is not `n_heads` times an even head width.
 pub fn permute_qk_rows(w: &Tensor, n_heads: usize) -> Result<Tensor> {
     let (rows, cols) = w.dims2()?;
-    if n_heads == 0 || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 {
+    if n_heads == 0 || rows % n_heads != 0 || !(rows / n_heads).is_multiple_of(2) {
         return Err(ModelError::Input(format!(
             "cannot permute {rows} rows into {n_heads} heads of even width"
         )));

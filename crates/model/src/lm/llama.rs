@@ -73,13 +73,13 @@ impl LlamaConfig {
                 )));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(ModelError::Config(format!(
                 "llama: n_kv_heads {} does not divide n_heads {}",
                 self.n_kv_heads, self.n_heads
             )));
         }
-        if self.d_head % 2 != 0 {
+        if !self.d_head.is_multiple_of(2) {
             return Err(ModelError::Config(format!(
                 "llama: d_head {} must be even for rotary positions",
                 self.d_head

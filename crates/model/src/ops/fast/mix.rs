@@ -411,7 +411,7 @@ fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
 /// masks of a stacked batch, model-major): the `G * Q * K` floats and the problems per group.
 fn per_group(t: &Tensor, b: usize, q: usize, k: usize) -> Result<Option<(Vec<f32>, usize)>> {
     match t.dims() {
-        &[g, 1, tq, tk] if g > 0 && b % g == 0 && (tq, tk) == (q, k) => Ok(Some((
+        &[g, 1, tq, tk] if g > 0 && b.is_multiple_of(g) && (tq, tk) == (q, k) => Ok(Some((
             t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
             b / g,
         ))),

@@ -1,0 +1,703 @@
+//! Statistics over seeds: the report's checkpoints grouped by everything that defines a run
+//! except its seed (and split, which the paper couples with the seed), with the mean, standard
+//! error and n of each metric per group (Schug et al. 2025 report mean ± s.e. over three seeds,
+//! Table A1). A group's key is read from the run's training settings (`train_state.json` or
+//! `train.json`); a checkpoint without them (an imported one) forms its group with the
+//! checkpoints of the same mixer and origin (`trained_by`).
+//!
+//! Written as `aggregate.csv` beside the report, shown as a Table A1-style table with each run's
+//! own row beneath, and drawn against every setting that varies between groups (the shapes of the
+//! paper's Fig. 4 and A5).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use hyperlens_train::TrainSettings;
+use hyperlens_viz::{SweepCurves, SweepSeries};
+
+use crate::discover::RunInfo;
+use crate::doc::{Document, FigureRef};
+use crate::error::Result;
+use crate::evaluate::Entry;
+use crate::logic::LogicEntry;
+use crate::text::md_escape;
+
+/// File name of the aggregate table, beside `index.html`.
+pub const AGGREGATE_FILE: &str = "aggregate.csv";
+
+/// Settings that do not define a group: the seed and split (what varies between seeds) and the
+/// bookkeeping of evaluation, checkpoints and logs.
+const NOT_IN_KEY: [&str; 7] = [
+    "seed",
+    "split",
+    "eval_every",
+    "eval_n",
+    "eval_seed",
+    "checkpoint_every",
+    "log_every",
+];
+
+/// A number as short as it is exact (`0.0003` -> `3e-4`).
+fn num(f: f64) -> String {
+    let plain = format!("{f}");
+    let exp = format!("{f:e}");
+    if exp.len() < plain.len() {
+        exp
+    } else {
+        plain
+    }
+}
+
+/// The text of a JSON scalar for a key.
+fn value_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.as_f64().map_or_else(|| n.to_string(), num),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The fields of a run's settings that define its group, as `train`'s flag names with `_`, in a
+/// fixed order: the common ones, then those of its task.
+pub fn key_fields(s: &TrainSettings) -> Vec<(String, String)> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::to_value(s) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in &map {
+        if NOT_IN_KEY.contains(&k.as_str()) || v.is_object() {
+            continue;
+        }
+        if k == "size" && v.is_null() {
+            continue;
+        }
+        out.push((k.clone(), value_text(v)));
+    }
+    let task = map.get("task").and_then(|t| t.as_str()).unwrap_or("");
+    let nested: &[(&str, &str)] = match task {
+        "sraven" => &[
+            ("features", "features"),
+            ("values", "values"),
+            ("holdout_fraction", "holdout"),
+        ],
+        "logic" => &[
+            ("variables", "logic_variables"),
+            ("terms", "logic_terms"),
+            ("unknown_fraction", "logic_unknown_fraction"),
+            ("frac_test", "logic_frac_test"),
+            ("samples", "logic_samples"),
+        ],
+        _ => &[],
+    };
+    if let Some(serde_json::Value::Object(sub)) = map.get(task) {
+        for (field, name) in nested {
+            if let Some(v) = sub.get(*field) {
+                out.push(((*name).to_string(), value_text(v)));
+            }
+        }
+    }
+    out
+}
+
+/// One run's numbers, as the aggregate sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPoint {
+    /// The checkpoint's name.
+    pub name: String,
+    /// `sraven` or `logic`.
+    pub task: String,
+    /// Its group's key: `(setting, value)` pairs.
+    pub key: Vec<(String, String)>,
+    /// Its seed, if recorded.
+    pub seed: Option<u64>,
+    /// Metric name and value, in a fixed order per task (module docs of [`metric_names`]).
+    pub metrics: Vec<(String, f64)>,
+}
+
+/// The metrics of a task, in column order: SRAVEN `id_acc`, `ood_acc`, then the OOD rule
+/// decoding accuracy per layer `decoding_layer{l}` and `decoding_all`; logic `id_r2`, `ood_r2`,
+/// `unknown_r2`, then the term F1 per layer `term_f1_layer{l}` and `term_f1_all`.
+pub fn metric_names(task: &str, n_layers: usize) -> Vec<String> {
+    let (base, layer): (&[&str], &str) = if task == "logic" {
+        (&["id_r2", "ood_r2", "unknown_r2"], "term_f1")
+    } else {
+        (&["id_acc", "ood_acc"], "decoding")
+    };
+    let mut v: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+    v.extend((0..n_layers).map(|l| format!("{layer}_layer{l}")));
+    v.push(format!("{layer}_all"));
+    v
+}
+
+/// The key of a checkpoint without training settings: its mixer and who trained it.
+fn imported_key(dir: &Path, mixer: &str, task: &str) -> Vec<(String, String)> {
+    vec![
+        ("task".into(), task.into()),
+        ("mixer".into(), mixer.into()),
+        (
+            "trained_by".into(),
+            RunInfo::read(dir)
+                .trained_by
+                .unwrap_or_else(|| "unknown".into()),
+        ),
+    ]
+}
+
+/// The [`RunPoint`]s of the report's checkpoints.
+pub fn points(entries: &[Entry], logic: &[LogicEntry]) -> Vec<RunPoint> {
+    let mut out = Vec::new();
+    for e in entries {
+        let settings = hyperlens_train::run_settings(&e.dir).ok();
+        let mut metrics = vec![
+            ("id_acc".to_string(), e.id.accuracy),
+            ("ood_acc".to_string(), e.ood.accuracy),
+        ];
+        for a in &e.latent.layers {
+            let name = match a.layer.index() {
+                Some(l) => format!("decoding_layer{l}"),
+                None => "decoding_all".into(),
+            };
+            metrics.push((name, a.decoding.accuracy));
+        }
+        out.push(RunPoint {
+            name: e.name.clone(),
+            task: "sraven".into(),
+            key: settings
+                .as_ref()
+                .map_or_else(|| imported_key(&e.dir, &e.mixer, "sraven"), key_fields),
+            seed: settings.map(|s| s.seed),
+            metrics,
+        });
+    }
+    for e in logic {
+        let settings = hyperlens_train::run_settings(&e.dir).ok();
+        let mut metrics: Vec<(String, f64)> = ["id", "ood", "unknown"]
+            .iter()
+            .filter_map(|s| e.r2(s).map(|v| (format!("{s}_r2"), v)))
+            .collect();
+        for r in &e.decoding {
+            let name = match r.layer {
+                Some(l) => format!("term_f1_layer{l}"),
+                None => "term_f1_all".into(),
+            };
+            metrics.push((name, r.f1_mean));
+        }
+        out.push(RunPoint {
+            name: e.name.clone(),
+            task: "logic".into(),
+            key: settings
+                .as_ref()
+                .map_or_else(|| imported_key(&e.dir, &e.mixer, "logic"), key_fields),
+            seed: settings.map(|s| s.seed),
+            metrics,
+        });
+    }
+    out
+}
+
+/// Mean, standard error (sample standard deviation / √n; NaN for n < 2) and n of the finite
+/// values.
+pub fn mean_se(values: &[f64]) -> (f64, f64, usize) {
+    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let n = v.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN, 0);
+    }
+    let mean = v.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return (mean, f64::NAN, n);
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    (mean, (var / n as f64).sqrt(), n)
+}
+
+/// One group of runs that differ only in seed (and split).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// `sraven` or `logic`.
+    pub task: String,
+    /// The settings that define it.
+    pub key: Vec<(String, String)>,
+    /// Its label: the settings that vary between the groups of its task (`mixer=hyla, steps=40`),
+    /// or the mixer when nothing else varies.
+    pub label: String,
+    /// Indices of its runs in the points.
+    pub runs: Vec<usize>,
+    /// Per metric ([`metric_names`]): `(name, mean, se, n)`.
+    pub stats: Vec<(String, f64, f64, usize)>,
+}
+
+impl Group {
+    /// The value of setting `key` in this group.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.key
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `(mean, se, n)` of `metric`.
+    pub fn stat(&self, metric: &str) -> Option<(f64, f64, usize)> {
+        self.stats
+            .iter()
+            .find(|(m, ..)| m == metric)
+            .map(|&(_, m, s, n)| (m, s, n))
+    }
+}
+
+/// The groups of the report, per task in order of first appearance, and the settings that vary
+/// between groups of the same task (the swept axes, mixer first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregate {
+    /// The runs.
+    pub points: Vec<RunPoint>,
+    /// The groups.
+    pub groups: Vec<Group>,
+    /// Per task, the settings that vary between its groups.
+    pub axes: Vec<(String, Vec<String>)>,
+}
+
+impl Aggregate {
+    /// Groups `points` (module docs).
+    pub fn new(points: Vec<RunPoint>) -> Aggregate {
+        let mut groups: Vec<Group> = Vec::new();
+        for (i, p) in points.iter().enumerate() {
+            match groups
+                .iter_mut()
+                .find(|g| g.task == p.task && g.key == p.key)
+            {
+                Some(g) => g.runs.push(i),
+                None => groups.push(Group {
+                    task: p.task.clone(),
+                    key: p.key.clone(),
+                    label: String::new(),
+                    runs: vec![i],
+                    stats: Vec::new(),
+                }),
+            }
+        }
+        let mut axes = Vec::new();
+        for task in ["sraven", "logic"] {
+            let of_task: Vec<&Group> = groups.iter().filter(|g| g.task == task).collect();
+            if of_task.is_empty() {
+                continue;
+            }
+            let mut varying: Vec<String> = Vec::new();
+            for g in &of_task {
+                for (k, v) in &g.key {
+                    if !varying.contains(k)
+                        && of_task.iter().any(|o| o.setting(k) != Some(v.as_str()))
+                    {
+                        varying.push(k.clone());
+                    }
+                }
+            }
+            // Mixer first: it is the series of the figures.
+            varying.sort_by_key(|k| k != "mixer");
+            axes.push((task.to_string(), varying));
+        }
+        for g in &mut groups {
+            let varying = axes
+                .iter()
+                .find(|(t, _)| *t == g.task)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let parts: Vec<String> = varying
+                .iter()
+                .filter_map(|k| g.setting(k).map(|v| format!("{k}={v}")))
+                .collect();
+            g.label = if parts.is_empty() {
+                format!("mixer={}", g.setting("mixer").unwrap_or("?"))
+            } else {
+                parts.join(", ")
+            };
+            let n_layers = g
+                .runs
+                .iter()
+                .flat_map(|&i| points[i].metrics.iter())
+                .filter_map(|(m, _)| {
+                    m.rsplit_once("_layer")
+                        .and_then(|(_, l)| l.parse::<usize>().ok())
+                })
+                .max()
+                .map_or(0, |l| l + 1);
+            g.stats = metric_names(&g.task, n_layers)
+                .into_iter()
+                .map(|m| {
+                    let vals: Vec<f64> = g
+                        .runs
+                        .iter()
+                        .filter_map(|&i| {
+                            points[i]
+                                .metrics
+                                .iter()
+                                .find(|(n, _)| *n == m)
+                                .map(|(_, v)| *v)
+                        })
+                        .collect();
+                    let (mean, se, n) = mean_se(&vals);
+                    (m, mean, se, n)
+                })
+                .collect();
+        }
+        Aggregate {
+            points,
+            groups,
+            axes,
+        }
+    }
+
+    /// Whether any group holds more than one run (the aggregate then has something to say).
+    pub fn has_replicates(&self) -> bool {
+        self.groups.iter().any(|g| g.runs.len() > 1)
+    }
+
+    /// `aggregate.csv`: one row per group; columns `task`, `group`, the varying settings (empty
+    /// where a task does not have them), `n` (runs), `runs` (their names, `;`-separated), then
+    /// `<metric>_mean`, `<metric>_se` and `<metric>_n` for every metric of either task (empty
+    /// where the group's task has no such metric; `se` empty for a single run).
+    pub fn csv(&self) -> String {
+        let mut settings: Vec<String> = Vec::new();
+        for (_, v) in &self.axes {
+            for k in v {
+                if !settings.contains(k) {
+                    settings.push(k.clone());
+                }
+            }
+        }
+        let mut metrics: Vec<String> = Vec::new();
+        for g in &self.groups {
+            for (m, ..) in &g.stats {
+                if !metrics.contains(m) {
+                    metrics.push(m.clone());
+                }
+            }
+        }
+        let mut s = String::from("task,group");
+        for k in &settings {
+            let _ = write!(s, ",{k}");
+        }
+        s.push_str(",n,runs");
+        for m in &metrics {
+            let _ = write!(s, ",{m}_mean,{m}_se,{m}_n");
+        }
+        s.push('\n');
+        let cell = |v: f64| {
+            if v.is_finite() {
+                format!("{v:.6}")
+            } else {
+                String::new()
+            }
+        };
+        for g in &self.groups {
+            let _ = write!(s, "{},\"{}\"", g.task, g.label.replace('"', "'"));
+            for k in &settings {
+                let _ = write!(s, ",{}", g.setting(k).unwrap_or(""));
+            }
+            let names: Vec<&str> = g
+                .runs
+                .iter()
+                .map(|&i| self.points[i].name.as_str())
+                .collect();
+            let _ = write!(s, ",{},{}", g.runs.len(), names.join(";"));
+            for m in &metrics {
+                match g.stat(m) {
+                    Some((mean, se, n)) => {
+                        let _ = write!(s, ",{},{},{n}", cell(mean), cell(se));
+                    }
+                    None => s.push_str(",,,"),
+                }
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// `0.712 ± 0.031 (3)`, `0.712 (1)`, or `-`.
+fn stat_text(stat: Option<(f64, f64, usize)>, pct: bool) -> String {
+    let scale = if pct { 100.0 } else { 1.0 };
+    match stat {
+        Some((m, s, n)) if m.is_finite() && s.is_finite() => {
+            if pct {
+                format!("{:.1} ± {:.1} % ({n})", m * scale, s * scale)
+            } else {
+                format!("{m:.3} ± {s:.3} ({n})")
+            }
+        }
+        Some((m, _, n)) if m.is_finite() => {
+            if pct {
+                format!("{:.1} % ({n})", m * scale)
+            } else {
+                format!("{m:.3} ({n})")
+            }
+        }
+        _ => "-".into(),
+    }
+}
+
+/// Draws the OOD metric of each task against every varying setting (one line per mixer, mean ±
+/// s.e.), as `figures/aggregate_<task>_<setting>.png`.
+///
+/// # Errors
+/// A figure that cannot be drawn or written.
+pub fn figures(agg: &Aggregate, out: &Path) -> Result<Vec<FigureRef>> {
+    let mut made = Vec::new();
+    for (task, varying) in &agg.axes {
+        let groups: Vec<&Group> = agg.groups.iter().filter(|g| &g.task == task).collect();
+        let (metric, label) = if task == "logic" {
+            ("ood_r2", "OOD R²")
+        } else {
+            ("ood_acc", "OOD accuracy")
+        };
+        let mut axes: Vec<&String> = varying.iter().filter(|k| *k != "mixer").collect();
+        let mixer_axis = String::from("mixer");
+        if axes.is_empty() && varying.iter().any(|k| k == "mixer") {
+            axes.push(&mixer_axis);
+        }
+        for axis in axes {
+            let mut cats: Vec<String> = Vec::new();
+            for g in &groups {
+                if let Some(v) = g.setting(axis) {
+                    if !cats.iter().any(|c| c == v) {
+                        cats.push(v.to_string());
+                    }
+                }
+            }
+            // Numeric settings in numeric order.
+            if cats.iter().all(|c| c.parse::<f64>().is_ok()) {
+                cats.sort_by(|a, b| {
+                    a.parse::<f64>()
+                        .unwrap_or(0.0)
+                        .total_cmp(&b.parse::<f64>().unwrap_or(0.0))
+                });
+            }
+            // One series per value of the other varying settings (usually: per mixer).
+            let others: Vec<&String> = varying.iter().filter(|k| *k != axis).collect();
+            let mut series: Vec<SweepSeries> = Vec::new();
+            for g in &groups {
+                let name = if others.is_empty() {
+                    label.to_string()
+                } else {
+                    others
+                        .iter()
+                        .map(|k| g.setting(k).unwrap_or("-").to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let Some(x) = g
+                    .setting(axis)
+                    .and_then(|v| cats.iter().position(|c| c == v))
+                else {
+                    continue;
+                };
+                let idx = match series.iter().position(|s| s.name == name) {
+                    Some(i) => i,
+                    None => {
+                        series.push(SweepSeries {
+                            name: name.clone(),
+                            mean: vec![f64::NAN; cats.len()],
+                            se: vec![f64::NAN; cats.len()],
+                        });
+                        series.len() - 1
+                    }
+                };
+                if let Some((m, s, _)) = g.stat(metric) {
+                    series[idx].mean[x] = m;
+                    series[idx].se[x] = s;
+                }
+            }
+            let fig = SweepCurves {
+                title: format!("{task}: {label} against {axis} (mean ± s.e. over seeds)"),
+                categories: cats,
+                x_label: axis.clone(),
+                y_label: label.to_string(),
+                series,
+                unit_range: task != "logic",
+            };
+            let rel = format!("figures/aggregate_{task}_{axis}.png");
+            made.push(crate::figures::save(
+                out,
+                rel,
+                &fig,
+                &format!("{task}: {label} against {axis}"),
+                format!(
+                    "{label} against {axis}, mean ± standard error over the seeds of each group"
+                ),
+                sweep_text(&groups, axis, metric, label),
+            )?);
+        }
+    }
+    Ok(made)
+}
+
+/// A sentence on a sweep figure: the best and worst group on the metric.
+fn sweep_text(groups: &[&Group], axis: &str, metric: &str, label: &str) -> String {
+    let scored: Vec<(&Group, f64)> = groups
+        .iter()
+        .filter_map(|g| g.stat(metric).map(|(m, ..)| (*g, m)))
+        .filter(|(_, m)| m.is_finite())
+        .collect();
+    let (Some(best), Some(worst)) = (
+        scored.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
+        scored.iter().min_by(|a, b| a.1.total_cmp(&b.1)),
+    ) else {
+        return String::new();
+    };
+    format!(
+        "Across {axis}, the highest mean {label} is {:.3} ({}), the lowest {:.3} ({}); error bars are one standard error over seeds (none for a single seed).",
+        best.1,
+        md_escape(&best.0.label),
+        worst.1,
+        md_escape(&worst.0.label)
+    )
+}
+
+/// The aggregate section of the page: per task a Table A1-style table of the groups (mean ± s.e.
+/// and n), each run's own row, and the figures.
+pub fn section(doc: &mut Document, agg: &Aggregate, figs: &[FigureRef]) {
+    doc.heading(2, "Aggregate over seeds");
+    doc.paragraph("Runs that differ only in their seed (and split) form a group; each cell is the mean ± standard error over the group's runs, with their number in brackets. The table is `aggregate.csv`; every run's own numbers follow, so that one stalled seed stays visible.");
+    for (task, _) in &agg.axes {
+        let groups: Vec<&Group> = agg.groups.iter().filter(|g| &g.task == task).collect();
+        let logic = task == "logic";
+        let (cols, best): (Vec<(&str, &str)>, &str) = if logic {
+            (
+                vec![
+                    ("ID R²", "id_r2"),
+                    ("OOD R²", "ood_r2"),
+                    ("unknown-term R²", "unknown_r2"),
+                ],
+                "term_f1_all",
+            )
+        } else {
+            (
+                vec![("ID acc", "id_acc"), ("OOD acc", "ood_acc")],
+                "decoding_all",
+            )
+        };
+        let mut header = vec!["group".to_string(), "runs".to_string()];
+        header.extend(cols.iter().map(|(h, _)| h.to_string()));
+        header.push(if logic {
+            "term F1, all layers".into()
+        } else {
+            "rule decoding, all layers".into()
+        });
+        let rows = groups
+            .iter()
+            .map(|g| {
+                let mut r = vec![md_escape(&g.label), g.runs.len().to_string()];
+                r.extend(cols.iter().map(|(_, m)| stat_text(g.stat(m), !logic)));
+                r.push(stat_text(g.stat(best), !logic));
+                r
+            })
+            .collect();
+        doc.paragraph(format!(
+            "**{}.**",
+            if logic { "Fuzzy-logic task" } else { "SRAVEN" }
+        ));
+        doc.table(header, rows);
+        let mut header = vec!["run".to_string(), "group".to_string(), "seed".to_string()];
+        header.extend(cols.iter().map(|(h, _)| h.to_string()));
+        let rows = groups
+            .iter()
+            .flat_map(|g| g.runs.iter().map(move |&i| (g, &agg.points[i])))
+            .map(|(g, p)| {
+                let mut r = vec![
+                    md_escape(&p.name),
+                    md_escape(&g.label),
+                    p.seed.map_or("-".into(), |s| s.to_string()),
+                ];
+                r.extend(cols.iter().map(|(_, m)| {
+                    p.metrics
+                        .iter()
+                        .find(|(n, _)| n == m)
+                        .map_or("-".into(), |(_, v)| {
+                            if logic {
+                                format!("{v:.3}")
+                            } else {
+                                format!("{:.1} %", 100.0 * v)
+                            }
+                        })
+                }));
+                r
+            })
+            .collect();
+        doc.table(header, rows);
+        for f in figs
+            .iter()
+            .filter(|f| f.src.contains(&format!("aggregate_{task}_")))
+        {
+            doc.figure(f.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(name: &str, task: &str, mixer: &str, steps: &str, seed: u64, ood: f64) -> RunPoint {
+        RunPoint {
+            name: name.into(),
+            task: task.into(),
+            key: vec![
+                ("task".into(), task.into()),
+                ("mixer".into(), mixer.into()),
+                ("steps".into(), steps.into()),
+            ],
+            seed: Some(seed),
+            metrics: vec![
+                ("id_acc".into(), ood + 0.1),
+                ("ood_acc".into(), ood),
+                ("decoding_layer0".into(), 0.5),
+                ("decoding_all".into(), 0.6),
+            ],
+        }
+    }
+
+    #[test]
+    fn mean_and_standard_error_match_hand_values() {
+        // 0.5, 0.6, 0.7: mean 0.6, sample sd 0.1, se 0.1 / sqrt(3).
+        let (m, s, n) = mean_se(&[0.5, 0.6, 0.7, f64::NAN]);
+        assert!((m - 0.6).abs() < 1e-12 && (s - 0.1 / 3f64.sqrt()).abs() < 1e-12 && n == 3);
+        let (m, s, n) = mean_se(&[0.4]);
+        assert!(m == 0.4 && s.is_nan() && n == 1);
+        assert_eq!(mean_se(&[]).2, 0);
+    }
+
+    #[test]
+    fn runs_group_by_everything_but_the_seed() {
+        let agg = Aggregate::new(vec![
+            point("a0", "sraven", "hyla", "40", 0, 0.5),
+            point("a1", "sraven", "hyla", "40", 1, 0.7),
+            point("b0", "sraven", "softmax", "40", 0, 0.2),
+            point("c0", "sraven", "hyla", "80", 0, 0.9),
+        ]);
+        assert_eq!(agg.groups.len(), 3);
+        assert_eq!(
+            agg.axes,
+            [(
+                "sraven".to_string(),
+                vec!["mixer".to_string(), "steps".to_string()]
+            )]
+        );
+        let g = &agg.groups[0];
+        assert_eq!(g.label, "mixer=hyla, steps=40");
+        let (m, s, n) = g.stat("ood_acc").unwrap();
+        assert!((m - 0.6).abs() < 1e-12 && (s - 0.1).abs() < 1e-12 && n == 2);
+        assert!(agg.has_replicates());
+        let csv = agg.csv();
+        let mut lines = csv.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "task,group,mixer,steps,n,runs,id_acc_mean,id_acc_se,id_acc_n,ood_acc_mean,ood_acc_se,ood_acc_n,decoding_layer0_mean,decoding_layer0_se,decoding_layer0_n,decoding_all_mean,decoding_all_se,decoding_all_n"
+        );
+        assert!(lines.next().unwrap().starts_with("sraven,\"mixer=hyla, steps=40\",hyla,40,2,a0;a1,0.700000,0.100000,2,0.600000,0.100000,2"));
+        assert!(lines
+            .next()
+            .unwrap()
+            .contains(",1,b0,0.300000,,1,0.200000,,1"));
+    }
+}

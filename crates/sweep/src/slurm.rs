@@ -1,0 +1,273 @@
+//! Running a sweep's jobs as a Slurm job array: one array task per job, each running
+//! `hyperlens sweep run-one DIR --index $SLURM_ARRAY_TASK_ID`.
+//!
+//! The cluster must share the sweep directory's file system between the submitting host and the
+//! compute nodes, and the nodes must be able to run the binary at the path the script names
+//! (`docs/sweeps.md`). hyperlens writes the script, submits it with `sbatch --parsable`, and
+//! records each submission in `slurm/submissions.json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SweepError};
+use crate::plan::Plan;
+use crate::state::{now_unix, LOGS_DIR};
+
+/// Directory of the scripts and the submission log in a sweep directory.
+pub const SLURM_DIR: &str = "slurm";
+/// The submission log.
+pub const SUBMISSIONS_FILE: &str = "submissions.json";
+
+/// The `#SBATCH` options of a submission.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmOptions {
+    /// `--partition`.
+    pub partition: Option<String>,
+    /// `--gres` (e.g. `gpu:1`).
+    pub gres: Option<String>,
+    /// `--time` (e.g. `02:00:00`).
+    pub time: Option<String>,
+    /// `--cpus-per-task`.
+    pub cpus_per_task: Option<u32>,
+    /// `--mem` (e.g. `8G`).
+    pub mem: Option<String>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// Most array tasks running at once (`--array=...%N`).
+    pub max_parallel: Option<u32>,
+}
+
+/// One submission, as recorded in `slurm/submissions.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    /// The array's job id.
+    pub job_id: String,
+    /// The script submitted.
+    pub script: String,
+    /// The job indices (array task ids) it runs.
+    pub indices: Vec<usize>,
+    /// When, seconds since the Unix epoch.
+    pub submitted_unix: u64,
+}
+
+/// `0-3` or `0,2,5-7`: Slurm's array syntax for sorted `indices`.
+pub fn array_spec(indices: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let start = indices[i];
+        let mut end = start;
+        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
+            i += 1;
+            end = indices[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// Quotes `s` for a POSIX shell (single quotes).
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The sbatch script of an array over `indices` of the sweep in `dir` (an absolute path), running
+/// `binary` (an absolute path the compute nodes can run).
+///
+/// # Errors
+/// [`SweepError::Plan`] for an empty `indices` or a relative path, or an option holding a newline.
+pub fn script(
+    plan: &Plan,
+    dir: &Path,
+    binary: &Path,
+    indices: &[usize],
+    options: &SlurmOptions,
+) -> Result<String> {
+    if indices.is_empty() {
+        return Err(SweepError::Plan("no job to submit".into()));
+    }
+    for (what, p) in [("the sweep directory", dir), ("the binary", binary)] {
+        if !p.is_absolute() {
+            return Err(SweepError::Plan(format!(
+                "{what} {} must be an absolute path in a Slurm script",
+                p.display()
+            )));
+        }
+    }
+    let mut lines = vec![
+        "#!/bin/bash".to_string(),
+        format!("#SBATCH --job-name=hyperlens-{}", plan.name),
+        format!(
+            "#SBATCH --array={}{}",
+            array_spec(indices),
+            options
+                .max_parallel
+                .map_or(String::new(), |n| format!("%{n}"))
+        ),
+        format!(
+            "#SBATCH --output={}",
+            dir.join(LOGS_DIR).join("slurm-%A_%a.out").display()
+        ),
+        format!("#SBATCH --chdir={}", dir.display()),
+    ];
+    let opts: [(&str, Option<String>); 6] = [
+        ("partition", options.partition.clone()),
+        ("gres", options.gres.clone()),
+        ("time", options.time.clone()),
+        (
+            "cpus-per-task",
+            options.cpus_per_task.map(|n| n.to_string()),
+        ),
+        ("mem", options.mem.clone()),
+        ("account", options.account.clone()),
+    ];
+    for (flag, value) in opts {
+        if let Some(v) = value {
+            if v.contains(['\n', '\r']) || v.is_empty() {
+                return Err(SweepError::Plan(format!(
+                    "--{flag}: an empty or multi-line value"
+                )));
+            }
+            lines.push(format!("#SBATCH --{flag}={v}"));
+        }
+    }
+    lines.push(String::new());
+    lines.push(format!(
+        "# hyperlens sweep `{}`: one array task per job of {}",
+        plan.name,
+        dir.join(crate::plan::PLAN_FILE).display()
+    ));
+    lines.push("set -euo pipefail".into());
+    lines.push(format!(
+        "exec {} sweep run-one {} --index \"$SLURM_ARRAY_TASK_ID\"",
+        shell_quote(&binary.display().to_string()),
+        shell_quote(&dir.display().to_string())
+    ));
+    lines.push(String::new());
+    Ok(lines.join("\n"))
+}
+
+/// The submissions of the sweep in `dir` so far (none if the log is missing or unreadable).
+pub fn submissions(dir: &Path) -> Vec<Submission> {
+    std::fs::read(dir.join(SLURM_DIR).join(SUBMISSIONS_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Writes the script of `indices` as `slurm/array-<n>.sbatch` and submits it with
+/// `sbatch --parsable` (the `sbatch` on PATH); records the submission and returns it.
+///
+/// # Errors
+/// As [`script`]; [`SweepError::Scheduler`] if `sbatch` cannot be run, fails (with its output) or
+/// prints no job id; write errors.
+pub fn submit(
+    plan: &Plan,
+    dir: &Path,
+    binary: &Path,
+    indices: &[usize],
+    options: &SlurmOptions,
+) -> Result<Submission> {
+    let text = script(plan, dir, binary, indices, options)?;
+    let sdir = dir.join(SLURM_DIR);
+    std::fs::create_dir_all(&sdir).map_err(SweepError::io(&sdir))?;
+    std::fs::create_dir_all(dir.join(LOGS_DIR)).map_err(SweepError::io(dir))?;
+    let mut past = submissions(dir);
+    let path: PathBuf = sdir.join(format!("array-{}.sbatch", past.len()));
+    hyperlens_io::write_atomic(&path, text.as_bytes())?;
+    let out = Command::new("sbatch")
+        .arg("--parsable")
+        .arg(&path)
+        .output()
+        .map_err(|e| {
+            SweepError::Scheduler(format!(
+                "cannot run sbatch ({e}): is Slurm installed and on PATH? The script is {}",
+                path.display()
+            ))
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(SweepError::Scheduler(format!(
+            "sbatch {} failed ({}): {}",
+            path.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    // `--parsable` prints `jobid` or `jobid;cluster`.
+    let job_id = stdout
+        .trim()
+        .split(';')
+        .next()
+        .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()))
+        .ok_or_else(|| {
+            SweepError::Scheduler(format!(
+                "sbatch {} printed no job id: {:?}",
+                path.display(),
+                stdout.trim()
+            ))
+        })?
+        .to_string();
+    let sub = Submission {
+        job_id,
+        script: path.display().to_string(),
+        indices: indices.to_vec(),
+        submitted_unix: now_unix(),
+    };
+    past.push(sub.clone());
+    hyperlens_io::write_json(&sdir.join(SUBMISSIONS_FILE), &past)?;
+    Ok(sub)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::SweepSpec;
+
+    #[test]
+    fn array_specs_compress_runs_of_indices() {
+        assert_eq!(array_spec(&[0, 1, 2, 3]), "0-3");
+        assert_eq!(array_spec(&[0, 2, 5, 6, 7]), "0,2,5-7");
+        assert_eq!(array_spec(&[4]), "4");
+    }
+
+    #[test]
+    fn the_script_runs_one_job_per_array_task() {
+        let spec = SweepSpec::parse("[axes]\nmixer = [\"hyla\", \"softmax\"]\n", "s").unwrap();
+        let plan = Plan::expand("demo", &spec).unwrap();
+        let opts = SlurmOptions {
+            partition: Some("gpu".into()),
+            gres: Some("gpu:1".into()),
+            time: Some("01:00:00".into()),
+            max_parallel: Some(4),
+            ..SlurmOptions::default()
+        };
+        let s = script(
+            &plan,
+            Path::new("/data/sweeps/demo"),
+            Path::new("/opt/hyper lens/hyperlens"),
+            &[0, 1],
+            &opts,
+        )
+        .unwrap();
+        for line in [
+            "#SBATCH --array=0-1%4",
+            "#SBATCH --partition=gpu",
+            "#SBATCH --gres=gpu:1",
+            "#SBATCH --time=01:00:00",
+            "#SBATCH --output=/data/sweeps/demo/logs/slurm-%A_%a.out",
+            "exec '/opt/hyper lens/hyperlens' sweep run-one '/data/sweeps/demo' --index \"$SLURM_ARRAY_TASK_ID\"",
+        ] {
+            assert!(s.lines().any(|l| l == line), "{line}\n{s}");
+        }
+        assert!(script(&plan, Path::new("rel"), Path::new("/b"), &[0], &opts).is_err());
+        assert!(script(&plan, Path::new("/d"), Path::new("/b"), &[], &opts).is_err());
+    }
+}

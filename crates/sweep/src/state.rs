@@ -1,0 +1,414 @@
+//! The state of a sweep on disk: where and how each job ran (`jobs/<index>.json`), the lock a
+//! running job holds (`jobs/<index>.lock`), and each run's state read from its run directory.
+//!
+//! A run is `finished` when its `train.json` exists, `failed` when its `failed.json` exists (it
+//! diverged) or its job's last record says the job failed before the run finished, `running` while
+//! a process holds its job's lock, `interrupted` when it has a checkpoint (or a job record) but no
+//! process runs it, and `pending` otherwise. Locks are advisory file locks
+//! ([`std::fs::File::try_lock`]), released by the operating system when the holder dies, so a
+//! killed job never looks like a running one.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hyperlens_train::metrics::{read_metrics, METRICS_FILE};
+use hyperlens_train::state::{RECORD_FILE, STATE_FILE};
+use hyperlens_train::FAILED_FILE;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SweepError};
+use crate::plan::{Plan, PlannedRun};
+
+/// Directory of the job records and locks in a sweep directory.
+pub const JOBS_DIR: &str = "jobs";
+/// Directory of the jobs' output in a sweep directory.
+pub const LOGS_DIR: &str = "logs";
+
+/// Where a job ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "executor", rename_all = "snake_case")]
+pub enum Executor {
+    /// On a machine by `hyperlens sweep run` (or `run-one` by hand).
+    Local {
+        /// Host name.
+        host: String,
+        /// Process id of the job's process.
+        pid: u32,
+    },
+    /// As a task of a Slurm job array.
+    Slurm {
+        /// The array's job id (`SLURM_ARRAY_JOB_ID`).
+        job_id: String,
+        /// The task id (`SLURM_ARRAY_TASK_ID`).
+        task_id: String,
+        /// The node it ran on.
+        host: String,
+    },
+}
+
+impl Executor {
+    /// This process: a Slurm array task when the Slurm variables say so, else local.
+    pub fn current() -> Executor {
+        let host = hostname();
+        match (
+            std::env::var("SLURM_ARRAY_JOB_ID").or_else(|_| std::env::var("SLURM_JOB_ID")),
+            std::env::var("SLURM_ARRAY_TASK_ID"),
+        ) {
+            (Ok(job_id), Ok(task_id)) => Executor::Slurm {
+                job_id,
+                task_id,
+                host,
+            },
+            _ => Executor::Local {
+                host,
+                pid: std::process::id(),
+            },
+        }
+    }
+
+    /// `local pid 123 on host` or `slurm 45_2 on node`.
+    pub fn describe(&self) -> String {
+        match self {
+            Executor::Local { host, pid } => format!("local pid {pid} on {host}"),
+            Executor::Slurm {
+                job_id,
+                task_id,
+                host,
+            } => format!("slurm {job_id}_{task_id} on {host}"),
+        }
+    }
+}
+
+/// The machine's host name (`/proc/sys/kernel/hostname`, else `HOSTNAME`, else `unknown`).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// How a job's last attempt went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Started and not ended (or killed: then its lock is free).
+    Running,
+    /// Every run of the job finished.
+    Finished,
+    /// The job ended with an error (see `error`).
+    Failed,
+}
+
+/// The record of a job's last attempt, `jobs/<index>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job's index.
+    pub index: usize,
+    /// Where it ran.
+    #[serde(flatten)]
+    pub executor: Executor,
+    /// How it went.
+    pub status: JobStatus,
+    /// Start, seconds since the Unix epoch.
+    pub started_unix: u64,
+    /// End, if it ended.
+    pub ended_unix: Option<u64>,
+    /// The error that ended it, if it failed.
+    pub error: Option<String>,
+    /// Attempts so far (1 for the first).
+    pub attempt: u32,
+}
+
+impl JobRecord {
+    /// The record file of job `index` in the sweep directory `dir`.
+    pub fn path(dir: &Path, index: usize) -> PathBuf {
+        dir.join(JOBS_DIR).join(format!("{index}.json"))
+    }
+
+    /// Reads the record of job `index`, if there is one (an unreadable record counts as none).
+    pub fn read(dir: &Path, index: usize) -> Option<JobRecord> {
+        std::fs::read(JobRecord::path(dir, index))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    /// Writes the record atomically.
+    ///
+    /// # Errors
+    /// Write errors, naming the file.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir.join(JOBS_DIR)).map_err(SweepError::io(dir))?;
+        hyperlens_io::write_json(&JobRecord::path(dir, self.index), self)?;
+        Ok(())
+    }
+}
+
+/// The lock of a job, held while a process runs it (released when dropped or when the process
+/// dies).
+#[derive(Debug)]
+pub struct JobLock {
+    _file: File,
+}
+
+impl JobLock {
+    /// Takes the lock of job `index` without waiting.
+    ///
+    /// # Errors
+    /// [`SweepError::Busy`] if another process holds it; I/O errors naming the lock file.
+    pub fn acquire(dir: &Path, index: usize) -> Result<JobLock> {
+        let jobs = dir.join(JOBS_DIR);
+        std::fs::create_dir_all(&jobs).map_err(SweepError::io(&jobs))?;
+        let path = jobs.join(format!("{index}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(SweepError::io(&path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(JobLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(SweepError::Busy(format!(
+                "job {index} is running in another process (it holds {})",
+                path.display()
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => Err(SweepError::Io {
+                path: path.display().to_string(),
+                source: e,
+            }),
+        }
+    }
+
+    /// Whether some process holds the lock of job `index` now.
+    pub fn is_held(dir: &Path, index: usize) -> bool {
+        let path = dir.join(JOBS_DIR).join(format!("{index}.lock"));
+        let Ok(file) = File::open(&path) else {
+            return false;
+        };
+        matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+    }
+}
+
+/// The state of one run (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Not started.
+    Pending,
+    /// A process runs its job now.
+    Running,
+    /// Started, not finished, and no process runs it: the next `sweep run` resumes it.
+    Interrupted,
+    /// Its `train.json` exists.
+    Finished,
+    /// It diverged, or its job failed before it finished.
+    Failed,
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RunState::Pending => "pending",
+            RunState::Running => "running",
+            RunState::Interrupted => "interrupted",
+            RunState::Finished => "finished",
+            RunState::Failed => "failed",
+        })
+    }
+}
+
+/// The last evaluation of a run, from its `metrics.csv`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LastEval {
+    /// The step of the evaluation.
+    pub step: u64,
+    /// The ID metric (accuracy, or R² for the logic task).
+    pub id: Option<f64>,
+    /// The OOD metric.
+    pub ood: Option<f64>,
+}
+
+/// What `sweep status` shows of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStatus {
+    /// The run's name.
+    pub name: String,
+    /// Its job.
+    pub job: usize,
+    /// Its state.
+    pub state: RunState,
+    /// Updates done (of its last checkpoint), if any.
+    pub step: Option<u64>,
+    /// Updates planned, if known (its settings).
+    pub planned: Option<u64>,
+    /// Its last evaluation, if any.
+    pub last_eval: Option<LastEval>,
+    /// Where its job ran last, if it ran.
+    pub ran: Option<String>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+/// A JSON file of a run, if present and valid.
+fn json_of(path: &Path) -> Option<serde_json::Value> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// The state of `run` of the sweep in `dir`.
+pub fn run_status(dir: &Path, run: &PlannedRun) -> RunStatus {
+    let rd = Plan::run_dir(dir, &run.name);
+    let record = JobRecord::read(dir, run.job);
+    let state_file = json_of(&rd.join(STATE_FILE));
+    let train = json_of(&rd.join(RECORD_FILE));
+    let failed = json_of(&rd.join(FAILED_FILE));
+    let step = state_file
+        .as_ref()
+        .and_then(|s| s.get("step"))
+        .and_then(serde_json::Value::as_u64)
+        .or_else(|| {
+            train
+                .as_ref()
+                .and_then(|t| t.get("steps"))
+                .and_then(serde_json::Value::as_u64)
+        });
+    let planned = state_file
+        .as_ref()
+        .and_then(|s| s.pointer("/settings/steps"))
+        .and_then(serde_json::Value::as_u64)
+        .or_else(|| run.arg("steps").and_then(|v| v.as_f64()).map(|v| v as u64));
+    let last_eval = read_metrics(&rd.join(METRICS_FILE)).ok().and_then(|rows| {
+        rows.iter()
+            .rev()
+            .find(|r| r.ood_acc.is_some() || r.id_acc.is_some())
+            .map(|r| LastEval {
+                step: r.step,
+                id: r.id_acc,
+                ood: r.ood_acc,
+            })
+    });
+    let mut error = None;
+    let state = if train.is_some() {
+        RunState::Finished
+    } else if let Some(f) = failed {
+        error = f
+            .get("error")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
+        RunState::Failed
+    } else if JobLock::is_held(dir, run.job) {
+        RunState::Running
+    } else if let Some(r) = record.as_ref().filter(|r| r.status == JobStatus::Failed) {
+        error.clone_from(&r.error);
+        RunState::Failed
+    } else if step.is_some() || record.is_some() || rd.exists() {
+        RunState::Interrupted
+    } else {
+        RunState::Pending
+    };
+    RunStatus {
+        name: run.name.clone(),
+        job: run.job,
+        state,
+        step,
+        planned,
+        last_eval,
+        ran: record.map(|r| r.executor.describe()),
+        error,
+    }
+}
+
+/// The state of every run of the sweep in `dir`, in plan order.
+pub fn sweep_status(dir: &Path, plan: &Plan) -> Vec<RunStatus> {
+    plan.runs.iter().map(|r| run_status(dir, r)).collect()
+}
+
+/// The jobs of `plan` that still have work: some run neither finished nor failed (with
+/// `retry_failed`, failed runs count as work too), and no process holds the job's lock.
+pub fn jobs_to_run(dir: &Path, plan: &Plan, retry_failed: bool) -> Vec<usize> {
+    let status = sweep_status(dir, plan);
+    plan.jobs
+        .iter()
+        .filter(|j| !JobLock::is_held(dir, j.index))
+        .filter(|j| {
+            status
+                .iter()
+                .filter(|s| s.job == j.index)
+                .any(|s| match s.state {
+                    RunState::Finished => false,
+                    RunState::Failed => retry_failed,
+                    _ => true,
+                })
+        })
+        .map(|j| j.index)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::SweepSpec;
+
+    #[test]
+    fn run_states_follow_the_run_files_and_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let spec =
+            SweepSpec::parse("[axes]\nseed = [0, 1]\n[sweep]\nbatch = false\n", "s").unwrap();
+        let plan = Plan::expand("t", &spec).unwrap();
+        plan.write(d, "").unwrap();
+        let states = |d: &Path| -> Vec<RunState> {
+            sweep_status(d, &plan).iter().map(|s| s.state).collect()
+        };
+        assert_eq!(states(d), [RunState::Pending, RunState::Pending]);
+        assert_eq!(jobs_to_run(d, &plan, false), [0, 1]);
+        // Job 0 runs: its lock is held.
+        let lock = JobLock::acquire(d, 0).unwrap();
+        assert!(JobLock::acquire(d, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("job 0 is running"));
+        JobRecord {
+            index: 0,
+            executor: Executor::current(),
+            status: JobStatus::Running,
+            started_unix: now_unix(),
+            ended_unix: None,
+            error: None,
+            attempt: 1,
+        }
+        .write(d)
+        .unwrap();
+        assert_eq!(states(d)[0], RunState::Running);
+        assert_eq!(jobs_to_run(d, &plan, false), [1]);
+        // Killed: the lock is free, the record still says running.
+        drop(lock);
+        assert_eq!(states(d)[0], RunState::Interrupted);
+        // Run 1 finished, run 0 failed.
+        let r1 = Plan::run_dir(d, "seed-1");
+        std::fs::create_dir_all(&r1).unwrap();
+        std::fs::write(r1.join(RECORD_FILE), r#"{"steps": 40}"#).unwrap();
+        let r0 = Plan::run_dir(d, "seed-0");
+        std::fs::create_dir_all(&r0).unwrap();
+        std::fs::write(r0.join(FAILED_FILE), r#"{"error": "diverged at step 3"}"#).unwrap();
+        let s = sweep_status(d, &plan);
+        assert_eq!(
+            (s[0].state, s[1].state),
+            (RunState::Failed, RunState::Finished)
+        );
+        assert_eq!(s[0].error.as_deref(), Some("diverged at step 3"));
+        assert_eq!(s[1].step, Some(40));
+        assert!(jobs_to_run(d, &plan, false).is_empty());
+        assert_eq!(jobs_to_run(d, &plan, true), [0]);
+    }
+}
