@@ -21,5 +21,6 @@ mod import;
 mod info;
 mod probe;
 mod report;
+mod sweep;
 mod tasks;
 mod train;

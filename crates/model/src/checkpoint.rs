@@ -87,12 +87,41 @@ pub(crate) fn weights_bytes(
         format!("hyperlens {}", env!("CARGO_PKG_VERSION")),
     )]);
     meta.extend(metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    safetensors::tensor::serialize(host.iter().map(|(n, t)| (n.as_str(), t)), Some(meta)).map_err(
-        |e| ModelError::Checkpoint {
-            path: path.to_path_buf(),
-            msg: format!("cannot serialise: {e}"),
-        },
-    )
+    let bytes =
+        safetensors::tensor::serialize(host.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))
+            .map_err(|e| ModelError::Checkpoint {
+                path: path.to_path_buf(),
+                msg: format!("cannot serialise: {e}"),
+            })?;
+    Ok(sorted_header(bytes))
+}
+
+/// The same safetensors bytes with the header's JSON keys in sorted order. safetensors writes the
+/// `__metadata__` map in the iteration order of a `HashMap`, which changes from process to
+/// process; sorted, two saves of the same weights are the same bytes. The header keeps its length
+/// (the same entries, reordered; the padding is kept), so the data offsets are unchanged.
+fn sorted_header(mut bytes: Vec<u8>) -> Vec<u8> {
+    let Some(n) = bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(|b| u64::from_le_bytes(b) as usize)
+        .filter(|&n| bytes.len() >= 8 + n)
+    else {
+        return bytes;
+    };
+    let header = &bytes[8..8 + n];
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(header) else {
+        return bytes;
+    };
+    // serde_json's map is ordered by key, at every level.
+    let Ok(sorted) = serde_json::to_vec(&value) else {
+        return bytes;
+    };
+    if sorted.len() <= n {
+        bytes[8..8 + sorted.len()].copy_from_slice(&sorted);
+        bytes[8 + sorted.len()..8 + n].fill(b' ');
+    }
+    bytes
 }
 
 /// Saves a checkpoint directory. A new directory is written under a temporary name and renamed

@@ -571,6 +571,22 @@ fn save_load_round_trip_is_exact() {
         .to_vec1()
         .unwrap();
     assert_eq!(l1, l2);
+    // Saving the same weights again writes the same bytes: the header's metadata map is written
+    // in key order, not in a HashMap's per-instance order (8 saves: a random order would differ).
+    let first = std::fs::read(dir.join(WEIGHTS_FILE)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&first[8..200]).starts_with(r#"{"__metadata__":{"mixer":"#),
+        "{}",
+        String::from_utf8_lossy(&first[8..200])
+    );
+    for i in 0..8 {
+        let again = tmp.path().join(format!("again{i}"));
+        m.save(&again).unwrap();
+        assert!(
+            std::fs::read(again.join(WEIGHTS_FILE)).unwrap() == first,
+            "save {i}"
+        );
+    }
     // saving over an existing checkpoint replaces it (per-file atomic writes)
     let (m2, _) = Transformer::init(&cfg, 10, &Device::Cpu).unwrap();
     m2.save(&dir).unwrap();
