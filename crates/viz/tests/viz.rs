@@ -527,6 +527,63 @@ fn decoding_accuracy_per_layer() {
     );
 }
 
+#[test]
+fn sweep_curves_with_error_bars() {
+    let out = Out::new();
+    let fig = SweepCurves {
+        title: "OOD accuracy against holdout".into(),
+        categories: vec!["0.1".into(), "0.3".into(), "0.5".into(), "0.7".into()],
+        x_label: "holdout".into(),
+        y_label: "OOD accuracy".into(),
+        series: vec![
+            SweepSeries {
+                name: "hyla".into(),
+                mean: vec![0.8, 0.74, 0.61, 0.4],
+                se: vec![0.02, 0.03, f64::NAN, 0.05],
+            },
+            SweepSeries {
+                name: "softmax".into(),
+                mean: vec![0.6, f64::NAN, 0.41, 0.3],
+                se: vec![0.04, f64::NAN, 0.02, 0.01],
+            },
+        ],
+        unit_range: true,
+    };
+    render_both(
+        &out,
+        "sweep_curves",
+        &fig,
+        (8, 0.02),
+        &[
+            "OOD accuracy against holdout",
+            "hyla",
+            "softmax",
+            "0.7",
+            "holdout",
+        ],
+    );
+    let mut short = fig.clone();
+    short.series[1].se.pop();
+    let e = save_png(out.path("bad.png"), &short).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            VizError::Length {
+                expected: 4,
+                got: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let mut empty = fig.clone();
+    for s in &mut empty.series {
+        s.mean = vec![f64::NAN; 4];
+    }
+    let e = save_png(out.path("bad.png"), &empty).unwrap_err();
+    assert!(matches!(e, VizError::Empty { .. }), "{e}");
+}
+
 fn token_labels() -> Vec<String> {
     let mut v: Vec<String> = (0..8)
         .flat_map(|p| (0..4).map(move |s| format!("P{p}s{s}")))
