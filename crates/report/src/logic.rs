@@ -517,13 +517,13 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
         out,
         format!("figures/{name}_term_decoding.png"),
         &fig,
-        "term decoding",
+        &format!("{name}: term decoding"),
         "Term decoding per layer: mean F1 of per-term probes (ID tasks to held-out tasks) and ridge R² of the term matrix (R² below 0 drawn at 0)".into(),
         decoding_text(e),
     )?);
     made.push(FigureRef {
         id: format!("fig-{}", crate::doc::slug(&format!("{name}-projections-term"))),
-        short: "projections by term".into(),
+        short: format!("{name}: projections by term"),
         caption: format!(
             "PCA and t-SNE of the OOD codes (all layers; t-SNE of the first {}, perplexity {}), coloured by the task's first term",
             e.tsne_points, e.tsne_perplexity
@@ -537,7 +537,7 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
     });
     made.push(FigureRef {
         id: format!("fig-{}", crate::doc::slug(&format!("{name}-projections-target"))),
-        short: "projections by target".into(),
+        short: format!("{name}: projections by target"),
         caption: "The same projections coloured by the target value f(x) of the fixed query".into(),
         text: "Colour by target shows whether the code at the query varies with the answer rather than with the task's terms.".into(),
         src: format!("figures/{name}_projections_target.png"),
@@ -632,7 +632,7 @@ fn training_figure(e: &LogicEntry, rows: &[MetricsRow], out: &Path) -> Result<Op
         out,
         format!("figures/{}_training.png", e.name),
         &fig,
-        "training curves",
+        &format!("{}: training curves", e.name),
         "Training curves: MSE and the R² of the ID, OOD and unknown-term sets against the step (R² below 0 drawn at 0)".into(),
         training_text(rows),
     )?))
