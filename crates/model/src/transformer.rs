@@ -176,7 +176,17 @@ impl Transformer {
         self.ops
     }
 
-    /// The configuration.
+    /// The relative-position bucket of every (query, key) pair, `[T, T]`.
+    pub(crate) fn buckets(&self) -> &Tensor {
+        &self.buckets
+    }
+
+    /// The attention mask `[T, T]` (a causal model), if any.
+    pub(crate) fn mask(&self) -> Option<&Tensor> {
+        self.mask.as_ref()
+    }
+
+    /// The model's configuration.
     pub fn config(&self) -> &Config {
         &self.config
     }

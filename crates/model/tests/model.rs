@@ -1194,3 +1194,203 @@ mod damaged_files {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hook points (run_with_hooks, run_with_cache)
+
+use hyperlens_model::hooks::{hook_names, select_hooks, Cache, HookFn};
+
+/// A seeded input `[b, T, d_in]` of values in [-1, 1).
+fn hook_input(cfg: &Config, b: usize, seed: u64) -> Tensor {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..b * cfg.n_tokens * cfg.d_in)
+        .map(|_| rng.gen_range(-1.0..1.0))
+        .collect();
+    Tensor::from_vec(v, (b, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap()
+}
+
+fn flat(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Replaces one activation by `f(value)`.
+struct Replace<F: FnMut(&Tensor) -> Tensor> {
+    name: String,
+    f: F,
+}
+
+impl<F: FnMut(&Tensor) -> Tensor> HookFn for Replace<F> {
+    fn wants(&self, name: &str) -> bool {
+        name == self.name
+    }
+    fn call(&mut self, _: &str, value: &Tensor) -> hyperlens_model::Result<Option<Tensor>> {
+        Ok(Some((self.f)(value)))
+    }
+}
+
+#[test]
+fn the_hooked_pass_is_the_forward_pass_with_every_activation_named() {
+    for mixer in Mixer::ALL {
+        for causal in [false, true] {
+            let cfg = unusual(mixer, causal);
+            let (m, _) = Transformer::init(&cfg, 4, &Device::Cpu).unwrap();
+            let x = hook_input(&cfg, 3, 7);
+            let out = m.forward(&x, true).unwrap();
+            let all = vec!["**".to_string()];
+            let (logits, cache) = m.run_with_cache(&x, &all).unwrap();
+            let d = max_diff(&flat(&out.logits), &flat(&logits));
+            assert!(d < 1e-5, "{mixer} causal {causal}: logits differ by {d}");
+            // Every hook point, once, in pass order, with the shape of the module table.
+            let names: Vec<&str> = cache.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, hook_names(&cfg), "{mixer}");
+            let (b, t, h, dh) = (3, cfg.n_tokens, cfg.n_heads, cfg.d_head);
+            for (name, v) in &cache {
+                let want: Vec<usize> = if name.ends_with("hook_q")
+                    || name.ends_with("hook_k")
+                    || name.ends_with("hook_v")
+                    || name.ends_with("hook_z")
+                {
+                    vec![b, t, h, dh]
+                } else if name.ends_with("hook_attn_scores") || name.ends_with("hook_pattern") {
+                    vec![b, h, t, t]
+                } else if name.ends_with("hook_value_hidden") {
+                    vec![b, t, t, dh]
+                } else if name.contains("mlp.hook_") {
+                    vec![b, t, cfg.d_mlp]
+                } else {
+                    vec![b, t, cfg.d_model]
+                };
+                assert_eq!(v.dims(), want, "{mixer}: {name}");
+            }
+            // The pattern is the forward pass's attention (the latent codes).
+            for (l, a) in out.attention.unwrap().iter().enumerate() {
+                let p = &cache
+                    .iter()
+                    .find(|(n, _)| *n == format!("blocks.{l}.attn.hook_pattern"))
+                    .unwrap()
+                    .1;
+                let d = max_diff(&flat(a), &flat(p));
+                assert!(d < 1e-5, "{mixer} layer {l}: pattern differs by {d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn replacing_activations_acts_on_the_logits() {
+    let cfg = unusual(Mixer::Hyla, false);
+    let (m, _) = Transformer::init(&cfg, 5, &Device::Cpu).unwrap();
+    let x = hook_input(&cfg, 2, 8);
+    let (base, cache) = m.run_with_cache(&x, &["**".to_string()]).unwrap();
+    // The identity transplant at every hook point leaves the logits bit for bit.
+    for name in hook_names(&cfg) {
+        let mut id = Replace {
+            name: name.clone(),
+            f: |v: &Tensor| v.copy().unwrap(),
+        };
+        let got = m.run_with_hooks(&x, &mut id).unwrap();
+        assert_eq!(flat(&got), flat(&base), "{name}");
+    }
+    // Zero-ablating head 1 at hook_z equals removing its W_O contribution from hook_attn_out
+    // (attn_out = sum_h z_h W_O[h] + b_O): two hook points, one intervention.
+    let z = cache
+        .iter()
+        .find(|(n, _)| n == "blocks.0.attn.hook_z")
+        .unwrap()
+        .1
+        .clone();
+    let head = 1;
+    let keep: Vec<f32> = (0..cfg.n_heads)
+        .map(|h| if h == head { 0.0 } else { 1.0 })
+        .collect();
+    let mask = Tensor::from_vec(keep, (1, 1, cfg.n_heads, 1), &Device::Cpu).unwrap();
+    let mut ablate = Replace {
+        name: "blocks.0.attn.hook_z".into(),
+        f: |v: &Tensor| v.broadcast_mul(&mask).unwrap(),
+    };
+    let ablated = m.run_with_hooks(&x, &mut ablate).unwrap();
+    let w_o = &m.blocks[0].attn.w_o; // [H, d, D]
+    let contrib = z
+        .narrow(2, head, 1)
+        .unwrap()
+        .squeeze(2)
+        .unwrap()
+        .broadcast_matmul(&w_o.get(head).unwrap())
+        .unwrap(); // [B, T, D]
+    let mut subtract = Replace {
+        name: "blocks.0.hook_attn_out".into(),
+        f: |v: &Tensor| (v - &contrib).unwrap(),
+    };
+    let via_out = m.run_with_hooks(&x, &mut subtract).unwrap();
+    let d = max_diff(&flat(&ablated), &flat(&via_out));
+    assert!(
+        d < 1e-5,
+        "ablation at hook_z and at hook_attn_out differ by {d}"
+    );
+    assert!(
+        max_diff(&flat(&ablated), &flat(&base)) > 1e-4,
+        "the ablation changed nothing"
+    );
+    // A replacement of another shape is refused, naming the hook.
+    let mut bad = Replace {
+        name: "blocks.1.hook_resid_pre".into(),
+        f: |v: &Tensor| v.narrow(1, 0, 2).unwrap(),
+    };
+    let e = m.run_with_hooks(&x, &mut bad).unwrap_err().to_string();
+    assert!(e.contains("blocks.1.hook_resid_pre"), "{e}");
+    let e = select_hooks(&cfg, &["blocks.*.hook_nothing".to_string()]).unwrap_err();
+    assert!(e.to_string().contains("`blocks.*.hook_nothing`"), "{e}");
+    let mut c = Cache::new(select_hooks(&cfg, &["blocks.*.hook_resid_post".to_string()]).unwrap());
+    m.run_with_hooks(&x, &mut c).unwrap();
+    assert_eq!(c.values.len(), 2);
+    assert!(c.get("blocks.1.hook_resid_post").is_some());
+}
+
+#[test]
+fn cached_activations_match_a_float64_numpy_forward_on_paper_checkpoints() {
+    use ndarray::{Array3, ArrayD};
+    use ndarray_npy::NpzReader;
+    let fixture = manifest_dir().join("tests/fixtures/paper_seed1_activations.npz");
+    let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
+    let keys = npz.names().unwrap();
+    let x: Array3<f32> = npz.by_name("x").unwrap();
+    let xt = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (stem, mixer, ..) in PAPER_SEED1 {
+        let model = imported(stem, mixer, tmp.path());
+        let (logits, cache) = model.run_with_cache(&xt, &["**".to_string()]).unwrap();
+        let mut checked = 0;
+        let mut pairs: Vec<(String, Vec<f32>)> =
+            cache.iter().map(|(n, t)| (n.clone(), flat(t))).collect();
+        pairs.push(("logits".into(), flat(&logits)));
+        for (name, got) in pairs {
+            let key = format!("{stem}.{name}");
+            if !keys.iter().any(|k| k.trim_end_matches(".npy") == key) {
+                continue; // the fixture keeps blocks 0 and 3
+            }
+            let want: ArrayD<f32> = npz.by_name(&key).unwrap();
+            let want: Vec<f32> = want.iter().copied().collect();
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = max_diff(&got, &want);
+            // float32 against float64 (stored as float32): within 1e-4 of the activation's scale.
+            assert!(d <= 1e-4 * scale.max(1.0), "{key}: {d} (scale {scale})");
+            checked += 1;
+        }
+        // Every array of the fixture for this model was compared (hook points of blocks 0 and 3,
+        // the non-block hooks and the logits; HYLA also its value-network hidden units).
+        let expected = keys
+            .iter()
+            .filter(|k| k.starts_with(&format!("{stem}.")))
+            .count();
+        assert_eq!(checked, expected, "{stem}: activations compared");
+        assert!(checked >= 33, "{stem}: {checked}");
+    }
+}

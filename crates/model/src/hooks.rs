@@ -1,0 +1,366 @@
+//! Hook points of the SRAVEN / fuzzy-logic transformer: every activation of the forward pass by its
+//! TransformerLens name, to read (a cache) or to replace (an intervention).
+//!
+//! [`Transformer::run_with_hooks`] runs the forward pass of [`Transformer::forward`] step by step and
+//! calls a [`HookFn`] at each hook point, in this order (TransformerLens 3.x names and meanings, on
+//! this architecture; `docs/spec/models.md`):
+//!
+//! | hook | shape | value |
+//! |---|---|---|
+//! | `hook_embed` | `[B, T, D]` | `x W_E + b_E` |
+//! | `blocks.{l}.hook_resid_pre` | `[B, T, D]` | the residual stream entering block `l` |
+//! | `blocks.{l}.ln1.hook_normalized` | `[B, T, D]` | LayerNorm 1's output (after its scale and bias) |
+//! | `blocks.{l}.attn.hook_q`, `hook_k`, `hook_v` | `[B, T, H, d]` | the projections with their biases (`q` not yet divided by √d) |
+//! | `blocks.{l}.attn.hook_attn_scores` | `[B, H, Q, K]` | `q·k / √d` plus the relative-position bias, before the normalisation |
+//! | `blocks.{l}.attn.hook_pattern` | `[B, H, Q, K]` | the normalised scores (softmax over keys, RMSHead over heads, or none): the latent codes |
+//! | `blocks.{l}.attn.hook_value_hidden` | `[B, Q, K, d]` | HYLA's value-network hidden units, `act(Σ_h a[h,q,k] v[k,h])` (`mlp_relu` / `mlp_linear` value networks only; hyperlens's own hook) |
+//! | `blocks.{l}.attn.hook_z` | `[B, Q, H, d]` | each head's output before `W_O` |
+//! | `blocks.{l}.hook_attn_out` | `[B, T, D]` | `z W_O + b_O` |
+//! | `blocks.{l}.hook_resid_mid` | `[B, T, D]` | `resid_pre + attn_out` (blocks with an MLP) |
+//! | `blocks.{l}.ln2.hook_normalized` | `[B, T, D]` | LayerNorm 2's output |
+//! | `blocks.{l}.mlp.hook_pre`, `hook_post` | `[B, T, d_mlp]` | before and after the GELU |
+//! | `blocks.{l}.hook_mlp_out` | `[B, T, D]` | the MLP's output |
+//! | `blocks.{l}.hook_resid_post` | `[B, T, D]` | the residual stream leaving block `l` |
+//! | `ln_final.hook_normalized` | `[B, T, D]` | the final LayerNorm at every position (the logits read the last `F`) |
+//!
+//! The hooked pass uses the reference form of the attention's normalisation and value network
+//! (`ops::reference`), so that the pattern, the hidden units and `z` exist as tensors that a hook
+//! may replace; everything else runs in the model's [`crate::Ops`]. Its logits equal those of
+//! [`Transformer::forward`] up to float32 rounding (tested to 1e-5), and exactly when no hook
+//! replaces anything and the model runs [`crate::Ops::Reference`].
+
+use candle_core::Tensor;
+
+use crate::error::{ModelError, Result};
+use crate::mixer::ValueNetwork;
+use crate::nn::position::relative_position_bias;
+use crate::ops::reference::normalise;
+use crate::transformer::Transformer;
+use crate::Config;
+
+/// What runs at the hook points of [`Transformer::run_with_hooks`].
+pub trait HookFn {
+    /// Whether the hook wants the activation `name` (the pass skips the others at no cost).
+    fn wants(&self, name: &str) -> bool;
+
+    /// Called with the activation `name` (its shape in the module table); returns a tensor of the
+    /// same shape, dtype and device to replace it, or `None` to leave it.
+    ///
+    /// # Errors
+    /// Whatever the hook reports; the pass stops with it.
+    fn call(&mut self, name: &str, value: &Tensor) -> Result<Option<Tensor>>;
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters without a `.`
+/// (`blocks.*.hook_resid_post`, `blocks.0.attn.*`) and `**` for any run at all.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some((b'*', rest)) => {
+                let (any, rest) = match rest.split_first() {
+                    Some((b'*', r)) => (true, r),
+                    _ => (false, rest),
+                };
+                (0..=n.len())
+                    .take_while(|&i| any || !n[..i].contains(&b'.'))
+                    .any(|i| go(rest, &n[i..]))
+            }
+            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
+/// The hook points of a model with `config`, in the order the pass reaches them.
+pub fn hook_names(config: &Config) -> Vec<String> {
+    let mut v = vec!["hook_embed".to_string()];
+    let hidden = config.mixer.value_network() != ValueNetwork::Default;
+    for l in 0..config.n_layers {
+        let b = format!("blocks.{l}.");
+        v.push(format!("{b}hook_resid_pre"));
+        v.push(format!("{b}ln1.hook_normalized"));
+        for s in [
+            "hook_q",
+            "hook_k",
+            "hook_v",
+            "hook_attn_scores",
+            "hook_pattern",
+        ] {
+            v.push(format!("{b}attn.{s}"));
+        }
+        if hidden {
+            v.push(format!("{b}attn.hook_value_hidden"));
+        }
+        v.push(format!("{b}attn.hook_z"));
+        v.push(format!("{b}hook_attn_out"));
+        for s in [
+            "hook_resid_mid",
+            "ln2.hook_normalized",
+            "mlp.hook_pre",
+            "mlp.hook_post",
+            "hook_mlp_out",
+            "hook_resid_post",
+        ] {
+            v.push(format!("{b}{s}"));
+        }
+    }
+    v.push("ln_final.hook_normalized".into());
+    v
+}
+
+/// The hook points of `config` that match any of `patterns`, in pass order.
+///
+/// # Errors
+/// [`ModelError::Input`] naming a pattern that matches no hook point (with the list of names).
+pub fn select_hooks(config: &Config, patterns: &[String]) -> Result<Vec<String>> {
+    let names = hook_names(config);
+    for p in patterns {
+        if !names.iter().any(|n| matches(p, n)) {
+            return Err(ModelError::Input(format!(
+                "hook pattern `{p}` matches no hook point of this model (`*` matches one name \
+                 part): {} ...",
+                names[..names.len().min(16)].join(", ")
+            )));
+        }
+    }
+    Ok(names
+        .into_iter()
+        .filter(|n| patterns.iter().any(|p| matches(p, n)))
+        .collect())
+}
+
+/// A [`HookFn`] that keeps a copy of every activation whose name is in `names` (a cache).
+#[derive(Debug, Clone, Default)]
+pub struct Cache {
+    names: Vec<String>,
+    /// The captured activations, in pass order.
+    pub values: Vec<(String, Tensor)>,
+}
+
+impl Cache {
+    /// A cache of the hook points `names` (e.g. from [`select_hooks`]).
+    pub fn new(names: Vec<String>) -> Cache {
+        Cache {
+            names,
+            values: Vec::new(),
+        }
+    }
+
+    /// The captured activation `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.values.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+}
+
+impl HookFn for Cache {
+    fn wants(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+
+    fn call(&mut self, name: &str, value: &Tensor) -> Result<Option<Tensor>> {
+        self.values.push((name.to_string(), value.clone()));
+        Ok(None)
+    }
+}
+
+/// Runs `hooks` at `name` on `value` when it wants it; a replacement must keep the shape.
+fn at(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
+    if !hooks.wants(name) {
+        return Ok(value);
+    }
+    match hooks.call(name, &value)? {
+        None => Ok(value),
+        Some(new) if new.dims() == value.dims() && new.dtype() == value.dtype() => Ok(new),
+        Some(new) => Err(ModelError::Input(format!(
+            "the hook at {name} returned {:?} {:?} for an activation of {:?} {:?}",
+            new.dims(),
+            new.dtype(),
+            value.dims(),
+            value.dtype()
+        ))),
+    }
+}
+
+/// [`at`] for a tensor held as `[B, H, T, d]` whose hook shape is `[B, T, H, d]`.
+fn at_heads(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
+    if !hooks.wants(name) {
+        return Ok(value);
+    }
+    let seen = value.transpose(1, 2)?.contiguous()?;
+    let out = at(hooks, name, seen)?;
+    Ok(out.transpose(1, 2)?.contiguous()?)
+}
+
+impl Transformer {
+    /// The forward pass with a hook at every hook point (module docs): returns the logits
+    /// `[B, F, d_out]` computed from whatever the hooks left or put in place.
+    ///
+    /// # Shapes
+    /// `x [B, T, d_in]` as [`Transformer::forward`].
+    ///
+    /// # Errors
+    /// As [`Transformer::forward`]; a hook's error; [`ModelError::Input`] for a replacement of
+    /// another shape or dtype (naming the hook).
+    pub fn run_with_hooks(&self, x: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
+        let cfg = self.config().clone();
+        // The input check of the ordinary pass.
+        let (bsz, t, _) = x.dims3().map_err(|_| {
+            ModelError::Input(format!(
+                "input must be [batch >= 1, {}, {}] f32, got {:?}",
+                cfg.n_tokens,
+                cfg.d_in,
+                x.dims()
+            ))
+        })?;
+        if t != cfg.n_tokens || x.dims()[2] != cfg.d_in || bsz == 0 {
+            return Err(ModelError::Input(format!(
+                "input must be [batch >= 1, {}, {}] f32, got {:?}",
+                cfg.n_tokens,
+                cfg.d_in,
+                x.dims()
+            )));
+        }
+        let ops = self.ops();
+        let mut h = at(hooks, "hook_embed", self.embed.forward(ops, x)?)?;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let b = format!("blocks.{l}.");
+            h = at(hooks, &format!("{b}hook_resid_pre"), h)?;
+            let x1 = match &block.ln1 {
+                Some(ln) => at(
+                    hooks,
+                    &format!("{b}ln1.hook_normalized"),
+                    ln.forward(ops, &h)?,
+                )?,
+                None => h.clone(),
+            };
+            let a = &block.attn;
+            let (n_heads, d, dm) = a.w_o.dims3()?;
+            let q = at_heads(
+                hooks,
+                &format!("{b}attn.hook_q"),
+                ops.project_heads(&x1, &a.w_q, &a.b_q)?,
+            )?;
+            let k = at_heads(
+                hooks,
+                &format!("{b}attn.hook_k"),
+                ops.project_heads(&x1, &a.w_k, &a.b_k)?,
+            )?;
+            let v = at_heads(
+                hooks,
+                &format!("{b}attn.hook_v"),
+                ops.project_heads(&x1, &a.w_v, &a.b_v)?,
+            )?;
+            let mut scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+            if let Some(table) = &a.rel_pos {
+                scores =
+                    ops.add_leading(&scores, &relative_position_bias(table, self.buckets())?)?;
+            }
+            let scores = at(hooks, &format!("{b}attn.hook_attn_scores"), scores)?;
+            let pattern = normalise(ops, &scores, a.mixer.normalisation(), self.mask())?;
+            let pattern = at(hooks, &format!("{b}attn.hook_pattern"), pattern)?;
+            let z = match a.mixer.value_network() {
+                ValueNetwork::Default => pattern
+                    .matmul(&v.contiguous()?)?
+                    .transpose(1, 2)?
+                    .contiguous()?,
+                net => {
+                    // hidden[b, q, k, :] = act(sum_h a[b, h, q, k] v[b, h, k, :])
+                    let a_kqh = pattern.permute((0, 3, 2, 1))?.contiguous()?;
+                    let v_khd = v.transpose(1, 2)?.contiguous()?;
+                    let hidden = a_kqh.matmul(&v_khd)?; // [B, K, Q, d]
+                    let hidden = if net == ValueNetwork::MlpRelu {
+                        hidden.relu()?
+                    } else {
+                        hidden
+                    };
+                    let hidden = at(
+                        hooks,
+                        &format!("{b}attn.hook_value_hidden"),
+                        hidden.transpose(1, 2)?.contiguous()?,
+                    )?; // [B, Q, K, d]
+                        // z[b, q, h, :] = sum_k a[b, h, q, k] hidden[b, q, k, :]
+                    let a_qhk = pattern.transpose(1, 2)?.contiguous()?;
+                    a_qhk.matmul(&hidden)?
+                }
+            };
+            let z = at(hooks, &format!("{b}attn.hook_z"), z)?;
+            let attn_out = ops.linear(
+                &z.reshape((bsz, t, n_heads * d))?,
+                &a.w_o.reshape((n_heads * d, dm))?,
+                &a.b_o,
+            )?;
+            let attn_out = at(hooks, &format!("{b}hook_attn_out"), attn_out)?;
+            h = (h + attn_out)?;
+            if let Some(mlp) = &block.mlp {
+                h = at(hooks, &format!("{b}hook_resid_mid"), h)?;
+                let x2 = match &block.ln2 {
+                    Some(ln) => at(
+                        hooks,
+                        &format!("{b}ln2.hook_normalized"),
+                        ln.forward(ops, &h)?,
+                    )?,
+                    None => h.clone(),
+                };
+                let pre = at(
+                    hooks,
+                    &format!("{b}mlp.hook_pre"),
+                    mlp.input.forward(ops, &x2)?,
+                )?;
+                let post = at(hooks, &format!("{b}mlp.hook_post"), ops.gelu_tanh(&pre)?)?;
+                let out = at(
+                    hooks,
+                    &format!("{b}hook_mlp_out"),
+                    mlp.output.forward(ops, &post)?,
+                )?;
+                h = (h + out)?;
+            }
+            h = at(hooks, &format!("{b}hook_resid_post"), h)?;
+        }
+        let normed = at(
+            hooks,
+            "ln_final.hook_normalized",
+            self.ln_final.forward(ops, &h)?,
+        )?;
+        let last = normed.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;
+        self.unembed.forward(ops, &last)
+    }
+
+    /// [`Transformer::run_with_hooks`] with a [`Cache`] of the hook points matching `patterns`:
+    /// the logits and the activations by name, in pass order.
+    ///
+    /// # Errors
+    /// As [`select_hooks`] and [`Transformer::run_with_hooks`].
+    pub fn run_with_cache(
+        &self,
+        x: &Tensor,
+        patterns: &[String],
+    ) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+        let mut cache = Cache::new(select_hooks(self.config(), patterns)?);
+        let logits = self.run_with_hooks(x, &mut cache)?;
+        Ok((logits, cache.values))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_name_parts() {
+        assert!(matches(
+            "blocks.*.hook_resid_post",
+            "blocks.3.hook_resid_post"
+        ));
+        assert!(!matches(
+            "blocks.*.hook_resid_post",
+            "blocks.3.attn.hook_resid_post"
+        ));
+        assert!(matches("blocks.0.attn.*", "blocks.0.attn.hook_q"));
+        assert!(!matches("blocks.0.attn.*", "blocks.0.hook_attn_out"));
+        assert!(matches("**hook_pattern", "blocks.12.attn.hook_pattern"));
+        assert!(matches("hook_embed", "hook_embed"));
+        assert!(!matches("hook_embed", "hook_embed2"));
+        assert!(matches("*", "hook_embed") && !matches("*", "blocks.0.hook_resid_pre"));
+    }
+}
