@@ -13,6 +13,7 @@ mod util;
 
 mod analyze;
 mod attention;
+mod cache;
 mod circuits;
 mod cli;
 mod corpus;

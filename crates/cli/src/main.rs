@@ -69,6 +69,9 @@ enum Command {
     /// Circuits from the weights and patterns of a token language model: OV copying scores,
     /// Q/K/V composition with a random baseline, induction and previous-token heads, figures.
     Circuits(Box<commands::circuits::CircuitsArgs>),
+    /// Activations of hook points (TransformerLens names, e.g. `blocks.*.hook_resid_post`) over a
+    /// problem set, one array per hook, to a .npz file.
+    Cache(Box<commands::cache::CacheArgs>),
     /// Many training runs from one spec: plan them, run them here or on Slurm, follow them.
     #[command(subcommand)]
     Sweep(commands::sweep::SweepCommand),
@@ -87,6 +90,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Attention(a) => commands::attention::run(a),
         Command::Circuits(a) => commands::circuits::run(*a),
         Command::Sweep(c) => commands::sweep::run(c),
+        Command::Cache(a) => commands::cache::run(*a),
     }
 }
 

@@ -4,12 +4,14 @@
 //! sequences labelled by the task's terms ([`extract_logic`]). This is the only crate that sees both candle tensors and
 //! host arrays.
 
+pub mod cache;
 pub mod error;
 pub mod extract;
 pub mod logic;
 pub mod npz_stream;
 pub mod site;
 
+pub use cache::{cache_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{

@@ -19,7 +19,7 @@ use super::tasks::{SampleArgs, SetArg};
 
 /// The logic set a `--set` names: `id` the training tasks, `ood` the held-out pairs of known terms,
 /// `unknown` the pairs of unknown terms.
-fn logic_set(set: SetArg) -> LogicSet {
+pub(crate) fn logic_set(set: SetArg) -> LogicSet {
     match set {
         SetArg::Id => LogicSet::Train,
         SetArg::Ood => LogicSet::Test,
@@ -125,7 +125,7 @@ pub fn sample_to_file(args: &SampleArgs) -> Result<String> {
 }
 
 /// The settings a logic checkpoint was trained with (its `train_state.json`, else `train.json`).
-fn run_settings(checkpoint: &Path) -> Result<TrainSettings> {
+pub(crate) fn run_settings(checkpoint: &Path) -> Result<TrainSettings> {
     hyperlens_train::run_settings(checkpoint).with_context(|| {
         format!(
             "{}: a logic checkpoint needs its run files for the task's terms and split",
@@ -139,7 +139,7 @@ fn run_settings(checkpoint: &Path) -> Result<TrainSettings> {
 ///
 /// # Errors
 /// A differing `--split` without `--other-split`; a split that is not `seed{N}`.
-fn resolve_split(
+pub(crate) fn resolve_split(
     p: &super::common::ProblemArgs,
     settings: &TrainSettings,
     checkpoint: &Path,

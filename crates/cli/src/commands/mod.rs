@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod attention;
+pub mod cache;
 pub mod circuits;
 pub mod common;
 pub mod eval;

@@ -1,0 +1,150 @@
+//! Streaming activation caches: the activations of selected hook points
+//! ([`hyperlens_model::hooks`], TransformerLens names) over a problem set, written to one `.npz`
+//! array per hook, batch axis first, with memory bounded by the batch (TransformerLens's
+//! `run_with_cache`, for a whole data set).
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use hyperlens_model::hooks::{select_hooks, Cache};
+use hyperlens_model::Transformer;
+
+use crate::error::{ProbeError, Result};
+use crate::npz_stream::{ArrayId, NpyDtype, NpzStream};
+
+/// What [`cache_activations`] caches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheParams {
+    /// Hook-name patterns (`blocks.*.hook_resid_post`; `*` matches one name part, `**` anything).
+    pub hooks: Vec<String>,
+    /// Positions kept along each hook's position axis (the query axis of the scores and the
+    /// pattern), in this order; `None` keeps every position.
+    pub positions: Option<Vec<usize>>,
+}
+
+/// What [`cache_activations`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheSummary {
+    /// Problems cached.
+    pub n: usize,
+    /// Each array written: the hook's name and its shape (`logits` last).
+    pub arrays: Vec<(String, Vec<usize>)>,
+}
+
+/// The axis of a hook's positions: the query axis (2) of `[B, H, Q, K]` scores and patterns, else
+/// axis 1.
+pub fn position_axis(hook: &str) -> usize {
+    if hook.ends_with("hook_attn_scores") || hook.ends_with("hook_pattern") {
+        2
+    } else {
+        1
+    }
+}
+
+/// Runs `model` with a cache of the hooks matching `params.hooks` on every batch of `batches`
+/// (which must hold `n_problems` inputs in all) and streams the activations to `out` (`.npz`):
+/// one float32 array per hook, named by the hook, `[N, ...]` with the positions of
+/// `params.positions` along [`position_axis`], plus `logits` `[N, F, d_out]`.
+///
+/// # Shapes
+/// Each batch `[B, T, d_in]` float32 on the model's device.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for a pattern that matches no hook, an empty or out-of-range
+/// position list, batches that do not add up to `n_problems`; model and I/O errors. On error no
+/// output file is left behind.
+pub fn cache_activations<I, P>(
+    model: &Transformer,
+    batches: I,
+    n_problems: usize,
+    params: &CacheParams,
+    out: &Path,
+    mut progress: P,
+) -> Result<CacheSummary>
+where
+    I: IntoIterator<Item = Result<Tensor>>,
+    P: FnMut(usize),
+{
+    let cfg = model.config().clone();
+    let names = select_hooks(&cfg, &params.hooks)
+        .map_err(|e| ProbeError::InvalidInput(format!("--hooks: {e}")))?;
+    if let Some(pos) = &params.positions {
+        if pos.is_empty() || pos.iter().any(|&p| p >= cfg.n_tokens) {
+            return Err(ProbeError::InvalidInput(format!(
+                "--positions {pos:?}: give at least one position below the model's {} tokens",
+                cfg.n_tokens
+            )));
+        }
+    }
+    if n_problems == 0 {
+        return Err(ProbeError::InvalidInput("no problem to cache".into()));
+    }
+    let device = model.device().clone();
+    let index = params
+        .positions
+        .as_ref()
+        .map(|p| {
+            Tensor::from_vec(
+                p.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                p.len(),
+                &device,
+            )
+        })
+        .transpose()?;
+    let mut stream: Option<(NpzStream, Vec<ArrayId>)> = None;
+    let mut arrays: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut done = 0usize;
+    for batch in batches {
+        let x = batch?;
+        let b = x.dims().first().copied().unwrap_or(0);
+        if b == 0 {
+            continue;
+        }
+        if done + b > n_problems {
+            return Err(ProbeError::InvalidInput(format!(
+                "the batches hold more than the announced {n_problems} problems"
+            )));
+        }
+        let mut cache = Cache::new(names.clone());
+        let logits = model.run_with_hooks(&x, &mut cache)?;
+        let mut values: Vec<(String, Tensor)> = Vec::with_capacity(cache.values.len() + 1);
+        for (name, t) in cache.values {
+            let t = match &index {
+                Some(ix) => t.index_select(ix, position_axis(&name))?,
+                None => t,
+            };
+            values.push((name, t));
+        }
+        values.push(("logits".into(), logits));
+        let (s, ids) = match &mut stream {
+            Some(open) => open,
+            None => {
+                let mut s = NpzStream::create(out)?;
+                let mut ids = Vec::with_capacity(values.len());
+                for (name, t) in &values {
+                    let mut shape = t.dims().to_vec();
+                    shape[0] = n_problems;
+                    ids.push(s.add_array(name, NpyDtype::F32, &shape)?);
+                    arrays.push((name.clone(), shape));
+                }
+                stream.insert((s, ids))
+            }
+        };
+        for ((_, t), id) in values.iter().zip(ids.iter()) {
+            let data: Vec<f32> = t.flatten_all()?.to_vec1()?;
+            s.append_f32(*id, &data)?;
+        }
+        done += b;
+        progress(done);
+    }
+    if done != n_problems {
+        return Err(ProbeError::InvalidInput(format!(
+            "the batches held {done} problems, not the announced {n_problems}"
+        )));
+    }
+    let Some((s, _)) = stream else {
+        return Err(ProbeError::InvalidInput("no problem to cache".into()));
+    };
+    s.finish()?;
+    Ok(CacheSummary { n: done, arrays })
+}

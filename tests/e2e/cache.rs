@@ -1,0 +1,104 @@
+//! `hyperlens cache`: the activations of hook points (TransformerLens names) over a problem set,
+//! one array per hook; the pattern at the paper's site equals the latent codes `probe` extracts
+//! from the ordinary forward pass, and the logits those of `eval --save-logits`.
+
+use ndarray::{s as sl, ArrayD};
+
+use crate::util::{array, hyperlens, json, s, sraven_checkpoint, tempdir};
+use hyperlens_model::Mixer;
+
+#[test]
+fn cached_patterns_are_the_probes_latent_codes() {
+    let tmp = tempdir();
+    let ck = tmp.path().join("ck");
+    sraven_checkpoint(&ck, Mixer::Hyla, 3);
+    let acts = tmp.path().join("acts.npz");
+    let common = [
+        "--split",
+        "paper-seed0",
+        "--set",
+        "ood",
+        "--n",
+        "37",
+        "--seed",
+        "2",
+        "--unpermuted",
+    ];
+    let mut args = vec!["cache", "--checkpoint", s(&ck)];
+    args.extend(common);
+    args.extend([
+        "--hooks",
+        "blocks.*.attn.hook_pattern,hook_embed",
+        "--positions",
+        "35",
+        "--batch",
+        "10",
+        "--out",
+        s(&acts),
+    ]);
+    let out = hyperlens(&args);
+    assert!(out.success().contains("37 problems"), "{}", out.success());
+    let codes = tmp.path().join("codes.npz");
+    let mut args = vec!["probe", "--checkpoint", s(&ck)];
+    args.extend(common);
+    args.extend(["--site", "paper", "--out", s(&codes)]);
+    hyperlens(&args).success();
+    let probe: ArrayD<f32> = array(&codes, "codes"); // [N, L, H, 1, 2]
+    let n_layers = probe.shape()[1];
+    for l in 0..n_layers {
+        let pattern: ArrayD<f32> = array(&acts, &format!("blocks.{l}.attn.hook_pattern"));
+        assert_eq!(pattern.shape()[..3], [37, probe.shape()[2], 1]);
+        for (k, key) in [27usize, 31].into_iter().enumerate() {
+            let a = pattern.slice(sl![.., .., 0, key]);
+            let b = probe.slice(sl![.., l, .., 0, k]);
+            let d = a
+                .iter()
+                .zip(b.iter())
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(d < 1e-5, "layer {l} key {key}: {d}");
+        }
+    }
+    let embed: ArrayD<f32> = array(&acts, "hook_embed");
+    assert_eq!(embed.shape()[..2], [37, 1]);
+    let side = json(&tmp.path().join("acts.json"));
+    assert_eq!(side["source"]["set"], "ood");
+    assert_eq!(side["arrays"]["logits"], serde_json::json!([37, 4, 8]));
+    let names = hyperlens(&["cache", "--checkpoint", s(&ck), "--list-hooks"])
+        .success()
+        .to_owned();
+    assert!(
+        names
+            .lines()
+            .any(|l| l == "blocks.0.attn.hook_value_hidden"),
+        "{names}"
+    );
+}
+
+#[test]
+fn cache_errors_name_the_hook_or_position() {
+    let tmp = tempdir();
+    let ck = tmp.path().join("ck");
+    sraven_checkpoint(&ck, Mixer::Softmax, 4);
+    let out = tmp.path().join("a.npz");
+    let base = [
+        "cache",
+        "--checkpoint",
+        s(&ck),
+        "--split",
+        "paper-seed0",
+        "--n",
+        "4",
+        "--out",
+        s(&out),
+    ];
+    let mut a = base.to_vec();
+    a.extend(["--hooks", "blocks.*.attn.hook_value_hidden"]);
+    // Softmax has no value network: the pattern matches nothing.
+    hyperlens(&a).failure(&["`blocks.*.attn.hook_value_hidden`", "matches no hook point"]);
+    let mut a = base.to_vec();
+    a.extend(["--hooks", "hook_embed", "--positions", "99"]);
+    hyperlens(&a).failure(&["--positions [99]"]);
+    assert!(!out.exists());
+    hyperlens(&["cache", "--checkpoint", s(&ck), "--out", s(&out)]).usage_error(&["--hooks"]);
+}
