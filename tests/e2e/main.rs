@@ -20,6 +20,7 @@ mod corpus;
 mod eval;
 mod import;
 mod info;
+mod patch;
 mod probe;
 mod report;
 mod sweep;

@@ -72,6 +72,9 @@ enum Command {
     /// Activations of hook points (TransformerLens names, e.g. `blocks.*.hook_resid_post`) over a
     /// problem set, one array per hook, to a .npz file.
     Cache(Box<commands::cache::CacheArgs>),
+    /// Interventions through the hook points: `patch heads` ablates each attention head in turn.
+    #[command(subcommand)]
+    Patch(commands::patch::PatchCommand),
     /// Many training runs from one spec: plan them, run them here or on Slurm, follow them.
     #[command(subcommand)]
     Sweep(commands::sweep::SweepCommand),
@@ -91,6 +94,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Circuits(a) => commands::circuits::run(*a),
         Command::Sweep(c) => commands::sweep::run(c),
         Command::Cache(a) => commands::cache::run(*a),
+        Command::Patch(c) => commands::patch::run(c),
     }
 }
 

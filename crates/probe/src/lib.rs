@@ -4,6 +4,7 @@
 //! sequences labelled by the task's terms ([`extract_logic`]). This is the only crate that sees both candle tensors and
 //! host arrays.
 
+pub mod ablation;
 pub mod cache;
 pub mod error;
 pub mod extract;
@@ -11,6 +12,7 @@ pub mod logic;
 pub mod npz_stream;
 pub mod site;
 
+pub use ablation::{ablation_csv, head_ablation, Ablation, AblationReport, HeadAblation};
 pub use cache::{cache_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};

@@ -203,3 +203,88 @@ fn manifest_dir() -> std::path::PathBuf {
         std::path::PathBuf::from,
     )
 }
+
+/// Head ablation at `hook_z` against an independent construction: zeroing head h's output equals
+/// zeroing its rows of `W_O` in the weights (`attn_out = sum_h z_h W_O[h] + b_O`); mean ablation
+/// over a single problem (its own mean) changes nothing.
+#[test]
+fn zero_ablation_equals_removing_the_heads_output_weights() {
+    use hyperlens_model::{checkpoint, Config};
+    use hyperlens_probe::{head_ablation, Ablation};
+    let cfg = Config {
+        n_layers: 2,
+        d_model: 24,
+        n_heads: 3,
+        d_head: 4,
+        d_mlp: 16,
+        ..Config::sraven_base(Mixer::Hyla)
+    };
+    let (model, _) = Transformer::init(&cfg, 11, &Device::Cpu).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let problems = sample(&split, Set::Ood, 40, 3, false).unwrap();
+    let mut source = || -> Box<dyn Iterator<Item = hyperlens_probe::Result<_>> + '_> {
+        Box::new(
+            (0..40)
+                .step_by(16)
+                .map(|s| Ok(problems.slice(s, (s + 16).min(40)))),
+        )
+    };
+    let mut passes = Vec::new();
+    let r = head_ablation(&model, &mut source, Ablation::Zero, |d, t| {
+        passes.push((d, t))
+    })
+    .unwrap();
+    assert_eq!(passes.last(), Some(&(7, 7)));
+    assert_eq!(r.heads.len(), 6);
+    let base = hyperlens_model::evaluate(&model, &problems, 40).unwrap();
+    assert!((r.base.loss - base.loss).abs() < 1e-5);
+    let tmp = tempfile::tempdir().unwrap();
+    for h in &r.heads {
+        let tensors: Vec<(String, candle_core::Tensor)> = model
+            .named_tensors()
+            .iter()
+            .cloned()
+            .map(|(n, t)| {
+                if n == format!("blocks.{}.attn.W_O", h.layer) {
+                    let keep: Vec<f32> = (0..cfg.n_heads)
+                        .map(|i| if i == h.head { 0.0 } else { 1.0 })
+                        .collect();
+                    let mask =
+                        candle_core::Tensor::from_vec(keep, (cfg.n_heads, 1, 1), &Device::Cpu)
+                            .unwrap();
+                    (n, t.broadcast_mul(&mask).unwrap())
+                } else {
+                    (n, t)
+                }
+            })
+            .collect();
+        let dir = tmp.path().join(format!("L{}H{}", h.layer, h.head));
+        checkpoint::save(&dir, &cfg, &tensors).unwrap();
+        let edited = Transformer::load(&dir, &Device::Cpu).unwrap();
+        let m = hyperlens_model::evaluate(&edited, &problems, 40).unwrap();
+        assert!(
+            (m.loss - h.loss).abs() < 1e-5 && m.accuracy == h.accuracy,
+            "L{}H{}: {} / {} vs {} / {}",
+            h.layer,
+            h.head,
+            m.loss,
+            m.accuracy,
+            h.loss,
+            h.accuracy
+        );
+    }
+    assert!(r.heads.iter().any(|h| (h.loss - r.base.loss).abs() > 1e-4));
+    let one = problems.slice(0, 1);
+    let mut single = || -> Box<dyn Iterator<Item = hyperlens_probe::Result<_>> + '_> {
+        Box::new(std::iter::once(Ok(one.clone())))
+    };
+    let r = head_ablation(&model, &mut single, Ablation::Mean, |_, _| {}).unwrap();
+    for h in &r.heads {
+        assert!(
+            (h.loss - r.base.loss).abs() < 1e-5,
+            "L{}H{}",
+            h.layer,
+            h.head
+        );
+    }
+}

@@ -9,6 +9,7 @@ pub mod eval;
 pub mod import;
 pub mod info;
 pub mod logic_sets;
+pub mod patch;
 pub mod probe;
 pub mod report;
 pub mod sweep;

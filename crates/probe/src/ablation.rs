@@ -1,0 +1,237 @@
+//! Head ablation: the model's SRAVEN accuracy and loss with one attention head knocked out at a
+//! time, at its output before `W_O` (`blocks.{l}.attn.hook_z`), replaced by zero or by its mean
+//! over the problem set at each position (TransformerLens's zero and mean ablation;
+//! `hyperlens_model::hooks`).
+
+use candle_core::{Device, Tensor};
+use hyperlens_model::eval::{batch_tensor, EvalMetrics, MetricsAccumulator};
+use hyperlens_model::hooks::{Cache, HookFn};
+use hyperlens_model::Transformer;
+use hyperlens_tasks::sraven::ProblemSet;
+use ndarray::Array3;
+use serde::Serialize;
+
+use crate::error::{ProbeError, Result};
+
+/// What replaces an ablated head's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ablation {
+    /// Zero.
+    Zero,
+    /// Its mean over the problem set, per position (`[T, d]` for the head).
+    Mean,
+}
+
+impl std::str::FromStr for Ablation {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "zero" => Ok(Ablation::Zero),
+            "mean" => Ok(Ablation::Mean),
+            other => Err(format!(
+                "unknown ablation `{other}` (expected zero or mean)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Ablation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ablation::Zero => "zero",
+            Ablation::Mean => "mean",
+        })
+    }
+}
+
+/// The model's metrics with one head ablated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeadAblation {
+    /// The layer.
+    pub layer: usize,
+    /// The head.
+    pub head: usize,
+    /// Accuracy (all features right) with the head ablated.
+    pub accuracy: f64,
+    /// Cross-entropy (nats) with the head ablated.
+    pub loss: f64,
+}
+
+/// The result of [`head_ablation`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AblationReport {
+    /// Zero or mean ablation.
+    pub ablation: Ablation,
+    /// The model's metrics without ablation.
+    pub base: EvalMetrics,
+    /// One entry per (layer, head), layer-major.
+    pub heads: Vec<HeadAblation>,
+}
+
+/// Replaces head `head`'s slice of `z` `[B, T, H, d]` by `fill` (`[T, d]` broadcast over the
+/// batch).
+struct AblateHead<'a> {
+    name: String,
+    head: usize,
+    fill: &'a Tensor,
+}
+
+impl HookFn for AblateHead<'_> {
+    fn wants(&self, name: &str) -> bool {
+        name == self.name
+    }
+
+    fn call(&mut self, _: &str, z: &Tensor) -> hyperlens_model::Result<Option<Tensor>> {
+        let (b, t, h, d) = z.dims4()?;
+        let fill = self
+            .fill
+            .reshape((1, t, 1, d))?
+            .broadcast_as((b, t, 1, d))?;
+        let mut parts = Vec::with_capacity(3);
+        if self.head > 0 {
+            parts.push(z.narrow(2, 0, self.head)?);
+        }
+        parts.push(fill.contiguous()?);
+        if self.head + 1 < h {
+            parts.push(z.narrow(2, self.head + 1, h - self.head - 1)?);
+        }
+        Ok(Some(Tensor::cat(&parts, 2)?))
+    }
+}
+
+/// A source of problem batches that can be streamed again: each call starts a new pass.
+pub type Problems<'a> = dyn FnMut() -> Box<dyn Iterator<Item = Result<ProblemSet>> + 'a> + 'a;
+
+/// Accuracy and loss of `model` over the batches `problems` yields, with `hooks` in the pass.
+fn metrics<'a>(
+    model: &Transformer,
+    problems: &mut Problems<'a>,
+    hooks: &mut dyn HookFn,
+) -> Result<EvalMetrics> {
+    let cfg = model.config();
+    let mut acc = MetricsAccumulator::new(cfg.n_outputs);
+    for b in problems() {
+        let b = b?;
+        let x = batch_tensor(&b.x, model.device())?;
+        let logits = model.run_with_hooks(&x, hooks)?;
+        let v: Vec<f32> = logits.flatten_all()?.to_vec1()?;
+        let logits = Array3::from_shape_vec((b.len(), cfg.n_outputs, cfg.d_out), v)
+            .map_err(|e| ProbeError::InvalidInput(format!("logits shape: {e}")))?;
+        acc.add(logits.view(), b.y.view())?;
+    }
+    Ok(acc.finish())
+}
+
+/// Ablates every head of `model` in turn (`ablation` at `blocks.{l}.attn.hook_z`) and measures
+/// accuracy and loss over the SRAVEN problems that `problems()` streams (called once per pass: the
+/// baseline, the mean for mean ablation, then one pass per head), so memory is bounded by the
+/// batch. `progress(done, total)` counts the passes.
+///
+/// # Shapes
+/// Each batch: `x [B, T, M]`, `y [B, F]`, matching the model.
+///
+/// # Errors
+/// The stream's errors; an empty stream; model errors.
+pub fn head_ablation<'a>(
+    model: &Transformer,
+    problems: &mut Problems<'a>,
+    ablation: Ablation,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<AblationReport> {
+    let cfg = model.config().clone();
+    let (l_n, h_n, d, t) = (cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.n_tokens);
+    let total = 1 + usize::from(ablation == Ablation::Mean) + l_n * h_n;
+    let mut done = 0;
+    let base = metrics(model, problems, &mut Cache::default())?;
+    if base.n == 0 {
+        return Err(ProbeError::InvalidInput(
+            "no problem to ablate heads on".into(),
+        ));
+    }
+    done += 1;
+    progress(done, total);
+    // Per layer, the fill `[H, T, d]`: zeros, or the mean of z over the problems.
+    let device: Device = model.device().clone();
+    let fills: Vec<Tensor> = match ablation {
+        Ablation::Zero => (0..l_n)
+            .map(|_| Tensor::zeros((h_n, t, d), candle_core::DType::F32, &device))
+            .collect::<candle_core::Result<_>>()?,
+        Ablation::Mean => {
+            let names: Vec<String> = (0..l_n)
+                .map(|l| format!("blocks.{l}.attn.hook_z"))
+                .collect();
+            let mut sums: Vec<Option<Tensor>> = vec![None; l_n];
+            let mut n = 0usize;
+            for b in problems() {
+                let b = b?;
+                let x = batch_tensor(&b.x, &device)?;
+                let mut cache = Cache::new(names.clone());
+                model.run_with_hooks(&x, &mut cache)?;
+                for (l, (_, z)) in cache.values.iter().enumerate() {
+                    let s = z.sum(0)?; // [T, H, d]
+                    sums[l] = Some(match sums[l].take() {
+                        Some(acc) => (acc + s)?,
+                        None => s,
+                    });
+                }
+                n += b.len();
+            }
+            done += 1;
+            progress(done, total);
+            sums.into_iter()
+                .map(|s| {
+                    let s = s.ok_or_else(|| {
+                        ProbeError::InvalidInput("no problem to average over".into())
+                    })?;
+                    Ok((s / n as f64)?.transpose(0, 1)?.contiguous()?) // [H, T, d]
+                })
+                .collect::<Result<_>>()?
+        }
+    };
+    let mut heads = Vec::with_capacity(l_n * h_n);
+    for (l, fill) in fills.iter().enumerate() {
+        for h in 0..h_n {
+            let head_fill = fill.get(h)?; // [T, d]
+            let mut hook = AblateHead {
+                name: format!("blocks.{l}.attn.hook_z"),
+                head: h,
+                fill: &head_fill,
+            };
+            let m = metrics(model, problems, &mut hook)?;
+            heads.push(HeadAblation {
+                layer: l,
+                head: h,
+                accuracy: m.accuracy,
+                loss: m.loss,
+            });
+            done += 1;
+            progress(done, total);
+        }
+    }
+    Ok(AblationReport {
+        ablation,
+        base,
+        heads,
+    })
+}
+
+/// `head_ablation.csv`: `layer,head,label,accuracy,loss,delta_accuracy,delta_loss` (deltas: ablated
+/// minus the model's own), one row per head.
+pub fn ablation_csv(r: &AblationReport) -> String {
+    let mut s = String::from("layer,head,label,accuracy,loss,delta_accuracy,delta_loss\n");
+    for h in &r.heads {
+        s.push_str(&format!(
+            "{},{},L{}H{},{:.6},{:.6},{:.6},{:.6}\n",
+            h.layer,
+            h.head,
+            h.layer,
+            h.head,
+            h.accuracy,
+            h.loss,
+            h.accuracy - r.base.accuracy,
+            h.loss - r.base.loss
+        ));
+    }
+    s
+}

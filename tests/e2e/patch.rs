@@ -1,0 +1,69 @@
+//! `hyperlens patch heads`: every head ablated in turn; the table has one row per head, its deltas
+//! are the ablated metrics minus the model's own (which `eval` measures on the same problems).
+
+use crate::util::{hyperlens, json, s, sraven_checkpoint, tempdir, Csv};
+use hyperlens_model::Mixer;
+
+#[test]
+fn head_ablation_writes_one_row_per_head() {
+    let tmp = tempdir();
+    let ck = tmp.path().join("ck");
+    sraven_checkpoint(&ck, Mixer::Softmax, 5);
+    let out = tmp.path().join("patch");
+    let src = [
+        "--split",
+        "paper-seed0",
+        "--set",
+        "ood",
+        "--n",
+        "24",
+        "--seed",
+        "1",
+    ];
+    let mut args = vec![
+        "patch",
+        "heads",
+        "--checkpoint",
+        s(&ck),
+        "--ablation",
+        "zero",
+    ];
+    args.extend(src);
+    args.extend(["--batch", "10", "--out", s(&out)]);
+    let r = hyperlens(&args);
+    assert!(r.success().contains("without ablation"), "{}", r.success());
+    let csv = Csv::read(&out.join("head_ablation.csv"));
+    let summary = json(&out.join("head_ablation.json"));
+    let base = summary["report"]["base"]["accuracy"].as_f64().unwrap();
+    let base_loss = summary["report"]["base"]["loss"].as_f64().unwrap();
+    let mut eval = vec!["eval", "--checkpoint", s(&ck), "--json"];
+    eval.extend(src);
+    let e: serde_json::Value = serde_json::from_str(hyperlens(&eval).success().trim()).unwrap();
+    assert!(
+        (e["loss"].as_f64().unwrap() - base_loss).abs() < 1e-5,
+        "{e}"
+    );
+    let labels = csv.strings("label");
+    let (layers, heads) = (crate::util::TINY_LAYERS, crate::util::TINY_HEADS);
+    assert_eq!(labels.len(), layers * heads);
+    assert_eq!(labels[heads + 1], "L1H1");
+    for ((acc, d), loss) in csv
+        .column("accuracy")
+        .iter()
+        .zip(csv.column("delta_accuracy"))
+        .zip(csv.column("delta_loss"))
+    {
+        assert!((acc - base - d).abs() < 2e-6 && loss.is_finite());
+    }
+    assert!(out.join("head_ablation.png").is_file());
+    let mut bad = vec![
+        "patch",
+        "heads",
+        "--checkpoint",
+        s(&ck),
+        "--ablation",
+        "half",
+    ];
+    bad.extend(["--out", s(&out)]);
+    hyperlens(&bad).usage_error(&["unknown ablation `half`"]);
+}
