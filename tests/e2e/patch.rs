@@ -67,3 +67,51 @@ fn head_ablation_writes_one_row_per_head() {
     bad.extend(["--out", s(&out)]);
     hyperlens(&bad).usage_error(&["unknown ablation `half`"]);
 }
+
+#[test]
+fn the_transplant_table_has_four_kinds_per_layer_and_an_exact_identity() {
+    let tmp = tempdir();
+    let ck = tmp.path().join("ck");
+    sraven_checkpoint(&ck, Mixer::Hyla, 6);
+    let out = tmp.path().join("tp");
+    let args = [
+        "patch",
+        "transplant",
+        "--checkpoint",
+        s(&ck),
+        "--split",
+        "paper-seed0",
+        "--n",
+        "48",
+        "--batch",
+        "16",
+        "--out",
+        s(&out),
+    ];
+    let r = hyperlens(&args);
+    assert!(
+        r.success()
+            .contains("identity transplant: largest logit change 0.0e0"),
+        "{}",
+        r.success()
+    );
+    let csv = Csv::read(&out.join("transplant.csv"));
+    let kinds = csv.strings("kind");
+    assert_eq!(kinds.len(), 4 * crate::util::TINY_LAYERS);
+    assert_eq!(kinds[..4], ["mean_id", "off_row", "random", "identity"]);
+    for (i, k) in kinds.iter().enumerate() {
+        let n = csv.column("n")[i];
+        let sum =
+            csv.column("to_donor")[i] + csv.column("elsewhere")[i] + csv.column("unchanged")[i];
+        assert_eq!(sum, n, "row {i}");
+        if *k == "identity" {
+            assert_eq!(csv.column("max_logit_change")[i], 0.0);
+            assert_eq!(csv.column("unchanged")[i], 48.0);
+        }
+    }
+    assert_eq!(json(&out.join("transplant.json"))["slot"], 3);
+    assert!(out.join("transplant.png").is_file());
+    let mut bad = args.to_vec();
+    bad.extend(["--slot", "4"]);
+    hyperlens(&bad).failure(&["--slot 4"]);
+}

@@ -11,6 +11,7 @@ pub mod extract;
 pub mod logic;
 pub mod npz_stream;
 pub mod site;
+pub mod transplant;
 
 pub use ablation::{ablation_csv, head_ablation, Ablation, AblationReport, HeadAblation};
 pub use cache::{cache_activations, CacheParams, CacheSummary};
@@ -21,3 +22,4 @@ pub use logic::{
     LogicProbeSummary, LogicSite,
 };
 pub use site::{Selection, Site};
+pub use transplant::{latent_transplant, transplant_csv, TransplantRow};

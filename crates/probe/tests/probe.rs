@@ -288,3 +288,37 @@ fn zero_ablation_equals_removing_the_heads_output_weights() {
         );
     }
 }
+
+/// The transplant's controls behave: the identity transplant leaves the logits exactly, and
+/// another rule's code, or a random one, at any layer moves them.
+#[test]
+fn transplants_move_the_logits_and_the_identity_does_not() {
+    use hyperlens_model::Config;
+    use hyperlens_probe::latent_transplant;
+    let cfg = Config {
+        n_layers: 3,
+        d_model: 24,
+        n_heads: 4,
+        d_head: 4,
+        d_mlp: 16,
+        ..Config::sraven_base(Mixer::Hyla)
+    };
+    let (model, _) = Transformer::init(&cfg, 12, &Device::Cpu).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let id = sample(&split, Set::Id, 96, 1, true).unwrap();
+    let ood = sample(&split, Set::Ood, 40, 2, true).unwrap();
+    let rows = latent_transplant(&model, &id, &ood, 3, 16, 0).unwrap();
+    assert_eq!(rows.len(), 4 * 3);
+    for r in &rows {
+        match r.kind.as_str() {
+            "identity" => {
+                assert_eq!(r.max_logit_change, 0.0, "layer {}", r.layer);
+                assert_eq!((r.unchanged, r.n), (40, 40));
+            }
+            kind => assert!(r.max_logit_change > 1e-6, "{kind} layer {}: {r:?}", r.layer),
+        }
+        assert_eq!(r.to_donor + r.elsewhere + r.unchanged, r.n);
+    }
+    let permuted = sample(&split, Set::Ood, 8, 2, false).unwrap();
+    assert!(latent_transplant(&model, &id, &permuted, 3, 16, 0).is_err());
+}

@@ -1,0 +1,419 @@
+//! The causal test of the hypernetwork view (Schug et al. 2025): does the latent code *specify* the
+//! operation the value network applies? On an OOD SRAVEN problem whose answer slot follows rule r,
+//! the code at the site (query `32 + slot`; keys `24 + slot` and `28 + slot`, the slot's tokens in
+//! the answer's row) of one layer is replaced by a donor, the mean in-distribution code of another
+//! rule r', and the predicted answer value is read:
+//!
+//! - **to the donor**: it becomes the value rule r' gives on this problem's own context (the answer
+//!   row's first two values, and for distribute-three the first row's three values);
+//! - **elsewhere**: it changes to something else;
+//! - **unchanged**.
+//!
+//! Pairs where r' gives no value from the given panels (e.g. constant when the row's two values
+//! differ, a progression whose step they do not show, distribute-three when the first row does not
+//! hold both values), or gives the original answer or the model's own prediction (a change could not
+//! be seen), are left out and counted as `excluded`.
+//!
+//! Controls: the identity transplant (the problem's own code: the logits must not change), a random
+//! code of the same norm as the problem's own code, and the same donor put at the keys of the slot
+//! in the first row (`slot`, `4 + slot`), outside the answer's row.
+
+use candle_core::Tensor;
+use hyperlens_model::eval::batch_tensor;
+use hyperlens_model::hooks::HookFn;
+use hyperlens_model::Transformer;
+use hyperlens_tasks::sraven::{ProblemSet, Rule};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::error::{ProbeError, Result};
+
+/// The value `rule` gives for the answer of a row whose first two values are `a`, `b` (values mod
+/// `m`), with `row0` the first row's three values (distribute-three); `None` where the rule is not
+/// defined from these panels.
+pub fn answer_under(rule: Rule, row0: [u8; 3], a: u8, b: u8, m: usize) -> Option<u8> {
+    if rule == Rule::DistributeThree {
+        let distinct = row0[0] != row0[1] && row0[1] != row0[2] && row0[0] != row0[2];
+        if !distinct || a == b || !row0.contains(&a) || !row0.contains(&b) {
+            return None;
+        }
+        return row0.iter().copied().find(|v| *v != a && *v != b);
+    }
+    rule.complete_row(a, b, m)
+}
+
+/// One row of the result: a layer and a kind of transplant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransplantRow {
+    /// The layer whose code was replaced.
+    pub layer: usize,
+    /// `mean_id` (the donor rule's mean ID code at the answer row), `off_row` (the same donor at the
+    /// first row's keys), `random` (a random code of the own code's norm), `identity` (the own code).
+    pub kind: String,
+    /// (problem, donor) pairs scored.
+    pub n: usize,
+    /// Pairs whose prediction became the donor rule's answer (`mean_id`, `off_row` only).
+    pub to_donor: usize,
+    /// Pairs whose prediction changed to another value.
+    pub elsewhere: usize,
+    /// Pairs whose prediction did not change.
+    pub unchanged: usize,
+    /// Pairs left out (donor rule undefined on the panels, or giving the original answer or the
+    /// model's own prediction).
+    pub excluded: usize,
+    /// Largest absolute change of any logit of the slot (the identity transplant's must be ~0).
+    pub max_logit_change: f64,
+}
+
+/// Replaces `pattern[b, :, q, keys[j]]` by `codes[b, :, j]` at one layer.
+struct Transplant<'a> {
+    name: String,
+    query: usize,
+    keys: [usize; 2],
+    /// `[B, H, 2]`.
+    codes: &'a Tensor,
+}
+
+impl HookFn for Transplant<'_> {
+    fn wants(&self, name: &str) -> bool {
+        name == self.name
+    }
+
+    fn call(&mut self, _: &str, p: &Tensor) -> hyperlens_model::Result<Option<Tensor>> {
+        let (b, h, t, _) = p.dims4()?;
+        let dev = p.device();
+        // mask [1, 1, T, T]: 1 at (q, k1) and (q, k2); fill [B, H, T, T]: the codes there.
+        let mut m = vec![0f32; t * t];
+        for &k in &self.keys {
+            m[self.query * t + k] = 1.0;
+        }
+        let mask = Tensor::from_vec(m, (1, 1, t, t), dev)?;
+        let codes: Vec<f32> = self.codes.flatten_all()?.to_vec1()?;
+        let mut fill = vec![0f32; b * h * t * t];
+        for bi in 0..b {
+            for hi in 0..h {
+                for (j, &k) in self.keys.iter().enumerate() {
+                    fill[((bi * h + hi) * t + self.query) * t + k] = codes[(bi * h + hi) * 2 + j];
+                }
+            }
+        }
+        let fill = Tensor::from_vec(fill, (b, h, t, t), dev)?;
+        let keep = (1.0 - &mask)?;
+        Ok(Some((p.broadcast_mul(&keep)? + fill)?))
+    }
+}
+
+/// The codes `[B, H, 2]` at (`query`, `keys`) of layer `l`'s pattern, from the hooked pass (the
+/// pass the transplants run in, so that the identity transplant is exact).
+fn site_codes(
+    model: &Transformer,
+    x: &Tensor,
+    l: usize,
+    query: usize,
+    keys: [usize; 2],
+) -> Result<Tensor> {
+    let name = format!("blocks.{l}.attn.hook_pattern");
+    let (_, cache) = model.run_with_cache(x, std::slice::from_ref(&name))?;
+    let p = cache
+        .into_iter()
+        .next()
+        .map(|(_, t)| t)
+        .ok_or_else(|| ProbeError::InvalidInput(format!("no {name} in the cache")))?;
+    let a = p.narrow(2, query, 1)?.squeeze(2)?; // [B, H, T]
+    let idx = Tensor::from_vec(
+        keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
+        2,
+        x.device(),
+    )?;
+    Ok(a.contiguous()?.index_select(&idx, 2)?)
+}
+
+/// Logits of the slot `[B, C]` of a hooked pass.
+fn slot_logits(
+    model: &Transformer,
+    x: &Tensor,
+    hooks: &mut dyn HookFn,
+    slot: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let logits = model.run_with_hooks(x, hooks)?; // [B, F, C]
+    let s = logits.narrow(1, slot, 1)?.squeeze(1)?;
+    Ok(s.to_vec2()?)
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i)
+}
+
+/// Runs the causal test (module docs) of `model` on the OOD problems `ood`, with the donors' mean
+/// codes from the in-distribution problems `id` (both unpermuted, so that slot `slot` is the same
+/// feature in every panel), layer by layer, in batches of `batch`; `seed` draws the random codes.
+///
+/// # Shapes
+/// `id.x`, `ood.x` `[N, T, M]` as the model reads them.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for permuted problems, a slot outside the answer, an empty set or a
+/// zero batch; model errors.
+pub fn latent_transplant(
+    model: &Transformer,
+    id: &ProblemSet,
+    ood: &ProblemSet,
+    slot: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<Vec<TransplantRow>> {
+    let cfg = model.config().clone();
+    let f = cfg.n_outputs;
+    let m = cfg.d_in;
+    if slot >= f || batch == 0 || id.is_empty() || ood.is_empty() {
+        return Err(ProbeError::InvalidInput(format!(
+            "--slot {slot} (of {f}), --batch {batch}, {} ID and {} OOD problems: give a slot below {f}, a positive batch and both sets",
+            id.len(),
+            ood.len()
+        )));
+    }
+    let identity = |s: &ProblemSet| {
+        s.perms.as_ref().is_none_or(|p| {
+            p.outer_iter().all(|pp| {
+                pp.outer_iter()
+                    .all(|r| r.iter().enumerate().all(|(i, &v)| v == i as i64))
+            })
+        })
+    };
+    if !identity(id) || !identity(ood) {
+        return Err(ProbeError::InvalidInput(
+            "the transplant needs unpermuted problems (slot f is feature f in every panel)".into(),
+        ));
+    }
+    let t = cfg.n_tokens;
+    let query = t - f + slot;
+    let answer_row = [4 * 6 + slot, 4 * 7 + slot];
+    let first_row = [slot, 4 + slot];
+    let device = model.device().clone();
+    // The value of slot `slot` in panel p, per OOD problem.
+    let value = |i: usize, p: usize| -> u8 {
+        ood.x
+            .slice(ndarray::s![i, 4 * p + slot, ..])
+            .iter()
+            .position(|&v| v > 0.5)
+            .unwrap_or(0) as u8
+    };
+    let mut rows = Vec::new();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    for l in 0..cfg.n_layers {
+        // Mean ID code [H, 2] per rule of the slot.
+        let mut sums: Vec<Option<(Vec<f32>, usize)>> = vec![None; Rule::COUNT];
+        for s in (0..id.len()).step_by(batch) {
+            let part = id.slice(s, s + batch);
+            let x = batch_tensor(&part.x, &device)?;
+            let codes: Vec<Vec<Vec<f32>>> =
+                site_codes(model, &x, l, query, answer_row)?.to_vec3()?;
+            for (i, c) in codes.iter().enumerate() {
+                let r = part.rules[[i, slot]] as usize;
+                let flat: Vec<f32> = c.iter().flatten().copied().collect();
+                let e = sums[r].get_or_insert_with(|| (vec![0.0; flat.len()], 0));
+                for (a, b) in e.0.iter_mut().zip(&flat) {
+                    *a += b;
+                }
+                e.1 += 1;
+            }
+        }
+        let means: Vec<Option<Vec<f32>>> = sums
+            .into_iter()
+            .map(|s| s.map(|(v, n)| v.into_iter().map(|x| x / n as f32).collect()))
+            .collect();
+        let h = cfg.n_heads;
+        let name = format!("blocks.{l}.attn.hook_pattern");
+        let tally = |kind: &str| TransplantRow {
+            layer: l,
+            kind: kind.into(),
+            n: 0,
+            to_donor: 0,
+            elsewhere: 0,
+            unchanged: 0,
+            excluded: 0,
+            max_logit_change: 0.0,
+        };
+        let (mut mean_id, mut off_row, mut random, mut ident) = (
+            tally("mean_id"),
+            tally("off_row"),
+            tally("random"),
+            tally("identity"),
+        );
+        for s in (0..ood.len()).step_by(batch) {
+            let part = ood.slice(s, s + batch);
+            let b = part.len();
+            let x = batch_tensor(&part.x, &device)?;
+            let base = slot_logits(model, &x, &mut hyperlens_model::Cache::default(), slot)?;
+            let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
+            let own = site_codes(model, &x, l, query, answer_row)?; // [B, H, 2]
+                                                                    // Identity: the own code.
+            let mut hook = Transplant {
+                name: name.clone(),
+                query,
+                keys: answer_row,
+                codes: &own,
+            };
+            let got = slot_logits(model, &x, &mut hook, slot)?;
+            for (i, (g, o)) in got.iter().zip(&base).enumerate() {
+                let d = g
+                    .iter()
+                    .zip(o)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                ident.max_logit_change = ident.max_logit_change.max(f64::from(d));
+                ident.n += 1;
+                if argmax(g) == pred[i] {
+                    ident.unchanged += 1;
+                } else {
+                    ident.elsewhere += 1;
+                }
+            }
+            // Random codes with the own code's norm.
+            let own_v: Vec<Vec<Vec<f32>>> = own.to_vec3()?;
+            let mut rand_codes = Vec::with_capacity(b * h * 2);
+            for c in &own_v {
+                let norm: f32 = c.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
+                let r: Vec<f32> = (0..h * 2).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
+                let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+                rand_codes.extend(r.iter().map(|v| v / rn * norm));
+            }
+            let rand_t = Tensor::from_vec(rand_codes, (b, h, 2), &device)?;
+            let mut hook = Transplant {
+                name: name.clone(),
+                query,
+                keys: answer_row,
+                codes: &rand_t,
+            };
+            let got = slot_logits(model, &x, &mut hook, slot)?;
+            for (i, g) in got.iter().enumerate() {
+                let d = g
+                    .iter()
+                    .zip(&base[i])
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                random.max_logit_change = random.max_logit_change.max(f64::from(d));
+                random.n += 1;
+                if argmax(g) == pred[i] {
+                    random.unchanged += 1;
+                } else {
+                    random.elsewhere += 1;
+                }
+            }
+            // Donors: every other rule's mean ID code, at the answer row and at the first row.
+            for (donor, code) in means.iter().enumerate() {
+                let Some(code) = code else { continue };
+                let donor_rule = Rule::from_index(donor)?;
+                let codes = Tensor::from_vec(code.clone(), (1, h, 2), &device)?
+                    .broadcast_as((b, h, 2))?
+                    .contiguous()?;
+                for (keys, row) in [(answer_row, &mut mean_id), (first_row, &mut off_row)] {
+                    let mut hook = Transplant {
+                        name: name.clone(),
+                        query,
+                        keys,
+                        codes: &codes,
+                    };
+                    let got = slot_logits(model, &x, &mut hook, slot)?;
+                    for (i, g) in got.iter().enumerate() {
+                        let own_rule = part.rules[[i, slot]] as usize;
+                        if own_rule == donor {
+                            continue;
+                        }
+                        let pi = s + i;
+                        let row0 = [value(pi, 0), value(pi, 1), value(pi, 2)];
+                        let expect = answer_under(donor_rule, row0, value(pi, 6), value(pi, 7), m);
+                        let original = part.y[[i, slot]] as usize;
+                        // Left out: undefined, or indistinguishable from no change (the original
+                        // answer, or what the model predicted already).
+                        let Some(expect) = expect
+                            .map(usize::from)
+                            .filter(|&e| e != original && e != pred[i])
+                        else {
+                            row.excluded += 1;
+                            continue;
+                        };
+                        let d = g
+                            .iter()
+                            .zip(&base[i])
+                            .map(|(a, b)| (a - b).abs())
+                            .fold(0f32, f32::max);
+                        row.max_logit_change = row.max_logit_change.max(f64::from(d));
+                        row.n += 1;
+                        let p = argmax(g);
+                        if p == expect {
+                            row.to_donor += 1;
+                        } else if p == pred[i] {
+                            row.unchanged += 1;
+                        } else {
+                            row.elsewhere += 1;
+                        }
+                    }
+                }
+            }
+        }
+        rows.extend([mean_id, off_row, random, ident]);
+    }
+    Ok(rows)
+}
+
+/// `transplant.csv`: `layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`.
+pub fn transplant_csv(rows: &[TransplantRow]) -> String {
+    let mut s = String::from(
+        "layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change\n",
+    );
+    for r in rows {
+        let frac = |k: usize| {
+            if r.n > 0 {
+                k as f64 / r.n as f64
+            } else {
+                f64::NAN
+            }
+        };
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{:.6},{:.6},{:e}\n",
+            r.layer,
+            r.kind,
+            r.n,
+            r.to_donor,
+            r.elsewhere,
+            r.unchanged,
+            r.excluded,
+            frac(r.to_donor),
+            frac(r.to_donor + r.elsewhere),
+            r.max_logit_change
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_under_each_rule_follow_the_rows() {
+        let row0 = [2, 5, 7];
+        assert_eq!(answer_under(Rule::Constant, row0, 3, 3, 8), Some(3));
+        assert_eq!(answer_under(Rule::Constant, row0, 3, 4, 8), None);
+        assert_eq!(answer_under(Rule::Addition, row0, 6, 5, 8), Some(3));
+        assert_eq!(answer_under(Rule::Subtraction, row0, 1, 3, 8), Some(6));
+        assert_eq!(
+            answer_under(Rule::from_index(1).unwrap(), row0, 7, 0, 8),
+            Some(1)
+        );
+        assert_eq!(
+            answer_under(Rule::from_index(1).unwrap(), row0, 7, 1, 8),
+            None
+        );
+        assert_eq!(answer_under(Rule::DistributeThree, row0, 7, 2, 8), Some(5));
+        assert_eq!(answer_under(Rule::DistributeThree, row0, 7, 3, 8), None);
+        assert_eq!(
+            answer_under(Rule::DistributeThree, [2, 2, 7], 7, 2, 8),
+            None
+        );
+    }
+}
