@@ -2,8 +2,8 @@
 
 use crate::util::hyperlens;
 
-/// The ten subcommands, in the order of `--help`.
-const SUBCOMMANDS: [&str; 10] = [
+/// The thirteen subcommands, in the order of `--help`.
+const SUBCOMMANDS: [&str; 13] = [
     "tasks",
     "import",
     "info",
@@ -14,6 +14,9 @@ const SUBCOMMANDS: [&str; 10] = [
     "analyze",
     "attention",
     "circuits",
+    "cache",
+    "patch",
+    "sweep",
 ];
 
 #[test]

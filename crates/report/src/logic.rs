@@ -459,7 +459,7 @@ fn training_text(rows: &[MetricsRow]) -> String {
 }
 
 /// The figures of one logic checkpoint: term decoding per layer, the two projections (written by
-/// [`analyse_logic_checkpoint`]) and the training curves; and the sentence said instead of the
+/// `analyse_logic_checkpoint`) and the training curves; and the sentence said instead of the
 /// training figure when there is no log.
 ///
 /// # Errors

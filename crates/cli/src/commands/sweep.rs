@@ -41,7 +41,7 @@ pub enum SweepCommand {
 /// Arguments of `sweep plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The spec file (TOML: [base], [axes], [sweep]).
+    /// The spec file (TOML: `[base]`, `[axes]`, `[sweep]`).
     pub spec: PathBuf,
     /// The sweep directory (created; must be new, empty, or hold the same plan).
     #[arg(long)]
@@ -335,6 +335,13 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
     loop {
         while running.len() < a.jobs {
             let Some(index) = queue.next() else { break };
+            // Another executor may have taken the job since the queue was made.
+            if JobLock::is_held(dir, index) {
+                bar.suspend(|| {
+                    let _ = outln!("job {index} is running in another process; skipped");
+                });
+                continue;
+            }
             let log = logs.join(format!("job-{index}.log"));
             let file = std::fs::OpenOptions::new()
                 .create(true)
@@ -385,10 +392,16 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
                 bar.suspend(|| {
                     let _ = outln!("job {index} finished in {secs:.1} s");
                 });
+            } else if JobLock::is_held(dir, index) {
+                // It lost the race for the job's lock: another process runs the job.
+                bar.suspend(|| {
+                    let _ = outln!("job {index} is running in another process; skipped");
+                });
             } else {
-                // A job killed before it could record its end still says `running`.
-                if let Some(mut r) =
-                    JobRecord::read(dir, index).filter(|r| r.status == JobStatus::Running)
+                // A job killed before it could record its end still says `running` (unless
+                // another process holds the job now: then the record is that process's).
+                if let Some(mut r) = JobRecord::read(dir, index)
+                    .filter(|r| r.status == JobStatus::Running && !JobLock::is_held(dir, index))
                 {
                     r.status = JobStatus::Failed;
                     r.ended_unix = Some(hyperlens_sweep::state::now_unix());

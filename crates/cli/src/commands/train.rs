@@ -517,8 +517,9 @@ pub(crate) fn train_together(
         }
     }
     if let Some(step) = stopped {
+        let what = if runs.len() > 1 { " the group" } else { "" };
         let _ = outln!(
-            "stopped at step {step} of {steps}; continue with: hyperlens train --out {} --resume",
+            "stopped at step {step} of {steps}; continue{what} with: hyperlens train --out {} --resume",
             out.display()
         );
     }
