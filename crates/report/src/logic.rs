@@ -364,8 +364,9 @@ fn r2_text(v: Option<f64>) -> String {
         .map_or_else(|| "-".into(), |v| format!("{v:.3}"))
 }
 
-/// `45,000 of 50,000`, or `50,000`; `?` when not recorded.
-fn steps_text(steps: Option<Steps>) -> String {
+/// `45,000 of 50,000` for a run stopped before the end of its schedule, or `50,000`; `?` when not
+/// recorded.
+pub(crate) fn steps_text(steps: Option<Steps>) -> String {
     match steps {
         None => "?".into(),
         Some(s) => match s.planned.filter(|&p| p > s.done) {

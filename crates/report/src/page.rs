@@ -4,7 +4,7 @@
 
 use crate::doc::{Document, FigureRef};
 use crate::evaluate::Entry;
-use crate::text::{all_layers, count, majority, md_escape, pct, thousands};
+use crate::text::{all_layers, count, majority, md_escape, pct};
 use crate::verdict::{at_chance, best_layer_cell};
 use crate::{paper, ReportParams};
 
@@ -23,13 +23,7 @@ pub struct LogicPart<'a> {
 /// `156,250`, or `30,000 of 48,000` for a run stopped before the end of its schedule; `?` when
 /// not recorded.
 pub fn steps_text(e: &Entry) -> String {
-    match e.steps {
-        None => "?".into(),
-        Some(s) => match s.planned.filter(|&p| p > s.done) {
-            Some(p) => format!("{} of {}", thousands(s.done), thousands(p)),
-            None => thousands(s.done),
-        },
-    }
+    crate::logic::steps_text(e.steps)
 }
 
 /// The whole page.
