@@ -59,12 +59,13 @@ fn value_text(v: &serde_json::Value) -> String {
 }
 
 /// The fields of a run's settings that define its group, as `train`'s flag names with `_`, in a
-/// fixed order: the common ones, then those of its task.
+/// fixed order: `source=hyperlens` (imported checkpoints have `source=imported`), the common ones,
+/// then those of its task.
 pub fn key_fields(s: &TrainSettings) -> Vec<(String, String)> {
     let Ok(serde_json::Value::Object(map)) = serde_json::to_value(s) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
+    let mut out = vec![("source".to_string(), "hyperlens".to_string())];
     for (k, v) in &map {
         if NOT_IN_KEY.contains(&k.as_str()) || v.is_object() {
             continue;
@@ -130,11 +131,13 @@ pub fn metric_names(task: &str, n_layers: usize) -> Vec<String> {
     v
 }
 
-/// The key of a checkpoint without training settings: its mixer and who trained it.
+/// The key of a checkpoint without training settings: its mixer, `source=imported`, and who
+/// trained it.
 fn imported_key(dir: &Path, mixer: &str, task: &str) -> Vec<(String, String)> {
     vec![
         ("task".into(), task.into()),
         ("mixer".into(), mixer.into()),
+        ("source".into(), "imported".into()),
         (
             "trained_by".into(),
             RunInfo::read(dir)
@@ -283,11 +286,15 @@ impl Aggregate {
             if of_task.is_empty() {
                 continue;
             }
+            // A setting varies when the groups that have it disagree on it (a setting only some
+            // groups have, such as an imported checkpoint's `trained_by`, does not vary by that).
             let mut varying: Vec<String> = Vec::new();
             for g in &of_task {
                 for (k, v) in &g.key {
                     if !varying.contains(k)
-                        && of_task.iter().any(|o| o.setting(k) != Some(v.as_str()))
+                        && of_task
+                            .iter()
+                            .any(|o| o.setting(k).is_some_and(|w| w != v.as_str()))
                     {
                         varying.push(k.clone());
                     }
@@ -699,5 +706,48 @@ mod tests {
             .next()
             .unwrap()
             .contains(",1,b0,0.300000,,1,0.200000,,1"));
+    }
+
+    #[test]
+    fn settings_only_some_groups_have_do_not_label_them() {
+        let key = |mixer: &str, source: &str, extra: Option<(&str, &str)>| {
+            let mut k = vec![
+                ("task".to_string(), "sraven".to_string()),
+                ("mixer".to_string(), mixer.to_string()),
+                ("source".to_string(), source.to_string()),
+            ];
+            if let Some((a, b)) = extra {
+                k.push((a.to_string(), b.to_string()));
+            }
+            k
+        };
+        let p = |name: &str, k: Vec<(String, String)>| RunPoint {
+            name: name.into(),
+            task: "sraven".into(),
+            key: k,
+            seed: None,
+            metrics: vec![("ood_acc".into(), 0.5)],
+        };
+        let agg = Aggregate::new(vec![
+            p(
+                "jax-hyla",
+                key("hyla", "imported", Some(("trained_by", "JAX"))),
+            ),
+            p("hl-hyla", key("hyla", "hyperlens", Some(("steps", "100")))),
+            p(
+                "hl-softmax",
+                key("softmax", "hyperlens", Some(("steps", "100"))),
+            ),
+        ]);
+        let labels: Vec<&str> = agg.groups.iter().map(|g| g.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "mixer=hyla, source=imported",
+                "mixer=hyla, source=hyperlens",
+                "mixer=softmax, source=hyperlens"
+            ]
+        );
+        assert!(!agg.has_replicates());
     }
 }

@@ -236,6 +236,9 @@ pub(crate) fn analyse_logic_checkpoint(
         &TsneParams {
             seed: params.seed,
             perplexity: tsne_perplexity,
+            // Exact gradients: bhtsne draws its Barnes-Hut tree with an unseeded generator, so only
+            // theta = 0 gives the same embedding on every run (and the report the same bytes).
+            theta: 0.0,
             ..TsneParams::default()
         },
     )?;
