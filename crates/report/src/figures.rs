@@ -278,44 +278,97 @@ fn training_figure(e: &Entry, out: &Path) -> Result<std::result::Result<FigureRe
             )));
         }
     };
-    let series = |f: fn(&MetricsRow) -> Option<f64>| -> (Vec<f64>, Vec<f64>) {
-        rows.iter()
+    let curves = TrainingLog {
+        rows,
+        loss: &[
+            ("train loss", |r| r.train_loss),
+            ("ID loss", |r| r.id_loss),
+            ("OOD loss", |r| r.ood_loss),
+        ],
+        metric: &[
+            ("ID accuracy", |r| r.id_acc),
+            ("OOD accuracy", |r| r.ood_acc),
+        ],
+        metric_label: "accuracy",
+    };
+    let fig = training_curves_figure(
+        out,
+        &e.name,
+        &curves,
+        "training curves",
+        "Training curves: loss and ID / OOD accuracy (all features right) against the step".into(),
+        training_text(rows),
+    )?;
+    Ok(fig.ok_or_else(|| {
+        format!("No training curves: `{METRICS_FILE}` holds no loss or accuracy value.")
+    }))
+}
+
+/// A curve's legend name with its steps and values.
+type NamedSeries = (&'static str, (Vec<f64>, Vec<f64>));
+
+/// A column of a training log: a curve's legend name and its value in a row.
+pub(crate) type LogColumn = (&'static str, fn(&MetricsRow) -> Option<f64>);
+
+/// The curves of a training log to draw: loss columns (left panel) and metric columns (right
+/// panel, on [0, 1]; values outside it, such as an early negative R², are drawn at its edge).
+pub(crate) struct TrainingLog<'a> {
+    /// The log's rows.
+    pub(crate) rows: &'a [MetricsRow],
+    /// Loss curves.
+    pub(crate) loss: &'a [LogColumn],
+    /// Metric curves.
+    pub(crate) metric: &'a [LogColumn],
+    /// The metric panel's axis label ("accuracy", "R²").
+    pub(crate) metric_label: &'a str,
+}
+
+/// Draws the training curves of `log` as `figures/{name}_training.png` (a log-scale loss axis
+/// when the loss spans more than a factor 20); `None` when the log holds no value of any column.
+///
+/// # Errors
+/// A figure that cannot be drawn or written.
+pub(crate) fn training_curves_figure(
+    out: &Path,
+    name: &str,
+    log: &TrainingLog<'_>,
+    short: &str,
+    caption: String,
+    text: String,
+) -> Result<Option<FigureRef>> {
+    let series = |f: fn(&MetricsRow) -> Option<f64>, clip: bool| -> (Vec<f64>, Vec<f64>) {
+        log.rows
+            .iter()
             .filter_map(|r| f(r).filter(|v| v.is_finite()).map(|v| (r.step as f64, v)))
+            .map(|(s, v)| (s, if clip { v.clamp(0.0, 1.0) } else { v }))
             .unzip()
     };
-    let train_loss = series(|r| r.train_loss);
-    let id_loss = series(|r| r.id_loss);
-    let ood_loss = series(|r| r.ood_loss);
-    let id_acc = series(|r| r.id_acc.map(|v| v.clamp(0.0, 1.0)));
-    let ood_acc = series(|r| r.ood_acc.map(|v| v.clamp(0.0, 1.0)));
-    fn curve<'a>(name: &str, (s, v): &'a (Vec<f64>, Vec<f64>)) -> Option<Curve<'a>> {
-        (!s.is_empty()).then(|| Curve {
-            name: name.to_string(),
-            steps: s.as_slice(),
-            values: v.as_slice(),
-        })
+    let loss_data: Vec<NamedSeries> = log
+        .loss
+        .iter()
+        .map(|(n, f)| (*n, series(*f, false)))
+        .collect();
+    let metric_data: Vec<NamedSeries> = log
+        .metric
+        .iter()
+        .map(|(n, f)| (*n, series(*f, true)))
+        .collect();
+    fn curves<'a>(data: &'a [NamedSeries]) -> Vec<Curve<'a>> {
+        data.iter()
+            .filter(|(_, (s, _))| !s.is_empty())
+            .map(|(n, (s, v))| Curve {
+                name: n.to_string(),
+                steps: s.as_slice(),
+                values: v.as_slice(),
+            })
+            .collect()
     }
-    let loss: Vec<Curve> = [
-        curve("train loss", &train_loss),
-        curve("ID loss", &id_loss),
-        curve("OOD loss", &ood_loss),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let accuracy: Vec<Curve> = [
-        curve("ID accuracy", &id_acc),
-        curve("OOD accuracy", &ood_acc),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if loss.is_empty() && accuracy.is_empty() {
-        return Ok(Err(format!(
-            "No training curves: `{METRICS_FILE}` holds no loss or accuracy value."
-        )));
+    let (loss, metric) = (curves(&loss_data), curves(&metric_data));
+    if loss.is_empty() && metric.is_empty() {
+        return Ok(None);
     }
-    let mut fig = TrainingCurves::new(&format!("{}: training curves", e.name), loss, accuracy);
+    let mut fig = TrainingCurves::new(&format!("{name}: training curves"), loss, metric);
+    fig.metric_label = log.metric_label.to_string();
     let (lo, hi) = fig
         .loss
         .iter()
@@ -324,13 +377,13 @@ fn training_figure(e: &Entry, out: &Path) -> Result<std::result::Result<FigureRe
             (a.min(v), b.max(v))
         });
     fig.log_loss = lo > 0.0 && hi / lo > 20.0;
-    Ok(Ok(save(
+    Ok(Some(save(
         out,
-        format!("figures/{}_training.png", e.name),
+        format!("figures/{name}_training.png"),
         &fig,
-        "training curves",
-        "Training curves: loss and ID / OOD accuracy (all features right) against the step".into(),
-        training_text(rows),
+        short,
+        caption,
+        text,
     )?))
 }
 

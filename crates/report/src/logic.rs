@@ -24,9 +24,7 @@ use hyperlens_tasks::logic::{
 use hyperlens_train::logic::evaluate_chunks;
 use hyperlens_train::metrics::MetricsRow;
 use hyperlens_train::{SetMetrics, TrainTask};
-use hyperlens_viz::{
-    save_png, Curve, LayerAccuracy, PcaScatter, Reference, ScatterPanel, Series, TrainingCurves,
-};
+use hyperlens_viz::{save_png, LayerAccuracy, PcaScatter, Reference, ScatterPanel, Series};
 use serde_json::json;
 
 use crate::discover::{name_of, training_of, RunInfo, Steps, Training};
@@ -580,66 +578,30 @@ fn save_figure<F: hyperlens_viz::Figure>(
 
 /// Loss (MSE) and R² curves of a logic training log (R² below 0, early in training, at 0).
 fn training_figure(e: &LogicEntry, rows: &[MetricsRow], out: &Path) -> Result<Option<FigureRef>> {
-    let series = |f: fn(&MetricsRow) -> Option<f64>| -> (Vec<f64>, Vec<f64>) {
-        rows.iter()
-            .filter_map(|r| f(r).filter(|v| v.is_finite()).map(|v| (r.step as f64, v)))
-            .unzip()
+    let log = crate::figures::TrainingLog {
+        rows,
+        loss: &[
+            ("train MSE", |r| r.train_loss),
+            ("ID MSE", |r| r.id_loss),
+            ("OOD MSE", |r| r.ood_loss),
+        ],
+        metric: &[
+            ("ID R²", |r| r.id_acc),
+            ("OOD R²", |r| r.ood_acc),
+            ("unknown-term R²", |r| {
+                r.extra.get("unknown").and_then(|(_, m)| *m)
+            }),
+        ],
+        metric_label: "R²",
     };
-    // R² below 0 (early in training) is drawn at 0: the panel's axis is [0, 1].
-    let clipped = |f: fn(&MetricsRow) -> Option<f64>| -> (Vec<f64>, Vec<f64>) {
-        let (s, v) = series(f);
-        (s, v.into_iter().map(|x| x.clamp(0.0, 1.0)).collect())
-    };
-    let train_loss = series(|r| r.train_loss);
-    let id_loss = series(|r| r.id_loss);
-    let ood_loss = series(|r| r.ood_loss);
-    let id_r2 = clipped(|r| r.id_acc);
-    let ood_r2 = clipped(|r| r.ood_acc);
-    let unknown_r2 = clipped(|r| r.extra.get("unknown").and_then(|(_, m)| *m));
-    fn curve<'a>(name: &str, (s, v): &'a (Vec<f64>, Vec<f64>)) -> Option<Curve<'a>> {
-        (!s.is_empty()).then(|| Curve {
-            name: name.to_string(),
-            steps: s.as_slice(),
-            values: v.as_slice(),
-        })
-    }
-    let loss: Vec<Curve> = [
-        curve("train MSE", &train_loss),
-        curve("ID MSE", &id_loss),
-        curve("OOD MSE", &ood_loss),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let r2: Vec<Curve> = [
-        curve("ID R²", &id_r2),
-        curve("OOD R²", &ood_r2),
-        curve("unknown-term R²", &unknown_r2),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if loss.is_empty() && r2.is_empty() {
-        return Ok(None);
-    }
-    let mut fig = TrainingCurves::new(&format!("{}: training curves", e.name), loss, r2);
-    fig.metric_label = "R²".into();
-    let (lo, hi) = fig
-        .loss
-        .iter()
-        .flat_map(|c| c.values.iter().copied())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(v), b.max(v))
-        });
-    fig.log_loss = lo > 0.0 && hi / lo > 20.0;
-    Ok(Some(save_figure(
+    crate::figures::training_curves_figure(
         out,
-        format!("figures/{}_training.png", e.name),
-        &fig,
+        &e.name,
+        &log,
         &format!("{}: training curves", e.name),
         "Training curves: MSE and the R² of the ID, OOD and unknown-term sets against the step (R² below 0 drawn at 0)".into(),
         training_text(rows),
-    )?))
+    )
 }
 
 /// The paragraphs setting the OOD R² beside Table A1: each mixer's number against the paper's,
