@@ -105,15 +105,17 @@ impl HookFn for Transplant<'_> {
 
 /// The codes `[B, H, 2]` at (`query`, `keys`) of layer `l`'s pattern, from the hooked pass (the
 /// pass the transplants run in, so that the identity transplant is exact).
+///
+/// Returns the pass's logits `[B, F, C]` with the codes.
 fn site_codes(
     model: &Transformer,
     x: &Tensor,
     l: usize,
     query: usize,
     keys: [usize; 2],
-) -> Result<Tensor> {
+) -> Result<(Tensor, Tensor)> {
     let name = format!("blocks.{l}.attn.hook_pattern");
-    let (_, cache) = model.run_with_cache(x, std::slice::from_ref(&name))?;
+    let (logits, cache) = model.run_with_cache(x, std::slice::from_ref(&name))?;
     let p = cache
         .into_iter()
         .next()
@@ -125,7 +127,7 @@ fn site_codes(
         2,
         x.device(),
     )?;
-    Ok(a.contiguous()?.index_select(&idx, 2)?)
+    Ok((logits, a.contiguous()?.index_select(&idx, 2)?))
 }
 
 /// Logits of the slot `[B, C]` of a hooked pass.
@@ -210,7 +212,7 @@ pub fn latent_transplant(
             let part = id.slice(s, s + batch);
             let x = batch_tensor(&part.x, &device)?;
             let codes: Vec<Vec<Vec<f32>>> =
-                site_codes(model, &x, l, query, answer_row)?.to_vec3()?;
+                site_codes(model, &x, l, query, answer_row)?.1.to_vec3()?;
             for (i, c) in codes.iter().enumerate() {
                 let r = part.rules[[i, slot]] as usize;
                 let flat: Vec<f32> = c.iter().flatten().copied().collect();
@@ -247,10 +249,11 @@ pub fn latent_transplant(
             let part = ood.slice(s, s + batch);
             let b = part.len();
             let x = batch_tensor(&part.x, &device)?;
-            let base = slot_logits(model, &x, &mut hyperlens_model::Cache::default(), slot)?;
+            // One plain hooked pass: the baseline logits and the own codes.
+            let (logits, own) = site_codes(model, &x, l, query, answer_row)?; // own [B, H, 2]
+            let base: Vec<Vec<f32>> = logits.narrow(1, slot, 1)?.squeeze(1)?.to_vec2()?;
             let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
-            let own = site_codes(model, &x, l, query, answer_row)?; // [B, H, 2]
-                                                                    // Identity: the own code.
+            // Identity: the own code.
             let mut hook = Transplant {
                 name: name.clone(),
                 query,
