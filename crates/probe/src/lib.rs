@@ -10,6 +10,7 @@ pub mod error;
 pub mod extract;
 pub mod logic;
 pub mod npz_stream;
+pub mod patching;
 pub mod site;
 pub mod transplant;
 
@@ -20,6 +21,10 @@ pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{
     describe_inputs, extract_logic, extract_logic_set, logic_set_name, GeneratedLogicSet,
     LogicProbeSummary, LogicSite,
+};
+pub use patching::{
+    activation_patching, direct_logit_attribution, dla_csv, feature_swap_pairs, patching_csv,
+    DlaReport, PatchPairs, PatchingReport,
 };
 pub use site::{Selection, Site};
 pub use transplant::{latent_transplant, transplant_csv, TransplantRow};

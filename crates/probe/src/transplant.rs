@@ -2,7 +2,8 @@
 //! operation the value network applies? On an OOD SRAVEN problem whose answer slot follows rule r,
 //! the code at the site (query `32 + slot`; keys `24 + slot` and `28 + slot`, the slot's tokens in
 //! the answer's row) of one layer is replaced by a donor, the mean in-distribution code of another
-//! rule r', and the predicted answer value is read:
+//! rule r' (or the code of one in-distribution problem of rule r', at the same site of that
+//! problem), and the predicted answer value is read:
 //!
 //! - **to the donor**: it becomes the value rule r' gives on this problem's own context (the answer
 //!   row's first two values, and for distribute-three the first row's three values);
@@ -27,6 +28,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::error::{ProbeError, Result};
+use crate::patching::unpermuted;
 
 /// The value `rule` gives for the answer of a row whose first two values are `a`, `b` (values mod
 /// `m`), with `row0` the first row's three values (distribute-three); `None` where the rule is not
@@ -47,12 +49,15 @@ pub fn answer_under(rule: Rule, row0: [u8; 3], a: u8, b: u8, m: usize) -> Option
 pub struct TransplantRow {
     /// The layer whose code was replaced.
     pub layer: usize,
-    /// `mean_id` (the donor rule's mean ID code at the answer row), `off_row` (the same donor at the
-    /// first row's keys), `random` (a random code of the own code's norm), `identity` (the own code).
+    /// `mean_id` (the donor rule's mean ID code at the answer row), `donor_problem` (the own code
+    /// of one ID problem of the donor rule, at the answer row), `off_row` (the mean donor code at
+    /// the first row's keys), `random` (a random code of the own code's norm), `identity` (the own
+    /// code).
     pub kind: String,
     /// (problem, donor) pairs scored.
     pub n: usize,
-    /// Pairs whose prediction became the donor rule's answer (`mean_id`, `off_row` only).
+    /// Pairs whose prediction became the donor rule's answer (`mean_id`, `donor_problem`,
+    /// `off_row` only).
     pub to_donor: usize,
     /// Pairs whose prediction changed to another value.
     pub elsewhere: usize,
@@ -177,15 +182,7 @@ pub fn latent_transplant(
             ood.len()
         )));
     }
-    let identity = |s: &ProblemSet| {
-        s.perms.as_ref().is_none_or(|p| {
-            p.outer_iter().all(|pp| {
-                pp.outer_iter()
-                    .all(|r| r.iter().enumerate().all(|(i, &v)| v == i as i64))
-            })
-        })
-    };
-    if !identity(id) || !identity(ood) {
+    if !unpermuted(id) || !unpermuted(ood) {
         return Err(ProbeError::InvalidInput(
             "the transplant needs unpermuted problems (slot f is feature f in every panel)".into(),
         ));
@@ -208,6 +205,8 @@ pub fn latent_transplant(
     for l in 0..cfg.n_layers {
         // Mean ID code [H, 2] per rule of the slot.
         let mut sums: Vec<Option<(Vec<f32>, usize)>> = vec![None; Rule::COUNT];
+        // Every ID problem's own code [H * 2], by the rule of its slot (the donor problems).
+        let mut by_rule: Vec<Vec<Vec<f32>>> = vec![Vec::new(); Rule::COUNT];
         for s in (0..id.len()).step_by(batch) {
             let part = id.slice(s, s + batch);
             let x = batch_tensor(&part.x, &device)?;
@@ -221,6 +220,7 @@ pub fn latent_transplant(
                     *a += b;
                 }
                 e.1 += 1;
+                by_rule[r].push(flat);
             }
         }
         let means: Vec<Option<Vec<f32>>> = sums
@@ -239,8 +239,9 @@ pub fn latent_transplant(
             excluded: 0,
             max_logit_change: 0.0,
         };
-        let (mut mean_id, mut off_row, mut random, mut ident) = (
+        let (mut mean_id, mut donor_problem, mut off_row, mut random, mut ident) = (
             tally("mean_id"),
+            tally("donor_problem"),
             tally("off_row"),
             tally("random"),
             tally("identity"),
@@ -306,19 +307,29 @@ pub fn latent_transplant(
                     random.elsewhere += 1;
                 }
             }
-            // Donors: every other rule's mean ID code, at the answer row and at the first row.
+            // Donors: every other rule's mean ID code, at the answer row and at the first row;
+            // and the own code of an ID problem of that rule (a different one per OOD problem).
             for (donor, code) in means.iter().enumerate() {
                 let Some(code) = code else { continue };
                 let donor_rule = Rule::from_index(donor)?;
                 let codes = Tensor::from_vec(code.clone(), (1, h, 2), &device)?
                     .broadcast_as((b, h, 2))?
                     .contiguous()?;
-                for (keys, row) in [(answer_row, &mut mean_id), (first_row, &mut off_row)] {
+                let pool = &by_rule[donor];
+                let problem_codes: Vec<f32> = (0..b)
+                    .flat_map(|i| pool[(s + i) % pool.len()].iter().copied())
+                    .collect();
+                let problem_codes = Tensor::from_vec(problem_codes, (b, h, 2), &device)?;
+                for (keys, codes, row) in [
+                    (answer_row, &codes, &mut mean_id),
+                    (answer_row, &problem_codes, &mut donor_problem),
+                    (first_row, &codes, &mut off_row),
+                ] {
                     let mut hook = Transplant {
                         name: name.clone(),
                         query,
                         keys,
-                        codes: &codes,
+                        codes,
                     };
                     let got = slot_logits(model, &x, &mut hook, slot)?;
                     for (i, g) in got.iter().enumerate() {
@@ -358,7 +369,7 @@ pub fn latent_transplant(
                 }
             }
         }
-        rows.extend([mean_id, off_row, random, ident]);
+        rows.extend([mean_id, donor_problem, off_row, random, ident]);
     }
     Ok(rows)
 }

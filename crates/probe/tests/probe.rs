@@ -308,7 +308,7 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
     let id = sample(&split, Set::Id, 96, 1, true).unwrap();
     let ood = sample(&split, Set::Ood, 40, 2, true).unwrap();
     let rows = latent_transplant(&model, &id, &ood, 3, 16, 0).unwrap();
-    assert_eq!(rows.len(), 4 * 3);
+    assert_eq!(rows.len(), 5 * 3);
     for r in &rows {
         match r.kind.as_str() {
             "identity" => {
@@ -321,4 +321,161 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
     }
     let permuted = sample(&split, Set::Ood, 8, 2, false).unwrap();
     assert!(latent_transplant(&model, &id, &permuted, 3, 16, 0).is_err());
+}
+
+/// Feature-swap pairs differ from their clean problems only in the slot's context tokens and take
+/// the donor's answer; activation patching leaves what cannot reach the output at exactly 0,
+/// restores everything when the whole residual stream is the clean one, and agrees with a patch
+/// written here by hand.
+#[test]
+fn activation_patching_scores_follow_the_forward_pass() {
+    use hyperlens_model::hooks::HookFn;
+    use hyperlens_model::Config;
+    use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_csv};
+    let cfg = Config {
+        n_layers: 2,
+        d_model: 24,
+        n_heads: 3,
+        d_head: 4,
+        d_mlp: 16,
+        ..Config::sraven_base(Mixer::Softmax)
+    };
+    let (model, _) = Transformer::init(&cfg, 21, &Device::Cpu).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let set = sample(&split, Set::Ood, 24, 5, true).unwrap();
+    let slot = 2;
+    let pairs = feature_swap_pairs(&set, slot).unwrap();
+    assert_eq!(pairs.len(), 24);
+    for (k, &(i, j)) in pairs.source.iter().enumerate() {
+        assert_ne!(i, j);
+        assert_eq!(pairs.clean_answer[k], set.y[[i, slot]] as usize);
+        assert_eq!(pairs.corrupted_answer[k], set.y[[j, slot]] as usize);
+        assert_ne!(pairs.clean_answer[k], pairs.corrupted_answer[k]);
+        for p in 0..cfg.n_tokens {
+            let same = pairs.clean.slice(ndarray::s![k, p, ..])
+                == pairs.corrupted.slice(ndarray::s![k, p, ..]);
+            let from_donor =
+                pairs.corrupted.slice(ndarray::s![k, p, ..]) == set.x.slice(ndarray::s![j, p, ..]);
+            if p < 32 && p % 4 == slot {
+                assert!(from_donor, "pair {k} position {p}");
+            } else {
+                assert!(same, "pair {k} position {p}");
+            }
+        }
+    }
+    let mut passes = 0;
+    let r = activation_patching(&model, &pairs, 10, |d, _| passes = d).unwrap();
+    assert_eq!(passes, 3 * (2 + 2 * (3 * 36 + 3)));
+    let (t, f) = (cfg.n_tokens, cfg.n_outputs);
+    assert!((r.clean_logit_diff - r.corrupted_logit_diff).abs() > 1e-4);
+    // The last layer's attention and MLP outputs at a non-output position reach no logit.
+    let last = cfg.n_layers - 1;
+    let mlp = r.mlp_out.as_ref().unwrap();
+    for p in 0..t - f {
+        assert_eq!(r.attn_out[[last, p]], 0.0, "attn_out L{last} pos {p}");
+        assert_eq!(mlp[[last, p]], 0.0, "mlp_out L{last} pos {p}");
+    }
+    // Layer 0's stream differs only at the swapped tokens.
+    for p in 0..t {
+        if p >= 32 || p % 4 != slot {
+            assert_eq!(r.resid_pre[[0, p]], 0.0, "resid_pre L0 pos {p}");
+        }
+    }
+    // Patching the last layer's MLP output at the slot's own output position: by hand.
+    struct Put(candle_core::Tensor);
+    impl HookFn for Put {
+        fn wants(&self, name: &str) -> bool {
+            name == "blocks.1.hook_mlp_out"
+        }
+        fn call(
+            &mut self,
+            _: &str,
+            v: &candle_core::Tensor,
+        ) -> hyperlens_model::Result<Option<candle_core::Tensor>> {
+            let q = 32 + 2;
+            let parts = [
+                v.narrow(1, 0, q)?,
+                self.0.narrow(1, q, 1)?,
+                v.narrow(1, q + 1, 36 - q - 1)?,
+            ];
+            Ok(Some(candle_core::Tensor::cat(&parts, 1)?))
+        }
+    }
+    let ld = |x: &ndarray::Array3<f32>, hook: &mut dyn HookFn| -> f64 {
+        let logits = model
+            .run_with_hooks(&batch_tensor(x, &Device::Cpu).unwrap(), hook)
+            .unwrap();
+        let v: Vec<Vec<Vec<f32>>> = logits.to_vec3().unwrap();
+        (0..pairs.len())
+            .map(|k| {
+                f64::from(v[k][slot][pairs.clean_answer[k]])
+                    - f64::from(v[k][slot][pairs.corrupted_answer[k]])
+            })
+            .sum::<f64>()
+            / pairs.len() as f64
+    };
+    let (_, cache) = model
+        .run_with_cache(
+            &batch_tensor(&pairs.clean, &Device::Cpu).unwrap(),
+            &["blocks.1.hook_mlp_out".to_string()],
+        )
+        .unwrap();
+    let mut none = hyperlens_model::hooks::Cache::default();
+    let clean = ld(&pairs.clean, &mut none);
+    let corrupted = ld(&pairs.corrupted, &mut none);
+    let patched = ld(&pairs.corrupted, &mut Put(cache[0].1.clone()));
+    let by_hand = (patched - corrupted) / (clean - corrupted);
+    assert!((r.clean_logit_diff - clean).abs() < 1e-5);
+    assert!(
+        (mlp[[1, 34]] - by_hand).abs() < 1e-4,
+        "{} vs {by_hand}",
+        mlp[[1, 34]]
+    );
+    let csv = patching_csv(&r);
+    assert_eq!(csv.lines().count(), 1 + 3 * 2 * 36 + 2 * 3);
+    // Errors: a permuted set, a slot outside the answer.
+    let permuted = sample(&split, Set::Ood, 8, 2, false).unwrap();
+    assert!(feature_swap_pairs(&permuted, 0).is_err());
+    assert!(feature_swap_pairs(&set, 4).is_err());
+}
+
+/// Direct logit attribution: the parts (embedding, every head, every attention bias, every MLP and
+/// the constant) add up to the model's answer logit, raw and centred, on the shipped softmax
+/// checkpoint; and the trained model's right answer sits above the mean logit.
+#[test]
+fn direct_logit_attributions_add_up_to_the_answer_logit() {
+    use hyperlens_probe::{direct_logit_attribution, dla_csv};
+    let dir = manifest_dir().join("../../data/checkpoints/sraven-softmax");
+    let model = Transformer::load(&dir, &Device::Cpu).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let set = sample(&split, Set::Ood, 24, 9, false).unwrap();
+    let r = direct_logit_attribution(&model, &set, &[0, 1, 2, 3], 10).unwrap();
+    assert_eq!(r.n, 24 * 4);
+    assert!(r.max_error < 1e-4, "{}", r.max_error);
+    let sum = |heads: &ndarray::Array2<f64>, rest: &[&[f64]], scalars: &[f64]| {
+        heads.sum()
+            + rest.iter().map(|v| v.iter().sum::<f64>()).sum::<f64>()
+            + scalars.iter().sum::<f64>()
+    };
+    let total = sum(&r.heads, &[&r.mlp, &r.attn_bias], &[r.embed, r.constant]);
+    assert!((total - r.logit).abs() < 1e-4, "{total} vs {}", r.logit);
+    let total = sum(
+        &r.heads_centred,
+        &[&r.mlp_centred, &r.attn_bias_centred],
+        &[r.embed_centred, r.constant_centred],
+    );
+    assert!((total - r.logit_centred).abs() < 1e-4);
+    assert!(r.logit_centred > 1.0, "{}", r.logit_centred);
+    // The mean logit over the set, from the ordinary forward pass.
+    let x = batch_tensor(&set.x, &Device::Cpu).unwrap();
+    let logits: Vec<Vec<Vec<f32>>> = model.forward(&x, false).unwrap().logits.to_vec3().unwrap();
+    let mean: f64 = (0..24)
+        .flat_map(|i| (0..4).map(move |f| (i, f)))
+        .map(|(i, f)| f64::from(logits[i][f][set.y[[i, f]] as usize]))
+        .sum::<f64>()
+        / 96.0;
+    assert!((mean - r.logit).abs() < 1e-4, "{mean} vs {}", r.logit);
+    assert_eq!(dla_csv(&r).lines().count(), 1 + 1 + 16 * 4 + 2 * 4 + 1);
+    assert!(direct_logit_attribution(&model, &set, &[4], 10).is_err());
+    assert!(direct_logit_attribution(&model, &set.slice(0, 0), &[0], 10).is_err());
 }

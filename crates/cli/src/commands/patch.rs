@@ -1,6 +1,8 @@
 //! `hyperlens patch`: interventions on a SRAVEN checkpoint through its hook points. `patch heads`
 //! ablates every attention head in turn (zero or mean, at `blocks.{l}.attn.hook_z`) and writes the
-//! change in accuracy and loss per head (`hyperlens_probe::head_ablation`).
+//! change in accuracy and loss per head (`hyperlens_probe::head_ablation`); `patch transplant`
+//! runs the causal test of the latent code; `patch acts` patches clean activations into corrupted
+//! problems; `patch dla` attributes the answer logit to heads and MLPs.
 
 use std::path::PathBuf;
 
@@ -25,6 +27,72 @@ pub enum PatchCommand {
     /// problems at the paper's site, layer by layer, and count how often the answer becomes that
     /// rule's (with the identity, random-code and off-row controls).
     Transplant(TransplantArgs),
+    /// Activation patching: clean activations put into corrupted problems (the answer slot's
+    /// feature swapped in from another problem), per layer x position and per layer x head,
+    /// scored by the restored logit difference (TransformerLens `get_act_patch_*`).
+    Acts(ActsArgs),
+    /// Direct logit attribution of every head, attention bias and MLP to the answer logit, with
+    /// the final LayerNorm's scale frozen (TransformerLens `apply_ln_to_stack`).
+    Dla(DlaArgs),
+}
+
+/// Arguments of `patch acts`.
+#[derive(Debug, Args)]
+pub struct ActsArgs {
+    /// The SRAVEN checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Unpermuted problems from a file of `hyperlens tasks sample --unpermuted` (instead of
+    /// sampling).
+    #[arg(long, conflicts_with_all = ["split", "set", "n", "seed"])]
+    pub problems: Option<PathBuf>,
+    /// The split to sample from [default: the one the checkpoint was trained on].
+    #[arg(long)]
+    pub split: Option<String>,
+    /// Which task list: `id` or `ood`.
+    #[arg(long, value_enum, default_value = "ood")]
+    pub set: super::common::SetArg,
+    /// Clean problems to sample (unpermuted); each is paired with a corrupted twin.
+    #[arg(long, default_value_t = 256)]
+    pub n: usize,
+    /// Seed of the sample.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The answer slot whose feature is swapped and whose logits are scored.
+    #[arg(long, default_value_t = 3)]
+    pub slot: usize,
+    /// Output directory (created).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Compute device: cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Problems per forward pass.
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
+}
+
+/// Arguments of `patch dla`.
+#[derive(Debug, Args)]
+pub struct DlaArgs {
+    /// The SRAVEN checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Where the problems come from.
+    #[command(flatten)]
+    pub problems: ProblemArgs,
+    /// Attribute only this answer slot [default: all slots, averaged].
+    #[arg(long)]
+    pub slot: Option<usize>,
+    /// Output directory (created).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Compute device: cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Problems per forward pass.
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
 }
 
 /// Arguments of `patch transplant`.
@@ -88,7 +156,312 @@ pub fn run(c: PatchCommand) -> anyhow::Result<()> {
     match c {
         PatchCommand::Heads(a) => heads(a),
         PatchCommand::Transplant(a) => transplant(a),
+        PatchCommand::Acts(a) => acts(a),
+        PatchCommand::Dla(a) => dla(a),
     }
+}
+
+/// Loads a SRAVEN checkpoint for an intervention, refusing a checkpoint of another task.
+fn sraven_model(checkpoint: &std::path::Path, device: &Device) -> anyhow::Result<Transformer> {
+    let task = hyperlens_report::discover::RunInfo::read(checkpoint).task;
+    if task.as_deref().is_some_and(|t| t != "sraven") {
+        bail!(
+            "{}: a {} checkpoint; `patch` works on SRAVEN checkpoints",
+            checkpoint.display(),
+            task.unwrap_or_default()
+        );
+    }
+    Ok(Transformer::load(checkpoint, &device.to_candle()?)?)
+}
+
+/// The checkpoint directory's name, for figure titles.
+fn short_name(checkpoint: &std::path::Path) -> String {
+    checkpoint
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+/// Tick labels of the SRAVEN token positions: `P{panel}F{feature}` for the context, `Q{feature}`
+/// for the query tokens.
+fn position_labels(t: usize, f: usize) -> Vec<String> {
+    (0..t)
+        .map(|p| {
+            if p + f >= t {
+                format!("Q{}", p + f - t)
+            } else {
+                format!("P{}F{}", p / f, p % f)
+            }
+        })
+        .collect()
+}
+
+fn acts(a: ActsArgs) -> anyhow::Result<()> {
+    use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_csv};
+    use hyperlens_tasks::sraven::{sample, Set, Split};
+    use hyperlens_viz::{HeatmapOptions, ValueFormat};
+    if a.batch == 0 || a.n == 0 {
+        bail!("--batch and --n must be positive");
+    }
+    let model = sraven_model(&a.checkpoint, &a.device)?;
+    let cfg = model.config().clone();
+    let params = sraven_params(&a.checkpoint, &cfg)?;
+    let (set, describe) = if let Some(path) = &a.problems {
+        (
+            load_problems(path, &params)?,
+            serde_json::json!({"problems": path.display().to_string()}),
+        )
+    } else {
+        let info = hyperlens_report::discover::RunInfo::read(&a.checkpoint);
+        let split_name = a.split.clone().or(info.split).with_context(|| {
+            format!(
+                "give --split: {} records no training split",
+                a.checkpoint.display()
+            )
+        })?;
+        let split = Split::named_with(&split_name, params).context("--split")?;
+        let which = match a.set {
+            super::common::SetArg::Id => Set::Id,
+            super::common::SetArg::Ood => Set::Ood,
+            super::common::SetArg::Unknown => {
+                bail!("--set unknown applies to fuzzy-logic checkpoints (sraven has id and ood)")
+            }
+        };
+        hyperlens_io::budget::check_alloc(
+            format!(
+                "--n {} (clean and corrupted problems are held in memory)",
+                a.n
+            ),
+            hyperlens_io::budget::bytes_of(4, &[3 * a.n, cfg.n_tokens, cfg.d_in + 8]),
+        )?;
+        (
+            sample(&split, which, a.n, a.seed, true)?,
+            serde_json::json!({"problems": "generated", "split": split_name,
+                "set": which.to_string(), "n": a.n, "seed": a.seed, "unpermuted": true}),
+        )
+    };
+    let pairs = feature_swap_pairs(&set, a.slot)
+        .with_context(|| format!("pairing the problems at --slot {}", a.slot))?;
+    let kinds = 2 + usize::from(model.blocks.iter().any(|b| b.mlp.is_some()));
+    let total =
+        pairs.len().div_ceil(a.batch) * (2 + cfg.n_layers * (kinds * cfg.n_tokens + cfg.n_heads));
+    let bar = progress_bar(total as u64, "patch acts", "passes");
+    let r = activation_patching(&model, &pairs, a.batch, |d, _| bar.set_position(d as u64))
+        .with_context(|| format!("patching activations of {}", a.checkpoint.display()))?;
+    bar.finish_and_clear();
+    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    hyperlens_io::write_atomic(
+        &a.out.join("activation_patching.csv"),
+        patching_csv(&r).as_bytes(),
+    )?;
+    hyperlens_io::write_npz(&a.out.join("activation_patching.npz"), |z| {
+        z.add("resid_pre", &r.resid_pre)?;
+        z.add("attn_out", &r.attn_out)?;
+        if let Some(m) = &r.mlp_out {
+            z.add("mlp_out", m)?;
+        }
+        z.add("head_out", &r.head_out)?;
+        let src: Vec<i64> = pairs
+            .source
+            .iter()
+            .flat_map(|&(i, j)| [i as i64, j as i64])
+            .collect();
+        z.add(
+            "source",
+            &Array2::from_shape_vec((pairs.len(), 2), src).context("source")?,
+        )?;
+        let ans = |v: &[usize]| ndarray::Array1::from_iter(v.iter().map(|&x| x as i64));
+        z.add("clean_answer", &ans(&pairs.clean_answer))?;
+        z.add("corrupted_answer", &ans(&pairs.corrupted_answer))?;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    hyperlens_io::write_json(
+        &a.out.join("activation_patching.json"),
+        &serde_json::json!({
+            "producer": format!("hyperlens {} patch acts", env!("CARGO_PKG_VERSION")),
+            "checkpoint": a.checkpoint.display().to_string(),
+            "mixer": cfg.mixer.to_string(),
+            "source": describe,
+            "corruption": "feature swap: the slot's tokens in the eight context panels from another problem whose answer at the slot differs",
+            "metric": "(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted), LD = logit[clean answer] - logit[corrupted answer] at the slot, means over the pairs",
+            "slot": a.slot,
+            "n_pairs": r.n,
+            "clean_logit_diff": r.clean_logit_diff,
+            "corrupted_logit_diff": r.corrupted_logit_diff,
+            "arrays": {
+                "resid_pre": "[L, T] blocks.{l}.hook_resid_pre patched at one position",
+                "attn_out": "[L, T] blocks.{l}.hook_attn_out patched at one position",
+                "mlp_out": "[L, T] blocks.{l}.hook_mlp_out patched at one position (models with MLPs)",
+                "head_out": "[L, H] blocks.{l}.attn.hook_z of one head patched at every position",
+                "source": "[N, 2] (clean, donor) problem indices",
+                "clean_answer": "[N] the clean answer value at the slot",
+                "corrupted_answer": "[N] the corrupted answer value at the slot",
+            },
+        }),
+    )?;
+    let name = short_name(&a.checkpoint);
+    let positions = position_labels(cfg.n_tokens, cfg.n_outputs);
+    let layers: Vec<String> = (0..cfg.n_layers).map(|l| format!("L{l}")).collect();
+    let mut grids = vec![
+        ("resid_pre", "blocks.{l}.hook_resid_pre", &r.resid_pre),
+        ("attn_out", "blocks.{l}.hook_attn_out", &r.attn_out),
+    ];
+    if let Some(m) = &r.mlp_out {
+        grids.push(("mlp_out", "blocks.{l}.hook_mlp_out", m));
+    }
+    for (file, hook, grid) in grids {
+        let fig = Heatmap::new(
+            grid.clone(),
+            HeatmapOptions {
+                title: format!("{name}: patching {hook} per position (slot {})", a.slot),
+                x_label: "position (P panel F feature; Q query)".into(),
+                y_label: "layer".into(),
+                x_ticks: positions.clone(),
+                y_ticks: layers.clone(),
+                value_format: ValueFormat::Hidden,
+                color_map: ColorMap::BlueWhiteRed,
+                range: Some((-1.0, 1.0)),
+                color_bar_label: "logit difference restored".into(),
+                ..HeatmapOptions::default()
+            },
+        );
+        save_png(a.out.join(format!("patching_{file}.png")), &fig)?;
+    }
+    let fig = Heatmap::head_scores(
+        &format!("{name}: patching each head's output (hook_z, all positions)"),
+        r.head_out.view(),
+        "logit difference restored",
+        ColorMap::BlueWhiteRed,
+        Some((-1.0, 1.0)),
+    )?;
+    save_png(a.out.join("patching_heads.png"), &fig)?;
+    let best = r
+        .head_out
+        .indexed_iter()
+        .max_by(|x, y| x.1.total_cmp(y.1))
+        .map(|((l, h), v)| format!("L{l}H{h} restores {:.0} %", 100.0 * v));
+    outln!(
+        "{} pairs at slot {}: logit difference {:.3} clean, {:.3} corrupted; the head that restores most: {}",
+        r.n,
+        a.slot,
+        r.clean_logit_diff,
+        r.corrupted_logit_diff,
+        best.unwrap_or_default()
+    )?;
+    outln!(
+        "wrote activation_patching.csv, .npz, .json and patching_*.png to {}",
+        a.out.display()
+    )?;
+    Ok(())
+}
+
+fn dla(a: DlaArgs) -> anyhow::Result<()> {
+    use hyperlens_probe::{direct_logit_attribution, dla_csv};
+    if a.batch == 0 {
+        bail!("--batch must be positive");
+    }
+    let model = sraven_model(&a.checkpoint, &a.device)?;
+    let cfg = model.config().clone();
+    let params = sraven_params(&a.checkpoint, &cfg)?;
+    let slots: Vec<usize> = match a.slot {
+        Some(s) if s >= cfg.n_outputs => {
+            bail!("--slot {s}: the model has {} answer slots", cfg.n_outputs)
+        }
+        Some(s) => vec![s],
+        None => (0..cfg.n_outputs).collect(),
+    };
+    let (set, describe) = match a.problems.resolve(&a.checkpoint, params)? {
+        ProblemSource::File(path) => (
+            load_problems(&path, &params)?,
+            serde_json::json!({"problems": path.display().to_string()}),
+        ),
+        ProblemSource::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        } => {
+            hyperlens_io::budget::check_alloc(
+                format!("--n {n} (the problems are held in memory)"),
+                hyperlens_io::budget::bytes_of(4, &[n, cfg.n_tokens, cfg.d_in + 4]),
+            )?;
+            (
+                hyperlens_tasks::sraven::sample(&split, set, n, seed, unpermuted)?,
+                serde_json::json!({"problems": "generated", "split": split.name,
+                    "set": set.to_string(), "n": n, "seed": seed, "unpermuted": unpermuted}),
+            )
+        }
+    };
+    let stage = super::common::Stage::start("patch dla");
+    let r = direct_logit_attribution(&model, &set, &slots, a.batch)
+        .with_context(|| format!("attributing the logits of {}", a.checkpoint.display()))?;
+    stage.done(&mut Vec::new());
+    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    hyperlens_io::write_atomic(&a.out.join("dla.csv"), dla_csv(&r).as_bytes())?;
+    let grid = |m: &Array2<f64>| -> Vec<Vec<f64>> { m.outer_iter().map(|r| r.to_vec()).collect() };
+    hyperlens_io::write_json(
+        &a.out.join("dla.json"),
+        &serde_json::json!({
+            "producer": format!("hyperlens {} patch dla", env!("CARGO_PKG_VERSION")),
+            "checkpoint": a.checkpoint.display().to_string(),
+            "mixer": cfg.mixer.to_string(),
+            "source": describe,
+            "slots": r.slots,
+            "n": r.n,
+            "units": "nats (logits), means over problems and slots",
+            "method": "each part of the final residual stream centred, divided by the final LayerNorm's scale of the whole stream (frozen), times its weight, projected on W_U[:, answer] (TransformerLens apply_ln_to_stack)",
+            "logit": r.logit,
+            "logit_centred": r.logit_centred,
+            "embed": [r.embed, r.embed_centred],
+            "constant": [r.constant, r.constant_centred],
+            "heads": grid(&r.heads),
+            "heads_centred": grid(&r.heads_centred),
+            "mlp": r.mlp,
+            "mlp_centred": r.mlp_centred,
+            "attn_bias": r.attn_bias,
+            "attn_bias_centred": r.attn_bias_centred,
+            "max_error": r.max_error,
+        }),
+    )?;
+    // Heads, then the layer's MLP, as columns.
+    let (l_n, h_n) = r.heads_centred.dim();
+    let with_mlp = Array2::from_shape_fn((l_n, h_n + 1), |(l, j)| {
+        if j < h_n {
+            r.heads_centred[[l, j]]
+        } else {
+            r.mlp_centred[l]
+        }
+    });
+    let span = with_mlp.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+    let mut fig = Heatmap::head_scores(
+        &format!(
+            "{}: direct logit attribution to the answer (centred logit, nats)",
+            short_name(&a.checkpoint)
+        ),
+        with_mlp.view(),
+        "nats",
+        ColorMap::BlueWhiteRed,
+        Some((-span, span)),
+    )?;
+    if let Some(last) = fig.options.x_ticks.last_mut() {
+        *last = "MLP".into();
+    }
+    fig.options.x_label = "head (last column: the layer's MLP)".into();
+    save_png(a.out.join("dla.png"), &fig)?;
+    let top = r
+        .heads_centred
+        .indexed_iter()
+        .max_by(|x, y| x.1.total_cmp(y.1))
+        .map(|((l, h), v)| format!("L{l}H{h} ({v:+.2})"));
+    outln!(
+        "{} (problem, slot) pairs: answer logit {:.2} above the mean logit; the head writing most of it: {}; largest decomposition error {:.1e}",
+        r.n,
+        r.logit_centred,
+        top.unwrap_or_default(),
+        r.max_error
+    )?;
+    outln!("wrote dla.csv, dla.json and dla.png to {}", a.out.display())?;
+    Ok(())
 }
 
 fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
@@ -161,9 +534,10 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let (to_donor, changed, off_row, random) = (
+    let (to_donor, changed, problem, off_row, random) = (
         frac("mean_id", false),
         frac("mean_id", true),
+        frac("donor_problem", false),
         frac("off_row", true),
         frac("random", true),
     );
@@ -185,6 +559,10 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
                 values: &changed,
             },
             BarSeries {
+                name: "answer becomes the donor rule's (one donor problem's code)".into(),
+                values: &problem,
+            },
+            BarSeries {
                 name: "control: donor at the first row's keys".into(),
                 values: &off_row,
             },
@@ -198,7 +576,10 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     fig.x_label = "layer transplanted".into();
     save_png(a.out.join("transplant.png"), &fig)?;
     let chance = 100.0 / (cfg.d_in as f64 - 1.0);
-    for r in rows.iter().filter(|r| r.kind == "mean_id") {
+    for r in rows
+        .iter()
+        .filter(|r| r.kind == "mean_id" || r.kind == "donor_problem")
+    {
         let changed = r.to_donor + r.elsewhere;
         let share = if changed > 0 {
             format!(
@@ -209,8 +590,10 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
             String::new()
         };
         outln!(
-            "layer {}: {} of {} answers become the donor rule's, {} change elsewhere, {} unchanged ({} pairs left out){share}",
-            r.layer, r.to_donor, r.n, r.elsewhere, r.unchanged, r.excluded
+            "layer {} ({}): {} of {} answers become the donor rule's, {} change elsewhere, {} unchanged ({} pairs left out){share}",
+            r.layer,
+            if r.kind == "mean_id" { "mean ID code" } else { "a donor problem's code" },
+            r.to_donor, r.n, r.elsewhere, r.unchanged, r.excluded
         )?;
     }
     let ident = rows
