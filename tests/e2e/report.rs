@@ -141,7 +141,10 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
         "figures/accuracy.png",
         "figures/accuracy.svg",
         "figures/decoding_comparison.png",
+        "figures/causal_transplant.png",
+        "figures/causal_controls.png",
         "tables/accuracy.csv",
+        "tables/causal.csv",
     ]
     .iter()
     .map(|p| out.join(p))
@@ -177,6 +180,25 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     for p in &expected {
         assert!(p.is_file(), "missing {}", p.display());
     }
+    // The transplant test: five kinds per layer and checkpoint, rows that add up, and an identity
+    // transplant that changes no logit.
+    let causal = Csv::read(&out.join("tables/causal.csv"));
+    let kinds = causal.strings("kind");
+    assert_eq!(kinds.len(), 2 * 5 * crate::util::TINY_LAYERS);
+    for (i, k) in kinds.iter().enumerate() {
+        let col = |c: &str| causal.column(c)[i];
+        assert_eq!(
+            col("to_donor") + col("elsewhere") + col("unchanged"),
+            col("n"),
+            "row {i}"
+        );
+        if *k == "identity" {
+            assert_eq!(col("max_logit_change"), 0.0);
+        }
+    }
+    let md = std::fs::read_to_string(out.join("index.md")).unwrap();
+    assert!(md.contains("## Is the latent code causal?"), "{md}");
+    assert!(md.contains("The identity transplant (each problem's own code) leaves every logit as it was: the largest change is 0.0e0."), "{md}");
     assert!(
         !out.join("figures/tiny-hyla_training.png").exists(),
         "a training figure for a checkpoint without metrics.csv"

@@ -9,7 +9,8 @@
 //! |---|---|---|
 //! | `hook_embed` | `[B, T, D]` | `x W_E + b_E` |
 //! | `blocks.{l}.hook_resid_pre` | `[B, T, D]` | the residual stream entering block `l` |
-//! | `blocks.{l}.ln1.hook_normalized` | `[B, T, D]` | LayerNorm 1's output (after its scale and bias) |
+//! | `blocks.{l}.ln1.hook_scale` | `[B, T, 1]` | LayerNorm 1's divisor `sqrt(var + eps)` |
+//! | `blocks.{l}.ln1.hook_normalized` | `[B, T, D]` | `(x - mean) / scale`, before LayerNorm 1's weight and bias (as TransformerLens 3.x) |
 //! | `blocks.{l}.attn.hook_q`, `hook_k`, `hook_v` | `[B, T, H, d]` | the projections with their biases (`q` not yet divided by √d) |
 //! | `blocks.{l}.attn.hook_attn_scores` | `[B, H, Q, K]` | `q·k / √d` plus the relative-position bias, before the normalisation |
 //! | `blocks.{l}.attn.hook_pattern` | `[B, H, Q, K]` | the normalised scores (softmax over keys, RMSHead over heads, or none): the latent codes |
@@ -17,11 +18,11 @@
 //! | `blocks.{l}.attn.hook_z` | `[B, Q, H, d]` | each head's output before `W_O` |
 //! | `blocks.{l}.hook_attn_out` | `[B, T, D]` | `z W_O + b_O` |
 //! | `blocks.{l}.hook_resid_mid` | `[B, T, D]` | `resid_pre + attn_out` (blocks with an MLP) |
-//! | `blocks.{l}.ln2.hook_normalized` | `[B, T, D]` | LayerNorm 2's output |
+//! | `blocks.{l}.ln2.hook_scale`, `ln2.hook_normalized` | `[B, T, 1]`, `[B, T, D]` | the same for LayerNorm 2 |
 //! | `blocks.{l}.mlp.hook_pre`, `hook_post` | `[B, T, d_mlp]` | before and after the GELU |
 //! | `blocks.{l}.hook_mlp_out` | `[B, T, D]` | the MLP's output |
 //! | `blocks.{l}.hook_resid_post` | `[B, T, D]` | the residual stream leaving block `l` |
-//! | `ln_final.hook_normalized` | `[B, T, D]` | the final LayerNorm at every position (the logits read the last `F`) |
+//! | `ln_final.hook_scale`, `ln_final.hook_normalized` | `[B, T, 1]`, `[B, T, D]` | the same for the final LayerNorm, at every position (the logits read the last `F`) |
 //!
 //! The hooked pass uses the reference form of the attention's normalisation and value network
 //! (`ops::reference`), so that the pattern, the hidden units and `z` exist as tensors that a hook
@@ -79,6 +80,7 @@ pub fn hook_names(config: &Config) -> Vec<String> {
     for l in 0..config.n_layers {
         let b = format!("blocks.{l}.");
         v.push(format!("{b}hook_resid_pre"));
+        v.push(format!("{b}ln1.hook_scale"));
         v.push(format!("{b}ln1.hook_normalized"));
         for s in [
             "hook_q",
@@ -96,6 +98,7 @@ pub fn hook_names(config: &Config) -> Vec<String> {
         v.push(format!("{b}hook_attn_out"));
         for s in [
             "hook_resid_mid",
+            "ln2.hook_scale",
             "ln2.hook_normalized",
             "mlp.hook_pre",
             "mlp.hook_post",
@@ -105,6 +108,7 @@ pub fn hook_names(config: &Config) -> Vec<String> {
             v.push(format!("{b}{s}"));
         }
     }
+    v.push("ln_final.hook_scale".into());
     v.push("ln_final.hook_normalized".into());
     v
 }
@@ -182,6 +186,29 @@ fn at(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
     }
 }
 
+/// A LayerNorm with TransformerLens's two hook points: `{prefix}.hook_scale` `[B, T, 1]` (the
+/// divisor `sqrt(var + eps)`) and `{prefix}.hook_normalized` `[B, T, D]` (`(x - mean) / scale`,
+/// before the weight and the bias), then `normalized * w + b`: the reference LayerNorm's operations
+/// in its order, so in [`crate::Ops::Reference`] the model's own LayerNorm gives the same bits.
+fn layer_norm_hooked(
+    ops: crate::Ops,
+    ln: &crate::nn::layer_norm::LayerNorm,
+    x: &Tensor,
+    hooks: &mut dyn HookFn,
+    prefix: &str,
+) -> Result<Tensor> {
+    let (scale_name, norm_name) = (
+        format!("{prefix}.hook_scale"),
+        format!("{prefix}.hook_normalized"),
+    );
+    let n = x.dim(candle_core::D::Minus1)? as f64;
+    let xc = x.broadcast_sub(&(x.sum_keepdim(candle_core::D::Minus1)? / n)?)?;
+    let var = (xc.sqr()?.sum_keepdim(candle_core::D::Minus1)? / n)?;
+    let scale = at(hooks, &scale_name, (var + ln.eps)?.sqrt()?)?;
+    let normalized = at(hooks, &norm_name, xc.broadcast_div(&scale)?)?;
+    ops.add_leading(&ops.mul_leading(&normalized, &ln.w)?, &ln.b)
+}
+
 /// [`at`] for a tensor held as `[B, H, T, d]` whose hook shape is `[B, T, H, d]`.
 fn at_heads(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
     if !hooks.wants(name) {
@@ -221,17 +248,59 @@ impl Transformer {
                 x.dims()
             )));
         }
+        let h = at(hooks, "hook_embed", self.embed.forward(self.ops(), x)?)?;
+        self.blocks_with_hooks(h, 0, hooks)
+    }
+
+    /// The hooked pass from the residual stream entering block `start` (the value of
+    /// `blocks.{start}.hook_resid_pre`, before its hook runs): blocks `start..L`, the final
+    /// LayerNorm and the unembedding, with the hook points of those blocks. Given the stream that
+    /// [`Transformer::run_with_hooks`] computed there, it returns the same logits bit for bit
+    /// (same operations on the same tensor), at the cost of the remaining blocks only: an
+    /// intervention at layer `start` need not recompute the layers before it.
+    ///
+    /// # Shapes
+    /// `resid [B, T, D]` -> logits `[B, F, d_out]`.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] for a stream of another shape or a `start` past the last block; as
+    /// [`Transformer::run_with_hooks`] otherwise.
+    pub fn run_with_hooks_from(
+        &self,
+        resid: &Tensor,
+        start: usize,
+        hooks: &mut dyn HookFn,
+    ) -> Result<Tensor> {
+        let cfg = self.config();
+        let ok = matches!(resid.dims3(), Ok((b, t, d)) if b > 0 && t == cfg.n_tokens && d == cfg.d_model);
+        if !ok || start >= cfg.n_layers {
+            return Err(ModelError::Input(format!(
+                "the stream entering block {start} must be [batch >= 1, {}, {}] of a model with {} blocks, got {:?}",
+                cfg.n_tokens,
+                cfg.d_model,
+                cfg.n_layers,
+                resid.dims()
+            )));
+        }
+        self.blocks_with_hooks(resid.clone(), start, hooks)
+    }
+
+    /// Blocks `start..L`, the final LayerNorm and the unembedding, with hooks, from the stream `h`
+    /// `[B, T, D]` entering block `start`.
+    fn blocks_with_hooks(
+        &self,
+        mut h: Tensor,
+        start: usize,
+        hooks: &mut dyn HookFn,
+    ) -> Result<Tensor> {
+        let cfg = self.config().clone();
         let ops = self.ops();
-        let mut h = at(hooks, "hook_embed", self.embed.forward(ops, x)?)?;
-        for (l, block) in self.blocks.iter().enumerate() {
+        let (bsz, t, _) = h.dims3()?;
+        for (l, block) in self.blocks.iter().enumerate().skip(start) {
             let b = format!("blocks.{l}.");
             h = at(hooks, &format!("{b}hook_resid_pre"), h)?;
             let x1 = match &block.ln1 {
-                Some(ln) => at(
-                    hooks,
-                    &format!("{b}ln1.hook_normalized"),
-                    ln.forward(ops, &h)?,
-                )?,
+                Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln1"))?,
                 None => h.clone(),
             };
             let a = &block.attn;
@@ -295,11 +364,7 @@ impl Transformer {
             if let Some(mlp) = &block.mlp {
                 h = at(hooks, &format!("{b}hook_resid_mid"), h)?;
                 let x2 = match &block.ln2 {
-                    Some(ln) => at(
-                        hooks,
-                        &format!("{b}ln2.hook_normalized"),
-                        ln.forward(ops, &h)?,
-                    )?,
+                    Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln2"))?,
                     None => h.clone(),
                 };
                 let pre = at(
@@ -317,11 +382,7 @@ impl Transformer {
             }
             h = at(hooks, &format!("{b}hook_resid_post"), h)?;
         }
-        let normed = at(
-            hooks,
-            "ln_final.hook_normalized",
-            self.ln_final.forward(ops, &h)?,
-        )?;
+        let normed = layer_norm_hooked(ops, &self.ln_final, &h, hooks, "ln_final")?;
         let last = normed.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;
         self.unembed.forward(ops, &last)
     }

@@ -1265,6 +1265,8 @@ fn the_hooked_pass_is_the_forward_pass_with_every_activation_named() {
                     vec![b, t, t, dh]
                 } else if name.contains("mlp.hook_") {
                     vec![b, t, cfg.d_mlp]
+                } else if name.ends_with("hook_scale") {
+                    vec![b, t, 1]
                 } else {
                     vec![b, t, cfg.d_model]
                 };

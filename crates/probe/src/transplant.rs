@@ -1,7 +1,8 @@
 //! The causal test of the hypernetwork view (Schug et al. 2025): does the latent code *specify* the
 //! operation the value network applies? On an OOD SRAVEN problem whose answer slot follows rule r,
 //! the code at the site (query `32 + slot`; keys `24 + slot` and `28 + slot`, the slot's tokens in
-//! the answer's row) of one layer is replaced by a donor, the mean in-distribution code of another
+//! the answer's row, with F = 4 features; `8F + slot`, `6F + slot`, `7F + slot` in general) of one
+//! layer is replaced by a donor, the mean in-distribution code of another
 //! rule r' (or the code of one in-distribution problem of rule r', at the same site of that
 //! problem), and the predicted answer value is read:
 //!
@@ -111,38 +112,44 @@ impl HookFn for Transplant<'_> {
 /// The codes `[B, H, 2]` at (`query`, `keys`) of layer `l`'s pattern, from the hooked pass (the
 /// pass the transplants run in, so that the identity transplant is exact).
 ///
-/// Returns the pass's logits `[B, F, C]` with the codes.
+/// Returns the pass's logits `[B, F, C]`, the codes, and the residual stream entering block `l`
+/// `[B, T, D]` (the transplants run from there: the blocks before `l` do not change).
 fn site_codes(
     model: &Transformer,
     x: &Tensor,
     l: usize,
     query: usize,
     keys: [usize; 2],
-) -> Result<(Tensor, Tensor)> {
+) -> Result<(Tensor, Tensor, Tensor)> {
     let name = format!("blocks.{l}.attn.hook_pattern");
-    let (logits, cache) = model.run_with_cache(x, std::slice::from_ref(&name))?;
-    let p = cache
-        .into_iter()
-        .next()
-        .map(|(_, t)| t)
-        .ok_or_else(|| ProbeError::InvalidInput(format!("no {name} in the cache")))?;
+    let resid = format!("blocks.{l}.hook_resid_pre");
+    let (logits, cache) = model.run_with_cache(x, &[name.clone(), resid.clone()])?;
+    let get = |n: &str| {
+        cache
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, t)| t.clone())
+            .ok_or_else(|| ProbeError::InvalidInput(format!("no {n} in the cache")))
+    };
+    let (p, stream) = (get(&name)?, get(&resid)?);
     let a = p.narrow(2, query, 1)?.squeeze(2)?; // [B, H, T]
     let idx = Tensor::from_vec(
         keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
         2,
         x.device(),
     )?;
-    Ok((logits, a.contiguous()?.index_select(&idx, 2)?))
+    Ok((logits, a.contiguous()?.index_select(&idx, 2)?, stream))
 }
 
-/// Logits of the slot `[B, C]` of a hooked pass.
+/// Logits of the slot `[B, C]` of a hooked pass from the stream `resid` entering block `l`.
 fn slot_logits(
     model: &Transformer,
-    x: &Tensor,
+    resid: &Tensor,
+    l: usize,
     hooks: &mut dyn HookFn,
     slot: usize,
 ) -> Result<Vec<Vec<f32>>> {
-    let logits = model.run_with_hooks(x, hooks)?; // [B, F, C]
+    let logits = model.run_with_hooks_from(resid, l, hooks)?; // [B, F, C]
     let s = logits.narrow(1, slot, 1)?.squeeze(1)?;
     Ok(s.to_vec2()?)
 }
@@ -189,13 +196,15 @@ pub fn latent_transplant(
     }
     let t = cfg.n_tokens;
     let query = t - f + slot;
-    let answer_row = [4 * 6 + slot, 4 * 7 + slot];
-    let first_row = [slot, 4 + slot];
+    // Token `f p + slot` shows panel p's value of feature `slot` (panels 6 and 7 are the answer's
+    // row, panels 0 and 1 the first row).
+    let answer_row = [f * 6 + slot, f * 7 + slot];
+    let first_row = [slot, f + slot];
     let device = model.device().clone();
     // The value of slot `slot` in panel p, per OOD problem.
     let value = |i: usize, p: usize| -> u8 {
         ood.x
-            .slice(ndarray::s![i, 4 * p + slot, ..])
+            .slice(ndarray::s![i, f * p + slot, ..])
             .iter()
             .position(|&v| v > 0.5)
             .unwrap_or(0) as u8
@@ -251,7 +260,8 @@ pub fn latent_transplant(
             let b = part.len();
             let x = batch_tensor(&part.x, &device)?;
             // One plain hooked pass: the baseline logits and the own codes.
-            let (logits, own) = site_codes(model, &x, l, query, answer_row)?; // own [B, H, 2]
+            // own [B, H, 2]; stream [B, T, D] entering block l.
+            let (logits, own, stream) = site_codes(model, &x, l, query, answer_row)?;
             let base: Vec<Vec<f32>> = logits.narrow(1, slot, 1)?.squeeze(1)?.to_vec2()?;
             let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
             // Identity: the own code.
@@ -261,7 +271,7 @@ pub fn latent_transplant(
                 keys: answer_row,
                 codes: &own,
             };
-            let got = slot_logits(model, &x, &mut hook, slot)?;
+            let got = slot_logits(model, &stream, l, &mut hook, slot)?;
             for (i, (g, o)) in got.iter().zip(&base).enumerate() {
                 let d = g
                     .iter()
@@ -292,7 +302,7 @@ pub fn latent_transplant(
                 keys: answer_row,
                 codes: &rand_t,
             };
-            let got = slot_logits(model, &x, &mut hook, slot)?;
+            let got = slot_logits(model, &stream, l, &mut hook, slot)?;
             for (i, g) in got.iter().enumerate() {
                 let d = g
                     .iter()
@@ -331,7 +341,7 @@ pub fn latent_transplant(
                         keys,
                         codes,
                     };
-                    let got = slot_logits(model, &x, &mut hook, slot)?;
+                    let got = slot_logits(model, &stream, l, &mut hook, slot)?;
                     for (i, g) in got.iter().enumerate() {
                         let own_rule = part.rules[[i, slot]] as usize;
                         if own_rule == donor {

@@ -48,6 +48,8 @@ pub struct StageSeconds {
     pub attention: f64,
     /// The latent-code analyses and their tables.
     pub analysis: f64,
+    /// The transplant test of the section "Is the latent code causal?".
+    pub causal: f64,
 }
 
 /// What the report found for one checkpoint.
@@ -75,6 +77,8 @@ pub struct Entry {
     pub steps: Option<Steps>,
     /// The attention of the first OOD problem.
     pub attention: AttentionSample,
+    /// The transplant test (`None` when the report runs it on no problem).
+    pub causal: Option<crate::causal::CausalResult>,
     /// Seconds per stage.
     pub seconds: StageSeconds,
 }
@@ -236,6 +240,20 @@ pub(crate) fn analyse_checkpoint(
     let attention = attention_sample(&model, &split, params.seed)?;
     write_attention_npz(&codes_dir.join(format!("{name}_attention.npz")), &attention)?;
     seconds.attention = t0.elapsed().as_secs_f64();
+
+    let t0 = Instant::now();
+    let causal = if params.causal_n > 0 {
+        Some(crate::causal::run(
+            &model,
+            &split,
+            params.causal_n,
+            params.seed,
+            params.batch,
+        )?)
+    } else {
+        None
+    };
+    seconds.causal = t0.elapsed().as_secs_f64();
     drop(model);
 
     let t0 = Instant::now();
@@ -270,6 +288,7 @@ pub(crate) fn analyse_checkpoint(
         training,
         steps: info.steps,
         attention,
+        causal,
         seconds,
     })
 }

@@ -102,6 +102,13 @@ pub fn summary(
                     "rules": e.attention.rules,
                 },
                 "figures": f.iter().map(figure_json).collect::<Vec<_>>(),
+                "causal": e.causal.as_ref().map(|c| json!({
+                    "n": c.n,
+                    "slot": c.slot,
+                    "query": c.query,
+                    "keys": c.keys,
+                    "rows": c.rows,
+                })),
             })
         }).collect::<Vec<_>>(),
     })

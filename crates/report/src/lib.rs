@@ -2,7 +2,7 @@
 //! accuracy, extracts the latent codes of the paper's site (docs/spec/latent-codes.md) on
 //! unpermuted ID and OOD problems, runs the latent-code analyses (PCA, rule decoding ID -> OOD,
 //! k-means, similarity), reads the training log when there is one, captures the attention of one
-//! OOD problem, and writes tables, codes, figures and a page in Markdown and HTML that compares
+//! OOD problem, runs the transplant test of the latent code ([`causal`]), and writes tables, codes, figures and a page in Markdown and HTML that compares
 //! the checkpoints side by side and with the paper (Schug et al., "Attention as a Hypernetwork",
 //! ICLR 2025). Every figure comes with sentences generated from its numbers. Fuzzy-logic
 //! checkpoints get a section of their own ([`logic`]): R² per set, term decoding from the latent
@@ -15,12 +15,13 @@
 //!
 //! Output directory (`reports/default` by default): `index.md`, `index.html`, `summary.json`,
 //! `aggregate.csv` (mean ± s.e. over seeds per group, [`aggregate`]), `tables/accuracy.csv`
-//! (SRAVEN), `tables/logic.csv` (logic), `tables/<name>/` (the latent-code
+//! (SRAVEN), `tables/causal.csv` (the transplant test), `tables/logic.csv` (logic), `tables/<name>/` (the latent-code
 //! tables), `codes/<name>_{id,ood}.npz`
 //! with their sidecars, `codes/<name>_attention.npz`, `figures/`; and `timings.json`, the only
 //! file that differs between two runs on the same checkpoints.
 
 pub mod aggregate;
+pub mod causal;
 pub mod discover;
 pub mod doc;
 pub mod error;
@@ -62,6 +63,9 @@ pub struct ReportParams {
     pub device: Device,
     /// Problems per forward pass (memory is bounded by it); at least 1.
     pub batch: usize,
+    /// Unpermuted ID and OOD problems of the transplant test ("Is the latent code causal?") per
+    /// SRAVEN checkpoint; 0 leaves the section out.
+    pub causal_n: usize,
     /// Show the aggregate over seeds even when no group has more than one run (a sweep's
     /// report); otherwise it is shown only when some group has several.
     pub aggregate: bool,
@@ -95,6 +99,7 @@ impl Default for ReportParams {
             seed: 0,
             device: Device::Cpu,
             batch: 256,
+            causal_n: 128,
             aggregate: false,
         }
     }
@@ -278,6 +283,7 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
             figures::comparison_figure(&entries, out)?,
         )
     };
+    let causal_figs = causal::figures(&entries, out)?;
     let agg = aggregate::Aggregate::new(aggregate::points(&entries, &logic_entries));
     let show_aggregate = params.aggregate || agg.has_replicates();
     let agg_figs = if show_aggregate {
@@ -294,8 +300,11 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
     let doc = page::document(
         &entries,
         &figs,
-        accuracy,
-        comparison,
+        page::CrossFigures {
+            accuracy,
+            comparison,
+            causal: &causal_figs,
+        },
         &logic,
         show_aggregate.then_some((&agg, agg_figs.as_slice())),
         params,
@@ -311,6 +320,9 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
             &out.join("tables/accuracy.csv"),
             &files::accuracy_csv(&entries),
         )?;
+    }
+    if entries.iter().any(|e| e.causal.is_some()) {
+        files::write_text(&out.join("tables/causal.csv"), &causal::csv(&entries))?;
     }
     if !logic_entries.is_empty() {
         files::write_text(

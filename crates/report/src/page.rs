@@ -26,12 +26,22 @@ pub fn steps_text(e: &Entry) -> String {
     crate::logic::steps_text(e.steps)
 }
 
+/// The SRAVEN figures that span all checkpoints.
+#[derive(Debug, Clone, Default)]
+pub struct CrossFigures<'a> {
+    /// ID and OOD accuracy per checkpoint (`None` without SRAVEN checkpoints).
+    pub accuracy: Option<FigureRef>,
+    /// Rule decoding per layer, all checkpoints (`None` for fewer than two).
+    pub comparison: Option<FigureRef>,
+    /// The transplant test's figures ("Is the latent code causal?").
+    pub causal: &'a [FigureRef],
+}
+
 /// The whole page.
 pub fn document(
     entries: &[Entry],
     figs: &[CheckpointFigures],
-    accuracy: Option<FigureRef>,
-    comparison: Option<FigureRef>,
+    cross: CrossFigures<'_>,
     logic: &LogicPart<'_>,
     aggregate: Option<(&crate::aggregate::Aggregate, &[FigureRef])>,
     params: &ReportParams,
@@ -51,8 +61,9 @@ pub fn document(
     if let Some((agg, figs)) = aggregate {
         crate::aggregate::section(&mut doc, agg, figs);
     }
-    if let Some(accuracy) = accuracy {
-        sraven_part(&mut doc, entries, figs, accuracy, comparison);
+    if let Some(accuracy) = cross.accuracy {
+        sraven_part(&mut doc, entries, figs, accuracy, cross.comparison);
+        crate::causal::section(&mut doc, entries, cross.causal);
     }
     if !logic.entries.is_empty() {
         crate::logic::section(

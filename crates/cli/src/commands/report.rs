@@ -39,6 +39,10 @@ pub struct ReportArgs {
     /// Problems per forward pass.
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
+    /// Unpermuted ID and OOD problems per SRAVEN checkpoint for the transplant test of the section
+    /// "Is the latent code causal?"; 0 leaves the section out.
+    #[arg(long, default_value_t = 128)]
+    pub causal_n: usize,
 }
 
 impl ReportArgs {
@@ -55,6 +59,7 @@ impl ReportArgs {
             seed: self.seed,
             device: self.device,
             batch: self.batch,
+            causal_n: self.causal_n,
             ..ReportParams::default()
         }
     }
