@@ -102,3 +102,62 @@ fn cache_errors_name_the_hook_or_position() {
     assert!(!out.exists());
     hyperlens(&["cache", "--checkpoint", s(&ck), "--out", s(&out)]).usage_error(&["--hooks"]);
 }
+
+/// `cache --tokens` on a language model: the tiny GPT-2 of the model crate's fixtures, whose
+/// attention patterns then equal TransformerLens 3.9's (the fixture of `make_tl_hooks_fixture.py`).
+#[test]
+fn a_language_models_cache_matches_transformer_lens() {
+    let tmp = tempdir();
+    let fixtures = crate::util::manifest_dir().join("crates/model/tests/fixtures/lm");
+    let ck = fixtures.join("tiny-gpt2-hf");
+    let acts = tmp.path().join("lm.npz");
+    let tokens = "3,17,42,5,9,3,17,42,5,60,1,3";
+    let r = hyperlens(&[
+        "cache",
+        "--checkpoint",
+        s(&ck),
+        "--tokens",
+        tokens,
+        "--hooks",
+        "blocks.*.attn.hook_pattern,ln_final.hook_normalized",
+        "--out",
+        s(&acts),
+    ]);
+    assert!(
+        r.success().contains("12 tokens, 5 arrays"),
+        "{}",
+        r.success()
+    );
+    let mut tl = ndarray_npy::NpzReader::new(
+        std::fs::File::open(fixtures.join("tl_hooks_gpt2.npz")).unwrap(),
+    )
+    .unwrap();
+    for name in [
+        "blocks.0.attn.hook_pattern",
+        "blocks.1.attn.hook_pattern",
+        "ln_final.hook_normalized",
+    ] {
+        let got: ArrayD<f32> = array(&acts, name);
+        let want: ArrayD<f32> = tl.by_name(name).unwrap();
+        assert_eq!(&got.shape()[1..], want.shape(), "{name}");
+        let d = got
+            .iter()
+            .zip(want.iter())
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(d < 1e-5, "{name}: {d}");
+    }
+    let side = json(&tmp.path().join("lm.json"));
+    assert_eq!(side["checkpoint_kind"], "hf-gpt2");
+    hyperlens(&[
+        "cache",
+        "--checkpoint",
+        s(&ck),
+        "--tokens",
+        "3,64",
+        "--hooks",
+        "hook_embed",
+        "--out",
+        s(&acts),
+    ])
+    .failure(&["token id 64"]);
+}

@@ -76,49 +76,82 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 /// The hook points of a model with `config`, in the order the pass reaches them.
 pub fn hook_names(config: &Config) -> Vec<String> {
     let mut v = vec!["hook_embed".to_string()];
-    let hidden = config.mixer.value_network() != ValueNetwork::Default;
+    let kinds = BlockHooks {
+        norm: true,
+        rotary: false,
+        value_hidden: config.mixer.value_network() != ValueNetwork::Default,
+        mlp: true,
+        gated: false,
+    };
     for l in 0..config.n_layers {
-        let b = format!("blocks.{l}.");
-        v.push(format!("{b}hook_resid_pre"));
-        v.push(format!("{b}ln1.hook_scale"));
-        v.push(format!("{b}ln1.hook_normalized"));
-        for s in [
-            "hook_q",
-            "hook_k",
-            "hook_v",
-            "hook_attn_scores",
-            "hook_pattern",
-        ] {
-            v.push(format!("{b}attn.{s}"));
-        }
-        if hidden {
-            v.push(format!("{b}attn.hook_value_hidden"));
-        }
-        v.push(format!("{b}attn.hook_z"));
-        v.push(format!("{b}hook_attn_out"));
-        for s in [
-            "hook_resid_mid",
-            "ln2.hook_scale",
-            "ln2.hook_normalized",
-            "mlp.hook_pre",
-            "mlp.hook_post",
-            "hook_mlp_out",
-            "hook_resid_post",
-        ] {
-            v.push(format!("{b}{s}"));
-        }
+        v.extend(kinds.names(l));
     }
     v.push("ln_final.hook_scale".into());
     v.push("ln_final.hook_normalized".into());
     v
 }
 
-/// The hook points of `config` that match any of `patterns`, in pass order.
+/// Which optional hook points a block has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockHooks {
+    /// Norms before attention and MLP (`ln1.*`, `ln2.*`).
+    pub(crate) norm: bool,
+    /// Rotary positions (`attn.hook_rot_q`, `attn.hook_rot_k`).
+    pub(crate) rotary: bool,
+    /// HYLA's value-network hidden units (`attn.hook_value_hidden`).
+    pub(crate) value_hidden: bool,
+    /// An MLP (`hook_resid_mid`, `mlp.*`, `hook_mlp_out`).
+    pub(crate) mlp: bool,
+    /// A gated MLP (`mlp.hook_pre_linear`).
+    pub(crate) gated: bool,
+}
+
+impl BlockHooks {
+    /// The hook points of block `l`, in pass order.
+    pub(crate) fn names(&self, l: usize) -> Vec<String> {
+        let b = format!("blocks.{l}.");
+        let mut v = vec![format!("{b}hook_resid_pre")];
+        if self.norm {
+            v.push(format!("{b}ln1.hook_scale"));
+            v.push(format!("{b}ln1.hook_normalized"));
+        }
+        for s in ["hook_q", "hook_k", "hook_v"] {
+            v.push(format!("{b}attn.{s}"));
+        }
+        if self.rotary {
+            v.push(format!("{b}attn.hook_rot_q"));
+            v.push(format!("{b}attn.hook_rot_k"));
+        }
+        v.push(format!("{b}attn.hook_attn_scores"));
+        v.push(format!("{b}attn.hook_pattern"));
+        if self.value_hidden {
+            v.push(format!("{b}attn.hook_value_hidden"));
+        }
+        v.push(format!("{b}attn.hook_z"));
+        v.push(format!("{b}hook_attn_out"));
+        if self.mlp {
+            v.push(format!("{b}hook_resid_mid"));
+            if self.norm {
+                v.push(format!("{b}ln2.hook_scale"));
+                v.push(format!("{b}ln2.hook_normalized"));
+            }
+            v.push(format!("{b}mlp.hook_pre"));
+            if self.gated {
+                v.push(format!("{b}mlp.hook_pre_linear"));
+            }
+            v.push(format!("{b}mlp.hook_post"));
+            v.push(format!("{b}hook_mlp_out"));
+        }
+        v.push(format!("{b}hook_resid_post"));
+        v
+    }
+}
+
+/// The names of `names` that match any of `patterns`, in their order.
 ///
 /// # Errors
-/// [`ModelError::Input`] naming a pattern that matches no hook point (with the list of names).
-pub fn select_hooks(config: &Config, patterns: &[String]) -> Result<Vec<String>> {
-    let names = hook_names(config);
+/// [`ModelError::Input`] naming a pattern that matches no name (with the first names).
+pub(crate) fn select_from(names: Vec<String>, patterns: &[String]) -> Result<Vec<String>> {
     for p in patterns {
         if !names.iter().any(|n| matches(p, n)) {
             return Err(ModelError::Input(format!(
@@ -132,6 +165,14 @@ pub fn select_hooks(config: &Config, patterns: &[String]) -> Result<Vec<String>>
         .into_iter()
         .filter(|n| patterns.iter().any(|p| matches(p, n)))
         .collect())
+}
+
+/// The hook points of `config` that match any of `patterns`, in pass order.
+///
+/// # Errors
+/// [`ModelError::Input`] naming a pattern that matches no hook point (with the list of names).
+pub fn select_hooks(config: &Config, patterns: &[String]) -> Result<Vec<String>> {
+    select_from(hook_names(config), patterns)
 }
 
 /// A [`HookFn`] that keeps a copy of every activation whose name is in `names` (a cache).
@@ -169,7 +210,7 @@ impl HookFn for Cache {
 }
 
 /// Runs `hooks` at `name` on `value` when it wants it; a replacement must keep the shape.
-fn at(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
+pub(crate) fn at(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
     if !hooks.wants(name) {
         return Ok(value);
     }
@@ -190,7 +231,7 @@ fn at(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
 /// divisor `sqrt(var + eps)`) and `{prefix}.hook_normalized` `[B, T, D]` (`(x - mean) / scale`,
 /// before the weight and the bias), then `normalized * w + b`: the reference LayerNorm's operations
 /// in its order, so in [`crate::Ops::Reference`] the model's own LayerNorm gives the same bits.
-fn layer_norm_hooked(
+pub(crate) fn layer_norm_hooked(
     ops: crate::Ops,
     ln: &crate::nn::layer_norm::LayerNorm,
     x: &Tensor,
@@ -209,14 +250,154 @@ fn layer_norm_hooked(
     ops.add_leading(&ops.mul_leading(&normalized, &ln.w)?, &ln.b)
 }
 
+/// A LayerNorm (`rms == false`: centred, with an optional bias) or an RMSNorm (`rms == true`) of a
+/// language model with TransformerLens's hook points `{prefix}.hook_scale` `[B, T, 1]` (the divisor:
+/// `sqrt(var + eps)`, or `sqrt(mean(x²) + eps)`) and `{prefix}.hook_normalized` `[B, T, D]` (the
+/// input centred or not, divided by the scale, before the weight and the bias), then
+/// `normalized * w (+ b)`.
+///
+/// # Errors
+/// Candle errors; a hook's error or a replacement of another shape.
+pub(crate) fn norm_hooked(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    eps: f64,
+    rms: bool,
+    hooks: &mut dyn HookFn,
+    prefix: &str,
+) -> Result<Tensor> {
+    let n = x.dim(candle_core::D::Minus1)? as f64;
+    let xc = if rms {
+        x.clone()
+    } else {
+        x.broadcast_sub(&(x.sum_keepdim(candle_core::D::Minus1)? / n)?)?
+    };
+    let ms = (xc.sqr()?.sum_keepdim(candle_core::D::Minus1)? / n)?;
+    let scale = at(hooks, &format!("{prefix}.hook_scale"), (ms + eps)?.sqrt()?)?;
+    let normalized = at(
+        hooks,
+        &format!("{prefix}.hook_normalized"),
+        xc.broadcast_div(&scale)?,
+    )?;
+    let y = normalized.broadcast_mul(w)?;
+    Ok(match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    })
+}
+
 /// [`at`] for a tensor held as `[B, H, T, d]` whose hook shape is `[B, T, H, d]`.
-fn at_heads(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
+pub(crate) fn at_heads(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Result<Tensor> {
     if !hooks.wants(name) {
         return Ok(value);
     }
     let seen = value.transpose(1, 2)?.contiguous()?;
     let out = at(hooks, name, seen)?;
     Ok(out.transpose(1, 2)?.contiguous()?)
+}
+
+/// One block of the hooked pass (`blocks.{l}.*` hook points, module docs) on the stream `h`
+/// `[B, T, D]` entering it; `rel` is the relative-position bias `[H, T, T]` of blocks that have
+/// one, `mask` the causal mask of causal models. Shared by the SRAVEN transformer and hyperlens's
+/// token models, whose blocks are the same.
+///
+/// # Errors
+/// Candle errors; a hook's error or a replacement of another shape.
+pub(crate) fn block_with_hooks(
+    ops: crate::Ops,
+    block: &crate::nn::block::Block,
+    mut h: Tensor,
+    l: usize,
+    rel: Option<&Tensor>,
+    mask: Option<&Tensor>,
+    hooks: &mut dyn HookFn,
+) -> Result<Tensor> {
+    let (bsz, t, _) = h.dims3()?;
+    let b = format!("blocks.{l}.");
+    h = at(hooks, &format!("{b}hook_resid_pre"), h)?;
+    let x1 = match &block.ln1 {
+        Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln1"))?,
+        None => h.clone(),
+    };
+    let a = &block.attn;
+    let (n_heads, d, dm) = a.w_o.dims3()?;
+    let q = at_heads(
+        hooks,
+        &format!("{b}attn.hook_q"),
+        ops.project_heads(&x1, &a.w_q, &a.b_q)?,
+    )?;
+    let k = at_heads(
+        hooks,
+        &format!("{b}attn.hook_k"),
+        ops.project_heads(&x1, &a.w_k, &a.b_k)?,
+    )?;
+    let v = at_heads(
+        hooks,
+        &format!("{b}attn.hook_v"),
+        ops.project_heads(&x1, &a.w_v, &a.b_v)?,
+    )?;
+    let mut scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
+    if let Some(rel) = rel {
+        scores = ops.add_leading(&scores, rel)?;
+    }
+    let scores = at(hooks, &format!("{b}attn.hook_attn_scores"), scores)?;
+    let pattern = normalise(ops, &scores, a.mixer.normalisation(), mask)?;
+    let pattern = at(hooks, &format!("{b}attn.hook_pattern"), pattern)?;
+    let z = match a.mixer.value_network() {
+        ValueNetwork::Default => pattern
+            .matmul(&v.contiguous()?)?
+            .transpose(1, 2)?
+            .contiguous()?,
+        net => {
+            // hidden[b, q, k, :] = act(sum_h a[b, h, q, k] v[b, h, k, :])
+            let a_kqh = pattern.permute((0, 3, 2, 1))?.contiguous()?;
+            let v_khd = v.transpose(1, 2)?.contiguous()?;
+            let hidden = a_kqh.matmul(&v_khd)?; // [B, K, Q, d]
+            let hidden = if net == ValueNetwork::MlpRelu {
+                hidden.relu()?
+            } else {
+                hidden
+            };
+            let hidden = at(
+                hooks,
+                &format!("{b}attn.hook_value_hidden"),
+                hidden.transpose(1, 2)?.contiguous()?,
+            )?; // [B, Q, K, d]
+                // z[b, q, h, :] = sum_k a[b, h, q, k] hidden[b, q, k, :]
+            let a_qhk = pattern.transpose(1, 2)?.contiguous()?;
+            a_qhk.matmul(&hidden)?
+        }
+    };
+    let z = at(hooks, &format!("{b}attn.hook_z"), z)?;
+    let attn_out = ops.linear(
+        &z.reshape((bsz, t, n_heads * d))?,
+        &a.w_o.reshape((n_heads * d, dm))?,
+        &a.b_o,
+    )?;
+    let attn_out = at(hooks, &format!("{b}hook_attn_out"), attn_out)?;
+    h = (h + attn_out)?;
+    if let Some(mlp) = &block.mlp {
+        h = at(hooks, &format!("{b}hook_resid_mid"), h)?;
+        let x2 = match &block.ln2 {
+            Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln2"))?,
+            None => h.clone(),
+        };
+        let pre = at(
+            hooks,
+            &format!("{b}mlp.hook_pre"),
+            mlp.input.forward(ops, &x2)?,
+        )?;
+        let post = at(hooks, &format!("{b}mlp.hook_post"), ops.gelu_tanh(&pre)?)?;
+        let out = at(
+            hooks,
+            &format!("{b}hook_mlp_out"),
+            mlp.output.forward(ops, &post)?,
+        )?;
+        h = (h + out)?;
+    }
+    h = at(hooks, &format!("{b}hook_resid_post"), h)?;
+    Ok(h)
 }
 
 impl Transformer {
@@ -295,92 +476,13 @@ impl Transformer {
     ) -> Result<Tensor> {
         let cfg = self.config().clone();
         let ops = self.ops();
-        let (bsz, t, _) = h.dims3()?;
+        let t = h.dim(1)?;
         for (l, block) in self.blocks.iter().enumerate().skip(start) {
-            let b = format!("blocks.{l}.");
-            h = at(hooks, &format!("{b}hook_resid_pre"), h)?;
-            let x1 = match &block.ln1 {
-                Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln1"))?,
-                None => h.clone(),
+            let rel = match &block.attn.rel_pos {
+                Some(table) => Some(relative_position_bias(table, self.buckets())?),
+                None => None,
             };
-            let a = &block.attn;
-            let (n_heads, d, dm) = a.w_o.dims3()?;
-            let q = at_heads(
-                hooks,
-                &format!("{b}attn.hook_q"),
-                ops.project_heads(&x1, &a.w_q, &a.b_q)?,
-            )?;
-            let k = at_heads(
-                hooks,
-                &format!("{b}attn.hook_k"),
-                ops.project_heads(&x1, &a.w_k, &a.b_k)?,
-            )?;
-            let v = at_heads(
-                hooks,
-                &format!("{b}attn.hook_v"),
-                ops.project_heads(&x1, &a.w_v, &a.b_v)?,
-            )?;
-            let mut scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-            if let Some(table) = &a.rel_pos {
-                scores =
-                    ops.add_leading(&scores, &relative_position_bias(table, self.buckets())?)?;
-            }
-            let scores = at(hooks, &format!("{b}attn.hook_attn_scores"), scores)?;
-            let pattern = normalise(ops, &scores, a.mixer.normalisation(), self.mask())?;
-            let pattern = at(hooks, &format!("{b}attn.hook_pattern"), pattern)?;
-            let z = match a.mixer.value_network() {
-                ValueNetwork::Default => pattern
-                    .matmul(&v.contiguous()?)?
-                    .transpose(1, 2)?
-                    .contiguous()?,
-                net => {
-                    // hidden[b, q, k, :] = act(sum_h a[b, h, q, k] v[b, h, k, :])
-                    let a_kqh = pattern.permute((0, 3, 2, 1))?.contiguous()?;
-                    let v_khd = v.transpose(1, 2)?.contiguous()?;
-                    let hidden = a_kqh.matmul(&v_khd)?; // [B, K, Q, d]
-                    let hidden = if net == ValueNetwork::MlpRelu {
-                        hidden.relu()?
-                    } else {
-                        hidden
-                    };
-                    let hidden = at(
-                        hooks,
-                        &format!("{b}attn.hook_value_hidden"),
-                        hidden.transpose(1, 2)?.contiguous()?,
-                    )?; // [B, Q, K, d]
-                        // z[b, q, h, :] = sum_k a[b, h, q, k] hidden[b, q, k, :]
-                    let a_qhk = pattern.transpose(1, 2)?.contiguous()?;
-                    a_qhk.matmul(&hidden)?
-                }
-            };
-            let z = at(hooks, &format!("{b}attn.hook_z"), z)?;
-            let attn_out = ops.linear(
-                &z.reshape((bsz, t, n_heads * d))?,
-                &a.w_o.reshape((n_heads * d, dm))?,
-                &a.b_o,
-            )?;
-            let attn_out = at(hooks, &format!("{b}hook_attn_out"), attn_out)?;
-            h = (h + attn_out)?;
-            if let Some(mlp) = &block.mlp {
-                h = at(hooks, &format!("{b}hook_resid_mid"), h)?;
-                let x2 = match &block.ln2 {
-                    Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln2"))?,
-                    None => h.clone(),
-                };
-                let pre = at(
-                    hooks,
-                    &format!("{b}mlp.hook_pre"),
-                    mlp.input.forward(ops, &x2)?,
-                )?;
-                let post = at(hooks, &format!("{b}mlp.hook_post"), ops.gelu_tanh(&pre)?)?;
-                let out = at(
-                    hooks,
-                    &format!("{b}hook_mlp_out"),
-                    mlp.output.forward(ops, &post)?,
-                )?;
-                h = (h + out)?;
-            }
-            h = at(hooks, &format!("{b}hook_resid_post"), h)?;
+            h = block_with_hooks(ops, block, h, l, rel.as_ref(), self.mask(), hooks)?;
         }
         let normed = layer_norm_hooked(ops, &self.ln_final, &h, hooks, "ln_final")?;
         let last = normed.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;

@@ -1134,6 +1134,52 @@ fn token_model_matches_float64_reference_for_several_mixers() {
     }
 }
 
+/// The token models' hooked pass: the same logits as the forward pass, every hook point once in
+/// the order of `hook_names`, the patterns equal to the forward pass's, and the pieces of the
+/// residual stream adding up (`resid_post = resid_mid + mlp_out`, `resid_pre(0) = embed +
+/// pos_embed`).
+#[test]
+fn token_model_hooks_name_every_activation_of_the_forward_pass() {
+    let cases = [
+        small_token_config(Mixer::Softmax, 2, Some(10), true),
+        small_token_config(Mixer::Hyla, 2, Some(10), true),
+        small_token_config(Mixer::Linear, 1, None, false),
+    ];
+    let flat = |v: &Tensor| -> Vec<f32> { v.flatten_all().unwrap().to_vec1().unwrap() };
+    let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    for (ci, cfg) in cases.iter().enumerate() {
+        let p = token_params(cfg, 300 + ci as u64);
+        let m = LanguageModel::Token(
+            TokenModel::from_tensors(cfg, token_tensors(&p), &Device::Cpu).unwrap(),
+        );
+        let x = Tensor::from_vec(TOKENS.to_vec(), (1, TOKENS.len()), &Device::Cpu).unwrap();
+        let out = m.forward(&x, true).unwrap();
+        let (logits, cache) = m.run_with_cache(&x, &["**".to_string()]).unwrap();
+        assert!(diff(&flat(&out.logits), &flat(&logits)) < 1e-5, "case {ci}");
+        let names: Vec<&str> = cache.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, m.hook_names(), "case {ci}");
+        let get = |n: &str| flat(&cache.iter().find(|(k, _)| k == n).unwrap().1);
+        for (l, a) in out.patterns.unwrap().iter().enumerate() {
+            let d = diff(&flat(a), &get(&format!("blocks.{l}.attn.hook_pattern")));
+            assert!(d < 1e-5, "case {ci} layer {l}: {d}");
+        }
+        let sum: Vec<f32> = get("hook_embed")
+            .iter()
+            .zip(get("hook_pos_embed"))
+            .map(|(a, b)| a + b)
+            .collect();
+        assert_eq!(sum, get("blocks.0.hook_resid_pre"), "case {ci}");
+        if cfg.d_mlp.is_some() {
+            let sum: Vec<f32> = get("blocks.1.hook_resid_mid")
+                .iter()
+                .zip(get("blocks.1.hook_mlp_out"))
+                .map(|(a, b)| a + b)
+                .collect();
+            assert_eq!(sum, get("blocks.1.hook_resid_post"), "case {ci}");
+        }
+    }
+}
+
 #[test]
 fn attn_only_presets_have_the_circuit_papers_parameters() {
     for l in 0..3 {
@@ -1314,4 +1360,85 @@ fn manifest_dir() -> std::path::PathBuf {
         || env!("CARGO_MANIFEST_DIR").into(),
         std::path::PathBuf::from,
     )
+}
+
+// ---------------------------------------------------------------- hooks against TransformerLens
+
+/// Every activation of `run_with_cache` on the tiny GPT-2 and Llama of
+/// `tests/fixtures/lm/` equals TransformerLens 3.9's `run_with_cache` on the same weights and
+/// tokens (`make_tl_hooks_fixture.py`): same names, same shapes (batch 1 here, dropped in the
+/// fixture), values within 1e-5 of each array's largest magnitude (at least 1), and `-inf` exactly
+/// where TransformerLens has it (the masked attention scores). Every array of the fixture is
+/// compared, and the hooked logits equal the ordinary forward pass's.
+#[test]
+fn hooks_match_transformer_lens_3_9_on_tiny_gpt2_and_llama() {
+    use ndarray::ArrayD;
+    use ndarray_npy::NpzReader;
+    let dir = manifest_dir().join("tests/fixtures/lm");
+    for (model_dir, fixture, kind) in [
+        ("tiny-gpt2-hf", "tl_hooks_gpt2.npz", CheckpointKind::HfGpt2),
+        (
+            "tiny-llama-hf",
+            "tl_hooks_llama.npz",
+            CheckpointKind::HfLlama,
+        ),
+    ] {
+        let path = dir.join(model_dir);
+        assert_eq!(lm::detect(&path).unwrap(), kind);
+        let m = lm::load(&path, &Device::Cpu).unwrap();
+        let mut npz = NpzReader::new(std::fs::File::open(dir.join(fixture)).unwrap()).unwrap();
+        let keys: Vec<String> = npz
+            .names()
+            .unwrap()
+            .into_iter()
+            .map(|k| k.trim_end_matches(".npy").to_string())
+            .collect();
+        let tokens: ndarray::Array1<i64> = npz.by_name("tokens").unwrap();
+        let ids: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
+        let t = ids.len();
+        let x = Tensor::from_vec(ids, (1, t), &Device::Cpu).unwrap();
+        let (logits, cache) = m.run_with_cache(&x, &["**".to_string()]).unwrap();
+        let plain = m.forward(&x, false).unwrap().logits;
+        let flat = |v: &Tensor| -> Vec<f32> { v.flatten_all().unwrap().to_vec1().unwrap() };
+        let d = flat(&logits)
+            .iter()
+            .zip(flat(&plain))
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(
+            d < 1e-4,
+            "{model_dir}: hooked and plain logits differ by {d}"
+        );
+        let mut checked = 0;
+        let mut arrays: Vec<(String, Tensor)> = cache;
+        arrays.push(("logits".into(), logits));
+        for (name, value) in &arrays {
+            assert!(
+                keys.contains(name),
+                "{model_dir}: {name} is not in TransformerLens's cache"
+            );
+            let want: ArrayD<f32> = npz.by_name(name).unwrap();
+            let mut shape = value.dims().to_vec();
+            assert_eq!(shape.remove(0), 1, "{model_dir}: {name}: batch axis");
+            assert_eq!(shape, want.shape(), "{model_dir}: {name}: shape");
+            let got = flat(value);
+            let scale = want
+                .iter()
+                .filter(|v| v.is_finite())
+                .fold(1f32, |m, v| m.max(v.abs()));
+            for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                if w.is_infinite() {
+                    assert_eq!(g, w, "{model_dir}: {name}[{i}]");
+                } else {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * scale,
+                        "{model_dir}: {name}[{i}]: {g} vs TransformerLens {w} (scale {scale})"
+                    );
+                }
+            }
+            checked += 1;
+        }
+        // Every array TransformerLens cached (and its logits) was compared; only `tokens` is not
+        // an activation.
+        assert_eq!(checked, keys.len() - 1, "{model_dir}: {keys:?}");
+    }
 }

@@ -148,3 +148,69 @@ where
     s.finish()?;
     Ok(CacheSummary { n: done, arrays })
 }
+
+/// The activations of the hook points matching `params.hooks` of a token language model (GPT-2,
+/// Llama or a hyperlens token model; `hyperlens_model::lm`) on one token sequence, written to
+/// `out` (`.npz`): one float32 array per hook named by the hook, batch axis first (`[1, ...]`),
+/// with the positions of `params.positions` along [`position_axis`], plus `logits` `[1, T, V]`
+/// and `tokens` int64 `[T]` (TransformerLens `run_with_cache` on one prompt).
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for a pattern that matches no hook, an empty or out-of-range
+/// position list; model errors (bad token ids, a sequence longer than the model's context); I/O
+/// errors. On error no output file is left behind.
+pub fn cache_lm_activations(
+    model: &hyperlens_model::lm::LanguageModel,
+    tokens: &[u32],
+    params: &CacheParams,
+    out: &Path,
+) -> Result<CacheSummary> {
+    let names = model
+        .select_hooks(&params.hooks)
+        .map_err(|e| ProbeError::InvalidInput(format!("--hooks: {e}")))?;
+    let t = tokens.len();
+    if let Some(pos) = &params.positions {
+        if pos.is_empty() || pos.iter().any(|&p| p >= t) {
+            return Err(ProbeError::InvalidInput(format!(
+                "--positions {pos:?}: give at least one position below the {t} tokens"
+            )));
+        }
+    }
+    let device = model.device().clone();
+    let x = Tensor::from_vec(tokens.to_vec(), (1, t), &device)?;
+    let mut cache = Cache::new(names);
+    let logits = model.run_with_hooks(&x, &mut cache)?;
+    let mut values = cache.values;
+    values.push(("logits".into(), logits));
+    let mut arrays = Vec::with_capacity(values.len() + 1);
+    let mut host = Vec::with_capacity(values.len());
+    for (name, v) in values {
+        let v = match &params.positions {
+            Some(p) if name != "logits" => {
+                let ix = Tensor::from_vec(
+                    p.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                    p.len(),
+                    &device,
+                )?;
+                v.index_select(&ix, position_axis(&name))?
+            }
+            _ => v,
+        };
+        let shape = v.dims().to_vec();
+        let data: Vec<f32> = v.flatten_all()?.to_vec1()?;
+        let a = ndarray::ArrayD::from_shape_vec(shape.clone(), data)
+            .map_err(|e| ProbeError::InvalidInput(format!("{name}: {e}")))?;
+        arrays.push((name.clone(), shape));
+        host.push((name, a));
+    }
+    let ids = ndarray::Array1::from_iter(tokens.iter().map(|&v| i64::from(v)));
+    arrays.push(("tokens".into(), vec![t]));
+    hyperlens_io::write_npz(out, |z| -> Result<()> {
+        for (name, a) in &host {
+            z.add(name, a)?;
+        }
+        z.add("tokens", &ids)?;
+        Ok(())
+    })?;
+    Ok(CacheSummary { n: 1, arrays })
+}

@@ -15,7 +15,7 @@ pub mod site;
 pub mod transplant;
 
 pub use ablation::{ablation_csv, head_ablation, Ablation, AblationReport, HeadAblation};
-pub use cache::{cache_activations, CacheParams, CacheSummary};
+pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{

@@ -19,9 +19,13 @@ use super::tasks::SetArg;
 /// Arguments of `hyperlens cache`.
 #[derive(Debug, Args)]
 pub struct CacheArgs {
-    /// The checkpoint directory (SRAVEN or fuzzy-logic).
+    /// The checkpoint: a SRAVEN or fuzzy-logic directory, or with `--tokens` a language model
+    /// (GGUF file, Hugging Face GPT-2 / Llama directory, hyperlens token model).
     #[arg(long)]
     pub checkpoint: PathBuf,
+    /// A language model's input: comma-separated token ids (one sequence; instead of problems).
+    #[arg(long, conflicts_with_all = ["problems", "split", "set", "seed", "unpermuted", "other_split"])]
+    pub tokens: Option<String>,
     /// Where the problems come from.
     #[command(flatten)]
     pub problems: ProblemArgs,
@@ -57,6 +61,9 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         bail!("--batch must be positive");
     }
     let device = args.device.to_candle()?;
+    if let Some(tokens) = &args.tokens {
+        return run_lm(&args, tokens, &device);
+    }
     let model = Transformer::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
     if args.list_hooks {
@@ -194,6 +201,46 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         "wrote {} ({} problems, {} arrays) and {}",
         out.display(),
         summary.n,
+        summary.arrays.len(),
+        side.display()
+    )?;
+    Ok(())
+}
+
+/// `hyperlens cache --tokens`: a language model's activations on one token sequence.
+fn run_lm(args: &CacheArgs, tokens: &str, device: &candle_core::Device) -> anyhow::Result<()> {
+    let ids = super::attention::parse_tokens(tokens)?;
+    let model = hyperlens_model::lm::load(&args.checkpoint, device)?;
+    if args.list_hooks {
+        for name in model.hook_names() {
+            outln!("{name}")?;
+        }
+        return Ok(());
+    }
+    let Some(out) = args.out.clone() else {
+        bail!("--out is required");
+    };
+    super::common::create_parent("--out", &out)?;
+    let params = CacheParams {
+        hooks: args.hooks.clone(),
+        positions: args.positions.clone(),
+    };
+    let summary = hyperlens_probe::cache_lm_activations(&model, &ids, &params, &out)
+        .with_context(|| format!("caching {}", args.checkpoint.display()))?;
+    let sidecar = serde_json::json!({
+        "producer": format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
+        "checkpoint": args.checkpoint.display().to_string(),
+        "checkpoint_kind": hyperlens_model::lm::detect(&args.checkpoint)?.to_string(),
+        "source": {"tokens": ids},
+        "hooks": args.hooks,
+        "positions": args.positions,
+        "arrays": summary.arrays.iter().map(|(n, s)| (n.clone(), serde_json::json!(s))).collect::<serde_json::Map<_, _>>(),
+    });
+    let side = hyperlens_io::write_sidecar(&out, &sidecar)?;
+    outln!(
+        "wrote {} ({} tokens, {} arrays) and {}",
+        out.display(),
+        ids.len(),
         summary.arrays.len(),
         side.display()
     )?;

@@ -13,8 +13,9 @@ use super::hf::{read_weights, HfConfig};
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, matmul, matmul_t, LmOutput};
+use super::{check_tokens, masked_scores, matmul, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
+use crate::hooks::{at, at_heads, norm_hooked, BlockHooks, HookFn};
 use crate::mixer::Normalisation;
 use crate::nn::position::causal_mask;
 use crate::ops::reference::normalise;
@@ -328,6 +329,137 @@ impl Gpt2 {
             logits,
             patterns: capture.then_some(patterns),
         })
+    }
+
+    /// The hook points of [`Gpt2::run_with_hooks`], in pass order: `hook_embed`, `hook_pos_embed`,
+    /// per block the points of the SRAVEN transformer's blocks (`crate::hooks`), `ln_final.*`,
+    /// `unembed.hook_in`, `unembed.hook_out`.
+    pub fn hook_names(&self) -> Vec<String> {
+        let kinds = BlockHooks {
+            norm: true,
+            rotary: false,
+            value_hidden: false,
+            mlp: true,
+            gated: false,
+        };
+        let mut v = vec!["hook_embed".to_string(), "hook_pos_embed".to_string()];
+        for l in 0..self.config.n_layers {
+            v.extend(kinds.names(l));
+        }
+        v.extend(
+            [
+                "ln_final.hook_scale",
+                "ln_final.hook_normalized",
+                "unembed.hook_in",
+                "unembed.hook_out",
+            ]
+            .map(String::from),
+        );
+        v
+    }
+
+    /// The forward pass with TransformerLens 3.x's hook points (names, shapes and meanings of
+    /// `HookedTransformer` on GPT-2 without weight processing; checked against TransformerLens 3.9
+    /// in `tests/lm.rs`): `hook_embed` and `hook_pos_embed` `[B, T, D]` (`W_E[tokens]`,
+    /// `W_pos[..T]`); per block `hook_resid_pre`, `ln1.hook_scale` `[B, T, 1]`,
+    /// `ln1.hook_normalized` (before the LayerNorm's weight and bias), `attn.hook_q`, `hook_k`,
+    /// `hook_v` `[B, T, H, d]` (with their biases), `attn.hook_attn_scores` `[B, H, Q, K]`
+    /// (`q·k/√d`, `-inf` above the diagonal), `attn.hook_pattern`, `attn.hook_z` `[B, T, H, d]`,
+    /// `hook_attn_out` (with `b_O`), `hook_resid_mid`, `ln2.*`, `mlp.hook_pre` (with `b_in`),
+    /// `mlp.hook_post`, `hook_mlp_out`, `hook_resid_post`; then `ln_final.hook_scale`,
+    /// `ln_final.hook_normalized`, `unembed.hook_in` (the final LayerNorm's output) and
+    /// `unembed.hook_out` (the logits).
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V].
+    ///
+    /// # Errors
+    /// As [`Gpt2::forward`]; a hook's error; a replacement of another shape (naming the hook).
+    pub fn run_with_hooks(&self, tokens: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
+        let tokens = tokens.to_device(&self.device)?;
+        let (hh, d, dm) = (c.n_heads, c.d_model / c.n_heads, c.d_model);
+        let eps = c.ln_eps;
+        let mask = causal_mask(t, &self.device)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let emb = self
+            .wte
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, dm))?;
+        let emb = at(hooks, "hook_embed", emb)?;
+        let pos = self
+            .wpe
+            .narrow(0, 0, t)?
+            .unsqueeze(0)?
+            .broadcast_as((b, t, dm))?
+            .contiguous()?;
+        let pos = at(hooks, "hook_pos_embed", pos)?;
+        let mut h = (emb + pos)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let p = format!("blocks.{l}.");
+            h = at(hooks, &format!("{p}hook_resid_pre"), h)?;
+            let x = norm_hooked(
+                &h,
+                &layer.ln1_w,
+                Some(&layer.ln1_b),
+                eps,
+                false,
+                hooks,
+                &format!("{p}ln1"),
+            )?;
+            let qkv = matmul(&x, &layer.c_attn_w)?.broadcast_add(&layer.c_attn_b)?;
+            let part = |i: usize| -> Result<Tensor> {
+                Ok(qkv
+                    .narrow(2, i * dm, dm)?
+                    .reshape((b, t, hh, d))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
+            };
+            let q = at_heads(hooks, &format!("{p}attn.hook_q"), part(0)?)?;
+            let k = at_heads(hooks, &format!("{p}attn.hook_k"), part(1)?)?;
+            let v = at_heads(hooks, &format!("{p}attn.hook_v"), part(2)?)?;
+            let scores = masked_scores(&q, &k, scale, &mask)?;
+            let scores = at(hooks, &format!("{p}attn.hook_attn_scores"), scores)?;
+            let a = candle_nn::ops::softmax_last_dim(&scores)?;
+            let a = at(hooks, &format!("{p}attn.hook_pattern"), a)?;
+            let z = at_heads(hooks, &format!("{p}attn.hook_z"), a.matmul(&v)?)?;
+            let o = z.transpose(1, 2)?.reshape((b, t, dm))?;
+            let attn_out = matmul(&o, &layer.c_proj_w)?.broadcast_add(&layer.c_proj_b)?;
+            let attn_out = at(hooks, &format!("{p}hook_attn_out"), attn_out)?;
+            h = at(hooks, &format!("{p}hook_resid_mid"), (h + attn_out)?)?;
+            let x = norm_hooked(
+                &h,
+                &layer.ln2_w,
+                Some(&layer.ln2_b),
+                eps,
+                false,
+                hooks,
+                &format!("{p}ln2"),
+            )?;
+            let pre = matmul(&x, &layer.fc_w)?.broadcast_add(&layer.fc_b)?;
+            let pre = at(hooks, &format!("{p}mlp.hook_pre"), pre)?;
+            let post = match c.activation {
+                Gpt2Activation::GeluTanh => pre.gelu()?,
+                Gpt2Activation::GeluErf => pre.gelu_erf()?,
+                Gpt2Activation::Relu => pre.relu()?,
+            };
+            let post = at(hooks, &format!("{p}mlp.hook_post"), post)?;
+            let out = matmul(&post, &layer.proj_w)?.broadcast_add(&layer.proj_b)?;
+            let out = at(hooks, &format!("{p}hook_mlp_out"), out)?;
+            h = at(hooks, &format!("{p}hook_resid_post"), (h + out)?)?;
+        }
+        let h = norm_hooked(
+            &h,
+            &self.ln_f_w,
+            Some(&self.ln_f_b),
+            eps,
+            false,
+            hooks,
+            "ln_final",
+        )?;
+        let h = at(hooks, "unembed.hook_in", h)?;
+        at(hooks, "unembed.hook_out", matmul_t(&h, &self.lm_head)?)
     }
 
     /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] =

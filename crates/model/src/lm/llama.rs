@@ -16,8 +16,9 @@ use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, matmul_t, LmOutput};
+use super::{check_tokens, masked_scores, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
+use crate::hooks::{at, at_heads, norm_hooked, BlockHooks, HookFn};
 use crate::mixer::Normalisation;
 use crate::nn::position::causal_mask;
 use crate::ops::reference::normalise;
@@ -260,6 +261,26 @@ impl Llama {
         if cfg.json.get("rope_scaling").is_some_and(|v| !v.is_null()) {
             return Err(cfg.unsupported("rope_scaling"));
         }
+        // transformers 5 writes `rope_parameters: {rope_theta, rope_type}` instead of `rope_theta`.
+        let rope_parameters = cfg.json.get("rope_parameters").filter(|v| !v.is_null());
+        let mut rope_theta = cfg.f64_opt("rope_theta")?;
+        if let Some(p) = rope_parameters {
+            match p.get("rope_type").and_then(|t| t.as_str()) {
+                None | Some("default") => {}
+                Some(other) => {
+                    return Err(cfg.unsupported(&format!("rope_parameters.rope_type `{other}`")))
+                }
+            }
+            if rope_theta.is_none() {
+                rope_theta = match p.get("rope_theta") {
+                    None => None,
+                    Some(v) => Some(v.as_f64().ok_or_else(|| ModelError::Checkpoint {
+                        path: cfg.path.clone(),
+                        msg: "key `rope_parameters.rope_theta`: expected a number".into(),
+                    })?),
+                };
+            }
+        }
         if cfg.bool_opt("attention_bias")?.unwrap_or(false)
             || cfg.bool_opt("mlp_bias")?.unwrap_or(false)
         {
@@ -283,7 +304,7 @@ impl Llama {
                 .unwrap_or(d_model.checked_div(n_heads).unwrap_or(0)),
             d_mlp: cfg.usize("intermediate_size")?,
             rms_eps: cfg.f64_opt("rms_norm_eps")?.unwrap_or(1e-6),
-            rope_theta: cfg.f64_opt("rope_theta")?.unwrap_or(10_000.0),
+            rope_theta: rope_theta.unwrap_or(10_000.0),
             max_seq_len: cfg.usize_opt("max_position_embeddings")?.unwrap_or(2048),
             tied_embeddings: cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false),
         };
@@ -480,6 +501,150 @@ impl Llama {
             logits,
             patterns: capture.then_some(patterns),
         })
+    }
+
+    /// The hook points of [`Llama::run_with_hooks`], in pass order: `hook_embed`, per block the
+    /// points of the SRAVEN transformer's blocks (`crate::hooks`) with `attn.hook_rot_q`,
+    /// `attn.hook_rot_k` and `mlp.hook_pre_linear`, then `ln_final.*`, `unembed.hook_in`,
+    /// `unembed.hook_out`.
+    pub fn hook_names(&self) -> Vec<String> {
+        let kinds = BlockHooks {
+            norm: true,
+            rotary: true,
+            value_hidden: false,
+            mlp: true,
+            gated: true,
+        };
+        let mut v = vec!["hook_embed".to_string()];
+        for l in 0..self.config.n_layers {
+            v.extend(kinds.names(l));
+        }
+        v.extend(
+            [
+                "ln_final.hook_scale",
+                "ln_final.hook_normalized",
+                "unembed.hook_in",
+                "unembed.hook_out",
+            ]
+            .map(String::from),
+        );
+        v
+    }
+
+    /// The forward pass with TransformerLens 3.x's hook points (names, shapes and meanings of
+    /// `HookedTransformer` on Llama without weight processing; checked against TransformerLens 3.9
+    /// in `tests/lm.rs`): `hook_embed` `[B, T, D]`; per block `hook_resid_pre`, `ln1.hook_scale`
+    /// `[B, T, 1]` (`sqrt(mean(x²) + eps)`), `ln1.hook_normalized` (`x / scale`, before the
+    /// RMSNorm's gain), `attn.hook_q` `[B, T, H, d]` and `attn.hook_k`, `hook_v` `[B, T, H_kv, d]`
+    /// (before the rotary embedding; key/value heads not repeated), `attn.hook_rot_q`,
+    /// `attn.hook_rot_k` (after it, half-split convention), `attn.hook_attn_scores` `[B, H, Q, K]`
+    /// (`-inf` above the diagonal), `attn.hook_pattern`, `attn.hook_z` `[B, T, H, d]` (query head
+    /// `h` reads key/value head `h / (H / H_kv)`), `hook_attn_out`, `hook_resid_mid`, `ln2.*`,
+    /// `mlp.hook_pre` (the gate's pre-activation), `mlp.hook_pre_linear` (the up projection),
+    /// `mlp.hook_post` (`silu(pre) * pre_linear`), `hook_mlp_out`, `hook_resid_post`; then
+    /// `ln_final.*`, `unembed.hook_in` and `unembed.hook_out` (the logits).
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V].
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; a hook's error; a replacement of another shape (naming the hook).
+    pub fn run_with_hooks(&self, tokens: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = check_tokens(tokens, c.vocab_size, c.max_seq_len)?;
+        let tokens = tokens.to_device(&self.device)?;
+        let (h_, hkv, d) = (c.n_heads, c.n_kv_heads, c.d_head);
+        let eps = c.rms_eps;
+        let (cos, sin) = self.rope_tables(t)?;
+        let mask = causal_mask(t, &self.device)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let emb = self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, c.d_model))?;
+        let mut h = at(hooks, "hook_embed", emb)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let p = format!("blocks.{l}.");
+            h = at(hooks, &format!("{p}hook_resid_pre"), h)?;
+            let x = norm_hooked(
+                &h,
+                &layer.attn_norm,
+                None,
+                eps,
+                true,
+                hooks,
+                &format!("{p}ln1"),
+            )?;
+            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
+                Ok(matmul_t(&x, w)?
+                    .reshape((b, t, n, d))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
+            };
+            let q = at_heads(hooks, &format!("{p}attn.hook_q"), heads(&layer.w_q, h_)?)?;
+            let k = at_heads(hooks, &format!("{p}attn.hook_k"), heads(&layer.w_k, hkv)?)?;
+            let v = at_heads(hooks, &format!("{p}attn.hook_v"), heads(&layer.w_v, hkv)?)?;
+            let q = at_heads(
+                hooks,
+                &format!("{p}attn.hook_rot_q"),
+                candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
+            )?;
+            let k = at_heads(
+                hooks,
+                &format!("{p}attn.hook_rot_k"),
+                candle_nn::rotary_emb::rope(&k, &cos, &sin)?,
+            )?;
+            let (k, v) = (repeat_kv(&k, h_ / hkv)?, repeat_kv(&v, h_ / hkv)?);
+            let scores = masked_scores(&q, &k.contiguous()?, scale, &mask)?;
+            let scores = at(hooks, &format!("{p}attn.hook_attn_scores"), scores)?;
+            let a = candle_nn::ops::softmax_last_dim(&scores)?;
+            let a = at(hooks, &format!("{p}attn.hook_pattern"), a)?;
+            let z = at_heads(
+                hooks,
+                &format!("{p}attn.hook_z"),
+                a.matmul(&v.contiguous()?)?,
+            )?;
+            let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
+            let attn_out = at(
+                hooks,
+                &format!("{p}hook_attn_out"),
+                matmul_t(&o, &layer.w_o)?,
+            )?;
+            h = at(hooks, &format!("{p}hook_resid_mid"), (h + attn_out)?)?;
+            let x = norm_hooked(
+                &h,
+                &layer.mlp_norm,
+                None,
+                eps,
+                true,
+                hooks,
+                &format!("{p}ln2"),
+            )?;
+            let pre = at(
+                hooks,
+                &format!("{p}mlp.hook_pre"),
+                matmul_t(&x, &layer.w_gate)?,
+            )?;
+            let lin = at(
+                hooks,
+                &format!("{p}mlp.hook_pre_linear"),
+                matmul_t(&x, &layer.w_up)?,
+            )?;
+            let post = at(
+                hooks,
+                &format!("{p}mlp.hook_post"),
+                (candle_nn::ops::silu(&pre)? * lin)?,
+            )?;
+            let out = at(
+                hooks,
+                &format!("{p}hook_mlp_out"),
+                matmul_t(&post, &layer.w_down)?,
+            )?;
+            h = at(hooks, &format!("{p}hook_resid_post"), (h + out)?)?;
+        }
+        let h = norm_hooked(&h, &self.norm, None, eps, true, hooks, "ln_final")?;
+        let h = at(hooks, "unembed.hook_in", h)?;
+        at(hooks, "unembed.hook_out", matmul_t(&h, &self.lm_head)?)
     }
 
     /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] = q_proj[h*d..(h+1)*d, :]^T`,

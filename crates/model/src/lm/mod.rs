@@ -47,6 +47,22 @@ pub struct LmOutput {
     pub patterns: Option<Vec<Tensor>>,
 }
 
+/// Causal attention scores `q·k * scale` with `-inf` above the diagonal (TransformerLens's
+/// `hook_attn_scores`, after its causal mask).
+///
+/// # Shapes
+/// `q [B, H, T, d]`, `k [B, H, T, d]`, `mask [T, T]` u8 (1 = allowed) -> `[B, H, T, T]`.
+///
+/// # Errors
+/// Candle errors on a shape mismatch.
+pub(crate) fn masked_scores(q: &Tensor, k: &Tensor, scale: f64, mask: &Tensor) -> Result<Tensor> {
+    let scores = (q.matmul(&k.t()?)? * scale)?;
+    let ninf = Tensor::new(f32::NEG_INFINITY, scores.device())?.broadcast_as(scores.shape())?;
+    Ok(mask
+        .broadcast_as(scores.shape())?
+        .where_cond(&scores, &ninf)?)
+}
+
 /// The kinds of checkpoint [`load`] understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointKind {
@@ -188,6 +204,62 @@ impl LanguageModel {
             Self::Llama(m) => m.head_weights(fold_norm),
             Self::Gpt2(m) => m.head_weights(fold_norm),
         }
+    }
+
+    /// The model's hook points in pass order (TransformerLens 3.x names; [`Gpt2::run_with_hooks`],
+    /// [`Llama::run_with_hooks`], [`TokenModel::run_with_hooks`]).
+    pub fn hook_names(&self) -> Vec<String> {
+        match self {
+            Self::Token(m) => m.hook_names(),
+            Self::Llama(m) => m.hook_names(),
+            Self::Gpt2(m) => m.hook_names(),
+        }
+    }
+
+    /// The forward pass with a hook at every hook point; returns the logits.
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V].
+    ///
+    /// # Errors
+    /// As [`LanguageModel::forward`]; a hook's error; a replacement of another shape.
+    pub fn run_with_hooks(
+        &self,
+        tokens: &Tensor,
+        hooks: &mut dyn crate::hooks::HookFn,
+    ) -> Result<Tensor> {
+        match self {
+            Self::Token(m) => m.run_with_hooks(tokens, hooks),
+            Self::Llama(m) => m.run_with_hooks(tokens, hooks),
+            Self::Gpt2(m) => m.run_with_hooks(tokens, hooks),
+        }
+    }
+
+    /// The hook points matching any of `patterns` (`*` one name part, `**` anything), in pass
+    /// order.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] naming a pattern that matches no hook point.
+    pub fn select_hooks(&self, patterns: &[String]) -> Result<Vec<String>> {
+        crate::hooks::select_from(self.hook_names(), patterns)
+    }
+
+    /// [`LanguageModel::run_with_hooks`] with a cache of the hook points matching `patterns`: the
+    /// logits and the activations by name, in pass order (TransformerLens `run_with_cache`).
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V]; activations batch axis first.
+    ///
+    /// # Errors
+    /// As [`LanguageModel::select_hooks`] and [`LanguageModel::run_with_hooks`].
+    pub fn run_with_cache(
+        &self,
+        tokens: &Tensor,
+        patterns: &[String],
+    ) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+        let mut cache = crate::hooks::Cache::new(self.select_hooks(patterns)?);
+        let logits = self.run_with_hooks(tokens, &mut cache)?;
+        Ok((logits, cache.values))
     }
 
     /// Number of layers.

@@ -20,7 +20,9 @@ use super::weights::{
 };
 use super::{check_tokens, LmOutput};
 use crate::error::{ModelError, Result};
+use crate::hooks::{at, block_with_hooks, layer_norm_hooked, BlockHooks, HookFn};
 use crate::mixer::Mixer;
+use crate::mixer::ValueNetwork;
 use crate::nn::params::{check_var_count, seeded_tensors, varmap_from};
 use crate::nn::position::{causal_mask, dropout_mask};
 use crate::nn::{Block, BlockSpec, InitRule, LayerNorm, Linear, Params};
@@ -430,6 +432,72 @@ impl TokenModel {
     /// an id >= V.
     pub fn forward(&self, tokens: &Tensor, capture: bool) -> Result<LmOutput> {
         self.forward_with(tokens, None, capture)
+    }
+
+    /// The hook points of [`TokenModel::run_with_hooks`], in pass order: `hook_embed`,
+    /// `hook_pos_embed`, per block those of the SRAVEN transformer's blocks (`crate::hooks`; the
+    /// norms and the MLP when the model has them), `ln_final.*` (with LayerNorm),
+    /// `unembed.hook_in`, `unembed.hook_out`.
+    pub fn hook_names(&self) -> Vec<String> {
+        let c = &self.config;
+        let kinds = BlockHooks {
+            norm: self.ln_final.is_some(),
+            rotary: false,
+            value_hidden: c.mixer.value_network() != ValueNetwork::Default,
+            mlp: c.d_mlp.is_some(),
+            gated: false,
+        };
+        let mut v = vec!["hook_embed".to_string(), "hook_pos_embed".to_string()];
+        for l in 0..c.n_layers {
+            v.extend(kinds.names(l));
+        }
+        if self.ln_final.is_some() {
+            v.push("ln_final.hook_scale".into());
+            v.push("ln_final.hook_normalized".into());
+        }
+        v.push("unembed.hook_in".into());
+        v.push("unembed.hook_out".into());
+        v
+    }
+
+    /// The forward pass with TransformerLens's hook points: `hook_embed` (`W_E[tokens]`) and
+    /// `hook_pos_embed` (`W_pos[..T]`) `[B, T, D]`, the blocks' points with the shapes and meanings
+    /// of the SRAVEN transformer's (`crate::hooks`), then the final LayerNorm's, `unembed.hook_in`
+    /// and `unembed.hook_out` (the logits). `attn.hook_attn_scores` is before the causal mask,
+    /// which each mixer's normalisation applies in its own way (softmax: `-inf`; the others: 0).
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32 -> logits [B, T, V].
+    ///
+    /// # Errors
+    /// As [`TokenModel::forward`]; a hook's error; a replacement of another shape.
+    pub fn run_with_hooks(&self, tokens: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
+        let tokens = tokens.to_device(&self.device)?;
+        let ops = self.ops;
+        let mask = causal_mask(t, &self.device)?;
+        let emb = self
+            .w_e
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, c.d_model))?;
+        let emb = at(hooks, "hook_embed", emb)?;
+        let pos = self
+            .w_pos
+            .narrow(0, 0, t)?
+            .unsqueeze(0)?
+            .broadcast_as((b, t, c.d_model))?
+            .contiguous()?;
+        let pos = at(hooks, "hook_pos_embed", pos)?;
+        let mut h = (emb + pos)?;
+        for (l, blk) in self.blocks.iter().enumerate() {
+            h = block_with_hooks(ops, blk, h, l, None, Some(&mask), hooks)?;
+        }
+        if let Some(ln) = &self.ln_final {
+            h = layer_norm_hooked(ops, ln, &h, hooks, "ln_final")?;
+        }
+        let h = at(hooks, "unembed.hook_in", h)?;
+        at(hooks, "unembed.hook_out", self.unembed.forward(ops, &h)?)
     }
 
     /// Training-mode forward pass with attention dropout `p` (one mask per layer shared over batch
