@@ -69,7 +69,7 @@ fn head_ablation_writes_one_row_per_head() {
 }
 
 #[test]
-fn the_transplant_table_has_five_kinds_per_layer_and_an_exact_identity() {
+fn the_transplant_table_has_seven_kinds_per_layer_and_an_exact_identity() {
     let tmp = tempdir();
     let ck = tmp.path().join("ck");
     sraven_checkpoint(&ck, Mixer::Hyla, 6);
@@ -97,10 +97,18 @@ fn the_transplant_table_has_five_kinds_per_layer_and_an_exact_identity() {
     );
     let csv = Csv::read(&out.join("transplant.csv"));
     let kinds = csv.strings("kind");
-    assert_eq!(kinds.len(), 5 * crate::util::TINY_LAYERS);
+    assert_eq!(kinds.len(), 7 * crate::util::TINY_LAYERS);
     assert_eq!(
-        kinds[..5],
-        ["mean_id", "donor_problem", "off_row", "random", "identity"]
+        kinds[..7],
+        [
+            "mean_id",
+            "donor_problem",
+            "off_row",
+            "random",
+            "zero_ablation",
+            "mean_ablation",
+            "identity"
+        ]
     );
     for (i, k) in kinds.iter().enumerate() {
         let n = csv.column("n")[i];

@@ -180,11 +180,11 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     for p in &expected {
         assert!(p.is_file(), "missing {}", p.display());
     }
-    // The transplant test: five kinds per layer and checkpoint, rows that add up, and an identity
+    // The transplant test: seven kinds per layer and checkpoint, rows that add up, and an identity
     // transplant that changes no logit.
     let causal = Csv::read(&out.join("tables/causal.csv"));
     let kinds = causal.strings("kind");
-    assert_eq!(kinds.len(), 2 * 5 * crate::util::TINY_LAYERS);
+    assert_eq!(kinds.len(), 2 * 7 * crate::util::TINY_LAYERS);
     for (i, k) in kinds.iter().enumerate() {
         let col = |c: &str| causal.column(c)[i];
         assert_eq!(

@@ -17,8 +17,10 @@
 //! be seen), are left out and counted as `excluded`.
 //!
 //! Controls: the identity transplant (the problem's own code: the logits must not change), a random
-//! code of the same norm as the problem's own code, and the same donor put at the keys of the slot
-//! in the first row (`slot`, `4 + slot`), outside the answer's row.
+//! code of the same norm as the problem's own code, the same donor put at the keys of the slot in
+//! the first row (`slot`, `4 + slot`), outside the answer's row; and the zero and mean ablations of
+//! the code (a zero code; the mean ID code over all rules), which say how much the answer depends
+//! on the code at all.
 
 use candle_core::Tensor;
 use hyperlens_model::eval::batch_tensor;
@@ -52,8 +54,8 @@ pub struct TransplantRow {
     pub layer: usize,
     /// `mean_id` (the donor rule's mean ID code at the answer row), `donor_problem` (the own code
     /// of one ID problem of the donor rule, at the answer row), `off_row` (the mean donor code at
-    /// the first row's keys), `random` (a random code of the own code's norm), `identity` (the own
-    /// code).
+    /// the first row's keys), `random` (a random code of the own code's norm), `zero_ablation` (a
+    /// zero code), `mean_ablation` (the mean ID code over all rules), `identity` (the own code).
     pub kind: String,
     /// (problem, donor) pairs scored.
     pub n: usize,
@@ -232,6 +234,20 @@ pub fn latent_transplant(
                 by_rule[r].push(flat);
             }
         }
+        // The mean ID code over all problems (mean ablation of the code).
+        let grand: Option<Vec<f32>> = {
+            let (mut acc, mut count) = (Vec::new(), 0usize);
+            for (v, n) in sums.iter().flatten() {
+                if acc.is_empty() {
+                    acc = vec![0f32; v.len()];
+                }
+                for (a, b) in acc.iter_mut().zip(v) {
+                    *a += b;
+                }
+                count += n;
+            }
+            (count > 0).then(|| acc.into_iter().map(|x| x / count as f32).collect())
+        };
         let means: Vec<Option<Vec<f32>>> = sums
             .into_iter()
             .map(|s| s.map(|(v, n)| v.into_iter().map(|x| x / n as f32).collect()))
@@ -255,6 +271,7 @@ pub fn latent_transplant(
             tally("random"),
             tally("identity"),
         );
+        let (mut zero_abl, mut mean_abl) = (tally("zero_ablation"), tally("mean_ablation"));
         for s in (0..ood.len()).step_by(batch) {
             let part = ood.slice(s, s + batch);
             let b = part.len();
@@ -284,6 +301,43 @@ pub fn latent_transplant(
                     ident.unchanged += 1;
                 } else {
                     ident.elsewhere += 1;
+                }
+            }
+            // Zero and mean ablation of the code (TransformerLens's ablations, on the code alone).
+            let zeros = Tensor::zeros((b, h, 2), candle_core::DType::F32, &device)?;
+            let mean_all = match &grand {
+                Some(g) => Some(
+                    Tensor::from_vec(g.clone(), (1, h, 2), &device)?
+                        .broadcast_as((b, h, 2))?
+                        .contiguous()?,
+                ),
+                None => None,
+            };
+            for (codes, row) in [
+                (Some(&zeros), &mut zero_abl),
+                (mean_all.as_ref(), &mut mean_abl),
+            ] {
+                let Some(codes) = codes else { continue };
+                let mut hook = Transplant {
+                    name: name.clone(),
+                    query,
+                    keys: answer_row,
+                    codes,
+                };
+                let got = slot_logits(model, &stream, l, &mut hook, slot)?;
+                for (i, g) in got.iter().enumerate() {
+                    let d = g
+                        .iter()
+                        .zip(&base[i])
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    row.max_logit_change = row.max_logit_change.max(f64::from(d));
+                    row.n += 1;
+                    if argmax(g) == pred[i] {
+                        row.unchanged += 1;
+                    } else {
+                        row.elsewhere += 1;
+                    }
                 }
             }
             // Random codes with the own code's norm.
@@ -379,7 +433,15 @@ pub fn latent_transplant(
                 }
             }
         }
-        rows.extend([mean_id, donor_problem, off_row, random, ident]);
+        rows.extend([
+            mean_id,
+            donor_problem,
+            off_row,
+            random,
+            zero_abl,
+            mean_abl,
+            ident,
+        ]);
     }
     Ok(rows)
 }

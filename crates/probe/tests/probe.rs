@@ -324,7 +324,7 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
     let id = sample(&split, Set::Id, 96, 1, true).unwrap();
     let ood = sample(&split, Set::Ood, 40, 2, true).unwrap();
     let rows = latent_transplant(&model, &id, &ood, 3, 16, 0).unwrap();
-    assert_eq!(rows.len(), 5 * 3);
+    assert_eq!(rows.len(), 7 * 3);
     for r in &rows {
         match r.kind.as_str() {
             "identity" => {

@@ -534,12 +534,13 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let (to_donor, changed, problem, off_row, random) = (
+    let (to_donor, changed, problem, off_row, random, zero) = (
         frac("mean_id", false),
         frac("mean_id", true),
         frac("donor_problem", false),
         frac("off_row", true),
         frac("random", true),
+        frac("zero_ablation", true),
     );
     let groups: Vec<String> = (0..cfg.n_layers).map(|l| format!("layer {l}")).collect();
     let name = a
@@ -569,6 +570,10 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
             BarSeries {
                 name: "control: random code, same norm".into(),
                 values: &random,
+            },
+            BarSeries {
+                name: "control: zero code (ablation)".into(),
+                values: &zero,
             },
         ],
     );
