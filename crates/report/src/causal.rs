@@ -26,8 +26,8 @@ pub struct CausalResult {
     pub keys: [usize; 2],
     /// Values per feature (the chance level of a changed answer is `1 / (M - 1)`).
     pub values: usize,
-    /// Per layer: `mean_id`, `donor_problem`, `off_row`, `random`, `identity`
-    /// ([`TransplantRow::kind`]).
+    /// Per layer: `mean_id`, `donor_problem`, `off_row`, `random`, `zero_ablation`,
+    /// `mean_ablation`, `identity` ([`TransplantRow::kind`]).
     pub rows: Vec<TransplantRow>,
 }
 
@@ -147,7 +147,7 @@ pub fn figures(entries: &[Entry], out: &std::path::Path) -> Result<Vec<FigureRef
     fig.value_format = hyperlens_viz::ValueFormat::Percent(1);
     fig.y_label = "fraction of (problem, donor rule) pairs".into();
     fig.x_label = "layer whose code is replaced".into();
-    let text = sentences(entries).join(" ");
+    let text = sentences(entries).summary.join(" ");
     let mut figs = vec![crate::figures::save(
         out,
         "figures/causal_transplant.png".into(),
@@ -183,6 +183,10 @@ pub fn figures(entries: &[Entry], out: &std::path::Path) -> Result<Vec<FigureRef
             "answer changes: donor code at the first row",
             at("off_row", true),
         ),
+        (
+            "answer changes: zero code (ablation)",
+            at("zero_ablation", true),
+        ),
     ];
     let names: Vec<String> = tested.iter().map(|(e, _)| e.name.clone()).collect();
     let mut fig = GroupedBars::accuracy(
@@ -217,11 +221,13 @@ pub fn figures(entries: &[Entry], out: &std::path::Path) -> Result<Vec<FigureRef
 /// Sentences generated from the numbers: per checkpoint, the layer where the transplant moves the
 /// answer to the donor rule's most, with the controls; the share of changed answers that are the
 /// donor's against chance; the identity transplant.
-pub fn sentences(entries: &[Entry]) -> Vec<String> {
+pub fn sentences(entries: &[Entry]) -> Sentences {
     let mut out = Vec::new();
     // Per checkpoint at its best layer: (name, fraction to the donor, share of the changed
     // answers that are the donor's, chance share, changed answers).
     let mut best: Vec<(&str, f64, f64, f64, usize)> = Vec::new();
+    // Per checkpoint at its best layer: the fraction of answers a zero code changes.
+    let mut zero: Vec<f64> = Vec::new();
     let mut ident = 0.0f64;
     for e in entries {
         let Some(c) = &e.causal else { continue };
@@ -234,6 +240,9 @@ pub fn sentences(entries: &[Entry]) -> Vec<String> {
         let changed = r.to_donor + r.elsewhere;
         let chance = 1.0 / (c.values as f64 - 1.0);
         best.push((&e.name, f, frac(r.to_donor, changed), chance, changed));
+        if let Some(z) = c.row(l, "zero_ablation") {
+            zero.push(frac(z.to_donor + z.elsewhere, z.n));
+        }
         let ctrl = |kind: &str| {
             c.row(l, kind)
                 .map_or(f64::NAN, |x| frac(x.to_donor + x.elsewhere, x.n))
@@ -251,7 +260,7 @@ pub fn sentences(entries: &[Entry]) -> Vec<String> {
             .row(l, "donor_problem")
             .map_or(f64::NAN, |x| frac(x.to_donor, x.n));
         out.push(format!(
-            "In {}, the transplant works best at layer {l}: the answer becomes the donor rule's in {} of {} pairs ({}; {} with one donor problem's own code instead of the mean) and changes at all in {}{share}. Controls at that layer: a random code of the same norm changes {}, the mean donor code at the first row's keys {}.",
+            "**{}**, layer {l}: the answer becomes the donor rule's in {} of {} pairs ({}; {} with one donor problem's own code instead of the mean) and changes at all in {}{share}. Controls at that layer: a random code of the same norm changes {}, the mean donor code at the first row's keys {}, a zero code {}.",
             md_escape(&e.name),
             r.to_donor,
             r.n,
@@ -260,10 +269,14 @@ pub fn sentences(entries: &[Entry]) -> Vec<String> {
             pct(frac(changed, r.n)),
             pct(ctrl("random")),
             pct(ctrl("off_row")),
+            pct(ctrl("zero_ablation")),
         ));
     }
     if best.is_empty() {
-        return out;
+        return Sentences {
+            summary: Vec::new(),
+            per_checkpoint: out,
+        };
     }
     let (lo, hi) = best.iter().fold((f64::INFINITY, 0.0f64), |(a, b), x| {
         (a.min(x.1), b.max(x.1))
@@ -294,6 +307,16 @@ pub fn sentences(entries: &[Entry]) -> Vec<String> {
             pct(lo),
             pct(hi)
         );
+        if !zero.is_empty() {
+            let (zl, zh) = zero
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+            h += &format!(
+                " A zero code at that layer changes {} to {} of the answers: how much each model reads the code there.",
+                pct(zl),
+                pct(zh)
+            );
+        }
         if !steered.is_empty() {
             h += &format!(
                 " The answer is steered towards the donor rule, at least twice as often as chance among the changed answers, in {}.",
@@ -314,11 +337,24 @@ pub fn sentences(entries: &[Entry]) -> Vec<String> {
         }
         h
     };
-    out.insert(0, headline);
-    out.push(format!(
-        "The identity transplant (each problem's own code) leaves every logit as it was: the largest change is {ident:.1e}."
-    ));
-    out
+    Sentences {
+        summary: vec![
+            headline,
+            format!(
+                "The identity transplant (each problem's own code) leaves every logit as it was: the largest change is {ident:.1e}."
+            ),
+        ],
+        per_checkpoint: out,
+    }
+}
+
+/// The generated text of the section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sentences {
+    /// What the checkpoints show together, and the identity control (the figure's text).
+    pub summary: Vec<String>,
+    /// One sentence per checkpoint at the layer where the transplant works best, with the controls.
+    pub per_checkpoint: Vec<String>,
 }
 
 /// `tables/causal.csv`: `checkpoint,mixer,layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`.
@@ -357,21 +393,32 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
     };
     doc.heading(2, "Is the latent code causal?");
     doc.paragraph(format!(
-        "On {n} unpermuted OOD problems, the latent code at the paper's site of one layer (query {q}; keys {k1} and {k2}: slot {slot} in the answer's row) is replaced by the mean code of another rule at that site over {n} unpermuted ID problems, and the predicted value of slot {slot} is read: does it become what the donor rule gives on the problem's own panels? Pairs where the donor rule gives no value from the panels, or gives the original answer or the model's own prediction, are left out. Controls: the problem's own code (identity), a random code of the same norm, and the donor code at the slot's keys in the first row, outside the answer's row (`hyperlens patch transplant` runs the same test with more problems).",
+        "On {n} unpermuted OOD problems, the latent code at the paper's site of one layer (query {q}; keys {k1} and {k2}: slot {slot} in the answer's row) is replaced by the mean code of another rule at that site over {n} unpermuted ID problems, and the predicted value of slot {slot} is read: does it become what the donor rule gives on the problem's own panels? Pairs where the donor rule gives no value from the panels, or gives the original answer or the model's own prediction, are left out. Controls: the problem's own code (identity), a random code of the same norm, the donor code at the slot's keys in the first row, outside the answer's row, and the zero and mean ablations of the code (a zero code; the mean ID code over all rules), which show how much the answer depends on the code at all (`hyperlens patch transplant` runs the same test with more problems).",
         n = first.n,
         slot = first.slot,
         q = first.query,
         k1 = first.keys[0],
         k2 = first.keys[1],
     ));
+    let text = sentences(entries);
     if !figs.is_empty() {
         for f in figs {
             doc.figure(f.clone());
         }
     } else {
-        for s in sentences(entries) {
-            doc.paragraph(s);
+        for s in &text.summary {
+            doc.paragraph(s.clone());
         }
+    }
+    if !text.per_checkpoint.is_empty() {
+        doc.paragraph("Per checkpoint, at the layer where the transplant works best:");
+        doc.paragraph(
+            text.per_checkpoint
+                .iter()
+                .map(|s| format!("- {s}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
     }
     let header = [
         "checkpoint",
@@ -381,6 +428,8 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
         "changed (mean code)",
         "changed (donor at first row)",
         "changed (random code)",
+        "changed (zero code)",
+        "changed (mean code, all rules)",
         "pairs",
         "identity: largest logit change",
     ]
@@ -410,6 +459,8 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
                 pct(get("mean_id", true)),
                 pct(get("off_row", true)),
                 pct(get("random", true)),
+                pct(get("zero_ablation", true)),
+                pct(get("mean_ablation", true)),
                 c.row(l, "mean_id").map_or(0, |r| r.n).to_string(),
                 format!(
                     "{:.1e}",
