@@ -147,6 +147,31 @@ impl BlockHooks {
     }
 }
 
+/// The hook points of a token language model, in pass order: `hook_embed`, `hook_pos_embed`
+/// (learned positions), the blocks' points (`kinds`), the final norm's (`final_norm`),
+/// `unembed.hook_in` and `unembed.hook_out`.
+pub(crate) fn lm_hook_names(
+    n_layers: usize,
+    kinds: BlockHooks,
+    pos_embed: bool,
+    final_norm: bool,
+) -> Vec<String> {
+    let mut v = vec!["hook_embed".to_string()];
+    if pos_embed {
+        v.push("hook_pos_embed".into());
+    }
+    for l in 0..n_layers {
+        v.extend(kinds.names(l));
+    }
+    if final_norm {
+        v.push("ln_final.hook_scale".into());
+        v.push("ln_final.hook_normalized".into());
+    }
+    v.push("unembed.hook_in".into());
+    v.push("unembed.hook_out".into());
+    v
+}
+
 /// The names of `names` that match any of `patterns`, in their order.
 ///
 /// # Errors

@@ -156,6 +156,16 @@ fn slot_logits(
     Ok(s.to_vec2()?)
 }
 
+/// The largest absolute difference between two logit vectors.
+fn max_change(a: &[f32], b: &[f32]) -> f64 {
+    f64::from(
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max),
+    )
+}
+
 fn argmax(v: &[f32]) -> usize {
     v.iter()
         .enumerate()
@@ -281,28 +291,16 @@ pub fn latent_transplant(
             let (logits, own, stream) = site_codes(model, &x, l, query, answer_row)?;
             let base: Vec<Vec<f32>> = logits.narrow(1, slot, 1)?.squeeze(1)?.to_vec2()?;
             let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
-            // Identity: the own code.
-            let mut hook = Transplant {
-                name: name.clone(),
-                query,
-                keys: answer_row,
-                codes: &own,
-            };
-            let got = slot_logits(model, &stream, l, &mut hook, slot)?;
-            for (i, (g, o)) in got.iter().zip(&base).enumerate() {
-                let d = g
-                    .iter()
-                    .zip(o)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                ident.max_logit_change = ident.max_logit_change.max(f64::from(d));
-                ident.n += 1;
-                if argmax(g) == pred[i] {
-                    ident.unchanged += 1;
-                } else {
-                    ident.elsewhere += 1;
-                }
+            // Random codes with the own code's norm.
+            let own_v: Vec<Vec<Vec<f32>>> = own.to_vec3()?;
+            let mut rand_codes = Vec::with_capacity(b * h * 2);
+            for c in &own_v {
+                let norm: f32 = c.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
+                let r: Vec<f32> = (0..h * 2).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
+                let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+                rand_codes.extend(r.iter().map(|v| v / rn * norm));
             }
+            let rand_t = Tensor::from_vec(rand_codes, (b, h, 2), &device)?;
             // Zero and mean ablation of the code (TransformerLens's ablations, on the code alone).
             let zeros = Tensor::zeros((b, h, 2), candle_core::DType::F32, &device)?;
             let mean_all = match &grand {
@@ -313,7 +311,10 @@ pub fn latent_transplant(
                 ),
                 None => None,
             };
+            // The controls without a donor rule: does the answer change at all?
             for (codes, row) in [
+                (Some(&own), &mut ident),
+                (Some(&rand_t), &mut random),
                 (Some(&zeros), &mut zero_abl),
                 (mean_all.as_ref(), &mut mean_abl),
             ] {
@@ -326,49 +327,13 @@ pub fn latent_transplant(
                 };
                 let got = slot_logits(model, &stream, l, &mut hook, slot)?;
                 for (i, g) in got.iter().enumerate() {
-                    let d = g
-                        .iter()
-                        .zip(&base[i])
-                        .map(|(a, b)| (a - b).abs())
-                        .fold(0f32, f32::max);
-                    row.max_logit_change = row.max_logit_change.max(f64::from(d));
+                    row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                     row.n += 1;
                     if argmax(g) == pred[i] {
                         row.unchanged += 1;
                     } else {
                         row.elsewhere += 1;
                     }
-                }
-            }
-            // Random codes with the own code's norm.
-            let own_v: Vec<Vec<Vec<f32>>> = own.to_vec3()?;
-            let mut rand_codes = Vec::with_capacity(b * h * 2);
-            for c in &own_v {
-                let norm: f32 = c.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
-                let r: Vec<f32> = (0..h * 2).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
-                let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-                rand_codes.extend(r.iter().map(|v| v / rn * norm));
-            }
-            let rand_t = Tensor::from_vec(rand_codes, (b, h, 2), &device)?;
-            let mut hook = Transplant {
-                name: name.clone(),
-                query,
-                keys: answer_row,
-                codes: &rand_t,
-            };
-            let got = slot_logits(model, &stream, l, &mut hook, slot)?;
-            for (i, g) in got.iter().enumerate() {
-                let d = g
-                    .iter()
-                    .zip(&base[i])
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                random.max_logit_change = random.max_logit_change.max(f64::from(d));
-                random.n += 1;
-                if argmax(g) == pred[i] {
-                    random.unchanged += 1;
-                } else {
-                    random.elsewhere += 1;
                 }
             }
             // Donors: every other rule's mean ID code, at the answer row and at the first row;
@@ -414,12 +379,7 @@ pub fn latent_transplant(
                             row.excluded += 1;
                             continue;
                         };
-                        let d = g
-                            .iter()
-                            .zip(&base[i])
-                            .map(|(a, b)| (a - b).abs())
-                            .fold(0f32, f32::max);
-                        row.max_logit_change = row.max_logit_change.max(f64::from(d));
+                        row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                         row.n += 1;
                         let p = argmax(g);
                         if p == expect {

@@ -44,6 +44,19 @@ impl CausalResult {
         self.rows.iter().map(|r| r.layer + 1).max().unwrap_or(0)
     }
 
+    /// The fraction of `kind`'s pairs at `layer` whose answer became the donor rule's, or with
+    /// `changed` whose answer changed at all (NaN without the row or a pair).
+    pub fn fraction(&self, layer: usize, kind: &str, changed: bool) -> f64 {
+        self.row(layer, kind).map_or(f64::NAN, |r| {
+            let k = if changed {
+                r.to_donor + r.elsewhere
+            } else {
+                r.to_donor
+            };
+            frac(k, r.n)
+        })
+    }
+
     /// The largest logit change of the identity transplant over all layers.
     pub fn identity_change(&self) -> f64 {
         self.rows
@@ -94,16 +107,7 @@ pub(crate) fn run(
 /// `donor_problem`), or whose answer changed (`changed`).
 fn per_layer(c: &CausalResult, kind: &str, changed: bool) -> Vec<f64> {
     (0..c.layers())
-        .map(|l| {
-            c.row(l, kind).map_or(f64::NAN, |r| {
-                let k = if changed {
-                    r.to_donor + r.elsewhere
-                } else {
-                    r.to_donor
-                };
-                frac(k, r.n)
-            })
-        })
+        .map(|l| c.fraction(l, kind, changed))
         .collect()
 }
 
@@ -161,18 +165,7 @@ pub fn figures(entries: &[Entry], out: &std::path::Path) -> Result<Vec<FigureRef
     let at = |kind: &str, changed: bool| -> Vec<f64> {
         tested
             .iter()
-            .map(|(_, c)| {
-                c.row(last, kind).map_or(f64::NAN, |r| {
-                    frac(
-                        if changed {
-                            r.to_donor + r.elsewhere
-                        } else {
-                            r.to_donor
-                        },
-                        r.n,
-                    )
-                })
-            })
+            .map(|(_, c)| c.fraction(last, kind, changed))
             .collect()
     };
     let cols = [
@@ -240,13 +233,10 @@ pub fn sentences(entries: &[Entry]) -> Sentences {
         let changed = r.to_donor + r.elsewhere;
         let chance = 1.0 / (c.values as f64 - 1.0);
         best.push((&e.name, f, frac(r.to_donor, changed), chance, changed));
-        if let Some(z) = c.row(l, "zero_ablation") {
-            zero.push(frac(z.to_donor + z.elsewhere, z.n));
+        if c.row(l, "zero_ablation").is_some() {
+            zero.push(c.fraction(l, "zero_ablation", true));
         }
-        let ctrl = |kind: &str| {
-            c.row(l, kind)
-                .map_or(f64::NAN, |x| frac(x.to_donor + x.elsewhere, x.n))
-        };
+        let ctrl = |kind: &str| c.fraction(l, kind, true);
         let share = if changed > 0 {
             format!(
                 "; {} of the changed answers are the donor rule's, where a change to a random other value would give {}",
@@ -256,9 +246,7 @@ pub fn sentences(entries: &[Entry]) -> Sentences {
         } else {
             String::new()
         };
-        let problem = c
-            .row(l, "donor_problem")
-            .map_or(f64::NAN, |x| frac(x.to_donor, x.n));
+        let problem = c.fraction(l, "donor_problem", false);
         out.push(format!(
             "**{}**, layer {l}: the answer becomes the donor rule's in {} of {} pairs ({}; {} with one donor problem's own code instead of the mean) and changes at all in {}{share}. Controls at that layer: a random code of the same norm changes {}, the mean donor code at the first row's keys {}, a zero code {}.",
             md_escape(&e.name),
@@ -439,18 +427,7 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
     for e in entries {
         let Some(c) = &e.causal else { continue };
         for l in 0..c.layers() {
-            let get = |kind: &str, changed: bool| {
-                c.row(l, kind).map_or(f64::NAN, |r| {
-                    frac(
-                        if changed {
-                            r.to_donor + r.elsewhere
-                        } else {
-                            r.to_donor
-                        },
-                        r.n,
-                    )
-                })
-            };
+            let get = |kind: &str, changed: bool| c.fraction(l, kind, changed);
             rows.push(vec![
                 md_escape(&e.name),
                 l.to_string(),

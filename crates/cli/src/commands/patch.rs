@@ -36,6 +36,20 @@ pub enum PatchCommand {
     Dla(DlaArgs),
 }
 
+/// The output directory, device and batch of every `patch` subcommand.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Output directory (created).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Compute device: cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Problems per forward pass.
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
+}
+
 /// Arguments of `patch acts`.
 #[derive(Debug, Args)]
 pub struct ActsArgs {
@@ -61,15 +75,9 @@ pub struct ActsArgs {
     /// The answer slot whose feature is swapped and whose logits are scored.
     #[arg(long, default_value_t = 3)]
     pub slot: usize,
-    /// Output directory (created).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Compute device: cpu, cuda, cuda:N or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// Problems per forward pass.
-    #[arg(long, default_value_t = 128)]
-    pub batch: usize,
+    /// Where and how it runs.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Arguments of `patch dla`.
@@ -84,15 +92,9 @@ pub struct DlaArgs {
     /// Attribute only this answer slot [default: all slots, averaged].
     #[arg(long)]
     pub slot: Option<usize>,
-    /// Output directory (created).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Compute device: cpu, cuda, cuda:N or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// Problems per forward pass.
-    #[arg(long, default_value_t = 128)]
-    pub batch: usize,
+    /// Where and how it runs.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Arguments of `patch transplant`.
@@ -114,15 +116,9 @@ pub struct TransplantArgs {
     /// The answer slot whose site is transplanted (the paper's: 3, query 35, keys 27 and 31).
     #[arg(long, default_value_t = 3)]
     pub slot: usize,
-    /// Output directory (created).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Compute device: cpu, cuda, cuda:N or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// Problems per forward pass.
-    #[arg(long, default_value_t = 128)]
-    pub batch: usize,
+    /// Where and how it runs.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Arguments of `patch heads`.
@@ -137,15 +133,9 @@ pub struct HeadsArgs {
     /// What replaces a head's output: `zero`, or `mean` (its mean over the problems, per position).
     #[arg(long, default_value = "mean")]
     pub ablation: Ablation,
-    /// Output directory (created).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Compute device: cpu, cuda, cuda:N or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// Problems per forward pass.
-    #[arg(long, default_value_t = 128)]
-    pub batch: usize,
+    /// Where and how it runs.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Runs `hyperlens patch`.
@@ -199,10 +189,10 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
     use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_csv};
     use hyperlens_tasks::sraven::{sample, Set, Split};
     use hyperlens_viz::{HeatmapOptions, ValueFormat};
-    if a.batch == 0 || a.n == 0 {
+    if a.run.batch == 0 || a.n == 0 {
         bail!("--batch and --n must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.device)?;
+    let model = sraven_model(&a.checkpoint, &a.run.device)?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let (set, describe) = if let Some(path) = &a.problems {
@@ -242,18 +232,21 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
     let pairs = feature_swap_pairs(&set, a.slot)
         .with_context(|| format!("pairing the problems at --slot {}", a.slot))?;
     let kinds = 2 + usize::from(model.blocks.iter().any(|b| b.mlp.is_some()));
-    let total =
-        pairs.len().div_ceil(a.batch) * (2 + cfg.n_layers * (kinds * cfg.n_tokens + cfg.n_heads));
+    let total = pairs.len().div_ceil(a.run.batch)
+        * (2 + cfg.n_layers * (kinds * cfg.n_tokens + cfg.n_heads));
     let bar = progress_bar(total as u64, "patch acts", "passes");
-    let r = activation_patching(&model, &pairs, a.batch, |d, _| bar.set_position(d as u64))
-        .with_context(|| format!("patching activations of {}", a.checkpoint.display()))?;
+    let r = activation_patching(&model, &pairs, a.run.batch, |d, _| {
+        bar.set_position(d as u64)
+    })
+    .with_context(|| format!("patching activations of {}", a.checkpoint.display()))?;
     bar.finish_and_clear();
-    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    std::fs::create_dir_all(&a.run.out)
+        .with_context(|| format!("--out {}", a.run.out.display()))?;
     hyperlens_io::write_atomic(
-        &a.out.join("activation_patching.csv"),
+        &a.run.out.join("activation_patching.csv"),
         patching_csv(&r).as_bytes(),
     )?;
-    hyperlens_io::write_npz(&a.out.join("activation_patching.npz"), |z| {
+    hyperlens_io::write_npz(&a.run.out.join("activation_patching.npz"), |z| {
         z.add("resid_pre", &r.resid_pre)?;
         z.add("attn_out", &r.attn_out)?;
         if let Some(m) = &r.mlp_out {
@@ -275,7 +268,7 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
         Ok::<(), anyhow::Error>(())
     })?;
     hyperlens_io::write_json(
-        &a.out.join("activation_patching.json"),
+        &a.run.out.join("activation_patching.json"),
         &serde_json::json!({
             "producer": format!("hyperlens {} patch acts", env!("CARGO_PKG_VERSION")),
             "checkpoint": a.checkpoint.display().to_string(),
@@ -324,7 +317,7 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
                 ..HeatmapOptions::default()
             },
         );
-        save_png(a.out.join(format!("patching_{file}.png")), &fig)?;
+        save_png(a.run.out.join(format!("patching_{file}.png")), &fig)?;
     }
     let fig = Heatmap::head_scores(
         &format!("{name}: patching each head's output (hook_z, all positions)"),
@@ -333,7 +326,7 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
         ColorMap::BlueWhiteRed,
         Some((-1.0, 1.0)),
     )?;
-    save_png(a.out.join("patching_heads.png"), &fig)?;
+    save_png(a.run.out.join("patching_heads.png"), &fig)?;
     let best = r
         .head_out
         .indexed_iter()
@@ -349,17 +342,17 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
     )?;
     outln!(
         "wrote activation_patching.csv, .npz, .json and patching_*.png to {}",
-        a.out.display()
+        a.run.out.display()
     )?;
     Ok(())
 }
 
 fn dla(a: DlaArgs) -> anyhow::Result<()> {
     use hyperlens_probe::{direct_logit_attribution, dla_csv};
-    if a.batch == 0 {
+    if a.run.batch == 0 {
         bail!("--batch must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.device)?;
+    let model = sraven_model(&a.checkpoint, &a.run.device)?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let slots: Vec<usize> = match a.slot {
@@ -393,14 +386,15 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         }
     };
     let stage = super::common::Stage::start("patch dla");
-    let r = direct_logit_attribution(&model, &set, &slots, a.batch)
+    let r = direct_logit_attribution(&model, &set, &slots, a.run.batch)
         .with_context(|| format!("attributing the logits of {}", a.checkpoint.display()))?;
     stage.done(&mut Vec::new());
-    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
-    hyperlens_io::write_atomic(&a.out.join("dla.csv"), dla_csv(&r).as_bytes())?;
+    std::fs::create_dir_all(&a.run.out)
+        .with_context(|| format!("--out {}", a.run.out.display()))?;
+    hyperlens_io::write_atomic(&a.run.out.join("dla.csv"), dla_csv(&r).as_bytes())?;
     let grid = |m: &Array2<f64>| -> Vec<Vec<f64>> { m.outer_iter().map(|r| r.to_vec()).collect() };
     hyperlens_io::write_json(
-        &a.out.join("dla.json"),
+        &a.run.out.join("dla.json"),
         &serde_json::json!({
             "producer": format!("hyperlens {} patch dla", env!("CARGO_PKG_VERSION")),
             "checkpoint": a.checkpoint.display().to_string(),
@@ -447,7 +441,7 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         *last = "MLP".into();
     }
     fig.options.x_label = "head (last column: the layer's MLP)".into();
-    save_png(a.out.join("dla.png"), &fig)?;
+    save_png(a.run.out.join("dla.png"), &fig)?;
     let top = r
         .heads_centred
         .indexed_iter()
@@ -460,7 +454,10 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         top.unwrap_or_default(),
         r.max_error
     )?;
-    outln!("wrote dla.csv, dla.json and dla.png to {}", a.out.display())?;
+    outln!(
+        "wrote dla.csv, dla.json and dla.png to {}",
+        a.run.out.display()
+    )?;
     Ok(())
 }
 
@@ -468,10 +465,10 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     use hyperlens_probe::{latent_transplant, transplant_csv};
     use hyperlens_tasks::sraven::{sample, Set, Split};
     use hyperlens_viz::{BarSeries, GroupedBars};
-    if a.batch == 0 || a.n == 0 {
+    if a.run.batch == 0 || a.n == 0 {
         bail!("--batch and --n must be positive");
     }
-    let device = a.device.to_candle()?;
+    let device = a.run.device.to_candle()?;
     let model = Transformer::load(&a.checkpoint, &device)?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
@@ -493,16 +490,17 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     let id = sample(&split, Set::Id, a.n, a.seed, true)?;
     let ood = sample(&split, Set::Ood, a.n, a.seed, true)?;
     let bar = super::common::Stage::start("patch transplant");
-    let rows = latent_transplant(&model, &id, &ood, a.slot, a.batch, a.seed)
+    let rows = latent_transplant(&model, &id, &ood, a.slot, a.run.batch, a.seed)
         .with_context(|| format!("transplanting codes in {}", a.checkpoint.display()))?;
     bar.done(&mut Vec::new());
-    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    std::fs::create_dir_all(&a.run.out)
+        .with_context(|| format!("--out {}", a.run.out.display()))?;
     hyperlens_io::write_atomic(
-        &a.out.join("transplant.csv"),
+        &a.run.out.join("transplant.csv"),
         transplant_csv(&rows).as_bytes(),
     )?;
     hyperlens_io::write_json(
-        &a.out.join("transplant.json"),
+        &a.run.out.join("transplant.json"),
         &serde_json::json!({
             "producer": format!("hyperlens {} patch transplant", env!("CARGO_PKG_VERSION")),
             "checkpoint": a.checkpoint.display().to_string(),
@@ -579,7 +577,7 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     );
     fig.y_label = "fraction of problems".into();
     fig.x_label = "layer transplanted".into();
-    save_png(a.out.join("transplant.png"), &fig)?;
+    save_png(a.run.out.join("transplant.png"), &fig)?;
     let chance = 100.0 / (cfg.d_in as f64 - 1.0);
     for r in rows
         .iter()
@@ -607,13 +605,13 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
         .fold(0.0f64, |m, r| m.max(r.max_logit_change));
     outln!(
         "identity transplant: largest logit change {ident:.1e}; wrote transplant.csv, transplant.json and transplant.png to {}",
-        a.out.display()
+        a.run.out.display()
     )?;
     Ok(())
 }
 
 fn heads(a: HeadsArgs) -> anyhow::Result<()> {
-    if a.batch == 0 {
+    if a.run.batch == 0 {
         bail!("--batch must be positive");
     }
     let task = hyperlens_report::discover::RunInfo::read(&a.checkpoint).task;
@@ -624,12 +622,12 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
             task.unwrap_or_default()
         );
     }
-    let device = a.device.to_candle()?;
+    let device = a.run.device.to_candle()?;
     let model = Transformer::load(&a.checkpoint, &device)?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let source = a.problems.resolve(&a.checkpoint, params)?;
-    let batch = a.batch;
+    let batch = a.run.batch;
     let (describe, mut stream): (serde_json::Value, Box<hyperlens_probe::ablation::Problems>) =
         match source {
             ProblemSource::File(path) => {
@@ -677,9 +675,10 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
     })
     .with_context(|| format!("ablating the heads of {}", a.checkpoint.display()))?;
     bar.finish_and_clear();
-    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    std::fs::create_dir_all(&a.run.out)
+        .with_context(|| format!("--out {}", a.run.out.display()))?;
     hyperlens_io::write_atomic(
-        &a.out.join("head_ablation.csv"),
+        &a.run.out.join("head_ablation.csv"),
         ablation_csv(&report).as_bytes(),
     )?;
     let summary = serde_json::json!({
@@ -690,7 +689,7 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
         "source": describe,
         "report": report,
     });
-    hyperlens_io::write_json(&a.out.join("head_ablation.json"), &summary)?;
+    hyperlens_io::write_json(&a.run.out.join("head_ablation.json"), &summary)?;
     let deltas = Array2::from_shape_fn((cfg.n_layers, cfg.n_heads), |(l, h)| {
         report.heads[l * cfg.n_heads + h].accuracy - report.base.accuracy
     });
@@ -708,7 +707,7 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
         ColorMap::BlueWhiteRed,
         Some((-span, span)),
     )?;
-    save_png(a.out.join("head_ablation.png"), &fig)?;
+    save_png(a.run.out.join("head_ablation.png"), &fig)?;
     let worst = report
         .heads
         .iter()
@@ -726,7 +725,7 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
     )?;
     outln!(
         "wrote head_ablation.csv, head_ablation.json and head_ablation.png to {}",
-        a.out.display()
+        a.run.out.display()
     )?;
     Ok(())
 }

@@ -18,7 +18,7 @@ use super::weights::{
 };
 use super::{check_tokens, masked_scores, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
-use crate::hooks::{at, at_heads, norm_hooked, BlockHooks, HookFn};
+use crate::hooks::{at, at_heads, lm_hook_names, norm_hooked, BlockHooks, HookFn};
 use crate::mixer::Normalisation;
 use crate::nn::position::causal_mask;
 use crate::ops::reference::normalise;
@@ -515,20 +515,7 @@ impl Llama {
             mlp: true,
             gated: true,
         };
-        let mut v = vec!["hook_embed".to_string()];
-        for l in 0..self.config.n_layers {
-            v.extend(kinds.names(l));
-        }
-        v.extend(
-            [
-                "ln_final.hook_scale",
-                "ln_final.hook_normalized",
-                "unembed.hook_in",
-                "unembed.hook_out",
-            ]
-            .map(String::from),
-        );
-        v
+        lm_hook_names(self.config.n_layers, kinds, false, true)
     }
 
     /// The forward pass with TransformerLens 3.x's hook points (names, shapes and meanings of

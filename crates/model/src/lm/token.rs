@@ -20,7 +20,7 @@ use super::weights::{
 };
 use super::{check_tokens, LmOutput};
 use crate::error::{ModelError, Result};
-use crate::hooks::{at, block_with_hooks, layer_norm_hooked, BlockHooks, HookFn};
+use crate::hooks::{at, block_with_hooks, layer_norm_hooked, lm_hook_names, BlockHooks, HookFn};
 use crate::mixer::Mixer;
 use crate::mixer::ValueNetwork;
 use crate::nn::params::{check_var_count, seeded_tensors, varmap_from};
@@ -447,17 +447,7 @@ impl TokenModel {
             mlp: c.d_mlp.is_some(),
             gated: false,
         };
-        let mut v = vec!["hook_embed".to_string(), "hook_pos_embed".to_string()];
-        for l in 0..c.n_layers {
-            v.extend(kinds.names(l));
-        }
-        if self.ln_final.is_some() {
-            v.push("ln_final.hook_scale".into());
-            v.push("ln_final.hook_normalized".into());
-        }
-        v.push("unembed.hook_in".into());
-        v.push("unembed.hook_out".into());
-        v
+        lm_hook_names(c.n_layers, kinds, true, self.ln_final.is_some())
     }
 
     /// The forward pass with TransformerLens's hook points: `hook_embed` (`W_E[tokens]`) and
