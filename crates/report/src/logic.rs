@@ -403,11 +403,11 @@ pub fn decoding_text(e: &LogicEntry) -> String {
             " The codes name the terms beyond the controls, by {margin:.3} in F1."
         );
     } else if margin >= -0.05 {
-        s.push_str(" That is within 0.05 of the better control: the probes do not read the terms from these codes.");
+        s.push_str(" That is within 0.05 of the better control: the probes do no better than the controls.");
     } else {
         let _ = write!(
             s,
-            " That is {:.3} below the better control: the probes do worse than a constant guess, so these codes do not name the terms.",
+            " That is {:.3} below the better control: the probes do worse than a constant guess.",
             -margin
         );
     }
@@ -428,6 +428,30 @@ pub fn decoding_text(e: &LogicEntry) -> String {
         " The ridge regression from the code to the term matrix (fit on one half of the OOD codes, scored on the other) has R² {}.",
         ridge.join(", ")
     );
+    // The verdict weighs both measures: a linear map can recover the term matrix from a code whose
+    // per-term yes/no probes fail (and the reverse).
+    let top = per_layer
+        .iter()
+        .max_by(|a, b| a.ridge_r2.total_cmp(&b.ridge_r2))
+        .map(|r| (r.ridge_r2, r.layer.unwrap_or(0)));
+    match top {
+        Some((r2, l)) if r2 > 0.1 && margin <= 0.05 => {
+            let _ = write!(
+                s,
+                " So the codes carry the terms in part (R² {r2:.3} at layer {l}), in a form that the per-term yes/no probes do not use."
+            );
+        }
+        Some((r2, l)) if r2 > 0.1 => {
+            let _ = write!(
+                s,
+                " Both measures find the terms in the codes (R² {r2:.3} at layer {l})."
+            );
+        }
+        Some(_) if margin <= 0.05 => {
+            s.push_str(" Neither measure finds the terms in these codes.");
+        }
+        _ => {}
+    }
     s
 }
 
@@ -832,4 +856,56 @@ pub fn summary(
         "training_log": matches!(e.training, Training::Log(_)),
         "figures": f.iter().map(|f| json!({"file": f.src, "caption": f.caption, "text": f.text})).collect::<Vec<_>>(),
     })).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(rows: &[(Option<usize>, f64, f64)]) -> LogicEntry {
+        LogicEntry {
+            name: "x".into(),
+            dir: PathBuf::from("x"),
+            mixer: "hyla".into(),
+            split: "seed0".into(),
+            sets: Vec::new(),
+            decoding: rows
+                .iter()
+                .map(|&(layer, ridge_r2, f1_mean)| TermDecodingRow {
+                    layer,
+                    ridge_r2,
+                    f1_mean,
+                    f1_base_rate: 0.284,
+                    f1_shuffled: 0.0,
+                    n_terms: 12,
+                })
+                .collect(),
+            tsne_trustworthiness: 0.0,
+            tsne_points: 0,
+            tsne_perplexity: 0.0,
+            fixed_query: Vec::new(),
+            training: Training::Missing { trained_by: None },
+            steps: None,
+            seconds: LogicSeconds::default(),
+        }
+    }
+
+    /// The verdict weighs the ridge R² beside the probes' F1: F1 below the base rate with a ridge
+    /// R² above 0.1 says the codes carry the terms in part; both low says neither finds them.
+    #[test]
+    fn term_decoding_verdicts_weigh_both_measures() {
+        let t = decoding_text(&entry(&[(Some(0), -0.003, 0.0), (Some(1), 0.213, 0.225)]));
+        assert!(t.contains("0.059 below the better control"), "{t}");
+        assert!(
+            t.contains("carry the terms in part (R² 0.213 at layer 1)"),
+            "{t}"
+        );
+        let t = decoding_text(&entry(&[(Some(0), 0.01, 0.20), (Some(1), 0.02, 0.25)]));
+        assert!(t.contains("Neither measure finds the terms"), "{t}");
+        let t = decoding_text(&entry(&[(Some(0), 0.3, 0.5), (None, 0.35, 0.55)]));
+        assert!(
+            t.contains("Both measures find the terms in the codes (R² 0.300 at layer 0)"),
+            "{t}"
+        );
+    }
 }
