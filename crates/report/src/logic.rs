@@ -381,19 +381,24 @@ pub(crate) fn steps_text(steps: Option<Steps>) -> String {
 /// ridge R² of the term matrix.
 pub fn decoding_text(e: &LogicEntry) -> String {
     let mut s = String::new();
-    let per_layer: Vec<&TermDecodingRow> =
-        e.decoding.iter().filter(|r| r.layer.is_some()).collect();
-    let Some(best) = per_layer
+    let where_ = |r: &TermDecodingRow| {
+        r.layer
+            .map_or_else(|| "all layers".to_string(), |l| format!("layer {l}"))
+    };
+    // The best of the layers and of all layers together (on a tie, the first: a single layer).
+    let Some(best) = e
+        .decoding
         .iter()
+        .rev()
         .max_by(|a, b| a.f1_mean.total_cmp(&b.f1_mean))
     else {
         return s;
     };
     let control = best.f1_base_rate.max(best.f1_shuffled);
-    let layer = best.layer.unwrap_or(0);
+    let layer = where_(best);
     let _ = write!(
         s,
-        "The per-term probes, trained on the ID tasks' codes and tested on held-out pairs of known terms, reach their best mean F1 at layer {layer}: {:.3} against {:.3} for answering yes everywhere (base rate) and {:.3} for probes trained on shuffled labels ({} terms scored).",
+        "The per-term probes, trained on the ID tasks' codes and tested on held-out pairs of known terms, reach their best mean F1 at {layer}: {:.3} against {:.3} for answering yes everywhere (base rate) and {:.3} for probes trained on shuffled labels ({} terms scored).",
         best.f1_mean, best.f1_base_rate, best.f1_shuffled, best.n_terms
     );
     let margin = best.f1_mean - control;
@@ -430,21 +435,28 @@ pub fn decoding_text(e: &LogicEntry) -> String {
     );
     // The verdict weighs both measures: a linear map can recover the term matrix from a code whose
     // per-term yes/no probes fail (and the reverse).
-    let top = per_layer
+    let top = e
+        .decoding
         .iter()
+        .rev()
         .max_by(|a, b| a.ridge_r2.total_cmp(&b.ridge_r2))
-        .map(|r| (r.ridge_r2, r.layer.unwrap_or(0)));
+        .map(|r| (r.ridge_r2, where_(r)));
     match top {
         Some((r2, l)) if r2 > 0.1 && margin <= 0.05 => {
             let _ = write!(
                 s,
-                " So the codes carry the terms in part (R² {r2:.3} at layer {l}), in a form that the per-term yes/no probes do not use."
+                " So the codes carry the terms in part (R² {r2:.3} at {l}), in a form that the per-term yes/no probes do not use."
             );
         }
         Some((r2, l)) if r2 > 0.1 => {
             let _ = write!(
                 s,
-                " Both measures find the terms in the codes (R² {r2:.3} at layer {l})."
+                " Both measures find the terms in the codes (R² {r2:.3} at {l})."
+            );
+        }
+        Some((_, _)) if margin > 0.05 => {
+            s.push_str(
+                " Only the probes find the terms; the regression does not (R² at most 0.1).",
             );
         }
         Some(_) if margin <= 0.05 => {
@@ -904,8 +916,16 @@ mod tests {
         assert!(t.contains("Neither measure finds the terms"), "{t}");
         let t = decoding_text(&entry(&[(Some(0), 0.3, 0.5), (None, 0.35, 0.55)]));
         assert!(
-            t.contains("Both measures find the terms in the codes (R² 0.300 at layer 0)"),
+            t.contains("best mean F1 at all layers: 0.550")
+                && t.contains("Both measures find the terms in the codes (R² 0.350 at all layers)"),
             "{t}"
         );
+        let t = decoding_text(&entry(&[(Some(0), 0.04, 0.25), (None, 0.13, 0.342)]));
+        assert!(
+            t.contains("Both measures") && t.contains("by 0.058 in F1"),
+            "{t}"
+        );
+        let t = decoding_text(&entry(&[(Some(0), 0.04, 0.25), (None, 0.05, 0.40)]));
+        assert!(t.contains("Only the probes find the terms"), "{t}");
     }
 }
