@@ -142,7 +142,9 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         }
     } else {
         let sraven = sraven_params(&args.checkpoint, &cfg)?;
-        match p.resolve(&args.checkpoint, sraven)? {
+        let source = p.resolve(&args.checkpoint, sraven)?;
+        let describe = source.describe();
+        match source {
             ProblemSource::File(path) => {
                 let set = load_problems(&path, &sraven)?;
                 let n = set.len();
@@ -157,10 +159,7 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
                     bar.set_position(d as u64)
                 });
                 bar.finish_and_clear();
-                (
-                    s,
-                    serde_json::json!({"problems": path.display().to_string()}),
-                )
+                (s, describe)
             }
             ProblemSource::Sampled {
                 split,
@@ -178,11 +177,7 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
                     bar.set_position(d as u64)
                 });
                 bar.finish_and_clear();
-                (
-                    s,
-                    serde_json::json!({"problems": "generated", "split": split.name, "set": set.to_string(),
-                        "n": n, "seed": seed, "unpermuted": unpermuted}),
-                )
+                (s, describe)
             }
         }
     };

@@ -86,6 +86,26 @@ pub enum ProblemSource {
     },
 }
 
+impl ProblemSource {
+    /// The source as the `source` object of an output's JSON: `problems` (the file, or
+    /// `generated`), and for a sampled set `split`, `set`, `n`, `seed`, `unpermuted`.
+    pub fn describe(&self) -> serde_json::Value {
+        match self {
+            ProblemSource::File(path) => {
+                serde_json::json!({"problems": path.display().to_string()})
+            }
+            ProblemSource::Sampled {
+                split,
+                set,
+                n,
+                seed,
+                unpermuted,
+            } => serde_json::json!({"problems": "generated", "split": split.name,
+                "set": set.to_string(), "n": n, "seed": seed, "unpermuted": unpermuted}),
+        }
+    }
+}
+
 /// The SRAVEN task a checkpoint's config describes: F = `n_outputs` features, M = `d_in` values,
 /// and T = 9 F tokens (`docs/spec/sraven.md`, "Tokens, targets, metrics").
 ///

@@ -152,16 +152,41 @@ pub fn run(c: PatchCommand) -> anyhow::Result<()> {
 }
 
 /// Loads a SRAVEN checkpoint for an intervention, refusing a checkpoint of another task.
-fn sraven_model(checkpoint: &std::path::Path, device: &Device) -> anyhow::Result<Transformer> {
+fn sraven_model(
+    checkpoint: &std::path::Path,
+    device: &Device,
+    command: &str,
+) -> anyhow::Result<Transformer> {
     let task = hyperlens_report::discover::RunInfo::read(checkpoint).task;
     if task.as_deref().is_some_and(|t| t != "sraven") {
         bail!(
-            "{}: a {} checkpoint; `patch` works on SRAVEN checkpoints",
+            "{}: a {} checkpoint; `{command}` works on SRAVEN checkpoints",
             checkpoint.display(),
             task.unwrap_or_default()
         );
     }
     Ok(Transformer::load(checkpoint, &device.to_candle()?)?)
+}
+
+/// `--split`, or the split the checkpoint's run files record: its name and the split.
+fn resolve_split(
+    checkpoint: &std::path::Path,
+    given: Option<&str>,
+    params: hyperlens_tasks::sraven::SravenParams,
+) -> anyhow::Result<(String, hyperlens_tasks::sraven::Split)> {
+    let name = match given {
+        Some(g) => g.to_string(),
+        None => hyperlens_report::discover::RunInfo::read(checkpoint)
+            .split
+            .with_context(|| {
+                format!(
+                    "give --split: {} records no training split",
+                    checkpoint.display()
+                )
+            })?,
+    };
+    let split = hyperlens_tasks::sraven::Split::named_with(&name, params).context("--split")?;
+    Ok((name, split))
 }
 
 /// The checkpoint directory's name, for figure titles.
@@ -187,12 +212,12 @@ fn position_labels(t: usize, f: usize) -> Vec<String> {
 
 fn acts(a: ActsArgs) -> anyhow::Result<()> {
     use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_csv};
-    use hyperlens_tasks::sraven::{sample, Set, Split};
+    use hyperlens_tasks::sraven::{sample, Set};
     use hyperlens_viz::{HeatmapOptions, ValueFormat};
     if a.run.batch == 0 || a.n == 0 {
         bail!("--batch and --n must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.run.device)?;
+    let model = sraven_model(&a.checkpoint, &a.run.device, "patch acts")?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let (set, describe) = if let Some(path) = &a.problems {
@@ -201,14 +226,7 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
             serde_json::json!({"problems": path.display().to_string()}),
         )
     } else {
-        let info = hyperlens_report::discover::RunInfo::read(&a.checkpoint);
-        let split_name = a.split.clone().or(info.split).with_context(|| {
-            format!(
-                "give --split: {} records no training split",
-                a.checkpoint.display()
-            )
-        })?;
-        let split = Split::named_with(&split_name, params).context("--split")?;
+        let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
         let which = match a.set {
             super::common::SetArg::Id => Set::Id,
             super::common::SetArg::Ood => Set::Ood,
@@ -352,7 +370,7 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
     if a.run.batch == 0 {
         bail!("--batch must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.run.device)?;
+    let model = sraven_model(&a.checkpoint, &a.run.device, "patch dla")?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let slots: Vec<usize> = match a.slot {
@@ -362,11 +380,10 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         Some(s) => vec![s],
         None => (0..cfg.n_outputs).collect(),
     };
-    let (set, describe) = match a.problems.resolve(&a.checkpoint, params)? {
-        ProblemSource::File(path) => (
-            load_problems(&path, &params)?,
-            serde_json::json!({"problems": path.display().to_string()}),
-        ),
+    let source = a.problems.resolve(&a.checkpoint, params)?;
+    let describe = source.describe();
+    let set = match source {
+        ProblemSource::File(path) => load_problems(&path, &params)?,
         ProblemSource::Sampled {
             split,
             set,
@@ -378,11 +395,7 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
                 format!("--n {n} (the problems are held in memory)"),
                 hyperlens_io::budget::bytes_of(4, &[n, cfg.n_tokens, cfg.d_in + 4]),
             )?;
-            (
-                hyperlens_tasks::sraven::sample(&split, set, n, seed, unpermuted)?,
-                serde_json::json!({"problems": "generated", "split": split.name,
-                    "set": set.to_string(), "n": n, "seed": seed, "unpermuted": unpermuted}),
-            )
+            hyperlens_tasks::sraven::sample(&split, set, n, seed, unpermuted)?
         }
     };
     let stage = super::common::Stage::start("patch dla");
@@ -463,26 +476,15 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
 
 fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     use hyperlens_probe::{latent_transplant, transplant_csv};
-    use hyperlens_tasks::sraven::{sample, Set, Split};
+    use hyperlens_tasks::sraven::{sample, Set};
     use hyperlens_viz::{BarSeries, GroupedBars};
     if a.run.batch == 0 || a.n == 0 {
         bail!("--batch and --n must be positive");
     }
-    let device = a.run.device.to_candle()?;
-    let model = Transformer::load(&a.checkpoint, &device)?;
+    let model = sraven_model(&a.checkpoint, &a.run.device, "patch transplant")?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
-    let info = hyperlens_report::discover::RunInfo::read(&a.checkpoint);
-    if info.task.as_deref().is_some_and(|t| t != "sraven") {
-        bail!("{}: not a SRAVEN checkpoint", a.checkpoint.display());
-    }
-    let split_name = a.split.clone().or(info.split).with_context(|| {
-        format!(
-            "give --split: {} records no training split",
-            a.checkpoint.display()
-        )
-    })?;
-    let split = Split::named_with(&split_name, params).context("--split")?;
+    let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
     hyperlens_io::budget::check_alloc(
         format!("--n {} (two problem sets are held in memory)", a.n),
         hyperlens_io::budget::bytes_of(4, &[2 * a.n, cfg.n_tokens, cfg.d_in + 8]),
@@ -614,60 +616,42 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
     if a.run.batch == 0 {
         bail!("--batch must be positive");
     }
-    let task = hyperlens_report::discover::RunInfo::read(&a.checkpoint).task;
-    if task.as_deref().is_some_and(|t| t != "sraven") {
-        bail!(
-            "{}: a {} checkpoint; `patch heads` measures SRAVEN accuracy",
-            a.checkpoint.display(),
-            task.unwrap_or_default()
-        );
-    }
-    let device = a.run.device.to_candle()?;
-    let model = Transformer::load(&a.checkpoint, &device)?;
+    let model = sraven_model(&a.checkpoint, &a.run.device, "patch heads")?;
     let cfg = model.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let source = a.problems.resolve(&a.checkpoint, params)?;
+    let mut describe = source.describe();
     let batch = a.run.batch;
-    let (describe, mut stream): (serde_json::Value, Box<hyperlens_probe::ablation::Problems>) =
-        match source {
-            ProblemSource::File(path) => {
-                let set = std::rc::Rc::new(load_problems(&path, &params)?);
-                let n = set.len();
-                if n == 0 {
-                    bail!("--problems {}: no problem", path.display());
-                }
-                (
-                    serde_json::json!({"problems": path.display().to_string(), "n": n}),
-                    Box::new(move || {
-                        let set = std::rc::Rc::clone(&set);
-                        Box::new(
-                            (0..n)
-                                .step_by(batch)
-                                .map(move |s| Ok(set.slice(s, (s + batch).min(n)))),
-                        )
-                    }),
-                )
+    let mut stream: Box<hyperlens_probe::ablation::Problems> = match source {
+        ProblemSource::File(path) => {
+            let set = std::rc::Rc::new(load_problems(&path, &params)?);
+            let n = set.len();
+            if n == 0 {
+                bail!("--problems {}: no problem", path.display());
             }
-            ProblemSource::Sampled {
-                split,
-                set,
-                n,
-                seed,
-                unpermuted,
-            } => {
-                let describe = serde_json::json!({"problems": "generated", "split": split.name,
-                    "set": set.to_string(), "n": n, "seed": seed, "unpermuted": unpermuted});
-                (
-                    describe,
-                    Box::new(
-                        move || match SampleStream::new(&split, set, seed, unpermuted) {
-                            Ok(s) => Box::new(s.batches(n, batch).map(|b| b.map_err(Into::into))),
-                            Err(e) => Box::new(std::iter::once(Err(e.into()))),
-                        },
-                    ),
+            describe["n"] = n.into();
+            Box::new(move || {
+                let set = std::rc::Rc::clone(&set);
+                Box::new(
+                    (0..n)
+                        .step_by(batch)
+                        .map(move |s| Ok(set.slice(s, (s + batch).min(n)))),
                 )
-            }
-        };
+            })
+        }
+        ProblemSource::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        } => Box::new(
+            move || match SampleStream::new(&split, set, seed, unpermuted) {
+                Ok(s) => Box::new(s.batches(n, batch).map(|b| b.map_err(Into::into))),
+                Err(e) => Box::new(std::iter::once(Err(e.into()))),
+            },
+        ),
+    };
     let total = 1 + usize::from(a.ablation == Ablation::Mean) + cfg.n_layers * cfg.n_heads;
     let bar = progress_bar(total as u64, "patch heads", "passes");
     let report = head_ablation(&model, &mut stream, a.ablation, |d, _| {
