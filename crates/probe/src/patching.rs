@@ -484,6 +484,24 @@ pub fn direct_logit_attribution(
     // The mean unembedding column (the centred answer direction is W_U[:, a] minus it).
     let col_mean: Vec<f64> = (0..dm).map(|j| w_u.row(j).sum() / c_n as f64).collect();
     let bu_mean = b_u.iter().sum::<f64>() / c_n as f64;
+    // Per answer value a: g = gamma * W_U[:, a] and its centred form gc, their sums, and the
+    // constants (the LayerNorm bias and the unembedding bias projected the same way).
+    let dirs: Vec<Direction> = (0..c_n)
+        .map(|a| {
+            let u = |j: usize| w_u[[j, a]];
+            let uc = |j: usize| w_u[[j, a]] - col_mean[j];
+            let g: Vec<f64> = (0..dm).map(|j| gamma[j] * u(j)).collect();
+            let gc: Vec<f64> = (0..dm).map(|j| gamma[j] * uc(j)).collect();
+            Direction {
+                gs: g.iter().sum(),
+                gcs: gc.iter().sum(),
+                g,
+                gc,
+                k: (0..dm).map(|j| beta[j] * u(j)).sum::<f64>() + b_u[a],
+                kc: (0..dm).map(|j| beta[j] * uc(j)).sum::<f64>() + b_u[a] - bu_mean,
+            }
+        })
+        .collect();
     let device = model.device().clone();
     let last = |x: &Tensor| -> Result<Vec<f64>> {
         // The F output positions of an activation [B, T, ...], flattened.
@@ -521,18 +539,24 @@ pub fn direct_logit_attribution(
                 let mean = stream.iter().sum::<f64>() / dm as f64;
                 let var = stream.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / dm as f64;
                 let scale = (var + eps).sqrt();
-                let a = part.y[[bi, f]] as usize;
-                // g = gamma * u for the raw and the centred answer direction.
-                let g: Vec<f64> = (0..dm).map(|j| gamma[j] * w_u[[j, a]]).collect();
-                let gc: Vec<f64> = (0..dm)
-                    .map(|j| gamma[j] * (w_u[[j, a]] - col_mean[j]))
-                    .collect();
-                let (gs, gcs) = (g.iter().sum::<f64>(), gc.iter().sum::<f64>());
+                let y = part.y[[bi, f]];
+                let (a, dir) = usize::try_from(y)
+                    .ok()
+                    .and_then(|a| dirs.get(a).map(|d| (a, d)))
+                    .ok_or_else(|| {
+                        ProbeError::InvalidInput(format!(
+                            "answer value {y} of problem {} is outside the model's {c_n} values",
+                            s0 + bi
+                        ))
+                    })?;
                 // Direct effect of a part c: (c·g - mean(c) Σg) / scale.
                 let attr = |c: &[f64]| -> (f64, f64) {
                     let m = c.iter().sum::<f64>() / dm as f64;
                     let dot = |w: &[f64]| c.iter().zip(w).map(|(x, y)| x * y).sum::<f64>();
-                    ((dot(&g) - m * gs) / scale, (dot(&gc) - m * gcs) / scale)
+                    (
+                        (dot(&dir.g) - m * dir.gs) / scale,
+                        (dot(&dir.gc) - m * dir.gcs) / scale,
+                    )
                 };
                 let mut total = (0.0, 0.0);
                 let mut add = |dst: &mut f64, dstc: &mut f64, v: (f64, f64)| {
@@ -561,10 +585,7 @@ pub fn direct_logit_attribution(
                         add(&mut r.mlp[l], &mut r.mlp_centred[l], attr(&m[o..o + dm]));
                     }
                 }
-                let uc = |j: usize| w_u[[j, a]] - col_mean[j];
-                let k = (0..dm).map(|j| beta[j] * w_u[[j, a]]).sum::<f64>() + b_u[a];
-                let kc = (0..dm).map(|j| beta[j] * uc(j)).sum::<f64>() + b_u[a] - bu_mean;
-                add(&mut r.constant, &mut r.constant_centred, (k, kc));
+                add(&mut r.constant, &mut r.constant_centred, (dir.k, dir.kc));
                 let lo = (bi * f_n + f) * c_n;
                 let row = &logits[lo..lo + c_n];
                 let logit = row[a];
@@ -600,6 +621,22 @@ pub fn direct_logit_attribution(
         *v /= nf;
     }
     Ok(r)
+}
+
+/// An answer value's direction through the final LayerNorm (its scale frozen), raw and centred.
+struct Direction {
+    /// `gamma * W_U[:, a]` `[D]`.
+    g: Vec<f64>,
+    /// `gamma * (W_U[:, a] - mean column)` `[D]`.
+    gc: Vec<f64>,
+    /// `Σ g`.
+    gs: f64,
+    /// `Σ gc`.
+    gcs: f64,
+    /// `beta · W_U[:, a] + b_U[a]`.
+    k: f64,
+    /// The same, centred.
+    kc: f64,
 }
 
 /// `dla.csv`: `component,layer,head,label,logit_attr,centred_logit_attr` (nats, means over the
