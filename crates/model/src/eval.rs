@@ -8,6 +8,7 @@ use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
+use crate::infer::Inference;
 use crate::transformer::Transformer;
 
 /// Metrics of a model over a problem set.
@@ -220,15 +221,31 @@ where
     let mut acc = MetricsAccumulator::new(cfg.n_outputs);
     let mut kept: Vec<(Array3<f32>, Array2<i64>, Array2<i64>)> = Vec::new();
     let mut done = 0;
+    // On the CPU, the evaluation-mode pass without candle (`crate::infer`).
+    let inference = model
+        .device()
+        .is_cpu()
+        .then(|| Inference::new(model))
+        .transpose()?;
     for b in batches {
         let b = b?;
         if b.is_empty() {
             continue;
         }
         check_problems(model, &b)?;
-        let x = batch_tensor(&b.x, model.device())?;
-        let out = model.forward(&x, false)?;
-        let v: Vec<f32> = out.logits.flatten_all()?.to_vec1()?;
+        let v: Vec<f32> = match &inference {
+            Some(inf) => {
+                let x = b.x.as_standard_layout();
+                let xs = x.as_slice().ok_or_else(|| {
+                    ModelError::Input("the problem batch is not contiguous".into())
+                })?;
+                inf.run(xs, b.len(), 0, |_, _, _| {})?.logits
+            }
+            None => {
+                let x = batch_tensor(&b.x, model.device())?;
+                model.forward(&x, false)?.logits.flatten_all()?.to_vec1()?
+            }
+        };
         let logits = Array3::from_shape_vec((b.len(), cfg.n_outputs, cfg.d_out), v)
             .map_err(|e| ModelError::Input(format!("logits shape: {e}")))?;
         let pred = acc.add(logits.view(), b.y.view())?;

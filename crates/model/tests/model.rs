@@ -1396,3 +1396,46 @@ fn cached_activations_match_a_float64_numpy_forward_on_paper_checkpoints() {
         assert!(checked >= 33, "{stem}: {checked}");
     }
 }
+
+/// The CPU inference pass (`hyperlens_model::infer`) against the float64 numpy forward of the three
+/// paper checkpoints: its codes at layers 0 and 3 and its logits are as close to the float64 values
+/// as the candle forward's are (both within float32 rounding: at most twice candle's error, or
+/// 2e-6 of the array's scale), and the two float32 passes agree with each other.
+#[test]
+fn the_cpu_inference_pass_is_as_close_to_float64_as_the_candle_forward() {
+    use hyperlens_model::Inference;
+    use ndarray::{Array3, ArrayD};
+    use ndarray_npy::NpzReader;
+    let fixture = manifest_dir().join("tests/fixtures/paper_seed1_activations.npz");
+    let mut npz = NpzReader::new(std::fs::File::open(fixture).unwrap()).unwrap();
+    let x: Array3<f32> = npz.by_name("x").unwrap();
+    let xt = hyperlens_model::eval::batch_tensor(&x, &Device::Cpu).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (stem, mixer, ..) in PAPER_SEED1 {
+        let model = imported(stem, mixer, tmp.path());
+        let candle = model.forward(&xt, true).unwrap();
+        let fast = Inference::new(&model).unwrap().forward(&xt, true).unwrap();
+        let (ca, fa) = (candle.attention.unwrap(), fast.attention.unwrap());
+        let mut arrays = vec![(
+            "logits".to_string(),
+            flat(&candle.logits),
+            flat(&fast.logits),
+        )];
+        for l in [0, 3] {
+            arrays.push((
+                format!("blocks.{l}.attn.hook_pattern"),
+                flat(&ca[l]),
+                flat(&fa[l]),
+            ));
+        }
+        for (name, c, f) in arrays {
+            let want: ArrayD<f32> = npz.by_name(&format!("{stem}.{name}")).unwrap();
+            let want: Vec<f32> = want.iter().copied().collect();
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1.0);
+            let (dc, df, dcf) = (max_diff(&c, &want), max_diff(&f, &want), max_diff(&c, &f));
+            eprintln!("{stem} {name}: candle {dc:e}, inference {df:e}, between {dcf:e} (scale {scale})");
+            assert!(df <= (2.0 * dc).max(2e-6 * scale), "{stem} {name}: {df} vs {dc}");
+            assert!(dcf <= 1e-4 * scale, "{stem} {name}: {dcf}");
+        }
+    }
+}

@@ -11,7 +11,7 @@ use std::path::Path;
 use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::eval::batch_tensor;
-use hyperlens_model::Transformer;
+use hyperlens_model::{Inference, Transformer};
 use hyperlens_tasks::sraven::ProblemSet;
 use serde::{Deserialize, Serialize};
 
@@ -164,17 +164,12 @@ where
     let n_keys = selections[0].keys.len();
     let (h, f, s) = (cfg.n_heads, cfg.n_outputs, selections.len());
     let n_rows = n_problems * s;
-    let device = model.device().clone();
-    let key_idx: Vec<Tensor> = selections
-        .iter()
-        .map(|sel| {
-            Tensor::from_vec(
-                sel.keys.iter().map(|&k| k as u32).collect(),
-                sel.keys.len(),
-                &device,
-            )
-        })
-        .collect::<std::result::Result<_, _>>()?;
+    // On the CPU, the evaluation-mode pass without candle (`hyperlens_model::infer`).
+    let inference = model
+        .device()
+        .is_cpu()
+        .then(|| Inference::new(model))
+        .transpose()?;
 
     let mut w = NpzStream::create(out)?;
     let codes_id = w.add_array(
@@ -220,24 +215,11 @@ where
                 f
             )));
         }
-        let x = batch_tensor(&batch.x, &device)?;
-        let fwd = model.forward(&x, true)?;
-        let attention = fwd
-            .attention
-            .ok_or_else(|| ProbeError::InvalidInput("the model returned no attention".into()))?;
-        // [B, F, C] logits -> predicted class per slot.
-        let pred: Vec<u32> = fwd.logits.argmax(2)?.flatten_all()?.to_vec1()?;
-        // Per selection and layer: [B, H, K] on the device, then to the host.
-        let mut picked: Vec<Vec<Vec<f32>>> = Vec::with_capacity(s);
-        for (sel, keys) in selections.iter().zip(&key_idx) {
-            let mut per_layer = Vec::with_capacity(layers.len());
-            for &l in &layers {
-                let a = attention[l].i((.., .., sel.query, ..))?.contiguous()?; // [B, H, T]
-                let a = a.index_select(keys, 2)?; // [B, H, K]
-                per_layer.push(a.flatten_all()?.to_vec1::<f32>()?);
-            }
-            picked.push(per_layer);
-        }
+        // Codes [B, S, L', H, K] and the predicted class per slot [B, F].
+        let (batch_codes, logits) =
+            batch_codes(model, inference.as_ref(), batch.x.view(), &selections, &layers)?;
+        let pred = argmax_rows(&logits, cfg.d_out);
+        let row_len = layers.len() * h * n_keys;
         let mut codes = Vec::with_capacity(b * s * layers.len() * h * n_keys);
         let (
             mut label,
@@ -260,9 +242,7 @@ where
         );
         for i in 0..b {
             for (si, sel) in selections.iter().enumerate() {
-                for per_layer in &picked[si] {
-                    codes.extend_from_slice(&per_layer[i * h * n_keys..(i + 1) * h * n_keys]);
-                }
+                codes.extend_from_slice(&batch_codes[(i * s + si) * row_len..][..row_len]);
                 // The feature shown in answer slot `sel.slot` (column 2's permutation).
                 let feature = match &batch.perms {
                     Some(p) => {
@@ -351,4 +331,84 @@ where
             n_correct as f64 / n_rows as f64
         },
     })
+}
+
+/// The codes of one batch at `selections` and `layers`, `[B, S, L', H, K]` (problem-major, then
+/// selection, layer, head, key), and the logits `[B, F, C]`: by the CPU pass of [`Inference`] when
+/// one is given, else by the candle forward pass on the model's device.
+///
+/// # Shapes
+/// `x [B, T, d_in]`.
+///
+/// # Errors
+/// Input errors of [`Inference::run`]; candle errors.
+pub(crate) fn batch_codes(
+    model: &Transformer,
+    inference: Option<&Inference>,
+    x: ndarray::ArrayView3<f32>,
+    selections: &[Selection],
+    layers: &[usize],
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let cfg = model.config();
+    let (b, t, h) = (x.dim().0, cfg.n_tokens, cfg.n_heads);
+    let n_keys = selections.first().map_or(0, |s| s.keys.len());
+    let n_layers = layers.len();
+    let Some(inf) = inference else {
+        let xt = batch_tensor(&x.to_owned(), model.device())?;
+        let fwd = model.forward(&xt, true)?;
+        let attention = fwd
+            .attention
+            .ok_or_else(|| ProbeError::InvalidInput("the model returned no attention".into()))?;
+        // Per selection and layer: [B, 1, H, K] on the device, stacked to [B, S, L', H, K].
+        let mut parts = Vec::with_capacity(selections.len() * n_layers);
+        for sel in selections {
+            let keys: Vec<u32> = sel.keys.iter().map(|&k| k as u32).collect();
+            let keys = Tensor::from_vec(keys, n_keys, model.device())?;
+            for &l in layers {
+                let a = attention[l].i((.., .., sel.query, ..))?.contiguous()?; // [B, H, T]
+                parts.push(a.index_select(&keys, 2)?.unsqueeze(1)?);
+            }
+        }
+        let codes = Tensor::cat(&parts, 1)?.flatten_all()?.to_vec1::<f32>()?;
+        return Ok((codes, fwd.logits.flatten_all()?.to_vec1()?));
+    };
+    // Where each model layer goes among the kept ones.
+    let mut slot_of = vec![None; cfg.n_layers];
+    for (li, &l) in layers.iter().enumerate() {
+        slot_of[l] = Some(li);
+    }
+    let width = selections.len() * n_layers * h * n_keys;
+    let xs = x.as_standard_layout();
+    let xs = xs.as_slice().ok_or_else(|| {
+        ProbeError::InvalidInput("the problem batch is not contiguous".into())
+    })?;
+    let out = inf.run(xs, b, width, |l, att, row| {
+        let Some(li) = slot_of[l] else { return };
+        for (si, sel) in selections.iter().enumerate() {
+            for hh in 0..h {
+                let dst = &mut row[((si * n_layers + li) * h + hh) * n_keys..][..n_keys];
+                let src = &att[(hh * t + sel.query) * t..][..t];
+                for (d, &k) in dst.iter_mut().zip(&sel.keys) {
+                    *d = src[k];
+                }
+            }
+        }
+    })?;
+    Ok((out.taken, out.logits))
+}
+
+/// The index of the largest entry of each row of `n` entries (the first of equal ones, as
+/// candle's `argmax`).
+fn argmax_rows(v: &[f32], n: usize) -> Vec<u32> {
+    v.chunks_exact(n)
+        .map(|row| {
+            let mut best = 0;
+            for (j, &x) in row.iter().enumerate() {
+                if x > row[best] {
+                    best = j;
+                }
+            }
+            best as u32
+        })
+        .collect()
 }

@@ -10,16 +10,16 @@
 
 use std::path::Path;
 
-use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::Transformer;
+use hyperlens_model::{Inference, Transformer};
 use hyperlens_tasks::logic::{
     logic_chunks, LogicBatch, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
 use ndarray::s;
 
 use crate::error::{ProbeError, Result};
-use crate::extract::{ProbeMeta, SelectionMeta};
+use crate::extract::{batch_codes, ProbeMeta, SelectionMeta};
+use crate::site::Selection;
 use crate::npz_stream::{NpyDtype, NpzStream};
 
 /// Where a logic probe reads the codes: one query position and its keys.
@@ -192,12 +192,18 @@ where
         )));
     }
     let n_keys = site.keys.len();
-    let device = model.device().clone();
-    let key_idx = Tensor::from_vec(
-        site.keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
-        n_keys,
-        &device,
-    )?;
+    // The site as one selection (the slot is unused here).
+    let selection = Selection {
+        query: site.query,
+        keys: site.keys.clone(),
+        slot: 0,
+    };
+    // On the CPU, the evaluation-mode pass without candle (`hyperlens_model::infer`).
+    let inference = model
+        .device()
+        .is_cpu()
+        .then(|| Inference::new(model))
+        .transpose()?;
     let mut w: Option<(NpzStream, [crate::npz_stream::ArrayId; 6])> = None;
     let mut shapes = None;
     let mut done = 0usize;
@@ -258,34 +264,13 @@ where
         let mut start = 0;
         while start < b {
             let end = (start + batch).min(b);
-            let xb: Vec<f32> = chunk
-                .x
-                .slice(s![start..end, .., ..])
-                .iter()
-                .copied()
-                .collect();
-            let x = Tensor::from_vec(xb, (end - start, t, d), &device)?;
-            let fwd = model.forward(&x, true)?;
-            let attention = fwd.attention.ok_or_else(|| {
-                ProbeError::InvalidInput("the model returned no attention".into())
-            })?;
-            let pred: Vec<f32> = fwd.logits.flatten_all()?.to_vec1()?;
-            let per_layer = layers
-                .iter()
-                .map(|&l| {
-                    let a = attention[l].i((.., .., site.query, ..))?.contiguous()?; // [B, H, T]
-                    Ok(a.index_select(&key_idx, 2)?
-                        .flatten_all()?
-                        .to_vec1::<f32>()?)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let n = end - start;
-            let mut codes = Vec::with_capacity(n * layers.len() * h * n_keys);
-            for i in 0..n {
-                for pl in &per_layer {
-                    codes.extend_from_slice(&pl[i * h * n_keys..(i + 1) * h * n_keys]);
-                }
-            }
+            let (codes, pred) = batch_codes(
+                model,
+                inference.as_ref(),
+                chunk.x.slice(s![start..end, .., ..]),
+                std::slice::from_ref(&selection),
+                &layers,
+            )?;
             let terms: Vec<i64> = chunk
                 .terms
                 .slice(s![start..end, .., ..])

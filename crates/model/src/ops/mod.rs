@@ -25,7 +25,7 @@ use candle_core::Tensor;
 use crate::error::Result;
 use crate::mixer::Mixer;
 
-mod fast;
+pub(crate) mod fast;
 pub mod reference;
 
 /// Which forms of the operations run (module docs).

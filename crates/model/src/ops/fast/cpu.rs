@@ -211,6 +211,13 @@ fn sigmoid(z: f32) -> f32 {
     1.0 / (1.0 + (-z).exp())
 }
 
+/// The tanh GELU of one value, `x sigmoid(c (x + 0.044715 x^3))` (module docs): the forward pass of
+/// [`gelu_tanh`], also used by [`crate::infer`].
+#[inline]
+pub(crate) fn gelu_tanh_value(x: f32) -> f32 {
+    x * sigmoid(TWO_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x))
+}
+
 /// The tanh GELU (module docs): one pass forward, one backward.
 ///
 /// # Shapes
@@ -235,7 +242,7 @@ impl CustomOp1 for GeluTanh {
         let mut y = vec![0f32; x.len()];
         for_blocks(&mut y, BLOCK_ELEMS, |i, y| {
             for (y, &x) in y.iter_mut().zip(&x[i * BLOCK_ELEMS..]) {
-                *y = x * sigmoid(TWO_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x));
+                *y = gelu_tanh_value(x);
             }
         });
         Ok((CpuStorage::F32(y), l.shape().clone()))

@@ -60,7 +60,7 @@ use crate::error::Result;
 use crate::mixer::{Mixer, Normalisation, ValueNetwork};
 
 /// The sizes and the per-pair constants of one mix.
-struct Plan {
+pub(crate) struct Plan {
     /// Heads.
     h: usize,
     /// Queries.
@@ -84,6 +84,29 @@ struct Plan {
 }
 
 impl Plan {
+    /// The plan of an evaluation-mode mix (no dropout) of problems with `h` heads, `q` queries, `k`
+    /// keys of width `d`, for [`crate::infer`]; `visible` is `[Q * K]` (none: all visible).
+    pub(crate) fn evaluation(
+        h: usize,
+        (q, k): (usize, usize),
+        d: usize,
+        norm: Normalisation,
+        relu: bool,
+        visible: Option<Vec<bool>>,
+    ) -> Plan {
+        Plan {
+            h,
+            q,
+            k,
+            d,
+            norm,
+            relu,
+            visible,
+            dropout: None,
+            per_mask: 1,
+        }
+    }
+
     /// The dropout multipliers of problem `n`, `[Q * K]`.
     fn dropout_of(&self, n: usize) -> Option<&[f32]> {
         let qk = self.q * self.k;
@@ -238,7 +261,7 @@ impl Rows {
 /// The softmax of one row of scores over its visible keys (`vis`, none: all), 0 where masked; a
 /// row with no visible key is uniform (the reference fills masked scores with the lowest float,
 /// so such a row is all equal).
-fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
+pub(crate) fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
     let on = |j: usize| vis.is_none_or(|v| v[j]);
     let mut mx = f32::NEG_INFINITY;
     for (j, &x) in row.iter().enumerate() {
@@ -263,7 +286,7 @@ fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
 
 /// The forward pass of one problem: `s [H, Q, K]`, `v [H, K, d]`, its dropout multipliers
 /// `drop [Q, K]` -> `o [Q, H, d]`, attention `[H, Q, K]` (the codes before dropout).
-fn forward_one(
+pub(crate) fn forward_one(
     p: &Plan,
     s: &[f32],
     v: &[f32],

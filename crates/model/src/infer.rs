@@ -1,0 +1,696 @@
+//! The evaluation-mode forward pass of a [`Transformer`] on the CPU, without candle: the path that
+//! latent-code extraction (`hyperlens probe`), `eval` and the report take.
+//!
+//! The maths is that of [`Transformer::forward`] (`docs/spec/models.md`, "The block"; the paper's
+//! `hyla/models/transformer.py`), evaluated differently:
+//!
+//! - **No allocation per operation.** The batch is cut into chunks of [`CHUNK`] problems; each
+//!   worker owns one set of buffers (residual stream, normalised rows, Q/K/V, head outputs, MLP
+//!   hidden units, one problem's scores and codes) and reuses it for every chunk and layer. As
+//!   candle operations every step of a layer is a fresh tensor: a `[B, H, T, T]` score tensor of a
+//!   batch of 256 base-model problems is 21 MB, so the allocator served it with a fresh `mmap`
+//!   that page-faulted and was zeroed at every layer (`docs/performance.md`).
+//! - **Both cores on independent work.** Chunks run in parallel (rayon); within a chunk everything
+//!   runs on one thread, so the cores do not wait on each other inside an operation.
+//! - **The widest vector units for the products.** The affine maps are `gemm` products with the
+//!   crate's `x86-v4` (AVX-512) kernels, chosen at run time where the CPU has them.
+//! - **One chunk stays in the caches.** A chunk of 8 base-model problems (288 rows) needs about
+//!   1 MB of buffers.
+//!
+//! Per chunk and layer: LayerNorm 1, one product for Q, K and V together (the heads' kernels side
+//! by side, `[D, 3 H d]`), per problem the scaled scores plus the relative-position bias, the
+//! mixer's normalisation and value network (the HYLA value networks by the kernel of
+//! `ops::fast::mix`, shared with training), the output projection into the residual stream;
+//! LayerNorm 2, the tanh-GELU MLP; at the end the final LayerNorm and the unembedding at the last
+//! `F` positions. The operations are the Fast forms' own, in the same order where it matters (the
+//! bias added to a product before the product joins the residual stream; candle's LayerNorm with
+//! the `E[x^2] - mean^2` variance), so the logits and codes equal [`Transformer::forward`]'s to
+//! float32 rounding (the tests hold them within 1e-5 of each array's scale, and the codes of the
+//! shipped checkpoints within 1e-6).
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
+
+use crate::config::Config;
+use crate::error::{ModelError, Result};
+use crate::mixer::{Normalisation, ValueNetwork};
+use crate::nn::position::relative_position_bucket;
+use crate::ops::fast::cpu::gelu_tanh_value;
+use crate::ops::fast::mix::{forward_one, softmax_row, Plan};
+use crate::ops::reference::RMS_HEAD_EPS;
+use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
+
+/// Problems per chunk: the unit of parallel work and of buffer reuse.
+pub const CHUNK: usize = 8;
+
+/// The weights of one block, on the host, laid out for row-major products.
+struct LayerWeights {
+    /// LayerNorm 1 scale and bias `[D]`.
+    ln1: (Vec<f32>, Vec<f32>),
+    /// Q, K and V kernels side by side `[D, 3 H d]` (column `s H d + h d + e` for part `s`).
+    w_qkv: Vec<f32>,
+    /// Their biases `[3 H d]`.
+    b_qkv: Vec<f32>,
+    /// Output projection `[H d, D]` and bias `[D]`.
+    w_o: Vec<f32>,
+    /// See `w_o`.
+    b_o: Vec<f32>,
+    /// The relative-position bias `[H, T, T]`.
+    bias: Vec<f32>,
+    /// LayerNorm 2 scale and bias `[D]`.
+    ln2: (Vec<f32>, Vec<f32>),
+    /// MLP input kernel `[D, d_mlp]` and bias.
+    w_in: Vec<f32>,
+    /// See `w_in`.
+    b_in: Vec<f32>,
+    /// MLP output kernel `[d_mlp, D]` and bias.
+    w_out: Vec<f32>,
+    /// See `w_out`.
+    b_out: Vec<f32>,
+}
+
+/// A frozen copy of a [`Transformer`] for evaluation-mode forward passes on the CPU (module docs).
+///
+/// Built once per model ([`Inference::new`], a copy of the weights: 1.6 MB for the base SRAVEN
+/// model); [`Inference::run`] then takes batches of any size.
+pub struct Inference {
+    config: Config,
+    /// Embedding `[d_in, D]` and bias `[D]`.
+    w_e: Vec<f32>,
+    b_e: Vec<f32>,
+    layers: Vec<LayerWeights>,
+    /// Final LayerNorm scale and bias `[D]`.
+    ln_final: (Vec<f32>, Vec<f32>),
+    /// Unembedding `[D, d_out]` and bias `[d_out]`.
+    w_u: Vec<f32>,
+    b_u: Vec<f32>,
+    /// Visibility per (query, key) pair `[T * T]` of a causal model.
+    visible: Option<Vec<bool>>,
+    /// The HYLA-style mix of `ops::fast::mix` (for the MLP value networks).
+    plan: Option<Plan>,
+}
+
+impl std::fmt::Debug for Inference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inference")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Inference::run`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferenceOutput {
+    /// Logits `[B, F, d_out]`.
+    pub logits: Vec<f32>,
+    /// What the `take` function wrote, `[B, width]`.
+    pub taken: Vec<f32>,
+}
+
+/// A tensor's values on the host in float32.
+fn host(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1()?)
+}
+
+impl Inference {
+    /// Copies `model`'s weights to the host and lays them out for [`Inference::run`].
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] if a weight is missing from the model; candle errors on the copy.
+    pub fn new(model: &Transformer) -> Result<Inference> {
+        let cfg = model.config().clone();
+        let named: HashMap<&str, &Tensor> = model
+            .named_tensors()
+            .iter()
+            .map(|(n, t)| (n.as_str(), t))
+            .collect();
+        let get = |name: &str| -> Result<Vec<f32>> {
+            let t = named
+                .get(name)
+                .ok_or_else(|| ModelError::Input(format!("the model has no tensor {name}")))?;
+            host(t)
+        };
+        let (dm, h, d, t) = (cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_tokens);
+        let hd = h * d;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let p = |s: &str| format!("blocks.{l}.{s}");
+            // [H, D, d] kernels -> columns of one [D, 3 H d] matrix.
+            let mut w_qkv = vec![0f32; dm * 3 * hd];
+            let mut b_qkv = Vec::with_capacity(3 * hd);
+            for (part, (w, b)) in [("W_Q", "b_Q"), ("W_K", "b_K"), ("W_V", "b_V")]
+                .iter()
+                .enumerate()
+            {
+                let w = get(&p(&format!("attn.{w}")))?;
+                for hh in 0..h {
+                    for row in 0..dm {
+                        let src = &w[(hh * dm + row) * d..][..d];
+                        w_qkv[row * 3 * hd + part * hd + hh * d..][..d].copy_from_slice(src);
+                    }
+                }
+                b_qkv.extend(get(&p(&format!("attn.{b}")))?);
+            }
+            let table = get(&p("attn.rel_pos"))?;
+            let mut bias = vec![0f32; h * t * t];
+            for hh in 0..h {
+                for i in 0..t {
+                    for j in 0..t {
+                        bias[(hh * t + i) * t + j] =
+                            table[hh * cfg.n_buckets + relative_position_bucket(i, j, cfg.n_buckets)];
+                    }
+                }
+            }
+            layers.push(LayerWeights {
+                ln1: (get(&p("ln1.w"))?, get(&p("ln1.b"))?),
+                w_qkv,
+                b_qkv,
+                w_o: get(&p("attn.W_O"))?,
+                b_o: get(&p("attn.b_O"))?,
+                bias,
+                ln2: (get(&p("ln2.w"))?, get(&p("ln2.b"))?),
+                w_in: get(&p("mlp.W_in"))?,
+                b_in: get(&p("mlp.b_in"))?,
+                w_out: get(&p("mlp.W_out"))?,
+                b_out: get(&p("mlp.b_out"))?,
+            });
+        }
+        let visible = cfg.causal.then(|| {
+            (0..t)
+                .flat_map(|i| (0..t).map(move |j| j <= i))
+                .collect::<Vec<bool>>()
+        });
+        let plan = match cfg.mixer.value_network() {
+            ValueNetwork::Default => None,
+            net => Some(Plan::evaluation(
+                h,
+                (t, t),
+                d,
+                cfg.mixer.normalisation(),
+                net == ValueNetwork::MlpRelu,
+                visible.clone(),
+            )),
+        };
+        Ok(Inference {
+            w_e: get("embed.W_E")?,
+            b_e: get("embed.b_E")?,
+            layers,
+            ln_final: (get("ln_final.w")?, get("ln_final.b")?),
+            w_u: get("unembed.W_U")?,
+            b_u: get("unembed.b_U")?,
+            visible,
+            plan,
+            config: cfg,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The forward pass of `batch` problems; for every problem and layer it calls
+    /// `take(layer, attention, row)`, where `attention [H, T, T]` is that layer's normalised
+    /// attention (the latent codes, hook `blocks.{l}.attn.hook_pattern`) and `row` is the problem's
+    /// `width` floats of [`InferenceOutput::taken`] (layers in order, so `take` may write any part
+    /// of `row` at any layer). `take` runs on several threads at once, each with its own rows.
+    ///
+    /// # Shapes
+    /// `x [B, T, d_in]` row-major (for SRAVEN one-hot tokens `[B, 36, 8]`); returns logits
+    /// `[B, F, d_out]` and `taken [B, width]`.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] if `x` does not hold `batch` problems of the model's shape or `batch`
+    /// is 0.
+    pub fn run<F>(&self, x: &[f32], batch: usize, width: usize, take: F) -> Result<InferenceOutput>
+    where
+        F: Fn(usize, &[f32], &mut [f32]) + Sync,
+    {
+        let cfg = &self.config;
+        let per_problem = cfg.n_tokens * cfg.d_in;
+        if batch == 0 || x.len() != batch * per_problem {
+            return Err(ModelError::Input(format!(
+                "input must hold batch >= 1 problems of [{}, {}] floats: got {} floats for {batch}",
+                cfg.n_tokens,
+                cfg.d_in,
+                x.len()
+            )));
+        }
+        let per_logits = cfg.n_outputs * cfg.d_out;
+        let mut logits = vec![0f32; batch * per_logits];
+        let mut taken = vec![0f32; batch * width];
+        let logit_chunks: Vec<&mut [f32]> = logits.chunks_mut(CHUNK * per_logits).collect();
+        let taken_chunks: Vec<&mut [f32]> = if width == 0 {
+            logit_chunks.iter().map(|_| Default::default()).collect()
+        } else {
+            taken.chunks_mut(CHUNK * width).collect()
+        };
+        logit_chunks
+            .into_par_iter()
+            .zip(taken_chunks)
+            .enumerate()
+            .for_each_init(
+                || Work::new(cfg),
+                |work, (c, (lg, tk))| {
+                    let n = lg.len() / per_logits;
+                    let xs = &x[c * CHUNK * per_problem..][..n * per_problem];
+                    self.chunk(work, xs, n, lg, tk, width, &take);
+                },
+            );
+        Ok(InferenceOutput { logits, taken })
+    }
+
+    /// [`Transformer::forward`] by this pass: the same logits and (if `capture_attention`) the
+    /// per-layer attention, as CPU tensors.
+    ///
+    /// # Shapes
+    /// `x [B, T, d_in]` float32; returns logits `[B, F, d_out]` and attention `[B, H, T, T]` per
+    /// layer.
+    ///
+    /// # Errors
+    /// As [`Inference::run`]; [`ModelError::Input`] for an `x` of the wrong rank or dtype.
+    pub fn forward(&self, x: &Tensor, capture_attention: bool) -> Result<ForwardOutput> {
+        let cfg = &self.config;
+        let (b, t, m) = x.dims3().map_err(|_| {
+            ModelError::Input(format!(
+                "input must be [batch, {}, {}] f32, got {:?}",
+                cfg.n_tokens,
+                cfg.d_in,
+                x.dims()
+            ))
+        })?;
+        if (t, m) != (cfg.n_tokens, cfg.d_in) || x.dtype() != DType::F32 {
+            return Err(ModelError::Input(format!(
+                "input must be [batch, {}, {}] f32, got {:?} {:?}",
+                cfg.n_tokens,
+                cfg.d_in,
+                x.dims(),
+                x.dtype()
+            )));
+        }
+        let xs = host(x)?;
+        let per_layer = cfg.n_heads * t * t;
+        let width = if capture_attention {
+            cfg.n_layers * per_layer
+        } else {
+            0
+        };
+        let out = self.run(&xs, b, width, |l, att, row| {
+            row[l * per_layer..][..per_layer].copy_from_slice(att);
+        })?;
+        let logits = Tensor::from_vec(out.logits, (b, cfg.n_outputs, cfg.d_out), &Device::Cpu)?;
+        let attention = if capture_attention {
+            // [B, L, H, T, T] -> per layer [B, H, T, T].
+            let all = Tensor::from_vec(out.taken, (b, cfg.n_layers, cfg.n_heads, t, t), &Device::Cpu)?;
+            Some(
+                (0..cfg.n_layers)
+                    .map(|l| Ok(all.narrow(1, l, 1)?.squeeze(1)?.contiguous()?))
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        } else {
+            None
+        };
+        Ok(ForwardOutput { logits, attention })
+    }
+
+    /// One chunk of `n` problems `x [n, T, d_in]` into `logits [n, F, d_out]` and `taken [n, width]`.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk<F>(
+        &self,
+        w: &mut Work,
+        x: &[f32],
+        n: usize,
+        logits: &mut [f32],
+        taken: &mut [f32],
+        width: usize,
+        take: &F,
+    ) where
+        F: Fn(usize, &[f32], &mut [f32]) + Sync,
+    {
+        let cfg = &self.config;
+        let (t, dm, h, d) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.d_head);
+        let (hd, rows) = (h * d, n * t);
+        let scale = (1.0 / (d as f64).sqrt()) as f32;
+        let resid = &mut w.resid[..rows * dm];
+        matmul(resid, x, &self.w_e, (rows, cfg.d_in, dm));
+        add_rows(resid, &self.b_e);
+        for (l, lw) in self.layers.iter().enumerate() {
+            // Attention.
+            let xn = &mut w.xn[..rows * dm];
+            layer_norm(resid, &lw.ln1, xn);
+            let qkv = &mut w.qkv[..rows * 3 * hd];
+            matmul(qkv, xn, &lw.w_qkv, (rows, dm, 3 * hd));
+            add_rows(qkv, &lw.b_qkv);
+            let o = &mut w.o[..rows * hd];
+            for p in 0..n {
+                let qkv = &qkv[p * t * 3 * hd..][..t * 3 * hd];
+                // Scaled scores plus bias [H, T, T]; values [H, T, d].
+                for hh in 0..h {
+                    for i in 0..t {
+                        let q = &qkv[i * 3 * hd + hh * d..][..d];
+                        let srow = &mut w.s[(hh * t + i) * t..][..t];
+                        let brow = &lw.bias[(hh * t + i) * t..][..t];
+                        for ((s, &b), j) in srow.iter_mut().zip(brow).zip(0..t) {
+                            let k = &qkv[j * 3 * hd + hd + hh * d..][..d];
+                            let dot = q.iter().zip(k).fold(0f32, |acc, (a, b)| acc + a * b);
+                            *s = dot * scale + b;
+                        }
+                    }
+                    for j in 0..t {
+                        w.v[(hh * t + j) * d..][..d]
+                            .copy_from_slice(&qkv[j * 3 * hd + 2 * hd + hh * d..][..d]);
+                    }
+                }
+                let op = &mut o[p * t * hd..][..t * hd];
+                match &self.plan {
+                    Some(plan) => forward_one(plan, &w.s, &w.v, None, op, &mut w.att),
+                    None => {
+                        normalise(
+                            cfg.mixer.normalisation(),
+                            self.visible.as_deref(),
+                            (h, t),
+                            &w.s,
+                            &mut w.att,
+                        );
+                        // o[i, h, :] = sum_j a[h, i, j] v[h, j, :].
+                        for i in 0..t {
+                            for hh in 0..h {
+                                let out = &mut op[(i * h + hh) * d..][..d];
+                                out.fill(0.0);
+                                let arow = &w.att[(hh * t + i) * t..][..t];
+                                for (j, &a) in arow.iter().enumerate() {
+                                    let v = &w.v[(hh * t + j) * d..][..d];
+                                    for (o, &v) in out.iter_mut().zip(v) {
+                                        *o += a * v;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if width > 0 {
+                    take(l, &w.att, &mut taken[p * width..][..width]);
+                }
+            }
+            let y = &mut w.y[..rows * dm];
+            matmul(y, o, &lw.w_o, (rows, hd, dm));
+            add_biased(resid, y, &lw.b_o);
+            // MLP.
+            layer_norm(resid, &lw.ln2, xn);
+            let hid = &mut w.hid[..rows * cfg.d_mlp];
+            matmul(hid, xn, &lw.w_in, (rows, dm, cfg.d_mlp));
+            add_rows(hid, &lw.b_in);
+            for v in hid.iter_mut() {
+                *v = gelu_tanh_value(*v);
+            }
+            matmul(y, hid, &lw.w_out, (rows, cfg.d_mlp, dm));
+            add_biased(resid, y, &lw.b_out);
+        }
+        // The last F positions of each problem.
+        let f = cfg.n_outputs;
+        let last = &mut w.last[..n * f * dm];
+        for p in 0..n {
+            last[p * f * dm..][..f * dm].copy_from_slice(&resid[(p * t + t - f) * dm..][..f * dm]);
+        }
+        let normed = &mut w.xn[..n * f * dm];
+        layer_norm(last, &self.ln_final, normed);
+        matmul(logits, normed, &self.w_u, (n * f, dm, cfg.d_out));
+        add_rows(logits, &self.b_u);
+    }
+}
+
+/// One worker's buffers, sized for a chunk of [`CHUNK`] problems.
+struct Work {
+    resid: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    o: Vec<f32>,
+    y: Vec<f32>,
+    hid: Vec<f32>,
+    last: Vec<f32>,
+    /// One problem's scores and codes `[H, T, T]`, values `[H, T, d]`.
+    s: Vec<f32>,
+    att: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Work {
+    fn new(cfg: &Config) -> Work {
+        let rows = CHUNK * cfg.n_tokens;
+        let (dm, hd) = (cfg.d_model, cfg.n_heads * cfg.d_head);
+        let tt = cfg.n_heads * cfg.n_tokens * cfg.n_tokens;
+        Work {
+            resid: vec![0.0; rows * dm],
+            xn: vec![0.0; rows * dm],
+            qkv: vec![0.0; rows * 3 * hd],
+            o: vec![0.0; rows * hd],
+            y: vec![0.0; rows * dm],
+            hid: vec![0.0; rows * cfg.d_mlp],
+            last: vec![0.0; CHUNK * cfg.n_outputs * dm],
+            s: vec![0.0; tt],
+            att: vec![0.0; tt],
+            v: vec![0.0; cfg.n_tokens * hd],
+        }
+    }
+}
+
+/// The mixer's normalisation of one problem's scores `s [H, T, T]` into the codes `a [H, T, T]`
+/// (the reference's `normalise`): softmax over the visible keys of each row; none (0 where
+/// masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair.
+fn normalise(
+    norm: Normalisation,
+    visible: Option<&[bool]>,
+    (h, t): (usize, usize),
+    s: &[f32],
+    a: &mut [f32],
+) {
+    let vis = |i: usize| visible.map(|v| &v[i * t..][..t]);
+    match norm {
+        Normalisation::Softmax => {
+            for hh in 0..h {
+                for i in 0..t {
+                    let r = (hh * t + i) * t;
+                    softmax_row(&s[r..][..t], vis(i), &mut a[r..][..t]);
+                }
+            }
+        }
+        Normalisation::None | Normalisation::RmsHead => {
+            for hh in 0..h {
+                for i in 0..t {
+                    let r = (hh * t + i) * t;
+                    for (j, (a, &x)) in a[r..][..t].iter_mut().zip(&s[r..][..t]).enumerate() {
+                        *a = if vis(i).is_none_or(|v| v[j]) { x } else { 0.0 };
+                    }
+                }
+            }
+            if norm == Normalisation::RmsHead {
+                let eps = RMS_HEAD_EPS as f32;
+                for p in 0..t * t {
+                    let ss: f32 = (0..h).map(|hh| a[hh * t * t + p] * a[hh * t * t + p]).sum();
+                    let rms = (ss / h as f32 + eps).sqrt();
+                    for hh in 0..h {
+                        a[hh * t * t + p] /= rms;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// LayerNorm over rows of `D = w.len()` entries, as candle's (`E[x^2] - mean^2` variance, eps
+/// [`LN_EPS`]): `y = (x - mean) / sqrt(var + eps) w + b`.
+fn layer_norm(x: &[f32], (w, b): &(Vec<f32>, Vec<f32>), y: &mut [f32]) {
+    let dm = w.len();
+    for (x, y) in x.chunks_exact(dm).zip(y.chunks_exact_mut(dm)) {
+        let (mut sum, mut sum2) = (0f32, 0f32);
+        for &v in x {
+            sum += v;
+            sum2 += v * v;
+        }
+        let mean = sum / dm as f32;
+        let var = sum2 / dm as f32 - mean * mean;
+        let inv_std = (var + LN_EPS).sqrt().recip();
+        for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
+            *y = (x - mean) * inv_std * w + b;
+        }
+    }
+}
+
+/// `x[r, :] += b` for every row.
+fn add_rows(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        for (x, &b) in row.iter_mut().zip(b) {
+            *x += b;
+        }
+    }
+}
+
+/// `resid += y + b` row by row (the bias joins the product before the residual stream, as in
+/// the candle forms).
+fn add_biased(resid: &mut [f32], y: &[f32], b: &[f32]) {
+    let n = b.len();
+    for (r, y) in resid.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
+        for ((r, &y), &b) in r.iter_mut().zip(y).zip(b) {
+            *r += y + b;
+        }
+    }
+}
+
+/// `dst [m, n] = a [m, k] b [k, n]`, all row-major, by `gemm` on the calling thread (its AVX-512
+/// kernels where the CPU has them).
+///
+/// # Panics
+/// If a slice is shorter than its shape: the callers size every buffer from the model's config.
+// The workspace denies `unsafe`; gemm's entry point takes raw pointers and strides.
+#[allow(unsafe_code)]
+fn matmul(dst: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) {
+    assert!(
+        dst.len() >= m * n && a.len() >= m * k && b.len() >= k * n,
+        "matmul: buffers shorter than [{m}, {k}] x [{k}, {n}]"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the assertion above keeps every element that gemm reads or writes, `a[i k + p]`,
+    // `b[p n + j]` and `dst[i n + j]` for `i < m`, `p < k`, `j < n` (row strides `k`, `n`, `n`,
+    // column strides 1), inside its slice; `dst` is borrowed mutably, so it aliases neither input.
+    // With `read_dst` false gemm writes `dst` without reading it.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Mixer;
+    use crate::nn::params::seeded_tensors;
+    use crate::nn::InitRule;
+    use crate::ops::test_util::random_input;
+
+    /// A small model whose every weight (biases, LayerNorm scales and position tables included)
+    /// is drawn at random, so that no term of the forward pass is zero or one by construction.
+    fn random_model(mixer: Mixer, causal: bool, seed: u64) -> Transformer {
+        let cfg = Config {
+            d_in: 5,
+            n_tokens: 9,
+            n_outputs: 3,
+            d_model: 24,
+            n_heads: 3,
+            d_head: 4,
+            n_layers: 3,
+            d_mlp: 20,
+            d_out: 6,
+            n_buckets: 7,
+            causal,
+            mixer,
+        };
+        let tensors = seeded_tensors(
+            cfg.tensor_shapes(),
+            seed,
+            |_| InitRule::Normal(0.5),
+            &Device::Cpu,
+        )
+        .unwrap();
+        Transformer::from_tensors(&cfg, tensors.into_iter().collect(), &Device::Cpu).unwrap()
+    }
+
+    /// The largest difference relative to the largest magnitude of `want`.
+    fn rel_diff(got: &Tensor, want: &Tensor) -> f32 {
+        let g: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
+        let w: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(g.len(), w.len());
+        let scale = w.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
+        g.iter()
+            .zip(&w)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+            / scale
+    }
+
+    #[test]
+    fn matches_the_candle_forward_for_every_mixer_with_and_without_a_causal_mask() {
+        // 19 problems: two full chunks and a short one.
+        for (s, mixer) in Mixer::ALL.into_iter().enumerate() {
+            for causal in [false, true] {
+                let model = random_model(mixer, causal, s as u64);
+                let x = random_input(model.config(), 19, 3);
+                let want = model.forward(&x, true).unwrap();
+                let got = Inference::new(&model).unwrap().forward(&x, true).unwrap();
+                let d = rel_diff(&got.logits, &want.logits);
+                assert!(d < 1e-5, "{mixer} causal {causal}: logits differ by {d}");
+                for (l, (g, w)) in got
+                    .attention
+                    .unwrap()
+                    .iter()
+                    .zip(want.attention.unwrap().iter())
+                    .enumerate()
+                {
+                    let d = rel_diff(g, w);
+                    assert!(d < 1e-5, "{mixer} causal {causal} layer {l}: codes differ by {d}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn take_sees_every_layer_and_bad_input_is_an_error() {
+        let model = random_model(Mixer::Hyla, false, 9);
+        let inf = Inference::new(&model).unwrap();
+        let x = random_input(model.config(), 10, 4);
+        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+        // Row = one code per layer: layer 2's code of query 8 to key 0, head 1.
+        let out = inf
+            .run(&xs, 10, 3, |l, att, row| row[l] = att[(9 + 8) * 9])
+            .unwrap();
+        let want = model.forward(&x, true).unwrap().attention.unwrap();
+        for l in 0..3 {
+            let w: Vec<f32> = want[l]
+                .narrow(1, 1, 1)
+                .unwrap()
+                .narrow(2, 8, 1)
+                .unwrap()
+                .narrow(3, 0, 1)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            for p in 0..10 {
+                assert!((out.taken[p * 3 + l] - w[p]).abs() < 1e-5);
+            }
+        }
+        assert!(matches!(
+            inf.run(&xs[1..], 10, 0, |_, _, _| {}),
+            Err(ModelError::Input(_))
+        ));
+        assert!(matches!(
+            inf.run(&[], 0, 0, |_, _, _| {}),
+            Err(ModelError::Input(_))
+        ));
+    }
+}
