@@ -38,7 +38,7 @@ use crate::error::{ModelError, Result};
 use crate::mixer::{Normalisation, ValueNetwork};
 use crate::nn::position::relative_position_bucket;
 use crate::ops::fast::cpu::gelu_tanh_value;
-use crate::ops::fast::mix::{forward_one, softmax_row, Plan};
+use crate::ops::fast::mix::{softmax_row, value_from_codes, Plan};
 use crate::ops::reference::RMS_HEAD_EPS;
 use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
@@ -107,6 +107,44 @@ pub struct InferenceOutput {
     pub logits: Vec<f32>,
     /// What the `take` function wrote, `[B, width]`.
     pub taken: Vec<f32>,
+}
+
+/// Where a pass of [`Inference::run_hooked`] starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'a> {
+    /// From the inputs `x [B, T, d_in]`.
+    Inputs(&'a [f32]),
+    /// From the residual stream `[B, T, D]` entering block `layer` (hook
+    /// `blocks.{layer}.hook_resid_pre`): blocks before it are not run. From the stream that a
+    /// full pass produced there, the result is that pass's, bit for bit.
+    Stream {
+        /// The stream `[B, T, D]`.
+        resid: &'a [f32],
+        /// The first block run.
+        layer: usize,
+    },
+}
+
+/// Hook points of [`Inference::run_hooked`]: each is called per problem and layer, in layer
+/// order, with the problem's index in the batch and its row of [`InferenceOutput::taken`]; each
+/// may read or change the activation (TransformerLens's read and replace hooks, at two points).
+/// Calls come from several threads at once, for different problems.
+pub trait InferenceHooks: Sync {
+    /// The residual stream entering block `layer`, `[T, D]` (`blocks.{layer}.hook_resid_pre`).
+    fn resid_pre(&self, _layer: usize, _problem: usize, _resid: &mut [f32], _row: &mut [f32]) {}
+
+    /// The normalised attention of block `layer`, `[H, T, T]` (the latent codes,
+    /// `blocks.{layer}.attn.hook_pattern`), before the value network reads it.
+    fn pattern(&self, _layer: usize, _problem: usize, _codes: &mut [f32], _row: &mut [f32]) {}
+}
+
+/// [`Inference::run`]'s `take` as hooks: reads the codes.
+struct Take<F>(F);
+
+impl<F: Fn(usize, &[f32], &mut [f32]) + Sync> InferenceHooks for Take<F> {
+    fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
+        (self.0)(layer, codes, row);
+    }
 }
 
 /// A tensor's values on the host in float32.
@@ -231,14 +269,45 @@ impl Inference {
     where
         F: Fn(usize, &[f32], &mut [f32]) + Sync,
     {
+        self.run_hooked(Start::Inputs(x), batch, width, &Take(take))
+    }
+
+    /// The forward pass of `batch` problems from `start`, with `hooks` (see [`InferenceHooks`]);
+    /// each problem's row of [`InferenceOutput::taken`] has `width` floats, zero at the start.
+    ///
+    /// # Shapes
+    /// `Start::Inputs(x [B, T, d_in])` or `Start::Stream { resid [B, T, D], layer }`; returns
+    /// logits `[B, F, d_out]` and `taken [B, width]`.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] if the start does not hold `batch` problems of the model's shape,
+    /// `batch` is 0, or the start layer is past the last block.
+    pub fn run_hooked<H: InferenceHooks>(
+        &self,
+        start: Start<'_>,
+        batch: usize,
+        width: usize,
+        hooks: &H,
+    ) -> Result<InferenceOutput> {
         let cfg = &self.config;
-        let per_problem = cfg.n_tokens * cfg.d_in;
-        if batch == 0 || x.len() != batch * per_problem {
+        let (data, per_problem, first) = match start {
+            Start::Inputs(x) => (x, cfg.n_tokens * cfg.d_in, None),
+            Start::Stream { resid, layer } => {
+                if layer >= cfg.n_layers {
+                    return Err(ModelError::Input(format!(
+                        "a pass from block {layer} of a model with {} blocks",
+                        cfg.n_layers
+                    )));
+                }
+                (resid, cfg.n_tokens * cfg.d_model, Some(layer))
+            }
+        };
+        if batch == 0 || data.len() != batch * per_problem {
             return Err(ModelError::Input(format!(
-                "input must hold batch >= 1 problems of [{}, {}] floats: got {} floats for {batch}",
+                "the pass must start from batch >= 1 problems of {per_problem} floats ([{}, {}]): got {} floats for {batch}",
                 cfg.n_tokens,
-                cfg.d_in,
-                x.len()
+                if first.is_some() { cfg.d_model } else { cfg.d_in },
+                data.len()
             )));
         }
         let per_logits = cfg.n_outputs * cfg.d_out;
@@ -258,8 +327,14 @@ impl Inference {
                 || Work::new(cfg),
                 |work, (c, (lg, tk))| {
                     let n = lg.len() / per_logits;
-                    let xs = &x[c * CHUNK * per_problem..][..n * per_problem];
-                    self.chunk(work, xs, n, lg, tk, width, &take);
+                    let part = &data[c * CHUNK * per_problem..][..n * per_problem];
+                    let pass = Pass {
+                        first_problem: c * CHUNK,
+                        n,
+                        width,
+                        first,
+                    };
+                    self.chunk(work, &pass, part, lg, tk, hooks);
                 },
             );
         Ok(InferenceOutput { logits, taken })
@@ -318,28 +393,43 @@ impl Inference {
         Ok(ForwardOutput { logits, attention })
     }
 
-    /// One chunk of `n` problems `x [n, T, d_in]` into `logits [n, F, d_out]` and `taken [n, width]`.
-    #[allow(clippy::too_many_arguments)]
-    fn chunk<F>(
+    /// One chunk of problems (`pass`) from `data` (inputs `[n, T, d_in]` or the stream `[n, T, D]`)
+    /// into `logits [n, F, d_out]` and `taken [n, width]`.
+    fn chunk<H: InferenceHooks>(
         &self,
         w: &mut Work,
-        x: &[f32],
-        n: usize,
+        pass: &Pass,
+        data: &[f32],
         logits: &mut [f32],
         taken: &mut [f32],
-        width: usize,
-        take: &F,
-    ) where
-        F: Fn(usize, &[f32], &mut [f32]) + Sync,
-    {
+        hooks: &H,
+    ) {
         let cfg = &self.config;
         let (t, dm, h, d) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.d_head);
+        let (n, width) = (pass.n, pass.width);
         let (hd, rows) = (h * d, n * t);
         let scale = (1.0 / (d as f64).sqrt()) as f32;
         let resid = &mut w.resid[..rows * dm];
-        matmul(resid, x, &self.w_e, (rows, cfg.d_in, dm));
-        add_rows(resid, &self.b_e);
-        for (l, lw) in self.layers.iter().enumerate() {
+        let first = match pass.first {
+            None => {
+                matmul(resid, data, &self.w_e, (rows, cfg.d_in, dm));
+                add_rows(resid, &self.b_e);
+                0
+            }
+            Some(layer) => {
+                resid.copy_from_slice(data);
+                layer
+            }
+        };
+        for (l, lw) in self.layers.iter().enumerate().skip(first) {
+            for p in 0..n {
+                let row = if width > 0 {
+                    &mut taken[p * width..][..width]
+                } else {
+                    &mut []
+                };
+                hooks.resid_pre(l, pass.first_problem + p, &mut resid[p * t * dm..][..t * dm], row);
+            }
             // Attention.
             let xn = &mut w.xn[..rows * dm];
             layer_norm(resid, &lw.ln1, xn);
@@ -366,17 +456,23 @@ impl Inference {
                             .copy_from_slice(&qkv[j * 3 * hd + 2 * hd + hh * d..][..d]);
                     }
                 }
+                normalise(
+                    cfg.mixer.normalisation(),
+                    self.visible.as_deref(),
+                    (h, t),
+                    &w.s,
+                    &mut w.att,
+                );
+                let row = if width > 0 {
+                    &mut taken[p * width..][..width]
+                } else {
+                    &mut []
+                };
+                hooks.pattern(l, pass.first_problem + p, &mut w.att, row);
                 let op = &mut o[p * t * hd..][..t * hd];
                 match &self.plan {
-                    Some(plan) => forward_one(plan, &w.s, &w.v, None, op, &mut w.att),
+                    Some(plan) => value_from_codes(plan, &w.att, &w.v, op),
                     None => {
-                        normalise(
-                            cfg.mixer.normalisation(),
-                            self.visible.as_deref(),
-                            (h, t),
-                            &w.s,
-                            &mut w.att,
-                        );
                         // o[i, h, :] = sum_j a[h, i, j] v[h, j, :].
                         for i in 0..t {
                             for hh in 0..h {
@@ -392,9 +488,6 @@ impl Inference {
                             }
                         }
                     }
-                }
-                if width > 0 {
-                    take(l, &w.att, &mut taken[p * width..][..width]);
                 }
             }
             let y = &mut w.y[..rows * dm];
@@ -422,6 +515,18 @@ impl Inference {
         matmul(logits, normed, &self.w_u, (n * f, dm, cfg.d_out));
         add_rows(logits, &self.b_u);
     }
+}
+
+/// The part of a pass one chunk does.
+struct Pass {
+    /// Index in the batch of the chunk's first problem.
+    first_problem: usize,
+    /// Problems in the chunk.
+    n: usize,
+    /// Floats per problem of [`InferenceOutput::taken`].
+    width: usize,
+    /// The block the pass starts at when it starts from the stream.
+    first: Option<usize>,
 }
 
 /// One worker's buffers, sized for a chunk of [`CHUNK`] problems.
@@ -492,9 +597,9 @@ fn normalise(
                 let eps = RMS_HEAD_EPS as f32;
                 for p in 0..t * t {
                     let ss: f32 = (0..h).map(|hh| a[hh * t * t + p] * a[hh * t * t + p]).sum();
-                    let rms = (ss / h as f32 + eps).sqrt();
+                    let r = 1.0 / (ss / h as f32 + eps).sqrt();
                     for hh in 0..h {
-                        a[hh * t * t + p] /= rms;
+                        a[hh * t * t + p] *= r;
                     }
                 }
             }
@@ -654,6 +759,76 @@ mod tests {
                     assert!(d < 1e-5, "{mixer} causal {causal} layer {l}: codes differ by {d}");
                 }
             }
+        }
+    }
+
+    /// Reads the stream entering block 1 into the row; at block 1 sets head 0's code of query 4
+    /// to key 2 to 0.75.
+    struct Edit;
+
+    impl InferenceHooks for Edit {
+        fn resid_pre(&self, layer: usize, _: usize, resid: &mut [f32], row: &mut [f32]) {
+            if layer == 1 {
+                row.copy_from_slice(resid);
+            }
+        }
+        fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], _: &mut [f32]) {
+            if layer == 1 {
+                codes[4 * 9 + 2] = 0.75;
+            }
+        }
+    }
+
+    /// The same edit by candle's hooked pass.
+    struct CandleEdit;
+
+    impl crate::HookFn for CandleEdit {
+        fn wants(&self, name: &str) -> bool {
+            name == "blocks.1.attn.hook_pattern"
+        }
+        fn call(&mut self, _: &str, p: &Tensor) -> Result<Option<Tensor>> {
+            let mut v: Vec<f32> = p.flatten_all()?.to_vec1()?;
+            let (b, h, t, _) = p.dims4()?;
+            for bi in 0..b {
+                v[((bi * h) * t + 4) * t + 2] = 0.75;
+            }
+            Ok(Some(Tensor::from_vec(v, p.shape(), p.device())?))
+        }
+    }
+
+    #[test]
+    fn hooks_edit_the_codes_and_a_pass_from_the_stream_repeats_the_full_pass() {
+        for mixer in [Mixer::Hyla, Mixer::Softmax] {
+            let model = random_model(mixer, false, 5);
+            let inf = Inference::new(&model).unwrap();
+            let x = random_input(model.config(), 11, 6);
+            let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+            let width = 9 * 24;
+            let edited = inf.run_hooked(Start::Inputs(&xs), 11, width, &Edit).unwrap();
+            let want = model.run_with_hooks(&x, &mut CandleEdit).unwrap();
+            let d = rel_diff(
+                &Tensor::from_vec(edited.logits.clone(), want.shape(), &Device::Cpu).unwrap(),
+                &want,
+            );
+            assert!(d < 1e-5, "{mixer}: edited logits differ by {d}");
+            // The edit moved the logits, and a pass from the captured stream repeats them exactly.
+            let plain = inf.run(&xs, 11, 0, |_, _, _| {}).unwrap();
+            assert!(plain.logits != edited.logits);
+            let start = Start::Stream {
+                resid: &edited.taken,
+                layer: 1,
+            };
+            let again = inf.run_hooked(start, 11, width, &Edit).unwrap();
+            assert_eq!(again.logits, edited.logits);
+            assert_eq!(again.taken, edited.taken);
+            let past = Start::Stream {
+                resid: &edited.taken,
+                layer: 3,
+            };
+            assert!(matches!(
+                inf.run_hooked(past, 11, 0, &Edit),
+                Err(ModelError::Input(_))
+            ));
         }
     }
 

@@ -25,7 +25,8 @@
 use candle_core::Tensor;
 use hyperlens_model::eval::batch_tensor;
 use hyperlens_model::hooks::HookFn;
-use hyperlens_model::Transformer;
+use hyperlens_model::infer::{InferenceHooks, Start};
+use hyperlens_model::{Inference, Transformer};
 use hyperlens_tasks::sraven::{ProblemSet, Rule};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -73,7 +74,7 @@ pub struct TransplantRow {
     pub max_logit_change: f64,
 }
 
-/// Replaces `pattern[b, :, q, keys[j]]` by `codes[b, :, j]` at one layer.
+/// Replaces `pattern[b, :, q, keys[j]]` by `codes[b, :, j]` at one layer (candle's hooked pass).
 struct Transplant<'a> {
     name: String,
     query: usize,
@@ -111,49 +112,198 @@ impl HookFn for Transplant<'_> {
     }
 }
 
-/// The codes `[B, H, 2]` at (`query`, `keys`) of layer `l`'s pattern, from the hooked pass (the
-/// pass the transplants run in, so that the identity transplant is exact).
-///
-/// Returns the pass's logits `[B, F, C]`, the codes, and the residual stream entering block `l`
-/// `[B, T, D]` (the transplants run from there: the blocks before `l` do not change).
-fn site_codes(
-    model: &Transformer,
-    x: &Tensor,
-    l: usize,
+/// The site of one layer's codes: query and the two keys.
+#[derive(Debug, Clone, Copy)]
+struct Site {
+    layer: usize,
     query: usize,
     keys: [usize; 2],
-) -> Result<(Tensor, Tensor, Tensor)> {
-    let name = format!("blocks.{l}.attn.hook_pattern");
-    let resid = format!("blocks.{l}.hook_resid_pre");
-    let (logits, cache) = model.run_with_cache(x, &[name.clone(), resid.clone()])?;
-    let get = |n: &str| {
-        cache
-            .iter()
-            .find(|(k, _)| k == n)
-            .map(|(_, t)| t.clone())
-            .ok_or_else(|| ProbeError::InvalidInput(format!("no {n} in the cache")))
-    };
-    let (p, stream) = (get(&name)?, get(&resid)?);
-    let a = p.narrow(2, query, 1)?.squeeze(2)?; // [B, H, T]
-    let idx = Tensor::from_vec(
-        keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
-        2,
-        x.device(),
-    )?;
-    Ok((logits, a.contiguous()?.index_select(&idx, 2)?, stream))
 }
 
-/// Logits of the slot `[B, C]` of a hooked pass from the stream `resid` entering block `l`.
-fn slot_logits(
-    model: &Transformer,
-    resid: &Tensor,
-    l: usize,
-    hooks: &mut dyn HookFn,
-    slot: usize,
-) -> Result<Vec<Vec<f32>>> {
-    let logits = model.run_with_hooks_from(resid, l, hooks)?; // [B, F, C]
-    let s = logits.narrow(1, slot, 1)?.squeeze(1)?;
-    Ok(s.to_vec2()?)
+/// Reads the stream entering the site's layer and the codes at the site ([`Passes::site`]): row =
+/// `[T * D]` stream, then `[H, 2]` codes.
+struct ReadSite {
+    site: Site,
+    n_heads: usize,
+    n_tokens: usize,
+}
+
+impl InferenceHooks for ReadSite {
+    fn resid_pre(&self, layer: usize, _: usize, resid: &mut [f32], row: &mut [f32]) {
+        if layer == self.site.layer {
+            row[..resid.len()].copy_from_slice(resid);
+        }
+    }
+
+    fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
+        if layer != self.site.layer {
+            return;
+        }
+        let (h, t) = (self.n_heads, self.n_tokens);
+        let start = row.len() - 2 * h;
+        let out = &mut row[start..];
+        for hh in 0..h {
+            for (j, &k) in self.site.keys.iter().enumerate() {
+                out[hh * 2 + j] = codes[(hh * t + self.site.query) * t + k];
+            }
+        }
+    }
+}
+
+/// Writes `codes [B, H, 2]` at the site ([`Passes::transplanted`]).
+struct WriteSite<'a> {
+    site: Site,
+    n_heads: usize,
+    n_tokens: usize,
+    codes: &'a [f32],
+}
+
+impl InferenceHooks for WriteSite<'_> {
+    fn pattern(&self, layer: usize, problem: usize, codes: &mut [f32], _: &mut [f32]) {
+        if layer != self.site.layer {
+            return;
+        }
+        let (h, t) = (self.n_heads, self.n_tokens);
+        for hh in 0..h {
+            for (j, &k) in self.site.keys.iter().enumerate() {
+                codes[(hh * t + self.site.query) * t + k] = self.codes[(problem * h + hh) * 2 + j];
+            }
+        }
+    }
+}
+
+/// The two passes of the test: on the CPU by [`Inference`] (`hyperlens_model::infer`), elsewhere
+/// by candle's hooked pass. Both start the transplanted passes from the stream that the plain pass
+/// produced at the site's layer, so that the identity transplant is exact.
+enum Passes<'a> {
+    Cpu(Inference),
+    Candle(&'a Transformer),
+}
+
+/// What the plain pass gives at one site: the slot's logits per problem `[B][C]`, the own codes
+/// `[B, H, 2]` and the stream entering the site's layer `[B, T, D]`.
+struct SiteValues {
+    logits: Vec<Vec<f32>>,
+    codes: Vec<f32>,
+    stream: Vec<f32>,
+}
+
+impl Passes<'_> {
+    /// The slot's logits `[B][C]` from logits `[B, F, C]`.
+    fn slot(logits: &[f32], f: usize, c: usize, slot: usize) -> Vec<Vec<f32>> {
+        logits
+            .chunks_exact(f * c)
+            .map(|p| p[slot * c..][..c].to_vec())
+            .collect()
+    }
+
+    /// The plain pass over `part` (slot `slot`): its logits, codes and stream at `site`.
+    fn site(&self, part: &ProblemSet, site: Site, slot: usize) -> Result<SiteValues> {
+        match self {
+            Passes::Cpu(inf) => {
+                let cfg = inf.config();
+                let (b, t, dm, h) = (part.len(), cfg.n_tokens, cfg.d_model, cfg.n_heads);
+                let hooks = ReadSite {
+                    site,
+                    n_heads: h,
+                    n_tokens: t,
+                };
+                let x = part.x.as_standard_layout();
+                let x = x.as_slice().ok_or_else(|| {
+                    ProbeError::InvalidInput("the problem batch is not contiguous".into())
+                })?;
+                let width = t * dm + h * 2;
+                let out = inf.run_hooked(Start::Inputs(x), b, width, &hooks)?;
+                let mut stream = Vec::with_capacity(b * t * dm);
+                let mut codes = Vec::with_capacity(b * h * 2);
+                for row in out.taken.chunks_exact(width) {
+                    stream.extend_from_slice(&row[..t * dm]);
+                    codes.extend_from_slice(&row[t * dm..]);
+                }
+                Ok(SiteValues {
+                    logits: Self::slot(&out.logits, cfg.n_outputs, cfg.d_out, slot),
+                    codes,
+                    stream,
+                })
+            }
+            Passes::Candle(model) => {
+                let x = batch_tensor(&part.x, model.device())?;
+                let name = format!("blocks.{}.attn.hook_pattern", site.layer);
+                let resid = format!("blocks.{}.hook_resid_pre", site.layer);
+                let (logits, cache) = model.run_with_cache(&x, &[name.clone(), resid.clone()])?;
+                let get = |n: &str| {
+                    cache
+                        .iter()
+                        .find(|(k, _)| k == n)
+                        .map(|(_, t)| t.clone())
+                        .ok_or_else(|| ProbeError::InvalidInput(format!("no {n} in the cache")))
+                };
+                let (p, stream) = (get(&name)?, get(&resid)?);
+                let a = p.narrow(2, site.query, 1)?.squeeze(2)?; // [B, H, T]
+                let idx = Tensor::from_vec(
+                    site.keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
+                    2,
+                    x.device(),
+                )?;
+                let codes = a.contiguous()?.index_select(&idx, 2)?;
+                let cfg = model.config();
+                Ok(SiteValues {
+                    logits: Self::slot(
+                        &logits.flatten_all()?.to_vec1::<f32>()?,
+                        cfg.n_outputs,
+                        cfg.d_out,
+                        slot,
+                    ),
+                    codes: codes.flatten_all()?.to_vec1()?,
+                    stream: stream.flatten_all()?.to_vec1()?,
+                })
+            }
+        }
+    }
+
+    /// The slot's logits `[B][C]` of the pass from `stream [B, T, D]` (entering the site's layer)
+    /// with `codes [B, H, 2]` written at `site`.
+    fn transplanted(
+        &self,
+        stream: &[f32],
+        b: usize,
+        site: Site,
+        codes: &[f32],
+        slot: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        match self {
+            Passes::Cpu(inf) => {
+                let cfg = inf.config();
+                let hooks = WriteSite {
+                    site,
+                    n_heads: cfg.n_heads,
+                    n_tokens: cfg.n_tokens,
+                    codes,
+                };
+                let start = Start::Stream {
+                    resid: stream,
+                    layer: site.layer,
+                };
+                let out = inf.run_hooked(start, b, 0, &hooks)?;
+                Ok(Self::slot(&out.logits, cfg.n_outputs, cfg.d_out, slot))
+            }
+            Passes::Candle(model) => {
+                let cfg = model.config();
+                let dev = model.device();
+                let resid = Tensor::from_vec(stream.to_vec(), (b, cfg.n_tokens, cfg.d_model), dev)?;
+                let codes = Tensor::from_vec(codes.to_vec(), (b, cfg.n_heads, 2), dev)?;
+                let mut hook = Transplant {
+                    name: format!("blocks.{}.attn.hook_pattern", site.layer),
+                    query: site.query,
+                    keys: site.keys,
+                    codes: &codes,
+                };
+                let logits = model.run_with_hooks_from(&resid, site.layer, &mut hook)?; // [B, F, C]
+                let s = logits.narrow(1, slot, 1)?.squeeze(1)?;
+                Ok(s.to_vec2()?)
+            }
+        }
+    }
 }
 
 /// The largest absolute difference between two logit vectors.
@@ -212,7 +362,12 @@ pub fn latent_transplant(
     // row, panels 0 and 1 the first row).
     let answer_row = [f * 6 + slot, f * 7 + slot];
     let first_row = [slot, f + slot];
-    let device = model.device().clone();
+    let passes = if model.device().is_cpu() {
+        Passes::Cpu(Inference::new(model)?)
+    } else {
+        Passes::Candle(model)
+    };
+    let h = cfg.n_heads;
     // The value of slot `slot` in panel p, per OOD problem.
     let value = |i: usize, p: usize| -> u8 {
         ood.x
@@ -228,14 +383,17 @@ pub fn latent_transplant(
         let mut sums: Vec<Option<(Vec<f32>, usize)>> = vec![None; Rule::COUNT];
         // Every ID problem's own code [H * 2], by the rule of its slot (the donor problems).
         let mut by_rule: Vec<Vec<Vec<f32>>> = vec![Vec::new(); Rule::COUNT];
+        let at = |keys: [usize; 2]| Site {
+            layer: l,
+            query,
+            keys,
+        };
         for s in (0..id.len()).step_by(batch) {
             let part = id.slice(s, s + batch);
-            let x = batch_tensor(&part.x, &device)?;
-            let codes: Vec<Vec<Vec<f32>>> =
-                site_codes(model, &x, l, query, answer_row)?.1.to_vec3()?;
-            for (i, c) in codes.iter().enumerate() {
+            let codes = passes.site(&part, at(answer_row), slot)?.codes;
+            for (i, c) in codes.chunks_exact(h * 2).enumerate() {
                 let r = part.rules[[i, slot]] as usize;
-                let flat: Vec<f32> = c.iter().flatten().copied().collect();
+                let flat = c.to_vec();
                 let e = sums[r].get_or_insert_with(|| (vec![0.0; flat.len()], 0));
                 for (a, b) in e.0.iter_mut().zip(&flat) {
                     *a += b;
@@ -262,8 +420,6 @@ pub fn latent_transplant(
             .into_iter()
             .map(|s| s.map(|(v, n)| v.into_iter().map(|x| x / n as f32).collect()))
             .collect();
-        let h = cfg.n_heads;
-        let name = format!("blocks.{l}.attn.hook_pattern");
         let tally = |kind: &str| TransplantRow {
             layer: l,
             kind: kind.into(),
@@ -285,47 +441,31 @@ pub fn latent_transplant(
         for s in (0..ood.len()).step_by(batch) {
             let part = ood.slice(s, s + batch);
             let b = part.len();
-            let x = batch_tensor(&part.x, &device)?;
-            // One plain hooked pass: the baseline logits and the own codes.
-            // own [B, H, 2]; stream [B, T, D] entering block l.
-            let (logits, own, stream) = site_codes(model, &x, l, query, answer_row)?;
-            let base: Vec<Vec<f32>> = logits.narrow(1, slot, 1)?.squeeze(1)?.to_vec2()?;
+            // One plain pass: the baseline logits, the own codes [B, H, 2] and the stream
+            // entering block l [B, T, D].
+            let plain = passes.site(&part, at(answer_row), slot)?;
+            let base = &plain.logits;
             let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
             // Random codes with the own code's norm.
-            let own_v: Vec<Vec<Vec<f32>>> = own.to_vec3()?;
             let mut rand_codes = Vec::with_capacity(b * h * 2);
-            for c in &own_v {
-                let norm: f32 = c.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
+            for c in plain.codes.chunks_exact(h * 2) {
+                let norm: f32 = c.iter().map(|v| v * v).sum::<f32>().sqrt();
                 let r: Vec<f32> = (0..h * 2).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
                 let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
                 rand_codes.extend(r.iter().map(|v| v / rn * norm));
             }
-            let rand_t = Tensor::from_vec(rand_codes, (b, h, 2), &device)?;
             // Zero and mean ablation of the code (TransformerLens's ablations, on the code alone).
-            let zeros = Tensor::zeros((b, h, 2), candle_core::DType::F32, &device)?;
-            let mean_all = match &grand {
-                Some(g) => Some(
-                    Tensor::from_vec(g.clone(), (1, h, 2), &device)?
-                        .broadcast_as((b, h, 2))?
-                        .contiguous()?,
-                ),
-                None => None,
-            };
+            let zeros = vec![0f32; b * h * 2];
+            let mean_all = grand.as_ref().map(|g| g.repeat(b));
             // The controls without a donor rule: does the answer change at all?
             for (codes, row) in [
-                (Some(&own), &mut ident),
-                (Some(&rand_t), &mut random),
+                (Some(&plain.codes), &mut ident),
+                (Some(&rand_codes), &mut random),
                 (Some(&zeros), &mut zero_abl),
                 (mean_all.as_ref(), &mut mean_abl),
             ] {
                 let Some(codes) = codes else { continue };
-                let mut hook = Transplant {
-                    name: name.clone(),
-                    query,
-                    keys: answer_row,
-                    codes,
-                };
-                let got = slot_logits(model, &stream, l, &mut hook, slot)?;
+                let got = passes.transplanted(&plain.stream, b, at(answer_row), codes, slot)?;
                 for (i, g) in got.iter().enumerate() {
                     row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                     row.n += 1;
@@ -341,26 +481,17 @@ pub fn latent_transplant(
             for (donor, code) in means.iter().enumerate() {
                 let Some(code) = code else { continue };
                 let donor_rule = Rule::from_index(donor)?;
-                let codes = Tensor::from_vec(code.clone(), (1, h, 2), &device)?
-                    .broadcast_as((b, h, 2))?
-                    .contiguous()?;
+                let codes = code.repeat(b);
                 let pool = &by_rule[donor];
                 let problem_codes: Vec<f32> = (0..b)
                     .flat_map(|i| pool[(s + i) % pool.len()].iter().copied())
                     .collect();
-                let problem_codes = Tensor::from_vec(problem_codes, (b, h, 2), &device)?;
                 for (keys, codes, row) in [
                     (answer_row, &codes, &mut mean_id),
                     (answer_row, &problem_codes, &mut donor_problem),
                     (first_row, &codes, &mut off_row),
                 ] {
-                    let mut hook = Transplant {
-                        name: name.clone(),
-                        query,
-                        keys,
-                        codes,
-                    };
-                    let got = slot_logits(model, &stream, l, &mut hook, slot)?;
+                    let got = passes.transplanted(&plain.stream, b, at(keys), codes, slot)?;
                     for (i, g) in got.iter().enumerate() {
                         let own_rule = part.rules[[i, slot]] as usize;
                         if own_rule == donor {

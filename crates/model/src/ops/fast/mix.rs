@@ -186,7 +186,13 @@ impl Rows {
 
     /// The codes and hidden units of query `i` against every key, from the scores `s [H, Q, K]`.
     fn query(&mut self, p: &Plan, s: &[f32], drop: Option<&[f32]>, i: usize) {
-        let (h, k, d) = (p.h, p.k, p.d);
+        self.codes(p, s, i);
+        self.hidden(p, drop, i);
+    }
+
+    /// The codes of query `i` against every key (`self.a`), from the scores `s [H, Q, K]`.
+    fn codes(&mut self, p: &Plan, s: &[f32], i: usize) {
+        let (h, k) = (p.h, p.k);
         let vis = p.visible.as_ref().map(|v| &v[i * k..][..k]);
         for hh in 0..h {
             let row = &s[(hh * p.q + i) * k..][..k];
@@ -227,6 +233,11 @@ impl Rows {
                 }
             }
         }
+    }
+
+    /// The codes after dropout and the hidden units of query `i` from the codes in `self.a`.
+    fn hidden(&mut self, p: &Plan, drop: Option<&[f32]>, i: usize) {
+        let (h, k, d) = (p.h, p.k, p.d);
         let drop = drop.map(|v| &v[i * k..][..k]);
         match drop {
             Some(dr) => {
@@ -286,7 +297,7 @@ pub(crate) fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
 
 /// The forward pass of one problem: `s [H, Q, K]`, `v [H, K, d]`, its dropout multipliers
 /// `drop [Q, K]` -> `o [Q, H, d]`, attention `[H, Q, K]` (the codes before dropout).
-pub(crate) fn forward_one(
+fn forward_one(
     p: &Plan,
     s: &[f32],
     v: &[f32],
@@ -300,6 +311,26 @@ pub(crate) fn forward_one(
         rows.query(p, s, drop, i);
         for hh in 0..h {
             att[(hh * q + i) * k..][..k].copy_from_slice(&rows.a[hh * k..][..k]);
+            let ad = &rows.ad[hh * k..][..k];
+            for e in 0..d {
+                o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
+            }
+        }
+    }
+}
+
+/// The evaluation-mode value network of one problem from its codes (no dropout): `a [H, Q, K]`,
+/// `v [H, K, d]` -> `o [Q, H, d]`; the second half of [`forward_one`], for [`crate::infer`], whose
+/// hooks may have changed the codes.
+pub(crate) fn value_from_codes(p: &Plan, a: &[f32], v: &[f32], o: &mut [f32]) {
+    let (h, q, k, d) = (p.h, p.q, p.k, p.d);
+    let mut rows = Rows::new(p, v);
+    for i in 0..q {
+        for hh in 0..h {
+            rows.a[hh * k..][..k].copy_from_slice(&a[(hh * q + i) * k..][..k]);
+        }
+        rows.hidden(p, None, i);
+        for hh in 0..h {
             let ad = &rows.ad[hh * k..][..k];
             for e in 0..d {
                 o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
