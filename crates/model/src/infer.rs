@@ -38,7 +38,7 @@ use crate::error::{ModelError, Result};
 use crate::mixer::{Normalisation, ValueNetwork};
 use crate::nn::position::relative_position_bucket;
 use crate::ops::fast::cpu::gelu_tanh_value;
-use crate::ops::fast::mix::{softmax_row, value_from_codes, Plan};
+use crate::ops::fast::mix::{dot, softmax_row, value_from_codes, Plan};
 use crate::ops::reference::RMS_HEAD_EPS;
 use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
@@ -439,21 +439,35 @@ impl Inference {
             let o = &mut w.o[..rows * hd];
             for p in 0..n {
                 let qkv = &qkv[p * t * 3 * hd..][..t * 3 * hd];
-                // Scaled scores plus bias [H, T, T]; values [H, T, d].
+                // Keys and values transposed to [H, d, T], so that the loops below run over
+                // contiguous keys; values also as [H, T, d] for the HYLA value network.
+                for j in 0..t {
+                    let row = &qkv[j * 3 * hd..][..3 * hd];
+                    for c in 0..hd {
+                        w.kt[c * t + j] = row[hd + c];
+                        w.vt[c * t + j] = row[2 * hd + c];
+                    }
+                    for hh in 0..h {
+                        w.v[(hh * t + j) * d..][..d]
+                            .copy_from_slice(&row[2 * hd + hh * d..][..d]);
+                    }
+                }
+                // Scaled scores plus bias [H, T, T]:
+                // s[h, i, :] = (sum_e q[i, h, e] k[h, e, :]) / sqrt(d) + bias[h, i, :].
                 for hh in 0..h {
                     for i in 0..t {
                         let q = &qkv[i * 3 * hd + hh * d..][..d];
                         let srow = &mut w.s[(hh * t + i) * t..][..t];
-                        let brow = &lw.bias[(hh * t + i) * t..][..t];
-                        for ((s, &b), j) in srow.iter_mut().zip(brow).zip(0..t) {
-                            let k = &qkv[j * 3 * hd + hd + hh * d..][..d];
-                            let dot = q.iter().zip(k).fold(0f32, |acc, (a, b)| acc + a * b);
-                            *s = dot * scale + b;
+                        srow.fill(0.0);
+                        for (e, &qe) in q.iter().enumerate() {
+                            for (s, &k) in srow.iter_mut().zip(&w.kt[(hh * d + e) * t..][..t]) {
+                                *s += qe * k;
+                            }
                         }
-                    }
-                    for j in 0..t {
-                        w.v[(hh * t + j) * d..][..d]
-                            .copy_from_slice(&qkv[j * 3 * hd + 2 * hd + hh * d..][..d]);
+                        let brow = &lw.bias[(hh * t + i) * t..][..t];
+                        for (s, &b) in srow.iter_mut().zip(brow) {
+                            *s = *s * scale + b;
+                        }
                     }
                 }
                 normalise(
@@ -473,17 +487,13 @@ impl Inference {
                 match &self.plan {
                     Some(plan) => value_from_codes(plan, &w.att, &w.v, op),
                     None => {
-                        // o[i, h, :] = sum_j a[h, i, j] v[h, j, :].
+                        // o[i, h, e] = sum_j a[h, i, j] v[h, e, j].
                         for i in 0..t {
                             for hh in 0..h {
-                                let out = &mut op[(i * h + hh) * d..][..d];
-                                out.fill(0.0);
                                 let arow = &w.att[(hh * t + i) * t..][..t];
-                                for (j, &a) in arow.iter().enumerate() {
-                                    let v = &w.v[(hh * t + j) * d..][..d];
-                                    for (o, &v) in out.iter_mut().zip(v) {
-                                        *o += a * v;
-                                    }
+                                for e in 0..d {
+                                    op[(i * h + hh) * d + e] =
+                                        dot(arow, &w.vt[(hh * d + e) * t..][..t]);
                                 }
                             }
                         }
@@ -538,10 +548,13 @@ struct Work {
     y: Vec<f32>,
     hid: Vec<f32>,
     last: Vec<f32>,
-    /// One problem's scores and codes `[H, T, T]`, values `[H, T, d]`.
+    /// One problem's scores and codes `[H, T, T]`, values `[H, T, d]`, keys and values
+    /// transposed `[H, d, T]`.
     s: Vec<f32>,
     att: Vec<f32>,
     v: Vec<f32>,
+    kt: Vec<f32>,
+    vt: Vec<f32>,
 }
 
 impl Work {
@@ -560,6 +573,8 @@ impl Work {
             s: vec![0.0; tt],
             att: vec![0.0; tt],
             v: vec![0.0; cfg.n_tokens * hd],
+            kt: vec![0.0; cfg.n_tokens * hd],
+            vt: vec![0.0; cfg.n_tokens * hd],
         }
     }
 }
@@ -580,7 +595,10 @@ fn normalise(
             for hh in 0..h {
                 for i in 0..t {
                     let r = (hh * t + i) * t;
-                    softmax_row(&s[r..][..t], vis(i), &mut a[r..][..t]);
+                    match vis(i) {
+                        Some(v) => softmax_row(&s[r..][..t], Some(v), &mut a[r..][..t]),
+                        None => softmax_dense(&s[r..][..t], &mut a[r..][..t]),
+                    }
                 }
             }
         }
@@ -605,6 +623,76 @@ fn normalise(
             }
         }
     }
+}
+
+/// The softmax of a row with every key visible, `a = exp(x - max) / sum exp(x - max)`, by
+/// [`exp_reduced`] so that the loop vectorises. A row with a NaN gives NaN (the `exp` of NaN is
+/// NaN and the sum with it).
+fn softmax_dense(row: &[f32], a: &mut [f32]) {
+    // The maximum and the sum over eight lanes (reductions in a fixed order that vectorise).
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let mut mx = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    for c in chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = if x > *l { x } else { *l };
+        }
+    }
+    for l in lanes {
+        mx = if l > mx { l } else { mx };
+    }
+    for (a, &x) in a.iter_mut().zip(row) {
+        *a = exp_reduced(x - mx);
+    }
+    let inv = 1.0 / lane_sum(a);
+    for a in a.iter_mut() {
+        *a *= inv;
+    }
+}
+
+/// `sum_j x[j]` over eight partial sums (a fixed order that vectorises).
+#[inline]
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `exp(x)` in float32 for `x <= 0` (a softmax's `x - max`), in a form the compiler vectorises:
+/// `x = n ln 2 + r` with `n` rounded to the nearest integer (by adding and subtracting `1.5 2^23`, which leaves `n` in the low bits)
+/// and `|r| <= ln 2 / 2`, `ln 2` split in two parts so that `r` is exact; `e^r` by the degree-7
+/// Taylor-style polynomial `1 + r + r^2 P(r)` with the minimax coefficients of Cephes's `expf`
+/// (Moshier 1984); `2^n` by the exponent bits. Below `-87.3` the result is `e^-87.3` (about 1e-38,
+/// nothing next to the row maximum's 1). Relative error at most 2.5e-7 against `f32::exp` over
+/// [-87, 0] (unit test).
+#[inline(always)]
+fn exp_reduced(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
+    let x = if x < -87.3 { -87.3 } else { x };
+    // `t` holds n in its low mantissa bits, so that 2^n comes from integer operations alone.
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4_f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 5.000_000_1e-1;
+    let e = p * r * r + r + 1.0;
+    e * f32::from_bits(t.to_bits().wrapping_add(127) << 23)
 }
 
 /// LayerNorm over rows of `D = w.len()` entries, as candle's (`E[x^2] - mean^2` variance, eps
@@ -830,6 +918,24 @@ mod tests {
                 Err(ModelError::Input(_))
             ));
         }
+    }
+
+    #[test]
+    fn the_vectorised_exp_is_within_float32_rounding_of_libm() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let (got, want) = (f64::from(exp_reduced(x)), f64::from(x.exp()));
+            worst = worst.max((got - want).abs() / want);
+            x += 1.37e-3;
+        }
+        assert!(worst < 2.5e-7, "relative error {worst}");
+        assert_eq!(exp_reduced(0.0), 1.0);
+        assert!(exp_reduced(f32::NAN).is_nan());
+        assert!(exp_reduced(-1e30) < 1e-37);
+        let mut a = [0f32; 3];
+        softmax_dense(&[1.0, f32::NAN, 0.0], &mut a);
+        assert!(a.iter().all(|v| v.is_nan()));
     }
 
     #[test]
