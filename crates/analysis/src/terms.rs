@@ -26,6 +26,7 @@ use nalgebra::DMatrix;
 use ndarray::{Array1, Array2, Array3, Array5, ArrayView1, ArrayView2, Axis};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::decode::{LogisticParams, Standardizer};
@@ -525,15 +526,28 @@ pub fn term_decoding(
         .map(|layer| {
             let (xtr, xte) = (train.features(layer), test.features(layer));
             let ridge_r2 = ridge_r2_halves(xte.view(), y_ridge.view(), params.ridge_alpha)?;
+            // The probes of the terms in parallel (rayon); the sums in term order.
+            let scores = scored
+                .par_iter()
+                .zip(&shuffled)
+                .map(|((_, ytr, yte), ysh)| -> Result<(f64, f64)> {
+                    let pred = binary_probe(xtr.view(), ytr.view(), xte.view(), &params.logistic)?;
+                    let real = f1(yte.view(), pred.view());
+                    let has_both = ysh.iter().any(|&b| b) && ysh.iter().any(|&b| !b);
+                    let control = if has_both {
+                        let pred =
+                            binary_probe(xtr.view(), ysh.view(), xte.view(), &params.logistic)?;
+                        f1(yte.view(), pred.view())
+                    } else {
+                        0.0
+                    };
+                    Ok((real, control))
+                })
+                .collect::<Result<Vec<_>>>()?;
             let (mut f1_sum, mut f1_shuf) = (0.0, 0.0);
-            for ((_, ytr, yte), ysh) in scored.iter().zip(&shuffled) {
-                let pred = binary_probe(xtr.view(), ytr.view(), xte.view(), &params.logistic)?;
-                f1_sum += f1(yte.view(), pred.view());
-                let has_both = ysh.iter().any(|&b| b) && ysh.iter().any(|&b| !b);
-                if has_both {
-                    let pred = binary_probe(xtr.view(), ysh.view(), xte.view(), &params.logistic)?;
-                    f1_shuf += f1(yte.view(), pred.view());
-                }
+            for (real, control) in scores {
+                f1_sum += real;
+                f1_shuf += control;
             }
             let k = scored.len() as f64;
             Ok(TermDecodingRow {

@@ -481,35 +481,52 @@ pub fn latent_transplant(
             for (donor, code) in means.iter().enumerate() {
                 let Some(code) = code else { continue };
                 let donor_rule = Rule::from_index(donor)?;
-                let codes = code.repeat(b);
+                // The problems this donor is scored on: not of the donor's rule, and with an
+                // expected answer that differs from the original and from the prediction (module
+                // docs); only they are run.
+                let mut keep = Vec::with_capacity(b);
+                let mut n_excluded = 0;
+                for i in 0..b {
+                    if part.rules[[i, slot]] as usize == donor {
+                        continue;
+                    }
+                    let pi = s + i;
+                    let row0 = [value(pi, 0), value(pi, 1), value(pi, 2)];
+                    let expect = answer_under(donor_rule, row0, value(pi, 6), value(pi, 7), m);
+                    let original = part.y[[i, slot]] as usize;
+                    match expect
+                        .map(usize::from)
+                        .filter(|&e| e != original && e != pred[i])
+                    {
+                        Some(e) => keep.push((i, e)),
+                        None => n_excluded += 1,
+                    }
+                }
+                for row in [&mut mean_id, &mut donor_problem, &mut off_row] {
+                    row.excluded += n_excluded;
+                }
+                if keep.is_empty() {
+                    continue;
+                }
+                let kb = keep.len();
+                let stream_len = plain.stream.len() / b;
+                let stream: Vec<f32> = keep
+                    .iter()
+                    .flat_map(|&(i, _)| plain.stream[i * stream_len..][..stream_len].iter().copied())
+                    .collect();
+                let codes = code.repeat(kb);
                 let pool = &by_rule[donor];
-                let problem_codes: Vec<f32> = (0..b)
-                    .flat_map(|i| pool[(s + i) % pool.len()].iter().copied())
+                let problem_codes: Vec<f32> = keep
+                    .iter()
+                    .flat_map(|&(i, _)| pool[(s + i) % pool.len()].iter().copied())
                     .collect();
                 for (keys, codes, row) in [
                     (answer_row, &codes, &mut mean_id),
                     (answer_row, &problem_codes, &mut donor_problem),
                     (first_row, &codes, &mut off_row),
                 ] {
-                    let got = passes.transplanted(&plain.stream, b, at(keys), codes, slot)?;
-                    for (i, g) in got.iter().enumerate() {
-                        let own_rule = part.rules[[i, slot]] as usize;
-                        if own_rule == donor {
-                            continue;
-                        }
-                        let pi = s + i;
-                        let row0 = [value(pi, 0), value(pi, 1), value(pi, 2)];
-                        let expect = answer_under(donor_rule, row0, value(pi, 6), value(pi, 7), m);
-                        let original = part.y[[i, slot]] as usize;
-                        // Left out: undefined, or indistinguishable from no change (the original
-                        // answer, or what the model predicted already).
-                        let Some(expect) = expect
-                            .map(usize::from)
-                            .filter(|&e| e != original && e != pred[i])
-                        else {
-                            row.excluded += 1;
-                            continue;
-                        };
+                    let got = passes.transplanted(&stream, kb, at(keys), codes, slot)?;
+                    for (g, &(i, expect)) in got.iter().zip(&keep) {
                         row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                         row.n += 1;
                         let p = argmax(g);

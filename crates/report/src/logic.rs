@@ -201,14 +201,35 @@ pub(crate) fn analyse_logic_checkpoint(
         done: 0,
         total: 2,
     });
-    let decoding = term_decoding(
-        &codes[0],
-        &codes[1],
-        &TermDecodingParams {
-            seed: params.seed,
-            ..TermDecodingParams::default()
+    let test = &codes[1];
+    let tsne_points = TSNE_POINTS.min(test.n_samples());
+    // Perplexity 30 (scikit-learn's default) needs 91 points; fewer get the largest that fits.
+    let tsne_perplexity = TsneParams::default()
+        .perplexity
+        .min(((tsne_points.max(4) - 1) / 3) as f64);
+    let tsne = TsneParams {
+        seed: params.seed,
+        perplexity: tsne_perplexity,
+        // Exact gradients: bhtsne draws its Barnes-Hut tree with an unseeded generator, so only
+        // theta = 0 gives the same embedding on every run (and the report the same bytes).
+        theta: 0.0,
+        ..TsneParams::default()
+    };
+    // The probes and the t-SNE (one thread) side by side.
+    let (decoding, projected) = rayon::join(
+        || {
+            term_decoding(
+                &codes[0],
+                test,
+                &TermDecodingParams {
+                    seed: params.seed,
+                    ..TermDecodingParams::default()
+                },
+            )
         },
-    )?;
+        || test.projections(TSNE_POINTS, &tsne),
+    );
+    let (decoding, (projections, trust)) = (decoding?, projected?);
     progress(Progress::Analysis {
         name: &name,
         done: 1,
@@ -222,23 +243,6 @@ pub(crate) fn analyse_logic_checkpoint(
     crate::files::write_text(
         &tables.join("term_decoding.csv"),
         &term_decoding_csv(&decoding),
-    )?;
-    let test = &codes[1];
-    let tsne_points = TSNE_POINTS.min(test.n_samples());
-    // Perplexity 30 (scikit-learn's default) needs 91 points; fewer get the largest that fits.
-    let tsne_perplexity = TsneParams::default()
-        .perplexity
-        .min(((tsne_points.max(4) - 1) / 3) as f64);
-    let (projections, trust) = test.projections(
-        TSNE_POINTS,
-        &TsneParams {
-            seed: params.seed,
-            perplexity: tsne_perplexity,
-            // Exact gradients: bhtsne draws its Barnes-Hut tree with an unseeded generator, so only
-            // theta = 0 gives the same embedding on every run (and the report the same bytes).
-            theta: 0.0,
-            ..TsneParams::default()
-        },
     )?;
     hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&tables.join("projections.npz"), |z| {
         for (name, a) in &projections {
