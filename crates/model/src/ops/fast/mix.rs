@@ -125,7 +125,7 @@ fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 }
 
 /// `sum_j x[j] y[j]`, with eight partial sums (so that it vectorises; a fixed order).
-#[inline]
+#[inline(always)]
 pub(crate) fn dot(x: &[f32], y: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
