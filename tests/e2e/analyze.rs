@@ -208,6 +208,18 @@ fn analyze_tables_agree_with_the_codes() {
         stdout.contains(&format!("wrote 7 files to {}", out.display())),
         "{stdout}"
     );
+    // The stage seconds: one object per row group (each layer, then all layers), none negative.
+    let timings = json(&out.join("timings.json"));
+    let rows = timings["layers"].as_array().unwrap();
+    assert_eq!(rows.len(), layers.len());
+    assert_eq!(rows.last().unwrap()["all_layers"], true);
+    for stage in ["pca", "decoding", "clustering", "similarity"] {
+        assert!(
+            rows.iter().all(|r| r[stage].as_f64().unwrap() >= 0.0),
+            "{stage}"
+        );
+    }
+    assert!(timings["elapsed_s"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -1433,8 +1433,13 @@ fn the_cpu_inference_pass_is_as_close_to_float64_as_the_candle_forward() {
             let want: Vec<f32> = want.iter().copied().collect();
             let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1.0);
             let (dc, df, dcf) = (max_diff(&c, &want), max_diff(&f, &want), max_diff(&c, &f));
-            eprintln!("{stem} {name}: candle {dc:e}, inference {df:e}, between {dcf:e} (scale {scale})");
-            assert!(df <= (2.0 * dc).max(2e-6 * scale), "{stem} {name}: {df} vs {dc}");
+            eprintln!(
+                "{stem} {name}: candle {dc:e}, inference {df:e}, between {dcf:e} (scale {scale})"
+            );
+            assert!(
+                df <= (2.0 * dc).max(2e-6 * scale),
+                "{stem} {name}: {df} vs {dc}"
+            );
             assert!(dcf <= 1e-4 * scale, "{stem} {name}: {dcf}");
         }
     }

@@ -216,8 +216,13 @@ where
             )));
         }
         // Codes [B, S, L', H, K] and the predicted class per slot [B, F].
-        let (batch_codes, logits) =
-            batch_codes(model, inference.as_ref(), batch.x.view(), &selections, &layers)?;
+        let (batch_codes, logits) = batch_codes(
+            model,
+            inference.as_ref(),
+            batch.x.view(),
+            &selections,
+            &layers,
+        )?;
         let pred = argmax_rows(&logits, cfg.d_out);
         let row_len = layers.len() * h * n_keys;
         let mut codes = Vec::with_capacity(b * s * layers.len() * h * n_keys);
@@ -379,9 +384,9 @@ pub(crate) fn batch_codes(
     }
     let width = selections.len() * n_layers * h * n_keys;
     let xs = x.as_standard_layout();
-    let xs = xs.as_slice().ok_or_else(|| {
-        ProbeError::InvalidInput("the problem batch is not contiguous".into())
-    })?;
+    let xs = xs
+        .as_slice()
+        .ok_or_else(|| ProbeError::InvalidInput("the problem batch is not contiguous".into()))?;
     let out = inf.run(xs, b, width, |l, att, row| {
         let Some(li) = slot_of[l] else { return };
         for (si, sel) in selections.iter().enumerate() {

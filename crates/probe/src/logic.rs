@@ -19,8 +19,8 @@ use ndarray::s;
 
 use crate::error::{ProbeError, Result};
 use crate::extract::{batch_codes, ProbeMeta, SelectionMeta};
-use crate::site::Selection;
 use crate::npz_stream::{NpyDtype, NpzStream};
+use crate::site::Selection;
 
 /// Where a logic probe reads the codes: one query position and its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -176,7 +176,7 @@ impl InferenceHooks for WriteSite<'_> {
 /// by candle's hooked pass. Both start the transplanted passes from the stream that the plain pass
 /// produced at the site's layer, so that the identity transplant is exact.
 enum Passes<'a> {
-    Cpu(Inference),
+    Cpu(Box<Inference>),
     Candle(&'a Transformer),
 }
 
@@ -363,7 +363,7 @@ pub fn latent_transplant(
     let answer_row = [f * 6 + slot, f * 7 + slot];
     let first_row = [slot, f + slot];
     let passes = if model.device().is_cpu() {
-        Passes::Cpu(Inference::new(model)?)
+        Passes::Cpu(Box::new(Inference::new(model)?))
     } else {
         Passes::Candle(model)
     };
@@ -486,7 +486,7 @@ pub fn latent_transplant(
                 // docs); only they are run.
                 let mut keep = Vec::with_capacity(b);
                 let mut n_excluded = 0;
-                for i in 0..b {
+                for (i, &predicted) in pred.iter().enumerate() {
                     if part.rules[[i, slot]] as usize == donor {
                         continue;
                     }
@@ -496,7 +496,7 @@ pub fn latent_transplant(
                     let original = part.y[[i, slot]] as usize;
                     match expect
                         .map(usize::from)
-                        .filter(|&e| e != original && e != pred[i])
+                        .filter(|&e| e != original && e != predicted)
                     {
                         Some(e) => keep.push((i, e)),
                         None => n_excluded += 1,
@@ -512,7 +512,9 @@ pub fn latent_transplant(
                 let stream_len = plain.stream.len() / b;
                 let stream: Vec<f32> = keep
                     .iter()
-                    .flat_map(|&(i, _)| plain.stream[i * stream_len..][..stream_len].iter().copied())
+                    .flat_map(|&(i, _)| {
+                        plain.stream[i * stream_len..][..stream_len].iter().copied()
+                    })
                     .collect();
                 let codes = code.repeat(kb);
                 let pool = &by_rule[donor];

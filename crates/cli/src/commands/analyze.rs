@@ -122,6 +122,12 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let written = report
         .write_tables(&args.out)
         .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
+    // Stage seconds, kept out of the tables because they change from run to run.
+    let timings = args.out.join("timings.json");
+    let mut text = serde_json::to_vec_pretty(&report.timings())?;
+    text.push(b'\n');
+    hyperlens_io::write_atomic(&timings, &text)
+        .with_context(|| format!("writing {}", timings.display()))?;
     if args.tsne {
         let set = match args.unsupervised_on {
             CodeSplit::Train => &train,
