@@ -234,13 +234,7 @@ where
         }
         check_problems(model, &b)?;
         let v: Vec<f32> = match &inference {
-            Some(inf) => {
-                let x = b.x.as_standard_layout();
-                let xs = x.as_slice().ok_or_else(|| {
-                    ModelError::Input("the problem batch is not contiguous".into())
-                })?;
-                inf.run(xs, b.len(), 0, |_, _, _| {})?.logits
-            }
+            Some(inf) => inf.run_problems(b.x.view(), 0, &())?.logits,
             None => {
                 let x = batch_tensor(&b.x, model.device())?;
                 model.forward(&x, false)?.logits.flatten_all()?.to_vec1()?

@@ -40,6 +40,7 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
+use ndarray::ArrayView3;
 use rayon::prelude::*;
 
 use crate::config::Config;
@@ -148,10 +149,14 @@ pub trait InferenceHooks: Sync {
     fn pattern(&self, _layer: usize, _problem: usize, _codes: &mut [f32], _row: &mut [f32]) {}
 }
 
-/// [`Inference::run`]'s `take` as hooks: reads the codes.
-struct Take<F>(F);
+/// No hooks: a plain pass.
+impl InferenceHooks for () {}
 
-impl<F: Fn(usize, &[f32], &mut [f32]) + Sync> InferenceHooks for Take<F> {
+/// [`Inference::run`]'s `take(layer, codes [H, T, T], row)` as hooks: reads each layer's codes into
+/// the problem's row.
+pub struct TakeCodes<F>(pub F);
+
+impl<F: Fn(usize, &[f32], &mut [f32]) + Sync> InferenceHooks for TakeCodes<F> {
     fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
         (self.0)(layer, codes, row);
     }
@@ -280,7 +285,29 @@ impl Inference {
     where
         F: Fn(usize, &[f32], &mut [f32]) + Sync,
     {
-        self.run_hooked(Start::Inputs(x), batch, width, &Take(take))
+        self.run_hooked(Start::Inputs(x), batch, width, &TakeCodes(take))
+    }
+
+    /// [`Inference::run_hooked`] from the inputs of a problem batch `x [B, T, d_in]` (an
+    /// `ndarray` view in any memory layout; copied only where it is not standard).
+    ///
+    /// # Shapes
+    /// `x [B, T, d_in]`; returns logits `[B, F, d_out]` and `taken [B, width]`.
+    ///
+    /// # Errors
+    /// As [`Inference::run_hooked`].
+    pub fn run_problems<H: InferenceHooks>(
+        &self,
+        x: ArrayView3<'_, f32>,
+        width: usize,
+        hooks: &H,
+    ) -> Result<InferenceOutput> {
+        let batch = x.dim().0;
+        let x = x.as_standard_layout();
+        let xs = x
+            .as_slice()
+            .ok_or_else(|| ModelError::Input("the problem batch is not contiguous".into()))?;
+        self.run_hooked(Start::Inputs(xs), batch, width, hooks)
     }
 
     /// The forward pass of `batch` problems from `start`, with `hooks` (see [`InferenceHooks`]);

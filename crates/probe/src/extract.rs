@@ -11,6 +11,7 @@ use std::path::Path;
 use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::eval::batch_tensor;
+use hyperlens_model::infer::TakeCodes;
 use hyperlens_model::{Inference, Transformer};
 use hyperlens_tasks::sraven::ProblemSet;
 use serde::{Deserialize, Serialize};
@@ -355,7 +356,7 @@ pub(crate) fn batch_codes(
     layers: &[usize],
 ) -> Result<(Vec<f32>, Vec<f32>)> {
     let cfg = model.config();
-    let (b, t, h) = (x.dim().0, cfg.n_tokens, cfg.n_heads);
+    let (t, h) = (cfg.n_tokens, cfg.n_heads);
     let n_keys = selections.first().map_or(0, |s| s.keys.len());
     let n_layers = layers.len();
     let Some(inf) = inference else {
@@ -383,11 +384,7 @@ pub(crate) fn batch_codes(
         slot_of[l] = Some(li);
     }
     let width = selections.len() * n_layers * h * n_keys;
-    let xs = x.as_standard_layout();
-    let xs = xs
-        .as_slice()
-        .ok_or_else(|| ProbeError::InvalidInput("the problem batch is not contiguous".into()))?;
-    let out = inf.run(xs, b, width, |l, att, row| {
+    let take = TakeCodes(|l, att: &[f32], row: &mut [f32]| {
         let Some(li) = slot_of[l] else { return };
         for (si, sel) in selections.iter().enumerate() {
             for hh in 0..h {
@@ -398,7 +395,8 @@ pub(crate) fn batch_codes(
                 }
             }
         }
-    })?;
+    });
+    let out = inf.run_problems(x, width, &take)?;
     Ok((out.taken, out.logits))
 }
 

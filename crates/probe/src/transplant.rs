@@ -208,12 +208,8 @@ impl Passes<'_> {
                     n_heads: h,
                     n_tokens: t,
                 };
-                let x = part.x.as_standard_layout();
-                let x = x.as_slice().ok_or_else(|| {
-                    ProbeError::InvalidInput("the problem batch is not contiguous".into())
-                })?;
                 let width = t * dm + h * 2;
-                let out = inf.run_hooked(Start::Inputs(x), b, width, &hooks)?;
+                let out = inf.run_problems(part.x.view(), width, &hooks)?;
                 let mut stream = Vec::with_capacity(b * t * dm);
                 let mut codes = Vec::with_capacity(b * h * 2);
                 for row in out.taken.chunks_exact(width) {
