@@ -14,14 +14,17 @@
 use std::collections::BTreeMap;
 
 use linfa::prelude::*;
-use linfa_clustering::KMeans;
-use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis};
+use linfa_clustering::{KMeans, KMeansInit};
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, CowArray};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::decode::check_finite;
+use crate::distance::{Kernels, ROWS};
 use crate::error::{AnalysisError, Result};
+use crate::kmeanspp::{greedy_kmeans_plusplus, Points};
 
 /// Maps labels of any ordered type to dense indices 0..C (in ascending label order).
 fn dense_labels<T: Ord + Clone>(labels: ArrayView1<'_, T>) -> (Vec<usize>, usize) {
@@ -143,7 +146,8 @@ pub fn normalized_mutual_info<A: Ord + Clone, B: Ord + Clone>(
 /// Mean silhouette coefficient of all samples under the Euclidean metric (scikit-learn's
 /// `silhouette_score`): for sample i, `a` = mean distance to the other members of its cluster,
 /// `b` = smallest mean distance to another cluster, `s = (b - a) / max(a, b)`; singleton clusters
-/// score 0. Exact, O(N^2 D) time, O(256 N) memory (distances are computed in row blocks).
+/// score 0. Exact, O(N^2 D) time, O(N) memory per thread (distances are computed a few rows at a
+/// time, `crate::distance`).
 ///
 /// # Shapes
 /// `x`: `[N, D]`; `labels`: `[N]` with 2 <= number of labels <= N - 1.
@@ -171,39 +175,87 @@ pub fn silhouette_score(x: ArrayView2<'_, f64>, labels: ArrayView1<'_, i64>) -> 
             "silhouette needs 2 <= number of labels <= n_samples - 1, got {c} labels for {n} samples"
         )));
     }
-    let mut counts = vec![0usize; c];
-    for &l in &dense {
-        counts[l] += 1;
-    }
-    let norms: Array1<f64> = x.rows().into_iter().map(|r| r.dot(&r)).collect();
-    let mut total = 0.0;
-    // Inner products as 1-D `dot`s (a fixed summation order compiled in), not as one matrix
-    // product: ndarray's matrix product picks its kernel by the CPU's features at run time, and
-    // the last digits of the score would then depend on the machine.
-    for i in 0..n {
-        let xi = x.row(i);
-        let mut sums = vec![0.0; c];
-        for (j, xj) in x.rows().into_iter().enumerate() {
-            if j != i {
-                let d2 = (norms[i] + norms[j] - 2.0 * xi.dot(&xj)).max(0.0);
-                sums[dense[j]] += d2.sqrt();
+    Ok(silhouettes(x, &[dense])[0])
+}
+
+/// Mean silhouette coefficients of several labelings of the same points, from one pass over the
+/// pairwise distances ([`crate::distance`]), split over rayon's threads in blocks of rows. Each
+/// row's per-cluster sums run over the points in order and the rows' coefficients are summed in
+/// order, so the result does not depend on the number of threads.
+///
+/// # Shapes
+/// `x`: `[N, D]`, finite; each labeling `[N]`, dense labels `0..C` with `2 <= C <= N - 1`
+/// (checked by the callers).
+fn silhouettes(x: ArrayView2<'_, f64>, labelings: &[Vec<usize>]) -> Vec<f64> {
+    let (n, d) = x.dim();
+    let x = x.as_standard_layout();
+    let flat = x.as_slice().expect("standard layout is contiguous");
+    let xt = transpose(flat, n, d);
+    let clusters: Vec<(usize, Vec<usize>)> = labelings
+        .iter()
+        .map(|dense| {
+            let c = dense.iter().max().map_or(0, |&m| m + 1);
+            let mut counts = vec![0usize; c];
+            for &l in dense {
+                counts[l] += 1;
             }
-        }
-        let own = dense[i];
-        if counts[own] < 2 {
-            continue; // s = 0 for singletons
-        }
-        let a = sums[own] / (counts[own] - 1) as f64;
-        let b = (0..c)
-            .filter(|&k| k != own)
-            .map(|k| sums[k] / counts[k] as f64)
-            .fold(f64::INFINITY, f64::min);
-        let m = a.max(b);
-        if m > 0.0 {
-            total += (b - a) / m;
+            (c, counts)
+        })
+        .collect();
+    let kernels = Kernels::detect();
+    let blocks: Vec<usize> = (0..n).step_by(ROWS).collect();
+    // per block of rows, the silhouette coefficient of each row under each labeling
+    let per_block: Vec<Vec<f64>> = blocks
+        .par_iter()
+        .map_init(
+            || (vec![0.0; ROWS * d], vec![0.0; ROWS * n]),
+            |(rows, dist), &i0| {
+                let valid = ROWS.min(n - i0);
+                for r in 0..ROWS {
+                    let i = i0 + r.min(valid - 1); // pad with the last row
+                    rows[r * d..(r + 1) * d].copy_from_slice(&flat[i * d..(i + 1) * d]);
+                }
+                kernels.squared_distances(rows, &xt, dist);
+                let mut coefficients = Vec::with_capacity(valid * labelings.len());
+                for r in 0..valid {
+                    let row = &mut dist[r * n..(r + 1) * n];
+                    for v in row.iter_mut() {
+                        *v = v.sqrt();
+                    }
+                    for (dense, (c, counts)) in labelings.iter().zip(&clusters) {
+                        let mut sums = vec![0.0; *c];
+                        for (&l, &v) in dense.iter().zip(row.iter()) {
+                            sums[l] += v;
+                        }
+                        let own = dense[i0 + r];
+                        if counts[own] < 2 {
+                            coefficients.push(0.0); // s = 0 for singletons
+                            continue;
+                        }
+                        // the point's distance to itself is exactly 0, so `sums[own]` is over the others
+                        let a = sums[own] / (counts[own] - 1) as f64;
+                        let b = (0..*c)
+                            .filter(|&k| k != own && counts[k] > 0)
+                            .map(|k| sums[k] / counts[k] as f64)
+                            .fold(f64::INFINITY, f64::min);
+                        let m = a.max(b);
+                        coefficients.push(if m > 0.0 { (b - a) / m } else { 0.0 });
+                    }
+                }
+                coefficients
+            },
+        )
+        .collect();
+    let mut totals = vec![0.0; labelings.len()];
+    for row in per_block
+        .iter()
+        .flat_map(|b| b.chunks_exact(labelings.len()))
+    {
+        for (t, s) in totals.iter_mut().zip(row) {
+            *t += s;
         }
     }
-    Ok(total / n as f64)
+    totals.iter().map(|t| t / n as f64).collect()
 }
 
 /// [`silhouette_score`] on a seeded uniform subsample (without replacement) of at most
@@ -234,15 +286,26 @@ pub fn silhouette_score_sampled(
             labels.len()
         )));
     }
+    match subsample(n, max_points, seed) {
+        None => Ok((silhouette_score(x, labels)?, n)),
+        Some(idx) => {
+            let xs = x.select(Axis(0), &idx);
+            let ls = labels.select(Axis(0), &idx);
+            Ok((silhouette_score(xs.view(), ls.view())?, max_points))
+        }
+    }
+}
+
+/// The sorted indices of a seeded uniform subsample (without replacement) of `max_points` of `n`
+/// points (ChaCha8), or `None` when `n <= max_points`.
+fn subsample(n: usize, max_points: usize, seed: u64) -> Option<Vec<usize>> {
     if n <= max_points {
-        return Ok((silhouette_score(x, labels)?, n));
+        return None;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut idx = rand::seq::index::sample(&mut rng, n, max_points).into_vec();
     idx.sort_unstable();
-    let xs = x.select(Axis(0), &idx);
-    let ls = labels.select(Axis(0), &idx);
-    Ok((silhouette_score(xs.view(), ls.view())?, max_points))
+    Some(idx)
 }
 
 /// Hyperparameters of [`kmeans`] and [`cluster_against_labels`].
@@ -316,7 +379,13 @@ pub struct KMeansFit {
     pub inertia: f64,
 }
 
-/// k-means with k-means++ initialisation (linfa-clustering's `KMeans`, seeded with ChaCha8).
+/// k-means: `n_runs` restarts from greedy k-means++ seeds (`crate::kmeanspp`, scikit-learn's
+/// seeding), each refined by linfa-clustering's Lloyd iterations; the run of lowest inertia is
+/// kept (ties: the first run). Run `r` draws its seed from ChaCha8 with `seed` on stream `r`, so
+/// the restarts run in parallel and the result does not depend on the number of threads.
+///
+/// The assignments and the inertia are those of the final centres (scikit-learn's `labels_` and
+/// `inertia_ / N`).
 ///
 /// # Shapes
 /// `x`: `[N, D]` with N >= k; returns assignments `[N]` and centroids `[k, D]`.
@@ -332,36 +401,102 @@ pub fn kmeans(x: ArrayView2<'_, f64>, params: &KMeansParams) -> Result<KMeansFit
             "k-means needs a non-empty matrix, got [{n}, {d}]"
         )));
     }
-    if n < params.n_clusters {
+    let k = params.n_clusters;
+    if n < k {
         return Err(AnalysisError::InvalidInput(format!(
-            "k-means: {} clusters requested for {n} samples",
-            params.n_clusters
+            "k-means: {k} clusters requested for {n} samples"
         )));
     }
     check_finite(x, "k-means input")?;
+    let x = x.as_standard_layout();
+    let flat = x.as_slice().expect("standard layout is contiguous");
+    let columns = transpose(flat, n, d);
+    let points = Points {
+        rows: flat,
+        columns: &columns,
+        n,
+        d,
+    };
+    let kernels = Kernels::detect();
     let mean_var = x.var_axis(Axis(0), 0.0).mean().unwrap_or(0.0);
     // scikit-learn: squared shift <= tol * mean variance; linfa: shift < its tolerance
     let linfa_tol = (params.tolerance * mean_var).sqrt().max(f64::MIN_POSITIVE);
-    let rng = ChaCha8Rng::seed_from_u64(params.seed);
-    let dataset = DatasetBase::from(x);
-    let model = KMeans::params_with_rng(params.n_clusters, rng)
-        .n_runs(params.n_runs)
-        .max_n_iterations(params.max_iterations)
-        .tolerance(linfa_tol)
-        .fit(&dataset)
-        .map_err(|e| AnalysisError::Numerical(format!("k-means: {e}")))?;
-    let centroids = model.centroids().to_owned();
-    if centroids.dim() != (params.n_clusters, d) || centroids.iter().any(|v| !v.is_finite()) {
-        return Err(AnalysisError::Numerical(
-            "k-means returned invalid centroids".into(),
-        ));
+    let dataset = DatasetBase::from(x.view());
+    let runs: Vec<Result<KMeansFit>> = (0..params.n_runs)
+        .into_par_iter()
+        .map(|run| {
+            let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+            rng.set_stream(run as u64);
+            let seeds = greedy_kmeans_plusplus(&points, k, kernels, &mut rng);
+            let model = KMeans::params_with_rng(k, rng)
+                .init_method(KMeansInit::Precomputed(seeds))
+                .n_runs(1)
+                .max_n_iterations(params.max_iterations)
+                .tolerance(linfa_tol)
+                .fit(&dataset)
+                .map_err(|e| AnalysisError::Numerical(format!("k-means: {e}")))?;
+            let centroids = model.centroids().to_owned();
+            if centroids.dim() != (k, d) || centroids.iter().any(|v| !v.is_finite()) {
+                return Err(AnalysisError::Numerical(
+                    "k-means returned invalid centroids".into(),
+                ));
+            }
+            let (assignments, inertia) = assign(&points, &centroids, kernels);
+            Ok(KMeansFit {
+                assignments,
+                centroids,
+                inertia,
+            })
+        })
+        .collect();
+    let mut best: Option<KMeansFit> = None;
+    for run in runs {
+        let run = run?;
+        if best.as_ref().is_none_or(|b| run.inertia < b.inertia) {
+            best = Some(run);
+        }
     }
-    let assignments = model.predict(&x);
-    Ok(KMeansFit {
-        assignments,
-        centroids,
-        inertia: model.inertia(),
-    })
+    best.ok_or_else(|| AnalysisError::Numerical("k-means ran no restart".into()))
+}
+
+/// `[D, N]` row-major from `[N, D]` row-major.
+fn transpose(flat: &[f64], n: usize, d: usize) -> Vec<f64> {
+    let mut t = vec![0.0; d * n];
+    for (i, row) in flat.chunks_exact(d).enumerate() {
+        for (k, &v) in row.iter().enumerate() {
+            t[k * n + i] = v;
+        }
+    }
+    t
+}
+
+/// The closest centre of every point (ties: the first centre) and the mean squared distance to
+/// it.
+fn assign(points: &Points<'_>, centroids: &Array2<f64>, kernels: Kernels) -> (Array1<usize>, f64) {
+    let (n, d) = (points.n, points.d);
+    let k = centroids.nrows();
+    let mut best = vec![(f64::INFINITY, 0usize); n];
+    let mut rows = vec![0.0; ROWS * d];
+    let mut dist = vec![0.0; ROWS * n];
+    for c0 in (0..k).step_by(ROWS) {
+        let valid = ROWS.min(k - c0);
+        for r in 0..ROWS {
+            rows[r * d..(r + 1) * d]
+                .iter_mut()
+                .zip(centroids.row(c0 + r.min(valid - 1)))
+                .for_each(|(a, &b)| *a = b);
+        }
+        kernels.squared_distances(&rows, points.columns, &mut dist);
+        for r in 0..valid {
+            for (b, &v) in best.iter_mut().zip(&dist[r * n..(r + 1) * n]) {
+                if v < b.0 {
+                    *b = (v, c0 + r);
+                }
+            }
+        }
+    }
+    let inertia = best.iter().map(|b| b.0).sum::<f64>() / n as f64;
+    (best.iter().map(|b| b.1).collect(), inertia)
 }
 
 /// Scores of a k-means clustering against reference labels.
@@ -422,19 +557,39 @@ pub fn cluster_against_labels(
     let fit = kmeans(x, &params)?;
     let ari = adjusted_rand_index(labels, fit.assignments.view())?;
     let nmi = normalized_mutual_info(labels, fit.assignments.view())?;
-    let (silhouette, points) =
-        silhouette_score_sampled(x, labels, params.silhouette_max_points, params.seed)?;
-    let assigned = fit.assignments.mapv(|a| a as i64);
-    let silhouette_kmeans = match silhouette_score_sampled(
-        x,
-        assigned.view(),
-        params.silhouette_max_points,
-        params.seed,
-    ) {
-        Ok((s, _)) => s,
-        Err(AnalysisError::InvalidInput(_)) => f64::NAN,
-        Err(e) => return Err(e),
+    // both silhouettes on the same subsample, from one pass over its distances
+    check_finite(x, "silhouette input")?;
+    let idx = subsample(x.nrows(), params.silhouette_max_points, params.seed);
+    let (xs, ls, assigned) = match &idx {
+        Some(idx) => (
+            CowArray::from(x.select(Axis(0), idx)),
+            labels.select(Axis(0), idx),
+            idx.iter()
+                .map(|&i| fit.assignments[i])
+                .collect::<Array1<usize>>(),
+        ),
+        None => (
+            CowArray::from(x),
+            labels.to_owned(),
+            fit.assignments.clone(),
+        ),
     };
+    let points = xs.nrows();
+    let (dense_labels_sub, c_labels) = dense_labels(ls.view());
+    if c_labels < 2 || c_labels > points - 1 {
+        return Err(AnalysisError::InvalidInput(format!(
+            "silhouette needs 2 <= number of labels <= n_samples - 1, got {c_labels} labels for {points} samples"
+        )));
+    }
+    let (dense_assigned, c_assigned) = dense_labels(assigned.view());
+    let kmeans_valid = (2..points).contains(&c_assigned);
+    let mut labelings = vec![dense_labels_sub];
+    if kmeans_valid {
+        labelings.push(dense_assigned);
+    }
+    let scores = silhouettes(xs.view(), &labelings);
+    let silhouette = scores[0];
+    let silhouette_kmeans = if kmeans_valid { scores[1] } else { f64::NAN };
     Ok(ClusterReport {
         k,
         ari,

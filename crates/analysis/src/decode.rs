@@ -7,18 +7,12 @@
 //! multinomial, `tol = 1e-4`, `max_iter = 100`):
 //! - features are standardised with the training set's mean and population standard deviation
 //!   (ddof 0); a (near-)constant feature gets scale 1, as in scikit-learn;
-//! - the model is fitted with linfa-logistic's `MultiLogisticRegression` (L-BFGS with a
-//!   Moré–Thuente line search). linfa minimises `sum_i loss_i + alpha/2 ||W||^2` over the SUM of
-//!   per-sample losses with an unpenalised intercept; scikit-learn minimises
-//!   `C sum_i loss_i + 1/2 ||W||^2`, the same objective scaled by `C`, so `alpha = 1 / C`.
-//!   linfa stops when the L2 norm of the gradient of that summed objective falls below its
-//!   tolerance; scikit-learn's `tol` applies to the gradient of the objective divided by the number
-//!   of samples, so linfa's tolerance is `tol * N_train`.
+//! - the model minimises scikit-learn's objective `(1/N) sum_i loss_i + 1 / (2 C N) ||W||^2` with
+//!   an unpenalised intercept, by L-BFGS with scipy's stopping rules (largest gradient component
+//!   `<= tol`, or no relative decrease of the objective; `crate::multinomial`'s docs).
 
 use std::collections::BTreeMap;
 
-use linfa::prelude::*;
-use linfa_logistic::MultiLogisticRegression;
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -26,6 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::error::{AnalysisError, Result};
+use crate::multinomial;
 
 /// Per-feature standardisation `(x - mean) / scale` fitted on a training set
 /// (scikit-learn's `StandardScaler`: population standard deviation, constant features scale 1).
@@ -156,6 +151,8 @@ pub struct LogisticProbe {
     classes: Vec<i64>,
     coef: Array2<f64>,
     intercept: Array1<f64>,
+    iterations: u64,
+    converged: bool,
 }
 
 impl LogisticProbe {
@@ -197,36 +194,26 @@ impl LogisticProbe {
         }
         let standardizer = Standardizer::fit(x)?;
         let xs = standardizer.transform(x)?;
-        let dataset = DatasetBase::new(xs.view(), y);
-        let fitted = MultiLogisticRegression::<f64>::default()
-            .alpha(1.0 / params.c)
-            .max_iterations(params.max_iterations)
-            .gradient_tolerance(params.tol * n as f64)
-            .fit(&dataset)
-            .map_err(|e| AnalysisError::Numerical(format!("logistic regression: {e}")))?;
-        if fitted.classes() != classes.as_slice() {
-            return Err(AnalysisError::Numerical(
-                "logistic regression returned an unexpected class order".into(),
-            ));
-        }
-        let coef = fitted.params().to_owned();
-        let intercept = fitted.intercept().to_owned();
+        // dense class indices in ascending label order (`classes` is sorted)
+        let dense: Array1<usize> = y
+            .iter()
+            .map(|l| classes.binary_search(l).unwrap_or(0))
+            .collect();
+        let fit = multinomial::fit(xs.view(), dense.view(), classes.len(), params)?;
+        let (coef, intercept) = (fit.coef, fit.intercept);
         if coef.dim() != (d, classes.len()) || intercept.len() != classes.len() {
             return Err(AnalysisError::Numerical(format!(
                 "logistic regression returned weights of shape {:?}",
                 coef.shape()
             )));
         }
-        if coef.iter().chain(intercept.iter()).any(|v| !v.is_finite()) {
-            return Err(AnalysisError::Numerical(
-                "logistic regression diverged (non-finite weights)".into(),
-            ));
-        }
         Ok(Self {
             standardizer,
             classes,
             coef,
             intercept,
+            iterations: fit.iterations,
+            converged: fit.converged,
         })
     }
 
@@ -300,6 +287,15 @@ impl LogisticProbe {
     pub fn standardizer(&self) -> &Standardizer {
         &self.standardizer
     }
+    /// L-BFGS iterations the fit ran (scikit-learn's `n_iter_`).
+    pub fn iterations(&self) -> u64 {
+        self.iterations
+    }
+    /// Whether the fit met a stopping rule before `max_iterations` (scikit-learn warns with a
+    /// `ConvergenceWarning` otherwise).
+    pub fn converged(&self) -> bool {
+        self.converged
+    }
 }
 
 /// Hyperparameters of [`decode`].
@@ -349,6 +345,11 @@ pub struct DecodeResult {
     pub n_test: usize,
     /// Accuracy on the training set itself (how well the probe fits).
     pub train_accuracy: f64,
+    /// L-BFGS iterations of the probe's fit (scikit-learn's `n_iter_`).
+    pub iterations: u64,
+    /// Whether the probe's fit met a stopping rule before `max_iterations` (scikit-learn warns
+    /// with a `ConvergenceWarning` otherwise).
+    pub converged: bool,
 }
 
 /// Trains a logistic probe on (`train_x`, `train_y`) and evaluates it on (`test_x`, `test_y`),
@@ -394,29 +395,22 @@ pub fn decode(
         )));
     }
     check_finite(test_x, "test features")?;
-    // the shuffled-label control is an independent fit: run it on a second thread
-    let (fitted, control) = std::thread::scope(|scope| {
-        let control = params.shuffled_control.then(|| {
-            scope.spawn(move || -> Result<f64> {
-                let mut permuted = train_y.to_vec();
-                let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-                permuted.shuffle(&mut rng);
-                let permuted = Array1::from(permuted);
-                let control = LogisticProbe::fit(train_x, permuted.view(), &params.logistic)?;
-                let p = control.predict(test_x)?;
-                accuracy(test_y, p.view())
-            })
-        });
-        let fitted = LogisticProbe::fit(train_x, train_y, &params.logistic);
-        let control = control.map(|handle| {
-            handle.join().unwrap_or_else(|_| {
-                Err(AnalysisError::Numerical(
-                    "the shuffled-label control fit panicked".into(),
-                ))
-            })
-        });
-        (fitted, control)
-    });
+    // the shuffled-label control is an independent fit: run it beside the real one
+    let control = || -> Option<Result<f64>> {
+        params.shuffled_control.then(|| {
+            let mut permuted = train_y.to_vec();
+            let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+            permuted.shuffle(&mut rng);
+            let permuted = Array1::from(permuted);
+            let control = LogisticProbe::fit(train_x, permuted.view(), &params.logistic)?;
+            let p = control.predict(test_x)?;
+            accuracy(test_y, p.view())
+        })
+    };
+    let (fitted, control) = rayon::join(
+        || LogisticProbe::fit(train_x, train_y, &params.logistic),
+        control,
+    );
     let probe = fitted?;
     let shuffled_control = control.transpose()?;
     let predicted = probe.predict(test_x)?;
@@ -457,6 +451,8 @@ pub fn decode(
         n_train: train_y.len(),
         n_test: test_y.len(),
         train_accuracy,
+        iterations: probe.iterations(),
+        converged: probe.converged(),
     })
 }
 

@@ -493,6 +493,79 @@ fn degenerate_inputs_error_or_work_never_panic() {
     assert!(rep.ari.is_finite() && rep.nmi.is_finite());
 }
 
+#[test]
+fn kmeans_restarts_and_silhouette_do_not_depend_on_the_number_of_threads() {
+    // overlapping blobs, so that restarts end in different local minima
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let x = Array2::from_shape_fn((601, 4), |(i, _)| (i % 6) as f64 + rng.gen_range(-2.0..2.0));
+    let labels: Array1<i64> = (0..601).map(|i| (i % 6) as i64).collect();
+    let params = KMeansParams {
+        n_runs: 7,
+        silhouette_max_points: 400,
+        ..KMeansParams::new(6)
+    };
+    let run = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                (
+                    kmeans(x.view(), &params).unwrap(),
+                    cluster_against_labels(x.view(), labels.view(), &params).unwrap(),
+                )
+            })
+    };
+    let (one, one_report) = run(1);
+    let (three, three_report) = run(3);
+    assert_eq!(one, three);
+    assert_eq!(one_report, three_report);
+    // run r draws from stream r, so 20 restarts include these 7 and keep one at least as good
+    let more = kmeans(
+        x.view(),
+        &KMeansParams {
+            n_runs: 20,
+            ..params
+        },
+    )
+    .unwrap();
+    assert!(
+        more.inertia <= one.inertia,
+        "20 restarts keep the best of the first 7"
+    );
+    // inertia is the mean squared distance to the assigned centre, which is the closest one
+    let mut total = 0.0;
+    for (row, &a) in x.rows().into_iter().zip(one.assignments.iter()) {
+        let dist = |c: usize| {
+            row.iter()
+                .zip(one.centroids.row(c))
+                .map(|(p, q)| (p - q) * (p - q))
+                .sum::<f64>()
+        };
+        assert!((0..6).all(|c| dist(a) <= dist(c)));
+        total += dist(a);
+    }
+    close(one.inertia, total / 601.0, 1e-9, "inertia");
+    // both silhouettes equal the single-labeling score on the same subsample
+    let (alone, used) =
+        silhouette_score_sampled(x.view(), labels.view(), 400, params.seed).unwrap();
+    assert_eq!(used, one_report.silhouette_points);
+    close(
+        one_report.silhouette,
+        alone,
+        1e-12,
+        "silhouette of the labels",
+    );
+    let assigned = one.assignments.mapv(|a| a as i64);
+    let (alone, _) = silhouette_score_sampled(x.view(), assigned.view(), 400, params.seed).unwrap();
+    close(
+        one_report.silhouette_kmeans,
+        alone,
+        1e-12,
+        "silhouette of the clusters",
+    );
+}
+
 /// Synthetic code sets [N, L=3, H=5, Q=1, K=2]: labels 0..6 in train, 1..7 in test (7 is OOD-only,
 /// 0 train-only); layer 0 is noise, layer 1 weakly and layer 2 strongly structured by label.
 fn synthetic(n: usize, seed: u64, lo: i64, hi: i64) -> CodeSet {

@@ -12,11 +12,11 @@
 use std::fmt;
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
 use ndarray::{Array1, Array2};
+use rayon::prelude::*;
 use serde::Serialize;
 
 use super::CodeSet;
@@ -368,9 +368,9 @@ impl SelectionJob<'_> {
 /// decoding train -> test (with baseline, shuffled control, balanced accuracy, confusion),
 /// k-means against the labels and mean-code cosine similarity (`docs/spec/latent-codes.md`).
 ///
-/// Selections (layers and `all`) are analysed concurrently on up to half the available cores
-/// (each decoding fits its shuffled control on a second thread); results do not depend on the
-/// number of threads. `progress` is called on the calling thread before every step and once at
+/// Selections (layers and `all`) are analysed concurrently on rayon's thread pool
+/// (`RAYON_NUM_THREADS`), and so are each decoding's shuffled control, the k-means restarts and the
+/// silhouette's rows; results do not depend on the number of threads. `progress` is called on the calling thread before every step and once at
 /// the end.
 ///
 /// # Shapes
@@ -426,40 +426,23 @@ pub fn analyze_pair(
         labels: &labels,
         n_unsup_labels,
     };
-    // independent selections run on worker threads (each decoding uses a second thread for its
-    // shuffled control); progress events come back to this thread, which calls `progress`
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get() / 2)
-        .unwrap_or(1)
-        .clamp(1, selections.len());
-    let next = AtomicUsize::new(0);
-    let abort = AtomicBool::new(false);
+    // independent selections run on rayon's threads (and so do each decoding's shuffled control,
+    // the k-means restarts and the silhouette rows); progress events come back to this thread,
+    // which calls `progress`
     let (tx, rx) = mpsc::channel::<Event>();
-    let mut results: Vec<Option<Result<LayerAnalysis>>> =
-        (0..selections.len()).map(|_| None).collect();
+    let mut results: Vec<Option<Result<LayerAnalysis>>> = Vec::new();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                let tx = tx.clone();
-                let (job, selections, next, abort) = (&job, &selections, &next, &abort);
-                scope.spawn(move || {
-                    let mut out = Vec::new();
-                    while !abort.load(Ordering::SeqCst) {
-                        let i = next.fetch_add(1, Ordering::SeqCst);
-                        let Some(&sel) = selections.get(i) else { break };
-                        let result = job.run(sel, &|e| {
-                            let _ = tx.send(e);
-                        });
-                        if result.is_err() {
-                            abort.store(true, Ordering::SeqCst);
-                        }
-                        out.push((i, result));
-                    }
-                    out
+        let (job, selections) = (&job, &selections);
+        let worker = scope.spawn(move || -> Vec<Option<Result<LayerAnalysis>>> {
+            selections
+                .par_iter()
+                .map(|&sel| {
+                    Some(job.run(sel, &|e| {
+                        let _ = tx.send(e);
+                    }))
                 })
-            })
-            .collect();
-        drop(tx);
+                .collect()
+        });
         for event in rx {
             match event {
                 Event::Start(stage, sel) => progress(&Progress {
@@ -470,21 +453,11 @@ pub fn analyze_pair(
                 Event::Finished => done += 1,
             }
         }
-        for handle in handles {
-            match handle.join() {
-                Ok(out) => {
-                    for (i, r) in out {
-                        results[i] = Some(r);
-                    }
-                }
-                Err(_) => {
-                    abort.store(true, Ordering::SeqCst);
-                    results.push(Some(Err(AnalysisError::Numerical(
-                        "an analysis worker thread panicked".into(),
-                    ))));
-                }
-            }
-        }
+        results = worker.join().unwrap_or_else(|_| {
+            vec![Some(Err(AnalysisError::Numerical(
+                "an analysis worker thread panicked".into(),
+            )))]
+        });
     });
     // the first error in selection order wins; every selection must have a result otherwise
     let mut layers = Vec::with_capacity(selections.len());

@@ -44,6 +44,10 @@ pub struct AnalyzeArgs {
     /// Largest number of points the silhouette scores use (a seeded subsample above it).
     #[arg(long, default_value_t = 5_000)]
     pub silhouette_points: usize,
+    /// k-means++ restarts per clustering; the run of lowest inertia is kept (scikit-learn's
+    /// `n_init`, 10 by default there).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub kmeans_runs: u64,
     /// Skip the shuffled-label control (halves the decoding time).
     #[arg(long)]
     pub no_shuffled_control: bool,
@@ -88,6 +92,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         },
         shuffled_control: !args.no_shuffled_control,
         silhouette_max_points: args.silhouette_points,
+        kmeans_runs: args.kmeans_runs as usize,
         unsupervised_on: args.unsupervised_on,
         ..LatentAnalysisParams::default()
     };
