@@ -130,8 +130,11 @@ struct Objective<'a> {
     k: usize,
     /// `1 / (C N)`.
     lambda: f64,
-    cache: RefCell<Option<(Array1<f64>, f64, Array1<f64>)>>,
+    cache: RefCell<Option<Evaluated>>,
 }
+
+/// A point of the objective with its loss and gradient.
+type Evaluated = (Array1<f64>, f64, Array1<f64>);
 
 impl Objective<'_> {
     /// Loss and gradient at `theta`, from the cache when `theta` was the last point evaluated.

@@ -887,8 +887,29 @@ fn tsne_trustworthiness_matches_scikit_learn() {
     let again = tsne(x.view(), &TsneParams::default()).unwrap();
     let t2 = trustworthiness(x.view(), again.view(), 5).unwrap();
     assert!(t2 >= want - 0.03, "second t-SNE: trustworthiness {t2}");
+    // exact t-SNE (theta 0, hyperlens's own): as trustworthy, and the same embedding on any
+    // number of threads
+    let exact = TsneParams {
+        theta: 0.0,
+        ..TsneParams::default()
+    };
+    let on = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| tsne(x.view(), &exact).unwrap())
+    };
+    let (one, two) = (on(1), on(2));
+    assert_eq!(one, two);
+    let t = trustworthiness(x.view(), one.view(), 5).unwrap();
+    assert!(
+        t >= want - 0.03,
+        "exact t-SNE trustworthiness {t} vs scikit-learn's {want}"
+    );
     let few = x.slice(ndarray::s![..50, ..]).to_owned();
     assert!(tsne(few.view(), &TsneParams::default()).is_err());
+    assert!(tsne(few.view(), &exact).is_err());
     assert!(trustworthiness(x.view(), emb.view(), 150).is_err());
     assert!(tsne(x.slice(ndarray::s![.., ..1]), &TsneParams::default()).is_err());
 }

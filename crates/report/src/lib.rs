@@ -41,6 +41,7 @@ use std::time::Instant;
 
 use hyperlens_model::Device;
 use hyperlens_tasks::sraven::Set;
+use rayon::prelude::*;
 
 pub use error::{ReportError, Result};
 
@@ -236,41 +237,66 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
         std::fs::create_dir_all(&d).map_err(|source| ReportError::Io { path: d, source })?;
     }
     let total = found.len();
-    let mut entries = Vec::with_capacity(found.sraven.len());
-    for (index, dir) in found.sraven.iter().enumerate() {
-        progress(Progress::Checkpoint { dir, index, total });
-        let entry = evaluate::analyse_checkpoint(params, dir, progress)
-            .map_err(|e| e.in_checkpoint(dir))?;
-        entries.push(entry);
-    }
-    let mut logic_entries = Vec::with_capacity(found.logic.len());
-    for (i, dir) in found.logic.iter().enumerate() {
-        progress(Progress::Checkpoint {
-            dir,
-            index: entries.len() + i,
-            total,
+    // The fuzzy-logic checkpoints run on a second thread beside the SRAVEN ones (both on rayon's
+    // pool), so that one's single-threaded stretches (sampling, loading, writing) overlap the
+    // other's parallel ones. Only the SRAVEN checkpoints draw progress bars.
+    let (entries, logic_entries) = std::thread::scope(|scope| -> Result<_> {
+        for (i, dir) in found.logic.iter().enumerate() {
+            progress(Progress::Checkpoint {
+                dir,
+                index: found.sraven.len() + i,
+                total,
+            });
+        }
+        let logic = scope.spawn(|| -> Result<Vec<logic::LogicEntry>> {
+            found
+                .logic
+                .iter()
+                .map(|dir| {
+                    logic::analyse_logic_checkpoint(params, dir, &mut |_| {})
+                        .map_err(|e| e.in_checkpoint(dir))
+                })
+                .collect()
         });
-        let entry = logic::analyse_logic_checkpoint(params, dir, progress)
-            .map_err(|e| e.in_checkpoint(dir))?;
-        logic_entries.push(entry);
-    }
+        let mut entries = Vec::with_capacity(found.sraven.len());
+        for (index, dir) in found.sraven.iter().enumerate() {
+            progress(Progress::Checkpoint { dir, index, total });
+            let entry = evaluate::analyse_checkpoint(params, dir, progress)
+                .map_err(|e| e.in_checkpoint(dir));
+            match entry {
+                Ok(entry) => entries.push(entry),
+                Err(e) => {
+                    let _ = logic.join();
+                    return Err(e);
+                }
+            }
+        }
+        let logic_entries = logic.join().map_err(|_| {
+            ReportError::InvalidInput("the fuzzy-logic checkpoints' thread panicked".into())
+        })??;
+        Ok((entries, logic_entries))
+    })?;
     let t_fig = Instant::now();
-    let mut figs = Vec::with_capacity(entries.len());
-    for (done, e) in entries.iter().enumerate() {
-        figs.push(figures::checkpoint_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir))?);
-        progress(Progress::Figures {
-            done: done + 1,
-            total,
-        });
-    }
-    let mut logic_figs = Vec::with_capacity(logic_entries.len());
-    for (done, e) in logic_entries.iter().enumerate() {
-        logic_figs.push(logic::logic_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir))?);
-        progress(Progress::Figures {
-            done: entries.len() + done + 1,
-            total,
-        });
-    }
+    progress(Progress::Figures { done: 0, total });
+    // every checkpoint's figures are independent: draw them on rayon's threads
+    let (figs, logic_figs) = rayon::join(
+        || {
+            entries
+                .par_iter()
+                .map(|e| {
+                    figures::checkpoint_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir))
+                })
+                .collect::<Result<Vec<_>>>()
+        },
+        || {
+            logic_entries
+                .par_iter()
+                .map(|e| logic::logic_figures(e, out).map_err(|err| err.in_checkpoint(&e.dir)))
+                .collect::<Result<Vec<_>>>()
+        },
+    );
+    let (figs, logic_figs) = (figs?, logic_figs?);
+    progress(Progress::Figures { done: total, total });
     let (accuracy, comparison) = if entries.is_empty() {
         (None, None)
     } else {

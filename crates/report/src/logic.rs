@@ -16,12 +16,13 @@ use hyperlens_analysis::terms::{
     term_decoding, term_decoding_csv, NamedProjection, TermCodes, TermDecodingParams,
     TermDecodingRow,
 };
+use hyperlens_model::infer::Inference;
 use hyperlens_model::Transformer;
 use hyperlens_probe::{extract_logic_set, logic_set_name, GeneratedLogicSet, LogicSite, ProbeMeta};
 use hyperlens_tasks::logic::{
     fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
-use hyperlens_train::logic::evaluate_chunks;
+use hyperlens_train::logic::{evaluate_chunks, evaluate_chunks_cpu};
 use hyperlens_train::metrics::MetricsRow;
 use hyperlens_train::{SetMetrics, TrainTask};
 use hyperlens_viz::{save_png, LayerAccuracy, PcaScatter, Reference, ScatterPanel, Series};
@@ -135,6 +136,12 @@ pub(crate) fn analyse_logic_checkpoint(
     let cfg = model.config().clone();
     let info = RunInfo::read(dir);
     let training = training_of(dir, &info)?;
+    // On the CPU, the evaluation pass without candle (whose thread pool spins beside the SRAVEN
+    // checkpoints that run at the same time).
+    let inference = device
+        .is_cpu()
+        .then(|| Inference::new(&model))
+        .transpose()?;
     let mut sets = Vec::new();
     for set in [LogicSet::Train, LogicSet::Test, LogicSet::Ood] {
         if split.tasks(set).is_empty() {
@@ -142,10 +149,11 @@ pub(crate) fn analyse_logic_checkpoint(
         }
         let chunks = logic_chunks(&split, set, params.n, LOGIC_SET_CHUNK, params.seed)
             .map(|c| c.map_err(Into::into));
-        sets.push((
-            logic_set_name(set),
-            evaluate_chunks(&model, chunks, params.batch)?,
-        ));
+        let metrics = match &inference {
+            Some(inference) => evaluate_chunks_cpu(inference, chunks, params.batch)?,
+            None => evaluate_chunks(&model, chunks, params.batch)?,
+        };
+        sets.push((logic_set_name(set), metrics));
     }
     let mut seconds = LogicSeconds {
         evaluation: t0.elapsed().as_secs_f64(),
