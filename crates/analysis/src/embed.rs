@@ -49,9 +49,9 @@ impl Default for TsneParams {
 /// with `rand::thread_rng`, and the different summation orders that follow move the embedding from
 /// run to run (its trustworthiness stays within about 0.01).
 ///
-/// With `theta = 0` it is hyperlens's exact t-SNE ([`exact_tsne`]): the same algorithm and
-/// schedule as bhtsne's exact mode, about ten times faster, and the same embedding for a seed on
-/// any number of threads.
+/// With `theta = 0` it is hyperlens's own exact t-SNE (`exact_tsne` in this module): the same
+/// algorithm and schedule as bhtsne's exact mode, several times faster, and the same embedding for
+/// a seed on any number of threads.
 ///
 /// # Shapes
 /// `x [N, D]` with `D >= 2` -> `[N, 2]`.
