@@ -180,6 +180,13 @@ class Runner:
             raise SystemExit(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
         raise SystemExit(f"{what}: gave up after {retries} tries")
 
+    def analyze_has(self, flag):
+        """Whether this build's `hyperlens analyze` takes `flag`."""
+        if not hasattr(self, "_analyze_help"):
+            self._analyze_help = subprocess.run([str(self.binary), "analyze", "--help"], capture_output=True,
+                                                text=True, env=self.env_hyperlens).stdout
+        return flag in self._analyze_help
+
     def hyperlens(self, *argv, what):
         return self.run([str(self.binary), *argv], self.env_hyperlens, what)
 
@@ -411,10 +418,13 @@ def analysis_tools(runner, args, models, m, work):
 
     def hyperlens_analyze(r):
         out = work / f"{m}_analyze_hyperlens"
+        # builds since the greedy k-means++ seeding take scikit-learn's n_init as --kmeans-runs
+        restarts = ["--kmeans-runs", str(args.kmeans_n_init)] if runner.analyze_has("--kmeans-runs") else []
         wall, stdout = runner.hyperlens(
             "analyze", "--train", str(d["codes_id"]), "--test", str(d["codes_ood"]), "--out", str(out),
             "--seed", str(args.seed), "--c", "1", "--max-iter", str(args.max_iter),
-            "--silhouette-points", str(args.silhouette_points), "--quiet", what=f"{m}: hyperlens analyze")
+            "--silhouette-points", str(args.silhouette_points), *restarts, "--quiet",
+            what=f"{m}: hyperlens analyze")
         rec = {"wall_s": wall, "dir": str(out)}
         # the analysis's own clock: printed as "wrote 7 files to DIR in X s" (one decimal)
         mt = re.search(r"in ([0-9.]+) s\s*$", stdout.strip())
@@ -556,15 +566,26 @@ def settings_comparison(args, hl_summary):
         "PCA: every component, explained variance with n - 1 (both)",
         "features as float64 (both)",
     ]
+    restarts = p.get("kmeans_runs")
+    if restarts == args.kmeans_n_init:
+        matched.append(f"k-means restarts: {restarts} (hyperlens --kmeans-runs, scikit-learn n_init), both seeded by "
+                       "greedy k-means++ with 2 + ln(k) local trials")
     unmatched = [
-        f"k-means restarts: hyperlens runs {p.get('kmeans_runs')} k-means++ restarts (no flag), scikit-learn n_init = {args.kmeans_n_init}",
-        "k-means initialisation: linfa's k-means++ (ChaCha8-seeded) vs scikit-learn's greedy k-means++; different local optima, so ARI/NMI/inertia can differ",
-        "silhouette subsample: the same size, not the same points (hyperlens draws them with ChaCha8 and does not write the indices)",
+        "k-means seeds: each tool's own generator, so the restarts can end in different local optima: "
+        "ARI/NMI/inertia then differ (compare the inertia: the lower one is the better clustering)",
+        "silhouette subsample: the same size, not the same points (hyperlens draws them with ChaCha8); "
+        "silhouette_check.py compares both on the same points",
         "shuffled-label control: a different random permutation of the training labels (different generators)",
-        "L-BFGS: linfa-logistic (More-Thuente line search, stops on the L2 norm of the summed-loss gradient < tol x N) vs scipy's L-BFGS-B (stops on the max-norm of the mean-loss projected gradient <= tol, or on ftol)",
-        "threads: hyperlens analyze runs the selections on available_parallelism() / 2 worker threads, each decoding's shuffled control on one more thread (not RAYON_NUM_THREADS; bounded only by --pin); scikit-learn runs the stages one after the other on OMP/BLAS threads",
+        "L-BFGS: argmin's L-BFGS (history 10, More-Thuente line search) with scipy's stopping rules (max-norm "
+        "of the mean-loss gradient <= tol, or relative decrease <= 64 eps) vs scipy's L-BFGS-B; the line "
+        "searches differ, so the iteration counts differ a little",
+        "threads: hyperlens analyze runs the selections, shuffled controls, k-means restarts and silhouette "
+        "rows on rayon's pool (RAYON_NUM_THREADS); scikit-learn runs the stages one after the other on "
+        "OMP/BLAS threads",
         "inertia: hyperlens reports the mean squared distance, scikit-learn the sum (compared per point here)",
     ]
+    if restarts is not None and restarts != args.kmeans_n_init:
+        unmatched.insert(0, f"k-means restarts: hyperlens runs {restarts}, scikit-learn n_init = {args.kmeans_n_init}")
     return matched, unmatched
 
 
