@@ -77,7 +77,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0, help="seed of the problem sample and of the analyses (default: %(default)s)")
     p.add_argument("--max-iter", type=int, default=1000, help="L-BFGS iterations of the logistic probe, both tools (default: %(default)s)")
     p.add_argument("--silhouette-points", type=int, default=5000, help="silhouette subsample size, both tools (default: %(default)s)")
-    p.add_argument("--kmeans-n-init", type=int, default=10, help="scikit-learn KMeans n_init (default: %(default)s; hyperlens has no flag for its restarts)")
+    p.add_argument("--kmeans-n-init", type=int, default=10, help="k-means restarts of both tools: scikit-learn's n_init and hyperlens's --kmeans-runs (default: %(default)s)")
     p.add_argument("--gemm-size", type=int, default=4096, help="square float32 GEMM for the hardware figure (default: %(default)s)")
     p.add_argument("--out", required=True, help="output directory (results.json, results.md, work/)")
     args = p.parse_args()
