@@ -47,7 +47,7 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::mixer::{Normalisation, ValueNetwork};
 use crate::nn::position::relative_position_bucket;
-use crate::ops::fast::mix::{dot, softmax_row, value_from_codes, Plan};
+use crate::ops::fast::mix::{dot, softmax_row, value_from_codes, Plan, Rows};
 use crate::ops::reference::RMS_HEAD_EPS;
 use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
@@ -66,7 +66,8 @@ struct LayerWeights {
     w_o: Vec<f32>,
     /// See `w_o`.
     b_o: Vec<f32>,
-    /// The relative-position bias `[H, T, T]`.
+    /// The relative-position bias `[H, T, Tp]`, each row padded with `-inf` to `Tp` keys (the
+    /// number of keys rounded up to a multiple of [`LANES`]), so that padded keys score `-inf`.
     bias: Vec<f32>,
     /// LayerNorm 2 scale and bias `[D]`.
     ln2: (Vec<f32>, Vec<f32>),
@@ -210,11 +211,12 @@ impl Inference {
                 b_qkv.extend(get(&p(&format!("attn.{b}")))?);
             }
             let table = get(&p("attn.rel_pos"))?;
-            let mut bias = vec![0f32; h * t * t];
+            let tp = padded(t);
+            let mut bias = vec![f32::NEG_INFINITY; h * t * tp];
             for hh in 0..h {
                 for i in 0..t {
                     for j in 0..t {
-                        bias[(hh * t + i) * t + j] = table
+                        bias[(hh * t + i) * tp + j] = table
                             [hh * cfg.n_buckets + relative_position_bucket(i, j, cfg.n_buckets)];
                     }
                 }
@@ -362,7 +364,7 @@ impl Inference {
             .zip(taken_chunks)
             .enumerate()
             .for_each_init(
-                || Work::new(cfg),
+                || Work::new(cfg, self.plan.as_ref()),
                 |work, (c, (lg, tk))| {
                     let n = lg.len() / per_logits;
                     let part = &data[c * CHUNK * per_problem..][..n * per_problem];
@@ -452,6 +454,7 @@ impl Inference {
         let (hd, rows) = (h * d, n * t);
         let shape = Shape {
             t,
+            tp: padded(t),
             h,
             d,
             scale: (1.0 / (d as f64).sqrt()) as f32,
@@ -506,9 +509,11 @@ impl Inference {
                 };
                 hooks.pattern(l, pass.first_problem + p, &mut w.one.att, row);
                 let op = &mut o[p * t * hd..][..t * hd];
-                match &self.plan {
-                    Some(plan) => value_from_codes(plan, &w.one.att, &w.one.v, op),
-                    None => self.kernels.value(&shape, &w.one.att, &w.one.vt, op),
+                match (&self.plan, &mut w.rows) {
+                    (Some(plan), Some(rows)) => {
+                        self.kernels.mix_value(plan, &w.one.att, &w.one.v, op, rows)
+                    }
+                    _ => self.kernels.value(&shape, &w.one.att, &w.one.vt, op),
                 }
             }
             let y = &mut w.y[..rows * dm];
@@ -536,18 +541,30 @@ impl Inference {
     }
 }
 
-/// Sizes of one problem's attention: tokens, heads, head width, and the score scale `1 / sqrt(d)`.
+/// Lanes of the attention loops: keys are padded to a multiple of this, so that every loop over
+/// keys runs in whole vectors of eight floats (one AVX2 register), with no scalar tail.
+const LANES: usize = 8;
+
+/// `t` rounded up to a multiple of [`LANES`].
+fn padded(t: usize) -> usize {
+    t.div_ceil(LANES) * LANES
+}
+
+/// Sizes of one problem's attention: tokens, tokens padded to a multiple of [`LANES`] (`Tp`),
+/// heads, head width, and the score scale `1 / sqrt(d)`.
 struct Shape {
     t: usize,
+    tp: usize,
     h: usize,
     d: usize,
     scale: f32,
 }
 
-/// The per-problem attention loops ([`codes_of_problem`], [`default_value`]) and the GELU, compiled
-/// twice: for the baseline x86-64 instruction set, and with AVX2 and FMA for CPUs that have them
-/// (chosen once, at run time). The loops are the same code, so both give the same bits; FMA is only
-/// enabled, never asked for (Rust does not fuse a product and a sum on its own).
+/// The per-problem attention loops ([`codes_of_problem`], [`default_value`], the HYLA value network
+/// of `ops::fast::mix`) and the GELU, compiled twice: for the baseline x86-64 instruction set, and
+/// with AVX2 and FMA for CPUs that have them (chosen once, at run time). The loops are the same
+/// code, so both give the same bits; FMA is only enabled, never asked for (Rust does not fuse a
+/// product and a sum on its own).
 #[derive(Debug, Clone, Copy)]
 enum Kernels {
     Baseline,
@@ -608,6 +625,18 @@ impl Kernels {
             Kernels::Avx2 => unsafe { value_avx2(shape, att, vt, o) },
         }
     }
+
+    /// `ops::fast::mix`'s [`value_from_codes`] (the HYLA value networks) with this instruction
+    /// set.
+    #[allow(unsafe_code)]
+    fn mix_value(self, plan: &Plan, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
+        match self {
+            Kernels::Baseline => value_from_codes(plan, att, v, o, rows),
+            // SAFETY: as in `Kernels::codes`.
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 => unsafe { mix_value_avx2(plan, att, v, o, rows) },
+        }
+    }
 }
 
 /// [`codes_of_problem`] compiled with AVX2 and FMA.
@@ -638,11 +667,20 @@ fn value_avx2(shape: &Shape, att: &[f32], vt: &[f32], o: &mut [f32]) {
     default_value(shape, att, vt, o);
 }
 
+/// [`value_from_codes`] compiled with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn mix_value_avx2(plan: &Plan, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
+    value_from_codes(plan, att, v, o, rows);
+}
+
 /// One problem's codes at one layer, from its Q, K and V rows `qkv [T, 3 H d]` and the layer's
-/// position bias `[H, T, T]`: keys and values transposed to `w.kt`, `w.vt` `[H, d, T]` (so that the
-/// loops run over contiguous keys) and `w.v` `[H, T, d]`; the scaled scores plus bias
-/// `w.s [H, T, T]`, `s[h, i, :] = (sum_e q[i, h, e] k[h, e, :]) / sqrt(d) + bias[h, i, :]`; the
-/// codes `w.att = normalise(s)`.
+/// padded position bias `[H, T, Tp]`: keys and values transposed to `w.kt`, `w.vt` `[H, d, Tp]`
+/// (so that the loops run over contiguous keys; the padded keys stay zero) and `w.v` `[H, T, d]`;
+/// per head and query the scaled scores plus bias `s[j] = (sum_e q[i, h, e] k[h, e, j]) / sqrt(d)
+/// + bias[h, i, j]` over the `Tp` padded keys (`-inf` on the padding), normalised at once into the
+/// codes `w.att [H, T, T]` (the reference's `normalise`): softmax over the visible keys; none (0
+/// where masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair.
 #[inline(always)]
 fn codes_of_problem(
     shape: &Shape,
@@ -652,47 +690,172 @@ fn codes_of_problem(
     bias: &[f32],
     w: &mut Scratch,
 ) {
-    let (t, h, d) = (shape.t, shape.h, shape.d);
+    let (t, tp, h, d) = (shape.t, shape.tp, shape.h, shape.d);
     let hd = h * d;
     for j in 0..t {
         let row = &qkv[j * 3 * hd..][..3 * hd];
         for c in 0..hd {
-            w.kt[c * t + j] = row[hd + c];
-            w.vt[c * t + j] = row[2 * hd + c];
+            w.kt[c * tp + j] = row[hd + c];
+            w.vt[c * tp + j] = row[2 * hd + c];
         }
         for hh in 0..h {
             w.v[(hh * t + j) * d..][..d].copy_from_slice(&row[2 * hd + hh * d..][..d]);
         }
     }
     for hh in 0..h {
+        let kt = &w.kt[hh * d * tp..][..d * tp];
         for i in 0..t {
             let q = &qkv[i * 3 * hd + hh * d..][..d];
-            let srow = &mut w.s[(hh * t + i) * t..][..t];
-            srow.fill(0.0);
-            for (e, &qe) in q.iter().enumerate() {
-                for (s, &k) in srow.iter_mut().zip(&w.kt[(hh * d + e) * t..][..t]) {
-                    *s += qe * k;
+            scores(
+                q,
+                kt,
+                shape.scale,
+                &bias[(hh * t + i) * tp..][..tp],
+                &mut w.s,
+            );
+            let a = &mut w.att[(hh * t + i) * t..][..t];
+            match (norm, visible.map(|v| &v[i * t..][..t])) {
+                (Normalisation::Softmax, None) => softmax_padded(&w.s, &mut w.e, a),
+                (Normalisation::Softmax, Some(vis)) => softmax_row(&w.s[..t], Some(vis), a),
+                (_, None) => a.copy_from_slice(&w.s[..t]),
+                (_, Some(vis)) => {
+                    for ((a, &x), &on) in a.iter_mut().zip(&w.s[..t]).zip(vis) {
+                        *a = if on { x } else { 0.0 };
+                    }
                 }
-            }
-            let brow = &bias[(hh * t + i) * t..][..t];
-            for (s, &b) in srow.iter_mut().zip(brow) {
-                *s = *s * shape.scale + b;
             }
         }
     }
-    normalise(norm, visible, (h, t), &w.s, &mut w.att);
+    if norm == Normalisation::RmsHead {
+        rms_head(h, &mut w.att, &mut w.r);
+    }
+}
+
+/// One row of scaled scores plus bias over the padded keys: `s[j] = (sum_e q[e] kt[e, j]) scale +
+/// b[j]` for `q [d]`, `kt [d, Tp]`, `b [Tp]` into `s [Tp]`, eight keys at a time with the sum over
+/// `e` in a register (the sum runs in the order `e = 0, 1, ..`). The usual head widths get a copy
+/// with `d` known at compile time, so that the loop over `e` is unrolled.
+#[inline(always)]
+fn scores(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
+    match q.len() {
+        1 => scores_of_width::<1>(q, kt, scale, b, s),
+        2 => scores_of_width::<2>(q, kt, scale, b, s),
+        4 => scores_of_width::<4>(q, kt, scale, b, s),
+        8 => scores_of_width::<8>(q, kt, scale, b, s),
+        16 => scores_of_width::<16>(q, kt, scale, b, s),
+        _ => {
+            let tp = s.len();
+            for (c, (s, b)) in s
+                .chunks_exact_mut(LANES)
+                .zip(b.chunks_exact(LANES))
+                .enumerate()
+            {
+                let mut acc = [0f32; LANES];
+                for (e, &qe) in q.iter().enumerate() {
+                    let k = &kt[e * tp + c * LANES..][..LANES];
+                    for l in 0..LANES {
+                        acc[l] += qe * k[l];
+                    }
+                }
+                for l in 0..LANES {
+                    s[l] = acc[l] * scale + b[l];
+                }
+            }
+        }
+    }
+}
+
+/// [`scores`] for head width `D`.
+#[inline(always)]
+fn scores_of_width<const D: usize>(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
+    let tp = s.len();
+    let q: [f32; D] = q.try_into().expect("a query row of the head width");
+    let kt = &kt[..D * tp];
+    for (c, (s, b)) in s
+        .chunks_exact_mut(LANES)
+        .zip(b.chunks_exact(LANES))
+        .enumerate()
+    {
+        let mut acc = [0f32; LANES];
+        for (e, &qe) in q.iter().enumerate() {
+            let k = &kt[e * tp + c * LANES..][..LANES];
+            for l in 0..LANES {
+                acc[l] += qe * k[l];
+            }
+        }
+        for l in 0..LANES {
+            s[l] = acc[l] * scale + b[l];
+        }
+    }
+}
+
+/// The softmax of a row of scores over padded keys with every real key visible, `a = exp(x - max)
+/// / sum exp(x - max)`, by [`exp_reduced`] in whole vectors: `s [Tp]` (a multiple of [`LANES`],
+/// `-inf` on the padding), `e [Tp]` scratch, into `a [T]`. The padding's `exp` is that of the
+/// clamp, about 1e-38, below the rounding of the sum (at least 1, the maximum's term). A row with
+/// a NaN gives NaN (the `exp` of NaN is NaN and the sum with it).
+#[inline(always)]
+fn softmax_padded(s: &[f32], e: &mut [f32], a: &mut [f32]) {
+    // The maximum and the sum over eight lanes (reductions in a fixed order that vectorise).
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    for c in s.chunks_exact(LANES) {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = if x > *l { x } else { *l };
+        }
+    }
+    let mx = lanes
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    // (Separate loops: fused, the `exp` did not vectorise.)
+    for (e, &x) in e.iter_mut().zip(s) {
+        *e = exp_reduced(x - mx);
+    }
+    let mut acc = [0f32; LANES];
+    for c in e.chunks_exact(LANES) {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    let inv = 1.0 / acc.iter().sum::<f32>();
+    for (a, &v) in a.iter_mut().zip(e.iter()) {
+        *a = v * inv;
+    }
+}
+
+/// RMSHead in place on one problem's masked scores `a [H, T, T]`: every pair's scores divided by
+/// their root mean square over the heads, `a / sqrt(mean_h a^2 + eps)` (the paper's Eq. 5), with
+/// `r [T * T]` scratch; the loops run over contiguous pairs, and each pair's sum runs over the
+/// heads in order.
+#[inline(always)]
+fn rms_head(h: usize, a: &mut [f32], r: &mut [f32]) {
+    let tt = r.len();
+    let eps = RMS_HEAD_EPS as f32;
+    r.fill(0.0);
+    for head in a.chunks_exact(tt) {
+        for (r, &x) in r.iter_mut().zip(head) {
+            *r += x * x;
+        }
+    }
+    for r in r.iter_mut() {
+        *r = 1.0 / (*r / h as f32 + eps).sqrt();
+    }
+    for head in a.chunks_exact_mut(tt) {
+        for (x, &r) in head.iter_mut().zip(r.iter()) {
+            *x *= r;
+        }
+    }
 }
 
 /// The standard value network of one problem: `o[i, h, e] = sum_j a[h, i, j] v[h, e, j]`, from the
-/// codes `att [H, T, T]` and the values `vt [H, d, T]` into `o [T, H, d]`.
+/// codes `att [H, T, T]` and the values `vt [H, d, Tp]` into `o [T, H, d]`.
 #[inline(always)]
 fn default_value(shape: &Shape, att: &[f32], vt: &[f32], o: &mut [f32]) {
-    let (t, h, d) = (shape.t, shape.h, shape.d);
+    let (t, tp, h, d) = (shape.t, shape.tp, shape.h, shape.d);
     for i in 0..t {
         for hh in 0..h {
             let arow = &att[(hh * t + i) * t..][..t];
             for e in 0..d {
-                o[(i * h + hh) * d + e] = dot(arow, &vt[(hh * d + e) * t..][..t]);
+                o[(i * h + hh) * d + e] = dot(arow, &vt[(hh * d + e) * tp..][..t]);
             }
         }
     }
@@ -721,23 +884,28 @@ struct Work {
     last: Vec<f32>,
     /// One problem's attention buffers.
     one: Scratch,
+    /// The HYLA value networks' scratch (mixers with one).
+    rows: Option<Rows>,
 }
 
-/// One problem's scores and codes `[H, T, T]`, values `[H, T, d]`, keys and values transposed
-/// `[H, d, T]`.
+/// One problem's attention buffers: a row of scores and its `exp` over the padded keys `[Tp]`, the
+/// codes `[H, T, T]`, RMSHead's scales `[T * T]`, values `[H, T, d]`, keys and values transposed
+/// and padded `[H, d, Tp]` (the padding is zero and never written).
 struct Scratch {
     s: Vec<f32>,
+    e: Vec<f32>,
     att: Vec<f32>,
+    r: Vec<f32>,
     v: Vec<f32>,
     kt: Vec<f32>,
     vt: Vec<f32>,
 }
 
 impl Work {
-    fn new(cfg: &Config) -> Work {
+    fn new(cfg: &Config, plan: Option<&Plan>) -> Work {
         let rows = CHUNK * cfg.n_tokens;
+        let (t, tp) = (cfg.n_tokens, padded(cfg.n_tokens));
         let (dm, hd) = (cfg.d_model, cfg.n_heads * cfg.d_head);
-        let tt = cfg.n_heads * cfg.n_tokens * cfg.n_tokens;
         Work {
             resid: vec![0.0; rows * dm],
             xn: vec![0.0; rows * dm],
@@ -747,104 +915,17 @@ impl Work {
             hid: vec![0.0; rows * cfg.d_mlp],
             last: vec![0.0; CHUNK * cfg.n_outputs * dm],
             one: Scratch {
-                s: vec![0.0; tt],
-                att: vec![0.0; tt],
-                v: vec![0.0; cfg.n_tokens * hd],
-                kt: vec![0.0; cfg.n_tokens * hd],
-                vt: vec![0.0; cfg.n_tokens * hd],
+                s: vec![0.0; tp],
+                e: vec![0.0; tp],
+                att: vec![0.0; cfg.n_heads * t * t],
+                r: vec![0.0; t * t],
+                v: vec![0.0; t * hd],
+                kt: vec![0.0; tp * hd],
+                vt: vec![0.0; tp * hd],
             },
+            rows: plan.map(|p| Rows::new(p, &vec![0.0; t * hd])),
         }
     }
-}
-
-/// The mixer's normalisation of one problem's scores `s [H, T, T]` into the codes `a [H, T, T]`
-/// (the reference's `normalise`): softmax over the visible keys of each row; none (0 where
-/// masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair.
-#[inline(always)]
-fn normalise(
-    norm: Normalisation,
-    visible: Option<&[bool]>,
-    (h, t): (usize, usize),
-    s: &[f32],
-    a: &mut [f32],
-) {
-    let vis = |i: usize| visible.map(|v| &v[i * t..][..t]);
-    match norm {
-        Normalisation::Softmax => {
-            for hh in 0..h {
-                for i in 0..t {
-                    let r = (hh * t + i) * t;
-                    match vis(i) {
-                        Some(v) => softmax_row(&s[r..][..t], Some(v), &mut a[r..][..t]),
-                        None => softmax_dense(&s[r..][..t], &mut a[r..][..t]),
-                    }
-                }
-            }
-        }
-        Normalisation::None | Normalisation::RmsHead => {
-            for hh in 0..h {
-                for i in 0..t {
-                    let r = (hh * t + i) * t;
-                    for (j, (a, &x)) in a[r..][..t].iter_mut().zip(&s[r..][..t]).enumerate() {
-                        *a = if vis(i).is_none_or(|v| v[j]) { x } else { 0.0 };
-                    }
-                }
-            }
-            if norm == Normalisation::RmsHead {
-                let eps = RMS_HEAD_EPS as f32;
-                for p in 0..t * t {
-                    let ss: f32 = (0..h).map(|hh| a[hh * t * t + p] * a[hh * t * t + p]).sum();
-                    let r = 1.0 / (ss / h as f32 + eps).sqrt();
-                    for hh in 0..h {
-                        a[hh * t * t + p] *= r;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The softmax of a row with every key visible, `a = exp(x - max) / sum exp(x - max)`, by
-/// [`exp_reduced`] so that the loop vectorises. A row with a NaN gives NaN (the `exp` of NaN is
-/// NaN and the sum with it).
-#[inline(always)]
-fn softmax_dense(row: &[f32], a: &mut [f32]) {
-    // The maximum and the sum over eight lanes (reductions in a fixed order that vectorise).
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    let chunks = row.chunks_exact(8);
-    let mut mx = chunks
-        .remainder()
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    for c in chunks {
-        for (l, &x) in lanes.iter_mut().zip(c) {
-            *l = if x > *l { x } else { *l };
-        }
-    }
-    for l in lanes {
-        mx = if l > mx { l } else { mx };
-    }
-    for (a, &x) in a.iter_mut().zip(row) {
-        *a = exp_reduced(x - mx);
-    }
-    let inv = 1.0 / lane_sum(a);
-    for a in a.iter_mut() {
-        *a *= inv;
-    }
-}
-
-/// `sum_j x[j]` over eight partial sums (a fixed order that vectorises).
-#[inline(always)]
-fn lane_sum(x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let chunks = x.chunks_exact(8);
-    let tail: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += v;
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// `exp(x)` in float32, in a form the compiler vectorises:
@@ -894,15 +975,26 @@ fn gelu_in_place(v: &mut [f32]) {
 }
 
 /// LayerNorm over rows of `D = w.len()` entries, as candle's (`E[x^2] - mean^2` variance, eps
-/// [`LN_EPS`]): `y = (x - mean) / sqrt(var + eps) w + b`.
+/// [`LN_EPS`]): `y = (x - mean) / sqrt(var + eps) w + b`; the sums over eight lanes.
 fn layer_norm(x: &[f32], (w, b): &(Vec<f32>, Vec<f32>), y: &mut [f32]) {
     let dm = w.len();
     for (x, y) in x.chunks_exact(dm).zip(y.chunks_exact_mut(dm)) {
+        // Eight partial sums (a fixed order that vectorises), not one serial chain.
+        let (mut s1, mut s2) = ([0f32; LANES], [0f32; LANES]);
+        let chunks = x.chunks_exact(LANES);
         let (mut sum, mut sum2) = (0f32, 0f32);
-        for &v in x {
+        for &v in chunks.remainder() {
             sum += v;
             sum2 += v * v;
         }
+        for c in chunks {
+            for l in 0..LANES {
+                s1[l] += c[l];
+                s2[l] += c[l] * c[l];
+            }
+        }
+        let sum = s1.iter().sum::<f32>() + sum;
+        let sum2 = s2.iter().sum::<f32>() + sum2;
         let mean = sum / dm as f32;
         let var = sum2 / dm as f32 - mean * mean;
         let inv_std = (var + LN_EPS).sqrt().recip();
@@ -1148,9 +1240,38 @@ mod tests {
             );
             x += 0.01;
         }
-        let mut a = [0f32; 3];
-        softmax_dense(&[1.0, f32::NAN, 0.0], &mut a);
+        let (ninf, mut e, mut a) = (f32::NEG_INFINITY, [0f32; 8], [0f32; 3]);
+        softmax_padded(
+            &[1.0, f32::NAN, 0.0, ninf, ninf, ninf, ninf, ninf],
+            &mut e,
+            &mut a,
+        );
         assert!(a.iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn the_padded_softmax_is_libms_softmax_over_the_real_keys() {
+        for t in [1, 7, 8, 9, 36, 41] {
+            let tp = padded(t);
+            let mut s = vec![f32::NEG_INFINITY; tp];
+            for (j, s) in s[..t].iter_mut().enumerate() {
+                *s = ((j * 7919 % 1009) as f32 / 100.0 - 5.0) * if j % 3 == 0 { 4.0 } else { 1.0 };
+            }
+            let (mut e, mut a) = (vec![0f32; tp], vec![0f32; t]);
+            softmax_padded(&s, &mut e, &mut a);
+            let mx = s[..t]
+                .iter()
+                .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+            let z: f64 = s[..t].iter().map(|&x| (f64::from(x) - mx).exp()).sum();
+            // float32's rounding of `x - max` (half an ulp of up to 40) and `exp_reduced`'s 2.5e-7
+            for (j, &got) in a.iter().enumerate() {
+                let want = (f64::from(s[j]) - mx).exp() / z;
+                assert!(
+                    (f64::from(got) - want).abs() <= 3e-6 * want,
+                    "T {t}, key {j}: {got} against {want}"
+                );
+            }
+        }
     }
 
     #[test]

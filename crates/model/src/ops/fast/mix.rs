@@ -143,8 +143,9 @@ pub(crate) fn dot(x: &[f32], y: &[f32]) -> f32 {
 }
 
 /// Scratch rows of one problem, laid out with the key axis last (`[.., K]`) so that every inner
-/// loop runs over contiguous keys.
-struct Rows {
+/// loop runs over contiguous keys. [`crate::infer`] keeps one per worker and refills it per problem
+/// ([`Rows::load`]), so that its value networks allocate nothing.
+pub(crate) struct Rows {
     /// The values transposed to `[H, d, K]`.
     vt: Vec<f32>,
     /// Masked scores of query `i`, `[H, K]`.
@@ -163,24 +164,31 @@ struct Rows {
 
 impl Rows {
     /// Buffers for `p`, with the values `v [H, K, d]` of one problem transposed in.
-    fn new(p: &Plan, v: &[f32]) -> Rows {
+    pub(crate) fn new(p: &Plan, v: &[f32]) -> Rows {
         let (h, k, d) = (p.h, p.k, p.d);
-        let mut vt = vec![0f32; h * d * k];
-        for hh in 0..h {
-            for j in 0..k {
-                for e in 0..d {
-                    vt[(hh * d + e) * k + j] = v[(hh * k + j) * d + e];
-                }
-            }
-        }
-        Rows {
-            vt,
+        let mut rows = Rows {
+            vt: vec![0f32; h * d * k],
             m: vec![0f32; h * k],
             r: vec![1f32; k],
             a: vec![0f32; h * k],
             ad: vec![0f32; h * k],
             pre: vec![0f32; d * k],
             hid: vec![0f32; d * k],
+        };
+        rows.load(p, v);
+        rows
+    }
+
+    /// Transposes the values `v [H, K, d]` of one problem into `self.vt [H, d, K]`.
+    #[inline(always)]
+    pub(crate) fn load(&mut self, p: &Plan, v: &[f32]) {
+        let (h, k, d) = (p.h, p.k, p.d);
+        for hh in 0..h {
+            for j in 0..k {
+                for e in 0..d {
+                    self.vt[(hh * d + e) * k + j] = v[(hh * k + j) * d + e];
+                }
+            }
         }
     }
 
@@ -236,6 +244,8 @@ impl Rows {
     }
 
     /// The codes after dropout and the hidden units of query `i` from the codes in `self.a`.
+    // Inlined so that `crate::infer`'s copies compiled for wider vector units cover it.
+    #[inline(always)]
     fn hidden(&mut self, p: &Plan, drop: Option<&[f32]>, i: usize) {
         let (h, k, d) = (p.h, p.k, p.d);
         let drop = drop.map(|v| &v[i * k..][..k]);
@@ -321,10 +331,11 @@ fn forward_one(
 
 /// The evaluation-mode value network of one problem from its codes (no dropout): `a [H, Q, K]`,
 /// `v [H, K, d]` -> `o [Q, H, d]`; the second half of [`forward_one`], for [`crate::infer`], whose
-/// hooks may have changed the codes.
-pub(crate) fn value_from_codes(p: &Plan, a: &[f32], v: &[f32], o: &mut [f32]) {
+/// hooks may have changed the codes. `rows` is scratch made by [`Rows::new`] for `p` (any values).
+#[inline(always)]
+pub(crate) fn value_from_codes(p: &Plan, a: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
-    let mut rows = Rows::new(p, v);
+    rows.load(p, v);
     for i in 0..q {
         for hh in 0..h {
             rows.a[hh * k..][..k].copy_from_slice(&a[(hh * q + i) * k..][..k]);
