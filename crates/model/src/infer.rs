@@ -148,10 +148,23 @@ pub trait InferenceHooks: Sync {
     /// The normalised attention of block `layer`, `[H, T, T]` (the latent codes,
     /// `blocks.{layer}.attn.hook_pattern`), before the value network reads it.
     fn pattern(&self, _layer: usize, _problem: usize, _codes: &mut [f32], _row: &mut [f32]) {}
+
+    /// The first query whose codes [`InferenceHooks::pattern`] reads or writes at the last block;
+    /// `usize::MAX` for none. The pass computes the last block only for the queries from there and
+    /// for the last `F` positions (the rows the logits read): nothing else of that block reaches
+    /// an output. At the last block `pattern` then gets codes whose rows of earlier queries are
+    /// NaN. The default, 0, computes every query.
+    fn last_block_from_query(&self) -> usize {
+        0
+    }
 }
 
-/// No hooks: a plain pass.
-impl InferenceHooks for () {}
+/// No hooks: a plain pass (the last block only for the positions the logits read).
+impl InferenceHooks for () {
+    fn last_block_from_query(&self) -> usize {
+        usize::MAX
+    }
+}
 
 /// [`Inference::run`]'s `take(layer, codes [H, T, T], row)` as hooks: reads each layer's codes into
 /// the problem's row.
@@ -160,6 +173,26 @@ pub struct TakeCodes<F>(pub F);
 impl<F: Fn(usize, &[f32], &mut [f32]) + Sync> InferenceHooks for TakeCodes<F> {
     fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
         (self.0)(layer, codes, row);
+    }
+}
+
+/// [`TakeCodes`] for a `take` that reads, at the last block, only the codes of the queries from
+/// `first_query` (`usize::MAX`: none), so that the pass computes no more of that block than the
+/// logits and `take` need ([`InferenceHooks::last_block_from_query`]).
+pub struct TakeCodesFrom<F> {
+    /// The first query whose codes `take` reads at the last block.
+    pub first_query: usize,
+    /// `take(layer, codes [H, T, T], row)`, as for [`TakeCodes`].
+    pub take: F,
+}
+
+impl<F: Fn(usize, &[f32], &mut [f32]) + Sync> InferenceHooks for TakeCodesFrom<F> {
+    fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
+        (self.take)(layer, codes, row);
+    }
+
+    fn last_block_from_query(&self) -> usize {
+        self.first_query
     }
 }
 
@@ -450,7 +483,7 @@ impl Inference {
     ) {
         let cfg = &self.config;
         let (t, dm, h, d) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.d_head);
-        let (n, width) = (pass.n, pass.width);
+        let (n, width, f) = (pass.n, pass.width, cfg.n_outputs);
         let (hd, rows) = (h * d, n * t);
         let shape = Shape {
             t,
@@ -459,19 +492,22 @@ impl Inference {
             d,
             scale: (1.0 / (d as f64).sqrt()) as f32,
         };
-        let resid = &mut w.resid[..rows * dm];
         let first = match pass.first {
             None => {
+                let resid = &mut w.resid[..rows * dm];
                 matmul(resid, data, &self.w_e, (rows, cfg.d_in, dm));
                 add_rows(resid, &self.b_e);
                 0
             }
             Some(layer) => {
-                resid.copy_from_slice(data);
+                w.resid[..rows * dm].copy_from_slice(data);
                 layer
             }
         };
+        // Rows per problem in `w.resid` after the last block: all T, or the last block's queries.
+        let mut kept = t;
         for (l, lw) in self.layers.iter().enumerate().skip(first) {
+            let resid = &mut w.resid[..rows * dm];
             for p in 0..n {
                 let row = if width > 0 {
                     &mut taken[p * width..][..width]
@@ -485,6 +521,13 @@ impl Inference {
                     row,
                 );
             }
+            // The queries this block computes: all, but in the last block only those the logits
+            // and the hooks read.
+            let q0 = if l + 1 == self.layers.len() {
+                hooks.last_block_from_query().min(t - f)
+            } else {
+                0
+            };
             // Attention.
             let xn = &mut w.xn[..rows * dm];
             layer_norm(resid, &lw.ln1, xn);
@@ -498,6 +541,7 @@ impl Inference {
                     &shape,
                     cfg.mixer.normalisation(),
                     self.visible.as_deref(),
+                    q0,
                     qkv,
                     &lw.bias,
                     &mut w.one,
@@ -510,34 +554,79 @@ impl Inference {
                 hooks.pattern(l, pass.first_problem + p, &mut w.one.att, row);
                 let op = &mut o[p * t * hd..][..t * hd];
                 match (&self.plan, &mut w.rows) {
-                    (Some(plan), Some(rows)) => {
-                        self.kernels.mix_value(plan, &w.one.att, &w.one.v, op, rows)
-                    }
-                    _ => self.kernels.value(&shape, &w.one.att, &w.one.vt, op),
+                    (Some(plan), Some(rows)) => self
+                        .kernels
+                        .mix_value(plan, q0, &w.one.att, &w.one.v, op, rows),
+                    _ => self.kernels.value(&shape, q0, &w.one.att, &w.one.vt, op),
                 }
             }
-            let y = &mut w.y[..rows * dm];
-            matmul(y, o, &lw.w_o, (rows, hd, dm));
-            add_biased(resid, y, &lw.b_o);
-            // MLP.
-            layer_norm(resid, &lw.ln2, xn);
-            let hid = &mut w.hid[..rows * cfg.d_mlp];
-            matmul(hid, xn, &lw.w_in, (rows, dm, cfg.d_mlp));
-            add_rows(hid, &lw.b_in);
-            self.kernels.gelu(hid);
-            matmul(y, hid, &lw.w_out, (rows, cfg.d_mlp, dm));
-            add_biased(resid, y, &lw.b_out);
+            if q0 == 0 {
+                self.finish_block(
+                    lw,
+                    resid,
+                    o,
+                    rows,
+                    w.xn.as_mut_slice(),
+                    &mut w.y,
+                    &mut w.hid,
+                );
+            } else {
+                // The queries from q0 of every problem, gathered into whole rows.
+                kept = t - q0;
+                let (resid_c, o_c) = (&mut w.resid_c[..n * kept * dm], &mut w.o_c[..n * kept * hd]);
+                for p in 0..n {
+                    resid_c[p * kept * dm..][..kept * dm]
+                        .copy_from_slice(&resid[(p * t + q0) * dm..][..kept * dm]);
+                    o_c[p * kept * hd..][..kept * hd]
+                        .copy_from_slice(&o[(p * t + q0) * hd..][..kept * hd]);
+                }
+                self.finish_block(lw, resid_c, o_c, n * kept, &mut w.xn, &mut w.y, &mut w.hid);
+            }
         }
         // The last F positions of each problem.
-        let f = cfg.n_outputs;
+        let resid = if kept == t {
+            &w.resid[..rows * dm]
+        } else {
+            &w.resid_c[..n * kept * dm]
+        };
         let last = &mut w.last[..n * f * dm];
         for p in 0..n {
-            last[p * f * dm..][..f * dm].copy_from_slice(&resid[(p * t + t - f) * dm..][..f * dm]);
+            last[p * f * dm..][..f * dm]
+                .copy_from_slice(&resid[(p * kept + kept - f) * dm..][..f * dm]);
         }
         let normed = &mut w.xn[..n * f * dm];
         layer_norm(last, &self.ln_final, normed);
         matmul(logits, normed, &self.w_u, (n * f, dm, cfg.d_out));
         add_rows(logits, &self.b_u);
+    }
+
+    /// The rest of a block after the value network, on `rows` rows: the output projection of the
+    /// heads' outputs `o [rows, H d]` into the stream `resid [rows, D]`, then LayerNorm 2 and the
+    /// MLP (scratch `xn`, `y`, `hid`).
+    #[allow(clippy::too_many_arguments)]
+    fn finish_block(
+        &self,
+        lw: &LayerWeights,
+        resid: &mut [f32],
+        o: &[f32],
+        rows: usize,
+        xn: &mut [f32],
+        y: &mut [f32],
+        hid: &mut [f32],
+    ) {
+        let cfg = &self.config;
+        let (dm, hd) = (cfg.d_model, cfg.n_heads * cfg.d_head);
+        let (resid, o) = (&mut resid[..rows * dm], &o[..rows * hd]);
+        let (xn, y) = (&mut xn[..rows * dm], &mut y[..rows * dm]);
+        matmul(y, o, &lw.w_o, (rows, hd, dm));
+        add_biased(resid, y, &lw.b_o);
+        layer_norm(resid, &lw.ln2, xn);
+        let hid = &mut hid[..rows * cfg.d_mlp];
+        matmul(hid, xn, &lw.w_in, (rows, dm, cfg.d_mlp));
+        add_rows(hid, &lw.b_in);
+        self.kernels.gelu(hid);
+        matmul(y, hid, &lw.w_out, (rows, cfg.d_mlp, dm));
+        add_biased(resid, y, &lw.b_out);
     }
 }
 
@@ -592,15 +681,16 @@ impl Kernels {
         shape: &Shape,
         norm: Normalisation,
         visible: Option<&[bool]>,
+        q0: usize,
         qkv: &[f32],
         bias: &[f32],
         w: &mut Scratch,
     ) {
         match self {
-            Kernels::Baseline => codes_of_problem(shape, norm, visible, qkv, bias, w),
+            Kernels::Baseline => codes_of_problem(shape, norm, visible, q0, qkv, bias, w),
             // SAFETY: `Kernels::Avx2` is only made by `detect`, after the CPU reported AVX2 and FMA.
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => unsafe { codes_avx2(shape, norm, visible, qkv, bias, w) },
+            Kernels::Avx2 => unsafe { codes_avx2(shape, norm, visible, q0, qkv, bias, w) },
         }
     }
 
@@ -617,24 +707,32 @@ impl Kernels {
 
     /// [`default_value`] with this instruction set.
     #[allow(unsafe_code)]
-    fn value(self, shape: &Shape, att: &[f32], vt: &[f32], o: &mut [f32]) {
+    fn value(self, shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) {
         match self {
-            Kernels::Baseline => default_value(shape, att, vt, o),
+            Kernels::Baseline => default_value(shape, q0, att, vt, o),
             // SAFETY: as in `Kernels::codes`.
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => unsafe { value_avx2(shape, att, vt, o) },
+            Kernels::Avx2 => unsafe { value_avx2(shape, q0, att, vt, o) },
         }
     }
 
     /// `ops::fast::mix`'s [`value_from_codes`] (the HYLA value networks) with this instruction
     /// set.
     #[allow(unsafe_code)]
-    fn mix_value(self, plan: &Plan, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
+    fn mix_value(
+        self,
+        plan: &Plan,
+        q0: usize,
+        att: &[f32],
+        v: &[f32],
+        o: &mut [f32],
+        rows: &mut Rows,
+    ) {
         match self {
-            Kernels::Baseline => value_from_codes(plan, att, v, o, rows),
+            Kernels::Baseline => value_from_codes(plan, q0, att, v, o, rows),
             // SAFETY: as in `Kernels::codes`.
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => unsafe { mix_value_avx2(plan, att, v, o, rows) },
+            Kernels::Avx2 => unsafe { mix_value_avx2(plan, q0, att, v, o, rows) },
         }
     }
 }
@@ -646,11 +744,12 @@ fn codes_avx2(
     shape: &Shape,
     norm: Normalisation,
     visible: Option<&[bool]>,
+    q0: usize,
     qkv: &[f32],
     bias: &[f32],
     w: &mut Scratch,
 ) {
-    codes_of_problem(shape, norm, visible, qkv, bias, w);
+    codes_of_problem(shape, norm, visible, q0, qkv, bias, w);
 }
 
 /// [`gelu_in_place`] compiled with AVX2 and FMA.
@@ -663,15 +762,15 @@ fn gelu_avx2(v: &mut [f32]) {
 /// [`default_value`] compiled with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn value_avx2(shape: &Shape, att: &[f32], vt: &[f32], o: &mut [f32]) {
-    default_value(shape, att, vt, o);
+fn value_avx2(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) {
+    default_value(shape, q0, att, vt, o);
 }
 
 /// [`value_from_codes`] compiled with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn mix_value_avx2(plan: &Plan, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
-    value_from_codes(plan, att, v, o, rows);
+fn mix_value_avx2(plan: &Plan, q0: usize, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
+    value_from_codes(plan, q0, att, v, o, rows);
 }
 
 /// One problem's codes at one layer, from its Q, K and V rows `qkv [T, 3 H d]` and the layer's
@@ -680,12 +779,14 @@ fn mix_value_avx2(plan: &Plan, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut
 /// per head and query the scaled scores plus bias `s[j] = (sum_e q[i, h, e] k[h, e, j]) / sqrt(d)
 /// + bias[h, i, j]` over the `Tp` padded keys (`-inf` on the padding), normalised at once into the
 /// codes `w.att [H, T, T]` (the reference's `normalise`): softmax over the visible keys; none (0
-/// where masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair.
+/// where masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair. Only the
+/// queries from `q0` are computed; the rows of earlier ones are NaN.
 #[inline(always)]
 fn codes_of_problem(
     shape: &Shape,
     norm: Normalisation,
     visible: Option<&[bool]>,
+    q0: usize,
     qkv: &[f32],
     bias: &[f32],
     w: &mut Scratch,
@@ -703,8 +804,9 @@ fn codes_of_problem(
         }
     }
     for hh in 0..h {
+        w.att[hh * t * t..][..q0 * t].fill(f32::NAN);
         let kt = &w.kt[hh * d * tp..][..d * tp];
-        for i in 0..t {
+        for i in q0..t {
             let q = &qkv[i * 3 * hd + hh * d..][..d];
             scores(
                 q,
@@ -727,7 +829,7 @@ fn codes_of_problem(
         }
     }
     if norm == Normalisation::RmsHead {
-        rms_head(h, &mut w.att, &mut w.r);
+        rms_head(h, q0 * t, &mut w.att, &mut w.r);
     }
 }
 
@@ -822,17 +924,18 @@ fn softmax_padded(s: &[f32], e: &mut [f32], a: &mut [f32]) {
     }
 }
 
-/// RMSHead in place on one problem's masked scores `a [H, T, T]`: every pair's scores divided by
-/// their root mean square over the heads, `a / sqrt(mean_h a^2 + eps)` (the paper's Eq. 5), with
-/// `r [T * T]` scratch; the loops run over contiguous pairs, and each pair's sum runs over the
-/// heads in order.
+/// RMSHead in place on one problem's masked scores `a [H, T, T]`, for the pairs from `p0` (pair
+/// `i T + j`): every pair's scores divided by their root mean square over the heads,
+/// `a / sqrt(mean_h a^2 + eps)` (the paper's Eq. 5), with `r [T * T]` scratch; the loops run over
+/// contiguous pairs, and each pair's sum runs over the heads in order.
 #[inline(always)]
-fn rms_head(h: usize, a: &mut [f32], r: &mut [f32]) {
+fn rms_head(h: usize, p0: usize, a: &mut [f32], r: &mut [f32]) {
     let tt = r.len();
     let eps = RMS_HEAD_EPS as f32;
+    let r = &mut r[p0..];
     r.fill(0.0);
     for head in a.chunks_exact(tt) {
-        for (r, &x) in r.iter_mut().zip(head) {
+        for (r, &x) in r.iter_mut().zip(&head[p0..]) {
             *r += x * x;
         }
     }
@@ -840,18 +943,19 @@ fn rms_head(h: usize, a: &mut [f32], r: &mut [f32]) {
         *r = 1.0 / (*r / h as f32 + eps).sqrt();
     }
     for head in a.chunks_exact_mut(tt) {
-        for (x, &r) in head.iter_mut().zip(r.iter()) {
+        for (x, &r) in head[p0..].iter_mut().zip(r.iter()) {
             *x *= r;
         }
     }
 }
 
 /// The standard value network of one problem: `o[i, h, e] = sum_j a[h, i, j] v[h, e, j]`, from the
-/// codes `att [H, T, T]` and the values `vt [H, d, Tp]` into `o [T, H, d]`.
+/// codes `att [H, T, T]` and the values `vt [H, d, Tp]` into `o [T, H, d]`, for the queries from
+/// `q0`.
 #[inline(always)]
-fn default_value(shape: &Shape, att: &[f32], vt: &[f32], o: &mut [f32]) {
+fn default_value(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) {
     let (t, tp, h, d) = (shape.t, shape.tp, shape.h, shape.d);
-    for i in 0..t {
+    for i in q0..t {
         for hh in 0..h {
             let arow = &att[(hh * t + i) * t..][..t];
             for e in 0..d {
@@ -886,6 +990,10 @@ struct Work {
     one: Scratch,
     /// The HYLA value networks' scratch (mixers with one).
     rows: Option<Rows>,
+    /// The stream and the heads' outputs of the last block's computed queries, gathered.
+    resid_c: Vec<f32>,
+    /// See `resid_c`.
+    o_c: Vec<f32>,
 }
 
 /// One problem's attention buffers: a row of scores and its `exp` over the padded keys `[Tp]`, the
@@ -924,6 +1032,8 @@ impl Work {
                 vt: vec![0.0; tp * hd],
             },
             rows: plan.map(|p| Rows::new(p, &vec![0.0; t * hd])),
+            resid_c: vec![0.0; rows * dm],
+            o_c: vec![0.0; rows * hd],
         }
     }
 }
@@ -1140,6 +1250,43 @@ mod tests {
                         "{mixer} causal {causal} layer {l}: codes differ by {d}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_block_computed_for_the_read_queries_alone_gives_the_full_passs_outputs() {
+        // T 9, F 3: without hooks the last block runs queries 6..9; with codes read from query 4,
+        // queries 4..9. Logits against candle's forward and against the full pass of `run`.
+        for (s, mixer) in Mixer::ALL.into_iter().enumerate() {
+            for causal in [false, true] {
+                let model = random_model(mixer, causal, 40 + s as u64);
+                let inf = Inference::new(&model).unwrap();
+                let x = random_input(model.config(), 19, 5);
+                let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+                let full = inf.run(&xs, 19, 27, |l, att, row| {
+                    if l == 2 {
+                        row.copy_from_slice(&att[4 * 9..][..27]);
+                    }
+                });
+                let full = full.unwrap();
+                let plain = inf.run_hooked(Start::Inputs(&xs), 19, 0, &()).unwrap();
+                assert_eq!(plain.logits, full.logits, "{mixer} causal {causal}");
+                let read = TakeCodesFrom {
+                    first_query: 4,
+                    take: |l: usize, att: &[f32], row: &mut [f32]| {
+                        if l == 2 {
+                            assert!(att[3 * 9..][..9].iter().all(|v| v.is_nan()));
+                            row.copy_from_slice(&att[4 * 9..][..27]);
+                        }
+                    },
+                };
+                let part = inf.run_hooked(Start::Inputs(&xs), 19, 27, &read).unwrap();
+                assert_eq!(part.logits, full.logits, "{mixer} causal {causal}");
+                assert_eq!(part.taken, full.taken, "{mixer} causal {causal}");
+                let want = model.forward(&x, false).unwrap().logits;
+                let got = Tensor::from_vec(plain.logits, want.dims(), &Device::Cpu).unwrap();
+                assert!(rel_diff(&got, &want) < 1e-5, "{mixer} causal {causal}");
             }
         }
     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::eval::batch_tensor;
-use hyperlens_model::infer::TakeCodes;
+use hyperlens_model::infer::TakeCodesFrom;
 use hyperlens_model::{Inference, Transformer};
 use hyperlens_tasks::sraven::ProblemSet;
 use serde::{Deserialize, Serialize};
@@ -384,18 +384,30 @@ pub(crate) fn batch_codes(
         slot_of[l] = Some(li);
     }
     let width = selections.len() * n_layers * h * n_keys;
-    let take = TakeCodes(|l, att: &[f32], row: &mut [f32]| {
-        let Some(li) = slot_of[l] else { return };
-        for (si, sel) in selections.iter().enumerate() {
-            for hh in 0..h {
-                let dst = &mut row[((si * n_layers + li) * h + hh) * n_keys..][..n_keys];
-                let src = &att[(hh * t + sel.query) * t..][..t];
-                for (d, &k) in dst.iter_mut().zip(&sel.keys) {
-                    *d = src[k];
+    // At the last block the pass computes only the queries read there (and the logits' rows).
+    let first_query = match slot_of.last() {
+        Some(Some(_)) => selections
+            .iter()
+            .map(|s| s.query)
+            .min()
+            .unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    let take = TakeCodesFrom {
+        first_query,
+        take: |l, att: &[f32], row: &mut [f32]| {
+            let Some(li) = slot_of[l] else { return };
+            for (si, sel) in selections.iter().enumerate() {
+                for hh in 0..h {
+                    let dst = &mut row[((si * n_layers + li) * h + hh) * n_keys..][..n_keys];
+                    let src = &att[(hh * t + sel.query) * t..][..t];
+                    for (d, &k) in dst.iter_mut().zip(&sel.keys) {
+                        *d = src[k];
+                    }
                 }
             }
-        }
-    });
+        },
+    };
     let out = inf.run_problems(x, width, &take)?;
     Ok((out.taken, out.logits))
 }

@@ -148,6 +148,10 @@ impl InferenceHooks for ReadSite {
             }
         }
     }
+
+    fn last_block_from_query(&self) -> usize {
+        self.site.query
+    }
 }
 
 /// Writes `codes [B, H, 2]` at the site ([`Passes::transplanted`]).
@@ -169,6 +173,10 @@ impl InferenceHooks for WriteSite<'_> {
                 codes[(hh * t + self.site.query) * t + k] = self.codes[(problem * h + hh) * 2 + j];
             }
         }
+    }
+
+    fn last_block_from_query(&self) -> usize {
+        self.site.query
     }
 }
 

@@ -331,12 +331,20 @@ fn forward_one(
 
 /// The evaluation-mode value network of one problem from its codes (no dropout): `a [H, Q, K]`,
 /// `v [H, K, d]` -> `o [Q, H, d]`; the second half of [`forward_one`], for [`crate::infer`], whose
-/// hooks may have changed the codes. `rows` is scratch made by [`Rows::new`] for `p` (any values).
+/// hooks may have changed the codes; the queries from `q0` only. `rows` is scratch made by
+/// [`Rows::new`] for `p` (any values).
 #[inline(always)]
-pub(crate) fn value_from_codes(p: &Plan, a: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
+pub(crate) fn value_from_codes(
+    p: &Plan,
+    q0: usize,
+    a: &[f32],
+    v: &[f32],
+    o: &mut [f32],
+    rows: &mut Rows,
+) {
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
     rows.load(p, v);
-    for i in 0..q {
+    for i in q0..q {
         for hh in 0..h {
             rows.a[hh * k..][..k].copy_from_slice(&a[(hh * q + i) * k..][..k]);
         }
