@@ -675,7 +675,7 @@ impl Kernels {
     /// [`codes_of_problem`] with this instruction set.
     // The workspace denies `unsafe`; calling a function compiled for more features than the
     // baseline needs it.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, clippy::too_many_arguments)]
     fn codes(
         self,
         shape: &Shape,
