@@ -845,34 +845,21 @@ fn scores(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
         4 => scores_of_width::<4>(q, kt, scale, b, s),
         8 => scores_of_width::<8>(q, kt, scale, b, s),
         16 => scores_of_width::<16>(q, kt, scale, b, s),
-        _ => {
-            let tp = s.len();
-            for (c, (s, b)) in s
-                .chunks_exact_mut(LANES)
-                .zip(b.chunks_exact(LANES))
-                .enumerate()
-            {
-                let mut acc = [0f32; LANES];
-                for (e, &qe) in q.iter().enumerate() {
-                    let k = &kt[e * tp + c * LANES..][..LANES];
-                    for l in 0..LANES {
-                        acc[l] += qe * k[l];
-                    }
-                }
-                for l in 0..LANES {
-                    s[l] = acc[l] * scale + b[l];
-                }
-            }
-        }
+        _ => score_chunks(q, kt, scale, b, s),
     }
 }
 
-/// [`scores`] for head width `D`.
+/// [`scores`] for head width `D` (the length of `q` known to the compiler).
 #[inline(always)]
 fn scores_of_width<const D: usize>(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
-    let tp = s.len();
     let q: [f32; D] = q.try_into().expect("a query row of the head width");
-    let kt = &kt[..D * tp];
+    score_chunks(&q, &kt[..D * s.len()], scale, b, s);
+}
+
+/// The loops of [`scores`].
+#[inline(always)]
+fn score_chunks(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
+    let tp = s.len();
     for (c, (s, b)) in s
         .chunks_exact_mut(LANES)
         .zip(b.chunks_exact(LANES))
