@@ -47,8 +47,7 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::mixer::{Normalisation, ValueNetwork};
 use crate::nn::position::relative_position_bucket;
-use crate::ops::fast::mix::{dot, softmax_row, value_from_codes, Plan, Rows};
-use crate::ops::reference::RMS_HEAD_EPS;
+use crate::ops::fast::mix::{dot, rms_head_scales, softmax_row, value_from_codes, Plan, Rows};
 use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
 /// Problems per chunk: the unit of parallel work and of buffer reuse.
@@ -561,15 +560,7 @@ impl Inference {
                 }
             }
             if q0 == 0 {
-                self.finish_block(
-                    lw,
-                    resid,
-                    o,
-                    rows,
-                    w.xn.as_mut_slice(),
-                    &mut w.y,
-                    &mut w.hid,
-                );
+                self.finish_block(lw, resid, o, rows, &mut w.xn, &mut w.y, &mut w.hid);
             } else {
                 // The queries from q0 of every problem, gathered into whole rows.
                 kept = t - q0;
@@ -829,7 +820,7 @@ fn codes_of_problem(
         }
     }
     if norm == Normalisation::RmsHead {
-        rms_head(h, q0 * t, &mut w.att, &mut w.r);
+        rms_head(q0 * t, &mut w.att, &mut w.r);
     }
 }
 
@@ -912,23 +903,13 @@ fn softmax_padded(s: &[f32], e: &mut [f32], a: &mut [f32]) {
 }
 
 /// RMSHead in place on one problem's masked scores `a [H, T, T]`, for the pairs from `p0` (pair
-/// `i T + j`): every pair's scores divided by their root mean square over the heads,
-/// `a / sqrt(mean_h a^2 + eps)` (the paper's Eq. 5), with `r [T * T]` scratch; the loops run over
-/// contiguous pairs, and each pair's sum runs over the heads in order.
+/// `i T + j`): every pair's scores times [`rms_head_scales`] (the paper's Eq. 5, shared with the
+/// training kernel), with `r [T * T]` scratch; the loops run over contiguous pairs.
 #[inline(always)]
-fn rms_head(h: usize, p0: usize, a: &mut [f32], r: &mut [f32]) {
+fn rms_head(p0: usize, a: &mut [f32], r: &mut [f32]) {
     let tt = r.len();
-    let eps = RMS_HEAD_EPS as f32;
     let r = &mut r[p0..];
-    r.fill(0.0);
-    for head in a.chunks_exact(tt) {
-        for (r, &x) in r.iter_mut().zip(&head[p0..]) {
-            *r += x * x;
-        }
-    }
-    for r in r.iter_mut() {
-        *r = 1.0 / (*r / h as f32 + eps).sqrt();
-    }
+    rms_head_scales(a, tt, p0, r);
     for head in a.chunks_exact_mut(tt) {
         for (x, &r) in head[p0..].iter_mut().zip(r.iter()) {
             *x *= r;

@@ -216,17 +216,7 @@ impl Rows {
         }
         match p.norm {
             Normalisation::RmsHead => {
-                let ss = &mut self.r;
-                ss.fill(0.0);
-                for m in self.m.chunks_exact(k) {
-                    for (s, &x) in ss.iter_mut().zip(m) {
-                        *s += x * x;
-                    }
-                }
-                let eps = crate::ops::reference::RMS_HEAD_EPS as f32;
-                for s in ss.iter_mut() {
-                    *s = 1.0 / (*s / h as f32 + eps).sqrt();
-                }
+                rms_head_scales(&self.m, k, 0, &mut self.r);
                 for (a, m) in self.a.chunks_exact_mut(k).zip(self.m.chunks_exact(k)) {
                     for ((a, &x), &r) in a.iter_mut().zip(m).zip(&self.r) {
                         *a = x * r;
@@ -244,10 +234,8 @@ impl Rows {
     }
 
     /// The codes after dropout and the hidden units of query `i` from the codes in `self.a`.
-    // Inlined so that `crate::infer`'s copies compiled for wider vector units cover it.
-    #[inline(always)]
     fn hidden(&mut self, p: &Plan, drop: Option<&[f32]>, i: usize) {
-        let (h, k, d) = (p.h, p.k, p.d);
+        let k = p.k;
         let drop = drop.map(|v| &v[i * k..][..k]);
         match drop {
             Some(dr) => {
@@ -259,6 +247,14 @@ impl Rows {
             }
             None => self.ad.copy_from_slice(&self.a),
         }
+        self.hidden_from_ad(p);
+    }
+
+    /// The hidden units `[d, K]` of one query from its codes after dropout in `self.ad`.
+    // Inlined so that `crate::infer`'s copies compiled for wider vector units cover it.
+    #[inline(always)]
+    fn hidden_from_ad(&mut self, p: &Plan) {
+        let (h, k, d) = (p.h, p.k, p.d);
         self.pre.fill(0.0);
         for hh in 0..h {
             let ad = &self.ad[hh * k..][..k];
@@ -276,6 +272,24 @@ impl Rows {
         for (y, &x) in self.hid.iter_mut().zip(&self.pre) {
             *y = if p.relu { x.max(0.0) } else { x };
         }
+    }
+}
+
+/// RMSHead's scale of every pair (the paper's Eq. 5): for `m`, `H` rows of `stride` scores (one
+/// row per head), `r[j - p0] = 1 / sqrt(mean_h m[h, j]^2 + eps)` for the pairs `j` from `p0`, the
+/// sum over the heads in order. `r` has `stride - p0` entries.
+#[inline(always)]
+pub(crate) fn rms_head_scales(m: &[f32], stride: usize, p0: usize, r: &mut [f32]) {
+    let h = m.len() / stride;
+    r.fill(0.0);
+    for head in m.chunks_exact(stride) {
+        for (s, &x) in r.iter_mut().zip(&head[p0..]) {
+            *s += x * x;
+        }
+    }
+    let eps = crate::ops::reference::RMS_HEAD_EPS as f32;
+    for s in r.iter_mut() {
+        *s = 1.0 / (*s / h as f32 + eps).sqrt();
     }
 }
 
@@ -345,10 +359,11 @@ pub(crate) fn value_from_codes(
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
     rows.load(p, v);
     for i in q0..q {
+        // Without dropout the codes after dropout are the codes: copied straight into `ad`.
         for hh in 0..h {
-            rows.a[hh * k..][..k].copy_from_slice(&a[(hh * q + i) * k..][..k]);
+            rows.ad[hh * k..][..k].copy_from_slice(&a[(hh * q + i) * k..][..k]);
         }
-        rows.hidden(p, None, i);
+        rows.hidden_from_ad(p);
         for hh in 0..h {
             let ad = &rows.ad[hh * k..][..k];
             for e in 0..d {
