@@ -279,56 +279,14 @@ const LANES: usize = 8;
 #[inline(always)]
 fn gradient_row(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64; 5] {
     // one accumulator array per sum, lane l taking the points j with j % LANES == l
-    let (mut ax, mut az, mut rx, mut rz, mut zw) = (
-        [0.0f64; LANES],
-        [0.0; LANES],
-        [0.0; LANES],
-        [0.0; LANES],
-        [0.0; LANES],
-    );
-    let lanes = |x8: &[f64; LANES],
-                 z8: &[f64; LANES],
-                 p8: &[f64; LANES],
-                 ax: &mut [f64; LANES],
-                 az: &mut [f64; LANES],
-                 rx: &mut [f64; LANES],
-                 rz: &mut [f64; LANES],
-                 zw: &mut [f64; LANES]| {
-        let mut dx = [0.0f64; LANES];
-        let mut dz = [0.0f64; LANES];
-        let mut w = [0.0f64; LANES];
-        for l in 0..LANES {
-            dx[l] = xi - x8[l];
-            dz[l] = zi - z8[l];
-            w[l] = 1.0 / (1.0 + dx[l] * dx[l] + dz[l] * dz[l]);
-        }
-        for l in 0..LANES {
-            let pw = p8[l] * w[l];
-            let ww = w[l] * w[l];
-            ax[l] += pw * dx[l];
-            az[l] += pw * dz[l];
-            rx[l] += ww * dx[l];
-            rz[l] += ww * dz[l];
-            zw[l] += w[l];
-        }
-    };
+    let mut acc = [[0.0f64; LANES]; 5];
     let chunks = xs.len() / LANES * LANES;
     for ((x8, z8), p8) in xs[..chunks]
         .chunks_exact(LANES)
         .zip(zs[..chunks].chunks_exact(LANES))
         .zip(prow[..chunks].chunks_exact(LANES))
     {
-        let as8 = |c: &[f64]| -> [f64; LANES] { c.try_into().expect("a chunk of LANES") };
-        lanes(
-            &as8(x8),
-            &as8(z8),
-            &as8(p8),
-            &mut ax,
-            &mut az,
-            &mut rx,
-            &mut rz,
-            &mut zw,
-        );
+        gradient_lanes((xi, zi), as8(x8), as8(z8), as8(p8), &mut acc);
     }
     // the tail, padded with points that add nothing (zero affinity, and w subtracted below)
     let tail = xs.len() - chunks;
@@ -340,18 +298,62 @@ fn gradient_row(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64;
         });
         x8[..tail].copy_from_slice(&xs[chunks..]);
         z8[..tail].copy_from_slice(&zs[chunks..]);
-        lanes(&x8, &z8, &p8, &mut ax, &mut az, &mut rx, &mut rz, &mut zw);
+        gradient_lanes((xi, zi), &x8, &z8, &p8, &mut acc);
     }
+    row_sums(&acc, xs.len())
+}
+
+/// The row's five sums from the lanes of their partial sums `acc` over `n` points padded to a
+/// multiple of `LANES` (the lanes added in order).
+#[inline(always)]
+fn row_sums(acc: &[[f64; LANES]; 5], n: usize) -> [f64; 5] {
     let sum = |a: &[f64; LANES]| a.iter().sum::<f64>();
     // w_ii = 1 exactly, and so is every padding point's w (it sits on the point itself)
-    let padding = if tail > 0 { (LANES - tail) as f64 } else { 0.0 };
+    let padding = (n.div_ceil(LANES) * LANES - n) as f64;
     [
-        sum(&ax),
-        sum(&az),
-        sum(&rx),
-        sum(&rz),
-        sum(&zw) - 1.0 - padding,
+        sum(&acc[0]),
+        sum(&acc[1]),
+        sum(&acc[2]),
+        sum(&acc[3]),
+        sum(&acc[4]) - 1.0 - padding,
     ]
+}
+
+/// A slice of `LANES` floats as an array.
+#[inline(always)]
+fn as8(c: &[f64]) -> &[f64; LANES] {
+    c.try_into().expect("a chunk of LANES")
+}
+
+/// [`gradient_row`]'s partial sums over one chunk of `LANES` points `(x8, z8)` with affinities
+/// `p8`, into `acc` = `[attractive x, attractive y, repulsive x, repulsive y, w]` per lane.
+// A function, not a closure: a closure is compiled on its own for the baseline instruction set,
+// even when called from a copy of `gradient_row` compiled for AVX2.
+#[inline(always)]
+fn gradient_lanes(
+    (xi, zi): (f64, f64),
+    x8: &[f64; LANES],
+    z8: &[f64; LANES],
+    p8: &[f64; LANES],
+    acc: &mut [[f64; LANES]; 5],
+) {
+    let mut dx = [0.0f64; LANES];
+    let mut dz = [0.0f64; LANES];
+    let mut w = [0.0f64; LANES];
+    for l in 0..LANES {
+        dx[l] = xi - x8[l];
+        dz[l] = zi - z8[l];
+        w[l] = 1.0 / (1.0 + dx[l] * dx[l] + dz[l] * dz[l]);
+    }
+    for l in 0..LANES {
+        let pw = p8[l] * w[l];
+        let ww = w[l] * w[l];
+        acc[0][l] += pw * dx[l];
+        acc[1][l] += pw * dz[l];
+        acc[2][l] += ww * dx[l];
+        acc[3][l] += ww * dz[l];
+        acc[4][l] += w[l];
+    }
 }
 
 /// The instruction set [`gradient_row`] runs with.
@@ -395,10 +397,71 @@ impl Kernels {
     }
 }
 
+/// [`gradient_row`] with AVX2, written with its intrinsics: the same operations in the same order
+/// (no FMA), so the same bits. Compiled from the portable code, the loop left LLVM shuffling lanes
+/// and keeping the forty partial sums in memory.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
 fn gradient_row_avx2(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64; 5] {
-    gradient_row(xi, zi, xs, zs, prow)
+    use std::arch::x86_64::{
+        __m256d, _mm256_add_pd, _mm256_div_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd,
+        _mm256_setzero_pd, _mm256_storeu_pd, _mm256_sub_pd,
+    };
+    let n = xs.len();
+    let full = n / LANES * LANES;
+    // the tail, padded with points that add nothing (as in `gradient_row`)
+    let (mut x8, mut z8, mut p8) = ([xi; LANES], [zi; LANES], [0.0; LANES]);
+    x8[..n - full].copy_from_slice(&xs[full..]);
+    z8[..n - full].copy_from_slice(&zs[full..]);
+    p8[..n - full].copy_from_slice(&prow[full..]);
+    let (vxi, vzi, one) = (_mm256_set1_pd(xi), _mm256_set1_pd(zi), _mm256_set1_pd(1.0));
+    // lanes 0..4 and 4..8 of each of the five sums
+    let mut acc: [[__m256d; 2]; 5] = [[_mm256_setzero_pd(); 2]; 5];
+    for c in (0..n).step_by(LANES) {
+        let (x, z, p) = if c < full {
+            (
+                as8(&xs[c..][..LANES]),
+                as8(&zs[c..][..LANES]),
+                as8(&prow[c..][..LANES]),
+            )
+        } else {
+            (&x8, &z8, &p8)
+        };
+        for (half, at) in [0usize, 4].into_iter().enumerate() {
+            // SAFETY: `x`, `z` and `p` are arrays of LANES = 8 floats, and `at + 4 <= 8`.
+            let (x, z, p) = unsafe {
+                (
+                    _mm256_loadu_pd(x.as_ptr().add(at)),
+                    _mm256_loadu_pd(z.as_ptr().add(at)),
+                    _mm256_loadu_pd(p.as_ptr().add(at)),
+                )
+            };
+            let dx = _mm256_sub_pd(vxi, x);
+            let dz = _mm256_sub_pd(vzi, z);
+            let d2 = _mm256_add_pd(
+                _mm256_add_pd(one, _mm256_mul_pd(dx, dx)),
+                _mm256_mul_pd(dz, dz),
+            );
+            let w = _mm256_div_pd(one, d2);
+            let pw = _mm256_mul_pd(p, w);
+            let ww = _mm256_mul_pd(w, w);
+            let a = &mut acc;
+            a[0][half] = _mm256_add_pd(a[0][half], _mm256_mul_pd(pw, dx));
+            a[1][half] = _mm256_add_pd(a[1][half], _mm256_mul_pd(pw, dz));
+            a[2][half] = _mm256_add_pd(a[2][half], _mm256_mul_pd(ww, dx));
+            a[3][half] = _mm256_add_pd(a[3][half], _mm256_mul_pd(ww, dz));
+            a[4][half] = _mm256_add_pd(a[4][half], w);
+        }
+    }
+    let mut lanes = [[0.0f64; LANES]; 5];
+    for (out, sums) in lanes.iter_mut().zip(&acc) {
+        for (at, v) in [0usize, 4].into_iter().zip(sums) {
+            // SAFETY: `out` holds LANES = 8 floats, and `at + 4 <= 8`.
+            unsafe { _mm256_storeu_pd(out.as_mut_ptr().add(at), *v) };
+        }
+    }
+    row_sums(&lanes, n)
 }
 
 #[cfg(target_arch = "x86_64")]
