@@ -22,7 +22,9 @@
 //! - **Hooks.** [`Inference::run`] hands each layer's codes to a function that keeps what it needs
 //!   (the probe keeps the site's few codes, not `[B, H, T, T]` per layer);
 //!   [`Inference::run_hooked`] can read or replace the codes and the stream entering a block and
-//!   start a pass from that stream (the transplant test).
+//!   start a pass from that stream, or from a block's state ([`Inference::block_state`]) when the
+//!   hooks change one query's codes at that block, so that the block is computed for that query
+//!   alone (the transplant test: about ten passes per problem and layer from one state).
 //!
 //! Per chunk and layer: LayerNorm 1, one product for Q, K and V together (the heads' kernels side
 //! by side, `[D, 3 H d]`), per problem the scaled scores plus the relative-position bias, the
@@ -134,6 +136,55 @@ pub enum Start<'a> {
         /// The first block run.
         layer: usize,
     },
+    /// From the state of block `state.layer()` ([`Inference::block_state`]) for the problems
+    /// `problems` (indices into the state's batch, in the pass's order; repeats allowed), when the
+    /// hooks change the codes of that block at query `query` alone: the block is computed for that
+    /// query only (its keys and values are the state's), and the stream leaving it elsewhere is
+    /// the state's. At that block [`InferenceHooks::pattern`] gets codes whose rows of earlier
+    /// queries are NaN, and [`InferenceHooks::resid_pre`] is not called. The result is that of
+    /// [`Start::Stream`] from the state's stream with the same hooks, bit for bit, for hooks that
+    /// keep to the query (the transplant test's passes: several per problem and layer, from one
+    /// state).
+    Query {
+        /// The block's state.
+        state: &'a BlockState,
+        /// The problems of the pass.
+        problems: &'a [usize],
+        /// The query whose codes the hooks may change.
+        query: usize,
+    },
+}
+
+/// The state of one block for a batch of problems ([`Inference::block_state`]): the stream
+/// entering it (`blocks.{l}.hook_resid_pre`), its Q, K and V, and the stream leaving it
+/// (`blocks.{l}.hook_resid_post`), from which [`Start::Query`] passes start.
+///
+/// # Shapes
+/// Streams `[B, T, D]`; Q, K and V side by side `[B, T, 3 H d]`.
+#[derive(Debug, Clone)]
+pub struct BlockState {
+    layer: usize,
+    batch: usize,
+    pre: Vec<f32>,
+    qkv: Vec<f32>,
+    post: Vec<f32>,
+}
+
+impl BlockState {
+    /// The block.
+    pub fn layer(&self) -> usize {
+        self.layer
+    }
+
+    /// Problems in the state's batch.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// The stream leaving the block, `[B, T, D]` (the next block's `hook_resid_pre`).
+    pub fn post(&self) -> &[f32] {
+        &self.post
+    }
 }
 
 /// Hook points of [`Inference::run_hooked`]: each is called per problem and layer, in layer
@@ -348,12 +399,15 @@ impl Inference {
     /// each problem's row of [`InferenceOutput::taken`] has `width` floats, zero at the start.
     ///
     /// # Shapes
-    /// `Start::Inputs(x [B, T, d_in])` or `Start::Stream { resid [B, T, D], layer }`; returns
-    /// logits `[B, F, d_out]` and `taken [B, width]`.
+    /// `Start::Inputs(x [B, T, d_in])`, `Start::Stream { resid [B, T, D], layer }` or
+    /// `Start::Query { state, problems [B], query }`; returns logits `[B, F, d_out]` and
+    /// `taken [B, width]`.
     ///
     /// # Errors
     /// [`ModelError::Input`] if the start does not hold `batch` problems of the model's shape,
-    /// `batch` is 0, or the start layer is past the last block.
+    /// `batch` is 0, the start layer is past the last block, or (`Start::Query`) a problem is
+    /// outside the state's batch, the query outside the sequence or the state not of this model's
+    /// shape.
     pub fn run_hooked<H: InferenceHooks>(
         &self,
         start: Start<'_>,
@@ -362,26 +416,40 @@ impl Inference {
         hooks: &H,
     ) -> Result<InferenceOutput> {
         let cfg = &self.config;
-        let (data, per_problem, first) = match start {
-            Start::Inputs(x) => (x, cfg.n_tokens * cfg.d_in, None),
+        let (t, dm, hd) = (cfg.n_tokens, cfg.d_model, cfg.n_heads * cfg.d_head);
+        // What each chunk starts from: the start's floats per problem (0: indices instead).
+        let per_problem = match start {
+            Start::Inputs(x) => {
+                check_floats(x, batch, t * cfg.d_in, "an input", [t, cfg.d_in])?;
+                t * cfg.d_in
+            }
             Start::Stream { resid, layer } => {
-                if layer >= cfg.n_layers {
+                self.check_layer(layer)?;
+                check_floats(resid, batch, t * dm, "a stream", [t, dm])?;
+                t * dm
+            }
+            Start::Query {
+                state,
+                problems,
+                query,
+            } => {
+                self.check_layer(state.layer)?;
+                let b = state.batch;
+                if batch == 0
+                    || problems.len() != batch
+                    || query >= t
+                    || problems.iter().any(|&p| p >= b)
+                    || state.pre.len() != b * t * dm
+                    || state.post.len() != b * t * dm
+                    || state.qkv.len() != b * t * 3 * hd
+                {
                     return Err(ModelError::Input(format!(
-                        "a pass from block {layer} of a model with {} blocks",
-                        cfg.n_layers
+                        "a pass of {batch} problems from a block state of {b} problems at query {query}: give 1 or more problems below {b}, a query below {t} and a state of this model"
                     )));
                 }
-                (resid, cfg.n_tokens * cfg.d_model, Some(layer))
+                0
             }
         };
-        if batch == 0 || data.len() != batch * per_problem {
-            return Err(ModelError::Input(format!(
-                "the pass must start from batch >= 1 problems of {per_problem} floats ([{}, {}]): got {} floats for {batch}",
-                cfg.n_tokens,
-                if first.is_some() { cfg.d_model } else { cfg.d_in },
-                data.len()
-            )));
-        }
         let per_logits = cfg.n_outputs * cfg.d_out;
         let mut logits = vec![0f32; batch * per_logits];
         let mut taken = vec![0f32; batch * width];
@@ -399,17 +467,82 @@ impl Inference {
                 || Work::new(cfg, self.plan.as_ref()),
                 |work, (c, (lg, tk))| {
                     let n = lg.len() / per_logits;
-                    let part = &data[c * CHUNK * per_problem..][..n * per_problem];
+                    let part = c * CHUNK * per_problem..(c * CHUNK + n) * per_problem;
+                    let from = match start {
+                        Start::Inputs(x) => From::Inputs(&x[part]),
+                        Start::Stream { resid, layer } => From::Stream(&resid[part], layer),
+                        Start::Query {
+                            state,
+                            problems,
+                            query,
+                        } => From::Query(state, &problems[c * CHUNK..][..n], query),
+                    };
                     let pass = Pass {
                         first_problem: c * CHUNK,
                         n,
                         width,
-                        first,
                     };
-                    self.chunk(work, &pass, part, lg, tk, hooks);
+                    self.chunk(work, &pass, from, lg, tk, hooks);
                 },
             );
         Ok(InferenceOutput { logits, taken })
+    }
+
+    /// [`ModelError::Input`] unless `layer` is one of the model's blocks.
+    fn check_layer(&self, layer: usize) -> Result<()> {
+        if layer >= self.config.n_layers {
+            return Err(ModelError::Input(format!(
+                "a pass from block {layer} of a model with {} blocks",
+                self.config.n_layers
+            )));
+        }
+        Ok(())
+    }
+
+    /// The state of block `layer` for `batch` problems whose stream entering it is `pre`
+    /// (`blocks.{layer}.hook_resid_pre` of a plain pass): the block computed for every query,
+    /// without hooks. Passes that change one query's codes at that block start from it
+    /// ([`Start::Query`]).
+    ///
+    /// # Shapes
+    /// `pre [B, T, D]`.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] if `pre` does not hold `batch` streams of the model's shape, `batch`
+    /// is 0 or `layer` is past the last block.
+    pub fn block_state(&self, pre: &[f32], batch: usize, layer: usize) -> Result<BlockState> {
+        let cfg = &self.config;
+        let (t, dm, hd) = (cfg.n_tokens, cfg.d_model, cfg.n_heads * cfg.d_head);
+        self.check_layer(layer)?;
+        check_floats(pre, batch, t * dm, "a stream", [t, dm])?;
+        let mut qkv = vec![0f32; batch * t * 3 * hd];
+        let mut post = vec![0f32; batch * t * dm];
+        post.par_chunks_mut(CHUNK * t * dm)
+            .zip(qkv.par_chunks_mut(CHUNK * t * 3 * hd))
+            .enumerate()
+            .for_each_init(
+                || Work::new(cfg, self.plan.as_ref()),
+                |w, (c, (post, qkv))| {
+                    let n = post.len() / (t * dm);
+                    let rows = n * t;
+                    w.resid[..rows * dm].copy_from_slice(&pre[c * CHUNK * t * dm..][..rows * dm]);
+                    let pass = Pass {
+                        first_problem: c * CHUNK,
+                        n,
+                        width: 0,
+                    };
+                    self.block(w, layer, 0, &pass, &mut [], &());
+                    post.copy_from_slice(&w.resid[..rows * dm]);
+                    qkv.copy_from_slice(&w.qkv[..rows * 3 * hd]);
+                },
+            );
+        Ok(BlockState {
+            layer,
+            batch,
+            pre: pre.to_vec(),
+            qkv,
+            post,
+        })
     }
 
     /// [`Transformer::forward`] by this pass: the same logits and (if `capture_attention`) the
@@ -469,57 +602,40 @@ impl Inference {
         Ok(ForwardOutput { logits, attention })
     }
 
-    /// One chunk of problems (`pass`) from `data` (inputs `[n, T, d_in]` or the stream `[n, T, D]`)
-    /// into `logits [n, F, d_out]` and `taken [n, width]`.
+    /// One chunk of problems (`pass`) from `from` into `logits [n, F, d_out]` and
+    /// `taken [n, width]`.
     fn chunk<H: InferenceHooks>(
         &self,
         w: &mut Work,
         pass: &Pass,
-        data: &[f32],
+        from: From<'_>,
         logits: &mut [f32],
         taken: &mut [f32],
         hooks: &H,
     ) {
         let cfg = &self.config;
-        let (t, dm, h, d) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.d_head);
-        let (n, width, f) = (pass.n, pass.width, cfg.n_outputs);
-        let (hd, rows) = (h * d, n * t);
-        let shape = Shape {
-            t,
-            tp: padded(t),
-            h,
-            d,
-            scale: (1.0 / (d as f64).sqrt()) as f32,
-        };
-        let first = match pass.first {
-            None => {
+        let (t, dm) = (cfg.n_tokens, cfg.d_model);
+        let (n, f) = (pass.n, cfg.n_outputs);
+        let rows = n * t;
+        let first = match from {
+            From::Inputs(x) => {
                 let resid = &mut w.resid[..rows * dm];
-                matmul(resid, data, &self.w_e, (rows, cfg.d_in, dm));
+                matmul(resid, x, &self.w_e, (rows, cfg.d_in, dm));
                 add_rows(resid, &self.b_e);
                 0
             }
-            Some(layer) => {
-                w.resid[..rows * dm].copy_from_slice(data);
+            From::Stream(resid, layer) => {
+                w.resid[..rows * dm].copy_from_slice(resid);
                 layer
+            }
+            From::Query(state, problems, query) => {
+                self.query_block(w, pass, state, problems, query, taken, hooks);
+                state.layer + 1
             }
         };
         // Rows per problem in `w.resid` after the last block: all T, or the last block's queries.
         let mut kept = t;
-        for (l, lw) in self.layers.iter().enumerate().skip(first) {
-            let resid = &mut w.resid[..rows * dm];
-            for p in 0..n {
-                let row = if width > 0 {
-                    &mut taken[p * width..][..width]
-                } else {
-                    &mut []
-                };
-                hooks.resid_pre(
-                    l,
-                    pass.first_problem + p,
-                    &mut resid[p * t * dm..][..t * dm],
-                    row,
-                );
-            }
+        for l in first..self.layers.len() {
             // The queries this block computes: all, but in the last block only those the logits
             // and the hooks read.
             let q0 = if l + 1 == self.layers.len() {
@@ -527,52 +643,7 @@ impl Inference {
             } else {
                 0
             };
-            // Attention.
-            let xn = &mut w.xn[..rows * dm];
-            layer_norm(resid, &lw.ln1, xn);
-            let qkv = &mut w.qkv[..rows * 3 * hd];
-            matmul(qkv, xn, &lw.w_qkv, (rows, dm, 3 * hd));
-            add_rows(qkv, &lw.b_qkv);
-            let o = &mut w.o[..rows * hd];
-            for p in 0..n {
-                let qkv = &qkv[p * t * 3 * hd..][..t * 3 * hd];
-                self.kernels.codes(
-                    &shape,
-                    cfg.mixer.normalisation(),
-                    self.visible.as_deref(),
-                    q0,
-                    qkv,
-                    &lw.bias,
-                    &mut w.one,
-                );
-                let row = if width > 0 {
-                    &mut taken[p * width..][..width]
-                } else {
-                    &mut []
-                };
-                hooks.pattern(l, pass.first_problem + p, &mut w.one.att, row);
-                let op = &mut o[p * t * hd..][..t * hd];
-                match (&self.plan, &mut w.rows) {
-                    (Some(plan), Some(rows)) => self
-                        .kernels
-                        .mix_value(plan, q0, &w.one.att, &w.one.v, op, rows),
-                    _ => self.kernels.value(&shape, q0, &w.one.att, &w.one.vt, op),
-                }
-            }
-            if q0 == 0 {
-                self.finish_block(lw, resid, o, rows, &mut w.xn, &mut w.y, &mut w.hid);
-            } else {
-                // The queries from q0 of every problem, gathered into whole rows.
-                kept = t - q0;
-                let (resid_c, o_c) = (&mut w.resid_c[..n * kept * dm], &mut w.o_c[..n * kept * hd]);
-                for p in 0..n {
-                    resid_c[p * kept * dm..][..kept * dm]
-                        .copy_from_slice(&resid[(p * t + q0) * dm..][..kept * dm]);
-                    o_c[p * kept * hd..][..kept * hd]
-                        .copy_from_slice(&o[(p * t + q0) * hd..][..kept * hd]);
-                }
-                self.finish_block(lw, resid_c, o_c, n * kept, &mut w.xn, &mut w.y, &mut w.hid);
-            }
+            kept = self.block(w, l, q0, pass, taken, hooks);
         }
         // The last F positions of each problem.
         let resid = if kept == t {
@@ -589,6 +660,148 @@ impl Inference {
         layer_norm(last, &self.ln_final, normed);
         matmul(logits, normed, &self.w_u, (n * f, dm, cfg.d_out));
         add_rows(logits, &self.b_u);
+    }
+
+    /// Block `l` on the chunk's stream in `w.resid`, for the queries from `q0`, with the hooks.
+    /// With `q0 = 0` the stream leaving the block replaces `w.resid`; otherwise it is written,
+    /// for the queries from `q0` only, to `w.resid_c` (`[n, T - q0, D]`). Returns the rows per
+    /// problem of the stream leaving the block (`T - q0`). Q, K and V stay in `w.qkv`.
+    fn block<H: InferenceHooks>(
+        &self,
+        w: &mut Work,
+        l: usize,
+        q0: usize,
+        pass: &Pass,
+        taken: &mut [f32],
+        hooks: &H,
+    ) -> usize {
+        let cfg = &self.config;
+        let lw = &self.layers[l];
+        let (t, dm, hd) = (cfg.n_tokens, cfg.d_model, cfg.n_heads * cfg.d_head);
+        let (n, width) = (pass.n, pass.width);
+        let rows = n * t;
+        let shape = self.shape();
+        let resid = &mut w.resid[..rows * dm];
+        for p in 0..n {
+            hooks.resid_pre(
+                l,
+                pass.first_problem + p,
+                &mut resid[p * t * dm..][..t * dm],
+                taken_row(taken, width, p),
+            );
+        }
+        // Attention.
+        let xn = &mut w.xn[..rows * dm];
+        layer_norm(resid, &lw.ln1, xn);
+        let qkv = &mut w.qkv[..rows * 3 * hd];
+        matmul(qkv, xn, &lw.w_qkv, (rows, dm, 3 * hd));
+        add_rows(qkv, &lw.b_qkv);
+        let o = &mut w.o[..rows * hd];
+        for p in 0..n {
+            let qkv = &qkv[p * t * 3 * hd..][..t * 3 * hd];
+            self.kernels.codes(
+                &shape,
+                cfg.mixer.normalisation(),
+                self.visible.as_deref(),
+                q0,
+                qkv,
+                &lw.bias,
+                &mut w.one,
+            );
+            hooks.pattern(
+                l,
+                pass.first_problem + p,
+                &mut w.one.att,
+                taken_row(taken, width, p),
+            );
+            self.value(q0, &mut w.one, &mut w.rows, &mut o[p * t * hd..][..t * hd]);
+        }
+        if q0 == 0 {
+            self.finish_block(lw, resid, o, rows, &mut w.xn, &mut w.y, &mut w.hid);
+            return t;
+        }
+        // The queries from q0 of every problem, gathered into whole rows.
+        let kept = t - q0;
+        let (resid_c, o_c) = (&mut w.resid_c[..n * kept * dm], &mut w.o_c[..n * kept * hd]);
+        for p in 0..n {
+            resid_c[p * kept * dm..][..kept * dm]
+                .copy_from_slice(&resid[(p * t + q0) * dm..][..kept * dm]);
+            o_c[p * kept * hd..][..kept * hd].copy_from_slice(&o[(p * t + q0) * hd..][..kept * hd]);
+        }
+        self.finish_block(lw, resid_c, o_c, n * kept, &mut w.xn, &mut w.y, &mut w.hid);
+        kept
+    }
+
+    /// The block of a [`Start::Query`] pass for the chunk's `problems` (indices into `state`):
+    /// query `query` alone, from the state's Q, K and V, with the hooks' `pattern`; the stream
+    /// leaving the block into `w.resid`, the state's except at that query.
+    #[allow(clippy::too_many_arguments)]
+    fn query_block<H: InferenceHooks>(
+        &self,
+        w: &mut Work,
+        pass: &Pass,
+        state: &BlockState,
+        problems: &[usize],
+        query: usize,
+        taken: &mut [f32],
+        hooks: &H,
+    ) {
+        let cfg = &self.config;
+        let l = state.layer;
+        let lw = &self.layers[l];
+        let (t, dm, hd) = (cfg.n_tokens, cfg.d_model, cfg.n_heads * cfg.d_head);
+        let n = pass.n;
+        let shape = self.shape();
+        let (resid_c, o_c) = (&mut w.resid_c[..n * dm], &mut w.o_c[..n * hd]);
+        for (p, &src) in problems.iter().enumerate() {
+            let qkv = &state.qkv[src * t * 3 * hd..][..t * 3 * hd];
+            self.kernels.codes(
+                &shape,
+                cfg.mixer.normalisation(),
+                self.visible.as_deref(),
+                query,
+                qkv,
+                &lw.bias,
+                &mut w.one,
+            );
+            hooks.pattern(
+                l,
+                pass.first_problem + p,
+                &mut w.one.att,
+                taken_row(taken, pass.width, p),
+            );
+            let o = &mut w.o[..t * hd];
+            self.value(query, &mut w.one, &mut w.rows, o);
+            o_c[p * hd..][..hd].copy_from_slice(&o[query * hd..][..hd]);
+            resid_c[p * dm..][..dm].copy_from_slice(&state.pre[(src * t + query) * dm..][..dm]);
+        }
+        self.finish_block(lw, resid_c, o_c, n, &mut w.xn, &mut w.y, &mut w.hid);
+        for (p, &src) in problems.iter().enumerate() {
+            let resid = &mut w.resid[p * t * dm..][..t * dm];
+            resid.copy_from_slice(&state.post[src * t * dm..][..t * dm]);
+            resid[query * dm..][..dm].copy_from_slice(&w.resid_c[p * dm..][..dm]);
+        }
+    }
+
+    /// The value network of one problem's codes in `one` (its values too), for the queries from
+    /// `q0`, into `o [T, H d]`.
+    fn value(&self, q0: usize, one: &mut Scratch, rows: &mut Option<Rows>, o: &mut [f32]) {
+        match (&self.plan, rows) {
+            (Some(plan), Some(rows)) => self.kernels.mix_value(plan, q0, &one.att, &one.v, o, rows),
+            _ => self.kernels.value(&self.shape(), q0, &one.att, &one.vt, o),
+        }
+    }
+
+    /// The sizes of one problem's attention.
+    fn shape(&self) -> Shape {
+        let cfg = &self.config;
+        Shape {
+            t: cfg.n_tokens,
+            tp: padded(cfg.n_tokens),
+            h: cfg.n_heads,
+            d: cfg.d_head,
+            scale: (1.0 / (cfg.d_head as f64).sqrt()) as f32,
+        }
     }
 
     /// The rest of a block after the value network, on `rows` rows: the output projection of the
@@ -941,8 +1154,44 @@ struct Pass {
     n: usize,
     /// Floats per problem of [`InferenceOutput::taken`].
     width: usize,
-    /// The block the pass starts at when it starts from the stream.
-    first: Option<usize>,
+}
+
+/// What one chunk starts from: its inputs `[n, T, d_in]`, its stream `[n, T, D]` entering a
+/// block, or a block state with its problems and query ([`Start`]).
+#[derive(Clone, Copy)]
+enum From<'a> {
+    Inputs(&'a [f32]),
+    Stream(&'a [f32], usize),
+    Query(&'a BlockState, &'a [usize], usize),
+}
+
+/// Problem `p`'s row of a chunk's `taken` (`width` floats each; empty for width 0).
+fn taken_row(taken: &mut [f32], width: usize, p: usize) -> &mut [f32] {
+    if width > 0 {
+        &mut taken[p * width..][..width]
+    } else {
+        &mut []
+    }
+}
+
+/// [`ModelError::Input`] unless `data` holds `batch >= 1` problems of `per` floats (`shape`, for
+/// the message).
+fn check_floats(
+    data: &[f32],
+    batch: usize,
+    per: usize,
+    what: &str,
+    shape: [usize; 2],
+) -> Result<()> {
+    if batch == 0 || data.len() != batch * per {
+        return Err(ModelError::Input(format!(
+            "the pass must start from batch >= 1 problems, each {what} of {per} floats ([{}, {}]): got {} floats for {batch}",
+            shape[0],
+            shape[1],
+            data.len()
+        )));
+    }
+    Ok(())
 }
 
 /// One worker's buffers, sized for a chunk of [`CHUNK`] problems.
@@ -1328,6 +1577,124 @@ mod tests {
                 inf.run_hooked(past, 11, 0, &Edit),
                 Err(ModelError::Input(_))
             ));
+        }
+    }
+
+    /// Reads the stream entering block `0` into the row.
+    struct ReadPre(usize);
+
+    impl InferenceHooks for ReadPre {
+        fn resid_pre(&self, layer: usize, _: usize, resid: &mut [f32], row: &mut [f32]) {
+            if layer == self.0 {
+                row.copy_from_slice(resid);
+            }
+        }
+    }
+
+    /// At block `layer` writes `0.1 (p + k + 1)` into head 1's code of query `query` to key `k`,
+    /// for the problem `p` of the pass.
+    struct QueryEdit {
+        layer: usize,
+        query: usize,
+    }
+
+    impl InferenceHooks for QueryEdit {
+        fn pattern(&self, layer: usize, problem: usize, codes: &mut [f32], _: &mut [f32]) {
+            if layer == self.layer {
+                for k in 0..9 {
+                    codes[(9 + self.query) * 9 + k] = 0.1 * (problem + k + 1) as f32;
+                }
+            }
+        }
+
+        fn last_block_from_query(&self) -> usize {
+            self.query
+        }
+    }
+
+    #[test]
+    fn a_pass_from_a_block_state_repeats_the_pass_from_the_stream_bit_for_bit() {
+        // 13 problems; passes of 11 (a chunk of 8 and one of 3, out of order, one repeated) and
+        // of 1, at every block, at the last query and at query 2 (before the logits' rows).
+        for (s, mixer) in Mixer::ALL.into_iter().enumerate() {
+            for causal in [false, true] {
+                let model = random_model(mixer, causal, 60 + s as u64);
+                let inf = Inference::new(&model).unwrap();
+                let (b, t, dm) = (13, 9, 24);
+                let x = random_input(model.config(), b, 8);
+                let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+                let plain = inf.run_hooked(Start::Inputs(&xs), b, 0, &()).unwrap();
+                for layer in 0..3 {
+                    let pre = inf
+                        .run_hooked(Start::Inputs(&xs), b, t * dm, &ReadPre(layer))
+                        .unwrap()
+                        .taken;
+                    let state = inf.block_state(&pre, b, layer).unwrap();
+                    assert_eq!((state.layer(), state.batch()), (layer, b));
+                    for problems in [vec![12, 0, 5, 5, 3, 1, 7, 8, 9, 10, 11], vec![4]] {
+                        let n = problems.len();
+                        let stream: Vec<f32> = problems
+                            .iter()
+                            .flat_map(|&p| pre[p * t * dm..][..t * dm].iter().copied())
+                            .collect();
+                        let logits_of = |p: usize| &plain.logits[p * 18..][..18];
+                        // No edit: the plain pass's logits.
+                        let start = Start::Query {
+                            state: &state,
+                            problems: &problems,
+                            query: t - 1,
+                        };
+                        let same = inf.run_hooked(start, n, 0, &()).unwrap();
+                        for (i, &p) in problems.iter().enumerate() {
+                            assert_eq!(&same.logits[i * 18..][..18], logits_of(p));
+                        }
+                        for query in [t - 1, 2] {
+                            let edit = QueryEdit { layer, query };
+                            let want = inf
+                                .run_hooked(
+                                    Start::Stream {
+                                        resid: &stream,
+                                        layer,
+                                    },
+                                    n,
+                                    0,
+                                    &edit,
+                                )
+                                .unwrap();
+                            let start = Start::Query {
+                                state: &state,
+                                problems: &problems,
+                                query,
+                            };
+                            let got = inf.run_hooked(start, n, 0, &edit).unwrap();
+                            let what = format!(
+                                "{mixer} causal {causal} block {layer} query {query} of {n}"
+                            );
+                            assert_eq!(got.logits, want.logits, "{what}");
+                            if query == t - 1 {
+                                assert!(got.logits[..18] != *logits_of(problems[0]), "{what}");
+                            }
+                        }
+                    }
+                    // Bad input: a problem outside the state, a query past the sequence, a batch
+                    // that is not the problems'.
+                    for (problems, query, n) in
+                        [(vec![13], 8, 1), (vec![0], 9, 1), (vec![0, 1], 8, 1)]
+                    {
+                        let start = Start::Query {
+                            state: &state,
+                            problems: &problems,
+                            query,
+                        };
+                        assert!(matches!(
+                            inf.run_hooked(start, n, 0, &()),
+                            Err(ModelError::Input(_))
+                        ));
+                    }
+                }
+                assert!(inf.block_state(&xs, b, 0).is_err());
+                assert!(inf.block_state(&vec![0.0; b * t * dm], b, 3).is_err());
+            }
         }
     }
 

@@ -120,37 +120,38 @@ struct Site {
     keys: [usize; 2],
 }
 
-/// Reads the stream entering the site's layer and the codes at the site ([`Passes::site`]): row =
-/// `[T * D]` stream, then `[H, 2]` codes.
-struct ReadSite {
-    site: Site,
+/// Reads, at every layer, the codes at the query and keys (`[H, 2]`) and, with `streams`, the
+/// stream entering the layer (`[T * D]`) ([`Passes::sites`]): row = `L` streams (or none), then
+/// `L` codes.
+struct ReadSites {
+    query: usize,
+    keys: [usize; 2],
+    n_layers: usize,
     n_heads: usize,
     n_tokens: usize,
+    /// Floats per stream; 0 reads none.
+    stream: usize,
 }
 
-impl InferenceHooks for ReadSite {
+impl InferenceHooks for ReadSites {
     fn resid_pre(&self, layer: usize, _: usize, resid: &mut [f32], row: &mut [f32]) {
-        if layer == self.site.layer {
-            row[..resid.len()].copy_from_slice(resid);
+        if self.stream > 0 {
+            row[layer * self.stream..][..self.stream].copy_from_slice(resid);
         }
     }
 
     fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
-        if layer != self.site.layer {
-            return;
-        }
         let (h, t) = (self.n_heads, self.n_tokens);
-        let start = row.len() - 2 * h;
-        let out = &mut row[start..];
+        let out = &mut row[self.n_layers * self.stream + layer * 2 * h..][..2 * h];
         for hh in 0..h {
-            for (j, &k) in self.site.keys.iter().enumerate() {
-                out[hh * 2 + j] = codes[(hh * t + self.site.query) * t + k];
+            for (j, &k) in self.keys.iter().enumerate() {
+                out[hh * 2 + j] = codes[(hh * t + self.query) * t + k];
             }
         }
     }
 
     fn last_block_from_query(&self) -> usize {
-        self.site.query
+        self.query
     }
 }
 
@@ -182,18 +183,28 @@ impl InferenceHooks for WriteSite<'_> {
 
 /// The two passes of the test: on the CPU by [`Inference`] (`hyperlens_model::infer`), elsewhere
 /// by candle's hooked pass. Both start the transplanted passes from the stream that the plain pass
-/// produced at the site's layer, so that the identity transplant is exact.
+/// produced at the site's layer, so that the identity transplant is exact; on the CPU from the
+/// block's state ([`Inference::block_state`]), so that the site's block is computed for the
+/// site's query alone. One plain pass per batch reads every layer.
 enum Passes<'a> {
     Cpu(Box<Inference>),
     Candle(&'a Transformer),
 }
 
-/// What the plain pass gives at one site: the slot's logits per problem `[B][C]`, the own codes
-/// `[B, H, 2]` and the stream entering the site's layer `[B, T, D]`.
+/// What the plain pass gives: the slot's logits per problem `[B][C]`, and per layer the codes at
+/// the site `[B, H, 2]` and (when asked for) the stream entering the layer `[B, T, D]`.
 struct SiteValues {
     logits: Vec<Vec<f32>>,
-    codes: Vec<f32>,
-    stream: Vec<f32>,
+    codes: Vec<Vec<f32>>,
+    streams: Vec<Vec<f32>>,
+}
+
+/// Where the transplanted passes of one layer and batch start: on the CPU the block's state
+/// ([`Inference::block_state`], so that each pass computes that block for the site's query
+/// alone), for candle the stream entering the block.
+enum Prepared {
+    Cpu(hyperlens_model::infer::BlockState),
+    Candle(Vec<f32>),
 }
 
 impl Passes<'_> {
@@ -205,36 +216,60 @@ impl Passes<'_> {
             .collect()
     }
 
-    /// The plain pass over `part` (slot `slot`): its logits, codes and stream at `site`.
-    fn site(&self, part: &ProblemSet, site: Site, slot: usize) -> Result<SiteValues> {
+    /// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at
+    /// `query` and `keys` and (with `streams`) the stream entering the layer.
+    fn sites(
+        &self,
+        part: &ProblemSet,
+        (query, keys): (usize, [usize; 2]),
+        slot: usize,
+        streams: bool,
+    ) -> Result<SiteValues> {
         match self {
             Passes::Cpu(inf) => {
                 let cfg = inf.config();
-                let (b, t, dm, h) = (part.len(), cfg.n_tokens, cfg.d_model, cfg.n_heads);
-                let hooks = ReadSite {
-                    site,
+                let (t, dm, h, nl) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.n_layers);
+                let hooks = ReadSites {
+                    query,
+                    keys,
+                    n_layers: nl,
                     n_heads: h,
                     n_tokens: t,
+                    stream: if streams { t * dm } else { 0 },
                 };
-                let width = t * dm + h * 2;
+                let width = nl * (hooks.stream + h * 2);
                 let out = inf.run_problems(part.x.view(), width, &hooks)?;
-                let mut stream = Vec::with_capacity(b * t * dm);
-                let mut codes = Vec::with_capacity(b * h * 2);
-                for row in out.taken.chunks_exact(width) {
-                    stream.extend_from_slice(&row[..t * dm]);
-                    codes.extend_from_slice(&row[t * dm..]);
-                }
+                let per_layer = |at: usize, len: usize| -> Vec<Vec<f32>> {
+                    (0..nl)
+                        .map(|l| {
+                            out.taken
+                                .chunks_exact(width)
+                                .flat_map(|row| &row[at + l * len..][..len])
+                                .copied()
+                                .collect()
+                        })
+                        .collect()
+                };
                 Ok(SiteValues {
                     logits: Self::slot(&out.logits, cfg.n_outputs, cfg.d_out, slot),
-                    codes,
-                    stream,
+                    codes: per_layer(nl * hooks.stream, h * 2),
+                    streams: if streams {
+                        per_layer(0, hooks.stream)
+                    } else {
+                        Vec::new()
+                    },
                 })
             }
             Passes::Candle(model) => {
+                let cfg = model.config();
                 let x = batch_tensor(&part.x, model.device())?;
-                let name = format!("blocks.{}.attn.hook_pattern", site.layer);
-                let resid = format!("blocks.{}.hook_resid_pre", site.layer);
-                let (logits, cache) = model.run_with_cache(&x, &[name.clone(), resid.clone()])?;
+                let mut names: Vec<String> = (0..cfg.n_layers)
+                    .map(|l| format!("blocks.{l}.attn.hook_pattern"))
+                    .collect();
+                if streams {
+                    names.extend((0..cfg.n_layers).map(|l| format!("blocks.{l}.hook_resid_pre")));
+                }
+                let (logits, cache) = model.run_with_cache(&x, &names)?;
                 let get = |n: &str| {
                     cache
                         .iter()
@@ -242,15 +277,27 @@ impl Passes<'_> {
                         .map(|(_, t)| t.clone())
                         .ok_or_else(|| ProbeError::InvalidInput(format!("no {n} in the cache")))
                 };
-                let (p, stream) = (get(&name)?, get(&resid)?);
-                let a = p.narrow(2, site.query, 1)?.squeeze(2)?; // [B, H, T]
                 let idx = Tensor::from_vec(
-                    site.keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
+                    keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
                     2,
                     x.device(),
                 )?;
-                let codes = a.contiguous()?.index_select(&idx, 2)?;
-                let cfg = model.config();
+                let mut codes = Vec::with_capacity(cfg.n_layers);
+                let mut stream_values = Vec::new();
+                for l in 0..cfg.n_layers {
+                    let p = get(&format!("blocks.{l}.attn.hook_pattern"))?;
+                    let a = p.narrow(2, query, 1)?.squeeze(2)?; // [B, H, T]
+                    codes.push(
+                        a.contiguous()?
+                            .index_select(&idx, 2)?
+                            .flatten_all()?
+                            .to_vec1()?,
+                    );
+                    if streams {
+                        let s = get(&format!("blocks.{l}.hook_resid_pre"))?;
+                        stream_values.push(s.flatten_all()?.to_vec1()?);
+                    }
+                }
                 Ok(SiteValues {
                     logits: Self::slot(
                         &logits.flatten_all()?.to_vec1::<f32>()?,
@@ -258,25 +305,34 @@ impl Passes<'_> {
                         cfg.d_out,
                         slot,
                     ),
-                    codes: codes.flatten_all()?.to_vec1()?,
-                    stream: stream.flatten_all()?.to_vec1()?,
+                    codes,
+                    streams: stream_values,
                 })
             }
         }
     }
 
-    /// The slot's logits `[B][C]` of the pass from `stream [B, T, D]` (entering the site's layer)
-    /// with `codes [B, H, 2]` written at `site`.
+    /// The start of the transplanted passes at block `layer` from the plain pass's stream
+    /// `stream [B, T, D]` entering it.
+    fn prepare(&self, stream: &[f32], b: usize, layer: usize) -> Result<Prepared> {
+        Ok(match self {
+            Passes::Cpu(inf) => Prepared::Cpu(inf.block_state(stream, b, layer)?),
+            Passes::Candle(_) => Prepared::Candle(stream.to_vec()),
+        })
+    }
+
+    /// The slot's logits `[P][C]` of the passes of the problems `problems` (indices into the
+    /// prepared batch) with `codes [P, H, 2]` written at `site`.
     fn transplanted(
         &self,
-        stream: &[f32],
-        b: usize,
+        from: &Prepared,
+        problems: &[usize],
         site: Site,
         codes: &[f32],
         slot: usize,
     ) -> Result<Vec<Vec<f32>>> {
-        match self {
-            Passes::Cpu(inf) => {
+        match (self, from) {
+            (Passes::Cpu(inf), Prepared::Cpu(state)) => {
                 let cfg = inf.config();
                 let hooks = WriteSite {
                     site,
@@ -284,17 +340,24 @@ impl Passes<'_> {
                     n_tokens: cfg.n_tokens,
                     codes,
                 };
-                let start = Start::Stream {
-                    resid: stream,
-                    layer: site.layer,
+                let start = Start::Query {
+                    state,
+                    problems,
+                    query: site.query,
                 };
-                let out = inf.run_hooked(start, b, 0, &hooks)?;
+                let out = inf.run_hooked(start, problems.len(), 0, &hooks)?;
                 Ok(Self::slot(&out.logits, cfg.n_outputs, cfg.d_out, slot))
             }
-            Passes::Candle(model) => {
+            (Passes::Candle(model), Prepared::Candle(stream)) => {
                 let cfg = model.config();
                 let dev = model.device();
-                let resid = Tensor::from_vec(stream.to_vec(), (b, cfg.n_tokens, cfg.d_model), dev)?;
+                let per = cfg.n_tokens * cfg.d_model;
+                let rows: Vec<f32> = problems
+                    .iter()
+                    .flat_map(|&i| stream[i * per..][..per].iter().copied())
+                    .collect();
+                let b = problems.len();
+                let resid = Tensor::from_vec(rows, (b, cfg.n_tokens, cfg.d_model), dev)?;
                 let codes = Tensor::from_vec(codes.to_vec(), (b, cfg.n_heads, 2), dev)?;
                 let mut hook = Transplant {
                     name: format!("blocks.{}.attn.hook_pattern", site.layer),
@@ -306,6 +369,9 @@ impl Passes<'_> {
                 let s = logits.narrow(1, slot, 1)?.squeeze(1)?;
                 Ok(s.to_vec2()?)
             }
+            _ => Err(ProbeError::InvalidInput(
+                "a transplant prepared for another device".into(),
+            )),
         }
     }
 }
@@ -347,7 +413,6 @@ pub fn latent_transplant(
 ) -> Result<Vec<TransplantRow>> {
     let cfg = model.config().clone();
     let f = cfg.n_outputs;
-    let m = cfg.d_in;
     if slot >= f || batch == 0 || id.is_empty() || ood.is_empty() {
         return Err(ProbeError::InvalidInput(format!(
             "--slot {slot} (of {f}), --batch {batch}, {} ID and {} OOD problems: give a slot below {f}, a positive batch and both sets",
@@ -360,18 +425,30 @@ pub fn latent_transplant(
             "the transplant needs unpermuted problems (slot f is feature f in every panel)".into(),
         ));
     }
-    let t = cfg.n_tokens;
-    let query = t - f + slot;
-    // Token `f p + slot` shows panel p's value of feature `slot` (panels 6 and 7 are the answer's
-    // row, panels 0 and 1 the first row).
-    let answer_row = [f * 6 + slot, f * 7 + slot];
-    let first_row = [slot, f + slot];
     let passes = if model.device().is_cpu() {
         Passes::Cpu(Box::new(Inference::new(model)?))
     } else {
         Passes::Candle(model)
     };
-    let h = cfg.n_heads;
+    transplant_with(&passes, &cfg, (id, ood), slot, batch, seed)
+}
+
+/// [`latent_transplant`] (checked arguments) by `passes`.
+fn transplant_with(
+    passes: &Passes<'_>,
+    cfg: &hyperlens_model::Config,
+    (id, ood): (&ProblemSet, &ProblemSet),
+    slot: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<Vec<TransplantRow>> {
+    let (t, f, m) = (cfg.n_tokens, cfg.n_outputs, cfg.d_in);
+    let query = t - f + slot;
+    // Token `f p + slot` shows panel p's value of feature `slot` (panels 6 and 7 are the answer's
+    // row, panels 0 and 1 the first row).
+    let answer_row = [f * 6 + slot, f * 7 + slot];
+    let first_row = [slot, f + slot];
+    let (h, n_layers) = (cfg.n_heads, cfg.n_layers);
     // The value of slot `slot` in panel p, per OOD problem.
     let value = |i: usize, p: usize| -> u8 {
         ood.x
@@ -380,34 +457,42 @@ pub fn latent_transplant(
             .position(|&v| v > 0.5)
             .unwrap_or(0) as u8
     };
-    let mut rows = Vec::new();
+    let at = |layer: usize, keys: [usize; 2]| Site { layer, query, keys };
+    // The random codes' directions `[L][N_ood][H * 2]`, drawn layer by layer and problem by
+    // problem (the order of the test's passes before they shared one plain pass per batch).
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    for l in 0..cfg.n_layers {
-        // Mean ID code [H, 2] per rule of the slot.
-        let mut sums: Vec<Option<(Vec<f32>, usize)>> = vec![None; Rule::COUNT];
-        // Every ID problem's own code [H * 2], by the rule of its slot (the donor problems).
-        let mut by_rule: Vec<Vec<Vec<f32>>> = vec![Vec::new(); Rule::COUNT];
-        let at = |keys: [usize; 2]| Site {
-            layer: l,
-            query,
-            keys,
-        };
-        for s in (0..id.len()).step_by(batch) {
-            let part = id.slice(s, s + batch);
-            let codes = passes.site(&part, at(answer_row), slot)?.codes;
+    let directions: Vec<Vec<f32>> = (0..n_layers)
+        .map(|_| {
+            (0..ood.len() * h * 2)
+                .map(|_| rng.gen::<f32>() * 2.0 - 1.0)
+                .collect()
+        })
+        .collect();
+    // Per layer: the sum and count of the ID codes [H, 2] per rule of the slot, and every ID
+    // problem's own code [H * 2] by its rule (the donor problems); one plain pass per batch
+    // reads every layer.
+    type Sum = Option<(Vec<f32>, usize)>;
+    let mut sums: Vec<Vec<Sum>> = vec![vec![None; Rule::COUNT]; n_layers];
+    let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; n_layers];
+    for s in (0..id.len()).step_by(batch) {
+        let part = id.slice(s, s + batch);
+        let plain = passes.sites(&part, (query, answer_row), slot, false)?;
+        for (l, codes) in plain.codes.iter().enumerate() {
             for (i, c) in codes.chunks_exact(h * 2).enumerate() {
                 let r = part.rules[[i, slot]] as usize;
-                let flat = c.to_vec();
-                let e = sums[r].get_or_insert_with(|| (vec![0.0; flat.len()], 0));
-                for (a, b) in e.0.iter_mut().zip(&flat) {
+                let e = sums[l][r].get_or_insert_with(|| (vec![0.0; c.len()], 0));
+                for (a, b) in e.0.iter_mut().zip(c) {
                     *a += b;
                 }
                 e.1 += 1;
-                by_rule[r].push(flat);
+                by_rule[l][r].push(c.to_vec());
             }
         }
-        // The mean ID code over all problems (mean ablation of the code).
-        let grand: Option<Vec<f32>> = {
+    }
+    // Per layer: the mean ID code over all problems (mean ablation of the code), and per rule.
+    let grand: Vec<Option<Vec<f32>>> = sums
+        .iter()
+        .map(|sums| {
             let (mut acc, mut count) = (Vec::new(), 0usize);
             for (v, n) in sums.iter().flatten() {
                 if acc.is_empty() {
@@ -419,57 +504,71 @@ pub fn latent_transplant(
                 count += n;
             }
             (count > 0).then(|| acc.into_iter().map(|x| x / count as f32).collect())
-        };
-        let means: Vec<Option<Vec<f32>>> = sums
-            .into_iter()
-            .map(|s| s.map(|(v, n)| v.into_iter().map(|x| x / n as f32).collect()))
-            .collect();
-        let tally = |kind: &str| TransplantRow {
-            layer: l,
-            kind: kind.into(),
-            n: 0,
-            to_donor: 0,
-            elsewhere: 0,
-            unchanged: 0,
-            excluded: 0,
-            max_logit_change: 0.0,
-        };
-        let (mut mean_id, mut donor_problem, mut off_row, mut random, mut ident) = (
-            tally("mean_id"),
-            tally("donor_problem"),
-            tally("off_row"),
-            tally("random"),
-            tally("identity"),
-        );
-        let (mut zero_abl, mut mean_abl) = (tally("zero_ablation"), tally("mean_ablation"));
-        for s in (0..ood.len()).step_by(batch) {
-            let part = ood.slice(s, s + batch);
-            let b = part.len();
-            // One plain pass: the baseline logits, the own codes [B, H, 2] and the stream
-            // entering block l [B, T, D].
-            let plain = passes.site(&part, at(answer_row), slot)?;
-            let base = &plain.logits;
-            let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
+        })
+        .collect();
+    let means: Vec<Vec<Option<Vec<f32>>>> = sums
+        .into_iter()
+        .map(|sums| {
+            sums.into_iter()
+                .map(|s| s.map(|(v, n)| v.into_iter().map(|x| x / n as f32).collect()))
+                .collect()
+        })
+        .collect();
+    let tally = |layer: usize, kind: &str| TransplantRow {
+        layer,
+        kind: kind.into(),
+        n: 0,
+        to_donor: 0,
+        elsewhere: 0,
+        unchanged: 0,
+        excluded: 0,
+        max_logit_change: 0.0,
+    };
+    // Per layer, in the order of the result.
+    const KINDS: [&str; 7] = [
+        "mean_id",
+        "donor_problem",
+        "off_row",
+        "random",
+        "zero_ablation",
+        "mean_ablation",
+        "identity",
+    ];
+    let mut rows: Vec<[TransplantRow; 7]> =
+        (0..n_layers).map(|l| KINDS.map(|k| tally(l, k))).collect();
+    for s in (0..ood.len()).step_by(batch) {
+        let part = ood.slice(s, s + batch);
+        let b = part.len();
+        // One plain pass: the baseline logits, and per layer the own codes [B, H, 2] and the
+        // stream entering the block [B, T, D].
+        let plain = passes.sites(&part, (query, answer_row), slot, true)?;
+        let base = &plain.logits;
+        let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
+        let all: Vec<usize> = (0..b).collect();
+        for l in 0..n_layers {
+            let [mean_id, donor_problem, off_row, random, zero_abl, mean_abl, ident] = &mut rows[l];
+            let own = &plain.codes[l];
+            let from = passes.prepare(&plain.streams[l], b, l)?;
             // Random codes with the own code's norm.
             let mut rand_codes = Vec::with_capacity(b * h * 2);
-            for c in plain.codes.chunks_exact(h * 2) {
+            for (i, c) in own.chunks_exact(h * 2).enumerate() {
                 let norm: f32 = c.iter().map(|v| v * v).sum::<f32>().sqrt();
-                let r: Vec<f32> = (0..h * 2).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
+                let r = &directions[l][(s + i) * h * 2..][..h * 2];
                 let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
                 rand_codes.extend(r.iter().map(|v| v / rn * norm));
             }
             // Zero and mean ablation of the code (TransformerLens's ablations, on the code alone).
             let zeros = vec![0f32; b * h * 2];
-            let mean_all = grand.as_ref().map(|g| g.repeat(b));
+            let mean_all = grand[l].as_ref().map(|g| g.repeat(b));
             // The controls without a donor rule: does the answer change at all?
             for (codes, row) in [
-                (Some(&plain.codes), &mut ident),
-                (Some(&rand_codes), &mut random),
-                (Some(&zeros), &mut zero_abl),
-                (mean_all.as_ref(), &mut mean_abl),
+                (Some(own), ident),
+                (Some(&rand_codes), random),
+                (Some(&zeros), zero_abl),
+                (mean_all.as_ref(), mean_abl),
             ] {
                 let Some(codes) = codes else { continue };
-                let got = passes.transplanted(&plain.stream, b, at(answer_row), codes, slot)?;
+                let got = passes.transplanted(&from, &all, at(l, answer_row), codes, slot)?;
                 for (i, g) in got.iter().enumerate() {
                     row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                     row.n += 1;
@@ -482,13 +581,14 @@ pub fn latent_transplant(
             }
             // Donors: every other rule's mean ID code, at the answer row and at the first row;
             // and the own code of an ID problem of that rule (a different one per OOD problem).
-            for (donor, code) in means.iter().enumerate() {
+            for (donor, code) in means[l].iter().enumerate() {
                 let Some(code) = code else { continue };
                 let donor_rule = Rule::from_index(donor)?;
                 // The problems this donor is scored on: not of the donor's rule, and with an
                 // expected answer that differs from the original and from the prediction (module
                 // docs); only they are run.
                 let mut keep = Vec::with_capacity(b);
+                let mut expected = Vec::with_capacity(b);
                 let mut n_excluded = 0;
                 for (i, &predicted) in pred.iter().enumerate() {
                     if part.rules[[i, slot]] as usize == donor {
@@ -502,37 +602,32 @@ pub fn latent_transplant(
                         .map(usize::from)
                         .filter(|&e| e != original && e != predicted)
                     {
-                        Some(e) => keep.push((i, e)),
+                        Some(e) => {
+                            keep.push(i);
+                            expected.push(e);
+                        }
                         None => n_excluded += 1,
                     }
                 }
-                for row in [&mut mean_id, &mut donor_problem, &mut off_row] {
+                for row in [&mut *mean_id, &mut *donor_problem, &mut *off_row] {
                     row.excluded += n_excluded;
                 }
                 if keep.is_empty() {
                     continue;
                 }
-                let kb = keep.len();
-                let stream_len = plain.stream.len() / b;
-                let stream: Vec<f32> = keep
-                    .iter()
-                    .flat_map(|&(i, _)| {
-                        plain.stream[i * stream_len..][..stream_len].iter().copied()
-                    })
-                    .collect();
-                let codes = code.repeat(kb);
-                let pool = &by_rule[donor];
+                let codes = code.repeat(keep.len());
+                let pool = &by_rule[l][donor];
                 let problem_codes: Vec<f32> = keep
                     .iter()
-                    .flat_map(|&(i, _)| pool[(s + i) % pool.len()].iter().copied())
+                    .flat_map(|&i| pool[(s + i) % pool.len()].iter().copied())
                     .collect();
                 for (keys, codes, row) in [
-                    (answer_row, &codes, &mut mean_id),
-                    (answer_row, &problem_codes, &mut donor_problem),
-                    (first_row, &codes, &mut off_row),
+                    (answer_row, &codes, &mut *mean_id),
+                    (answer_row, &problem_codes, &mut *donor_problem),
+                    (first_row, &codes, &mut *off_row),
                 ] {
-                    let got = passes.transplanted(&stream, kb, at(keys), codes, slot)?;
-                    for (g, &(i, expect)) in got.iter().zip(&keep) {
+                    let got = passes.transplanted(&from, &keep, at(l, keys), codes, slot)?;
+                    for ((g, &i), &expect) in got.iter().zip(&keep).zip(&expected) {
                         row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                         row.n += 1;
                         let p = argmax(g);
@@ -547,17 +642,8 @@ pub fn latent_transplant(
                 }
             }
         }
-        rows.extend([
-            mean_id,
-            donor_problem,
-            off_row,
-            random,
-            zero_abl,
-            mean_abl,
-            ident,
-        ]);
     }
-    Ok(rows)
+    Ok(rows.into_iter().flatten().collect())
 }
 
 /// `transplant.csv`: `layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`.
@@ -593,6 +679,67 @@ pub fn transplant_csv(rows: &[TransplantRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_pass_and_candles_pass_give_the_same_tallies() {
+        use hyperlens_model::{Config, Mixer};
+        use hyperlens_tasks::sraven::{sample, Set, Split};
+        let cfg = Config {
+            n_layers: 2,
+            d_model: 24,
+            n_heads: 4,
+            d_head: 4,
+            d_mlp: 16,
+            ..Config::sraven_base(Mixer::Softmax)
+        };
+        let dev = candle_core::Device::Cpu;
+        let (init, _) = Transformer::init(&cfg, 3, &dev).unwrap();
+        // Noise on every parameter (the biases start at zero), as training would give.
+        let tensors = init
+            .named_tensors()
+            .iter()
+            .map(|(n, t)| {
+                let v: Vec<f32> = (0..t.elem_count())
+                    .map(|i| 0.3 * (i as f32 * 0.917 + 0.4).sin())
+                    .collect();
+                let noise = Tensor::from_vec(v, t.dims(), &dev).unwrap();
+                (n.clone(), (t + noise).unwrap())
+            })
+            .collect();
+        let model = Transformer::from_tensors(&cfg, tensors, &dev).unwrap();
+        let split = Split::named("paper-seed0").unwrap();
+        let id = sample(&split, Set::Id, 64, 1, true).unwrap();
+        let ood = sample(&split, Set::Ood, 21, 2, true).unwrap();
+        let cpu = Passes::Cpu(Box::new(Inference::new(&model).unwrap()));
+        let candle = Passes::Candle(&model);
+        let a = transplant_with(&cpu, &cfg, (&id, &ood), 3, 8, 0).unwrap();
+        let b = transplant_with(&candle, &cfg, (&id, &ood), 3, 8, 0).unwrap();
+        assert_eq!(a.len(), 14);
+        let mut moved = 0;
+        for (a, b) in a.iter().zip(&b) {
+            let counts = |r: &TransplantRow| {
+                (
+                    r.layer,
+                    r.kind.clone(),
+                    r.n,
+                    r.to_donor,
+                    r.elsewhere,
+                    r.unchanged,
+                    r.excluded,
+                )
+            };
+            assert_eq!(counts(a), counts(b));
+            assert!(
+                (a.max_logit_change - b.max_logit_change).abs() < 1e-4,
+                "{a:?} {b:?}"
+            );
+            moved += usize::from(a.max_logit_change > 1e-3);
+            if a.kind == "identity" {
+                assert_eq!((a.max_logit_change, b.max_logit_change), (0.0, 0.0));
+            }
+        }
+        assert!(moved >= 8, "the transplants hardly moved the logits");
+    }
 
     #[test]
     fn answers_under_each_rule_follow_the_rows() {
