@@ -657,7 +657,7 @@ impl Inference {
                 .copy_from_slice(&resid[(p * kept + kept - f) * dm..][..f * dm]);
         }
         let normed = &mut w.xn[..n * f * dm];
-        layer_norm(last, &self.ln_final, normed);
+        self.kernels.layer_norm(last, &self.ln_final, normed);
         matmul(logits, normed, &self.w_u, (n * f, dm, cfg.d_out));
         add_rows(logits, &self.b_u);
     }
@@ -692,10 +692,10 @@ impl Inference {
         }
         // Attention.
         let xn = &mut w.xn[..rows * dm];
-        layer_norm(resid, &lw.ln1, xn);
+        self.kernels.layer_norm(resid, &lw.ln1, xn);
         let qkv = &mut w.qkv[..rows * 3 * hd];
         matmul(qkv, xn, &lw.w_qkv, (rows, dm, 3 * hd));
-        add_rows(qkv, &lw.b_qkv);
+        self.kernels.add_rows(qkv, &lw.b_qkv);
         let o = &mut w.o[..rows * hd];
         for p in 0..n {
             let qkv = &qkv[p * t * 3 * hd..][..t * 3 * hd];
@@ -823,14 +823,14 @@ impl Inference {
         let (resid, o) = (&mut resid[..rows * dm], &o[..rows * hd]);
         let (xn, y) = (&mut xn[..rows * dm], &mut y[..rows * dm]);
         matmul(y, o, &lw.w_o, (rows, hd, dm));
-        add_biased(resid, y, &lw.b_o);
-        layer_norm(resid, &lw.ln2, xn);
+        self.kernels.add_biased(resid, y, &lw.b_o);
+        self.kernels.layer_norm(resid, &lw.ln2, xn);
         let hid = &mut hid[..rows * cfg.d_mlp];
         matmul(hid, xn, &lw.w_in, (rows, dm, cfg.d_mlp));
-        add_rows(hid, &lw.b_in);
+        self.kernels.add_rows(hid, &lw.b_in);
         self.kernels.gelu(hid);
         matmul(y, hid, &lw.w_out, (rows, cfg.d_mlp, dm));
-        add_biased(resid, y, &lw.b_out);
+        self.kernels.add_biased(resid, y, &lw.b_out);
     }
 }
 
@@ -854,7 +854,8 @@ struct Shape {
 }
 
 /// The per-problem attention loops ([`codes_of_problem`], [`default_value`], the HYLA value network
-/// of `ops::fast::mix`) and the GELU, compiled twice: for the baseline x86-64 instruction set, and
+/// of `ops::fast::mix`), the GELU, LayerNorm and the bias additions, compiled twice: for the
+/// baseline x86-64 instruction set, and
 /// with AVX2 and FMA for CPUs that have them (chosen once, at run time). The loops are the same
 /// code, so both give the same bits; FMA is only enabled, never asked for (Rust does not fuse a
 /// product and a sum on its own).
@@ -909,6 +910,39 @@ impl Kernels {
         }
     }
 
+    /// [`layer_norm`] with this instruction set.
+    #[allow(unsafe_code)]
+    fn layer_norm(self, x: &[f32], wb: &(Vec<f32>, Vec<f32>), y: &mut [f32]) {
+        match self {
+            Kernels::Baseline => layer_norm(x, wb, y),
+            // SAFETY: as in `Kernels::codes`.
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 => unsafe { layer_norm_avx2(x, wb, y) },
+        }
+    }
+
+    /// [`add_rows`] with this instruction set.
+    #[allow(unsafe_code)]
+    fn add_rows(self, x: &mut [f32], b: &[f32]) {
+        match self {
+            Kernels::Baseline => add_rows(x, b),
+            // SAFETY: as in `Kernels::codes`.
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 => unsafe { add_rows_avx2(x, b) },
+        }
+    }
+
+    /// [`add_biased`] with this instruction set.
+    #[allow(unsafe_code)]
+    fn add_biased(self, resid: &mut [f32], y: &[f32], b: &[f32]) {
+        match self {
+            Kernels::Baseline => add_biased(resid, y, b),
+            // SAFETY: as in `Kernels::codes`.
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 => unsafe { add_biased_avx2(resid, y, b) },
+        }
+    }
+
     /// [`default_value`] with this instruction set.
     #[allow(unsafe_code)]
     fn value(self, shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) {
@@ -954,6 +988,27 @@ fn codes_avx2(
     w: &mut Scratch,
 ) {
     codes_of_problem(shape, norm, visible, q0, qkv, bias, w);
+}
+
+/// [`layer_norm`] compiled with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn layer_norm_avx2(x: &[f32], wb: &(Vec<f32>, Vec<f32>), y: &mut [f32]) {
+    layer_norm(x, wb, y);
+}
+
+/// [`add_rows`] compiled with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn add_rows_avx2(x: &mut [f32], b: &[f32]) {
+    add_rows(x, b);
+}
+
+/// [`add_biased`] compiled with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn add_biased_avx2(resid: &mut [f32], y: &[f32], b: &[f32]) {
+    add_biased(resid, y, b);
 }
 
 /// [`gelu_in_place`] compiled with AVX2 and FMA.
@@ -1303,6 +1358,7 @@ fn gelu_in_place(v: &mut [f32]) {
 
 /// LayerNorm over rows of `D = w.len()` entries, as candle's (`E[x^2] - mean^2` variance, eps
 /// [`LN_EPS`]): `y = (x - mean) / sqrt(var + eps) w + b`; the sums over eight lanes.
+#[inline(always)]
 fn layer_norm(x: &[f32], (w, b): &(Vec<f32>, Vec<f32>), y: &mut [f32]) {
     let dm = w.len();
     for (x, y) in x.chunks_exact(dm).zip(y.chunks_exact_mut(dm)) {
@@ -1332,6 +1388,7 @@ fn layer_norm(x: &[f32], (w, b): &(Vec<f32>, Vec<f32>), y: &mut [f32]) {
 }
 
 /// `x[r, :] += b` for every row.
+#[inline(always)]
 fn add_rows(x: &mut [f32], b: &[f32]) {
     for row in x.chunks_exact_mut(b.len()) {
         for (x, &b) in row.iter_mut().zip(b) {
@@ -1342,6 +1399,7 @@ fn add_rows(x: &mut [f32], b: &[f32]) {
 
 /// `resid += y + b` row by row (the bias joins the product before the residual stream, as in
 /// the candle forms).
+#[inline(always)]
 fn add_biased(resid: &mut [f32], y: &[f32], b: &[f32]) {
     let n = b.len();
     for (r, y) in resid.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
