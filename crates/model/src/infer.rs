@@ -1059,7 +1059,10 @@ fn codes_of_problem(
             w.vt[c * tp + j] = row[2 * hd + c];
         }
         for hh in 0..h {
-            w.v[(hh * t + j) * d..][..d].copy_from_slice(&row[2 * hd + hh * d..][..d]);
+            copy_head(
+                &mut w.v[(hh * t + j) * d..][..d],
+                &row[2 * hd + hh * d..][..d],
+            );
         }
     }
     for hh in 0..h {
@@ -1067,15 +1070,16 @@ fn codes_of_problem(
         let kt = &w.kt[hh * d * tp..][..d * tp];
         for i in q0..t {
             let q = &qkv[i * 3 * hd + hh * d..][..d];
-            scores(
-                q,
-                kt,
-                shape.scale,
-                &bias[(hh * t + i) * tp..][..tp],
-                &mut w.s,
-            );
+            let b = &bias[(hh * t + i) * tp..][..tp];
             let a = &mut w.att[(hh * t + i) * t..][..t];
-            match (norm, visible.map(|v| &v[i * t..][..t])) {
+            let vis = visible.map(|v| &v[i * t..][..t]);
+            if norm != Normalisation::Softmax && vis.is_none() {
+                // The scores are the codes (RMSHead scales them below): straight into the row.
+                scores(q, kt, shape.scale, b, a);
+                continue;
+            }
+            scores(q, kt, shape.scale, b, &mut w.s);
+            match (norm, vis) {
                 (Normalisation::Softmax, None) => softmax_padded(&w.s, &mut w.e, a),
                 (Normalisation::Softmax, Some(vis)) => softmax_row(&w.s[..t], Some(vis), a),
                 (_, None) => a.copy_from_slice(&w.s[..t]),
@@ -1093,7 +1097,8 @@ fn codes_of_problem(
 }
 
 /// One row of scaled scores plus bias over the padded keys: `s[j] = (sum_e q[e] kt[e, j]) scale +
-/// b[j]` for `q [d]`, `kt [d, Tp]`, `b [Tp]` into `s [Tp]`, eight keys at a time with the sum over
+/// b[j]` for `q [d]`, `kt [d, Tp]`, `b [Tp]` into `s [Tp]` (or into the `T` real keys' `s [T]`),
+/// eight keys at a time with the sum over
 /// `e` in a register (the sum runs in the order `e = 0, 1, ..`). The usual head widths get a copy
 /// with `d` known at compile time, so that the loop over `e` is unrolled.
 #[inline(always)]
@@ -1112,28 +1117,66 @@ fn scores(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
 #[inline(always)]
 fn scores_of_width<const D: usize>(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
     let q: [f32; D] = q.try_into().expect("a query row of the head width");
-    score_chunks(&q, &kt[..D * s.len()], scale, b, s);
+    score_chunks(&q, &kt[..D * b.len()], scale, b, s);
 }
 
-/// The loops of [`scores`].
+/// The loops of [`scores`]; `s` may also be a row of `T` scores, shorter than the padded `b`
+/// (`Tp`): its last chunk is then written lane by lane.
 #[inline(always)]
 fn score_chunks(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
-    let tp = s.len();
-    for (c, (s, b)) in s
-        .chunks_exact_mut(LANES)
-        .zip(b.chunks_exact(LANES))
-        .enumerate()
-    {
-        let mut acc = [0f32; LANES];
-        for (e, &qe) in q.iter().enumerate() {
-            let k = &kt[e * tp + c * LANES..][..LANES];
-            for l in 0..LANES {
-                acc[l] += qe * k[l];
-            }
+    let tp = b.len();
+    let mut out = s.chunks_exact_mut(LANES);
+    let mut c = 0;
+    for s in &mut out {
+        let s: &mut [f32; LANES] = s.try_into().expect("a chunk of LANES");
+        *s = score_chunk(q, kt, tp, scale, b, c);
+        c += 1;
+    }
+    let tail = out.into_remainder();
+    if !tail.is_empty() {
+        let last = score_chunk(q, kt, tp, scale, b, c);
+        for (s, &v) in tail.iter_mut().zip(&last) {
+            *s = v;
         }
+    }
+}
+
+/// Chunk `c` (keys `8 c .. 8 c + 8`) of [`score_chunks`], with the sum over the head width in a
+/// register.
+// A function, not a closure: a closure is compiled on its own, without the AVX2 of its caller.
+#[inline(always)]
+fn score_chunk(q: &[f32], kt: &[f32], tp: usize, scale: f32, b: &[f32], c: usize) -> [f32; LANES] {
+    let mut acc = [0f32; LANES];
+    for (e, &qe) in q.iter().enumerate() {
+        let k = &kt[e * tp + c * LANES..][..LANES];
         for l in 0..LANES {
-            s[l] = acc[l] * scale + b[l];
+            acc[l] += qe * k[l];
         }
+    }
+    let b = &b[c * LANES..][..LANES];
+    for l in 0..LANES {
+        acc[l] = acc[l] * scale + b[l];
+    }
+    acc
+}
+
+/// `dst = src` for one head's `d` floats, as fixed-size copies for the usual head widths (a
+/// slice copy of unknown length is a call to `memcpy`, hundreds per problem and layer).
+#[inline(always)]
+fn copy_head(dst: &mut [f32], src: &[f32]) {
+    #[inline(always)]
+    fn fixed<const D: usize>(dst: &mut [f32], src: &[f32]) {
+        let src: &[f32; D] = src.try_into().expect("a head's floats");
+        let dst: &mut [f32; D] = dst.try_into().expect("a head's floats");
+        *dst = *src;
+    }
+    match dst.len() {
+        1 => fixed::<1>(dst, src),
+        2 => fixed::<2>(dst, src),
+        4 => fixed::<4>(dst, src),
+        8 => fixed::<8>(dst, src),
+        16 => fixed::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
     }
 }
 

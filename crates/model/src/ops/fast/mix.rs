@@ -247,17 +247,20 @@ impl Rows {
             }
             None => self.ad.copy_from_slice(&self.a),
         }
-        self.hidden_from_ad(p);
+        let (ad, k) = (std::mem::take(&mut self.ad), p.k);
+        self.hidden_from(p, |hh| &ad[hh * k..][..k]);
+        self.ad = ad;
     }
 
-    /// The hidden units `[d, K]` of one query from its codes after dropout in `self.ad`.
+    /// The hidden units `[d, K]` of one query from its codes after dropout, head `hh`'s
+    /// `ad(hh) [K]`.
     // Inlined so that `crate::infer`'s copies compiled for wider vector units cover it.
     #[inline(always)]
-    fn hidden_from_ad(&mut self, p: &Plan) {
+    fn hidden_from<'a>(&mut self, p: &Plan, ad: impl Fn(usize) -> &'a [f32]) {
         let (h, k, d) = (p.h, p.k, p.d);
         self.pre.fill(0.0);
         for hh in 0..h {
-            let ad = &self.ad[hh * k..][..k];
+            let ad = ad(hh);
             for e in 0..d {
                 let pre = &mut self.pre[e * k..][..k];
                 for ((x, &a), &v) in pre
@@ -359,13 +362,11 @@ pub(crate) fn value_from_codes(
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
     rows.load(p, v);
     for i in q0..q {
-        // Without dropout the codes after dropout are the codes: copied straight into `ad`.
+        // Without dropout the codes after dropout are the codes, read where they are.
+        let ad = |hh: usize| &a[(hh * q + i) * k..][..k];
+        rows.hidden_from(p, ad);
         for hh in 0..h {
-            rows.ad[hh * k..][..k].copy_from_slice(&a[(hh * q + i) * k..][..k]);
-        }
-        rows.hidden_from_ad(p);
-        for hh in 0..h {
-            let ad = &rows.ad[hh * k..][..k];
+            let ad = ad(hh);
             for e in 0..d {
                 o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
             }
