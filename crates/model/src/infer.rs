@@ -1068,6 +1068,28 @@ fn codes_of_problem(
     for hh in 0..h {
         w.att[hh * t * t..][..q0 * t].fill(f32::NAN);
         let kt = &w.kt[hh * d * tp..][..d * tp];
+        if norm == Normalisation::Softmax && visible.is_none() {
+            // Two queries at a time, so that the two rows' chains of dependent steps (maximum,
+            // `exp`, sum, scaling) overlap; each row's arithmetic is that of one row alone.
+            let q = |i: usize| &qkv[i * 3 * hd + hh * d..][..d];
+            let b = |i: usize| &bias[(hh * t + i) * tp..][..tp];
+            let (s0, s1) = w.s.split_at_mut(tp);
+            let (e0, e1) = w.e.split_at_mut(tp);
+            let mut i = q0;
+            while i + 1 < t {
+                scores(q(i), kt, shape.scale, b(i), s0);
+                scores(q(i + 1), kt, shape.scale, b(i + 1), s1);
+                let (a0, a1) = w.att[(hh * t + i) * t..][..2 * t].split_at_mut(t);
+                softmax_padded_rows([&*s0, &*s1], [&mut *e0, &mut *e1], [a0, a1]);
+                i += 2;
+            }
+            if i < t {
+                scores(q(i), kt, shape.scale, b(i), s0);
+                let a = &mut w.att[(hh * t + i) * t..][..t];
+                softmax_padded_rows([&*s0], [&mut *e0], [a]);
+            }
+            continue;
+        }
         for i in q0..t {
             let q = &qkv[i * 3 * hd + hh * d..][..d];
             let b = &bias[(hh * t + i) * tp..][..tp];
@@ -1078,13 +1100,14 @@ fn codes_of_problem(
                 scores(q, kt, shape.scale, b, a);
                 continue;
             }
-            scores(q, kt, shape.scale, b, &mut w.s);
+            let s = &mut w.s[..tp];
+            scores(q, kt, shape.scale, b, s);
             match (norm, vis) {
-                (Normalisation::Softmax, None) => softmax_padded(&w.s, &mut w.e, a),
-                (Normalisation::Softmax, Some(vis)) => softmax_row(&w.s[..t], Some(vis), a),
-                (_, None) => a.copy_from_slice(&w.s[..t]),
+                (Normalisation::Softmax, None) => softmax_padded(s, &mut w.e[..tp], a),
+                (Normalisation::Softmax, Some(vis)) => softmax_row(&s[..t], Some(vis), a),
+                (_, None) => a.copy_from_slice(&s[..t]),
                 (_, Some(vis)) => {
-                    for ((a, &x), &on) in a.iter_mut().zip(&w.s[..t]).zip(vis) {
+                    for ((a, &x), &on) in a.iter_mut().zip(&s[..t]).zip(vis) {
                         *a = if on { x } else { 0.0 };
                     }
                 }
@@ -1187,29 +1210,56 @@ fn copy_head(dst: &mut [f32], src: &[f32]) {
 /// a NaN gives NaN (the `exp` of NaN is NaN and the sum with it).
 #[inline(always)]
 fn softmax_padded(s: &[f32], e: &mut [f32], a: &mut [f32]) {
+    softmax_padded_rows([s], [e], [a]);
+}
+
+/// [`softmax_padded`] of `R` rows side by side: each step runs over all the rows before the
+/// next, so that their dependency chains overlap; every row's arithmetic, and so its bits, are
+/// those of the row alone.
+#[inline(always)]
+fn softmax_padded_rows<const R: usize>(s: [&[f32]; R], e: [&mut [f32]; R], a: [&mut [f32]; R]) {
     // The maximum and the sum over eight lanes (reductions in a fixed order that vectorise).
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    for c in s.chunks_exact(LANES) {
-        for (l, &x) in lanes.iter_mut().zip(c) {
-            *l = if x > *l { x } else { *l };
+    let mut lanes = [[f32::NEG_INFINITY; LANES]; R];
+    for (lanes, s) in lanes.iter_mut().zip(&s) {
+        for c in s.chunks_exact(LANES) {
+            for (l, &x) in lanes.iter_mut().zip(c) {
+                *l = if x > *l { x } else { *l };
+            }
         }
     }
-    let mx = lanes
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    let mut mx = [f32::NEG_INFINITY; R];
+    for (m, lanes) in mx.iter_mut().zip(&lanes) {
+        for &x in lanes {
+            *m = if x > *m { x } else { *m };
+        }
+    }
     // (Separate loops: fused, the `exp` did not vectorise.)
-    for (e, &x) in e.iter_mut().zip(s) {
-        *e = exp_reduced(x - mx);
-    }
-    let mut acc = [0f32; LANES];
-    for c in e.chunks_exact(LANES) {
-        for l in 0..LANES {
-            acc[l] += c[l];
+    let mut e = e;
+    for ((e, s), &mx) in e.iter_mut().zip(&s).zip(&mx) {
+        for (e, &x) in e.iter_mut().zip(s.iter()) {
+            *e = exp_reduced(x - mx);
         }
     }
-    let inv = 1.0 / acc.iter().sum::<f32>();
-    for (a, &v) in a.iter_mut().zip(e.iter()) {
-        *a = v * inv;
+    let mut acc = [[0f32; LANES]; R];
+    for (acc, e) in acc.iter_mut().zip(&e) {
+        for c in e.chunks_exact(LANES) {
+            for l in 0..LANES {
+                acc[l] += c[l];
+            }
+        }
+    }
+    let mut inv = [0f32; R];
+    for (inv, acc) in inv.iter_mut().zip(&acc) {
+        let mut sum = 0f32;
+        for &x in acc {
+            sum += x;
+        }
+        *inv = 1.0 / sum;
+    }
+    for ((a, e), &inv) in a.into_iter().zip(&e).zip(&inv) {
+        for (a, &v) in a.iter_mut().zip(e.iter()) {
+            *a = v * inv;
+        }
     }
 }
 
@@ -1338,8 +1388,8 @@ impl Work {
             hid: vec![0.0; rows * cfg.d_mlp],
             last: vec![0.0; CHUNK * cfg.n_outputs * dm],
             one: Scratch {
-                s: vec![0.0; tp],
-                e: vec![0.0; tp],
+                s: vec![0.0; 2 * tp],
+                e: vec![0.0; 2 * tp],
                 att: vec![0.0; cfg.n_heads * t * t],
                 r: vec![0.0; t * t],
                 v: vec![0.0; t * hd],
@@ -1854,6 +1904,14 @@ mod tests {
                     "T {t}, key {j}: {got} against {want}"
                 );
             }
+            // Two rows side by side give each row's bits alone.
+            let s2: Vec<f32> = s.iter().map(|x| x * 0.5 - 1.0).collect();
+            let (mut e2, mut a2) = (vec![0f32; tp], vec![0f32; t]);
+            softmax_padded(&s2, &mut e2, &mut a2);
+            let (mut f, mut f2) = (vec![0f32; tp], vec![0f32; tp]);
+            let (mut b, mut b2) = (vec![0f32; t], vec![0f32; t]);
+            softmax_padded_rows([&s, &s2], [&mut f, &mut f2], [&mut b, &mut b2]);
+            assert_eq!((b, b2), (a, a2), "T {t}");
         }
     }
 
