@@ -103,6 +103,9 @@ pub struct Inference {
     plan: Option<Plan>,
     /// The instruction set of the attention loops and the GELU.
     kernels: Kernels,
+    /// Workers' buffers kept between passes ([`Pooled`]): at most one set per rayon thread is
+    /// made, however many passes run (the transplant test runs thousands of small ones).
+    pool: std::sync::Mutex<Vec<Work>>,
 }
 
 impl std::fmt::Debug for Inference {
@@ -344,6 +347,7 @@ impl Inference {
             visible,
             plan,
             kernels: Kernels::detect(),
+            pool: std::sync::Mutex::new(Vec::new()),
             config: cfg,
         })
     }
@@ -464,7 +468,7 @@ impl Inference {
             .zip(taken_chunks)
             .enumerate()
             .for_each_init(
-                || Work::new(cfg, self.plan.as_ref()),
+                || self.work(),
                 |work, (c, (lg, tk))| {
                     let n = lg.len() / per_logits;
                     let part = c * CHUNK * per_problem..(c * CHUNK + n) * per_problem;
@@ -486,6 +490,15 @@ impl Inference {
                 },
             );
         Ok(InferenceOutput { logits, taken })
+    }
+
+    /// A worker's buffers: from the pool, or new when the pool is empty.
+    fn work(&self) -> Pooled<'_> {
+        let kept = self.pool.lock().ok().and_then(|mut p| p.pop());
+        Pooled {
+            work: Some(kept.unwrap_or_else(|| Work::new(&self.config, self.plan.as_ref()))),
+            pool: &self.pool,
+        }
     }
 
     /// [`ModelError::Input`] unless `layer` is one of the model's blocks.
@@ -521,7 +534,7 @@ impl Inference {
             .zip(qkv.par_chunks_mut(CHUNK * t * 3 * hd))
             .enumerate()
             .for_each_init(
-                || Work::new(cfg, self.plan.as_ref()),
+                || self.work(),
                 |w, (c, (post, qkv))| {
                     let n = post.len() / (t * dm);
                     let rows = n * t;
@@ -1340,6 +1353,33 @@ fn check_floats(
         )));
     }
     Ok(())
+}
+
+/// A worker's buffers on loan from [`Inference`]'s pool, returned when dropped.
+struct Pooled<'a> {
+    work: Option<Work>,
+    pool: &'a std::sync::Mutex<Vec<Work>>,
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = Work;
+    fn deref(&self) -> &Work {
+        self.work.as_ref().expect("the buffers are returned only on drop")
+    }
+}
+
+impl std::ops::DerefMut for Pooled<'_> {
+    fn deref_mut(&mut self) -> &mut Work {
+        self.work.as_mut().expect("the buffers are returned only on drop")
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let (Some(work), Ok(mut pool)) = (self.work.take(), self.pool.lock()) {
+            pool.push(work);
+        }
+    }
 }
 
 /// One worker's buffers, sized for a chunk of [`CHUNK`] problems.
