@@ -1364,13 +1364,17 @@ struct Pooled<'a> {
 impl std::ops::Deref for Pooled<'_> {
     type Target = Work;
     fn deref(&self) -> &Work {
-        self.work.as_ref().expect("the buffers are returned only on drop")
+        self.work
+            .as_ref()
+            .expect("the buffers are returned only on drop")
     }
 }
 
 impl std::ops::DerefMut for Pooled<'_> {
     fn deref_mut(&mut self) -> &mut Work {
-        self.work.as_mut().expect("the buffers are returned only on drop")
+        self.work
+            .as_mut()
+            .expect("the buffers are returned only on drop")
     }
 }
 
