@@ -693,7 +693,6 @@ impl Inference {
         let (t, dm, hd) = (cfg.n_tokens, cfg.d_model, cfg.n_heads * cfg.d_head);
         let (n, width) = (pass.n, pass.width);
         let rows = n * t;
-        let shape = self.shape();
         let resid = &mut w.resid[..rows * dm];
         for p in 0..n {
             hooks.resid_pre(
@@ -711,23 +710,14 @@ impl Inference {
         self.kernels.add_rows(qkv, &lw.b_qkv);
         let o = &mut w.o[..rows * hd];
         for p in 0..n {
-            let qkv = &qkv[p * t * 3 * hd..][..t * 3 * hd];
-            self.kernels.codes(
-                &shape,
-                cfg.mixer.normalisation(),
-                self.visible.as_deref(),
-                q0,
-                qkv,
-                &lw.bias,
-                &mut w.one,
+            self.attend(
+                (&mut w.one, &mut w.rows),
+                (l, q0),
+                &qkv[p * t * 3 * hd..][..t * 3 * hd],
+                (pass.first_problem + p, taken_row(taken, width, p)),
+                hooks,
+                &mut o[p * t * hd..][..t * hd],
             );
-            hooks.pattern(
-                l,
-                pass.first_problem + p,
-                &mut w.one.att,
-                taken_row(taken, width, p),
-            );
-            self.value(q0, &mut w.one, &mut w.rows, &mut o[p * t * hd..][..t * hd]);
         }
         if q0 == 0 {
             self.finish_block(lw, resid, o, rows, &mut w.xn, &mut w.y, &mut w.hid);
@@ -764,27 +754,17 @@ impl Inference {
         let lw = &self.layers[l];
         let (t, dm, hd) = (cfg.n_tokens, cfg.d_model, cfg.n_heads * cfg.d_head);
         let n = pass.n;
-        let shape = self.shape();
         let (resid_c, o_c) = (&mut w.resid_c[..n * dm], &mut w.o_c[..n * hd]);
         for (p, &src) in problems.iter().enumerate() {
-            let qkv = &state.qkv[src * t * 3 * hd..][..t * 3 * hd];
-            self.kernels.codes(
-                &shape,
-                cfg.mixer.normalisation(),
-                self.visible.as_deref(),
-                query,
-                qkv,
-                &lw.bias,
-                &mut w.one,
-            );
-            hooks.pattern(
-                l,
-                pass.first_problem + p,
-                &mut w.one.att,
-                taken_row(taken, pass.width, p),
-            );
             let o = &mut w.o[..t * hd];
-            self.value(query, &mut w.one, &mut w.rows, o);
+            self.attend(
+                (&mut w.one, &mut w.rows),
+                (l, query),
+                &state.qkv[src * t * 3 * hd..][..t * 3 * hd],
+                (pass.first_problem + p, taken_row(taken, pass.width, p)),
+                hooks,
+                o,
+            );
             o_c[p * hd..][..hd].copy_from_slice(&o[query * hd..][..hd]);
             resid_c[p * dm..][..dm].copy_from_slice(&state.pre[(src * t + query) * dm..][..dm]);
         }
@@ -794,6 +774,31 @@ impl Inference {
             resid.copy_from_slice(&state.post[src * t * dm..][..t * dm]);
             resid[query * dm..][..dm].copy_from_slice(&w.resid_c[p * dm..][..dm]);
         }
+    }
+
+    /// One problem's attention at block `l` for the queries from `q0`: its codes from its Q, K
+    /// and V `qkv [T, 3 H d]` (into `one`), the hooks' `pattern` (with the problem's index in the
+    /// pass and its row of `taken`), and the value network into `o [T, H d]`.
+    fn attend<H: InferenceHooks>(
+        &self,
+        (one, rows): (&mut Scratch, &mut Option<Rows>),
+        (l, q0): (usize, usize),
+        qkv: &[f32],
+        (problem, row): (usize, &mut [f32]),
+        hooks: &H,
+        o: &mut [f32],
+    ) {
+        self.kernels.codes(
+            &self.shape(),
+            self.config.mixer.normalisation(),
+            self.visible.as_deref(),
+            q0,
+            qkv,
+            &self.layers[l].bias,
+            one,
+        );
+        hooks.pattern(l, problem, &mut one.att, row);
+        self.value(q0, one, rows, o);
     }
 
     /// The value network of one problem's codes in `one` (its values too), for the queries from
