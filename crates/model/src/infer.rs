@@ -473,13 +473,13 @@ impl Inference {
                     let n = lg.len() / per_logits;
                     let part = c * CHUNK * per_problem..(c * CHUNK + n) * per_problem;
                     let from = match start {
-                        Start::Inputs(x) => From::Inputs(&x[part]),
-                        Start::Stream { resid, layer } => From::Stream(&resid[part], layer),
+                        Start::Inputs(x) => ChunkStart::Inputs(&x[part]),
+                        Start::Stream { resid, layer } => ChunkStart::Stream(&resid[part], layer),
                         Start::Query {
                             state,
                             problems,
                             query,
-                        } => From::Query(state, &problems[c * CHUNK..][..n], query),
+                        } => ChunkStart::Query(state, &problems[c * CHUNK..][..n], query),
                     };
                     let pass = Pass {
                         first_problem: c * CHUNK,
@@ -621,7 +621,7 @@ impl Inference {
         &self,
         w: &mut Work,
         pass: &Pass,
-        from: From<'_>,
+        from: ChunkStart<'_>,
         logits: &mut [f32],
         taken: &mut [f32],
         hooks: &H,
@@ -631,17 +631,17 @@ impl Inference {
         let (n, f) = (pass.n, cfg.n_outputs);
         let rows = n * t;
         let first = match from {
-            From::Inputs(x) => {
+            ChunkStart::Inputs(x) => {
                 let resid = &mut w.resid[..rows * dm];
                 matmul(resid, x, &self.w_e, (rows, cfg.d_in, dm));
                 add_rows(resid, &self.b_e);
                 0
             }
-            From::Stream(resid, layer) => {
+            ChunkStart::Stream(resid, layer) => {
                 w.resid[..rows * dm].copy_from_slice(resid);
                 layer
             }
-            From::Query(state, problems, query) => {
+            ChunkStart::Query(state, problems, query) => {
                 self.query_block(w, pass, state, problems, query, taken, hooks);
                 state.layer + 1
             }
@@ -1325,7 +1325,7 @@ struct Pass {
 /// What one chunk starts from: its inputs `[n, T, d_in]`, its stream `[n, T, D]` entering a
 /// block, or a block state with its problems and query ([`Start`]).
 #[derive(Clone, Copy)]
-enum From<'a> {
+enum ChunkStart<'a> {
     Inputs(&'a [f32]),
     Stream(&'a [f32], usize),
     Query(&'a BlockState, &'a [usize], usize),

@@ -247,32 +247,33 @@ impl Rows {
             }
             None => self.ad.copy_from_slice(&self.a),
         }
-        let (ad, k) = (std::mem::take(&mut self.ad), p.k);
-        self.hidden_from(p, |hh| &ad[hh * k..][..k]);
-        self.ad = ad;
+        Rows::hidden_from(p, &self.vt, (&self.ad, k), &mut self.pre, &mut self.hid);
     }
 
-    /// The hidden units `[d, K]` of one query from its codes after dropout, head `hh`'s
-    /// `ad(hh) [K]`.
+    /// The hidden units of one query into `hid [d, K]` (`pre [d, K]` before the activation),
+    /// from the values `vt [H, d, K]` and its codes after dropout `ad`, head `hh`'s `K` codes at
+    /// `ad[hh * stride..]` (in `Rows::ad`: stride `K`; in codes `[H, Q, K]`: stride `Q K`).
     // Inlined so that `crate::infer`'s copies compiled for wider vector units cover it.
     #[inline(always)]
-    fn hidden_from<'a>(&mut self, p: &Plan, ad: impl Fn(usize) -> &'a [f32]) {
+    fn hidden_from(
+        p: &Plan,
+        vt: &[f32],
+        (ad, stride): (&[f32], usize),
+        pre: &mut [f32],
+        hid: &mut [f32],
+    ) {
         let (h, k, d) = (p.h, p.k, p.d);
-        self.pre.fill(0.0);
+        pre.fill(0.0);
         for hh in 0..h {
-            let ad = ad(hh);
+            let ad = &ad[hh * stride..][..k];
             for e in 0..d {
-                let pre = &mut self.pre[e * k..][..k];
-                for ((x, &a), &v) in pre
-                    .iter_mut()
-                    .zip(ad)
-                    .zip(&self.vt[(hh * d + e) * k..][..k])
-                {
+                let pre = &mut pre[e * k..][..k];
+                for ((x, &a), &v) in pre.iter_mut().zip(ad).zip(&vt[(hh * d + e) * k..][..k]) {
                     *x += a * v;
                 }
             }
         }
-        for (y, &x) in self.hid.iter_mut().zip(&self.pre) {
+        for (y, &x) in hid.iter_mut().zip(pre.iter()) {
             *y = if p.relu { x.max(0.0) } else { x };
         }
     }
@@ -363,10 +364,15 @@ pub(crate) fn value_from_codes(
     rows.load(p, v);
     for i in q0..q {
         // Without dropout the codes after dropout are the codes, read where they are.
-        let ad = |hh: usize| &a[(hh * q + i) * k..][..k];
-        rows.hidden_from(p, ad);
+        Rows::hidden_from(
+            p,
+            &rows.vt,
+            (&a[i * k..], q * k),
+            &mut rows.pre,
+            &mut rows.hid,
+        );
         for hh in 0..h {
-            let ad = ad(hh);
+            let ad = &a[(hh * q + i) * k..][..k];
             for e in 0..d {
                 o[(i * h + hh) * d + e] = dot(ad, &rows.hid[e * k..][..k]);
             }
