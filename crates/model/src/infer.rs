@@ -1462,39 +1462,83 @@ impl Work {
 /// 2.5e-7 against `f32::exp` over [-87, 88] (unit test).
 #[inline(always)]
 fn exp_reduced(x: f32) -> f32 {
+    let mut x = [x];
+    exp_reduced_block(&mut x);
+    x[0]
+}
+
+/// [`exp_reduced`] in place over a block, each step over the whole block before the next, so that
+/// the floats' chains overlap (the same operations per float, so the same bits).
+#[inline(always)]
+fn exp_reduced_block<const W: usize>(x: &mut [f32; W]) {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-    let x = if x < -87.3 { -87.3 } else { x };
-    let x = if x > 88.0 { 88.0 } else { x };
-    // `t` holds n in its low mantissa bits, so that 2^n comes from integer operations alone.
-    let t = x * LOG2E + ROUND;
-    let n = t - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.987_569_1e-4_f32;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let e = p * r * r + r + 1.0;
-    e * f32::from_bits(t.to_bits().wrapping_add(127) << 23)
+                                     // `t` holds n in its low mantissa bits, so that 2^n comes from integer operations alone.
+    let (mut t, mut r) = ([0f32; W], [0f32; W]);
+    for ((&x, t), r) in x.iter().zip(&mut t).zip(&mut r) {
+        let x = if x < -87.3 { -87.3 } else { x };
+        let x = if x > 88.0 { 88.0 } else { x };
+        *t = x * LOG2E + ROUND;
+        let n = *t - ROUND;
+        *r = x - n * LN2_HI - n * LN2_LO;
+    }
+    for ((x, &t), &r) in x.iter_mut().zip(&t).zip(&r) {
+        let p = 1.987_569_1e-4_f32;
+        let p = p * r + 1.398_199_9e-3;
+        let p = p * r + 8.333_452e-3;
+        let p = p * r + 4.166_579_6e-2;
+        let p = p * r + 1.666_666_5e-1;
+        let p = p * r + 0.5;
+        let e = p * r * r + r + 1.0;
+        *x = e * f32::from_bits(t.to_bits().wrapping_add(127) << 23);
+    }
 }
 
 /// The tanh GELU `x sigmoid(c (x + 0.044715 x^3))` (`ops::fast::cpu`'s, `c = 2 sqrt(2 / pi)`) with
 /// the sigmoid's `exp` by [`exp_reduced`], so that the loop over a row vectorises.
 #[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
-    const C: f32 = 1.595_769_2;
-    x / (1.0 + exp_reduced(-C * (x + 0.044_715 * x * x * x)))
+    x / (1.0 + exp_reduced(gelu_exponent(x)))
 }
 
-/// [`gelu_tanh`] in place over a buffer.
+/// The exponent of [`gelu_tanh`]'s sigmoid, `-c (x + 0.044715 x^3)`.
+#[inline(always)]
+fn gelu_exponent(x: f32) -> f32 {
+    const C: f32 = 1.595_769_2;
+    -C * (x + 0.044_715 * x * x * x)
+}
+
+/// [`gelu_tanh`] in place over a buffer: blocks of [`GELU_BLOCK`] floats step by step (every
+/// step over the whole block before the next), then the tail one by one. Each float gets
+/// [`gelu_tanh`]'s operations in its order, so the same bits.
 #[inline(always)]
 fn gelu_in_place(v: &mut [f32]) {
-    for v in v.iter_mut() {
+    let mut blocks = v.chunks_exact_mut(GELU_BLOCK);
+    for block in &mut blocks {
+        gelu_block(block.try_into().expect("a block of GELU_BLOCK floats"));
+    }
+    for v in blocks.into_remainder() {
         *v = gelu_tanh(*v);
+    }
+}
+
+/// Floats per step of [`gelu_in_place`]: four AVX2 vectors, whose chains of some thirty dependent
+/// operations then overlap. One vector at a time, the loop waited on each chain's latency.
+const GELU_BLOCK: usize = 4 * LANES;
+
+/// [`gelu_tanh`] of a block, step by step: the argument of the sigmoid, then [`exp_reduced`]'s
+/// steps, then the quotient, each over the whole block.
+#[inline(always)]
+fn gelu_block(v: &mut [f32; GELU_BLOCK]) {
+    let mut u = [0f32; GELU_BLOCK];
+    for (u, &x) in u.iter_mut().zip(v.iter()) {
+        *u = gelu_exponent(x);
+    }
+    exp_reduced_block(&mut u);
+    for (x, &e) in v.iter_mut().zip(&u) {
+        *x /= 1.0 + e;
     }
 }
 
