@@ -1,4 +1,5 @@
-//! Clustering of latent codes: k-means (linfa-clustering) with k = number of labels, and the
+//! Clustering of latent codes: k-means (greedy k-means++ seeds, linfa-clustering's Lloyd
+//! iterations on our distance kernel) with k = number of labels, and the
 //! partition-agreement and separation scores linfa lacks: adjusted Rand index, normalised mutual
 //! information and the silhouette score (`docs/spec/latent-codes.md`, analysis 4).
 //!
@@ -13,8 +14,6 @@
 
 use std::collections::BTreeMap;
 
-use linfa::prelude::*;
-use linfa_clustering::{KMeans, KMeansInit};
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, CowArray};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -321,7 +320,7 @@ pub struct KMeansParams {
     pub max_iterations: u64,
     /// Convergence tolerance in scikit-learn's definition: a run stops when the summed squared
     /// shift of the centroids falls below `tolerance` times the mean per-feature variance of the
-    /// data (passed to linfa, which compares the unsquared shift, as its square root).
+    /// data (compared, as linfa compares it, as the unsquared shift against the square root).
     pub tolerance: f64,
     /// Largest number of points the silhouette is computed on (seeded subsample above it).
     pub silhouette_max_points: usize,
@@ -380,8 +379,8 @@ pub struct KMeansFit {
 }
 
 /// k-means: `n_runs` restarts from greedy k-means++ seeds (`crate::kmeanspp`, scikit-learn's
-/// seeding), each refined by linfa-clustering's Lloyd iterations; the run of lowest inertia is
-/// kept (ties: the first run). Run `r` draws its seed from ChaCha8 with `seed` on stream `r`, so
+/// seeding), each refined by the Lloyd iterations of linfa-clustering (its arithmetic, on our
+/// distance kernel); the run of lowest inertia is kept (ties: the first run). Run `r` draws its seed from ChaCha8 with `seed` on stream `r`, so
 /// the restarts run in parallel and the result does not depend on the number of threads.
 ///
 /// The assignments and the inertia are those of the final centres (scikit-learn's `labels_` and
@@ -392,7 +391,7 @@ pub struct KMeansFit {
 ///
 /// # Errors
 /// [`AnalysisError::InvalidInput`] for bad hyperparameters, an empty matrix or N < k;
-/// [`AnalysisError::NonFinite`] for NaN/inf; [`AnalysisError::Numerical`] if linfa fails.
+/// [`AnalysisError::NonFinite`] for NaN/inf; [`AnalysisError::Numerical`] for non-finite centres.
 pub fn kmeans(x: ArrayView2<'_, f64>, params: &KMeansParams) -> Result<KMeansFit> {
     params.check()?;
     let (n, d) = x.dim();
@@ -419,24 +418,16 @@ pub fn kmeans(x: ArrayView2<'_, f64>, params: &KMeansParams) -> Result<KMeansFit
     };
     let kernels = Kernels::detect();
     let mean_var = x.var_axis(Axis(0), 0.0).mean().unwrap_or(0.0);
-    // scikit-learn: squared shift <= tol * mean variance; linfa: shift < its tolerance
-    let linfa_tol = (params.tolerance * mean_var).sqrt().max(f64::MIN_POSITIVE);
-    let dataset = DatasetBase::from(x.view());
+    // scikit-learn: squared shift <= tol * mean variance; linfa's form: shift < its tolerance
+    let shift_tol = (params.tolerance * mean_var).sqrt().max(f64::MIN_POSITIVE);
     let runs: Vec<Result<KMeansFit>> = (0..params.n_runs)
         .into_par_iter()
         .map(|run| {
             let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
             rng.set_stream(run as u64);
             let seeds = greedy_kmeans_plusplus(&points, k, kernels, &mut rng);
-            let model = KMeans::params_with_rng(k, rng)
-                .init_method(KMeansInit::Precomputed(seeds))
-                .n_runs(1)
-                .max_n_iterations(params.max_iterations)
-                .tolerance(linfa_tol)
-                .fit(&dataset)
-                .map_err(|e| AnalysisError::Numerical(format!("k-means: {e}")))?;
-            let centroids = model.centroids().to_owned();
-            if centroids.dim() != (k, d) || centroids.iter().any(|v| !v.is_finite()) {
+            let centroids = lloyd(&points, seeds, params.max_iterations, shift_tol, kernels);
+            if centroids.iter().any(|v| !v.is_finite()) {
                 return Err(AnalysisError::Numerical(
                     "k-means returned invalid centroids".into(),
                 ));
@@ -473,18 +464,28 @@ fn transpose(flat: &[f64], n: usize, d: usize) -> Vec<f64> {
 /// The closest centre of every point (ties: the first centre) and the mean squared distance to
 /// it.
 fn assign(points: &Points<'_>, centroids: &Array2<f64>, kernels: Kernels) -> (Array1<usize>, f64) {
+    let centroids = centroids.as_standard_layout();
+    let flat = centroids.as_slice().expect("standard layout is contiguous");
+    let mut best = vec![(f64::INFINITY, 0usize); points.n];
+    closest(points, flat, kernels, &mut best);
+    let inertia = best.iter().map(|b| b.0).sum::<f64>() / points.n as f64;
+    (best.iter().map(|b| b.1).collect(), inertia)
+}
+
+/// The squared distance of every point to its closest centre and that centre's index (ties: the
+/// first), into `best [N]`, for the centres `centroids [k, D]` row-major. Each distance is
+/// `sum_d (x_d - c_d)^2` in feature order, the arithmetic of linfa's `L2Dist::rdistance`.
+fn closest(points: &Points<'_>, centroids: &[f64], kernels: Kernels, best: &mut [(f64, usize)]) {
     let (n, d) = (points.n, points.d);
-    let k = centroids.nrows();
-    let mut best = vec![(f64::INFINITY, 0usize); n];
+    let k = centroids.len() / d;
+    best.fill((f64::INFINITY, 0));
     let mut rows = vec![0.0; ROWS * d];
     let mut dist = vec![0.0; ROWS * n];
     for c0 in (0..k).step_by(ROWS) {
         let valid = ROWS.min(k - c0);
         for r in 0..ROWS {
-            rows[r * d..(r + 1) * d]
-                .iter_mut()
-                .zip(centroids.row(c0 + r.min(valid - 1)))
-                .for_each(|(a, &b)| *a = b);
+            let c = c0 + r.min(valid - 1);
+            rows[r * d..(r + 1) * d].copy_from_slice(&centroids[c * d..(c + 1) * d]);
         }
         kernels.squared_distances(&rows, points.columns, &mut dist);
         for r in 0..valid {
@@ -495,8 +496,71 @@ fn assign(points: &Points<'_>, centroids: &Array2<f64>, kernels: Kernels) -> (Ar
             }
         }
     }
-    let inertia = best.iter().map(|b| b.0).sum::<f64>() / n as f64;
-    (best.iter().map(|b| b.1).collect(), inertia)
+}
+
+/// The Lloyd iterations of linfa-clustering 0.8's `KMeans::fit` (one run from precomputed
+/// centres `seeds [k, D]`), with the assignment step on the blocked distance kernel instead of
+/// one call per point and centre. The arithmetic is linfa's, in its order, so the centres are
+/// the same bits (unit test against linfa):
+///
+/// - every point joins its closest centre (squared distances summed in feature order, ties to
+///   the first centre);
+/// - the new centre is linfa's "m_k-means" update: the old centre counts as one more point,
+///   `(old + sum of the points, in their order) / (count + 1)`;
+/// - the run stops when the shift `sqrt(sum (old - new)^2)` over all centres (in row-major order)
+///   falls below `shift_tol`, or after `max_iterations` updates.
+///
+/// linfa's own loop took about a quarter of the latent-code analyses' CPU time in the report
+/// (`docs/performance.md`).
+///
+/// # Shapes
+/// `seeds`: `[k, D]`; returns `[k, D]`.
+fn lloyd(
+    points: &Points<'_>,
+    seeds: Array2<f64>,
+    max_iterations: u64,
+    shift_tol: f64,
+    kernels: Kernels,
+) -> Array2<f64> {
+    let (n, d) = (points.n, points.d);
+    let k = seeds.nrows();
+    let mut centroids = seeds
+        .as_standard_layout()
+        .into_owned()
+        .into_raw_vec_and_offset()
+        .0;
+    let mut best = vec![(f64::INFINITY, 0usize); n];
+    let mut next = vec![0.0; k * d];
+    let mut counts = vec![0usize; k];
+    for _ in 0..max_iterations {
+        closest(points, &centroids, kernels, &mut best);
+        next.fill(0.0);
+        counts.fill(1);
+        for (x, &(_, c)) in points.rows.chunks_exact(d).zip(&best) {
+            for (s, &v) in next[c * d..(c + 1) * d].iter_mut().zip(x) {
+                *s += v;
+            }
+            counts[c] += 1;
+        }
+        for (s, &old) in next.iter_mut().zip(&centroids) {
+            *s += old;
+        }
+        for (row, &count) in next.chunks_exact_mut(d).zip(&counts) {
+            for s in row {
+                *s /= count as f64;
+            }
+        }
+        let mut shift = 0.0;
+        for (&old, &new) in centroids.iter().zip(&next) {
+            let diff = old - new;
+            shift += diff * diff;
+        }
+        std::mem::swap(&mut centroids, &mut next);
+        if shift.sqrt() < shift_tol {
+            break;
+        }
+    }
+    Array2::from_shape_vec((k, d), centroids).expect("k centres of D features")
 }
 
 /// Scores of a k-means clustering against reference labels.
@@ -652,6 +716,47 @@ mod tests {
         for labels in [l, l2] {
             let got = silhouette_score(x.view(), Array1::from(labels.clone()).view()).unwrap();
             assert!((got - naive_silhouette(&x, &labels)).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn lloyd_gives_linfas_centres_bit_for_bit() {
+        use linfa::prelude::*;
+        use linfa_clustering::{KMeans, KMeansInit};
+        use rand::Rng;
+        // four noisy blobs in 6 features, 203 points (not a multiple of the kernel's tiles)
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let x = Array2::from_shape_fn((203, 6), |(i, j)| {
+            ((i % 4) * (j + 1)) as f64 * 0.7 + rng.gen_range(-1.0..1.0)
+        });
+        let flat = x.as_slice().unwrap();
+        let columns = transpose(flat, 203, 6);
+        let points = Points {
+            rows: flat,
+            columns: &columns,
+            n: 203,
+            d: 6,
+        };
+        let dataset = DatasetBase::from(x.view());
+        for kernels in [Kernels::Baseline, Kernels::detect()] {
+            for (k, max_iterations, tol) in
+                [(4, 300, 1e-9), (5, 300, 1e-3), (4, 2, 1e-9), (1, 50, 1e-9)]
+            {
+                let seeds = greedy_kmeans_plusplus(&points, k, kernels, &mut rng);
+                let ours = lloyd(&points, seeds.clone(), max_iterations, tol, kernels);
+                let theirs = KMeans::params_with_rng(k, ChaCha8Rng::seed_from_u64(0))
+                    .init_method(KMeansInit::Precomputed(seeds))
+                    .n_runs(1)
+                    .max_n_iterations(max_iterations)
+                    .tolerance(tol)
+                    .fit(&dataset)
+                    .unwrap();
+                assert_eq!(
+                    &ours,
+                    theirs.centroids(),
+                    "k {k}, {max_iterations} iterations"
+                );
+            }
         }
     }
 
