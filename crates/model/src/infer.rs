@@ -1462,37 +1462,49 @@ impl Work {
 /// 2.5e-7 against `f32::exp` over [-87, 88] (unit test).
 #[inline(always)]
 fn exp_reduced(x: f32) -> f32 {
-    let mut x = [x];
-    exp_reduced_block(&mut x);
-    x[0]
+    let (t, r) = exp_reduce(x);
+    exp_finish(t, r)
 }
 
-/// [`exp_reduced`] in place over a block, each step over the whole block before the next, so that
-/// the floats' chains overlap (the same operations per float, so the same bits).
+/// The first steps of [`exp_reduced`]: the clamp, then `t` (which holds `n` in its low mantissa
+/// bits, so that `2^n` comes from integer operations alone) and the reduced argument `r`.
 #[inline(always)]
-fn exp_reduced_block<const W: usize>(x: &mut [f32; W]) {
+fn exp_reduce(x: f32) -> (f32, f32) {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-                                     // `t` holds n in its low mantissa bits, so that 2^n comes from integer operations alone.
+    let x = if x < -87.3 { -87.3 } else { x };
+    let x = if x > 88.0 { 88.0 } else { x };
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    (t, x - n * LN2_HI - n * LN2_LO)
+}
+
+/// The last steps of [`exp_reduced`]: `e^r` by the polynomial, times `2^n` from `t`'s bits.
+#[inline(always)]
+fn exp_finish(t: f32, r: f32) -> f32 {
+    let p = 1.987_569_1e-4_f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    e * f32::from_bits(t.to_bits().wrapping_add(127) << 23)
+}
+
+/// [`exp_reduced`] in place over a block, each step over the whole block before the next, so that
+/// the floats' chains overlap (the same operations per float, so the same bits). (The softmax's
+/// loop over a row keeps [`exp_reduced`]: blocks made it slower there.)
+#[inline(always)]
+fn exp_reduced_block<const W: usize>(x: &mut [f32; W]) {
     let (mut t, mut r) = ([0f32; W], [0f32; W]);
     for ((&x, t), r) in x.iter().zip(&mut t).zip(&mut r) {
-        let x = if x < -87.3 { -87.3 } else { x };
-        let x = if x > 88.0 { 88.0 } else { x };
-        *t = x * LOG2E + ROUND;
-        let n = *t - ROUND;
-        *r = x - n * LN2_HI - n * LN2_LO;
+        (*t, *r) = exp_reduce(x);
     }
     for ((x, &t), &r) in x.iter_mut().zip(&t).zip(&r) {
-        let p = 1.987_569_1e-4_f32;
-        let p = p * r + 1.398_199_9e-3;
-        let p = p * r + 8.333_452e-3;
-        let p = p * r + 4.166_579_6e-2;
-        let p = p * r + 1.666_666_5e-1;
-        let p = p * r + 0.5;
-        let e = p * r * r + r + 1.0;
-        *x = e * f32::from_bits(t.to_bits().wrapping_add(127) << 23);
+        *x = exp_finish(t, r);
     }
 }
 
