@@ -1988,6 +1988,31 @@ mod tests {
     }
 
     #[test]
+    fn the_gelu_in_blocks_gives_the_gelu_of_each_float_bit_for_bit() {
+        // 3 blocks and a tail of 5, over the range that matters plus the clamps, NaN and zeros
+        let mut v: Vec<f32> = (0..3 * GELU_BLOCK + 5)
+            .map(|i| (i as f32 * 0.731).sin() * 9.0 - 0.5)
+            .collect();
+        v[7] = f32::NAN;
+        v[40] = -0.0;
+        v[41] = 200.0;
+        v[42] = -200.0;
+        let want: Vec<f32> = v.iter().map(|&x| gelu_tanh(x)).collect();
+        #[allow(unused_mut)]
+        let mut kernels = vec![Kernels::Baseline];
+        #[cfg(target_arch = "x86_64")]
+        if let k @ Kernels::Avx2 = Kernels::detect() {
+            kernels.push(k);
+        }
+        for k in kernels {
+            let mut got = v.clone();
+            k.gelu(&mut got);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{k:?}");
+        }
+    }
+
+    #[test]
     fn the_padded_softmax_is_libms_softmax_over_the_real_keys() {
         for t in [1, 7, 8, 9, 36, 41] {
             let tp = padded(t);
