@@ -380,8 +380,9 @@ pub struct KMeansFit {
 
 /// k-means: `n_runs` restarts from greedy k-means++ seeds (`crate::kmeanspp`, scikit-learn's
 /// seeding), each refined by the Lloyd iterations of linfa-clustering (its arithmetic, on our
-/// distance kernel); the run of lowest inertia is kept (ties: the first run). Run `r` draws its seed from ChaCha8 with `seed` on stream `r`, so
-/// the restarts run in parallel and the result does not depend on the number of threads.
+/// distance kernel); the run of lowest inertia is kept (ties: the first run). Run `r` draws its
+/// seed from ChaCha8 with `seed` on stream `r`, so the restarts run in parallel and the result
+/// does not depend on the number of threads.
 ///
 /// The assignments and the inertia are those of the final centres (scikit-learn's `labels_` and
 /// `inertia_ / N`).
