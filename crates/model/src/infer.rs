@@ -873,10 +873,9 @@ struct Shape {
 
 /// The per-problem attention loops ([`codes_of_problem`], [`default_value`], the HYLA value network
 /// of `ops::fast::mix`), the GELU, LayerNorm and the bias additions, compiled twice: for the
-/// baseline x86-64 instruction set, and
-/// with AVX2 and FMA for CPUs that have them (chosen once, at run time). The loops are the same
-/// code, so both give the same bits; FMA is only enabled, never asked for (Rust does not fuse a
-/// product and a sum on its own).
+/// baseline x86-64 instruction set, and with AVX2 and FMA for CPUs that have them (chosen once, at
+/// run time). The loops are the same code, so both give the same bits; FMA is only enabled, never
+/// asked for (Rust does not fuse a product and a sum on its own).
 #[derive(Debug, Clone, Copy)]
 enum Kernels {
     Baseline,
@@ -1103,8 +1102,7 @@ fn codes_of_problem(
             }
             if i < t {
                 scores(q(i), kt, shape.scale, b(i), s0);
-                let a = &mut w.att[(hh * t + i) * t..][..t];
-                softmax_padded_rows([&*s0], [&mut *e0], [a]);
+                softmax_padded(s0, e0, &mut w.att[(hh * t + i) * t..][..t]);
             }
             continue;
         }
@@ -1120,9 +1118,9 @@ fn codes_of_problem(
             }
             let s = &mut w.s[..tp];
             scores(q, kt, shape.scale, b, s);
+            // (Softmax with every key visible took the two-row path above.)
             match (norm, vis) {
-                (Normalisation::Softmax, None) => softmax_padded(s, &mut w.e[..tp], a),
-                (Normalisation::Softmax, Some(vis)) => softmax_row(&s[..t], Some(vis), a),
+                (Normalisation::Softmax, vis) => softmax_row(&s[..t], vis, a),
                 (_, None) => a.copy_from_slice(&s[..t]),
                 (_, Some(vis)) => {
                     for ((a, &x), &on) in a.iter_mut().zip(&s[..t]).zip(vis) {
