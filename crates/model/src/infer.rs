@@ -49,6 +49,8 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::mixer::{Normalisation, ValueNetwork};
 use crate::nn::position::relative_position_bucket;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::fast::mix::value_from_codes_avx2;
 use crate::ops::fast::mix::{dot, rms_head_scales, softmax_row, value_from_codes, Plan, Rows};
 use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
@@ -805,7 +807,10 @@ impl Inference {
     /// `q0`, into `o [T, H d]`.
     fn value(&self, q0: usize, one: &mut Scratch, rows: &mut Option<Rows>, o: &mut [f32]) {
         match (&self.plan, rows) {
-            (Some(plan), Some(rows)) => self.kernels.mix_value(plan, q0, &one.att, &one.v, o, rows),
+            (Some(plan), Some(rows)) => {
+                self.kernels
+                    .mix_value(plan, q0, &one.att, (&one.v, &one.vt), o, rows)
+            }
             _ => self.kernels.value(&self.shape(), q0, &one.att, &one.vt, o),
         }
     }
@@ -909,7 +914,7 @@ impl Kernels {
         w: &mut Scratch,
     ) {
         match self {
-            Kernels::Baseline => codes_of_problem(shape, norm, visible, q0, qkv, bias, w),
+            Kernels::Baseline => codes_of_problem::<false>(shape, norm, visible, q0, qkv, bias, w),
             // SAFETY: `Kernels::Avx2` is only made by `detect`, after the CPU reported AVX2 and FMA.
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx2 => unsafe { codes_avx2(shape, norm, visible, q0, qkv, bias, w) },
@@ -972,14 +977,15 @@ impl Kernels {
     }
 
     /// `ops::fast::mix`'s [`value_from_codes`] (the HYLA value networks) with this instruction
-    /// set.
+    /// set: from the values `v [H, T, d]`, or with AVX2 from them transposed and padded, `vt [H, d,
+    /// Tp]` (`value_from_codes_avx2`).
     #[allow(unsafe_code)]
     fn mix_value(
         self,
         plan: &Plan,
         q0: usize,
         att: &[f32],
-        v: &[f32],
+        (v, vt): (&[f32], &[f32]),
         o: &mut [f32],
         rows: &mut Rows,
     ) {
@@ -987,7 +993,7 @@ impl Kernels {
             Kernels::Baseline => value_from_codes(plan, q0, att, v, o, rows),
             // SAFETY: as in `Kernels::codes`.
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => unsafe { mix_value_avx2(plan, q0, att, v, o, rows) },
+            Kernels::Avx2 => unsafe { value_from_codes_avx2(plan, q0, att, (v, vt), o, rows) },
         }
     }
 }
@@ -1004,7 +1010,7 @@ fn codes_avx2(
     bias: &[f32],
     w: &mut Scratch,
 ) {
-    codes_of_problem(shape, norm, visible, q0, qkv, bias, w);
+    codes_of_problem::<true>(shape, norm, visible, q0, qkv, bias, w);
 }
 
 /// [`layer_norm`] compiled with AVX2 and FMA.
@@ -1042,13 +1048,6 @@ fn value_avx2(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) 
     default_value(shape, q0, att, vt, o);
 }
 
-/// [`value_from_codes`] compiled with AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn mix_value_avx2(plan: &Plan, q0: usize, att: &[f32], v: &[f32], o: &mut [f32], rows: &mut Rows) {
-    value_from_codes(plan, q0, att, v, o, rows);
-}
-
 /// One problem's codes at one layer, from its Q, K and V rows `qkv [T, 3 H d]` and the layer's
 /// padded position bias `[H, T, Tp]`: keys and values transposed to `w.kt`, `w.vt` `[H, d, Tp]`
 /// (so that the loops run over contiguous keys; the padded keys stay zero) and `w.v` `[H, T, d]`;
@@ -1056,9 +1055,10 @@ fn mix_value_avx2(plan: &Plan, q0: usize, att: &[f32], v: &[f32], o: &mut [f32],
 /// + bias[h, i, j]` over the `Tp` padded keys (`-inf` on the padding), normalised at once into the
 /// codes `w.att [H, T, T]` (the reference's `normalise`): softmax over the visible keys; none (0
 /// where masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair. Only the
-/// queries from `q0` are computed; the rows of earlier ones are NaN.
+/// queries from `q0` are computed; the rows of earlier ones are NaN. `AVX2`: the scores by
+/// [`scores_avx2`] (only in [`codes_avx2`], which runs where the CPU has AVX2 and FMA).
 #[inline(always)]
-fn codes_of_problem(
+fn codes_of_problem<const AVX2: bool>(
     shape: &Shape,
     norm: Normalisation,
     visible: Option<&[bool]>,
@@ -1069,12 +1069,9 @@ fn codes_of_problem(
 ) {
     let (t, tp, h, d) = (shape.t, shape.tp, shape.h, shape.d);
     let hd = h * d;
+    transpose_kv::<AVX2>(qkv, (t, tp, hd), &mut w.kt, &mut w.vt);
     for j in 0..t {
         let row = &qkv[j * 3 * hd..][..3 * hd];
-        for c in 0..hd {
-            w.kt[c * tp + j] = row[hd + c];
-            w.vt[c * tp + j] = row[2 * hd + c];
-        }
         for hh in 0..h {
             copy_head(
                 &mut w.v[(hh * t + j) * d..][..d],
@@ -1094,14 +1091,14 @@ fn codes_of_problem(
             let (e0, e1) = w.e.split_at_mut(tp);
             let mut i = q0;
             while i + 1 < t {
-                scores(q(i), kt, shape.scale, b(i), s0);
-                scores(q(i + 1), kt, shape.scale, b(i + 1), s1);
+                score_row::<AVX2>(q(i), kt, shape.scale, b(i), s0);
+                score_row::<AVX2>(q(i + 1), kt, shape.scale, b(i + 1), s1);
                 let (a0, a1) = w.att[(hh * t + i) * t..][..2 * t].split_at_mut(t);
                 softmax_padded_rows([&*s0, &*s1], [&mut *e0, &mut *e1], [a0, a1]);
                 i += 2;
             }
             if i < t {
-                scores(q(i), kt, shape.scale, b(i), s0);
+                score_row::<AVX2>(q(i), kt, shape.scale, b(i), s0);
                 softmax_padded(s0, e0, &mut w.att[(hh * t + i) * t..][..t]);
             }
             continue;
@@ -1113,11 +1110,11 @@ fn codes_of_problem(
             let vis = visible.map(|v| &v[i * t..][..t]);
             if norm != Normalisation::Softmax && vis.is_none() {
                 // The scores are the codes (RMSHead scales them below): straight into the row.
-                scores(q, kt, shape.scale, b, a);
+                score_row::<AVX2>(q, kt, shape.scale, b, a);
                 continue;
             }
             let s = &mut w.s[..tp];
-            scores(q, kt, shape.scale, b, s);
+            score_row::<AVX2>(q, kt, shape.scale, b, s);
             // (Softmax with every key visible took the two-row path above.)
             match (norm, vis) {
                 (Normalisation::Softmax, vis) => softmax_row(&s[..t], vis, a),
@@ -1132,6 +1129,198 @@ fn codes_of_problem(
     }
     if norm == Normalisation::RmsHead {
         rms_head(q0 * t, &mut w.att, &mut w.r);
+    }
+}
+
+/// One problem's keys and values transposed, from its rows `qkv [T, 3 H d]` into `kt`, `vt`
+/// `[H d, Tp]` (column `c` of the keys, `qkv[j, H d + c]`, into row `c` of `kt`; the padded keys
+/// `T..Tp` are left as they are, zero). By [`transpose_kv_avx2`] when `AVX2` and `H d` is a multiple
+/// of [`LANES`].
+#[inline(always)]
+fn transpose_kv<const AVX2: bool>(
+    qkv: &[f32],
+    (t, tp, hd): (usize, usize, usize),
+    kt: &mut [f32],
+    vt: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 && hd % LANES == 0 {
+        // SAFETY: as in `score_row`.
+        #[allow(unsafe_code)]
+        unsafe {
+            transpose_kv_avx2(qkv, (t, tp, hd), kt, vt);
+        }
+        return;
+    }
+    for j in 0..t {
+        let row = &qkv[j * 3 * hd..][..3 * hd];
+        for c in 0..hd {
+            kt[c * tp + j] = row[hd + c];
+            vt[c * tp + j] = row[2 * hd + c];
+        }
+    }
+}
+
+/// [`transpose_kv`] in blocks of 8 keys x 8 columns, each transposed in registers (AVX2 shuffles);
+/// the rows of a last, partial block past `T` are zeros, so the padded keys are written as zero.
+/// `H d` must be a multiple of [`LANES`] and `Tp` of `LANES`, at least `T`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)]
+fn transpose_kv_avx2(
+    qkv: &[f32],
+    (t, tp, hd): (usize, usize, usize),
+    kt: &mut [f32],
+    vt: &mut [f32],
+) {
+    use std::arch::x86_64::{
+        __m256, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps,
+        _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    };
+    assert!(
+        hd % LANES == 0
+            && tp % LANES == 0
+            && t <= tp
+            && qkv.len() >= t * 3 * hd
+            && kt.len() >= hd * tp
+            && vt.len() >= hd * tp,
+        "transpose_kv: {t} keys padded to {tp}, {hd} columns, {} / {} / {} floats",
+        qkv.len(),
+        kt.len(),
+        vt.len()
+    );
+    let src = qkv.as_ptr();
+    for (part, dst) in [(1, kt.as_mut_ptr()), (2, vt.as_mut_ptr())] {
+        for j0 in (0..t).step_by(LANES) {
+            for c0 in (0..hd).step_by(LANES) {
+                let mut r = [_mm256_setzero_ps(); LANES];
+                for (k, r) in r.iter_mut().enumerate().take(t - j0) {
+                    // SAFETY: `j0 + k < T` and `part hd + c0 + LANES <= 3 hd`, inside `qkv`.
+                    *r = unsafe { _mm256_loadu_ps(src.add((j0 + k) * 3 * hd + part * hd + c0)) };
+                }
+                // The 8 x 8 transpose: pairs, then quadruples of lanes, then the 128-bit halves.
+                let u: [__m256; LANES] = [
+                    _mm256_unpacklo_ps(r[0], r[1]),
+                    _mm256_unpackhi_ps(r[0], r[1]),
+                    _mm256_unpacklo_ps(r[2], r[3]),
+                    _mm256_unpackhi_ps(r[2], r[3]),
+                    _mm256_unpacklo_ps(r[4], r[5]),
+                    _mm256_unpackhi_ps(r[4], r[5]),
+                    _mm256_unpacklo_ps(r[6], r[7]),
+                    _mm256_unpackhi_ps(r[6], r[7]),
+                ];
+                let s: [__m256; LANES] = [
+                    _mm256_shuffle_ps::<0x44>(u[0], u[2]),
+                    _mm256_shuffle_ps::<0xEE>(u[0], u[2]),
+                    _mm256_shuffle_ps::<0x44>(u[1], u[3]),
+                    _mm256_shuffle_ps::<0xEE>(u[1], u[3]),
+                    _mm256_shuffle_ps::<0x44>(u[4], u[6]),
+                    _mm256_shuffle_ps::<0xEE>(u[4], u[6]),
+                    _mm256_shuffle_ps::<0x44>(u[5], u[7]),
+                    _mm256_shuffle_ps::<0xEE>(u[5], u[7]),
+                ];
+                let cols: [__m256; LANES] = [
+                    _mm256_permute2f128_ps::<0x20>(s[0], s[4]),
+                    _mm256_permute2f128_ps::<0x20>(s[1], s[5]),
+                    _mm256_permute2f128_ps::<0x20>(s[2], s[6]),
+                    _mm256_permute2f128_ps::<0x20>(s[3], s[7]),
+                    _mm256_permute2f128_ps::<0x31>(s[0], s[4]),
+                    _mm256_permute2f128_ps::<0x31>(s[1], s[5]),
+                    _mm256_permute2f128_ps::<0x31>(s[2], s[6]),
+                    _mm256_permute2f128_ps::<0x31>(s[3], s[7]),
+                ];
+                for (m, col) in cols.into_iter().enumerate() {
+                    // SAFETY: `c0 + m < hd` and `j0 + LANES <= Tp`, inside `dst [hd, Tp]`.
+                    unsafe { _mm256_storeu_ps(dst.add((c0 + m) * tp + j0), col) };
+                }
+            }
+        }
+    }
+}
+
+/// [`scores`], by [`scores_avx2`] when `AVX2` (in [`codes_of_problem`]'s AVX2 copy).
+#[inline(always)]
+fn score_row<const AVX2: bool>(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `codes_of_problem::<true>` is only called from `codes_avx2`, which
+        // `Kernels::codes` calls only after the CPU reported AVX2 and FMA.
+        #[allow(unsafe_code)]
+        unsafe {
+            scores_avx2(q, kt, scale, b, s);
+        }
+        return;
+    }
+    scores(q, kt, scale, b, s);
+}
+
+/// [`scores`] written with the AVX2 intrinsics: per lane `acc = 0`, then `acc += q[e] kt[e, j]`
+/// for `e = 0, 1, ..`, then `acc scale + b[j]`, each product and sum rounded on its own (no FMA),
+/// so the same bits as [`scores`]. The portable loop, compiled for AVX2, kept its slice bounds and
+/// loop state in memory (`docs/performance.md`). The usual head widths get a copy with the width
+/// known at compile time; other widths take [`scores`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn scores_avx2(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
+    match q.len() {
+        1 => score_row_avx2::<1>(q, kt, scale, b, s),
+        2 => score_row_avx2::<2>(q, kt, scale, b, s),
+        4 => score_row_avx2::<4>(q, kt, scale, b, s),
+        8 => score_row_avx2::<8>(q, kt, scale, b, s),
+        16 => score_row_avx2::<16>(q, kt, scale, b, s),
+        _ => scores(q, kt, scale, b, s),
+    }
+}
+
+/// [`scores_avx2`] for head width `D`: `q [D]`, `kt [D, Tp]`, `b [Tp]` (`Tp` a multiple of
+/// [`LANES`]) into `s [W]`, `W <= Tp` (the last chunk's lanes past `W` are not written).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)]
+fn score_row_avx2<const D: usize>(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_cmpgt_epi32, _mm256_loadu_ps, _mm256_maskstore_ps, _mm256_mul_ps,
+        _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    let (tp, width) = (b.len(), s.len());
+    assert!(
+        q.len() == D && tp % LANES == 0 && width <= tp && kt.len() >= D * tp,
+        "scores: a query of {} floats, {} keys, {width} scores, {} key floats",
+        q.len(),
+        tp,
+        kt.len()
+    );
+    let mut qv = [_mm256_setzero_ps(); D];
+    for (v, &x) in qv.iter_mut().zip(q) {
+        *v = _mm256_set1_ps(x);
+    }
+    let vscale = _mm256_set1_ps(scale);
+    let (kp, bp, sp) = (kt.as_ptr(), b.as_ptr(), s.as_mut_ptr());
+    let full = width / LANES;
+    for c in 0..width.div_ceil(LANES) {
+        let at = c * LANES;
+        let mut acc = _mm256_setzero_ps();
+        for (e, &qe) in qv.iter().enumerate() {
+            // SAFETY: `e < D` and `at + LANES <= Tp`, so `e Tp + at + LANES <= D Tp <= kt.len()`.
+            let k = unsafe { _mm256_loadu_ps(kp.add(e * tp + at)) };
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(qe, k));
+        }
+        // SAFETY: `at + LANES <= Tp = b.len()`.
+        let bias = unsafe { _mm256_loadu_ps(bp.add(at)) };
+        let v = _mm256_add_ps(_mm256_mul_ps(acc, vscale), bias);
+        if c < full {
+            // SAFETY: `c < full`, so `at + LANES <= W = s.len()`.
+            unsafe { _mm256_storeu_ps(sp.add(at), v) };
+        } else {
+            // The last `W - at < LANES` scores: lanes below that count are stored, the others
+            // neither read nor written.
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32((width - at) as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            // SAFETY: only the lanes `l < W - at` are stored, at `at + l < W = s.len()`.
+            unsafe { _mm256_maskstore_ps(sp.add(at), mask, v) };
+        }
     }
 }
 
@@ -1983,6 +2172,72 @@ mod tests {
             &mut a,
         );
         assert!(a.iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn the_avx2_kernels_give_the_baseline_pass_bit_for_bit() {
+        // Shapes that take every path: keys a multiple of 8 or not (partial chunks and masked
+        // loads), head widths with a copy of their own (2, 4, 8) or not (3), H d a multiple of 8
+        // (the transposes in register blocks) or not; every mixer, causal or not.
+        #[cfg(target_arch = "x86_64")]
+        let Kernels::Avx2 = Kernels::detect() else {
+            eprintln!("skipped: this CPU has no AVX2 and FMA, so only the baseline kernels run");
+            return;
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        return;
+        #[cfg(target_arch = "x86_64")]
+        for (s, (t, h, d)) in [(9, 3, 4), (17, 4, 2), (16, 2, 8), (12, 2, 3)]
+            .into_iter()
+            .enumerate()
+        {
+            for mixer in Mixer::ALL {
+                for causal in [false, true] {
+                    let cfg = Config {
+                        d_in: 5,
+                        n_tokens: t,
+                        n_outputs: 3,
+                        d_model: 24,
+                        n_heads: h,
+                        d_head: d,
+                        n_layers: 2,
+                        d_mlp: 20,
+                        d_out: 6,
+                        n_buckets: t.min(7),
+                        causal,
+                        mixer,
+                    };
+                    let tensors = seeded_tensors(
+                        cfg.tensor_shapes(),
+                        90 + s as u64,
+                        |_| InitRule::Normal(0.5),
+                        &Device::Cpu,
+                    )
+                    .unwrap();
+                    let model = Transformer::from_tensors(
+                        &cfg,
+                        tensors.into_iter().collect(),
+                        &Device::Cpu,
+                    )
+                    .unwrap();
+                    let x = random_input(model.config(), 11, 3 + s as u64);
+                    let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+                    let per_layer = h * t * t;
+                    let take = TakeCodes(|layer: usize, codes: &[f32], row: &mut [f32]| {
+                        row[layer * per_layer..][..per_layer].copy_from_slice(codes);
+                    });
+                    let mut inf = Inference::new(&model).unwrap();
+                    let avx2 = inf.run_hooked(Start::Inputs(&xs), 11, 2 * per_layer, &take);
+                    inf.kernels = Kernels::Baseline;
+                    let base = inf.run_hooked(Start::Inputs(&xs), 11, 2 * per_layer, &take);
+                    let (avx2, base) = (avx2.unwrap(), base.unwrap());
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    let case = format!("{mixer} causal {causal}, T {t}, H {h}, d {d}");
+                    assert_eq!(bits(&avx2.logits), bits(&base.logits), "logits: {case}");
+                    assert_eq!(bits(&avx2.taken), bits(&base.taken), "codes: {case}");
+                }
+            }
+        }
     }
 
     #[test]
