@@ -49,9 +49,9 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::mixer::{Normalisation, ValueNetwork};
 use crate::nn::position::relative_position_bucket;
-#[cfg(target_arch = "x86_64")]
-use crate::ops::fast::mix::value_from_codes_avx2;
 use crate::ops::fast::mix::{dot, rms_head_scales, softmax_row, value_from_codes, Plan, Rows};
+#[cfg(target_arch = "x86_64")]
+use crate::ops::fast::mix::{dots_avx2, value_from_codes_avx2};
 use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
 /// Problems per chunk: the unit of parallel work and of buffer reuse.
@@ -1041,11 +1041,33 @@ fn gelu_avx2(v: &mut [f32]) {
     gelu_in_place(v);
 }
 
-/// [`default_value`] compiled with AVX2 and FMA.
+/// [`default_value`] with AVX2: each query's `d` dots per head by [`dots_avx2`] (the same bits),
+/// for the head widths with a copy of their own; others compile [`default_value`] with AVX2 and
+/// FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn value_avx2(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) {
-    default_value(shape, q0, att, vt, o);
+    /// The loops for head width `D`.
+    #[target_feature(enable = "avx2,fma")]
+    fn of_width<const D: usize>(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) {
+        let (t, tp, h) = (shape.t, shape.tp, shape.h);
+        for i in q0..t {
+            for hh in 0..h {
+                dots_avx2::<D>(
+                    &att[(hh * t + i) * t..][..t],
+                    (&vt[hh * D * tp..][..D * tp], tp),
+                    &mut o[(i * h + hh) * D..][..D],
+                );
+            }
+        }
+    }
+    match shape.d {
+        1 => of_width::<1>(shape, q0, att, vt, o),
+        2 => of_width::<2>(shape, q0, att, vt, o),
+        4 => of_width::<4>(shape, q0, att, vt, o),
+        8 => of_width::<8>(shape, q0, att, vt, o),
+        _ => default_value(shape, q0, att, vt, o),
+    }
 }
 
 /// One problem's codes at one layer, from its Q, K and V rows `qkv [T, 3 H d]` and the layer's

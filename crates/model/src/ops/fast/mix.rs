@@ -454,9 +454,10 @@ fn value_rows_avx2<const D: usize>(
         _mm256_set1_epi32((k - full * L) as i32),
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
     );
-    let (ap, vp, hid) = (a.as_ptr(), vt.as_ptr(), rows.hid_padded.as_mut_ptr());
+    let (ap, vp) = (a.as_ptr(), vt.as_ptr());
     let zero = _mm256_setzero_ps();
     for i in q0..q {
+        let hid = rows.hid_padded.as_mut_ptr();
         // The hidden units, chunk by chunk: `pre[e, j] = sum_h a[h, i, j] vt[h, e, j]`.
         for c in 0..chunks {
             let mut pre = [zero; D];
@@ -487,30 +488,59 @@ fn value_rows_avx2<const D: usize>(
                 unsafe { _mm256_storeu_ps(hid.add(e * kp + c * L), y) };
             }
         }
-        // The outputs `o[i, h, e] = dot(a[h, i, ..], hid[e, ..])`, as `dot` sums them.
+        // The outputs `o[i, h, e] = dot(a[h, i, ..], hid[e, ..])`.
         for hh in 0..h {
-            let row = (hh * q + i) * k;
-            let mut acc = [zero; D];
-            for c in 0..full {
-                // SAFETY: as above, a whole chunk of the codes and of `hid_padded`.
-                let codes = unsafe { _mm256_loadu_ps(ap.add(row + c * L)) };
-                for (e, acc) in acc.iter_mut().enumerate() {
-                    let y = unsafe { _mm256_loadu_ps(hid.add(e * kp + c * L)) };
-                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(codes, y));
-                }
-            }
-            for (e, acc) in acc.iter().enumerate() {
-                let mut lanes = [0f32; L];
-                // SAFETY: `lanes` holds 8 floats.
-                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
-                let mut tail = 0f32;
-                for j in full * L..k {
-                    // SAFETY: `j < k`, inside the codes' row and `hid_padded`'s row `e`.
-                    tail += unsafe { *ap.add(row + j) * *hid.add(e * kp + j) };
-                }
-                o[(i * h + hh) * D + e] = lanes.iter().sum::<f32>() + tail;
-            }
+            dots_avx2::<D>(
+                &a[(hh * q + i) * k..][..k],
+                (&rows.hid_padded, kp),
+                &mut o[(i * h + hh) * D..][..D],
+            );
         }
+    }
+}
+
+/// `out[e] = dot(x, y[e Ys..][..K])` for the `D` rows of `y` (row stride `Ys`), summed as [`dot`]
+/// sums (eight lanes over the whole chunks of 8, the lanes in order, plus the remaining products in
+/// order; products and sums rounded apart), so the same bits, with the AVX2 intrinsics; `x` is
+/// loaded once for the `D` rows.
+///
+/// # Shapes
+/// `x [K]`, `y [D, Ys]` with `Ys >= K`, `out [D]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(unsafe_code)]
+pub(crate) fn dots_avx2<const D: usize>(x: &[f32], (y, ys): (&[f32], usize), out: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    const L: usize = 8;
+    let k = x.len();
+    assert!(
+        out.len() == D && ys >= k && (D == 0 || y.len() >= (D - 1) * ys + k),
+        "dots: {D} rows of {k} against {} floats with stride {ys}",
+        y.len()
+    );
+    let full = k / L;
+    let (xp, yp) = (x.as_ptr(), y.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); D];
+    for c in 0..full {
+        // SAFETY: `8 c + 8 <= K` inside `x`, and `e Ys + 8 c + 8 <= (D - 1) Ys + K <= y.len()`.
+        let xv = unsafe { _mm256_loadu_ps(xp.add(c * L)) };
+        for (e, acc) in acc.iter_mut().enumerate() {
+            let yv = unsafe { _mm256_loadu_ps(yp.add(e * ys + c * L)) };
+            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(xv, yv));
+        }
+    }
+    for ((e, acc), out) in acc.iter().enumerate().zip(out) {
+        let mut lanes = [0f32; L];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+        let mut tail = 0f32;
+        for (&a, &b) in x[full * L..].iter().zip(&y[e * ys + full * L..e * ys + k]) {
+            tail += a * b;
+        }
+        *out = lanes.iter().sum::<f32>() + tail;
     }
 }
 
