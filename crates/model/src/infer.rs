@@ -16,7 +16,10 @@
 //!   (AVX-512) kernels, chosen at run time where the CPU has them. The per-problem attention loops
 //!   run over contiguous keys (keys and values transposed to `[H, d, T]`), and they and the GELU
 //!   are compiled a second time with AVX2 and FMA (`Kernels`, chosen at run time); their `exp`
-//!   is a polynomial the compiler vectorises (`exp_reduced`) instead of a libm call.
+//!   is a polynomial the compiler vectorises (`exp_reduced`) instead of a libm call. In that copy
+//!   the scores, the K/V transposes and the value sums are written with the AVX2 intrinsics
+//!   (`scores_avx2`, `transpose_kv_avx2`, `ops::fast::mix::value_from_codes_avx2` and `dots_avx2`),
+//!   in the portable loops' order, so with their bits (a unit test compares the two passes).
 //! - **One chunk stays in the caches.** A chunk of 8 base-model problems (288 rows) needs about
 //!   1 MB of buffers.
 //! - **Hooks.** [`Inference::run`] hands each layer's codes to a function that keeps what it needs
@@ -879,8 +882,9 @@ struct Shape {
 /// The per-problem attention loops ([`codes_of_problem`], [`default_value`], the HYLA value network
 /// of `ops::fast::mix`), the GELU, LayerNorm and the bias additions, compiled twice: for the
 /// baseline x86-64 instruction set, and with AVX2 and FMA for CPUs that have them (chosen once, at
-/// run time). The loops are the same code, so both give the same bits; FMA is only enabled, never
-/// asked for (Rust does not fuse a product and a sum on its own).
+/// run time). The loops are the same code, or in the AVX2 copy (scores, K/V transposes, value sums)
+/// intrinsics that do the same operations in the same order, so both give the same bits; FMA is
+/// only enabled, never asked for (Rust does not fuse a product and a sum on its own).
 #[derive(Debug, Clone, Copy)]
 enum Kernels {
     Baseline,
@@ -1077,8 +1081,9 @@ fn value_avx2(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) 
 /// + bias[h, i, j]` over the `Tp` padded keys (`-inf` on the padding), normalised at once into the
 /// codes `w.att [H, T, T]` (the reference's `normalise`): softmax over the visible keys; none (0
 /// where masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair. Only the
-/// queries from `q0` are computed; the rows of earlier ones are NaN. `AVX2`: the scores by
-/// [`scores_avx2`] (only in [`codes_avx2`], which runs where the CPU has AVX2 and FMA).
+/// queries from `q0` are computed; the rows of earlier ones are NaN. `AVX2`: the transposes and
+/// the scores by [`transpose_kv_avx2`] and [`scores_avx2`] (only in [`codes_avx2`], which runs
+/// where the CPU has AVX2 and FMA).
 #[inline(always)]
 fn codes_of_problem<const AVX2: bool>(
     shape: &Shape,
