@@ -397,6 +397,52 @@ impl Kernels {
     }
 }
 
+/// The last, partial chunk of a gradient row's points, padded with points that add nothing (on
+/// the point itself, with zero affinity), as in [`gradient_row`]; for the kernels written with
+/// intrinsics.
+#[cfg(target_arch = "x86_64")]
+struct PaddedTail {
+    /// Points before the partial chunk (a multiple of `LANES`).
+    full: usize,
+    x8: [f64; LANES],
+    z8: [f64; LANES],
+    p8: [f64; LANES],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl PaddedTail {
+    #[inline(always)]
+    fn new(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> PaddedTail {
+        let n = xs.len();
+        let full = n / LANES * LANES;
+        let (mut x8, mut z8, mut p8) = ([xi; LANES], [zi; LANES], [0.0; LANES]);
+        x8[..n - full].copy_from_slice(&xs[full..]);
+        z8[..n - full].copy_from_slice(&zs[full..]);
+        p8[..n - full].copy_from_slice(&prow[full..]);
+        PaddedTail { full, x8, z8, p8 }
+    }
+
+    /// The chunk of points from `c` (a multiple of `LANES`): from the rows, or the padded tail.
+    #[inline(always)]
+    fn chunk<'a>(
+        &'a self,
+        c: usize,
+        xs: &'a [f64],
+        zs: &'a [f64],
+        prow: &'a [f64],
+    ) -> (&'a [f64; LANES], &'a [f64; LANES], &'a [f64; LANES]) {
+        if c < self.full {
+            (
+                as8(&xs[c..][..LANES]),
+                as8(&zs[c..][..LANES]),
+                as8(&prow[c..][..LANES]),
+            )
+        } else {
+            (&self.x8, &self.z8, &self.p8)
+        }
+    }
+}
+
 /// [`gradient_row`] with AVX2, written with its intrinsics: the same operations in the same order
 /// (no FMA), so the same bits. Compiled from the portable code, the loop left LLVM shuffling lanes
 /// and keeping the forty partial sums in memory.
@@ -409,25 +455,12 @@ fn gradient_row_avx2(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> 
         _mm256_setzero_pd, _mm256_storeu_pd, _mm256_sub_pd,
     };
     let n = xs.len();
-    let full = n / LANES * LANES;
-    // the tail, padded with points that add nothing (as in `gradient_row`)
-    let (mut x8, mut z8, mut p8) = ([xi; LANES], [zi; LANES], [0.0; LANES]);
-    x8[..n - full].copy_from_slice(&xs[full..]);
-    z8[..n - full].copy_from_slice(&zs[full..]);
-    p8[..n - full].copy_from_slice(&prow[full..]);
+    let tail = PaddedTail::new(xi, zi, xs, zs, prow);
     let (vxi, vzi, one) = (_mm256_set1_pd(xi), _mm256_set1_pd(zi), _mm256_set1_pd(1.0));
     // lanes 0..4 and 4..8 of each of the five sums
     let mut acc: [[__m256d; 2]; 5] = [[_mm256_setzero_pd(); 2]; 5];
     for c in (0..n).step_by(LANES) {
-        let (x, z, p) = if c < full {
-            (
-                as8(&xs[c..][..LANES]),
-                as8(&zs[c..][..LANES]),
-                as8(&prow[c..][..LANES]),
-            )
-        } else {
-            (&x8, &z8, &p8)
-        };
+        let (x, z, p) = tail.chunk(c, xs, zs, prow);
         for (half, at) in [0usize, 4].into_iter().enumerate() {
             // SAFETY: `x`, `z` and `p` are arrays of LANES = 8 floats, and `at + 4 <= 8`.
             let (x, z, p) = unsafe {
@@ -478,24 +511,11 @@ fn gradient_row_avx512(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -
         _mm512_setzero_pd, _mm512_storeu_pd, _mm512_sub_pd,
     };
     let n = xs.len();
-    let full = n / LANES * LANES;
-    // the tail, padded with points that add nothing (as in `gradient_row`)
-    let (mut x8, mut z8, mut p8) = ([xi; LANES], [zi; LANES], [0.0; LANES]);
-    x8[..n - full].copy_from_slice(&xs[full..]);
-    z8[..n - full].copy_from_slice(&zs[full..]);
-    p8[..n - full].copy_from_slice(&prow[full..]);
+    let tail = PaddedTail::new(xi, zi, xs, zs, prow);
     let (vxi, vzi, one) = (_mm512_set1_pd(xi), _mm512_set1_pd(zi), _mm512_set1_pd(1.0));
     let mut acc: [__m512d; 5] = [_mm512_setzero_pd(); 5];
     for c in (0..n).step_by(LANES) {
-        let (x, z, p) = if c < full {
-            (
-                as8(&xs[c..][..LANES]),
-                as8(&zs[c..][..LANES]),
-                as8(&prow[c..][..LANES]),
-            )
-        } else {
-            (&x8, &z8, &p8)
-        };
+        let (x, z, p) = tail.chunk(c, xs, zs, prow);
         // SAFETY: `x`, `z` and `p` are arrays of LANES = 8 floats, one 512-bit load each.
         let (x, z, p) = unsafe {
             (

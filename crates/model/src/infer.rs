@@ -1077,13 +1077,14 @@ fn value_avx2(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) 
 /// One problem's codes at one layer, from its Q, K and V rows `qkv [T, 3 H d]` and the layer's
 /// padded position bias `[H, T, Tp]`: keys and values transposed to `w.kt`, `w.vt` `[H, d, Tp]`
 /// (so that the loops run over contiguous keys; the padded keys stay zero) and `w.v` `[H, T, d]`;
-/// per head and query the scaled scores plus bias `s[j] = (sum_e q[i, h, e] k[h, e, j]) / sqrt(d)
-/// + bias[h, i, j]` over the `Tp` padded keys (`-inf` on the padding), normalised at once into the
-/// codes `w.att [H, T, T]` (the reference's `normalise`): softmax over the visible keys; none (0
-/// where masked); RMSHead `m / sqrt(mean_h m^2 + eps)` over the heads of each pair. Only the
-/// queries from `q0` are computed; the rows of earlier ones are NaN. `AVX2`: the transposes and
-/// the scores by [`transpose_kv_avx2`] and [`scores_avx2`] (only in [`codes_avx2`], which runs
-/// where the CPU has AVX2 and FMA).
+/// per head and query the scaled scores plus bias,
+/// `s[j] = (sum_e q[i, h, e] k[h, e, j]) / sqrt(d) + bias[h, i, j]`, over the `Tp` padded keys
+/// (`-inf` on the padding), normalised at once into the codes `w.att [H, T, T]` (the reference's
+/// `normalise`): softmax over the visible keys; none (0 where masked); RMSHead
+/// `m / sqrt(mean_h m^2 + eps)` over the heads of each pair. Only the queries from `q0` are
+/// computed; the rows of earlier ones are NaN. `AVX2`: the transposes and the scores by
+/// [`transpose_kv_avx2`] and [`scores_avx2`] (only in [`codes_avx2`], which runs where the CPU
+/// has AVX2 and FMA).
 #[inline(always)]
 fn codes_of_problem<const AVX2: bool>(
     shape: &Shape,
