@@ -810,10 +810,14 @@ impl Inference {
     /// `q0`, into `o [T, H d]`.
     fn value(&self, q0: usize, one: &mut Scratch, rows: &mut Option<Rows>, o: &mut [f32]) {
         match (&self.plan, rows) {
-            (Some(plan), Some(rows)) => {
-                self.kernels
-                    .mix_value(plan, q0, &one.att, (&one.v, &one.vt), o, rows)
-            }
+            (Some(plan), Some(rows)) => self.kernels.mix_value(
+                plan,
+                q0,
+                &one.att,
+                (&one.vt, padded(self.config.n_tokens)),
+                o,
+                rows,
+            ),
             _ => self.kernels.value(&self.shape(), q0, &one.att, &one.vt, o),
         }
     }
@@ -981,23 +985,23 @@ impl Kernels {
     }
 
     /// `ops::fast::mix`'s [`value_from_codes`] (the HYLA value networks) with this instruction
-    /// set: from the values `v [H, T, d]`, or with AVX2 from them transposed and padded, `vt [H, d,
-    /// Tp]` (`value_from_codes_avx2`).
+    /// set, from the values transposed and padded, `vt [H, d, Tp]` with `Tp` = [`padded`]`(T)`
+    /// (with AVX2 `value_from_codes_avx2`).
     #[allow(unsafe_code)]
     fn mix_value(
         self,
         plan: &Plan,
         q0: usize,
         att: &[f32],
-        (v, vt): (&[f32], &[f32]),
+        (vt, tp): (&[f32], usize),
         o: &mut [f32],
         rows: &mut Rows,
     ) {
         match self {
-            Kernels::Baseline => value_from_codes(plan, q0, att, v, o, rows),
+            Kernels::Baseline => value_from_codes(plan, q0, att, (vt, tp), o, rows),
             // SAFETY: as in `Kernels::codes`.
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => unsafe { value_from_codes_avx2(plan, q0, att, (v, vt), o, rows) },
+            Kernels::Avx2 => unsafe { value_from_codes_avx2(plan, q0, att, vt, o, rows) },
         }
     }
 }
@@ -1076,7 +1080,7 @@ fn value_avx2(shape: &Shape, q0: usize, att: &[f32], vt: &[f32], o: &mut [f32]) 
 
 /// One problem's codes at one layer, from its Q, K and V rows `qkv [T, 3 H d]` and the layer's
 /// padded position bias `[H, T, Tp]`: keys and values transposed to `w.kt`, `w.vt` `[H, d, Tp]`
-/// (so that the loops run over contiguous keys; the padded keys stay zero) and `w.v` `[H, T, d]`;
+/// (so that the loops run over contiguous keys; the padded keys stay zero);
 /// per head and query the scaled scores plus bias,
 /// `s[j] = (sum_e q[i, h, e] k[h, e, j]) / sqrt(d) + bias[h, i, j]`, over the `Tp` padded keys
 /// (`-inf` on the padding), normalised at once into the codes `w.att [H, T, T]` (the reference's
@@ -1098,15 +1102,6 @@ fn codes_of_problem<const AVX2: bool>(
     let (t, tp, h, d) = (shape.t, shape.tp, shape.h, shape.d);
     let hd = h * d;
     transpose_kv::<AVX2>(qkv, (t, tp, hd), &mut w.kt, &mut w.vt);
-    for j in 0..t {
-        let row = &qkv[j * 3 * hd..][..3 * hd];
-        for hh in 0..h {
-            copy_head(
-                &mut w.v[(hh * t + j) * d..][..d],
-                &row[2 * hd + hh * d..][..d],
-            );
-        }
-    }
     for hh in 0..h {
         w.att[hh * t * t..][..q0 * t].fill(f32::NAN);
         let kt = &w.kt[hh * d * tp..][..d * tp];
@@ -1416,26 +1411,6 @@ fn score_chunk(q: &[f32], kt: &[f32], tp: usize, scale: f32, b: &[f32], c: usize
     acc
 }
 
-/// `dst = src` for one head's `d` floats, as fixed-size copies for the usual head widths (a
-/// slice copy of unknown length is a call to `memcpy`, hundreds per problem and layer).
-#[inline(always)]
-fn copy_head(dst: &mut [f32], src: &[f32]) {
-    #[inline(always)]
-    fn fixed<const D: usize>(dst: &mut [f32], src: &[f32]) {
-        let src: &[f32; D] = src.try_into().expect("a head's floats");
-        let dst: &mut [f32; D] = dst.try_into().expect("a head's floats");
-        *dst = *src;
-    }
-    match dst.len() {
-        1 => fixed::<1>(dst, src),
-        2 => fixed::<2>(dst, src),
-        4 => fixed::<4>(dst, src),
-        8 => fixed::<8>(dst, src),
-        16 => fixed::<16>(dst, src),
-        _ => dst.copy_from_slice(src),
-    }
-}
-
 /// The softmax of a row of scores over padded keys with every real key visible, `a = exp(x - max)
 /// / sum exp(x - max)`, by [`exp_reduced`] in whole vectors: `s [Tp]` (a multiple of [`LANES`],
 /// `-inf` on the padding), `e [Tp]` scratch, into `a [T]`. The padding's `exp` is that of the
@@ -1626,14 +1601,13 @@ struct Work {
 }
 
 /// One problem's attention buffers: a row of scores and its `exp` over the padded keys `[Tp]`, the
-/// codes `[H, T, T]`, RMSHead's scales `[T * T]`, values `[H, T, d]`, keys and values transposed
-/// and padded `[H, d, Tp]` (the padding is zero and never written).
+/// codes `[H, T, T]`, RMSHead's scales `[T * T]`, keys and values transposed and padded
+/// `[H, d, Tp]` (the padding is zero).
 struct Scratch {
     s: Vec<f32>,
     e: Vec<f32>,
     att: Vec<f32>,
     r: Vec<f32>,
-    v: Vec<f32>,
     kt: Vec<f32>,
     vt: Vec<f32>,
 }
@@ -1656,7 +1630,6 @@ impl Work {
                 e: vec![0.0; 2 * tp],
                 att: vec![0.0; cfg.n_heads * t * t],
                 r: vec![0.0; t * t],
-                v: vec![0.0; t * hd],
                 kt: vec![0.0; tp * hd],
                 vt: vec![0.0; tp * hd],
             },

@@ -251,17 +251,25 @@ impl Rows {
             }
             None => self.ad.copy_from_slice(&self.a),
         }
-        Rows::hidden_from(p, &self.vt, (&self.ad, k), &mut self.pre, &mut self.hid);
+        Rows::hidden_from(
+            p,
+            (&self.vt, k),
+            (&self.ad, k),
+            &mut self.pre,
+            &mut self.hid,
+        );
     }
 
     /// The hidden units of one query into `hid [d, K]` (`pre [d, K]` before the activation),
-    /// from the values `vt [H, d, K]` and its codes after dropout `ad`, head `hh`'s `K` codes at
-    /// `ad[hh * stride..]` (in `Rows::ad`: stride `K`; in codes `[H, Q, K]`: stride `Q K`).
+    /// from the values `vt [H, d, Kv]` (rows of `vs = Kv >= K` floats, the keys first: `Rows::vt`
+    /// has `Kv = K`, `crate::infer`'s padded values more) and its codes after dropout `ad`, head
+    /// `hh`'s `K` codes at `ad[hh * stride..]` (in `Rows::ad`: stride `K`; in codes `[H, Q, K]`:
+    /// stride `Q K`).
     // Inlined so that `crate::infer`'s copies compiled for wider vector units cover it.
     #[inline(always)]
     fn hidden_from(
         p: &Plan,
-        vt: &[f32],
+        (vt, vs): (&[f32], usize),
         (ad, stride): (&[f32], usize),
         pre: &mut [f32],
         hid: &mut [f32],
@@ -272,7 +280,7 @@ impl Rows {
             let ad = &ad[hh * stride..][..k];
             for e in 0..d {
                 let pre = &mut pre[e * k..][..k];
-                for ((x, &a), &v) in pre.iter_mut().zip(ad).zip(&vt[(hh * d + e) * k..][..k]) {
+                for ((x, &a), &v) in pre.iter_mut().zip(ad).zip(&vt[(hh * d + e) * vs..][..k]) {
                     *x += a * v;
                 }
             }
@@ -351,26 +359,26 @@ fn forward_one(
     }
 }
 
-/// The evaluation-mode value network of one problem from its codes (no dropout): `a [H, Q, K]`,
-/// `v [H, K, d]` -> `o [Q, H, d]`; the second half of [`forward_one`], for [`crate::infer`], whose
-/// hooks may have changed the codes; the queries from `q0` only. `rows` is scratch made by
-/// [`Rows::new`] for `p` (any values).
+/// The evaluation-mode value network of one problem from its codes (no dropout): `a [H, Q, K]`
+/// and the values transposed, `vt [H, d, Kv]` (rows of `vs = Kv >= K` floats, the keys first:
+/// `crate::infer`'s padded values) -> `o [Q, H, d]`; the second half of [`forward_one`], for
+/// [`crate::infer`], whose hooks may have changed the codes; the queries from `q0` only. `rows` is
+/// scratch made by [`Rows::new`] for `p` (any values).
 #[inline(always)]
 pub(crate) fn value_from_codes(
     p: &Plan,
     q0: usize,
     a: &[f32],
-    v: &[f32],
+    (vt, vs): (&[f32], usize),
     o: &mut [f32],
     rows: &mut Rows,
 ) {
     let (h, q, k, d) = (p.h, p.q, p.k, p.d);
-    rows.load(p, v);
     for i in q0..q {
         // Without dropout the codes after dropout are the codes, read where they are.
         Rows::hidden_from(
             p,
-            &rows.vt,
+            (vt, vs),
             (&a[i * k..], q * k),
             &mut rows.pre,
             &mut rows.hid,
@@ -393,17 +401,17 @@ pub(crate) fn value_from_codes(
 /// the same bits as [`value_from_codes`]. The portable loops, compiled for AVX2, spent most of
 /// their instructions on bounds checks and 4-key tails (`docs/performance.md`).
 ///
-/// Head widths other than 1, 2, 4 and 8 take [`value_from_codes`] with the values `v`.
+/// Head widths other than 1, 2, 4 and 8 take [`value_from_codes`].
 ///
 /// # Shapes
-/// `a [H, Q, K]`, `v [H, K, d]`, `vt [H, d, Kp]`, `o [Q, H, d]`; the queries from `q0`.
+/// `a [H, Q, K]`, `vt [H, d, Kp]`, `o [Q, H, d]`; the queries from `q0`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn value_from_codes_avx2(
     p: &Plan,
     q0: usize,
     a: &[f32],
-    (v, vt): (&[f32], &[f32]),
+    vt: &[f32],
     o: &mut [f32],
     rows: &mut Rows,
 ) {
@@ -412,7 +420,7 @@ pub(crate) fn value_from_codes_avx2(
         2 => value_rows_avx2::<2>(p, q0, a, vt, o, rows),
         4 => value_rows_avx2::<4>(p, q0, a, vt, o, rows),
         8 => value_rows_avx2::<8>(p, q0, a, vt, o, rows),
-        _ => value_from_codes(p, q0, a, v, o, rows),
+        _ => value_from_codes(p, q0, a, (vt, p.k.div_ceil(8) * 8), o, rows),
     }
 }
 
