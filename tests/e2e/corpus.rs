@@ -4,7 +4,7 @@
 //! flag at fault, under an address-space limit of 2 GiB (`prlimit --as`), so that any case that
 //! tried to allocate more would abort and fail. The memory budget is set to 1 GiB for every case.
 //!
-//! Outcomes are counted (clear errors, unclear errors, panics, aborts, silent successes) and the
+//! Outcomes are counted (clear errors, unclear errors, panics, aborts, hangs, silent successes) and the
 //! test fails unless every case gave a clear error; run with `--nocapture` to see the counts.
 
 use std::collections::HashMap;
@@ -20,15 +20,18 @@ use crate::util::{s, sraven_checkpoint, tempdir, token_model};
 
 /// The address-space limit of every case (bytes).
 const AS_LIMIT: u64 = 2 << 30;
+/// Seconds after which a case counts as a hang (every case is tiny: a clear error comes in well
+/// under a second).
+const HANG_SECS: u64 = 60;
 
 /// One bad input: the arguments, and the words the error must contain.
-struct Case {
-    name: String,
-    args: Vec<String>,
-    needles: Vec<String>,
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) needles: Vec<String>,
 }
 
-fn case(name: &str, args: &[&str], needles: &[&str]) -> Case {
+pub(crate) fn case(name: &str, args: &[&str], needles: &[&str]) -> Case {
     Case {
         name: name.to_string(),
         args: args.iter().map(|a| a.to_string()).collect(),
@@ -42,12 +45,14 @@ struct Tally {
     unclear: Vec<String>,
     panics: Vec<String>,
     aborts: Vec<String>,
+    hangs: Vec<String>,
     silent: Vec<String>,
 }
 
 /// Runs one case under the address-space limit and classifies it.
 fn run_case(c: &Case, tally: &mut Tally) {
-    let out = Command::new("prlimit")
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", &HANG_SECS.to_string(), "prlimit"])
         .arg(format!("--as={AS_LIMIT}"))
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_hyperlens"))
@@ -77,6 +82,9 @@ fn run_case(c: &Case, tally: &mut Tally) {
             }
         }
         Some(101) => tally.panics.push(what),
+        Some(124) | Some(137) => tally
+            .hangs
+            .push(format!("{what}\n  killed after {HANG_SECS} s")),
         _ => tally
             .aborts
             .push(format!("{what}\n  status {:?}", out.status)),
@@ -89,7 +97,7 @@ type NpzCase<'a> = (&'a str, Vec<(&'a str, String, Vec<u8>)>, Vec<&'a str>);
 
 /// A zip archive of raw `.npy` members, each given as (name, header dict, data bytes): headers may
 /// lie about the data.
-fn raw_npz(path: &Path, members: &[(&str, &str, Vec<u8>)]) {
+pub(crate) fn raw_npz(path: &Path, members: &[(&str, &str, Vec<u8>)]) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
     let opts =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
@@ -109,7 +117,7 @@ fn raw_npz(path: &Path, members: &[(&str, &str, Vec<u8>)]) {
     zip.finish().unwrap();
 }
 
-fn npy_header(descr: &str, shape: &[usize]) -> String {
+pub(crate) fn npy_header(descr: &str, shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let tuple = if dims.len() == 1 {
         format!("({},)", dims[0])
@@ -119,16 +127,16 @@ fn npy_header(descr: &str, shape: &[usize]) -> String {
     format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}")
 }
 
-fn i64_bytes(v: &[i64]) -> Vec<u8> {
+pub(crate) fn i64_bytes(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
+pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// Copies a checkpoint directory and applies `edit` to the copy.
-fn mutant(base: &Path, root: &Path, name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
+pub(crate) fn mutant(base: &Path, root: &Path, name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
     let dir = root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     for e in std::fs::read_dir(base).unwrap() {
@@ -139,7 +147,7 @@ fn mutant(base: &Path, root: &Path, name: &str, edit: impl FnOnce(&Path)) -> Pat
     dir
 }
 
-fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+pub(crate) fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     edit(&mut v);
     std::fs::write(path, v.to_string()).unwrap();
@@ -1389,6 +1397,8 @@ fn every_bad_input_gets_a_clear_error_within_bounded_memory() {
     code_cases(root, &mut cases);
     lm_cases(root, &mut cases);
     flag_cases(root, &mut cases);
+    crate::corpus_sweeps::sweep_cases(root, &mut cases);
+    crate::corpus_values::value_cases(root, &mut cases);
     assert!(cases.len() >= 150, "only {} cases", cases.len());
     let mut tally = Tally::default();
     let mut kinds: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
@@ -1401,20 +1411,23 @@ fn every_bad_input_gets_a_clear_error_within_bounded_memory() {
     println!("cases per command and input kind: {kinds:?}");
     println!(
         "bad-input corpus: {} cases, {} clear errors, {} unclear errors, {} panics, {} aborts, \
-         {} silent successes (each under RLIMIT_AS {} GiB)",
+         {} hangs, {} silent successes (each under RLIMIT_AS {} GiB, killed after {} s)",
         cases.len(),
         tally.clear,
         tally.unclear.len(),
         tally.panics.len(),
         tally.aborts.len(),
+        tally.hangs.len(),
         tally.silent.len(),
-        AS_LIMIT >> 30
+        AS_LIMIT >> 30,
+        HANG_SECS
     );
     let bad: Vec<&String> = tally
         .unclear
         .iter()
         .chain(&tally.panics)
         .chain(&tally.aborts)
+        .chain(&tally.hangs)
         .chain(&tally.silent)
         .collect();
     assert!(

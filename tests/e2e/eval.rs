@@ -406,3 +406,200 @@ fn logic_checkpoints_are_evaluated_by_r2_and_mse() {
         "--other-split",
     ]);
 }
+
+/// Arrays hyperlens never reads, of dtypes it does not read (a numpy unicode `<U5` array and an
+/// object array), are ignored in problem files and code files, as `numpy.load` ignores them: the
+/// commands print the same as on the files without them.
+#[test]
+fn arrays_that_are_not_read_are_ignored_whatever_their_dtype() {
+    use crate::corpus_values::{append_unread_arrays, logic_checkpoint};
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let with_notes = |path: &std::path::Path| {
+        let copy = path.with_extension("notes.npz");
+        std::fs::copy(path, &copy).unwrap();
+        append_unread_arrays(&copy);
+        copy
+    };
+    // SRAVEN: a problem file (eval) and code files (analyze).
+    let ckpt = repo_path("data/checkpoints/sraven-softmax");
+    let problems = dir.join("p.npz");
+    hyperlens(&[
+        "tasks",
+        "sample",
+        "--split",
+        "paper-seed0",
+        "--n",
+        "16",
+        "--out",
+        s(&problems),
+    ])
+    .success();
+    let noted = with_notes(&problems);
+    let plain = hyperlens(&["eval", "--checkpoint", s(&ckpt), "--problems", s(&problems)])
+        .success()
+        .replace(s(&problems), "FILE");
+    let extra = hyperlens(&["eval", "--checkpoint", s(&ckpt), "--problems", s(&noted)])
+        .success()
+        .replace(s(&noted), "FILE");
+    assert_eq!(plain, extra);
+    let mut codes = Vec::new();
+    for set in ["id", "ood"] {
+        let path = dir.join(format!("codes-{set}.npz"));
+        hyperlens(&[
+            "probe",
+            "--checkpoint",
+            s(&ckpt),
+            "--split",
+            "paper-seed0",
+            "--set",
+            set,
+            "--n",
+            "64",
+            "--unpermuted",
+            "--out",
+            s(&path),
+        ])
+        .success();
+        codes.push(with_notes(&path));
+    }
+    hyperlens(&[
+        "analyze",
+        "--train",
+        s(&codes[0]),
+        "--test",
+        s(&codes[1]),
+        "--out",
+        s(&dir.join("sraven-analysis")),
+        "--quiet",
+    ])
+    .success();
+    // Fuzzy logic: a problem file (eval, probe) and code files (analyze).
+    let run = dir.join("logic-run");
+    logic_checkpoint(&run);
+    let problems = dir.join("logic.npz");
+    hyperlens(&[
+        "tasks",
+        "sample",
+        "--task",
+        "logic",
+        "--n",
+        "12",
+        "--out",
+        s(&problems),
+    ])
+    .success();
+    let noted = with_notes(&problems);
+    let plain = hyperlens(&["eval", "--checkpoint", s(&run), "--problems", s(&problems)])
+        .success()
+        .replace(s(&problems), "FILE");
+    let extra = hyperlens(&["eval", "--checkpoint", s(&run), "--problems", s(&noted)])
+        .success()
+        .replace(s(&noted), "FILE");
+    assert_eq!(plain, extra);
+    let from_file = dir.join("logic-codes-file.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&run),
+        "--problems",
+        s(&noted),
+        "--out",
+        s(&from_file),
+    ])
+    .success();
+    let mut codes = Vec::new();
+    for set in ["id", "ood"] {
+        let path = dir.join(format!("logic-codes-{set}.npz"));
+        hyperlens(&[
+            "probe",
+            "--checkpoint",
+            s(&run),
+            "--set",
+            set,
+            "--n",
+            "100",
+            "--out",
+            s(&path),
+        ])
+        .success();
+        codes.push(with_notes(&path));
+    }
+    hyperlens(&[
+        "analyze",
+        "--train",
+        s(&codes[0]),
+        "--test",
+        s(&codes[1]),
+        "--out",
+        s(&dir.join("logic-analysis")),
+        "--quiet",
+    ])
+    .success();
+}
+
+/// A logic problem file whose targets are all equal in some sequences: those have no R² (the
+/// variance it divides by is 0), and eval says over how many sequences its R² is taken.
+#[test]
+fn logic_eval_counts_the_sequences_its_r2_scores() {
+    use crate::corpus_values::{logic_checkpoint, write_arrays, Arr};
+    let tmp = tempdir();
+    let run = tmp.path().join("logic-run");
+    logic_checkpoint(&run);
+    let problems = tmp.path().join("logic.npz");
+    hyperlens(&[
+        "tasks",
+        "sample",
+        "--task",
+        "logic",
+        "--n",
+        "10",
+        "--out",
+        s(&problems),
+    ])
+    .success();
+    let mut targets: ArrayD<f32> = array(&problems, "targets");
+    let mut x: ArrayD<f32> = array(&problems, "x");
+    let mut y: ArrayD<f32> = array(&problems, "y");
+    let (t, l) = (x.shape()[1], x.shape()[2] - 1);
+    // Sequences 0 and 4: every target 0.5 (the context tokens carry it, the answer too).
+    for i in [0, 4] {
+        for j in 0..t {
+            targets[[i, j]] = 0.5;
+            if j + 1 < t {
+                x[[i, j, l]] = 0.5;
+            }
+        }
+        y[[i]] = 0.5;
+    }
+    let edited = tmp.path().join("constant.npz");
+    write_arrays(
+        &edited,
+        &[
+            ("x", Arr::F32(x)),
+            ("y", Arr::F32(y)),
+            ("targets", Arr::F32(targets)),
+            ("terms", Arr::U8(array(&problems, "terms"))),
+            ("term_ids", Arr::I64(array(&problems, "term_ids"))),
+        ],
+    );
+    let out = hyperlens(&[
+        "eval",
+        "--checkpoint",
+        s(&run),
+        "--problems",
+        s(&edited),
+        "--json",
+    ])
+    .success()
+    .to_owned();
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["n"].as_u64(), Some(10), "{out}");
+    assert_eq!(v["n_r2"].as_u64(), Some(8), "{out}");
+    assert!(v["r2"].as_f64().unwrap().is_finite(), "{out}");
+    assert!(v["mse"].as_f64().unwrap().is_finite(), "{out}");
+    let text = hyperlens(&["eval", "--checkpoint", s(&run), "--problems", s(&edited)])
+        .success()
+        .to_owned();
+    assert!(text.contains("10 sequences; R² over the 8"), "{text}");
+}

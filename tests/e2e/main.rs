@@ -17,6 +17,8 @@ mod cache;
 mod circuits;
 mod cli;
 mod corpus;
+mod corpus_sweeps;
+mod corpus_values;
 mod eval;
 mod import;
 mod info;

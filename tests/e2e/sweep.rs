@@ -356,3 +356,127 @@ fn a_sweep_on_a_real_slurm_matches_the_local_executor() {
     assert_eq!(agg(&slurm_dir), agg(&local_dir));
     drop(cluster);
 }
+
+/// Every file and directory under `dir` (not following links) with its bytes, leaving out the
+/// sweep's own state directories (`jobs`, `logs`, `slurm`, `report`) under `state`.
+fn snapshot(dir: &Path, state: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if ["jobs", "logs", "slurm", "report"]
+                .iter()
+                .any(|s| p == state.join(s))
+            {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                out.insert(p.clone(), None);
+                stack.push(p);
+            } else if meta.is_file() {
+                out.insert(p.clone(), Some(std::fs::read(&p).unwrap()));
+            } else {
+                out.insert(p, Some(b"(special)".to_vec()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_sweep_command_touches_anything_outside_its_directory() {
+    use crate::corpus_sweeps::{copy_tree, plan_sweep};
+    let tmp = tempdir();
+    let root = tmp.path();
+    let parent = root.join("a").join("b");
+    std::fs::create_dir_all(&parent).unwrap();
+    let template = root.join("template");
+    plan_sweep(root, &template);
+    // Where the hostile names lead: `runs/../../x` is `a/b/x` beside the sweep; an absolute name.
+    for d in [parent.join("x"), root.join("abs")] {
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("keep.txt"), "finished work").unwrap();
+    }
+    let abs = root.join("abs");
+    let hostile = [
+        "../../x",
+        abs.to_str().unwrap(),
+        "",
+        ".",
+        "..",
+        "seed-0/../../../x",
+    ];
+    for (i, name) in hostile.iter().enumerate() {
+        let sw = parent.join(format!("sw{i}"));
+        copy_tree(&template, &sw);
+        // A finished run that an empty name (`runs/` itself) would have wiped.
+        let done = sw.join("runs").join("seed-1");
+        std::fs::create_dir_all(&done).unwrap();
+        std::fs::write(done.join("train.json"), r#"{"steps": 2}"#).unwrap();
+        let plan = sw.join("plan.json");
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&plan).unwrap()).unwrap();
+        v["runs"][0]["name"] = (*name).into();
+        v["jobs"][0]["runs"][0] = (*name).into();
+        std::fs::write(&plan, v.to_string()).unwrap();
+        let before = snapshot(root, &sw);
+        let d = s(&sw);
+        for args in [
+            vec!["sweep", "run-one", d, "--index", "0"],
+            vec!["sweep", "run", d],
+            vec!["sweep", "status", d],
+            vec!["sweep", "submit", d, "--slurm", "--dry-run"],
+            vec!["report", "--sweep", d, "--n", "16"],
+        ] {
+            hyperlens(&args).failure(&["plan.json", "runs[0].name"]);
+        }
+        assert_eq!(
+            snapshot(root, &sw),
+            before,
+            "a sweep command changed files with the run name {name:?}"
+        );
+    }
+    // A group whose group.json names runs outside it: `train --resume` and `report` refuse it.
+    for (i, name) in ["../x", "", "..", abs.to_str().unwrap()].iter().enumerate() {
+        let g = parent.join(format!("g{i}"));
+        std::fs::create_dir_all(&g).unwrap();
+        std::fs::write(
+            g.join("group.json"),
+            serde_json::json!({"combine": "zip", "runs": [name]}).to_string(),
+        )
+        .unwrap();
+        let before = snapshot(root, &g);
+        let d = s(&g);
+        hyperlens(&["train", "--out", d, "--resume"]).failure(&["group.json", "runs[0]"]);
+        let report = g.join("report");
+        hyperlens(&[
+            "report",
+            "--checkpoint",
+            d,
+            "--n",
+            "16",
+            "--out",
+            s(&report),
+        ])
+        .failure(&["group.json", "runs[0]"]);
+        assert_eq!(snapshot(root, &g), before, "{name:?}");
+    }
+    // Ten thousand seeds: refused by the memory budget before any directory is made.
+    let seeds: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+    let out = parent.join("seeds");
+    hyperlens(&[
+        "train",
+        "--task",
+        "sraven",
+        "--seeds",
+        &seeds.join(","),
+        "--memory-budget",
+        "2G",
+        "--out",
+        s(&out),
+    ])
+    .failure(&["10000 runs trained together", "memory budget"]);
+    assert!(!out.exists(), "a refused group made its directory");
+}

@@ -288,7 +288,18 @@ impl CodeSet {
     /// `0..8`; [`AnalysisError::File`] for a header that claims more data than the file holds or
     /// the memory budget allows.
     pub fn read_npz(path: impl AsRef<Path>) -> Result<Self> {
-        let (mut npz, names, shown) = open_npz(path.as_ref())?;
+        let (mut npz, names, shown) = open_npz(
+            path.as_ref(),
+            &[
+                keys::CODES,
+                keys::LABEL,
+                keys::RULES,
+                keys::INPUTS,
+                keys::TARGET,
+                keys::PREDICTION,
+                keys::CORRECT,
+            ],
+        )?;
         let has = |name: &str| names.iter().any(|n| n == name);
         for required in [keys::CODES, keys::LABEL] {
             if !has(required) {
@@ -390,15 +401,19 @@ fn check_len(source: &str, name: &str, got: usize, n: usize) -> Result<()> {
 }
 
 /// Opens a code file for reading: the sizes in its headers are checked against the bytes present
-/// and the memory budget before ndarray-npy allocates anything. Returns the reader, the names of
-/// its arrays and the path as shown in messages.
+/// and the memory budget before ndarray-npy allocates anything; only the members named in `arrays`
+/// (those the caller may read) are checked, the others are ignored as `numpy.load` ignores them.
+/// Returns the reader, the names of all its arrays and the path as shown in messages.
 ///
 /// # Errors
 /// [`AnalysisError::Io`] naming the file if it cannot be read; [`AnalysisError::Npz`] for a file
 /// that is not an `.npz` archive or whose headers do not fit its bytes or the budget.
-pub(crate) fn open_npz(path: &Path) -> Result<(NpzReader<File>, Vec<String>, String)> {
+pub(crate) fn open_npz(
+    path: &Path,
+    arrays: &[&str],
+) -> Result<(NpzReader<File>, Vec<String>, String)> {
     let shown = path.display().to_string();
-    hyperlens_io::inspect_npz(path).map_err(|e| match e {
+    hyperlens_io::inspect_npz_arrays(path, arrays).map_err(|e| match e {
         hyperlens_io::IoError::Io { source, .. } => AnalysisError::Io {
             path: shown.clone(),
             source,

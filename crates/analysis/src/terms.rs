@@ -49,11 +49,12 @@ impl TermCodes {
     ///
     /// # Shapes
     /// `codes [N, L, H, Q, K]`, `terms [N, Kt, Lv]` (bits 0/1), `term_ids [N, Kt]` (indices in
-    /// `0..2^Lv`).
+    /// `0..2^Lv`; term `t`'s bits are `t` in binary, variable 0 most significant, as the task's).
     ///
     /// # Errors
     /// [`AnalysisError::Shape`] if the three disagree in `N` or `Kt`; [`AnalysisError::InvalidInput`]
-    /// for an empty set, a bit other than 0/1, a negative term index or non-finite codes.
+    /// naming the array, the index and the value for an empty set, a bit other than 0/1, a term
+    /// index outside `0..2^Lv`, terms whose bits are not those of their index, or non-finite codes.
     pub fn new(codes: Array5<f32>, terms: Array3<i64>, term_ids: Array2<i64>) -> Result<Self> {
         let n = codes.dim().0;
         if n == 0 || codes.is_empty() {
@@ -67,20 +68,48 @@ impl TermCodes {
                 term_ids.shape()
             )));
         }
-        if terms.iter().any(|&b| b != 0 && b != 1) {
-            return Err(AnalysisError::InvalidInput(
-                "terms must be bits (0 or 1)".into(),
-            ));
+        if let Some((i, b)) = terms.indexed_iter().find(|(_, &b)| b != 0 && b != 1) {
+            return Err(AnalysisError::InvalidInput(format!(
+                "array `terms`: value {b} at {:?} is not a bit (0 or 1)",
+                <[usize; 3]>::from(i)
+            )));
         }
-        if term_ids.iter().any(|&t| t < 0) {
-            return Err(AnalysisError::InvalidInput(
-                "term_ids must be non-negative".into(),
-            ));
+        let lv = terms.dim().2;
+        // 2^Lv term indices; beyond i64 every non-negative index is in range.
+        let n_terms = u32::try_from(lv)
+            .ok()
+            .and_then(|lv| 1i64.checked_shl(lv))
+            .filter(|&n| n > 0)
+            .unwrap_or(i64::MAX);
+        if let Some(((r, j), t)) = term_ids
+            .indexed_iter()
+            .find(|(_, &t)| !(0..n_terms).contains(&t))
+        {
+            return Err(AnalysisError::InvalidInput(format!(
+                "array `term_ids`: index {t} at [{r}, {j}] is outside 0..2^{lv} (Lv = {lv} \
+                 variables, the last axis of `terms`)"
+            )));
         }
-        if codes.iter().any(|v| !v.is_finite()) {
-            return Err(AnalysisError::InvalidInput(
-                "codes hold NaN or infinite values".into(),
-            ));
+        for ((r, j), &t) in term_ids.indexed_iter() {
+            let row = terms.slice(ndarray::s![r, j, ..]);
+            let bit = |v: usize| {
+                let shift = (lv - 1 - v) as u32;
+                t.checked_shr(shift).map_or(0, |s| s & 1)
+            };
+            if let Some(v) = (0..lv).find(|&v| row[v] != bit(v)) {
+                return Err(AnalysisError::InvalidInput(format!(
+                    "array `terms`: terms[{r}, {j}] = {:?} disagrees with term_ids[{r}, {j}] = \
+                     {t} (bit {v} should be {})",
+                    row.to_vec(),
+                    bit(v)
+                )));
+            }
+        }
+        if let Some((i, v)) = codes.indexed_iter().find(|(_, v)| !v.is_finite()) {
+            return Err(AnalysisError::InvalidInput(format!(
+                "array `codes`: value {v} at {:?} is not finite",
+                <[usize; 5]>::from(i)
+            )));
         }
         Ok(TermCodes {
             codes,
@@ -96,8 +125,8 @@ impl TermCodes {
     /// `target [N]`.
     ///
     /// # Errors
-    /// [`AnalysisError::Shape`] for another length; [`AnalysisError::InvalidInput`] for
-    /// non-finite values.
+    /// [`AnalysisError::Shape`] for another length; [`AnalysisError::InvalidInput`] naming the
+    /// index and the value for a target that is not a truth value (finite, in [0, 1]).
     pub fn with_target(mut self, target: Array1<f64>) -> Result<Self> {
         if target.len() != self.n_samples() {
             return Err(AnalysisError::Shape(format!(
@@ -106,8 +135,13 @@ impl TermCodes {
                 self.n_samples()
             )));
         }
-        if target.iter().any(|v| !v.is_finite()) {
-            return Err(AnalysisError::InvalidInput("targets must be finite".into()));
+        if let Some((i, v)) = target
+            .indexed_iter()
+            .find(|(_, v)| !(0.0..=1.0).contains(*v))
+        {
+            return Err(AnalysisError::InvalidInput(format!(
+                "array `target`: value {v} at [{i}] is not a truth value (finite, in [0, 1])"
+            )));
         }
         self.target = Some(target);
         Ok(self)
@@ -127,7 +161,10 @@ impl TermCodes {
     /// [`TermCodes::new`].
     pub fn read_npz(path: impl AsRef<std::path::Path>) -> Result<Self> {
         use hyperlens_io::keys::codes as keys;
-        let (mut npz, names, shown) = crate::codes::open_npz(path.as_ref())?;
+        let (mut npz, names, shown) = crate::codes::open_npz(
+            path.as_ref(),
+            &[keys::CODES, keys::TERMS, keys::TERM_IDS, keys::TARGET],
+        )?;
         for required in [keys::CODES, keys::TERMS, keys::TERM_IDS] {
             if !names.iter().any(|n| n == required) {
                 return Err(AnalysisError::Npz(format!(
@@ -478,16 +515,18 @@ pub fn term_decoding(
             test.terms.shape()
         )));
     }
-    let max_id = train
+    // The terms that occur, in increasing order (not every index below the largest: an index is
+    // at most 2^Lv, which may be far more than the problems).
+    let ids: std::collections::BTreeSet<i64> = train
         .term_ids
         .iter()
         .chain(test.term_ids.iter())
         .copied()
-        .max()
-        .unwrap_or(0);
+        .collect();
     // Terms present in some but not all training problems (a probe needs both classes) and in
     // some held-out problem (F1 needs a positive).
-    let scored: Vec<(i64, Array1<bool>, Array1<bool>)> = (0..=max_id)
+    let scored: Vec<(i64, Array1<bool>, Array1<bool>)> = ids
+        .into_iter()
         .filter_map(|t| {
             let (ytr, yte) = (train.has_term(t), test.has_term(t));
             let pos = ytr.iter().filter(|&&b| b).count();
@@ -574,4 +613,87 @@ pub fn term_decoding_csv(rows: &[TermDecodingRow]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{arr1, arr2, Array3, Array5};
+
+    /// Two problems of Kt = 2 terms over Lv = 3 variables: terms 5 (101) and 2 (010), 0 and 7.
+    fn valid() -> (Array5<f32>, Array3<i64>, Array2<i64>) {
+        let ids = arr2(&[[5i64, 2], [0, 7]]);
+        let terms = Array3::from_shape_fn((2, 2, 3), |(r, j, v)| (ids[[r, j]] >> (2 - v)) & 1);
+        (Array5::from_elem((2, 1, 1, 1, 1), 0.5), terms, ids)
+    }
+
+    fn err(codes: Array5<f32>, terms: Array3<i64>, ids: Array2<i64>) -> String {
+        TermCodes::new(codes, terms, ids).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn term_indices_must_be_below_two_to_the_variables() {
+        let (c, t, _) = valid();
+        assert!(TermCodes::new(c.clone(), t.clone(), valid().2).is_ok());
+        for bad in [8i64, 1 << 40, i64::MAX, -1] {
+            let mut ids = valid().2;
+            ids[[1, 1]] = bad;
+            let e = err(c.clone(), t.clone(), ids);
+            assert!(
+                e.contains("`term_ids`") && e.contains(&bad.to_string()) && e.contains("[1, 1]"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn terms_must_be_bits_and_agree_with_their_indices() {
+        let (c, mut t, ids) = valid();
+        t[[0, 1, 2]] = 2;
+        let e = err(c.clone(), t, ids.clone());
+        assert!(e.contains("`terms`") && e.contains("[0, 1, 2]"), "{e}");
+        // Term 2 (010) given the bits of 3 (011): each array valid alone.
+        let (_, mut t, _) = valid();
+        t[[0, 1, 2]] = 1;
+        let e = err(c.clone(), t, ids.clone());
+        assert!(e.contains("term_ids[0, 1] = 2"), "{e}");
+        let mut c = c;
+        c[[1, 0, 0, 0, 0]] = f32::NAN;
+        let e = err(c, valid().1, ids);
+        assert!(e.contains("`codes`") && e.contains("NaN"), "{e}");
+    }
+
+    #[test]
+    fn targets_must_be_truth_values() {
+        let (c, t, ids) = valid();
+        let set = TermCodes::new(c, t, ids).unwrap();
+        assert!(set.clone().with_target(arr1(&[0.0, 1.0])).is_ok());
+        for bad in [f64::NAN, f64::INFINITY, 1.5, -0.5] {
+            let e = set
+                .clone()
+                .with_target(arr1(&[0.25, bad]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("`target`") && e.contains("[1]") && e.contains(&bad.to_string()),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_term_index_does_not_make_decoding_loop_over_every_index() {
+        // Lv = 40: indices up to 2^40 are valid; decoding visits only the indices that occur.
+        let lv = 40;
+        let n = 8;
+        let ids = Array2::from_shape_fn((n, 1), |(r, _)| if r % 2 == 0 { 1i64 << 39 } else { 3 });
+        let terms =
+            Array3::from_shape_fn((n, 1, lv), |(r, j, v)| (ids[[r, j]] >> (lv - 1 - v)) & 1);
+        let codes = Array5::from_shape_fn((n, 1, 2, 1, 1), |(r, _, h, _, _)| {
+            (r % 2) as f32 + 0.1 * h as f32 + 0.01 * r as f32
+        });
+        let set = TermCodes::new(codes, terms, ids).unwrap();
+        let rows = term_decoding(&set, &set, &TermDecodingParams::default()).unwrap();
+        assert_eq!(rows[0].n_terms, 2);
+    }
 }

@@ -140,6 +140,23 @@ fn read_header(
 /// [`IoError::Io`] if the file cannot be read; [`IoError::Invalid`] naming the file and the array
 /// for a broken archive or member, a size larger than the bytes present, or a size over the budget.
 pub fn inspect_npz(path: &Path) -> Result<Vec<NpyMember>> {
+    inspect_members(path, |_| true)
+}
+
+/// As [`inspect_npz`], but only for the members named in `arrays` (names without `.npy`): the
+/// arrays a reader will read. The other members are not looked at, so an archive that also
+/// carries arrays the reader ignores (a numpy unicode `<U5` or object array, notes, anything)
+/// passes, as it does for `numpy.load`, which reads members only on access. Returns the checked
+/// members, in archive order.
+///
+/// # Errors
+/// As [`inspect_npz`], for the archive and the named members only.
+pub fn inspect_npz_arrays(path: &Path, arrays: &[&str]) -> Result<Vec<NpyMember>> {
+    inspect_members(path, |name| arrays.contains(&name))
+}
+
+/// [`inspect_npz`] on the members whose name `wanted` accepts.
+fn inspect_members(path: &Path, wanted: impl Fn(&str) -> bool) -> Result<Vec<NpyMember>> {
     let file = File::open(path).map_err(IoError::io(path))?;
     let file_len = file.metadata().map_err(IoError::io(path))?.len();
     let mut zip = zip::ZipArchive::new(file).map_err(|e| {
@@ -156,6 +173,9 @@ pub fn inspect_npz(path: &Path) -> Result<Vec<NpyMember>> {
             .map_err(|e| invalid(path, "(archive)", format!("member {i}: {e}")))?;
         let raw = entry.name().to_string();
         let name = raw.strip_suffix(".npy").unwrap_or(&raw).to_string();
+        if !wanted(&name) {
+            continue;
+        }
         let stored = entry.compression() == zip::CompressionMethod::Stored;
         let (size, compressed) = (entry.size(), entry.compressed_size());
         if compressed > file_len || (stored && size > file_len) {
@@ -271,5 +291,26 @@ mod tests {
             let e = inspect_npz(&p).unwrap_err().to_string();
             assert!(e.contains("array `x`"), "{header}: {e}");
         }
+    }
+
+    #[test]
+    fn members_a_reader_does_not_read_are_not_looked_at() {
+        // A unicode array: refused when read, ignored when not.
+        let (_d, p) = npz_with(
+            "{'descr': '<U5', 'fortran_order': False, 'shape': (2,), }",
+            &[0u8; 40],
+            false,
+        );
+        assert!(inspect_npz(&p).is_err());
+        assert!(inspect_npz_arrays(&p, &["x"]).is_err());
+        assert_eq!(inspect_npz_arrays(&p, &["y", "codes"]).unwrap(), vec![]);
+        // A header claiming 10^12 rows: the same.
+        let (_d, p) = npz_with(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }",
+            &[0u8; 8],
+            false,
+        );
+        assert!(inspect_npz_arrays(&p, &["x"]).is_err());
+        assert!(inspect_npz_arrays(&p, &["notes"]).unwrap().is_empty());
     }
 }

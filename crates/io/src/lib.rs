@@ -1,4 +1,4 @@
-//! hyperlens-io: the one place hyperlens writes files.
+//! hyperlens-io: the one place hyperlens writes files (and reads its own small state files).
 //!
 //! - [`write_atomic`], [`write_atomic_with`] and [`AtomicFile`]: a file appears complete or not at
 //!   all (temporary file in the same directory, `fsync`, rename, `fsync` of the directory);
@@ -9,8 +9,10 @@
 //! - [`write_json`] and the provenance sidecars ([`write_sidecar`], [`sidecar_path`]: `codes.npz`
 //!   -> `codes.json`), with [`read_sidecar`] also finding the older `<file>.npz.json` name.
 //! - [`inspect_npz`]: checks an `.npz` archive's headers against the bytes present and the memory
-//!   [`budget`] before anything is read.
+//!   [`budget`] before anything is read ([`inspect_npz_arrays`]: only the arrays a reader reads).
 //! - [`keys`]: the names of the arrays that writers and readers share.
+//! - [`read_regular`] and [`is_special`]: state files read only when they are regular files (a FIFO
+//!   left in their place would block a reader for ever).
 //!
 //! Depends on neither candle nor any other hyperlens crate, so that every crate can use it.
 
@@ -21,11 +23,13 @@ mod inspect;
 mod json;
 pub mod keys;
 mod npz;
+mod read;
 
 pub use atomic::{pid_alive, sweep_stale, sync_dir, write_atomic, write_atomic_with, AtomicFile};
 pub use error::{IoError, Result};
-pub use inspect::{inspect_npz, NpyMember};
+pub use inspect::{inspect_npz, inspect_npz_arrays, NpyMember};
 pub use json::{
     json_bytes, legacy_sidecar_path, read_sidecar, sidecar_path, write_json, write_sidecar,
 };
 pub use npz::{write_npz, NpzArchive};
+pub use read::{is_special, read_regular};

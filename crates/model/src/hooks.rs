@@ -54,23 +54,40 @@ pub trait HookFn {
 
 /// Whether `name` matches `pattern`, where `*` stands for any run of characters without a `.`
 /// (`blocks.*.hook_resid_post`, `blocks.0.attn.*`) and `**` for any run at all.
+///
+/// Stars pair from the left: `***` is `**` then `*`. Runs in time `O(len(pattern) * len(name))`
+/// (a dynamic programme over the name's prefixes, so runs of stars cannot make it backtrack).
 pub fn matches(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some((b'*', rest)) => {
-                let (any, rest) = match rest.split_first() {
-                    Some((b'*', r)) => (true, r),
-                    _ => (false, rest),
-                };
-                (0..=n.len())
-                    .take_while(|&i| any || !n[..i].contains(&b'.'))
-                    .any(|i| go(rest, &n[i..]))
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    // reach[j]: the pattern read so far matches `n[..j]`.
+    let mut reach = vec![false; n.len() + 1];
+    reach[0] = true;
+    let mut next = vec![false; n.len() + 1];
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            b'*' => {
+                let any = p.get(i + 1) == Some(&b'*');
+                i += if any { 2 } else { 1 };
+                next[0] = reach[0];
+                for j in 1..=n.len() {
+                    next[j] = reach[j] || (next[j - 1] && (any || n[j - 1] != b'.'));
+                }
             }
-            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+            c => {
+                i += 1;
+                next[0] = false;
+                for j in 1..=n.len() {
+                    next[j] = reach[j - 1] && n[j - 1] == c;
+                }
+            }
+        }
+        std::mem::swap(&mut reach, &mut next);
+        if !reach.contains(&true) {
+            return false;
         }
     }
-    go(pattern.as_bytes(), name.as_bytes())
+    reach[n.len()]
 }
 
 /// The hook points of a model with `config`, in the order the pass reaches them.
@@ -550,5 +567,52 @@ mod tests {
         assert!(matches("hook_embed", "hook_embed"));
         assert!(!matches("hook_embed", "hook_embed2"));
         assert!(matches("*", "hook_embed") && !matches("*", "blocks.0.hook_resid_pre"));
+        assert!(matches("***", "a.b") && !matches("*.*.*", "a.b"));
+        assert!(matches("", "") && !matches("", "a") && !matches("a", ""));
+    }
+
+    /// The matcher before the dynamic programme: a backtracking glob, exponential in runs of stars.
+    /// Kept as the reference of the semantics.
+    fn backtracking(pattern: &str, name: &str) -> bool {
+        fn go(p: &[u8], n: &[u8]) -> bool {
+            match p.split_first() {
+                None => n.is_empty(),
+                Some((b'*', rest)) => {
+                    let (any, rest) = match rest.split_first() {
+                        Some((b'*', r)) => (true, r),
+                        _ => (false, rest),
+                    };
+                    (0..=n.len())
+                        .take_while(|&i| any || !n[..i].contains(&b'.'))
+                        .any(|i| go(rest, &n[i..]))
+                }
+                Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+            }
+        }
+        go(pattern.as_bytes(), name.as_bytes())
+    }
+
+    #[test]
+    fn runs_of_stars_do_not_backtrack() {
+        // 40 stars then a character the name lacks: the backtracking matcher tries ~200^20 splits.
+        let name = "ab.".repeat(67)[..200].to_string();
+        let pattern = format!("{}z", "*".repeat(40));
+        assert!(!matches(&pattern, &name));
+        let pattern = format!("{}b", "*".repeat(40));
+        assert!(matches(&pattern, &name) && !matches(&pattern, &name[..199]));
+        let odd = format!("{}z", "*".repeat(41));
+        assert!(!matches(&odd, &name));
+        assert!(!matches(&"*.".repeat(30), &name));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        #[test]
+        fn matches_as_the_backtracking_glob(
+            pattern in "[a.*]{0,9}",
+            name in "[ab.]{0,9}",
+        ) {
+            proptest::prop_assert_eq!(matches(&pattern, &name), backtracking(&pattern, &name));
+        }
     }
 }

@@ -30,6 +30,9 @@ pub enum SweepError {
     /// Writing a file atomically failed.
     #[error(transparent)]
     File(#[from] hyperlens_io::IoError),
+    /// A size (the number of runs of a spec) over the memory budget.
+    #[error(transparent)]
+    Budget(#[from] hyperlens_io::budget::BudgetError),
     /// Reading a run's training files failed.
     #[error(transparent)]
     Train(#[from] hyperlens_train::TrainError),

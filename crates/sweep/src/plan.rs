@@ -13,6 +13,7 @@
 //! slurm/             the sbatch scripts and submissions.json (crate::slurm)
 //! ```
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -91,6 +92,95 @@ pub struct Plan {
     pub version: String,
 }
 
+/// Checks that the directories a sweep writes into (`runs/`, `jobs/`, `logs/`, `slurm/`) are,
+/// where they exist, real directories inside `dir`: a symbolic link there would lead the runs'
+/// training, the job records or the logs out of the sweep.
+///
+/// # Errors
+/// [`SweepError::Plan`] naming the path.
+pub fn check_layout(dir: &Path) -> Result<()> {
+    for sub in [
+        RUNS_DIR,
+        crate::state::JOBS_DIR,
+        crate::state::LOGS_DIR,
+        crate::slurm::SLURM_DIR,
+    ] {
+        let path = dir.join(sub);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(SweepError::Plan(format!(
+                    "{} is a symbolic link; a sweep writes only into directories inside it",
+                    path.display()
+                )))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(SweepError::Plan(format!(
+                    "{} is not a directory",
+                    path.display()
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The number of runs `spec` expands into (saturating at `usize::MAX`): the product of the
+/// lengths of its factors (a zip group counts once).
+pub fn run_count(spec: &SweepSpec) -> usize {
+    let mut seen_groups: Vec<usize> = Vec::new();
+    let mut n = 1usize;
+    for axis in &spec.axes {
+        if let Some(g) = spec.zip.iter().position(|g| g.contains(&axis.key)) {
+            if seen_groups.contains(&g) {
+                continue;
+            }
+            seen_groups.push(g);
+        }
+        n = n.saturating_mul(axis.values.len());
+    }
+    n
+}
+
+/// An estimate of the bytes one planned run takes at the peak of `sweep plan`: its name, its
+/// arguments and its point with the strings' and vectors' overheads, the expanded combination,
+/// the name index and its share of `plan.json`'s text (calibrated on `sweep plan` of 10^5 runs of
+/// two axes: about 1.5 KiB of peak resident memory per run).
+fn run_bytes(spec: &SweepSpec) -> u128 {
+    let keys = (spec.base.len() + 2 * spec.axes.len()) as u128;
+    1024 + 128 * keys
+}
+
+/// The longest sweep name, in bytes.
+const MAX_SWEEP_NAME: usize = 255;
+
+/// Checks a sweep's name (its directory's name when planned), which the Slurm script writes into
+/// `#SBATCH --job-name` and a comment: 1 to 255 bytes, no control character (a newline would end
+/// the `#SBATCH` block), no `/`, and none of `"`, `'`, `\`, `#` or white space, which Slurm's
+/// parsing of `#SBATCH` lines treats specially.
+///
+/// # Errors
+/// The reason, in words.
+pub fn check_sweep_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > MAX_SWEEP_NAME {
+        return Err(format!(
+            "a sweep name of {} bytes (1 to {MAX_SWEEP_NAME})",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace() || matches!(c, '/' | '"' | '\'' | '\\' | '#'))
+    {
+        return Err(format!(
+            "{} holds {c:?}, which a Slurm script cannot hold; name the sweep's directory with \
+             letters, digits, `_`, `-`, `+` and `.`",
+            hyperlens_train::shown_name(name)
+        ));
+    }
+    Ok(())
+}
+
 /// The combinations of a spec's axes: zipped groups vary together, the rest form a grid; the
 /// first factor (by its first key's position) varies slowest. Each combination lists the axis
 /// values in the spec's order.
@@ -147,16 +237,30 @@ impl Plan {
     /// runs of the induction task (the token model is not batched).
     ///
     /// # Errors
-    /// [`SweepError::Spec`] if two runs get the same name (values that differ only in characters
-    /// a name cannot hold).
+    /// [`SweepError::Budget`] if the plan of that many runs ([`run_count`]) would exceed the
+    /// memory budget, checked before anything is built; [`SweepError::Plan`] for a `name` that
+    /// [`check_sweep_name`] refuses; [`SweepError::Spec`] if two runs get the same name (values
+    /// that differ only in characters a name cannot hold) or a name is not a valid run name
+    /// (longer than 255 bytes).
+    ///
+    /// # Complexity
+    /// Linear in the number of runs (hash maps for the names and the open jobs).
     pub fn expand(name: &str, spec: &SweepSpec) -> Result<Plan> {
+        check_sweep_name(name)
+            .map_err(|why| SweepError::Plan(format!("the sweep's name: {why}")))?;
+        let n_runs = run_count(spec);
+        hyperlens_io::budget::check_alloc(
+            format!("the sweep's {n_runs} runs (its plan)"),
+            (n_runs as u128).saturating_mul(run_bytes(spec)),
+        )?;
         let varying: Vec<&str> = spec
             .axes
             .iter()
             .filter(|a| a.values.len() > 1)
             .map(|a| a.key.as_str())
             .collect();
-        let mut runs: Vec<PlannedRun> = Vec::new();
+        let mut runs: Vec<PlannedRun> = Vec::with_capacity(n_runs);
+        let mut names: HashMap<String, usize> = HashMap::with_capacity(n_runs);
         for point in combinations(spec) {
             let parts: Vec<String> = point
                 .iter()
@@ -168,13 +272,20 @@ impl Plan {
             } else {
                 parts.join("_")
             };
-            if let Some(other) = runs.iter().find(|r| r.name == run_name) {
+            if let Some(&other) = names.get(&run_name) {
                 return Err(SweepError::Spec(format!(
                     "two runs would be named `{run_name}` ({:?} and {:?}): make the values differ \
                      in letters or digits",
-                    other.point, point
+                    runs[other].point, point
                 )));
             }
+            hyperlens_train::check_run_name(&run_name).map_err(|why| {
+                SweepError::Spec(format!(
+                    "the run {}: {why}",
+                    hyperlens_train::shown_name(&run_name)
+                ))
+            })?;
+            names.insert(run_name.clone(), runs.len());
             let mut args = spec.base.clone();
             args.extend(point.iter().cloned());
             runs.push(PlannedRun {
@@ -184,71 +295,158 @@ impl Plan {
                 job: 0,
             });
         }
-        let mut jobs: Vec<(Vec<(String, Scalar)>, Job)> = Vec::new();
+        // The job still open for runs with the same non-batchable arguments (keyed by their
+        // JSON text, since floats do not hash).
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut open: HashMap<String, usize> = HashMap::new();
         for run in &mut runs {
-            let key: Vec<(String, Scalar)> = run
+            let key: Vec<&(String, Scalar)> = run
                 .args
                 .iter()
                 .filter(|(k, _)| !BATCHABLE_KEYS.contains(&k.as_str()))
-                .cloned()
                 .collect();
+            let key = serde_json::to_string(&key).map_err(|e| SweepError::Spec(e.to_string()))?;
             let induction = matches!(run.arg("task"), Some(Scalar::Str(t)) if t == "induction");
-            let open = if spec.batch && !induction {
-                jobs.iter_mut()
-                    .find(|(k, j)| *k == key && j.runs.len() < spec.max_batch)
-            } else {
-                None
-            };
-            let index = match open {
-                Some((_, job)) => {
-                    job.runs.push(run.name.clone());
-                    job.index
+            let batched = spec.batch && !induction;
+            let index = match open.get(&key).copied().filter(|_| batched) {
+                Some(index) => {
+                    jobs[index].runs.push(run.name.clone());
+                    index
                 }
                 None => {
                     let index = jobs.len();
-                    jobs.push((
-                        key,
-                        Job {
-                            index,
-                            runs: vec![run.name.clone()],
-                        },
-                    ));
+                    jobs.push(Job {
+                        index,
+                        runs: vec![run.name.clone()],
+                    });
+                    if batched {
+                        open.insert(key.clone(), index);
+                    }
                     index
                 }
             };
+            if jobs[index].runs.len() >= spec.max_batch {
+                open.remove(&key);
+            }
             run.job = index;
         }
         Ok(Plan {
             name: name.to_string(),
             spec: spec.clone(),
             runs,
-            jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+            jobs,
             version: env!("CARGO_PKG_VERSION").to_string(),
         })
+    }
+
+    /// Checks a plan read from a file: everything that is later joined to a path or written into
+    /// a script (module docs). One pass over the runs and jobs, with hash maps.
+    ///
+    /// # Errors
+    /// [`SweepError::Plan`] naming `path` and the entry: a sweep name that cannot be written into
+    /// a Slurm script, no runs, a run name that breaks [`hyperlens_train::check_run_name`] (a path
+    /// that would leave the sweep), a name used twice, an argument given twice, not a train flag,
+    /// or set by the sweep itself ([`crate::RESERVED_KEYS`]), a run naming a job that does not exist
+    /// or does not list it, a job with the wrong index, an empty job, or a job listing an unknown
+    /// run or a run twice.
+    fn check(&self, path: &Path) -> Result<()> {
+        let bad = |what: String| SweepError::Plan(format!("{}: {what}", path.display()));
+        check_sweep_name(&self.name).map_err(|why| bad(format!("`name`: {why}")))?;
+        if self.runs.is_empty() {
+            return Err(bad(
+                "`runs` is empty; a sweep has at least one run (the file is damaged)".into(),
+            ));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(self.runs.len());
+        for (i, run) in self.runs.iter().enumerate() {
+            hyperlens_train::check_run_name(&run.name).map_err(|why| {
+                bad(format!(
+                    "runs[{i}].name {}: {why}",
+                    hyperlens_train::shown_name(&run.name)
+                ))
+            })?;
+            if index.insert(&run.name, i).is_some() {
+                return Err(bad(format!("runs[{i}].name `{}` is used twice", run.name)));
+            }
+            let mut keys = std::collections::HashSet::with_capacity(run.args.len());
+            for (key, _) in &run.args {
+                if !keys.insert(key.as_str()) {
+                    return Err(bad(format!(
+                        "runs[{i}] (`{}`) sets `{key}` twice",
+                        run.name
+                    )));
+                }
+                if !crate::spec::valid_key(key) || crate::RESERVED_KEYS.contains(&key.as_str()) {
+                    return Err(bad(format!(
+                        "runs[{i}] (`{}`) sets {}, which a sweep may not set",
+                        run.name,
+                        hyperlens_train::shown_name(key)
+                    )));
+                }
+            }
+            if run.job >= self.jobs.len() {
+                return Err(bad(format!(
+                    "runs[{i}] (`{}`) names job {}, but the plan has {} jobs",
+                    run.name,
+                    run.job,
+                    self.jobs.len()
+                )));
+            }
+        }
+        let mut listed = vec![false; self.runs.len()];
+        for (j, job) in self.jobs.iter().enumerate() {
+            if job.index != j {
+                return Err(bad(format!("jobs[{j}] has index {}", job.index)));
+            }
+            if job.runs.is_empty() {
+                return Err(bad(format!("jobs[{j}] lists no run")));
+            }
+            for name in &job.runs {
+                let Some(&r) = index.get(name.as_str()) else {
+                    return Err(bad(format!(
+                        "jobs[{j}] lists the run {}, which is not among `runs`",
+                        hyperlens_train::shown_name(name)
+                    )));
+                };
+                if listed[r] || self.runs[r].job != j {
+                    return Err(bad(format!(
+                        "jobs[{j}] lists the run `{name}`, which belongs to job {} (or is listed twice)",
+                        self.runs[r].job
+                    )));
+                }
+                listed[r] = true;
+            }
+        }
+        if let Some(r) = listed.iter().position(|l| !l) {
+            return Err(bad(format!(
+                "runs[{r}] (`{}`) is in no job's list",
+                self.runs[r].name
+            )));
+        }
+        Ok(())
     }
 
     /// Reads `plan.json` of the sweep directory `dir`.
     ///
     /// # Errors
-    /// [`SweepError::Plan`] naming the file if it is missing or malformed.
+    /// [`SweepError::Plan`] naming the file if it is missing, not a regular file, malformed, or
+    /// damaged (as `Plan::check` says: every name is checked before it is joined to a path), or
+    /// naming the directory where the sweep's layout is broken ([`check_layout`]).
     pub fn read(dir: &Path) -> Result<Plan> {
         let path = dir.join(PLAN_FILE);
-        let bytes = std::fs::read(&path).map_err(|_| {
-            SweepError::Plan(format!(
+        let bytes = hyperlens_io::read_regular(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SweepError::Plan(format!(
                 "{}: not a sweep directory (no {PLAN_FILE}; make one with `hyperlens sweep plan \
                  SPEC --out {}`)",
                 dir.display(),
                 dir.display()
-            ))
+            )),
+            _ => SweepError::Plan(format!("{}: cannot be read: {e}", path.display())),
         })?;
         let plan: Plan = serde_json::from_slice(&bytes)
             .map_err(|e| SweepError::Plan(format!("{}: {e}", path.display())))?;
-        if plan.runs.iter().any(|r| r.job >= plan.jobs.len()) {
-            return Err(SweepError::Plan(format!(
-                "{}: a run names a job that does not exist",
-                path.display()
-            )));
-        }
+        plan.check(&path)?;
+        check_layout(dir)?;
         Ok(plan)
     }
 
@@ -313,10 +511,11 @@ impl Plan {
                 self.jobs.len().saturating_sub(1)
             ))
         })?;
-        Ok(job
+        let wanted: std::collections::HashSet<&str> = job.runs.iter().map(String::as_str).collect();
+        Ok(self
             .runs
             .iter()
-            .filter_map(|n| self.runs.iter().find(|r| &r.name == n))
+            .filter(|r| wanted.contains(r.name.as_str()))
             .collect())
     }
 }
@@ -423,5 +622,139 @@ mod tests {
             .to_string()
             .contains("plan.json"));
         assert!(p.job_runs(5).unwrap_err().to_string().contains("--index 5"));
+    }
+
+    /// Writes `plan` into a fresh directory with `edit` applied to its JSON and reads it back.
+    fn read_edited(plan: &Plan, edit: impl FnOnce(&mut serde_json::Value)) -> Result<Plan> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = serde_json::to_value(plan).unwrap();
+        edit(&mut v);
+        std::fs::write(dir.path().join(PLAN_FILE), v.to_string()).unwrap();
+        Plan::read(dir.path())
+    }
+
+    #[test]
+    fn a_damaged_plan_is_refused_with_the_entry_at_fault() {
+        let p = Plan::expand(
+            "t",
+            &spec("[axes]\nseed = [0, 1]\n[sweep]\nbatch = false\n"),
+        )
+        .unwrap();
+        assert_eq!(read_edited(&p, |_| {}).unwrap(), p);
+        let rename = |name: &str| {
+            let name = name.to_string();
+            move |v: &mut serde_json::Value| {
+                v["runs"][0]["name"] = name.clone().into();
+                v["jobs"][0]["runs"][0] = name.into();
+            }
+        };
+        for name in [
+            "../../x", "/abs", "", ".", "..", "a/b", "a\nb", "a b", ".hidden",
+        ] {
+            let e = read_edited(&p, rename(name)).unwrap_err().to_string();
+            assert!(e.contains("runs[0].name"), "{name:?}: {e}");
+        }
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            (
+                "used twice",
+                Box::new(|v| {
+                    v["runs"][1]["name"] = "seed-0".into();
+                    v["jobs"][1]["runs"][0] = "seed-0".into();
+                }),
+            ),
+            ("names job 9", Box::new(|v| v["runs"][0]["job"] = 9.into())),
+            (
+                "not among `runs`",
+                Box::new(|v| v["jobs"][0]["runs"][0] = "seed-7".into()),
+            ),
+            (
+                "has index 0",
+                Box::new(|v| v["jobs"][1]["index"] = 0.into()),
+            ),
+            (
+                "lists no run",
+                Box::new(|v| v["jobs"][1]["runs"] = serde_json::json!([])),
+            ),
+            (
+                "belongs to job 1",
+                Box::new(|v| v["jobs"][0]["runs"][0] = "seed-1".into()),
+            ),
+            (
+                "`runs` is empty",
+                Box::new(|v| {
+                    v["runs"] = serde_json::json!([]);
+                    v["jobs"] = serde_json::json!([]);
+                }),
+            ),
+            (
+                "which a sweep may not set",
+                Box::new(|v| {
+                    v["runs"][0]["args"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(serde_json::json!(["out", "/x"]));
+                }),
+            ),
+            ("`name`", Box::new(|v| v["name"] = "a\nb".into())),
+        ];
+        for (needle, edit) in cases {
+            let e = read_edited(&p, edit).unwrap_err().to_string();
+            assert!(
+                e.contains(needle) && e.contains("plan.json"),
+                "{needle}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn planning_is_linear_and_bounded_by_the_budget() {
+        // 200 x 200 runs: the old linear searches made this quadratic (40,000^2 / 2 name
+        // comparisons); the jobs still fill up to max_batch in grid order.
+        let steps: Vec<String> = (1..=200).map(|i| i.to_string()).collect();
+        let lrs: Vec<String> = (1..=200).map(|i| format!("{i}e-6")).collect();
+        let text = format!(
+            "[axes]\nsteps = [{}]\nlr = [{}]\n[sweep]\nmax_batch = 7\n",
+            steps.join(","),
+            lrs.join(",")
+        );
+        let p = Plan::expand("t", &spec(&text)).unwrap();
+        assert_eq!(p.runs.len(), 40_000);
+        assert_eq!(run_count(&spec(&text)), 40_000);
+        // Each steps value has 200 runs (the learning rate batches): ceil(200 / 7) = 29 jobs.
+        assert_eq!(p.jobs.len(), 200 * 29);
+        let by_name: HashMap<&str, &PlannedRun> =
+            p.runs.iter().map(|r| (r.name.as_str(), r)).collect();
+        for (j, job) in p.jobs.iter().enumerate() {
+            assert_eq!(job.index, j);
+            assert!(!job.runs.is_empty() && job.runs.len() <= 7);
+            let steps = by_name[job.runs[0].as_str()].arg("steps");
+            for name in &job.runs {
+                assert_eq!(by_name[name.as_str()].job, j);
+                assert_eq!(by_name[name.as_str()].arg("steps"), steps);
+            }
+        }
+        // The runs of one steps value fill their jobs in grid order: 7, 7, ..., 4.
+        assert_eq!(p.jobs[28].runs.len(), 200 - 28 * 7);
+        assert_eq!(p.runs[7].job, 1);
+        // The plan reads back (every check passes on 40,000 runs).
+        let dir = tempfile::tempdir().unwrap();
+        p.write(&dir.path().join("sw"), &text).unwrap();
+        assert_eq!(Plan::read(&dir.path().join("sw")).unwrap(), p);
+        // Zipped axes count once.
+        let z = spec("[axes]\nseed = [0, 1, 2]\nsplit = [\"a\", \"b\", \"c\"]\nlr = [1, 2]\n[sweep]\nzip = [[\"seed\", \"split\"]]\n");
+        assert_eq!(run_count(&z), 6);
+        assert_eq!(Plan::expand("z", &z).unwrap().runs.len(), 6);
+        // A grid of 10^12 runs is refused by the memory budget before anything is built.
+        let big: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+        let text = format!(
+            "[axes]\nseed = [{0}]\nsteps = [{0}]\nbatch = [{0}]\nwarmup = [{0}]\n",
+            big.join(",")
+        );
+        let e = Plan::expand("big", &spec(&text)).unwrap_err().to_string();
+        assert!(
+            e.contains("1000000000000 runs") && e.contains("memory budget"),
+            "{e}"
+        );
     }
 }

@@ -78,11 +78,53 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Checks that `value` (named `what` in the error) can stand in a script: not empty, and no
+/// control character (a newline would end an `#SBATCH` block or a shell command).
+fn check_script_value(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(SweepError::Plan(format!("{what}: an empty value")));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(SweepError::Plan(format!(
+            "{what} {}: holds the control character {c:?}, which a Slurm script cannot hold",
+            hyperlens_train::shown_name(value)
+        )));
+    }
+    Ok(())
+}
+
+/// `value` as the value of an `#SBATCH --flag=` line: as it is when it holds only characters that
+/// sbatch's directive parser takes literally, else in double quotes (white space, `'`, `#`).
+///
+/// # Errors
+/// [`SweepError::Plan`] naming `what` for a value with a control character, `"` or `\`, which
+/// the directive parser would read as the end of a quote or an escape.
+fn sbatch_value(what: &str, value: &str) -> Result<String> {
+    check_script_value(what, value)?;
+    if value.contains(['"', '\\']) {
+        return Err(SweepError::Plan(format!(
+            "{what} {}: holds `\"` or `\\`, which an #SBATCH line cannot hold",
+            hyperlens_train::shown_name(value)
+        )));
+    }
+    if value
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '\'' | '#'))
+    {
+        Ok(format!("\"{value}\""))
+    } else {
+        Ok(value.to_string())
+    }
+}
+
 /// The sbatch script of an array over `indices` of the sweep in `dir` (an absolute path), running
 /// `binary` (an absolute path the compute nodes can run).
 ///
 /// # Errors
-/// [`SweepError::Plan`] for an empty `indices` or a relative path, or an option holding a newline.
+/// [`SweepError::Plan`] for an empty `indices`, a relative path, a path, sweep name or option
+/// holding a control character (a newline would end the `#SBATCH` block and run the rest as a
+/// command), or an `#SBATCH` value holding `"` or `\`. Every other value is quoted: single quotes
+/// in the shell command, double quotes on an `#SBATCH` line where it holds white space.
 pub fn script(
     plan: &Plan,
     dir: &Path,
@@ -100,7 +142,17 @@ pub fn script(
                 p.display()
             )));
         }
+        let text = p.to_str().ok_or_else(|| {
+            SweepError::Plan(format!(
+                "{what} {} is not valid UTF-8, which a Slurm script cannot hold",
+                p.display()
+            ))
+        })?;
+        check_script_value(what, text)?;
     }
+    crate::plan::check_sweep_name(&plan.name)
+        .map_err(|why| SweepError::Plan(format!("the sweep's name: {why}")))?;
+    let log = dir.join(LOGS_DIR).join("slurm-%A_%a.out");
     let mut lines = vec![
         "#!/bin/bash".to_string(),
         format!("#SBATCH --job-name=hyperlens-{}", plan.name),
@@ -113,9 +165,12 @@ pub fn script(
         ),
         format!(
             "#SBATCH --output={}",
-            dir.join(LOGS_DIR).join("slurm-%A_%a.out").display()
+            sbatch_value("the sweep directory", &log.display().to_string())?
         ),
-        format!("#SBATCH --chdir={}", dir.display()),
+        format!(
+            "#SBATCH --chdir={}",
+            sbatch_value("the sweep directory", &dir.display().to_string())?
+        ),
     ];
     let opts: [(&str, Option<String>); 6] = [
         ("partition", options.partition.clone()),
@@ -130,12 +185,10 @@ pub fn script(
     ];
     for (flag, value) in opts {
         if let Some(v) = value {
-            if v.contains(['\n', '\r']) || v.is_empty() {
-                return Err(SweepError::Plan(format!(
-                    "--{flag}: an empty or multi-line value"
-                )));
-            }
-            lines.push(format!("#SBATCH --{flag}={v}"));
+            lines.push(format!(
+                "#SBATCH --{flag}={}",
+                sbatch_value(&format!("--{flag}"), &v)?
+            ));
         }
     }
     lines.push(String::new());
@@ -154,12 +207,29 @@ pub fn script(
     Ok(lines.join("\n"))
 }
 
-/// The submissions of the sweep in `dir` so far (none if the log is missing or unreadable).
-pub fn submissions(dir: &Path) -> Vec<Submission> {
-    std::fs::read(dir.join(SLURM_DIR).join(SUBMISSIONS_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The submissions of the sweep in `dir` so far (none if the log is missing).
+///
+/// # Errors
+/// [`SweepError::Plan`] naming the file if it is not a regular file or not a list of
+/// submissions (a damaged log could make jobs be submitted twice).
+pub fn submissions(dir: &Path) -> Result<Vec<Submission>> {
+    let path = dir.join(SLURM_DIR).join(SUBMISSIONS_FILE);
+    let bytes = match hyperlens_io::read_regular(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(SweepError::Plan(format!(
+                "{}: cannot be read: {e}",
+                path.display()
+            )))
+        }
+    };
+    serde_json::from_slice(&bytes).map_err(|e| {
+        SweepError::Plan(format!(
+            "{}: not a list of submissions ({e})",
+            path.display()
+        ))
+    })
 }
 
 /// Writes the script of `indices` as `slurm/array-<n>.sbatch` and submits it with
@@ -179,7 +249,7 @@ pub fn submit(
     let sdir = dir.join(SLURM_DIR);
     std::fs::create_dir_all(&sdir).map_err(SweepError::io(&sdir))?;
     std::fs::create_dir_all(dir.join(LOGS_DIR)).map_err(SweepError::io(dir))?;
-    let mut past = submissions(dir);
+    let mut past = submissions(dir)?;
     let path: PathBuf = sdir.join(format!("array-{}.sbatch", past.len()));
     hyperlens_io::write_atomic(&path, text.as_bytes())?;
     let out = Command::new("sbatch")
@@ -268,6 +338,76 @@ mod tests {
             assert!(s.lines().any(|l| l == line), "{line}\n{s}");
         }
         assert!(script(&plan, Path::new("rel"), Path::new("/b"), &[0], &opts).is_err());
+        // A directory with a space is quoted on the #SBATCH lines and in the command.
+        let s = script(
+            &plan,
+            Path::new("/data/my sweeps/demo"),
+            Path::new("/b"),
+            &[0],
+            &opts,
+        )
+        .unwrap();
+        assert!(
+            s.contains("#SBATCH --chdir=\"/data/my sweeps/demo\"\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("sweep run-one '/data/my sweeps/demo' --index"),
+            "{s}"
+        );
         assert!(script(&plan, Path::new("/d"), Path::new("/b"), &[], &opts).is_err());
+    }
+
+    #[test]
+    fn every_script_field_refuses_control_characters() {
+        let spec = SweepSpec::parse("[axes]\nseed = [0, 1]\n", "s").unwrap();
+        let plan = Plan::expand("demo", &spec).unwrap();
+        let ok = SlurmOptions::default();
+        let err = |plan: &Plan, dir: &str, bin: &str, o: &SlurmOptions| {
+            script(plan, Path::new(dir), Path::new(bin), &[0], o)
+                .unwrap_err()
+                .to_string()
+        };
+        // The directory and the binary: a newline would end the #SBATCH block.
+        for bad in ["/d\n#SBATCH --x", "/d\rx", "/d\u{7}", "/d\tx"] {
+            assert!(
+                err(&plan, bad, "/b", &ok).contains("control character"),
+                "{bad:?}"
+            );
+            assert!(
+                err(&plan, "/d", bad, &ok).contains("control character"),
+                "{bad:?}"
+            );
+        }
+        assert!(err(&plan, "/d\"x", "/b", &ok).contains("cannot hold"));
+        // The plan's name.
+        for bad in ["a\nb", "a b", "a\"b", "a/b", "", "a#b"] {
+            let mut p = plan.clone();
+            p.name = bad.into();
+            assert!(
+                err(&p, "/d", "/b", &ok).contains("the sweep's name"),
+                "{bad:?}"
+            );
+        }
+        // Every option.
+        let fields: [fn(&mut SlurmOptions, String); 5] = [
+            |o, v| o.partition = Some(v),
+            |o, v| o.gres = Some(v),
+            |o, v| o.time = Some(v),
+            |o, v| o.mem = Some(v),
+            |o, v| o.account = Some(v),
+        ];
+        for (i, set) in fields.iter().enumerate() {
+            for bad in ["x\nrm -rf /", "x\ry", "", "x\"y", "x\\y"] {
+                let mut o = ok.clone();
+                set(&mut o, bad.to_string());
+                let e = err(&plan, "/d", "/b", &o);
+                assert!(e.starts_with("--"), "field {i} {bad:?}: {e}");
+            }
+            let mut o = ok.clone();
+            set(&mut o, "a b".to_string());
+            let s = script(&plan, Path::new("/d"), Path::new("/b"), &[0], &o).unwrap();
+            assert!(s.contains("=\"a b\"\n"), "field {i}: {s}");
+        }
     }
 }

@@ -183,7 +183,24 @@ struct RawSweep {
 }
 
 /// Whether `key` looks like a long flag name (`a-z`, digits, `_`).
-fn valid_key(key: &str) -> bool {
+/// A TOML parse error as one line: the file, the line and column (1-based) where the parser
+/// stopped, and its message (which `toml` spreads over several lines with a caret).
+fn toml_error(text: &str, file: &str, e: &toml::de::Error) -> SweepError {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            SweepError::Spec(format!(
+                "{file}: TOML error at line {line}, column {column}: {message}"
+            ))
+        }
+        None => SweepError::Spec(format!("{file}: TOML error: {message}")),
+    }
+}
+
+pub(crate) fn valid_key(key: &str) -> bool {
     !key.is_empty()
         && key
             .chars()
@@ -210,8 +227,7 @@ impl SweepSpec {
     /// scalars, or a `zip` group naming an unknown axis, an axis twice, or lists of different
     /// lengths.
     pub fn parse(text: &str, file: &str) -> Result<SweepSpec> {
-        let raw: RawSpec =
-            toml::from_str(text).map_err(|e| SweepError::Spec(format!("{file}: {e}")))?;
+        let raw: RawSpec = toml::from_str(text).map_err(|e| toml_error(text, file, &e))?;
         let check_key = |key: &str, table: &str| -> Result<()> {
             if !valid_key(key) {
                 return Err(SweepError::Spec(format!(
@@ -252,12 +268,11 @@ impl SweepSpec {
                 .iter()
                 .map(|x| Scalar::from_toml(key, x, file))
                 .collect::<Result<Vec<_>>>()?;
-            for (i, x) in values.iter().enumerate() {
-                if values[..i].contains(x) {
-                    return Err(SweepError::Spec(format!(
-                        "{file}: [axes] `{key}` lists {x} twice"
-                    )));
-                }
+            let mut seen = std::collections::HashSet::with_capacity(values.len());
+            if let Some(x) = values.iter().find(|x| !seen.insert(format!("{x:?}"))) {
+                return Err(SweepError::Spec(format!(
+                    "{file}: [axes] `{key}` lists {x} twice"
+                )));
             }
             axes.push(Axis {
                 key: key.clone(),
@@ -320,6 +335,22 @@ impl SweepSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toml_errors_are_one_line_with_the_line_and_column() {
+        let e = SweepSpec::parse("[base]\ntask = \"sraven\"\nsteps = = 3\n", "s.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n'), "{e}");
+        assert!(
+            e.starts_with("s.toml: TOML error at line 3, column 9: "),
+            "{e}"
+        );
+        let e = SweepSpec::parse("[sweep]\nbatch = \"yes\"\n", "s.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n') && e.contains("line 2"), "{e}");
+    }
 
     #[test]
     fn a_spec_parses_in_order_and_bad_keys_are_named() {

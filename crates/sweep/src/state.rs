@@ -135,11 +135,38 @@ impl JobRecord {
         dir.join(JOBS_DIR).join(format!("{index}.json"))
     }
 
-    /// Reads the record of job `index`, if there is one (an unreadable record counts as none).
-    pub fn read(dir: &Path, index: usize) -> Option<JobRecord> {
-        std::fs::read(JobRecord::path(dir, index))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+    /// Reads the record of job `index`, if there is one.
+    ///
+    /// # Errors
+    /// [`SweepError::Plan`] naming the file if it is not a regular file (a FIFO is refused, not
+    /// waited on), is not a job record, or is the record of another job.
+    pub fn read(dir: &Path, index: usize) -> Result<Option<JobRecord>> {
+        let path = JobRecord::path(dir, index);
+        let bytes = match hyperlens_io::read_regular(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(SweepError::Plan(format!(
+                    "{}: cannot be read: {e}",
+                    path.display()
+                )))
+            }
+        };
+        let record: JobRecord = serde_json::from_slice(&bytes).map_err(|e| {
+            SweepError::Plan(format!(
+                "{}: not a job record ({e}); remove it to start the job's record afresh",
+                path.display()
+            ))
+        })?;
+        if record.index != index {
+            return Err(SweepError::Plan(format!(
+                "{}: the record of job {} in the file of job {index}; remove it to start the \
+                 job's record afresh",
+                path.display(),
+                record.index
+            )));
+        }
+        Ok(Some(record))
     }
 
     /// Writes the record atomically.
@@ -164,11 +191,16 @@ impl JobLock {
     /// Takes the lock of job `index` without waiting.
     ///
     /// # Errors
-    /// [`SweepError::Busy`] if another process holds it; I/O errors naming the lock file.
+    /// [`SweepError::Busy`] if another process holds it; [`SweepError::Plan`] if the lock's path
+    /// is not a regular file (a FIFO, a directory); I/O errors naming the lock file.
     pub fn acquire(dir: &Path, index: usize) -> Result<JobLock> {
         let jobs = dir.join(JOBS_DIR);
         std::fs::create_dir_all(&jobs).map_err(SweepError::io(&jobs))?;
         let path = jobs.join(format!("{index}.lock"));
+        // Opening a FIFO for writing waits for a reader: refuse anything but a regular file.
+        if hyperlens_io::is_special(&path) {
+            return Err(not_a_lock(&path));
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -189,13 +221,31 @@ impl JobLock {
     }
 
     /// Whether some process holds the lock of job `index` now.
-    pub fn is_held(dir: &Path, index: usize) -> bool {
+    ///
+    /// # Errors
+    /// [`SweepError::Plan`] if the lock's path is not a regular file (opening a FIFO would wait
+    /// for ever).
+    pub fn is_held(dir: &Path, index: usize) -> Result<bool> {
         let path = dir.join(JOBS_DIR).join(format!("{index}.lock"));
+        if hyperlens_io::is_special(&path) {
+            return Err(not_a_lock(&path));
+        }
         let Ok(file) = File::open(&path) else {
-            return false;
+            return Ok(false);
         };
-        matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+        Ok(matches!(
+            file.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ))
     }
+}
+
+/// The error for a lock path that holds something other than a regular file.
+fn not_a_lock(path: &Path) -> SweepError {
+    SweepError::Plan(format!(
+        "{}: a job lock must be a regular file, this is not (remove it)",
+        path.display()
+    ))
 }
 
 /// The state of one run (module docs).
@@ -258,17 +308,28 @@ pub struct RunStatus {
     pub error: Option<String>,
 }
 
-/// A JSON file of a run, if present and valid.
+/// A JSON file of a run, if present, a regular file and valid (a run's own files are checked by
+/// `train` when it resumes; here a damaged one only shows as missing).
 fn json_of(path: &Path) -> Option<serde_json::Value> {
-    std::fs::read(path)
+    hyperlens_io::read_regular(path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
 /// The state of `run` of the sweep in `dir`.
-pub fn run_status(dir: &Path, run: &PlannedRun) -> RunStatus {
+///
+/// # Errors
+/// As [`JobRecord::read`] and [`JobLock::is_held`].
+pub fn run_status(dir: &Path, run: &PlannedRun) -> Result<RunStatus> {
     let rd = Plan::run_dir(dir, &run.name);
-    let record = JobRecord::read(dir, run.job);
+    let record = JobRecord::read(dir, run.job)?;
+    let held = JobLock::is_held(dir, run.job)?;
+    Ok(status_of(&rd, run, record, held))
+}
+
+/// The state of `run`, whose directory is `rd`, given its job's record and whether its job's
+/// lock is held.
+fn status_of(rd: &Path, run: &PlannedRun, record: Option<JobRecord>, held: bool) -> RunStatus {
     let state_file = json_of(&rd.join(STATE_FILE));
     let train = json_of(&rd.join(RECORD_FILE));
     let failed = json_of(&rd.join(FAILED_FILE));
@@ -306,7 +367,7 @@ pub fn run_status(dir: &Path, run: &PlannedRun) -> RunStatus {
             .and_then(serde_json::Value::as_str)
             .map(str::to_string);
         RunState::Failed
-    } else if JobLock::is_held(dir, run.job) {
+    } else if held {
         RunState::Running
     } else if let Some(r) = record.as_ref().filter(|r| r.status == JobStatus::Failed) {
         error.clone_from(&r.error);
@@ -328,30 +389,57 @@ pub fn run_status(dir: &Path, run: &PlannedRun) -> RunStatus {
     }
 }
 
-/// The state of every run of the sweep in `dir`, in plan order.
-pub fn sweep_status(dir: &Path, plan: &Plan) -> Vec<RunStatus> {
-    plan.runs.iter().map(|r| run_status(dir, r)).collect()
+/// The state of every run of the sweep in `dir`, in plan order (each job's record and lock read
+/// once).
+///
+/// # Errors
+/// As [`run_status`].
+pub fn sweep_status(dir: &Path, plan: &Plan) -> Result<Vec<RunStatus>> {
+    let jobs = plan
+        .jobs
+        .iter()
+        .map(|j| {
+            Ok((
+                JobRecord::read(dir, j.index)?,
+                JobLock::is_held(dir, j.index)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(plan
+        .runs
+        .iter()
+        .map(|r| {
+            let (record, held) = &jobs[r.job];
+            status_of(&Plan::run_dir(dir, &r.name), r, record.clone(), *held)
+        })
+        .collect())
 }
 
 /// The jobs of `plan` that still have work: some run neither finished nor failed (with
-/// `retry_failed`, failed runs count as work too), and no process holds the job's lock.
-pub fn jobs_to_run(dir: &Path, plan: &Plan, retry_failed: bool) -> Vec<usize> {
-    let status = sweep_status(dir, plan);
-    plan.jobs
-        .iter()
-        .filter(|j| !JobLock::is_held(dir, j.index))
-        .filter(|j| {
-            status
-                .iter()
-                .filter(|s| s.job == j.index)
-                .any(|s| match s.state {
-                    RunState::Finished => false,
-                    RunState::Failed => retry_failed,
-                    _ => true,
-                })
-        })
-        .map(|j| j.index)
-        .collect()
+/// `retry_failed`, failed runs count as work too), and no process holds the job's lock. Linear
+/// in the number of runs.
+///
+/// # Errors
+/// As [`run_status`].
+pub fn jobs_to_run(dir: &Path, plan: &Plan, retry_failed: bool) -> Result<Vec<usize>> {
+    let status = sweep_status(dir, plan)?;
+    let mut work = vec![false; plan.jobs.len()];
+    for s in &status {
+        let todo = match s.state {
+            RunState::Finished => false,
+            RunState::Failed => retry_failed,
+            RunState::Running => false,
+            RunState::Pending | RunState::Interrupted => true,
+        };
+        work[s.job] |= todo;
+    }
+    let mut out = Vec::new();
+    for j in &plan.jobs {
+        if work[j.index] && !JobLock::is_held(dir, j.index)? {
+            out.push(j.index);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -368,10 +456,14 @@ mod tests {
         let plan = Plan::expand("t", &spec).unwrap();
         plan.write(d, "").unwrap();
         let states = |d: &Path| -> Vec<RunState> {
-            sweep_status(d, &plan).iter().map(|s| s.state).collect()
+            sweep_status(d, &plan)
+                .unwrap()
+                .iter()
+                .map(|s| s.state)
+                .collect()
         };
         assert_eq!(states(d), [RunState::Pending, RunState::Pending]);
-        assert_eq!(jobs_to_run(d, &plan, false), [0, 1]);
+        assert_eq!(jobs_to_run(d, &plan, false).unwrap(), [0, 1]);
         // Job 0 runs: its lock is held.
         let lock = JobLock::acquire(d, 0).unwrap();
         assert!(JobLock::acquire(d, 0)
@@ -390,7 +482,7 @@ mod tests {
         .write(d)
         .unwrap();
         assert_eq!(states(d)[0], RunState::Running);
-        assert_eq!(jobs_to_run(d, &plan, false), [1]);
+        assert_eq!(jobs_to_run(d, &plan, false).unwrap(), [1]);
         // Killed: the lock is free, the record still says running.
         drop(lock);
         assert_eq!(states(d)[0], RunState::Interrupted);
@@ -401,14 +493,14 @@ mod tests {
         let r0 = Plan::run_dir(d, "seed-0");
         std::fs::create_dir_all(&r0).unwrap();
         std::fs::write(r0.join(FAILED_FILE), r#"{"error": "diverged at step 3"}"#).unwrap();
-        let s = sweep_status(d, &plan);
+        let s = sweep_status(d, &plan).unwrap();
         assert_eq!(
             (s[0].state, s[1].state),
             (RunState::Failed, RunState::Finished)
         );
         assert_eq!(s[0].error.as_deref(), Some("diverged at step 3"));
         assert_eq!(s[1].step, Some(40));
-        assert!(jobs_to_run(d, &plan, false).is_empty());
-        assert_eq!(jobs_to_run(d, &plan, true), [0]);
+        assert!(jobs_to_run(d, &plan, false).unwrap().is_empty());
+        assert_eq!(jobs_to_run(d, &plan, true).unwrap(), [0]);
     }
 }

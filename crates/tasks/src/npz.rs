@@ -46,7 +46,8 @@ pub fn save_problems(path: &Path, set: &ProblemSet) -> Result<()> {
 }
 
 /// Reads a problem set written by [`save_problems`] or by numpy (`np.savez` / `np.savez_compressed`
-/// with the arrays described in the module docs) and validates it against `params`.
+/// with the arrays described in the module docs) and validates it against `params`. Other arrays in
+/// the archive are ignored (not even their headers are read), as `numpy.load` ignores them.
 ///
 /// # Shapes
 /// Returns `x` [N, T, M] as `f32`, `y`, `rules` [N, F] and `perms` [N, 3, F] as `i64`, with
@@ -62,7 +63,7 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     params.check()?;
     // Sizes in the headers are checked against the bytes present and the memory budget before
     // ndarray-npy allocates anything.
-    let members = inspect(path)?;
+    let members = inspect(path, &[keys::X, keys::Y, keys::RULES, keys::PERMS])?;
     if let Some(x) = members.iter().find(|m| m.name == keys::X) {
         if x.shape.first() == Some(&0) {
             return Err(TasksError::NpzArray {
@@ -142,10 +143,11 @@ pub fn load_problems(path: &Path, params: &SravenParams) -> Result<ProblemSet> {
     Ok(set)
 }
 
-/// `hyperlens_io::inspect_npz` with its errors as this crate's: the archive as a whole
+/// `hyperlens_io::inspect_npz_arrays` on the arrays a reader reads (`arrays`; the others are
+/// ignored, as numpy ignores them) with its errors as this crate's: the archive as a whole
 /// ([`TasksError::NpzFile`]), one array ([`TasksError::NpzArray`]) or the file system.
-fn inspect(path: &Path) -> Result<Vec<hyperlens_io::NpyMember>> {
-    hyperlens_io::inspect_npz(path).map_err(|e| match e {
+fn inspect(path: &Path, arrays: &[&str]) -> Result<Vec<hyperlens_io::NpyMember>> {
+    hyperlens_io::inspect_npz_arrays(path, arrays).map_err(|e| match e {
         hyperlens_io::IoError::Invalid { array, msg, .. } if array == "(archive)" => {
             TasksError::NpzFile {
                 path: path.to_path_buf(),
@@ -194,6 +196,23 @@ fn check_shape(ctx: &Ctx, name: &str, got: &[usize], want: &[usize], n_from: &st
         return Err(ctx.err(name, format!("shape {got:?}, expected {want:?}")));
     }
     Ok(())
+}
+
+/// Checks that every value of the float array `name` is a truth value: finite and in [0, 1].
+///
+/// # Errors
+/// [`TasksError::NpzArray`] naming the array, the index and the value of the first other value.
+fn check_unit(ctx: &Ctx, name: &str, a: ndarray::ArrayViewD<'_, f32>) -> Result<()> {
+    match a.indexed_iter().find(|(_, v)| !(0.0..=1.0).contains(*v)) {
+        Some((i, v)) => Err(ctx.err(
+            name,
+            format!(
+                "value {v} at {:?} is not a truth value (finite, in [0, 1])",
+                ndarray::Dimension::slice(&i)
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn is_wrong_dtype(e: &ReadNpzError) -> bool {
@@ -265,20 +284,23 @@ pub fn save_logic(path: &Path, set: &LogicBatch) -> Result<()> {
 
 /// Reads a fuzzy-logic problem set written by [`save_logic`] (or numpy with the same arrays) and
 /// checks it against `params`: T = `params.samples` tokens of L + 1 = `params.variables` + 1
-/// values, K = `params.terms` terms, every array with the same N, inputs in [0, 1], term bits 0 or
-/// 1, term indices below 2^L.
+/// values, K = `params.terms` terms, every array with the same N, inputs `x`, answers `y` and
+/// `targets` truth values (finite, in [0, 1]), term bits 0 or 1, term indices below 2^L, and each
+/// term's bits those of its index. Arrays other than these five are ignored (not even their
+/// headers are read).
 ///
 /// # Shapes
 /// As [`save_logic`].
 ///
 /// # Errors
 /// [`TasksError::Io`] / [`TasksError::NpzFile`] for an unreadable file; [`TasksError::NpzArray`]
-/// naming the array that is missing, of another dtype or shape, empty, or out of range.
+/// naming the array that is missing, of another dtype or shape, empty, or out of range (with the
+/// index and the value), or `terms` that disagree with `term_ids`.
 pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<LogicBatch> {
     use hyperlens_io::keys::logic_problems as lk;
     use ndarray::{Array1, Array2, Ix1};
     params.check()?;
-    inspect(path)?;
+    inspect(path, &[lk::X, lk::Y, lk::TARGETS, lk::TERMS, lk::TERM_IDS])?;
     let file = File::open(path).map_err(|source| TasksError::Io {
         path: path.to_path_buf(),
         source,
@@ -304,9 +326,7 @@ pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<Log
             format!("shape {:?}, expected [N, {t}, {}]", x.shape(), l + 1),
         ));
     }
-    if let Some(v) = x.iter().find(|v| !(0.0..=1.0).contains(*v)) {
-        return Err(ctx.err(lk::X, format!("value {v} outside [0, 1]")));
-    }
+    check_unit(&ctx, lk::X, x.view().into_dyn())?;
     let y: Array1<f32> = npz
         .by_name::<ndarray::OwnedRepr<f32>, Ix1>(lk::Y)
         .map_err(|e| ctx.err(lk::Y, format!("{e} (expected float32 [N])")))?;
@@ -323,12 +343,41 @@ pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<Log
     check_shape(&ctx, lk::TARGETS, targets.shape(), &[n, t], lk::X)?;
     check_shape(&ctx, lk::TERMS, terms.shape(), &[n, k, l], lk::X)?;
     check_shape(&ctx, lk::TERM_IDS, term_ids.shape(), &[n, k], lk::X)?;
-    if let Some(v) = terms.iter().find(|&&b| b > 1) {
-        return Err(ctx.err(lk::TERMS, format!("bit {v} is not 0 or 1")));
+    check_unit(&ctx, lk::Y, y.view().into_dyn())?;
+    check_unit(&ctx, lk::TARGETS, targets.view().into_dyn())?;
+    if let Some((i, v)) = terms.indexed_iter().find(|(_, &b)| b > 1) {
+        return Err(ctx.err(
+            lk::TERMS,
+            format!(
+                "value {v} at {:?} is not a bit (0 or 1)",
+                <[usize; 3]>::from(i)
+            ),
+        ));
     }
     let n_terms = params.n_terms() as i64;
-    if let Some(v) = term_ids.iter().find(|&&i| !(0..n_terms).contains(&i)) {
-        return Err(ctx.err(lk::TERM_IDS, format!("index {v} outside 0..{n_terms}")));
+    if let Some(((b, j), v)) = term_ids
+        .indexed_iter()
+        .find(|(_, &i)| !(0..n_terms).contains(&i))
+    {
+        return Err(ctx.err(
+            lk::TERM_IDS,
+            format!("index {v} at [{b}, {j}] outside 0..{n_terms} (2^L, L = {l} variables)"),
+        ));
+    }
+    // Each term's bits are those of its index (binary order, variable 0 most significant).
+    for ((b, j), &id) in term_ids.indexed_iter() {
+        let bits = params.term_bits(id as usize);
+        let row = terms.slice(ndarray::s![b, j, ..]);
+        if row.iter().ne(bits.iter()) {
+            return Err(ctx.err(
+                lk::TERMS,
+                format!(
+                    "terms[{b}, {j}] = {:?} disagrees with term_ids[{b}, {j}] = {id}, whose bits \
+                     are {bits:?}",
+                    row.to_vec()
+                ),
+            ));
+        }
     }
     Ok(LogicBatch {
         x,
@@ -337,4 +386,72 @@ pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<Log
         terms,
         term_ids: term_ids.mapv(|i| i as u32),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logic::{sample_logic_set, LogicParams, LogicSet, LogicSplit};
+
+    /// A small logic set written, edited by `edit`, and read back; the error's text.
+    fn load_edited(edit: impl FnOnce(&mut LogicBatch)) -> String {
+        let params = LogicParams::default();
+        let split = LogicSplit::new(params, 0).unwrap();
+        let mut set = sample_logic_set(&split, LogicSet::Train, 8, 1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logic.npz");
+        save_logic(&path, &set).unwrap();
+        assert_eq!(load_logic(&path, &params).unwrap(), set);
+        edit(&mut set);
+        save_logic(&path, &set).unwrap();
+        match load_logic(&path, &params) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn answers_and_targets_must_be_truth_values() {
+        for (array, v) in [
+            ("y", f32::NAN),
+            ("y", 1.5),
+            ("y", -0.25),
+            ("targets", f32::NAN),
+            ("targets", f32::INFINITY),
+            ("targets", 3.0),
+        ] {
+            let e = load_edited(|s| {
+                if array == "y" {
+                    s.y[3] = v;
+                } else {
+                    s.targets[[2, 5]] = v;
+                }
+            });
+            let at = if array == "y" { "[3]" } else { "[2, 5]" };
+            assert!(
+                e.contains(&format!("`{array}`")) && e.contains(at) && e.contains(&v.to_string()),
+                "{array} = {v}: {e}"
+            );
+            assert!(e.contains("logic.npz"), "{e}");
+        }
+        let e = load_edited(|s| s.x[[1, 2, 0]] = f32::NAN);
+        assert!(
+            e.contains("`x`") && e.contains("[1, 2, 0]") && e.contains("NaN"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn terms_must_be_the_bits_of_their_indices() {
+        let e = load_edited(|s| s.term_ids[[0, 1]] = 1 << 20);
+        assert!(e.contains("`term_ids`") && e.contains("1048576"), "{e}");
+        let e = load_edited(|s| s.terms[[4, 0, 2]] = 7);
+        assert!(e.contains("`terms`") && e.contains("[4, 0, 2]"), "{e}");
+        // A valid index with other bits: both arrays valid alone, inconsistent together.
+        let e = load_edited(|s| {
+            let id = s.term_ids[[2, 0]];
+            s.term_ids[[2, 0]] = id ^ 1;
+        });
+        assert!(e.contains("`terms`") && e.contains("term_ids[2, 0]"), "{e}");
+    }
 }

@@ -345,6 +345,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
 fn link_or_copy(src: &Path, tmp: &Path) -> Result<()> {
     let _ = std::fs::remove_file(tmp);
     if std::fs::hard_link(src, tmp).is_err() {
+        // A source that cannot be read is reported under its own name, not the temporary one.
+        std::fs::File::open(src).map_err(io(src))?;
         std::fs::copy(src, tmp).map_err(io(tmp))?;
         std::fs::File::open(tmp)
             .and_then(|f| f.sync_all())
@@ -395,7 +397,9 @@ fn is_leftover(name: &str) -> bool {
 /// Called by `train --resume`, which owns the directory.
 ///
 /// # Errors
-/// [`TrainError::Io`] naming what could not be removed or linked; the errors of [`latest_dir`].
+/// [`TrainError::Resume`] naming a file of the latest checkpoint that is missing (nothing is
+/// linked then); [`TrainError::Io`] naming what could not be removed or linked; the errors of
+/// [`latest_dir`].
 pub fn sweep(out: &Path) -> Result<()> {
     for dir in [out.to_path_buf(), out.join(CHECKPOINTS_DIR)] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -419,6 +423,20 @@ pub fn sweep(out: &Path) -> Result<()> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // Every file of the checkpoint must be there before any is linked over the run's copy (a
+        // missing one would otherwise be reported under the temporary name of its link).
+        for file in CHECKPOINT_FILES {
+            let src = latest.join(file);
+            if !src.is_file() {
+                return Err(TrainError::Resume(format!(
+                    "{}: the checkpoint's file is missing (or not a file); {} names {} as the \
+                     latest checkpoint",
+                    src.display(),
+                    out.join(MANIFEST_FILE).display(),
+                    latest.display()
+                )));
+            }
+        }
         remove_other_steps(out, &keep)?;
         for file in CHECKPOINT_FILES {
             link_into(&latest.join(file), &out.join(file))?;
@@ -488,5 +506,38 @@ mod tests {
         clear_leftovers(&out).unwrap();
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
         assert!(!only_leftovers(&out).unwrap(), "an empty directory");
+    }
+
+    #[test]
+    fn a_missing_checkpoint_file_is_named_on_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        let step = out.join(CHECKPOINTS_DIR).join("step-00000004");
+        std::fs::create_dir_all(&step).unwrap();
+        for f in CHECKPOINT_FILES {
+            std::fs::write(step.join(f), f).unwrap();
+            std::fs::write(out.join(f), "old").unwrap();
+        }
+        std::fs::write(
+            out.join(MANIFEST_FILE),
+            r#"{"step": 4, "dir": "checkpoints/step-00000004"}"#,
+        )
+        .unwrap();
+        std::fs::remove_file(step.join(OPTIMIZER_FILE)).unwrap();
+        let e = sweep(&out).unwrap_err().to_string();
+        assert!(
+            e.contains(&step.join(OPTIMIZER_FILE).display().to_string()) && !e.contains("ckpt.tmp"),
+            "{e}"
+        );
+        // Nothing was re-linked: the run's own copies are untouched.
+        assert_eq!(
+            std::fs::read_to_string(out.join(STATE_FILE)).unwrap(),
+            "old"
+        );
+        // The copy fallback names the source too.
+        let e = link_or_copy(&step.join(OPTIMIZER_FILE), &out.join(".x.tmp"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("step-00000004") && !e.contains(".x.tmp"), "{e}");
     }
 }

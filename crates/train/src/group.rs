@@ -126,7 +126,9 @@ impl Variation {
     ///
     /// # Errors
     /// [`TrainError::InvalidParam`] for no list, lists of unequal lengths in a zip, a value that
-    /// appears twice in one list, or settings that do not check.
+    /// appears twice in one list, settings that do not check, or more runs than the memory
+    /// budget allows to train together ([`crate::check_memory`], checked before any run is
+    /// built).
     pub fn expand(
         &self,
         base: &TrainSettings,
@@ -139,14 +141,22 @@ impl Variation {
             ));
         }
         for (name, values) in &axes {
-            for (i, (v, _)) in values.iter().enumerate() {
-                if values[..i].iter().any(|(w, _)| w == v) {
-                    return Err(TrainError::InvalidParam(format!(
-                        "{name} {v} is listed twice"
-                    )));
-                }
+            let mut seen = std::collections::HashSet::with_capacity(values.len());
+            if let Some((v, _)) = values.iter().find(|(v, _)| !seen.insert(v.as_str())) {
+                return Err(TrainError::InvalidParam(format!(
+                    "{name} {v} is listed twice"
+                )));
             }
         }
+        // The number of runs, bounded by the memory that many models would take in training
+        // before any of them is built.
+        let n_runs = match combine {
+            Combine::Zip => axes.iter().map(|(_, v)| v.len()).max().unwrap_or(1),
+            Combine::Grid => axes
+                .iter()
+                .fold(1usize, |acc, (_, v)| acc.saturating_mul(v.len())),
+        };
+        crate::run::check_memory(base, n_runs)?;
         // Each run as the index of its value on every axis.
         let picks: Vec<Vec<usize>> = match combine {
             Combine::Zip => {
@@ -231,11 +241,13 @@ impl GroupFile {
     /// Reads `group.json` of the group directory `dir`; `None` if it has none.
     ///
     /// # Errors
-    /// [`TrainError::Json`] naming the file if it is malformed or names a run outside the group
-    /// directory; I/O errors.
+    /// [`TrainError::Json`] naming the file if it is malformed; [`TrainError::InvalidParam`]
+    /// naming the file and the entry if it lists no run, a run twice, or a name that breaks
+    /// [`check_run_name`] (a path that would leave the group directory); I/O errors, among them a
+    /// `group.json` that is not a regular file (a FIFO is refused, not waited on).
     pub fn read(dir: &Path) -> Result<Option<GroupFile>> {
         let path = dir.join(GROUP_FILE);
-        let text = match std::fs::read_to_string(&path) {
+        let text = match hyperlens_io::read_regular(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {
@@ -245,22 +257,82 @@ impl GroupFile {
                 })
             }
         };
-        let file: GroupFile = serde_json::from_str(&text).map_err(|source| TrainError::Json {
+        let file: GroupFile = serde_json::from_slice(&text).map_err(|source| TrainError::Json {
             path: path.display().to_string(),
             source,
         })?;
-        if let Some(bad) = file
-            .runs
-            .iter()
-            .find(|n| n.is_empty() || n.contains('/') || n.contains('\\') || n.starts_with('.'))
-        {
+        if file.runs.is_empty() {
             return Err(TrainError::InvalidParam(format!(
-                "{}: run name `{bad}` is not a directory name inside the group",
+                "{}: `runs` is empty; a group has at least one run (the file is damaged)",
                 path.display()
             )));
         }
+        let mut seen = std::collections::HashSet::with_capacity(file.runs.len());
+        for (i, name) in file.runs.iter().enumerate() {
+            check_run_name(name).map_err(|why| {
+                TrainError::InvalidParam(format!(
+                    "{}: runs[{i}] {}: {why}",
+                    path.display(),
+                    shown_name(name)
+                ))
+            })?;
+            if !seen.insert(name.as_str()) {
+                return Err(TrainError::InvalidParam(format!(
+                    "{}: runs[{i}] `{name}` is listed twice",
+                    path.display()
+                )));
+            }
+        }
         Ok(Some(file))
     }
+}
+
+/// The longest run name, in bytes (a directory name on every common file system).
+pub const MAX_RUN_NAME: usize = 255;
+
+/// Checks that `name` is a run name of the kind hyperlens writes (the directory of one run inside
+/// a group or a sweep: `seed-1_split-paper-seed1`, `mixer-hyla_lr-3e-4`): 1 to [`MAX_RUN_NAME`]
+/// bytes of ASCII letters, digits, `_`, `-`, `+` and `.`, not starting with `.`. Such a name is
+/// one directory directly inside the group or sweep: never empty, `.`, `..`, absolute, hidden or
+/// holding a separator, a space or a control character. Every name read from a file
+/// (`group.json`, a sweep's `plan.json`) goes through this check before it is joined to a path.
+///
+/// # Errors
+/// The reason, in words, for a name that breaks the rule.
+pub fn check_run_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("an empty run name".into());
+    }
+    if name.len() > MAX_RUN_NAME {
+        return Err(format!(
+            "a run name of {} bytes (at most {MAX_RUN_NAME})",
+            name.len()
+        ));
+    }
+    if name.starts_with('.') {
+        return Err(
+            "a run name may not start with `.` (it would leave or hide the run's directory)".into(),
+        );
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.')))
+    {
+        return Err(format!(
+            "a run name holds {c:?}; run names hold only ASCII letters, digits, `_`, `-`, `+` and `.`"
+        ));
+    }
+    Ok(())
+}
+
+/// A name for an error message: quoted with its control characters escaped, and cut to 80
+/// characters.
+pub fn shown_name(name: &str) -> String {
+    let mut s: String = name.chars().take(80).collect();
+    if s.len() < name.len() {
+        s.push_str("...");
+    }
+    format!("{s:?}")
 }
 
 #[cfg(test)]
@@ -363,5 +435,67 @@ mod tests {
         )
         .unwrap();
         assert!(GroupFile::read(dir.path()).is_err());
+        // Damage is refused with the entry at fault, never read as "nothing to do".
+        for (text, needle) in [
+            (r#"{"combine":"zip","runs":[]}"#, "`runs` is empty"),
+            (r#"{"combine":"zip","runs":["seed-0",""]}"#, "runs[1]"),
+            (r#"{"combine":"zip","runs":["/abs"]}"#, "runs[0]"),
+            (r#"{"combine":"zip","runs":[".."]}"#, "runs[0]"),
+            (r#"{"combine":"zip","runs":["a\nb"]}"#, "runs[0]"),
+            (
+                r#"{"combine":"zip","runs":["seed-0","seed-0"]}"#,
+                "listed twice",
+            ),
+        ] {
+            std::fs::write(dir.path().join(GROUP_FILE), text).unwrap();
+            let e = GroupFile::read(dir.path()).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains(GROUP_FILE), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn run_names_are_single_directories_of_the_names_hyperlens_writes() {
+        for ok in [
+            "seed-0",
+            "seed-1_split-paper-seed1",
+            "mixer-hyla_lr-3e-4",
+            "lr-1e+30",
+            "a.b",
+        ] {
+            assert_eq!(check_run_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "", ".", "..", ".x", "../x", "/x", "a/b", "a\\b", "a b", "a\nb", "\u{e9}",
+        ] {
+            assert!(check_run_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_run_name(&"a".repeat(256)).is_err());
+        assert!(check_run_name(&"a".repeat(255)).is_ok());
+        // Every name a group expands to passes.
+        let v = Variation {
+            seeds: vec![0, 1],
+            lrs: vec![1e-3, 3e-4, 1e30],
+            weight_decays: vec![0.0, 0.1],
+            splits: vec!["paper-seed0".into()],
+        };
+        for (name, _) in v.expand(&base(), Combine::Grid).unwrap() {
+            assert_eq!(check_run_name(&name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_group_larger_than_the_memory_budget_is_refused_before_it_is_built() {
+        // 10^4 x 10^4 x 10^4 combinations: the old expansion allocated them all first.
+        let v = Variation {
+            seeds: (0..10_000).collect(),
+            lrs: (1..=10_000).map(|i| i as f64 * 1e-7).collect(),
+            weight_decays: (0..10_000).map(|i| i as f64 * 1e-5).collect(),
+            ..Default::default()
+        };
+        let e = v.expand(&base(), Combine::Grid).unwrap_err().to_string();
+        assert!(
+            e.contains("1000000000000 runs trained together") && e.contains("memory budget"),
+            "{e}"
+        );
     }
 }

@@ -40,14 +40,16 @@ mod stacked;
 pub mod state;
 
 pub use error::{Result, TrainError};
-pub use group::{Combine, GroupFile, Variation, GROUP_FILE};
+pub use group::{
+    check_run_name, shown_name, Combine, GroupFile, Variation, GROUP_FILE, MAX_RUN_NAME,
+};
 pub use job::BatchLoss;
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
 pub use progress::ProgressText;
 pub use run::{
-    check_group, read_settings, run_settings, train, train_group, Event, GroupRun, RunOptions,
-    TrainOutcome, TrainRecord, Updates, BATCHED_SETTINGS, FAILED_FILE,
+    check_group, check_memory, read_settings, run_settings, train, train_group, Event, GroupRun,
+    RunOptions, TrainOutcome, TrainRecord, Updates, BATCHED_SETTINGS, FAILED_FILE,
 };
 pub use schedule::WarmupCosine;
 pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};

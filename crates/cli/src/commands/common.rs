@@ -225,6 +225,41 @@ pub fn create_parent(flag: &str, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Checks that `path`, if it exists, is a real directory and not a symbolic link: the directories
+/// that a sweep or a group trains into are inside it, and a link there could lead the training
+/// (or the clearing of an unstarted run) outside.
+///
+/// # Errors
+/// A link or anything but a directory, naming the path.
+pub fn real_dir_or_absent(path: &Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => bail!(
+            "{} is a symbolic link; it must be a directory inside the sweep or group",
+            path.display()
+        ),
+        Ok(m) if !m.is_dir() => bail!("{} is not a directory", path.display()),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that `path`, if it exists, is a regular file and not a symbolic link (appending to a
+/// link could write outside the directory hyperlens was given; opening a FIFO would wait).
+///
+/// # Errors
+/// A link or anything but a regular file, naming the path.
+pub fn regular_file_or_absent(path: &Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            bail!(
+                "{} is a symbolic link; it must be a regular file",
+                path.display()
+            )
+        }
+        Ok(m) if !m.is_file() => bail!("{} is not a regular file", path.display()),
+        _ => Ok(()),
+    }
+}
+
 /// A progress bar over `len` items with a short label, drawn on stderr (hidden when not a terminal).
 pub fn progress_bar(len: u64, label: &str, unit: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);

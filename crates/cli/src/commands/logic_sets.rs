@@ -254,12 +254,15 @@ pub fn eval(args: &EvalArgs, model: &Transformer) -> Result<()> {
     let settings = run_settings(&args.checkpoint)?;
     let params = settings.logic.params();
     let p = &args.problems;
-    let mut rows: Vec<(String, SetMetrics)> = Vec::new();
+    // (set, metrics, sequences whose R² is defined: those whose targets vary).
+    let mut rows: Vec<(String, SetMetrics, usize)> = Vec::new();
     if let Some(path) = &p.problems {
         let set = load_logic(path, &params)?;
+        let defined = r2_defined(&set)?;
         rows.push((
             path.display().to_string(),
             evaluate_chunks(model, std::iter::once(Ok(set)), args.batch)?,
+            defined,
         ));
     } else {
         if p.n == 0 {
@@ -275,24 +278,49 @@ pub fn eval(args: &EvalArgs, model: &Transformer) -> Result<()> {
         };
         for set in sets {
             // Chunks of LOGIC_SET_CHUNK: the sequences `tasks sample --task logic` writes.
-            let chunks = logic_chunks(&split, set, p.n, LOGIC_SET_CHUNK, p.seed)
-                .map(|c| c.map_err(Into::into));
+            let mut defined = 0usize;
+            let chunks = logic_chunks(&split, set, p.n, LOGIC_SET_CHUNK, p.seed).map(
+                |c| -> hyperlens_train::Result<_> {
+                    let c = c?;
+                    defined += r2_defined(&c)?;
+                    Ok(c)
+                },
+            );
             let m = evaluate_chunks(model, chunks, args.batch)
                 .with_context(|| format!("--set {}", set_name(set)))?;
-            rows.push((set_name(set).to_string(), m));
+            rows.push((set_name(set).to_string(), m, defined));
         }
     }
     let mut stdout = std::io::stdout().lock();
     use std::io::Write as _;
-    for (set, m) in rows {
+    for (set, m, n_r2) in rows {
         let (r2, mse, n) = (m.metric, m.loss, m.n);
         if args.json {
-            let obj =
-                serde_json::json!({"task": "logic", "set": set, "r2": r2, "mse": mse, "n": n});
+            // `n`: the sequences the MSE averages; `n_r2`: those the R² averages (a sequence whose
+            // targets are all equal has no R²).
+            let obj = serde_json::json!({
+                "task": "logic", "set": set, "r2": r2, "mse": mse, "n": n, "n_r2": n_r2,
+            });
             writeln!(stdout, "{obj}")?;
-        } else {
+        } else if n_r2 == n {
             writeln!(stdout, "{set:<8} R² {r2:.4}  MSE {mse:.6}  ({n} sequences)")?;
+        } else {
+            writeln!(
+                stdout,
+                "{set:<8} R² {r2:.4}  MSE {mse:.6}  ({n} sequences; R² over the {n_r2} whose \
+                 targets vary)"
+            )?;
         }
     }
     Ok(())
+}
+
+/// The sequences of `set` that have an R² (`hyperlens_tasks::logic::r2` is finite for a perfect
+/// prediction: the targets vary).
+///
+/// # Errors
+/// As `hyperlens_tasks::logic::r2` (inconsistent array lengths).
+fn r2_defined(set: &hyperlens_tasks::logic::LogicBatch) -> hyperlens_tasks::Result<usize> {
+    let r = hyperlens_tasks::logic::r2(set.y.view(), set)?;
+    Ok(r.iter().filter(|v| v.is_finite()).count())
 }

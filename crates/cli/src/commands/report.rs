@@ -43,6 +43,10 @@ pub struct ReportArgs {
     /// "Is the latent code causal?"; 0 leaves the section out.
     #[arg(long, default_value_t = 128)]
     pub causal_n: usize,
+    /// With --sweep: list every unfinished run that is left out, one per line (by default one
+    /// line counts them).
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 impl ReportArgs {
@@ -137,7 +141,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     }
     let mut params = args.params();
     if let Some(dir) = &args.sweep {
-        params.checkpoints = sweep_checkpoints(dir)?;
+        params.checkpoints = sweep_checkpoints(dir, args.verbose)?;
         params.aggregate = true;
     }
     let mut bars = Bars::default();
@@ -154,19 +158,43 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The finished runs of the sweep in `dir`, in plan order; the others are listed on stderr.
+/// The finished runs of the sweep in `dir`, in plan order; the others are counted on stderr in one
+/// line (listed one per line with `verbose`).
 ///
 /// # Errors
-/// A directory without a plan; a sweep with no finished run.
-fn sweep_checkpoints(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+/// A directory without a plan (or with a damaged one); a sweep with no finished run.
+fn sweep_checkpoints(dir: &std::path::Path, verbose: bool) -> anyhow::Result<Vec<PathBuf>> {
     use hyperlens_sweep::{sweep_status, Plan, RunState};
     let plan = Plan::read(dir)?;
     let mut out = Vec::new();
-    for s in sweep_status(dir, &plan) {
+    let mut left = Vec::new();
+    for s in sweep_status(dir, &plan)? {
         if s.state == RunState::Finished {
             out.push(Plan::run_dir(dir, &s.name));
         } else {
-            eprintln!("report: leaving out {} ({})", s.name, s.state);
+            left.push(s);
+        }
+    }
+    if !out.is_empty() && !left.is_empty() {
+        if verbose {
+            for s in &left {
+                eprintln!("report: leaving out {} ({})", s.name, s.state);
+            }
+        } else {
+            let mut counts: Vec<(RunState, usize)> = Vec::new();
+            for s in &left {
+                match counts.iter_mut().find(|(st, _)| *st == s.state) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((s.state, 1)),
+                }
+            }
+            let counts: Vec<String> = counts.iter().map(|(st, n)| format!("{n} {st}")).collect();
+            eprintln!(
+                "report: leaving out {} of {} runs that are not finished ({}); --verbose lists them",
+                left.len(),
+                plan.runs.len(),
+                counts.join(", ")
+            );
         }
     }
     if out.is_empty() {

@@ -139,20 +139,36 @@ pub fn run(c: SweepCommand) -> anyhow::Result<()> {
 /// `sweep plan`: expands the spec, checks every run's arguments with `train`'s parser and
 /// settings checks, writes the plan.
 fn plan(a: PlanArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&a.spec)
+    let text = hyperlens_io::read_regular(&a.spec)
         .with_context(|| format!("reading the spec {}", a.spec.display()))?;
+    let text = String::from_utf8(text)
+        .with_context(|| format!("the spec {} is not UTF-8 text", a.spec.display()))?;
     let spec = SweepSpec::parse(&text, &a.spec.display().to_string())?;
-    let name = a
-        .out
-        .file_name()
-        .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().into_owned());
-    let plan = Plan::expand(&name, &spec)?;
+    let plan = Plan::expand(&sweep_name(&a.out), &spec)?;
+    // Every run's arguments as `train` checks them, and every job's models (the runs it trains
+    // together) against the memory budget, before the sweep directory is made.
+    let mut firsts: Vec<Option<hyperlens_train::TrainSettings>> = vec![None; plan.jobs.len()];
     for run in &plan.runs {
         let dir = Plan::run_dir(&a.out, &run.name);
         let args = parse_train_args(&run.train_args(), &dir, false)
             .with_context(|| format!("{}: run `{}`", a.spec.display(), run.name))?;
-        settings(&args, &dir)
+        let s = settings(&args, &dir)
             .with_context(|| format!("{}: run `{}`", a.spec.display(), run.name))?;
+        if firsts[run.job].is_none() {
+            firsts[run.job] = Some(s);
+        }
+    }
+    for (job, first) in plan.jobs.iter().zip(&firsts) {
+        if let Some(s) = first {
+            hyperlens_train::check_memory(s, job.runs.len()).with_context(|| {
+                format!(
+                    "{}: job {} ({} runs trained together)",
+                    a.spec.display(),
+                    job.index,
+                    job.runs.len()
+                )
+            })?;
+        }
     }
     plan.write(&a.out, &text)?;
     outln!(
@@ -169,6 +185,30 @@ fn plan(a: PlanArgs) -> anyhow::Result<()> {
         a.out.display()
     )?;
     Ok(())
+}
+
+/// The sweep's name from its directory's name: letters, digits, `_`, `-`, `+` and `.` kept,
+/// anything else (white space, quotes, control characters) as `-`, so that it can stand in a
+/// Slurm script's `#SBATCH --job-name`.
+fn sweep_name(out: &Path) -> String {
+    let name: String = out
+        .file_name()
+        .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().into_owned())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(200)
+        .collect();
+    if name.is_empty() {
+        "sweep".into()
+    } else {
+        name
+    }
 }
 
 /// Whether the run in `dir` has a committed checkpoint to resume from.
@@ -188,8 +228,13 @@ fn job_runs(
     runs: &[&PlannedRun],
 ) -> anyhow::Result<Vec<(GroupRun, Option<u64>, hyperlens_model::Device)>> {
     let mut out = Vec::new();
+    let runs_dir = dir.join(hyperlens_sweep::RUNS_DIR);
+    inside_sweep(&runs_dir)?;
     for run in runs {
+        // The plan's names were checked when it was read (one directory inside `runs/`); a run
+        // directory that is a link could still lead out of the sweep.
         let rd = Plan::run_dir(dir, &run.name);
+        inside_sweep(&rd)?;
         if rd.join(RECORD_FILE).exists() {
             continue;
         }
@@ -215,6 +260,12 @@ fn job_runs(
         ));
     }
     Ok(out)
+}
+
+/// Checks that `path`, if it exists, is a real directory and not a symbolic link (which could lead
+/// a run's training, or the clearing of an unstarted run, outside the sweep directory).
+fn inside_sweep(path: &Path) -> anyhow::Result<()> {
+    super::common::real_dir_or_absent(path)
 }
 
 /// Trains the unfinished runs of one job: together when they all start fresh or all resume from
@@ -254,7 +305,7 @@ fn run_one(dir: &Path, index: usize) -> anyhow::Result<()> {
     let plan = Plan::read(dir)?;
     plan.job_runs(index)?;
     let _lock = JobLock::acquire(dir, index)?;
-    let attempt = JobRecord::read(dir, index).map_or(1, |r| r.attempt + 1);
+    let attempt = JobRecord::read(dir, index)?.map_or(1, |r| r.attempt + 1);
     let mut record = JobRecord {
         index,
         executor: Executor::current(),
@@ -302,8 +353,8 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
     }
     let dir = &a.dir;
     let plan = Plan::read(dir)?;
-    let todo = jobs_to_run(dir, &plan, a.retry_failed);
-    let status = sweep_status(dir, &plan);
+    let todo = jobs_to_run(dir, &plan, a.retry_failed)?;
+    let status = sweep_status(dir, &plan)?;
     let count = |s: RunState| status.iter().filter(|r| r.state == s).count();
     outln!(
         "sweep {}: {} runs ({} finished, {} failed, {} running elsewhere); {} of {} jobs to run, {} at a time",
@@ -336,13 +387,15 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
         while running.len() < a.jobs {
             let Some(index) = queue.next() else { break };
             // Another executor may have taken the job since the queue was made.
-            if JobLock::is_held(dir, index) {
+            if JobLock::is_held(dir, index)? {
                 bar.suspend(|| {
                     let _ = outln!("job {index} is running in another process; skipped");
                 });
                 continue;
             }
             let log = logs.join(format!("job-{index}.log"));
+            // Appending to a link would write outside the sweep, and opening a FIFO would wait.
+            super::common::regular_file_or_absent(&log)?;
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -392,7 +445,7 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
                 bar.suspend(|| {
                     let _ = outln!("job {index} finished in {secs:.1} s");
                 });
-            } else if JobLock::is_held(dir, index) {
+            } else if JobLock::is_held(dir, index)? {
                 // It lost the race for the job's lock: another process runs the job.
                 bar.suspend(|| {
                     let _ = outln!("job {index} is running in another process; skipped");
@@ -400,15 +453,16 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
             } else {
                 // A job killed before it could record its end still says `running` (unless
                 // another process holds the job now: then the record is that process's).
-                if let Some(mut r) = JobRecord::read(dir, index)
-                    .filter(|r| r.status == JobStatus::Running && !JobLock::is_held(dir, index))
-                {
+                let stale = JobRecord::read(dir, index)?
+                    .filter(|r| r.status == JobStatus::Running)
+                    .filter(|_| !JobLock::is_held(dir, index).unwrap_or(true));
+                if let Some(mut r) = stale {
                     r.status = JobStatus::Failed;
                     r.ended_unix = Some(hyperlens_sweep::state::now_unix());
                     r.error = Some(format!("the job's process ended with {code}"));
                     r.write(dir)?;
                 }
-                let why = JobRecord::read(dir, index)
+                let why = JobRecord::read(dir, index)?
                     .and_then(|r| r.error)
                     .unwrap_or_else(|| code.to_string());
                 bar.suspend(|| {
@@ -422,7 +476,7 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    let status = sweep_status(dir, &plan);
+    let status = sweep_status(dir, &plan)?;
     let finished = status
         .iter()
         .filter(|r| r.state == RunState::Finished)
@@ -463,11 +517,11 @@ fn submit(a: SubmitArgs) -> anyhow::Result<()> {
     let dir = std::fs::canonicalize(&a.dir)
         .with_context(|| format!("the sweep directory {}", a.dir.display()))?;
     let plan = Plan::read(&dir)?;
-    let queued: Vec<usize> = slurm::submissions(&dir)
+    let queued: Vec<usize> = slurm::submissions(&dir)?
         .iter()
         .flat_map(|s| queued_tasks(&s.job_id))
         .collect();
-    let indices: Vec<usize> = jobs_to_run(&dir, &plan, a.resubmit_failed)
+    let indices: Vec<usize> = jobs_to_run(&dir, &plan, a.resubmit_failed)?
         .into_iter()
         .filter(|i| !queued.contains(i))
         .collect();
@@ -513,7 +567,7 @@ fn submit(a: SubmitArgs) -> anyhow::Result<()> {
 /// `sweep status`.
 fn status(a: StatusArgs) -> anyhow::Result<()> {
     let plan = Plan::read(&a.dir)?;
-    let status = sweep_status(&a.dir, &plan);
+    let status = sweep_status(&a.dir, &plan)?;
     if a.json {
         for s in &status {
             outln!("{}", serde_json::to_string(s)?)?;

@@ -372,7 +372,9 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
             }
             let mut runs = Vec::new();
             for name in &file.runs {
+                // The names were checked when group.json was read; a link could still lead out.
                 let dir = out.join(name);
+                super::common::real_dir_or_absent(&dir)?;
                 if dir.join(RECORD_FILE).exists() {
                     let _ = outln!("{name}: complete ({})", dir.join(RECORD_FILE).display());
                     continue;
@@ -392,7 +394,10 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
                 });
             }
             if runs.is_empty() {
-                let _ = outln!("nothing to resume in {}", out.display());
+                let _ = outln!(
+                    "nothing to resume in {}: every run of the group ended",
+                    out.display()
+                );
                 return Ok(());
             }
             runs
@@ -428,19 +433,22 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
                     out.display()
                 );
             }
-            std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
-            GroupFile {
+            let file = GroupFile {
                 combine,
                 runs: members.iter().map(|(n, _)| n.clone()).collect(),
-            }
-            .write(&out)?;
-            members
+            };
+            let runs: Vec<GroupRun> = members
                 .into_iter()
                 .map(|(name, settings)| GroupRun {
                     out: out.join(name),
                     settings,
                 })
-                .collect()
+                .collect();
+            // Everything is checked before the group's directory and group.json are made.
+            hyperlens_train::check_group(&runs)?;
+            std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
+            file.write(&out)?;
+            runs
         }
     };
     let options = RunOptions {

@@ -105,8 +105,24 @@ impl TokenConfig {
                 )));
             }
         }
-        // Sizes come from a file or a flag: bound the weights (embedding, unembedding, positions,
-        // and per layer Q, K, V, O and the MLP) by the memory budget before anything is built.
+        // Sizes come from a file or a flag: bound the weights by the memory budget before
+        // anything is built.
+        hyperlens_io::budget::check_alloc(
+            format!(
+                "token model: a model with vocab_size = {}, d_model = {}, n_layers = {}",
+                self.vocab_size, self.d_model, self.n_layers
+            ),
+            self.weights_bound().saturating_mul(4),
+        )
+        .map_err(|e| ModelError::Config(e.to_string()))?;
+        Ok(())
+    }
+
+    /// An upper bound of the number of parameters in closed form (the embedding, unembedding and
+    /// positions, and per layer Q, K, V, O and the MLP; norms and biases left out), saturating
+    /// instead of overflowing, so that sizes read from a file or a flag can be checked before
+    /// anything is built from them.
+    pub fn weights_bound(&self) -> u128 {
         let [v, t, dm, hd, l, f] = [
             self.vocab_size,
             self.n_ctx,
@@ -118,18 +134,9 @@ impl TokenConfig {
         .map(|x| x as u128);
         let m = |a: u128, b: u128| a.saturating_mul(b);
         let per_layer = m(m(4, hd), dm).saturating_add(m(m(2, dm), f));
-        let params = m(m(2, v), dm)
+        m(m(2, v), dm)
             .saturating_add(m(t, dm))
-            .saturating_add(m(l, per_layer));
-        hyperlens_io::budget::check_alloc(
-            format!(
-                "token model: a model with vocab_size = {}, d_model = {}, n_layers = {}",
-                self.vocab_size, self.d_model, self.n_layers
-            ),
-            m(params, 4),
-        )
-        .map_err(|e| ModelError::Config(e.to_string()))?;
-        Ok(())
+            .saturating_add(m(l, per_layer))
     }
 
     /// The name and shape of every parameter in canonical order (TransformerLens names).

@@ -171,8 +171,7 @@ impl Split {
                     format!("the paper split `{name}` exists only for F = 4 features with 25 % held out"),
                 ));
             }
-            let mut all = paper_splits()?;
-            let ood_tasks = all.remove(name).ok_or_else(|| unknown_split(name))?;
+            let ood_tasks = paper_split(name)?;
             let held: HashSet<&Task> = ood_tasks.iter().collect();
             let id_tasks = all_tasks(&params)
                 .into_iter()
@@ -260,8 +259,19 @@ fn validate_task(t: &[u8], features: usize) -> std::result::Result<(), String> {
 
 /// Parses and validates the embedded paper splits: each of the four names present, 82 distinct
 /// sorted 4-tuples of rule indices 0..=7.
-fn paper_splits() -> Result<BTreeMap<String, Vec<Task>>> {
-    parse_paper_splits(PAPER_SPLITS_JSON)
+/// The held-out tasks of the paper split `name`, from the embedded splits parsed once per process
+/// (checking every run of a large sweep asks for a split once per run).
+fn paper_split(name: &str) -> Result<Vec<Task>> {
+    type Parsed = std::result::Result<BTreeMap<String, Vec<Task>>, String>;
+    static PARSED: std::sync::OnceLock<Parsed> = std::sync::OnceLock::new();
+    let all = PARSED
+        .get_or_init(|| parse_paper_splits(PAPER_SPLITS_JSON).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|reason| TasksError::InvalidSplit {
+            split: "paper-splits.json".to_string(),
+            reason: reason.clone(),
+        })?;
+    all.get(name).cloned().ok_or_else(|| unknown_split(name))
 }
 
 fn parse_paper_splits(json: &str) -> Result<BTreeMap<String, Vec<Task>>> {

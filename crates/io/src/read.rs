@@ -1,0 +1,63 @@
+//! Reading the small state files that hyperlens keeps beside its outputs (a sweep's `plan.json`
+//! and job records, a group's `group.json`) only when they are regular files, so that a FIFO or a
+//! device left in their place gives an error instead of a read that waits for ever.
+
+use std::path::Path;
+
+/// Reads the whole of `path`, which must be a regular file (after following symbolic links).
+///
+/// # Errors
+/// The operating system's error ([`std::io::ErrorKind::NotFound`] for a missing file, so that
+/// callers can tell "absent" from "damaged"); [`std::io::ErrorKind::InvalidInput`] for a path that
+/// is a directory, a FIFO, a socket or a device, checked before the file is opened.
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    std::fs::read(path)
+}
+
+/// Whether `path` exists and is anything but a regular file (a directory, a FIFO, a socket, a
+/// device); a missing path is not.
+pub fn is_special(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.json");
+        std::fs::write(&file, b"{}").unwrap();
+        assert_eq!(read_regular(&file).unwrap(), b"{}");
+        assert!(!is_special(&file));
+        let missing = dir.path().join("none");
+        assert_eq!(
+            read_regular(&missing).unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        assert!(!is_special(&missing));
+        assert_eq!(
+            read_regular(dir.path()).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidInput
+        );
+        assert!(is_special(dir.path()));
+        // A FIFO: reading it would wait for a writer for ever.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert_eq!(
+                read_regular(&fifo).unwrap_err().kind(),
+                std::io::ErrorKind::InvalidInput
+            );
+            assert!(is_special(&fifo));
+        }
+    }
+}
