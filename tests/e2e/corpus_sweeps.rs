@@ -488,6 +488,17 @@ pub(crate) fn sweep_cases(root: &Path, cases: &mut Vec<Case>) {
             &["symbolic link"],
         );
     }
+    // A run whose checkpoint manifest is a FIFO: neither cleared nor waited on.
+    let dir = copy("run-manifest-fifo");
+    std::fs::create_dir_all(dir.join("runs/seed-0")).unwrap();
+    fifo(&dir.join("runs/seed-0/checkpoint.json"));
+    let args = sweep_commands(&dir).remove(0).1;
+    push(
+        cases,
+        "sweep/run-manifest-fifo/run-one".into(),
+        &args,
+        &["checkpoint manifest", "its work is kept"],
+    );
     // Slurm script values: a directory whose name holds a newline, and every option.
     let nl = sweeps.join("with\nnewline");
     copy_tree(&base, &nl);

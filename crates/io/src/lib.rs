@@ -32,4 +32,4 @@ pub use json::{
     json_bytes, legacy_sidecar_path, read_sidecar, sidecar_path, write_json, write_sidecar,
 };
 pub use npz::{write_npz, NpzArchive};
-pub use read::{is_special, read_regular};
+pub use read::{is_special, read_regular, read_regular_string};

@@ -21,6 +21,15 @@ pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     std::fs::read(path)
 }
 
+/// Reads the whole of `path` as UTF-8 text, which must be a regular file (as [`read_regular`]).
+///
+/// # Errors
+/// As [`read_regular`]; [`std::io::ErrorKind::InvalidData`] for bytes that are not UTF-8.
+pub fn read_regular_string(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Whether `path` exists and is anything but a regular file (a directory, a FIFO, a socket, a
 /// device); a missing path is not.
 pub fn is_special(path: &Path) -> bool {

@@ -193,7 +193,7 @@ pub(crate) fn write_checkpoint_dir(dir: &Path, config_json: &[u8], weights: &[u8
 /// field), [`ModelError::Checkpoint`] if it fails [`Config::check`].
 pub fn read_config(dir: &Path) -> Result<Config> {
     let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    let text = hyperlens_io::read_regular_string(&path).map_err(io_err(&path))?;
     let config: Config = serde_json::from_str(&text).map_err(|source| ModelError::Json {
         path: path.clone(),
         source,

@@ -109,7 +109,7 @@ pub const LINK_OPERATIONS: [[&str; 2]; 4] = [
 /// but an existing step directory `checkpoints/step-*` of this run.
 pub fn read_manifest(out: &Path) -> Result<Option<(Manifest, PathBuf)>> {
     let path = out.join(MANIFEST_FILE);
-    let bytes = match std::fs::read(&path) {
+    let bytes = match hyperlens_io::read_regular(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(&path)(e)),

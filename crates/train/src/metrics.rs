@@ -169,7 +169,7 @@ impl MetricsRow {
 /// # Errors
 /// [`TrainError::Io`] if unreadable; [`TrainError::Resume`] for a wrong header or a malformed row.
 pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>> {
-    let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+    let text = hyperlens_io::read_regular_string(path).map_err(|source| TrainError::Io {
         path: path.display().to_string(),
         source,
     })?;

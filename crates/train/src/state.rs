@@ -46,7 +46,7 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// # Errors
 /// [`TrainError::Io`] naming the file.
 pub fn file_hash(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|source| TrainError::Io {
+    let bytes = hyperlens_io::read_regular(path).map_err(|source| TrainError::Io {
         path: path.display().to_string(),
         source,
     })?;
@@ -135,7 +135,7 @@ impl TrainState {
     /// [`TrainError::Resume`] if the file is missing; [`TrainError::Json`] if malformed.
     pub fn read(dir: &Path) -> Result<TrainState> {
         let path = dir.join(STATE_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let text = hyperlens_io::read_regular_string(&path).map_err(|e| {
             TrainError::Resume(format!(
                 "{}: {e} (is this a run directory written by `hyperlens train`?)",
                 path.display()

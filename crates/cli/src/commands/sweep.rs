@@ -211,14 +211,38 @@ fn sweep_name(out: &Path) -> String {
     }
 }
 
-/// Whether the run in `dir` has a committed checkpoint to resume from.
-fn resumable(dir: &Path) -> Option<u64> {
-    hyperlens_train::read_settings(dir).ok()?;
-    let state = std::fs::read(dir.join(hyperlens_train::state::STATE_FILE)).ok()?;
-    serde_json::from_slice::<serde_json::Value>(&state)
-        .ok()?
-        .get("step")?
-        .as_u64()
+/// The step of the committed checkpoint of the run in `dir`, if it has one: from its
+/// `train_state.json`, else from its checkpoint manifest (a run whose state file is damaged still
+/// has its checkpoint, and `train --resume` repairs the run directory from it).
+///
+/// # Errors
+/// A manifest that is present but cannot be read: the run is neither cleared nor trained afresh.
+fn resumable(dir: &Path) -> anyhow::Result<Option<u64>> {
+    let from_state = || -> Option<u64> {
+        hyperlens_train::read_settings(dir).ok()?;
+        let state =
+            hyperlens_io::read_regular(&dir.join(hyperlens_train::state::STATE_FILE)).ok()?;
+        serde_json::from_slice::<serde_json::Value>(&state)
+            .ok()?
+            .get("step")?
+            .as_u64()
+    };
+    if let Some(step) = from_state() {
+        return Ok(Some(step));
+    }
+    let manifest = dir.join(hyperlens_train::checkpoint::MANIFEST_FILE);
+    if std::fs::symlink_metadata(&manifest).is_err() {
+        return Ok(None);
+    }
+    match hyperlens_train::checkpoint::read_manifest(dir) {
+        Ok(Some((m, _))) => Ok(Some(m.step)),
+        Ok(None) => Ok(None),
+        Err(e) => bail!(
+            "{}: the run has a checkpoint manifest that cannot be read ({e}); its work is kept: \
+             repair or remove the run's directory",
+            dir.display()
+        ),
+    }
 }
 
 /// The runs of a job still to train, as [`GroupRun`]s with whether each resumes; a run directory
@@ -238,7 +262,7 @@ fn job_runs(
         if rd.join(RECORD_FILE).exists() {
             continue;
         }
-        let step = resumable(&rd);
+        let step = resumable(&rd)?;
         if step.is_none() && rd.exists() {
             std::fs::remove_dir_all(&rd)
                 .with_context(|| format!("clearing the unstarted run {}", rd.display()))?;

@@ -456,7 +456,7 @@ pub fn run_settings(dir: &Path) -> Result<TrainSettings> {
         return Ok(s);
     }
     let path = dir.join(crate::state::RECORD_FILE);
-    let bytes = std::fs::read(&path).map_err(|_| {
+    let bytes = hyperlens_io::read_regular(&path).map_err(|_| {
         TrainError::Resume(format!(
             "{}: the checkpoint has no run files (train_state.json or train.json) with its \
              training settings",
