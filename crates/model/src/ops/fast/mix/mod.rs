@@ -1,0 +1,213 @@
+//! A single-pass CPU kernel for the second half of a HYLA-style mix: the normalisation of the
+//! scores (RMSHead, none or softmax), attention dropout and the `mlp_relu` / `mlp_linear` value
+//! network, forward and backward.
+//!
+//! As candle operations ([`super::fused::mlp_value_mix`]) this half is some twenty passes over
+//! `[B, H, Q, K]` tensors (transposes, broadcast products, batched matrix products of 36 x 16 by
+//! 16 x 4 matrices, their gradients); on the base SRAVEN model each is 2.65 M floats, larger than
+//! the caches, and together they took 44 % of a CPU training step (`perf`, base HYLA model, one
+//! thread). Here one loop over the queries of each problem does all of it, with every inner loop
+//! running over the keys of one row (contiguous, so that it vectorises); the backward pass
+//! recomputes the codes and hidden units from the scores instead of reading stored intermediates.
+//! With the kernel the mix takes about 15 % of the step, and a 30-step training run of the base
+//! HYLA model uses 12 % less CPU time (user + system, one thread: 17.5 s before, 15.4 s after).
+//! The standard value network of softmax and linear attention is left to candle: there the
+//! composed form is a fused softmax, a dropout product and batched 36 x 36 by 36 x 4 matrix
+//! products that gemm does well, and the same loop written for it made a CPU step of the base
+//! softmax model slower (0.45-0.47 s against 0.39-0.41 s, one thread, 2026-11-23) and of linear
+//! attention too (0.365 against 0.342 s). With softmax normalisation (`softmax-hypatt`) the kernel
+//! takes a step from 0.54 to 0.51 s.
+//! Problems are independent and run in parallel (rayon, on the calling thread when it has one
+//! thread: [`super::cpu::for_block_pairs`]); each problem's sums run in a fixed order,
+//! so the result does not depend on the number of threads.
+//!
+//! For each problem `b` and pair `(i, j)` (query, key), with `m[h] = s[b,h,i,j]` where visible and
+//! 0 where masked, the latent code `a[h]` is
+//! - RMSHead: `a[h] = m[h] r` with `r = 1 / sqrt(mean_h m[h]^2 + eps)` (over the heads of a pair);
+//! - none: `a[h] = m[h]`;
+//! - softmax: `a[h] = exp(s[b,h,i,j] - max) / sum_j' exp(..)` over the visible keys of row
+//!   `(h, i)`, 0 where masked (a row with no visible key is uniform, as the reference's fill with
+//!   the lowest float gives);
+//!
+//! and `a'[h] = a[h] drop[i,j]`. Then
+//! - forward: `pre[d] = sum_h a'[h] v[b,h,j,d]`, `hid = relu(pre)` (or `pre`),
+//!   `o[b,i,h,d] = sum_j a'[h] hid[d]`;
+//! - backward, from `go = dL/do`: `g_hid[d] = sum_h a'[h] go[b,i,h,d]`, `g_pre = g_hid [pre > 0]`,
+//!   `g_a'[h] = sum_d go[b,i,h,d] hid[d] + sum_d g_pre[d] v[b,h,j,d]`,
+//!   `g_v[b,h,j,d] = sum_i a'[h] g_pre[d]`,
+//!
+//! and `g_a = g_a' drop[i,j]`, then through the normalisation (0 where masked): RMSHead
+//! `g_s[h] = g_a[h] r - m[h] r^3 mean_h(g_a m)`; none `g_s = g_a`; softmax
+//! `g_s[j] = a[j] (g_a[j] - sum_j' a[j'] g_a[j'])` along the row.
+//!
+//! These are the formulas of [`super::fused::mlp_value_mix`] and [`super::fused::softmax_last_dim`]
+//! (their tests check them against candle's autodiff), evaluated per pair; the tests (`tests.rs`)
+//! check the kernel against candle's float64 autodiff of the composed operations for the five
+//! mixers it serves.
+//! Source: `docs/spec/models.md` ("Value networks"), the paper's `DotProductAttention` and
+//! `linear_hypatt` (`hyla/models/attention.py`).
+//!
+//! The kernel runs on the CPU in float32 under [`crate::ops::Ops::Fast`], for
+//! masks and dropout multipliers shared by the batch and the heads (`[Q, K]` up to leading axes of
+//! 1). The standard value network, other devices and dtypes, and other mask shapes take the
+//! candle-operation forms.
+//!
+//! This module is the custom operation (`mix` and its gradient node); the plan and the scratch rows
+//! of one problem are in [`rows`], the portable per-problem passes in [`kernel`] and the AVX2 forms
+//! of [`crate::infer`]'s evaluation-mode value network in `avx2`; what [`crate::infer`] calls is
+//! re-exported here.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod kernel;
+mod rows;
+#[cfg(test)]
+mod tests;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::cpu::{for_block_pairs, with_tensor};
+use super::{attach, Gradient};
+use crate::error::Result;
+use crate::mixer::{Mixer, ValueNetwork};
+use kernel::{backward_one, forward_one};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::{dots_avx2, value_from_codes_avx2};
+pub(crate) use kernel::value_from_codes;
+pub(crate) use rows::{dot, rms_head_scales, softmax_row, Plan, Rows};
+
+/// A per-pair tensor (mask or dropout) as `Q * K` floats, if it is shared by batch and heads.
+fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
+    let dims = t.dims();
+    let shared = dims.len() >= 2
+        && dims[dims.len() - 2..] == [q, k]
+        && dims[..dims.len() - 2].iter().all(|&n| n == 1);
+    if !shared {
+        return Ok(None);
+    }
+    Ok(Some(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?))
+}
+
+/// Per-group multipliers `[G, 1, Q, K]` with `G` dividing the `B` problems (the per-model dropout
+/// masks of a stacked batch, model-major): the `G * Q * K` floats and the problems per group.
+fn per_group(t: &Tensor, b: usize, q: usize, k: usize) -> Result<Option<(Vec<f32>, usize)>> {
+    match t.dims() {
+        &[g, 1, tq, tk] if g > 0 && b.is_multiple_of(g) && (tq, tk) == (q, k) => Ok(Some((
+            t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
+            b / g,
+        ))),
+        _ => Ok(None),
+    }
+}
+
+/// The second half of [`crate::attention::mix`] by the kernel (module docs), or `None` where the
+/// kernel does not apply (the standard value network, not the CPU in float32 with the fast paths
+/// on, a mask or dropout multiplier that is not shared by batch and heads).
+///
+/// # Shapes
+/// `scores [B, H, Q, K]` (scaled, with the bias), `v [B, H, K, d]`, `mask` `u8` and `dropout`
+/// broadcastable to `[B, H, Q, K]`, or `dropout [G, 1, Q, K]` with one mask per `B / G`
+/// consecutive problems ([`crate::ops::Ops::mix`]); returns `(o [B, Q, H, d], attention [B, H, Q, K])` as
+/// [`crate::attention::mix`]. Differentiable in `scores` and `v` (the attention is not: it is the
+/// latent code, an output).
+///
+/// # Errors
+/// Candle errors on inconsistent shapes.
+pub(crate) fn mix(
+    scores: &Tensor,
+    v: &Tensor,
+    mixer: Mixer,
+    mask: Option<&Tensor>,
+    dropout: Option<&Tensor>,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let normalisation = mixer.normalisation();
+    let relu = match mixer.value_network() {
+        ValueNetwork::MlpRelu => true,
+        ValueNetwork::MlpLinear => false,
+        ValueNetwork::Default => return Ok(None),
+    };
+    if !super::cpu_f32(scores) {
+        return Ok(None);
+    }
+    let (b, h, q, k) = scores.dims4()?;
+    let (vb, vh, vk, d) = v.dims4()?;
+    if (vb, vh, vk) != (b, h, k) || v.dtype() != DType::F32 || !v.device().is_cpu() {
+        return Ok(None);
+    }
+    let visible = match mask.map(|m| per_pair(m, q, k)).transpose()? {
+        Some(None) => return Ok(None),
+        Some(Some(m)) => Some(m.into_iter().map(|x| x != 0.0).collect()),
+        None => None,
+    };
+    let (dropout, per_mask) = match dropout {
+        None => (None, b),
+        Some(t) => match per_pair(t, q, k)? {
+            Some(m) => (Some(m), b),
+            None => match per_group(t, b, q, k)? {
+                Some((m, per_mask)) => (Some(m), per_mask),
+                None => return Ok(None),
+            },
+        },
+    };
+    let plan = Plan {
+        h,
+        q,
+        k,
+        d,
+        norm: normalisation,
+        relu,
+        visible,
+        dropout,
+        per_mask,
+    };
+    let (s, v) = (scores.contiguous()?, v.contiguous()?);
+    let (mut o, mut att) = (vec![0f32; b * q * h * d], vec![0f32; b * h * q * k]);
+    with_tensor(&s, |sd| {
+        with_tensor(&v, |vd| {
+            for_block_pairs(&mut o, q * h * d, &mut att, h * q * k, |n, o, att| {
+                let s = &sd[n * h * q * k..][..h * q * k];
+                let v = &vd[n * h * k * d..][..h * k * d];
+                forward_one(&plan, s, v, plan.dropout_of(n), o, att);
+            })
+        })
+    })??;
+    let o = Tensor::from_vec(o, (b, q, h, d), &Device::Cpu)?;
+    let att = Tensor::from_vec(att, (b, h, q, k), &Device::Cpu)?;
+    let node = MixKernel { plan, b };
+    Ok(Some((attach(&[&s, &v], o, node)?, att)))
+}
+
+/// The gradient of [`mix`]: the plan; the backward pass is the kernel's second pass.
+struct MixKernel {
+    /// Sizes, mask and dropout.
+    plan: Plan,
+    /// Problems.
+    b: usize,
+}
+
+impl Gradient for MixKernel {
+    const NAME: &'static str = "hyperlens-mix-kernel";
+
+    fn gradients(&self, inputs: &[&Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let (s, v) = (inputs[0], inputs[1]);
+        let p = &self.plan;
+        let (b, h, q, k, d) = (self.b, p.h, p.q, p.k, p.d);
+        let (mut gs, mut gv) = (vec![0f32; b * h * q * k], vec![0f32; b * h * k * d]);
+        with_tensor(s, |sd| {
+            with_tensor(v, |vd| {
+                with_tensor(g, |gd| {
+                    for_block_pairs(&mut gs, h * q * k, &mut gv, h * k * d, |n, gs, gv| {
+                        let s = &sd[n * h * q * k..][..h * q * k];
+                        let v = &vd[n * h * k * d..][..h * k * d];
+                        let go = &gd[n * q * h * d..][..q * h * d];
+                        backward_one(p, s, v, p.dropout_of(n), go, gs, gv);
+                    })
+                })
+            })
+        })???;
+        let gs = Tensor::from_vec(gs, (b, h, q, k), &Device::Cpu)?;
+        let gv = Tensor::from_vec(gv, (b, h, k, d), &Device::Cpu)?;
+        Ok(vec![Some(gs), Some(gv)])
+    }
+}
