@@ -1,0 +1,264 @@
+//! What the report measures on one logic checkpoint: the R² of each set, the latent codes of the
+//! fixed-query ID and OOD sets (written to `codes/`), and their analyses, term decoding and
+//! projections (written to `tables/<name>/`, the projection figures to `figures/`). The only part
+//! of the fuzzy-logic section that runs the model.
+
+use std::path::Path;
+use std::time::Instant;
+
+use hyperlens_analysis::embed::TsneParams;
+use hyperlens_analysis::terms::{
+    term_decoding, term_decoding_csv, TermCodes, TermDecodingParams, TermDecodingRow,
+};
+use hyperlens_model::infer::Inference;
+use hyperlens_model::Transformer;
+use hyperlens_probe::{extract_logic_set, logic_set_name, GeneratedLogicSet, LogicSite, ProbeMeta};
+use hyperlens_tasks::logic::{
+    fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
+};
+use hyperlens_train::logic::{evaluate_chunks, evaluate_chunks_cpu};
+use hyperlens_train::{SetMetrics, TrainTask};
+
+use super::figures::write_projection_figures;
+use super::{LogicEntry, LogicSeconds, TSNE_POINTS};
+use crate::discover::{name_of, training_of, RunInfo};
+use crate::error::{ReportError, Result};
+use crate::Progress;
+
+/// Measures, extracts, analyses and writes everything of the logic checkpoint in `dir` (codes into
+/// `out/codes/{name}_{id,ood}.npz`, tables into `out/tables/{name}/`: `term_decoding.csv`,
+/// `projections.npz`).
+///
+/// # Errors
+/// Run files without the training settings, a checkpoint of another task, and any failure of
+/// loading, evaluation, extraction, analysis or writing (the caller names the checkpoint).
+pub(crate) fn analyse_logic_checkpoint(
+    params: &crate::StagedParams,
+    dir: &Path,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<LogicEntry> {
+    let name = name_of(dir);
+    let t0 = Instant::now();
+    let settings = hyperlens_train::run_settings(dir)?;
+    if settings.task != TrainTask::Logic {
+        return Err(ReportError::Unsupported {
+            dir: dir.to_path_buf(),
+            reason: format!("a {} checkpoint, not a logic one", settings.task),
+        });
+    }
+    let task = settings.logic.params();
+    let split = LogicSplit::new(task, settings.split_seed()?)?;
+    let device = params.device.to_candle()?;
+    let model = Transformer::load(dir, &device)?;
+    let cfg = model.config().clone();
+    let info = RunInfo::read(dir);
+    let training = training_of(dir, &info)?;
+    let sets = evaluate_sets(params, &split, &model, device.is_cpu())?;
+    let mut seconds = LogicSeconds {
+        evaluation: t0.elapsed().as_secs_f64(),
+        ..LogicSeconds::default()
+    };
+
+    let t0 = Instant::now();
+    let query = fixed_query(&task, params.seed);
+    let inputs = LogicInputs::FixedQuery(query.clone());
+    let codes = extract_codes(params, dir, &name, &split, &inputs, &model, progress)?;
+    seconds.codes = t0.elapsed().as_secs_f64();
+    drop(model);
+
+    let t0 = Instant::now();
+    let analysis = analyse_codes(params, &name, &codes, progress)?;
+    seconds.analysis = t0.elapsed().as_secs_f64();
+    Ok(LogicEntry {
+        name,
+        dir: dir.to_path_buf(),
+        mixer: cfg.mixer.to_string(),
+        split: settings.split.clone(),
+        sets,
+        decoding: analysis.decoding,
+        tsne_trustworthiness: analysis.trust,
+        tsne_points: analysis.tsne_points,
+        tsne_perplexity: analysis.tsne_perplexity,
+        fixed_query: query,
+        training,
+        steps: info.steps,
+        seconds,
+    })
+}
+
+/// The R² (`metric`) and MSE (`loss`) of each set with tasks in the split, in the order `id`,
+/// `ood`, `unknown`; with `on_cpu`, by the evaluation pass without candle.
+fn evaluate_sets(
+    params: &crate::StagedParams,
+    split: &LogicSplit,
+    model: &Transformer,
+    on_cpu: bool,
+) -> Result<Vec<(&'static str, SetMetrics)>> {
+    // On the CPU, the evaluation pass without candle (whose thread pool spins beside the SRAVEN
+    // checkpoints that run at the same time).
+    let inference = on_cpu.then(|| Inference::new(model)).transpose()?;
+    let mut sets = Vec::new();
+    for set in [LogicSet::Train, LogicSet::Test, LogicSet::Ood] {
+        if split.tasks(set).is_empty() {
+            continue;
+        }
+        let chunks = logic_chunks(split, set, params.n, LOGIC_SET_CHUNK, params.seed)
+            .map(|c| c.map_err(Into::into));
+        let metrics = match &inference {
+            Some(inference) => evaluate_chunks_cpu(inference, chunks, params.batch)?,
+            None => evaluate_chunks(model, chunks, params.batch)?,
+        };
+        sets.push((logic_set_name(set), metrics));
+    }
+    Ok(sets)
+}
+
+/// Extracts the codes of the paper's site on the ID and OOD sets given `inputs`, writes them to
+/// `out/codes/{name}_{id,ood}.npz` and reads them back, in that order.
+fn extract_codes(
+    params: &crate::StagedParams,
+    dir: &Path,
+    name: &str,
+    split: &LogicSplit,
+    inputs: &LogicInputs,
+    model: &Transformer,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Vec<TermCodes>> {
+    let out = &params.out;
+    let cfg = model.config();
+    let site = LogicSite::paper(cfg.n_tokens);
+    let layers: Vec<usize> = (0..cfg.n_layers).collect();
+    let mut codes = Vec::new();
+    for set in [LogicSet::Train, LogicSet::Test] {
+        let set_name = logic_set_name(set);
+        let path = out.join("codes").join(format!("{name}_{set_name}.npz"));
+        let meta = ProbeMeta {
+            checkpoint: dir.display().to_string(),
+            ..ProbeMeta::default()
+        };
+        let source = GeneratedLogicSet {
+            split,
+            set,
+            n: params.n,
+            seed: params.seed,
+            inputs,
+        };
+        let total = params.n;
+        extract_logic_set(
+            model,
+            source,
+            params.batch,
+            &layers,
+            &site,
+            &path,
+            meta,
+            |done| {
+                progress(Progress::LogicCodes {
+                    name,
+                    set: set_name,
+                    done,
+                    total,
+                })
+            },
+        )?;
+        codes.push(TermCodes::read_npz(&path)?);
+    }
+    Ok(codes)
+}
+
+/// What [`analyse_codes`] found.
+struct CodeAnalysis {
+    /// Term decoding per layer and for all layers.
+    decoding: Vec<TermDecodingRow>,
+    /// Trustworthiness (k = 5) of the t-SNE embedding.
+    trust: f64,
+    /// Codes embedded with t-SNE.
+    tsne_points: usize,
+    /// Perplexity of the t-SNE.
+    tsne_perplexity: f64,
+}
+
+/// Decodes the terms from the codes (`codes[0]` ID, training; `codes[1]` OOD, test) and projects
+/// the OOD codes; writes `out/tables/{name}/term_decoding.csv`, `projections.npz` and the two
+/// projection figures.
+fn analyse_codes(
+    params: &crate::StagedParams,
+    name: &str,
+    codes: &[TermCodes],
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<CodeAnalysis> {
+    let out = &params.out;
+    progress(Progress::Analysis {
+        name,
+        done: 0,
+        total: 2,
+    });
+    let test = &codes[1];
+    let tsne_points = TSNE_POINTS.min(test.n_samples());
+    // Perplexity 30 (scikit-learn's default) needs 91 points; fewer get the largest that fits.
+    let tsne_perplexity = TsneParams::default()
+        .perplexity
+        .min(((tsne_points.max(4) - 1) / 3) as f64);
+    let tsne = TsneParams {
+        seed: params.seed,
+        perplexity: tsne_perplexity,
+        // Exact gradients: bhtsne draws its Barnes-Hut tree with an unseeded generator, so only
+        // theta = 0 gives the same embedding on every run (and the report the same bytes).
+        theta: 0.0,
+        ..TsneParams::default()
+    };
+    // The probes and the t-SNE (one thread) side by side.
+    let (decoding, projected) = rayon::join(
+        || {
+            term_decoding(
+                &codes[0],
+                test,
+                &TermDecodingParams {
+                    seed: params.seed,
+                    ..TermDecodingParams::default()
+                },
+            )
+        },
+        || test.projections(TSNE_POINTS, &tsne),
+    );
+    let (decoding, (projections, trust)) = (decoding?, projected?);
+    progress(Progress::Analysis {
+        name,
+        done: 1,
+        total: 2,
+    });
+    let tables = out.join("tables").join(name);
+    std::fs::create_dir_all(&tables).map_err(|source| ReportError::Io {
+        path: tables.clone(),
+        source,
+    })?;
+    crate::files::write_text(
+        &tables.join("term_decoding.csv"),
+        &term_decoding_csv(&decoding),
+    )?;
+    hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&tables.join("projections.npz"), |z| {
+        for (name, a) in &projections {
+            z.add(name, a)?;
+        }
+        z.add("term_ids", test.term_ids())
+    })?;
+    write_projection_figures(
+        test,
+        &projections,
+        tsne_points,
+        name,
+        &out.join(format!("figures/{name}_projections_term.png")),
+        &out.join(format!("figures/{name}_projections_target.png")),
+    )?;
+    progress(Progress::Analysis {
+        name,
+        done: 2,
+        total: 2,
+    });
+    Ok(CodeAnalysis {
+        decoding,
+        trust,
+        tsne_points,
+        tsne_perplexity,
+    })
+}
