@@ -103,18 +103,24 @@ pub(crate) fn raw_npz(path: &Path, members: &[(&str, &str, Vec<u8>)]) {
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, header, data) in members {
         zip.start_file(format!("{name}.npy"), opts).unwrap();
-        let mut h = header.as_bytes().to_vec();
-        while (10 + h.len() + 1) % 64 != 0 {
-            h.push(b' ');
-        }
-        h.push(b'\n');
-        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-        bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
-        bytes.extend_from_slice(&h);
-        bytes.extend_from_slice(data);
-        zip.write_all(&bytes).unwrap();
+        zip.write_all(&npy_bytes(header, data)).unwrap();
     }
     zip.finish().unwrap();
+}
+
+/// The bytes of one `.npy` member: the magic, version 1.0, the header dict padded to 64 bytes,
+/// then `data` (the header may lie about it).
+pub(crate) fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = header.as_bytes().to_vec();
+    while !(10 + h.len() + 1).is_multiple_of(64) {
+        h.push(b' ');
+    }
+    h.push(b'\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(&h);
+    bytes.extend_from_slice(data);
+    bytes
 }
 
 pub(crate) fn npy_header(descr: &str, shape: &[usize]) -> String {

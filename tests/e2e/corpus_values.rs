@@ -44,16 +44,7 @@ pub(crate) fn append_member(path: &Path, name: &str, header: &str, data: &[u8]) 
     let opts =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     zip.start_file(format!("{name}.npy"), opts).unwrap();
-    let mut h = header.as_bytes().to_vec();
-    while !(10 + h.len() + 1).is_multiple_of(64) {
-        h.push(b' ');
-    }
-    h.push(b'\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(&h);
-    bytes.extend_from_slice(data);
-    zip.write_all(&bytes).unwrap();
+    zip.write_all(&crate::corpus::npy_bytes(header, data)).unwrap();
     zip.finish().unwrap();
 }
 

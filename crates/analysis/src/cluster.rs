@@ -512,7 +512,7 @@ fn closest(points: &Points<'_>, centroids: &[f64], kernels: Kernels, best: &mut 
 ///   falls below `shift_tol`, or after `max_iterations` updates.
 ///
 /// linfa's own loop took about a quarter of the latent-code analyses' CPU time in the report
-/// (`docs/performance.md`).
+/// (`CHANGELOG.md`, performance history).
 ///
 /// # Shapes
 /// `seeds`: `[k, D]`; returns `[k, D]`.

@@ -500,8 +500,8 @@ fn gradient_row_avx2(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> 
 /// [`gradient_row`] with AVX-512F, written with its intrinsics: one register holds the `LANES` = 8
 /// lanes of each partial sum, and the operations are [`gradient_row_avx2`]'s in the same order (no
 /// FMA), so the same bits. The portable loop compiled for AVX-512 was left shuffling lanes as the
-/// AVX2 one was: on an Intel Xeon with AVX-512 (2 cores) the fuzzy-logic checkpoints' t-SNE took
-/// 3-11 s each in the report, against 1-3 s with AVX2 on an AMD EPYC (`docs/performance.md`).
+/// AVX2 one was: on an Intel Xeon with AVX-512 the fuzzy-logic checkpoints' t-SNE in the report was
+/// several times slower than with AVX2 on an AMD EPYC (`CHANGELOG.md`, performance history).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(unsafe_code)]

@@ -4,7 +4,7 @@
 //! data.
 //!
 //! Why not linfa-logistic, which the first build used: on 51,200 codes it was 1.2-3.4x slower than
-//! scikit-learn (`docs/performance.md`). Two causes, both fixed here:
+//! scikit-learn (`CHANGELOG.md`, performance history). Two causes, both fixed here:
 //! - its loss and its gradient are two separate passes over the data, each allocating `[N, K]`
 //!   temporaries, and argmin asks for both at every trial step;
 //! - it stops on the L2 norm of the gradient, while scikit-learn (through scipy's L-BFGS-B) stops

@@ -130,9 +130,9 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 ///
 /// candle 0.11's CPU matmul asks `candle_core::utils::get_num_threads()` for its thread count on
 /// every call, and without `RAYON_NUM_THREADS` that reads and parses `/proc/cpuinfo`
-/// (`num_cpus::get_physical`) each time: a third of a small model's training step on this 2-core
-/// machine (`benches/train_step.rs`, group `overhead`: 9.4 -> 6.3 ms for the micro HYLA step), and
-/// more on many-core machines whose `/proc/cpuinfo` is longer. The value set is the one candle would
+/// (`num_cpus::get_physical`) each time: a large share of a small model's training step
+/// (`benches/train_step.rs`, group `overhead`; figures in `CHANGELOG.md`), and more on
+/// many-core machines whose `/proc/cpuinfo` is longer. The value set is the one candle would
 /// have computed, so the parallelism is unchanged. Runs first in `main`, before any thread starts.
 fn pin_matmul_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {

@@ -11,8 +11,8 @@
 //! new buffers (in cudarc issue #386, event calls, `cuEventDestroy` among them, showed up as a
 //! visible host cost in candle's traces).
 //! [`upload_cache`] opens a scope in which candle caches the small uploads it makes per operation
-//! (on by default since it was timed on an H100, 97 instead of 78 training steps/s for the base HYLA
-//! model; [`UPLOAD_CACHE_ENV`] `=0` turns it off).
+//! (on by default because it made base HYLA training faster on an H100, see `docs/performance.md`;
+//! [`UPLOAD_CACHE_ENV`] `=0` turns it off).
 
 use std::fmt;
 use std::str::FromStr;
@@ -54,8 +54,8 @@ pub const EVENT_TRACKING_ENV: &str = "HYPERLENS_CUDA_EVENT_TRACKING";
 /// Environment variable that turns off candle's cache of small host-to-device uploads inside
 /// [`upload_cache`] scopes when set to `0` (default `1`: on); see [`UploadCache`].
 ///
-/// Measured on one H100 (2026-11-23, `bench/gpu/throughput-h100.log`): the base HYLA model trains at
-/// 97 steps/s with the cache and 78 without, with the same losses; the CUDA test
+/// On one H100 the base HYLA model trains faster with the cache than without, with the same losses
+/// (`docs/performance.md`; the log is `bench/gpu/throughput-h100.log`); the CUDA test
 /// (`tests/model.rs`, `cuda_forward_and_gradients_match_cpu`) checks every mixer's gradients with it
 /// on and off, and the shipped `sraven-*` runs trained their last 58,750-93,750 steps with it.
 pub const UPLOAD_CACHE_ENV: &str = "HYPERLENS_CUDA_UPLOAD_CACHE";

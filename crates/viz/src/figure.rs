@@ -43,8 +43,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// through [`GlyphBackend`] (correct glyph spacing and bold titles). The PNG is deflated at the
 /// default compression with adaptive row filters: figures are flat colours and lines, and on the
 /// committed report the filters make them about a third smaller than the `image` crate's default
-/// encoder. The best level gave no smaller files in twice the time (the report's figures: 10.96 MB
-/// at the best level, 10.95 MB at the default; 2.5 s against 1.1 s of the report).
+/// encoder. The best level gave no smaller files (the report's figures) in about twice the encoding
+/// time.
 ///
 /// # Errors
 /// [`VizError::InvalidOption`] for a size outside 16..=16384 pixels per side, the figure's own

@@ -246,8 +246,8 @@ fn score_row<const AVX2: bool>(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: 
 /// [`scores`] written with the AVX2 intrinsics: per lane `acc = 0`, then `acc += q[e] kt[e, j]`
 /// for `e = 0, 1, ..`, then `acc scale + b[j]`, each product and sum rounded on its own (no FMA),
 /// so the same bits as [`scores`]. The portable loop, compiled for AVX2, kept its slice bounds and
-/// loop state in memory (`docs/performance.md`). The usual head widths get a copy with the width
-/// known at compile time; other widths take [`scores`].
+/// loop state in memory (`CHANGELOG.md`, performance history). The usual head widths get a copy
+/// with the width known at compile time; other widths take [`scores`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn scores_avx2(q: &[f32], kt: &[f32], scale: f32, b: &[f32], s: &mut [f32]) {

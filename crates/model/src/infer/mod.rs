@@ -9,7 +9,7 @@
 //!   hidden units, one problem's scores and codes) and reuses it for every chunk and layer. As
 //!   candle operations every step of a layer is a fresh tensor: a `[B, H, T, T]` score tensor of a
 //!   batch of 256 base-model problems is 21 MB, so the allocator served it with a fresh `mmap`
-//!   that page-faulted and was zeroed at every layer (`docs/performance.md`).
+//!   that page-faulted and was zeroed at every layer (`CHANGELOG.md`, performance history).
 //! - **Both cores on independent work.** Chunks run in parallel (rayon); within a chunk everything
 //!   runs on one thread, so the cores do not wait on each other inside an operation.
 //! - **The widest vector units.** The affine maps are `gemm` products with the crate's `x86-v4`

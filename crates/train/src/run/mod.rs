@@ -199,21 +199,12 @@ fn first_difference(a: &TrainSettings, b: &TrainSettings) -> String {
 pub fn check_memory(settings: &TrainSettings, models: usize) -> Result<()> {
     use hyperlens_io::budget::{bytes_of, check_alloc};
     let dims = match settings.task {
-        TrainTask::Sraven => {
-            let c = crate::sraven::model_config(settings)?;
-            (
-                c.n_tokens,
-                c.d_in,
-                c.d_model,
-                c.n_heads,
-                c.d_mlp,
-                c.n_layers,
-                true,
-                c.n_params_saturating(),
-            )
-        }
-        TrainTask::Logic => {
-            let c = crate::logic::model_config(settings)?;
+        TrainTask::Sraven | TrainTask::Logic => {
+            let c = if settings.task == TrainTask::Sraven {
+                crate::sraven::model_config(settings)?
+            } else {
+                crate::logic::model_config(settings)?
+            };
             (
                 c.n_tokens,
                 c.d_in,

@@ -1,22 +1,22 @@
 //! CPU forms of broadcasts over leading axes, RMSHead, and a GELU whose gradients stay fast on the CPU.
 //!
 //! candle 0.11's CPU sum over any axis but the last walks the tensor with two integer divisions per
-//! element: summing a `[4608, 128]` gradient over its rows takes 5.8 ms on one core here, over its
-//! columns 0.06 ms, and a product with a row of ones 0.04 ms (`benches/forward.rs` in this crate,
-//! group `cpu_fast_paths`). Every bias, LayerNorm scale and relative-position table of the
-//! transformer is broadcast over leading axes (batch and tokens), and RMSHead averages over the head
-//! axis, so the backward pass of a training step sums over leading axes dozens of times. On the CPU
-//! the helpers below write such a broadcast as a product with a column of ones, whose backward pass
-//! is a matrix product (gemm); the forward values are exactly those of a broadcast (each entry is
-//! `1 * v`). candle's GELU gradient calls `powf` per element; [`gelu_tanh`] writes the same function
-//! with a sigmoid on the CPU. Each function here returns `None` (or is not called, see
-//! [`crate::ops::Ops`]) off the CPU: there the native reductions are fast, and more operations
-//! would mean more kernel launches per step.
+//! element, so summing a `[4608, 128]` gradient over its rows is about a hundred times slower than
+//! over its columns or than a product with a row of ones (`benches/forward.rs` in this crate, group
+//! `cpu_fast_paths`; `docs/performance.md` says how to run it). Every bias, LayerNorm scale and
+//! relative-position table of the transformer is broadcast over leading axes (batch and tokens),
+//! and RMSHead averages over the head axis, so the backward pass of a training step sums over
+//! leading axes dozens of times. On the CPU the helpers below write such a broadcast as a product
+//! with a column of ones, whose backward pass is a matrix product (gemm); the forward values are
+//! exactly those of a broadcast (each entry is `1 * v`). candle's GELU gradient calls `powf` per
+//! element; [`gelu_tanh`] writes the same function with a sigmoid on the CPU. Each function here
+//! returns `None` (or is not called, see [`crate::ops::Ops`]) off the CPU: there the native
+//! reductions are fast, and more operations would mean more kernel launches per step.
 //!
-//! Measured on the base HYLA model (batch 128, one core): a training step took 1.84 s with the
-//! native operations, 1.13 s with the broadcasts here and 0.83 s with the GELU too; the forward
-//! pass alone went from 442 to 607 problems/s (`hyperlens-train`'s `benches/train_step.rs`, this
-//! crate's `benches/forward.rs`).
+//! On the base HYLA model (batch 128, one core) the broadcasts here and the GELU made a training
+//! step and the forward pass markedly faster (`hyperlens-train`'s `benches/train_step.rs`, this
+//! crate's `benches/forward.rs`; the measurements are in `CHANGELOG.md`'s performance history, the
+//! current figures in `docs/performance.md`).
 
 use candle_core::Tensor;
 
@@ -114,8 +114,8 @@ pub(crate) fn mean_over_heads(x: &Tensor) -> Result<Tensor> {
 }
 
 /// The tanh GELU on the CPU as the identical function `x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))`
-/// (`0.5 (1 + tanh z) = sigmoid(2 z)`): forward and backward take 21 ms on a `[4608, 256]` tensor
-/// against 84 ms for candle's `gelu`, whose gradient calls `powf` per element; values agree with
+/// (`0.5 (1 + tanh z) = sigmoid(2 z)`): forward and backward are several times faster than candle's
+/// `gelu`, whose gradient calls `powf` per element (`CHANGELOG.md`, 2026-11-22); values agree with
 /// candle's `gelu` to 5e-7. In float32, one operation with its gradient written out
 /// ([`cpu::gelu_tanh`]). `None` off the CPU.
 ///

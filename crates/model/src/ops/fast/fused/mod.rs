@@ -24,7 +24,8 @@
 //!
 //! With the three, a training step of the base HYLA model creates 2,396 tensors on a GPU instead
 //! of 2,889 (softmax: 2,300 instead of 2,753; `benches/train_step.rs` of `hyperlens-train`, group
-//! `overhead`, prints the counts; `docs/performance.md` has the current ones). On the CPU the step time did not change measurably.
+//! `overhead`, prints the counts; `docs/performance.md` has the current ones). On the CPU the step
+//! time did not change measurably.
 //!
 //! The fused forward kernels compute the variance as `E[x^2] - mean^2` in float32, as flax's
 //! `LayerNorm` does by default (`use_fast_variance`), where the composed form subtracted the mean

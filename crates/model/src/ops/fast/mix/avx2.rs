@@ -11,7 +11,7 @@ use super::{value_from_codes, Plan, Rows};
 /// order, and every output the same [`dot`] (eight lanes over the whole chunks of 8 keys, summed in
 /// lane order, plus the remaining keys summed in order), products and sums rounded apart (no FMA):
 /// the same bits as [`value_from_codes`]. The portable loops, compiled for AVX2, spent most of
-/// their instructions on bounds checks and 4-key tails (`docs/performance.md`).
+/// their instructions on bounds checks and 4-key tails (`CHANGELOG.md`, performance history).
 ///
 /// Head widths other than 1, 2, 4 and 8 take [`value_from_codes`].
 ///

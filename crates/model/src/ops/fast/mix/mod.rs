@@ -9,14 +9,13 @@
 //! thread). Here one loop over the queries of each problem does all of it, with every inner loop
 //! running over the keys of one row (contiguous, so that it vectorises); the backward pass
 //! recomputes the codes and hidden units from the scores instead of reading stored intermediates.
-//! With the kernel the mix takes about 15 % of the step, and a 30-step training run of the base
-//! HYLA model uses 12 % less CPU time (user + system, one thread: 17.5 s before, 15.4 s after).
-//! The standard value network of softmax and linear attention is left to candle: there the
-//! composed form is a fused softmax, a dropout product and batched 36 x 36 by 36 x 4 matrix
-//! products that gemm does well, and the same loop written for it made a CPU step of the base
-//! softmax model slower (0.45-0.47 s against 0.39-0.41 s, one thread, 2026-11-23) and of linear
-//! attention too (0.365 against 0.342 s). With softmax normalisation (`softmax-hypatt`) the kernel
-//! takes a step from 0.54 to 0.51 s.
+//! With the kernel the mix takes a small share of the step, and a training run of the base HYLA
+//! model uses less CPU time. The standard value network of softmax and linear attention is left to
+//! candle: there the composed form is a fused softmax, a dropout product and batched 36 x 36 by
+//! 36 x 4 matrix products that gemm does well, and the same loop written for it made a CPU step of
+//! the base softmax and linear-attention models slower. With softmax normalisation
+//! (`softmax-hypatt`) the kernel makes the step faster. `CHANGELOG.md` (2026-11-23) gives the
+//! measurements behind these choices, and `docs/performance.md` the current figures.
 //! Problems are independent and run in parallel (rayon, on the calling thread when it has one
 //! thread: [`super::cpu::for_block_pairs`]); each problem's sums run in a fixed order,
 //! so the result does not depend on the number of threads.
