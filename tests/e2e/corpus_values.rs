@@ -44,7 +44,8 @@ pub(crate) fn append_member(path: &Path, name: &str, header: &str, data: &[u8]) 
     let opts =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     zip.start_file(format!("{name}.npy"), opts).unwrap();
-    zip.write_all(&crate::corpus::npy_bytes(header, data)).unwrap();
+    zip.write_all(&crate::corpus::npy_bytes(header, data))
+        .unwrap();
     zip.finish().unwrap();
 }
 
