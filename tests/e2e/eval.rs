@@ -407,6 +407,31 @@ fn logic_checkpoints_are_evaluated_by_r2_and_mse() {
     ]);
 }
 
+/// `eval` of `ckpt` prints the same on `problems` and on `noted`, its copy with unread arrays.
+fn same_eval(ckpt: &std::path::Path, problems: &std::path::Path, noted: &std::path::Path) {
+    let printed = |file: &std::path::Path| {
+        hyperlens(&["eval", "--checkpoint", s(ckpt), "--problems", s(file)])
+            .success()
+            .replace(s(file), "FILE")
+    };
+    assert_eq!(printed(problems), printed(noted));
+}
+
+/// `analyze` succeeds on the ID and OOD code files `codes`, writing into `out`.
+fn analyze_ok(codes: &[std::path::PathBuf], out: &std::path::Path) {
+    hyperlens(&[
+        "analyze",
+        "--train",
+        s(&codes[0]),
+        "--test",
+        s(&codes[1]),
+        "--out",
+        s(out),
+        "--quiet",
+    ])
+    .success();
+}
+
 /// Arrays hyperlens never reads, of dtypes it does not read (a numpy unicode `<U5` array and an
 /// object array), are ignored in problem files and code files, as `numpy.load` ignores them: the
 /// commands print the same as on the files without them.
@@ -435,14 +460,7 @@ fn arrays_that_are_not_read_are_ignored_whatever_their_dtype() {
         s(&problems),
     ])
     .success();
-    let noted = with_notes(&problems);
-    let plain = hyperlens(&["eval", "--checkpoint", s(&ckpt), "--problems", s(&problems)])
-        .success()
-        .replace(s(&problems), "FILE");
-    let extra = hyperlens(&["eval", "--checkpoint", s(&ckpt), "--problems", s(&noted)])
-        .success()
-        .replace(s(&noted), "FILE");
-    assert_eq!(plain, extra);
+    same_eval(&ckpt, &problems, &with_notes(&problems));
     let mut codes = Vec::new();
     for set in ["id", "ood"] {
         let path = dir.join(format!("codes-{set}.npz"));
@@ -463,17 +481,7 @@ fn arrays_that_are_not_read_are_ignored_whatever_their_dtype() {
         .success();
         codes.push(with_notes(&path));
     }
-    hyperlens(&[
-        "analyze",
-        "--train",
-        s(&codes[0]),
-        "--test",
-        s(&codes[1]),
-        "--out",
-        s(&dir.join("sraven-analysis")),
-        "--quiet",
-    ])
-    .success();
+    analyze_ok(&codes, &dir.join("sraven-analysis"));
     // Fuzzy logic: a problem file (eval, probe) and code files (analyze).
     let run = dir.join("logic-run");
     logic_checkpoint(&run);
@@ -490,13 +498,7 @@ fn arrays_that_are_not_read_are_ignored_whatever_their_dtype() {
     ])
     .success();
     let noted = with_notes(&problems);
-    let plain = hyperlens(&["eval", "--checkpoint", s(&run), "--problems", s(&problems)])
-        .success()
-        .replace(s(&problems), "FILE");
-    let extra = hyperlens(&["eval", "--checkpoint", s(&run), "--problems", s(&noted)])
-        .success()
-        .replace(s(&noted), "FILE");
-    assert_eq!(plain, extra);
+    same_eval(&run, &problems, &noted);
     let from_file = dir.join("logic-codes-file.npz");
     hyperlens(&[
         "probe",
@@ -525,17 +527,7 @@ fn arrays_that_are_not_read_are_ignored_whatever_their_dtype() {
         .success();
         codes.push(with_notes(&path));
     }
-    hyperlens(&[
-        "analyze",
-        "--train",
-        s(&codes[0]),
-        "--test",
-        s(&codes[1]),
-        "--out",
-        s(&dir.join("logic-analysis")),
-        "--quiet",
-    ])
-    .success();
+    analyze_ok(&codes, &dir.join("logic-analysis"));
 }
 
 /// A logic problem file whose targets are all equal in some sequences: those have no R² (the

@@ -389,14 +389,12 @@ fn status_of(rd: &Path, run: &PlannedRun, record: Option<JobRecord>, held: bool)
     }
 }
 
-/// The state of every run of the sweep in `dir`, in plan order (each job's record and lock read
-/// once).
+/// Each job's record and whether its lock is held, read once per job.
 ///
 /// # Errors
 /// As [`run_status`].
-pub fn sweep_status(dir: &Path, plan: &Plan) -> Result<Vec<RunStatus>> {
-    let jobs = plan
-        .jobs
+fn job_states(dir: &Path, plan: &Plan) -> Result<Vec<(Option<JobRecord>, bool)>> {
+    plan.jobs
         .iter()
         .map(|j| {
             Ok((
@@ -404,42 +402,52 @@ pub fn sweep_status(dir: &Path, plan: &Plan) -> Result<Vec<RunStatus>> {
                 JobLock::is_held(dir, j.index)?,
             ))
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(plan
-        .runs
+        .collect()
+}
+
+/// The state of every run of `plan` given its jobs' states ([`job_states`]).
+fn statuses(dir: &Path, plan: &Plan, jobs: &[(Option<JobRecord>, bool)]) -> Vec<RunStatus> {
+    plan.runs
         .iter()
         .map(|r| {
             let (record, held) = &jobs[r.job];
             status_of(&Plan::run_dir(dir, &r.name), r, record.clone(), *held)
         })
-        .collect())
+        .collect()
+}
+
+/// The state of every run of the sweep in `dir`, in plan order (each job's record and lock read
+/// once).
+///
+/// # Errors
+/// As [`run_status`].
+pub fn sweep_status(dir: &Path, plan: &Plan) -> Result<Vec<RunStatus>> {
+    Ok(statuses(dir, plan, &job_states(dir, plan)?))
 }
 
 /// The jobs of `plan` that still have work: some run neither finished nor failed (with
 /// `retry_failed`, failed runs count as work too), and no process holds the job's lock. Linear
-/// in the number of runs.
+/// in the number of runs; each job's record and lock are read once.
 ///
 /// # Errors
 /// As [`run_status`].
 pub fn jobs_to_run(dir: &Path, plan: &Plan, retry_failed: bool) -> Result<Vec<usize>> {
-    let status = sweep_status(dir, plan)?;
+    let jobs = job_states(dir, plan)?;
     let mut work = vec![false; plan.jobs.len()];
-    for s in &status {
+    for s in statuses(dir, plan, &jobs) {
         let todo = match s.state {
-            RunState::Finished => false,
+            RunState::Finished | RunState::Running => false,
             RunState::Failed => retry_failed,
-            RunState::Running => false,
             RunState::Pending | RunState::Interrupted => true,
         };
         work[s.job] |= todo;
     }
-    let mut out = Vec::new();
-    for j in &plan.jobs {
-        if work[j.index] && !JobLock::is_held(dir, j.index)? {
-            out.push(j.index);
-        }
-    }
-    Ok(out)
+    Ok(plan
+        .jobs
+        .iter()
+        .filter(|j| work[j.index] && !jobs[j.index].1)
+        .map(|j| j.index)
+        .collect())
 }
 
 #[cfg(test)]

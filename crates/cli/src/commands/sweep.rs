@@ -252,13 +252,11 @@ fn job_runs(
     runs: &[&PlannedRun],
 ) -> anyhow::Result<Vec<(GroupRun, Option<u64>, hyperlens_model::Device)>> {
     let mut out = Vec::new();
-    let runs_dir = dir.join(hyperlens_sweep::RUNS_DIR);
-    inside_sweep(&runs_dir)?;
     for run in runs {
-        // The plan's names were checked when it was read (one directory inside `runs/`); a run
-        // directory that is a link could still lead out of the sweep.
+        // The plan's names and `runs/` were checked when it was read (one directory inside
+        // `runs/`); a run directory that is a link could still lead out of the sweep.
         let rd = Plan::run_dir(dir, &run.name);
-        inside_sweep(&rd)?;
+        super::common::real_dir_or_absent(&rd)?;
         if rd.join(RECORD_FILE).exists() {
             continue;
         }
@@ -284,12 +282,6 @@ fn job_runs(
         ));
     }
     Ok(out)
-}
-
-/// Checks that `path`, if it exists, is a real directory and not a symbolic link (which could lead
-/// a run's training, or the clearing of an unstarted run, outside the sweep directory).
-fn inside_sweep(path: &Path) -> anyhow::Result<()> {
-    super::common::real_dir_or_absent(path)
 }
 
 /// Trains the unfinished runs of one job: together when they all start fresh or all resume from
