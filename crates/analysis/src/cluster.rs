@@ -21,9 +21,9 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::decode::check_finite;
-use crate::distance::{Kernels, ROWS};
 use crate::error::{AnalysisError, Result};
 use crate::kmeanspp::{greedy_kmeans_plusplus, Points};
+use hyperlens_kernels::{Isa, DISTANCE_ROWS as ROWS};
 
 /// Maps labels of any ordered type to dense indices 0..C (in ascending label order).
 fn dense_labels<T: Ord + Clone>(labels: ArrayView1<'_, T>) -> (Vec<usize>, usize) {
@@ -146,7 +146,7 @@ pub fn normalized_mutual_info<A: Ord + Clone, B: Ord + Clone>(
 /// `silhouette_score`): for sample i, `a` = mean distance to the other members of its cluster,
 /// `b` = smallest mean distance to another cluster, `s = (b - a) / max(a, b)`; singleton clusters
 /// score 0. Exact, O(N^2 D) time, O(N) memory per thread (distances are computed a few rows at a
-/// time, `crate::distance`).
+/// time, `hyperlens_kernels::Isa::squared_distances`).
 ///
 /// # Shapes
 /// `x`: `[N, D]`; `labels`: `[N]` with 2 <= number of labels <= N - 1.
@@ -178,9 +178,9 @@ pub fn silhouette_score(x: ArrayView2<'_, f64>, labels: ArrayView1<'_, i64>) -> 
 }
 
 /// Mean silhouette coefficients of several labelings of the same points, from one pass over the
-/// pairwise distances ([`crate::distance`]), split over rayon's threads in blocks of rows. Each
-/// row's per-cluster sums run over the points in order and the rows' coefficients are summed in
-/// order, so the result does not depend on the number of threads.
+/// pairwise distances (`hyperlens_kernels::Isa::squared_distances`), split over rayon's threads
+/// in blocks of rows. Each row's per-cluster sums run over the points in order and the rows'
+/// coefficients are summed in order, so the result does not depend on the number of threads.
 ///
 /// # Shapes
 /// `x`: `[N, D]`, finite; each labeling `[N]`, dense labels `0..C` with `2 <= C <= N - 1`
@@ -201,7 +201,7 @@ fn silhouettes(x: ArrayView2<'_, f64>, labelings: &[Vec<usize>]) -> Vec<f64> {
             (c, counts)
         })
         .collect();
-    let kernels = Kernels::detect();
+    let kernels = Isa::detected();
     let blocks: Vec<usize> = (0..n).step_by(ROWS).collect();
     // per block of rows, the silhouette coefficient of each row under each labeling
     let per_block: Vec<Vec<f64>> = blocks
@@ -417,7 +417,7 @@ pub fn kmeans(x: ArrayView2<'_, f64>, params: &KMeansParams) -> Result<KMeansFit
         n,
         d,
     };
-    let kernels = Kernels::detect();
+    let kernels = Isa::detected();
     let mean_var = x.var_axis(Axis(0), 0.0).mean().unwrap_or(0.0);
     // scikit-learn: squared shift <= tol * mean variance; linfa's form: shift < its tolerance
     let shift_tol = (params.tolerance * mean_var).sqrt().max(f64::MIN_POSITIVE);
@@ -464,7 +464,7 @@ fn transpose(flat: &[f64], n: usize, d: usize) -> Vec<f64> {
 
 /// The closest centre of every point (ties: the first centre) and the mean squared distance to
 /// it.
-fn assign(points: &Points<'_>, centroids: &Array2<f64>, kernels: Kernels) -> (Array1<usize>, f64) {
+fn assign(points: &Points<'_>, centroids: &Array2<f64>, kernels: Isa) -> (Array1<usize>, f64) {
     let centroids = centroids.as_standard_layout();
     let flat = centroids.as_slice().expect("standard layout is contiguous");
     let mut best = vec![(f64::INFINITY, 0usize); points.n];
@@ -476,7 +476,7 @@ fn assign(points: &Points<'_>, centroids: &Array2<f64>, kernels: Kernels) -> (Ar
 /// The squared distance of every point to its closest centre and that centre's index (ties: the
 /// first), into `best [N]`, for the centres `centroids [k, D]` row-major. Each distance is
 /// `sum_d (x_d - c_d)^2` in feature order, the arithmetic of linfa's `L2Dist::rdistance`.
-fn closest(points: &Points<'_>, centroids: &[f64], kernels: Kernels, best: &mut [(f64, usize)]) {
+fn closest(points: &Points<'_>, centroids: &[f64], kernels: Isa, best: &mut [(f64, usize)]) {
     let (n, d) = (points.n, points.d);
     let k = centroids.len() / d;
     best.fill((f64::INFINITY, 0));
@@ -521,7 +521,7 @@ fn lloyd(
     seeds: Array2<f64>,
     max_iterations: u64,
     shift_tol: f64,
-    kernels: Kernels,
+    kernels: Isa,
 ) -> Array2<f64> {
     let (n, d) = (points.n, points.d);
     let k = seeds.nrows();
@@ -739,7 +739,7 @@ mod tests {
             d: 6,
         };
         let dataset = DatasetBase::from(x.view());
-        for kernels in [Kernels::Baseline, Kernels::detect()] {
+        for kernels in [Isa::PORTABLE, Isa::detected()] {
             for (k, max_iterations, tol) in
                 [(4, 300, 1e-9), (5, 300, 1e-3), (4, 2, 1e-9), (1, 50, 1e-9)]
             {

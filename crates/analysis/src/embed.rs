@@ -10,6 +10,7 @@
 //! `T(k) = 1 - 2 / (n k (2n - 3k - 1)) * sum_i sum_{j in U_k(i)} (r(i, j) - k)`; 1 means every
 //! embedded neighbourhood is a true one.
 
+use hyperlens_kernels::Isa;
 use linfa::traits::Transformer;
 use ndarray::{Array2, ArrayView2, Axis};
 use rand::{Rng, SeedableRng};
@@ -143,11 +144,11 @@ fn exact_tsne(x: ArrayView2<'_, f64>, params: &TsneParams) -> Result<Array2<f64>
     let mut update = vec![[0.0f64; 2]; n];
     let mut gains = vec![[1.0f64; 2]; n];
     let stop_lying = (params.max_iter / 2).min(250);
-    let kernels = Kernels::detect();
+    let isa = Isa::detected();
     let mut exaggeration = 12.0;
     let mut momentum = 0.5;
     for iter in 0..params.max_iter {
-        let grad = exact_gradient(&p, &ys, exaggeration, kernels);
+        let grad = exact_gradient(&p, &ys, exaggeration, isa);
         for i in 0..n {
             for c in 0..2 {
                 let g = grad[i][c];
@@ -244,19 +245,17 @@ fn joint_affinities(x: ArrayView2<'_, f64>, perplexity: f64) -> Vec<f64> {
 /// exaggeration `e`, in one pass: per row the attractive sum `sum_j p_ij w_ij (y_i - y_j)` and
 /// the repulsive sum `sum_j w_ij^2 (y_i - y_j)` with `w_ij = (1 + |y_i - y_j|^2)^-1`, and
 /// `Z = sum_{i != j} w_ij`, so that `q_ij = w_ij / Z`.
-fn exact_gradient(
-    p: &[f64],
-    ys: &[[f64; 2]],
-    exaggeration: f64,
-    kernels: Kernels,
-) -> Vec<[f64; 2]> {
+///
+/// The rows are `hyperlens_kernels`'s [`Isa::tsne_gradient_row`] (portable, AVX2 or AVX-512F,
+/// with the same bits on each).
+fn exact_gradient(p: &[f64], ys: &[[f64; 2]], exaggeration: f64, isa: Isa) -> Vec<[f64; 2]> {
     let n = ys.len();
     let xs: Vec<f64> = ys.iter().map(|y| y[0]).collect();
     let zs: Vec<f64> = ys.iter().map(|y| y[1]).collect();
     // per row: attractive (2), repulsive (2), sum of w without the diagonal
     let rows: Vec<[f64; 5]> = (0..n)
         .into_par_iter()
-        .map(|i| kernels.gradient_row(xs[i], zs[i], &xs, &zs, &p[i * n..(i + 1) * n]))
+        .map(|i| isa.tsne_gradient_row(xs[i], zs[i], &xs, &zs, &p[i * n..(i + 1) * n]))
         .collect();
     let z: f64 = rows.iter().map(|r| r[4]).sum();
     rows.iter()
@@ -267,284 +266,6 @@ fn exact_gradient(
             ]
         })
         .collect()
-}
-
-/// Lanes of the gradient's sums: the sums run in `LANES` interleaved partial sums, added up in
-/// order at the end, so the compiler can vectorise them and every instruction set gives the same
-/// bits.
-const LANES: usize = 8;
-
-/// One row of [`exact_gradient`]: `[attractive x, attractive y, repulsive x, repulsive y, Z_i]`
-/// for the point `(xi, zi)` against all points `(xs, zs)` with affinities `prow`.
-#[inline(always)]
-fn gradient_row(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64; 5] {
-    // one accumulator array per sum, lane l taking the points j with j % LANES == l
-    let mut acc = [[0.0f64; LANES]; 5];
-    let chunks = xs.len() / LANES * LANES;
-    for ((x8, z8), p8) in xs[..chunks]
-        .chunks_exact(LANES)
-        .zip(zs[..chunks].chunks_exact(LANES))
-        .zip(prow[..chunks].chunks_exact(LANES))
-    {
-        gradient_lanes((xi, zi), as8(x8), as8(z8), as8(p8), &mut acc);
-    }
-    // the tail, padded with points that add nothing (zero affinity, and w subtracted below)
-    let tail = xs.len() - chunks;
-    if tail > 0 {
-        let (mut x8, mut z8, p8) = ([xi; LANES], [zi; LANES], {
-            let mut p8 = [0.0; LANES];
-            p8[..tail].copy_from_slice(&prow[chunks..]);
-            p8
-        });
-        x8[..tail].copy_from_slice(&xs[chunks..]);
-        z8[..tail].copy_from_slice(&zs[chunks..]);
-        gradient_lanes((xi, zi), &x8, &z8, &p8, &mut acc);
-    }
-    row_sums(&acc, xs.len())
-}
-
-/// The row's five sums from the lanes of their partial sums `acc` over `n` points padded to a
-/// multiple of `LANES` (the lanes added in order).
-#[inline(always)]
-fn row_sums(acc: &[[f64; LANES]; 5], n: usize) -> [f64; 5] {
-    let sum = |a: &[f64; LANES]| a.iter().sum::<f64>();
-    // w_ii = 1 exactly, and so is every padding point's w (it sits on the point itself)
-    let padding = (n.div_ceil(LANES) * LANES - n) as f64;
-    [
-        sum(&acc[0]),
-        sum(&acc[1]),
-        sum(&acc[2]),
-        sum(&acc[3]),
-        sum(&acc[4]) - 1.0 - padding,
-    ]
-}
-
-/// A slice of `LANES` floats as an array.
-#[inline(always)]
-fn as8(c: &[f64]) -> &[f64; LANES] {
-    c.try_into().expect("a chunk of LANES")
-}
-
-/// [`gradient_row`]'s partial sums over one chunk of `LANES` points `(x8, z8)` with affinities
-/// `p8`, into `acc` = `[attractive x, attractive y, repulsive x, repulsive y, w]` per lane.
-// A function, not a closure: a closure is compiled on its own for the baseline instruction set,
-// even when called from a copy of `gradient_row` compiled for AVX2.
-#[inline(always)]
-fn gradient_lanes(
-    (xi, zi): (f64, f64),
-    x8: &[f64; LANES],
-    z8: &[f64; LANES],
-    p8: &[f64; LANES],
-    acc: &mut [[f64; LANES]; 5],
-) {
-    let mut dx = [0.0f64; LANES];
-    let mut dz = [0.0f64; LANES];
-    let mut w = [0.0f64; LANES];
-    for l in 0..LANES {
-        dx[l] = xi - x8[l];
-        dz[l] = zi - z8[l];
-        w[l] = 1.0 / (1.0 + dx[l] * dx[l] + dz[l] * dz[l]);
-    }
-    for l in 0..LANES {
-        let pw = p8[l] * w[l];
-        let ww = w[l] * w[l];
-        acc[0][l] += pw * dx[l];
-        acc[1][l] += pw * dz[l];
-        acc[2][l] += ww * dx[l];
-        acc[3][l] += ww * dz[l];
-        acc[4][l] += w[l];
-    }
-}
-
-/// The instruction set [`gradient_row`] runs with.
-#[derive(Debug, Clone, Copy)]
-enum Kernels {
-    Baseline,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
-impl Kernels {
-    /// The widest of AVX-512F and AVX2 this CPU has.
-    fn detect() -> Kernels {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Kernels::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Kernels::Avx2;
-            }
-        }
-        Kernels::Baseline
-    }
-
-    // The workspace denies `unsafe`; calling a function compiled for more features than the
-    // baseline needs it.
-    #[allow(unsafe_code)]
-    fn gradient_row(self, xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64; 5] {
-        match self {
-            Kernels::Baseline => gradient_row(xi, zi, xs, zs, prow),
-            // SAFETY: `Kernels::Avx2` is only made by `detect`, after the CPU reported AVX2.
-            #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => unsafe { gradient_row_avx2(xi, zi, xs, zs, prow) },
-            // SAFETY: `Kernels::Avx512` is only made by `detect`, after the CPU reported AVX-512F.
-            #[cfg(target_arch = "x86_64")]
-            Kernels::Avx512 => unsafe { gradient_row_avx512(xi, zi, xs, zs, prow) },
-        }
-    }
-}
-
-/// The last, partial chunk of a gradient row's points, padded with points that add nothing (on
-/// the point itself, with zero affinity), as in [`gradient_row`]; for the kernels written with
-/// intrinsics.
-#[cfg(target_arch = "x86_64")]
-struct PaddedTail {
-    /// Points before the partial chunk (a multiple of `LANES`).
-    full: usize,
-    x8: [f64; LANES],
-    z8: [f64; LANES],
-    p8: [f64; LANES],
-}
-
-#[cfg(target_arch = "x86_64")]
-impl PaddedTail {
-    #[inline(always)]
-    fn new(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> PaddedTail {
-        let n = xs.len();
-        let full = n / LANES * LANES;
-        let (mut x8, mut z8, mut p8) = ([xi; LANES], [zi; LANES], [0.0; LANES]);
-        x8[..n - full].copy_from_slice(&xs[full..]);
-        z8[..n - full].copy_from_slice(&zs[full..]);
-        p8[..n - full].copy_from_slice(&prow[full..]);
-        PaddedTail { full, x8, z8, p8 }
-    }
-
-    /// The chunk of points from `c` (a multiple of `LANES`): from the rows, or the padded tail.
-    #[inline(always)]
-    fn chunk<'a>(
-        &'a self,
-        c: usize,
-        xs: &'a [f64],
-        zs: &'a [f64],
-        prow: &'a [f64],
-    ) -> (&'a [f64; LANES], &'a [f64; LANES], &'a [f64; LANES]) {
-        if c < self.full {
-            (
-                as8(&xs[c..][..LANES]),
-                as8(&zs[c..][..LANES]),
-                as8(&prow[c..][..LANES]),
-            )
-        } else {
-            (&self.x8, &self.z8, &self.p8)
-        }
-    }
-}
-
-/// [`gradient_row`] with AVX2, written with its intrinsics: the same operations in the same order
-/// (no FMA), so the same bits. Compiled from the portable code, the loop left LLVM shuffling lanes
-/// and keeping the forty partial sums in memory.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
-fn gradient_row_avx2(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64; 5] {
-    use std::arch::x86_64::{
-        __m256d, _mm256_add_pd, _mm256_div_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd,
-        _mm256_setzero_pd, _mm256_storeu_pd, _mm256_sub_pd,
-    };
-    let n = xs.len();
-    let tail = PaddedTail::new(xi, zi, xs, zs, prow);
-    let (vxi, vzi, one) = (_mm256_set1_pd(xi), _mm256_set1_pd(zi), _mm256_set1_pd(1.0));
-    // lanes 0..4 and 4..8 of each of the five sums
-    let mut acc: [[__m256d; 2]; 5] = [[_mm256_setzero_pd(); 2]; 5];
-    for c in (0..n).step_by(LANES) {
-        let (x, z, p) = tail.chunk(c, xs, zs, prow);
-        for (half, at) in [0usize, 4].into_iter().enumerate() {
-            // SAFETY: `x`, `z` and `p` are arrays of LANES = 8 floats, and `at + 4 <= 8`.
-            let (x, z, p) = unsafe {
-                (
-                    _mm256_loadu_pd(x.as_ptr().add(at)),
-                    _mm256_loadu_pd(z.as_ptr().add(at)),
-                    _mm256_loadu_pd(p.as_ptr().add(at)),
-                )
-            };
-            let dx = _mm256_sub_pd(vxi, x);
-            let dz = _mm256_sub_pd(vzi, z);
-            let d2 = _mm256_add_pd(
-                _mm256_add_pd(one, _mm256_mul_pd(dx, dx)),
-                _mm256_mul_pd(dz, dz),
-            );
-            let w = _mm256_div_pd(one, d2);
-            let pw = _mm256_mul_pd(p, w);
-            let ww = _mm256_mul_pd(w, w);
-            let a = &mut acc;
-            a[0][half] = _mm256_add_pd(a[0][half], _mm256_mul_pd(pw, dx));
-            a[1][half] = _mm256_add_pd(a[1][half], _mm256_mul_pd(pw, dz));
-            a[2][half] = _mm256_add_pd(a[2][half], _mm256_mul_pd(ww, dx));
-            a[3][half] = _mm256_add_pd(a[3][half], _mm256_mul_pd(ww, dz));
-            a[4][half] = _mm256_add_pd(a[4][half], w);
-        }
-    }
-    let mut lanes = [[0.0f64; LANES]; 5];
-    for (out, sums) in lanes.iter_mut().zip(&acc) {
-        for (at, v) in [0usize, 4].into_iter().zip(sums) {
-            // SAFETY: `out` holds LANES = 8 floats, and `at + 4 <= 8`.
-            unsafe { _mm256_storeu_pd(out.as_mut_ptr().add(at), *v) };
-        }
-    }
-    row_sums(&lanes, n)
-}
-
-/// [`gradient_row`] with AVX-512F, written with its intrinsics: one register holds the `LANES` = 8
-/// lanes of each partial sum, and the operations are [`gradient_row_avx2`]'s in the same order (no
-/// FMA), so the same bits. The portable loop compiled for AVX-512 was left shuffling lanes as the
-/// AVX2 one was: on an Intel Xeon with AVX-512 the fuzzy-logic checkpoints' t-SNE in the report was
-/// several times slower than with AVX2 on an AMD EPYC (`CHANGELOG.md`, performance history).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(unsafe_code)]
-fn gradient_row_avx512(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64]) -> [f64; 5] {
-    use std::arch::x86_64::{
-        __m512d, _mm512_add_pd, _mm512_div_pd, _mm512_loadu_pd, _mm512_mul_pd, _mm512_set1_pd,
-        _mm512_setzero_pd, _mm512_storeu_pd, _mm512_sub_pd,
-    };
-    let n = xs.len();
-    let tail = PaddedTail::new(xi, zi, xs, zs, prow);
-    let (vxi, vzi, one) = (_mm512_set1_pd(xi), _mm512_set1_pd(zi), _mm512_set1_pd(1.0));
-    let mut acc: [__m512d; 5] = [_mm512_setzero_pd(); 5];
-    for c in (0..n).step_by(LANES) {
-        let (x, z, p) = tail.chunk(c, xs, zs, prow);
-        // SAFETY: `x`, `z` and `p` are arrays of LANES = 8 floats, one 512-bit load each.
-        let (x, z, p) = unsafe {
-            (
-                _mm512_loadu_pd(x.as_ptr()),
-                _mm512_loadu_pd(z.as_ptr()),
-                _mm512_loadu_pd(p.as_ptr()),
-            )
-        };
-        let dx = _mm512_sub_pd(vxi, x);
-        let dz = _mm512_sub_pd(vzi, z);
-        let d2 = _mm512_add_pd(
-            _mm512_add_pd(one, _mm512_mul_pd(dx, dx)),
-            _mm512_mul_pd(dz, dz),
-        );
-        let w = _mm512_div_pd(one, d2);
-        let pw = _mm512_mul_pd(p, w);
-        let ww = _mm512_mul_pd(w, w);
-        acc[0] = _mm512_add_pd(acc[0], _mm512_mul_pd(pw, dx));
-        acc[1] = _mm512_add_pd(acc[1], _mm512_mul_pd(pw, dz));
-        acc[2] = _mm512_add_pd(acc[2], _mm512_mul_pd(ww, dx));
-        acc[3] = _mm512_add_pd(acc[3], _mm512_mul_pd(ww, dz));
-        acc[4] = _mm512_add_pd(acc[4], w);
-    }
-    let mut lanes = [[0.0f64; LANES]; 5];
-    for (out, v) in lanes.iter_mut().zip(&acc) {
-        // SAFETY: `out` holds LANES = 8 floats, one 512-bit store.
-        unsafe { _mm512_storeu_pd(out.as_mut_ptr(), *v) };
-    }
-    row_sums(&lanes, n)
 }
 
 /// Squared Euclidean distances between all rows.
@@ -612,51 +333,4 @@ pub fn trustworthiness(x: ArrayView2<'_, f64>, emb: ArrayView2<'_, f64>, k: usiz
     }
     let (n, k) = (n as f64, k as f64);
     Ok(1.0 - penalty * 2.0 / (n * k * (2.0 * n - 3.0 * k - 1.0)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gradient_rows_agree_on_every_instruction_set_and_with_the_plain_sums() {
-        let n = 29; // three full lanes of 8 and a tail
-        let xs: Vec<f64> = (0..n).map(|j| ((j * 7) % 11) as f64 * 0.3 - 1.0).collect();
-        let zs: Vec<f64> = (0..n).map(|j| ((j * 5) % 13) as f64 * 0.2 - 1.2).collect();
-        let prow: Vec<f64> = (0..n).map(|j| ((j * 3) % 7) as f64 * 1e-3).collect();
-        let i = 4;
-        let mut want = [0.0f64; 5];
-        for j in 0..n {
-            let (dx, dz) = (xs[i] - xs[j], zs[i] - zs[j]);
-            let w = 1.0 / (1.0 + dx * dx + dz * dz);
-            want[0] += prow[j] * w * dx;
-            want[1] += prow[j] * w * dz;
-            want[2] += w * w * dx;
-            want[3] += w * w * dz;
-            if j != i {
-                want[4] += w;
-            }
-        }
-        let reference = gradient_row(xs[i], zs[i], &xs, &zs, &prow);
-        for (a, b) in reference.iter().zip(&want) {
-            assert!((a - b).abs() < 1e-12, "{reference:?} vs {want:?}");
-        }
-        let mut kernels = vec![Kernels::Baseline];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                kernels.push(Kernels::Avx2);
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                kernels.push(Kernels::Avx512);
-            }
-        }
-        for k in kernels {
-            assert_eq!(
-                k.gradient_row(xs[i], zs[i], &xs, &zs, &prow),
-                reference,
-                "{k:?}"
-            );
-        }
-    }
 }

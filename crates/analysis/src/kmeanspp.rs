@@ -10,7 +10,7 @@
 use ndarray::Array2;
 use rand::Rng;
 
-use crate::distance::{Kernels, ROWS};
+use hyperlens_kernels::{Isa, DISTANCE_ROWS as ROWS};
 
 /// The data in the two layouts the distance kernel reads.
 pub(crate) struct Points<'a> {
@@ -29,7 +29,7 @@ pub(crate) struct Points<'a> {
 pub(crate) fn greedy_kmeans_plusplus<R: Rng>(
     points: &Points<'_>,
     k: usize,
-    kernels: Kernels,
+    kernels: Isa,
     rng: &mut R,
 ) -> Array2<f64> {
     let (n, d) = (points.n, points.d);
@@ -140,7 +140,7 @@ mod tests {
         };
         for seed in 0..20 {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let centres = greedy_kmeans_plusplus(&points, k, Kernels::detect(), &mut rng);
+            let centres = greedy_kmeans_plusplus(&points, k, Isa::detected(), &mut rng);
             let mut blobs: Vec<usize> = centres
                 .rows()
                 .into_iter()

@@ -12,7 +12,6 @@ pub mod circuits;
 pub mod cluster;
 pub mod codes;
 pub mod decode;
-mod distance;
 pub mod embed;
 pub mod error;
 mod kmeanspp;

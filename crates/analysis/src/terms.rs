@@ -20,6 +20,7 @@
 //!
 //! Both run per layer and on all layers concatenated.
 
+use hyperlens_io::keys;
 use linfa::prelude::*;
 use linfa_logistic::LogisticRegression;
 use nalgebra::DMatrix;
@@ -246,7 +247,7 @@ impl TermCodes {
             let x = self.features(layer);
             let k = 2.min(x.ncols()).min(x.nrows());
             let pca = crate::pca::PcaParams::new(k).fit(x.view())?;
-            let name = layer.map_or_else(|| "pca_all".to_string(), |l| format!("pca_layer{l}"));
+            let name = keys::pca::name(keys::projections::PCA_PREFIX, layer);
             out.push((name, pca.transform(x.view())?));
         }
         let all = self.features(None);
@@ -254,7 +255,7 @@ impl TermCodes {
         let sub = all.slice(ndarray::s![..m, ..]);
         let emb = crate::embed::tsne(sub, tsne)?;
         let trust = crate::embed::trustworthiness(sub, emb.view(), 5)?;
-        out.push(("tsne_all".to_string(), emb));
+        out.push((keys::projections::TSNE_ALL.to_string(), emb));
         Ok((out, trust))
     }
 

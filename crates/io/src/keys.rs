@@ -93,6 +93,59 @@ pub mod pca {
     }
 }
 
+/// `tsne.npz` of `hyperlens analyze --tsne` (SRAVEN codes): `n` is the number of codes embedded
+/// (the first `min(N, --tsne-points)` of the `--unsupervised-on` set).
+pub mod tsne {
+    /// float64 `[n, 2]`: the t-SNE embedding of the all-layer codes.
+    pub const TSNE_ALL: &str = "tsne_all";
+    /// int64 `[n]`: the rule label of each embedded code.
+    pub const LABEL: &str = "label";
+}
+
+/// `projections.npz` of fuzzy-logic codes (`hyperlens analyze` on logic codes, `report`'s
+/// `tables/<name>/projections.npz`): `N` codes, of which the first `n` are embedded by t-SNE.
+pub mod projections {
+    /// Prefix of the PCA projections: float64 `[N, 2]` under `pca_layer{l}` and `pca_all` (the
+    /// selection part as in [`super::pca::selection`]; [`super::pca::name`] joins them).
+    pub const PCA_PREFIX: &str = "pca_";
+    /// float64 `[n, 2]`: the t-SNE embedding of the all-layer codes of the first `n` codes.
+    pub const TSNE_ALL: &str = "tsne_all";
+    /// int64 `[N, Kt]`: the task's term indices of each code (the codes' `term_ids`).
+    pub const TERM_IDS: &str = "term_ids";
+}
+
+/// `hyperlens cache`: one float32 array per cached hook point, named by the hook
+/// (`blocks.{l}.hook_resid_post`, TransformerLens names; `N` problems, or 1 for a language
+/// model's token sequence), beside these.
+pub mod cache {
+    /// float32 `[N, F, d_out]` (SRAVEN and fuzzy-logic models) or `[1, T, V]` (language models):
+    /// the logits of the cached pass.
+    pub const LOGITS: &str = "logits";
+    /// Language models only: int64 `[T]`, the token ids of the sequence.
+    pub const TOKENS: &str = "tokens";
+}
+
+/// `activation_patching.npz` of `hyperlens patch acts`: `L` layers, `T` tokens, `H` heads, `N`
+/// clean / corrupted pairs. Each score is the share of the clean logit difference that the patch
+/// restores (`crates/probe/src/patching/`).
+pub mod activation_patching {
+    /// float64 `[L, T]`: `blocks.{l}.hook_resid_pre` patched at one position.
+    pub const RESID_PRE: &str = "resid_pre";
+    /// float64 `[L, T]`: `blocks.{l}.hook_attn_out` patched at one position.
+    pub const ATTN_OUT: &str = "attn_out";
+    /// float64 `[L, T]` (models with MLPs only): `blocks.{l}.hook_mlp_out` patched at one
+    /// position.
+    pub const MLP_OUT: &str = "mlp_out";
+    /// float64 `[L, H]`: one head's `blocks.{l}.attn.hook_z` patched at every position.
+    pub const HEAD_OUT: &str = "head_out";
+    /// int64 `[N, 2]`: the (clean, donor) problem indices of each pair.
+    pub const SOURCE: &str = "source";
+    /// int64 `[N]`: the clean answer value at the slot.
+    pub const CLEAN_ANSWER: &str = "clean_answer";
+    /// int64 `[N]`: the corrupted answer value at the slot.
+    pub const CORRUPTED_ANSWER: &str = "corrupted_answer";
+}
+
 /// The attention of one problem or token sequence: `hyperlens attention --out` and `report`'s
 /// `codes/<name>_attention.npz`.
 pub mod attention {
@@ -160,5 +213,7 @@ mod tests {
             pca::name(pca::EXPLAINED_VARIANCE_RATIO_PREFIX, None),
             "explained_variance_ratio_all"
         );
+        assert_eq!(pca::name(projections::PCA_PREFIX, Some(1)), "pca_layer1");
+        assert_eq!(pca::name(projections::PCA_PREFIX, None), "pca_all");
     }
 }

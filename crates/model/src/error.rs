@@ -14,6 +14,10 @@ pub enum ModelError {
     #[error("unknown mixer `{0}` (expected one of: softmax, linear, hyla, linear-rmshead, hyla-no-rmshead, hyla-linear-value, hyla-linear-value-no-rmshead, softmax-hypatt, or a paper name such as linear_hypatt)")]
     UnknownMixer(String),
 
+    /// An unknown task name was given (on the command line or as the `task` of a run file).
+    #[error("unknown task `{0}` (expected sraven, logic or induction)")]
+    UnknownTask(String),
+
     /// An unknown device name was given.
     #[error("unknown device `{0}` (expected cpu, cuda or metal)")]
     UnknownDevice(String),

@@ -8,8 +8,7 @@ use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
-use crate::infer::Inference;
-use crate::transformer::Transformer;
+use crate::evaluator::Evaluator;
 
 /// Metrics of a model over a problem set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,8 +139,8 @@ pub struct EvalOutput {
     pub y: Option<Array2<i64>>,
 }
 
-fn check_problems(model: &Transformer, problems: &ProblemSet) -> Result<()> {
-    let cfg = model.config();
+fn check_problems(ev: &Evaluator, problems: &ProblemSet) -> Result<()> {
+    let cfg = ev.config();
     let (_, t, m) = problems.x.dim();
     let (n_y, f) = problems.y.dim();
     if t != cfg.n_tokens || m != cfg.d_in || f != cfg.n_outputs || n_y != problems.len() {
@@ -157,7 +156,7 @@ fn check_problems(model: &Transformer, problems: &ProblemSet) -> Result<()> {
     Ok(())
 }
 
-/// Evaluates `model` on `problems` in batches of `batch` on the model's device.
+/// Evaluates the model of `ev` on `problems` in batches of `batch` ([`Evaluator::logits`]).
 ///
 /// # Shapes
 /// `problems.x [N, T, M]`, `problems.y [N, F]`, matching the model's config.
@@ -165,8 +164,8 @@ fn check_problems(model: &Transformer, problems: &ProblemSet) -> Result<()> {
 /// # Errors
 /// [`ModelError::Input`] if `batch` is 0, the set is empty or the problems do not fit the model;
 /// candle errors.
-pub fn evaluate(model: &Transformer, problems: &ProblemSet, batch: usize) -> Result<EvalMetrics> {
-    Ok(evaluate_with(model, problems, batch, false, |_| {})?.metrics)
+pub fn evaluate(ev: &Evaluator, problems: &ProblemSet, batch: usize) -> Result<EvalMetrics> {
+    Ok(evaluate_with(ev, problems, batch, false, |_| {})?.metrics)
 }
 
 /// As [`evaluate`], optionally keeping the logits and predictions, calling `on_batch(done)` with
@@ -178,7 +177,7 @@ pub fn evaluate(model: &Transformer, problems: &ProblemSet, batch: usize) -> Res
 /// # Errors
 /// As [`evaluate`].
 pub fn evaluate_with<P: FnMut(usize)>(
-    model: &Transformer,
+    ev: &Evaluator,
     problems: &ProblemSet,
     batch: usize,
     keep_logits: bool,
@@ -187,15 +186,15 @@ pub fn evaluate_with<P: FnMut(usize)>(
     if batch == 0 {
         return Err(ModelError::Input("batch size must be positive".into()));
     }
-    check_problems(model, problems)?;
+    check_problems(ev, problems)?;
     let n = problems.len();
     let batches = (0..n)
         .step_by(batch)
         .map(|start| Ok::<_, ModelError>(problems.slice(start, (start + batch).min(n))));
-    evaluate_stream(model, batches, keep_logits, on_batch)
+    evaluate_stream(ev, batches, keep_logits, on_batch)
 }
 
-/// Evaluates `model` on a stream of problem batches (e.g. `SampleStream::batches`), so that memory
+/// Evaluates the model of `ev` on a stream of problem batches (e.g. `SampleStream::batches`), so that memory
 /// is bounded by the batch (plus the logits, predictions and targets if `keep_logits`). Calls
 /// `on_batch(done)` with the number of problems done after each batch.
 ///
@@ -207,7 +206,7 @@ pub fn evaluate_with<P: FnMut(usize)>(
 /// The first error of the stream; [`ModelError::Input`] for a batch that does not fit the model or
 /// an empty stream (no problems: the metrics would be meaningless); candle errors.
 pub fn evaluate_stream<I, E, P>(
-    model: &Transformer,
+    ev: &Evaluator,
     batches: I,
     keep_logits: bool,
     mut on_batch: P,
@@ -217,29 +216,17 @@ where
     ModelError: From<E>,
     P: FnMut(usize),
 {
-    let cfg = model.config();
+    let cfg = ev.config();
     let mut acc = MetricsAccumulator::new(cfg.n_outputs);
     let mut kept: Vec<(Array3<f32>, Array2<i64>, Array2<i64>)> = Vec::new();
     let mut done = 0;
-    // On the CPU, the evaluation-mode pass without candle (`crate::infer`).
-    let inference = model
-        .device()
-        .is_cpu()
-        .then(|| Inference::new(model))
-        .transpose()?;
     for b in batches {
         let b = b?;
         if b.is_empty() {
             continue;
         }
-        check_problems(model, &b)?;
-        let v: Vec<f32> = match &inference {
-            Some(inf) => inf.run_problems(b.x.view(), 0, &())?.logits,
-            None => {
-                let x = batch_tensor(&b.x, model.device())?;
-                model.forward(&x, false)?.logits.flatten_all()?.to_vec1()?
-            }
-        };
+        check_problems(ev, &b)?;
+        let v = ev.logits(b.x.view())?;
         let logits = Array3::from_shape_vec((b.len(), cfg.n_outputs, cfg.d_out), v)
             .map_err(|e| ModelError::Input(format!("logits shape: {e}")))?;
         let pred = acc.add(logits.view(), b.y.view())?;

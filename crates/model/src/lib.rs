@@ -20,6 +20,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod eval;
+pub mod evaluator;
 pub mod hooks;
 pub mod import;
 pub mod infer;
@@ -29,6 +30,7 @@ pub mod nn;
 pub mod ops;
 pub mod st_header;
 pub mod stacked;
+pub mod task;
 pub mod transformer;
 
 /// The candle crates this crate is built on, re-exported so that dependants use the same copies.
@@ -39,9 +41,11 @@ pub use config::Config;
 pub use device::Device;
 pub use error::{ModelError, Result};
 pub use eval::{evaluate, EvalMetrics};
+pub use evaluator::{BlockStart, CodeSite, Evaluator, Readings, Reads};
 pub use hooks::{Cache, HookFn};
 pub use infer::{Inference, InferenceOutput};
 pub use mixer::{Mixer, Normalisation, ValueNetwork};
 pub use ops::Ops;
 pub use stacked::StackedTransformer;
+pub use task::{RunRecord, Steps, Task};
 pub use transformer::{ForwardOutput, Transformer};

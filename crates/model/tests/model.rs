@@ -900,7 +900,7 @@ fn check_paper_accuracy(n_ood: usize, n_id: usize, tol: impl Fn(f64, usize) -> f
     let id = sample(&split, Set::Id, n_id, 1, false).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     for (stem, mixer, ood_acc, id_acc, ood_loss) in PAPER_SEED1 {
-        let model = imported(stem, mixer, tmp.path());
+        let model = hyperlens_model::Evaluator::new(imported(stem, mixer, tmp.path())).unwrap();
         let m_ood = evaluate(&model, &ood, 256).unwrap();
         let m_id = evaluate(&model, &id, 256).unwrap();
         let (got_ood, got_id) = (100.0 * m_ood.accuracy, 100.0 * m_id.accuracy);

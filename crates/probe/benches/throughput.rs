@@ -35,6 +35,7 @@ fn bench_probe(c: &mut Criterion) {
     for mixer in [Mixer::Softmax, Mixer::Hyla] {
         let (model, _) =
             Transformer::init(&Config::sraven_base(mixer), 0, &Device::Cpu).expect("init");
+        let model = hyperlens_model::Evaluator::new(model).expect("evaluator");
         group.bench_function(format!("{mixer}/extract/n{N}/batch{BATCH}"), |b| {
             b.iter(|| {
                 let batches = (0..N)

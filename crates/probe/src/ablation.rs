@@ -4,9 +4,9 @@
 //! `hyperlens_model::hooks`).
 
 use candle_core::{Device, Tensor};
-use hyperlens_model::eval::{batch_tensor, EvalMetrics, MetricsAccumulator};
+use hyperlens_model::eval::{EvalMetrics, MetricsAccumulator};
 use hyperlens_model::hooks::{Cache, HookFn};
-use hyperlens_model::Transformer;
+use hyperlens_model::Evaluator;
 use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::Array3;
 use serde::Serialize;
@@ -103,18 +103,22 @@ impl HookFn for AblateHead<'_> {
 /// A source of problem batches that can be streamed again: each call starts a new pass.
 pub type Problems<'a> = dyn FnMut() -> Box<dyn Iterator<Item = Result<ProblemSet>> + 'a> + 'a;
 
-/// Accuracy and loss of `model` over the batches `problems` yields, with `hooks` in the pass.
+/// Accuracy and loss of the model of `ev` over the batches `problems` yields, with `hooks` in the
+/// (hooked) pass.
 fn metrics<'a>(
-    model: &Transformer,
+    ev: &Evaluator,
     problems: &mut Problems<'a>,
     hooks: &mut dyn HookFn,
 ) -> Result<EvalMetrics> {
-    let cfg = model.config();
+    let cfg = ev.config();
     let mut acc = MetricsAccumulator::new(cfg.n_outputs);
     for b in problems() {
         let b = b?;
-        let x = batch_tensor(&b.x, model.device())?;
-        let logits = model.run_with_hooks(&x, hooks)?;
+        if b.is_empty() {
+            continue;
+        }
+        let x = ev.input(b.x.view())?;
+        let logits = ev.run_with_hooks(&x, hooks)?;
         let v: Vec<f32> = logits.flatten_all()?.to_vec1()?;
         let logits = Array3::from_shape_vec((b.len(), cfg.n_outputs, cfg.d_out), v)
             .map_err(|e| ProbeError::InvalidInput(format!("logits shape: {e}")))?;
@@ -123,10 +127,11 @@ fn metrics<'a>(
     Ok(acc.finish())
 }
 
-/// Ablates every head of `model` in turn (`ablation` at `blocks.{l}.attn.hook_z`) and measures
-/// accuracy and loss over the SRAVEN problems that `problems()` streams (called once per pass: the
-/// baseline, the mean for mean ablation, then one pass per head), so memory is bounded by the
-/// batch. `progress(done, total)` counts the passes.
+/// Ablates every head of the model of `ev` in turn (`ablation` at `blocks.{l}.attn.hook_z`, in
+/// the hooked pass [`Evaluator::run_with_hooks`]) and measures accuracy and loss over the SRAVEN
+/// problems that `problems()` streams (called once per pass: the baseline, the mean for mean
+/// ablation, then one pass per head), so memory is bounded by the batch. `progress(done, total)`
+/// counts the passes.
 ///
 /// # Shapes
 /// Each batch: `x [B, T, M]`, `y [B, F]`, matching the model.
@@ -134,16 +139,16 @@ fn metrics<'a>(
 /// # Errors
 /// The stream's errors; an empty stream; model errors.
 pub fn head_ablation<'a>(
-    model: &Transformer,
+    ev: &Evaluator,
     problems: &mut Problems<'a>,
     ablation: Ablation,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<AblationReport> {
-    let cfg = model.config().clone();
-    let (l_n, h_n, d, t) = (cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.n_tokens);
+    let cfg = ev.config().clone();
+    let (l_n, h_n) = (cfg.n_layers, cfg.n_heads);
     let total = 1 + usize::from(ablation == Ablation::Mean) + l_n * h_n;
     let mut done = 0;
-    let base = metrics(model, problems, &mut Cache::default())?;
+    let base = metrics(ev, problems, &mut Cache::default())?;
     if base.n == 0 {
         return Err(ProbeError::InvalidInput(
             "no problem to ablate heads on".into(),
@@ -151,42 +156,13 @@ pub fn head_ablation<'a>(
     }
     done += 1;
     progress(done, total);
-    // Per layer, the fill `[H, T, d]`: zeros, or the mean of z over the problems.
-    let device: Device = model.device().clone();
-    let fills: Vec<Tensor> = match ablation {
-        Ablation::Zero => (0..l_n)
-            .map(|_| Tensor::zeros((h_n, t, d), candle_core::DType::F32, &device))
-            .collect::<candle_core::Result<_>>()?,
+    let fills = match ablation {
+        Ablation::Zero => zero_fills(ev)?,
         Ablation::Mean => {
-            let names: Vec<String> = (0..l_n)
-                .map(|l| format!("blocks.{l}.attn.hook_z"))
-                .collect();
-            let mut sums: Vec<Option<Tensor>> = vec![None; l_n];
-            let mut n = 0usize;
-            for b in problems() {
-                let b = b?;
-                let x = batch_tensor(&b.x, &device)?;
-                let mut cache = Cache::new(names.clone());
-                model.run_with_hooks(&x, &mut cache)?;
-                for (l, (_, z)) in cache.values.iter().enumerate() {
-                    let s = z.sum(0)?; // [T, H, d]
-                    sums[l] = Some(match sums[l].take() {
-                        Some(acc) => (acc + s)?,
-                        None => s,
-                    });
-                }
-                n += b.len();
-            }
+            let fills = mean_fills(ev, problems)?;
             done += 1;
             progress(done, total);
-            sums.into_iter()
-                .map(|s| {
-                    let s = s.ok_or_else(|| {
-                        ProbeError::InvalidInput("no problem to average over".into())
-                    })?;
-                    Ok((s / n as f64)?.transpose(0, 1)?.contiguous()?) // [H, T, d]
-                })
-                .collect::<Result<_>>()?
+            fills
         }
     };
     let mut heads = Vec::with_capacity(l_n * h_n);
@@ -198,7 +174,7 @@ pub fn head_ablation<'a>(
                 head: h,
                 fill: &head_fill,
             };
-            let m = metrics(model, problems, &mut hook)?;
+            let m = metrics(ev, problems, &mut hook)?;
             heads.push(HeadAblation {
                 layer: l,
                 head: h,
@@ -214,6 +190,62 @@ pub fn head_ablation<'a>(
         base,
         heads,
     })
+}
+
+/// Zero ablation's fill of every layer: zeros.
+///
+/// # Shapes
+/// Returns `L` tensors `[H, T, d]`.
+fn zero_fills(ev: &Evaluator) -> Result<Vec<Tensor>> {
+    let cfg = ev.config();
+    let device: &Device = ev.device();
+    Ok((0..cfg.n_layers)
+        .map(|_| {
+            Tensor::zeros(
+                (cfg.n_heads, cfg.n_tokens, cfg.d_head),
+                candle_core::DType::F32,
+                device,
+            )
+        })
+        .collect::<candle_core::Result<_>>()?)
+}
+
+/// Mean ablation's fill of every layer: the mean of `blocks.{l}.attn.hook_z` over the problems
+/// that `problems()` streams (one pass), per position.
+///
+/// # Shapes
+/// Returns `L` tensors `[H, T, d]`.
+fn mean_fills<'a>(ev: &Evaluator, problems: &mut Problems<'a>) -> Result<Vec<Tensor>> {
+    let l_n = ev.config().n_layers;
+    let names: Vec<String> = (0..l_n)
+        .map(|l| format!("blocks.{l}.attn.hook_z"))
+        .collect();
+    let mut sums: Vec<Option<Tensor>> = vec![None; l_n];
+    let mut n = 0usize;
+    for b in problems() {
+        let b = b?;
+        if b.is_empty() {
+            continue;
+        }
+        let x = ev.input(b.x.view())?;
+        let mut cache = Cache::new(names.clone());
+        ev.run_with_hooks(&x, &mut cache)?;
+        for (l, (_, z)) in cache.values.iter().enumerate() {
+            let s = z.sum(0)?; // [T, H, d]
+            sums[l] = Some(match sums[l].take() {
+                Some(acc) => (acc + s)?,
+                None => s,
+            });
+        }
+        n += b.len();
+    }
+    sums.into_iter()
+        .map(|s| {
+            let s =
+                s.ok_or_else(|| ProbeError::InvalidInput("no problem to average over".into()))?;
+            Ok((s / n as f64)?.transpose(0, 1)?.contiguous()?) // [H, T, d]
+        })
+        .collect()
 }
 
 /// `head_ablation.csv`: `layer,head,label,accuracy,loss,delta_accuracy,delta_loss` (deltas: ablated

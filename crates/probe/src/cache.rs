@@ -6,8 +6,10 @@
 use std::path::Path;
 
 use candle_core::Tensor;
+use hyperlens_io::keys::cache as keys;
 use hyperlens_model::hooks::{select_hooks, Cache};
-use hyperlens_model::Transformer;
+use hyperlens_model::Evaluator;
+use ndarray::Array3;
 
 use crate::error::{ProbeError, Result};
 use crate::npz_stream::{ArrayId, NpyDtype, NpzStream};
@@ -41,20 +43,23 @@ pub fn position_axis(hook: &str) -> usize {
     }
 }
 
-/// Runs `model` with a cache of the hooks matching `params.hooks` on every batch of `batches`
-/// (which must hold `n_problems` inputs in all) and streams the activations to `out` (`.npz`):
-/// one float32 array per hook, named by the hook, `[N, ...]` with the positions of
-/// `params.positions` along [`position_axis`], plus `logits` `[N, F, d_out]`.
+/// Runs the model of `ev` (its hooked pass, [`Evaluator::run_with_hooks`]) with a cache of the
+/// hooks matching `params.hooks` on every batch of `batches` (which must hold `n_problems` inputs
+/// in all) and streams the activations to `out` (`.npz`): one float32 array per hook, named by the
+/// hook, `[N, ...]` with the positions of `params.positions` along [`position_axis`], plus
+/// [`keys::LOGITS`] `[N, F, d_out]`. Empty batches are skipped. `progress(done)` counts the
+/// problems cached.
 ///
 /// # Shapes
-/// Each batch `[B, T, d_in]` float32 on the model's device.
+/// Each batch `[B, T, d_in]` float32, as the model reads it.
 ///
 /// # Errors
 /// [`ProbeError::InvalidInput`] for a pattern that matches no hook, an empty or out-of-range
-/// position list, batches that do not add up to `n_problems`; model and I/O errors. On error no
-/// output file is left behind.
+/// position list, batches that do not add up to `n_problems`; [`ProbeError::Model`] for a batch
+/// of another shape than the model reads; model and I/O errors. On error no output file is left
+/// behind.
 pub fn cache_activations<I, P>(
-    model: &Transformer,
+    ev: &Evaluator,
     batches: I,
     n_problems: usize,
     params: &CacheParams,
@@ -62,10 +67,10 @@ pub fn cache_activations<I, P>(
     mut progress: P,
 ) -> Result<CacheSummary>
 where
-    I: IntoIterator<Item = Result<Tensor>>,
+    I: IntoIterator<Item = Result<Array3<f32>>>,
     P: FnMut(usize),
 {
-    let cfg = model.config().clone();
+    let cfg = ev.config().clone();
     let names = select_hooks(&cfg, &params.hooks)
         .map_err(|e| ProbeError::InvalidInput(format!("--hooks: {e}")))?;
     if let Some(pos) = &params.positions {
@@ -79,24 +84,13 @@ where
     if n_problems == 0 {
         return Err(ProbeError::InvalidInput("no problem to cache".into()));
     }
-    let device = model.device().clone();
-    let index = params
-        .positions
-        .as_ref()
-        .map(|p| {
-            Tensor::from_vec(
-                p.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-                p.len(),
-                &device,
-            )
-        })
-        .transpose()?;
+    let index = position_index(params.positions.as_deref(), ev.device())?;
     let mut stream: Option<(NpzStream, Vec<ArrayId>)> = None;
     let mut arrays: Vec<(String, Vec<usize>)> = Vec::new();
     let mut done = 0usize;
     for batch in batches {
         let x = batch?;
-        let b = x.dims().first().copied().unwrap_or(0);
+        let b = x.dim().0;
         if b == 0 {
             continue;
         }
@@ -105,30 +99,10 @@ where
                 "the batches hold more than the announced {n_problems} problems"
             )));
         }
-        let mut cache = Cache::new(names.clone());
-        let logits = model.run_with_hooks(&x, &mut cache)?;
-        let mut values: Vec<(String, Tensor)> = Vec::with_capacity(cache.values.len() + 1);
-        for (name, t) in cache.values {
-            let t = match &index {
-                Some(ix) => t.index_select(ix, position_axis(&name))?,
-                None => t,
-            };
-            values.push((name, t));
-        }
-        values.push(("logits".into(), logits));
+        let values = cached_batch(ev, &x, &names, index.as_ref())?;
         let (s, ids) = match &mut stream {
             Some(open) => open,
-            None => {
-                let mut s = NpzStream::create(out)?;
-                let mut ids = Vec::with_capacity(values.len());
-                for (name, t) in &values {
-                    let mut shape = t.dims().to_vec();
-                    shape[0] = n_problems;
-                    ids.push(s.add_array(name, NpyDtype::F32, &shape)?);
-                    arrays.push((name.clone(), shape));
-                }
-                stream.insert((s, ids))
-            }
+            None => stream.insert(open_stream(out, &values, n_problems, &mut arrays)?),
         };
         for ((_, t), id) in values.iter().zip(ids.iter()) {
             let data: Vec<f32> = t.flatten_all()?.to_vec1()?;
@@ -149,11 +123,71 @@ where
     Ok(CacheSummary { n: done, arrays })
 }
 
+/// The positions `positions` as an index tensor on `device` (`None` keeps every position).
+fn position_index(
+    positions: Option<&[usize]>,
+    device: &candle_core::Device,
+) -> Result<Option<Tensor>> {
+    Ok(positions
+        .map(|p| {
+            Tensor::from_vec(
+                p.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                p.len(),
+                device,
+            )
+        })
+        .transpose()?)
+}
+
+/// One batch's cached activations of the hooks `names` (in pass order), each cut to the positions
+/// of `index` along [`position_axis`], then the logits under [`keys::LOGITS`].
+///
+/// # Shapes
+/// `x [B, T, d_in]`; each activation `[B, ...]`, the logits `[B, F, d_out]`.
+fn cached_batch(
+    ev: &Evaluator,
+    x: &Array3<f32>,
+    names: &[String],
+    index: Option<&Tensor>,
+) -> Result<Vec<(String, Tensor)>> {
+    let mut cache = Cache::new(names.to_vec());
+    let logits = ev.run_with_hooks(&ev.input(x.view())?, &mut cache)?;
+    let mut values: Vec<(String, Tensor)> = Vec::with_capacity(cache.values.len() + 1);
+    for (name, t) in cache.values {
+        let t = match index {
+            Some(ix) => t.index_select(ix, position_axis(&name))?,
+            None => t,
+        };
+        values.push((name, t));
+    }
+    values.push((keys::LOGITS.into(), logits));
+    Ok(values)
+}
+
+/// Creates the streaming archive `out` with one float32 array per activation of the first batch
+/// `values`, its batch axis `n_problems` long, and records each name and shape in `arrays`.
+fn open_stream(
+    out: &Path,
+    values: &[(String, Tensor)],
+    n_problems: usize,
+    arrays: &mut Vec<(String, Vec<usize>)>,
+) -> Result<(NpzStream, Vec<ArrayId>)> {
+    let mut s = NpzStream::create(out)?;
+    let mut ids = Vec::with_capacity(values.len());
+    for (name, t) in values {
+        let mut shape = t.dims().to_vec();
+        shape[0] = n_problems;
+        ids.push(s.add_array(name, NpyDtype::F32, &shape)?);
+        arrays.push((name.clone(), shape));
+    }
+    Ok((s, ids))
+}
+
 /// The activations of the hook points matching `params.hooks` of a token language model (GPT-2,
 /// Llama or a hyperlens token model; `hyperlens_model::lm`) on one token sequence, written to
 /// `out` (`.npz`): one float32 array per hook named by the hook, batch axis first (`[1, ...]`),
-/// with the positions of `params.positions` along [`position_axis`], plus `logits` `[1, T, V]`
-/// and `tokens` int64 `[T]` (TransformerLens `run_with_cache` on one prompt).
+/// with the positions of `params.positions` along [`position_axis`], plus [`keys::LOGITS`]
+/// `[1, T, V]` and [`keys::TOKENS`] int64 `[T]` (TransformerLens `run_with_cache` on one prompt).
 ///
 /// # Errors
 /// [`ProbeError::InvalidInput`] for a pattern that matches no hook, an empty or out-of-range
@@ -181,19 +215,13 @@ pub fn cache_lm_activations(
     let mut cache = Cache::new(names);
     let logits = model.run_with_hooks(&x, &mut cache)?;
     let mut values = cache.values;
-    values.push(("logits".into(), logits));
+    values.push((keys::LOGITS.into(), logits));
+    let index = position_index(params.positions.as_deref(), &device)?;
     let mut arrays = Vec::with_capacity(values.len() + 1);
     let mut host = Vec::with_capacity(values.len());
     for (name, v) in values {
-        let v = match &params.positions {
-            Some(p) if name != "logits" => {
-                let ix = Tensor::from_vec(
-                    p.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-                    p.len(),
-                    &device,
-                )?;
-                v.index_select(&ix, position_axis(&name))?
-            }
+        let v = match &index {
+            Some(ix) if name != keys::LOGITS => v.index_select(ix, position_axis(&name))?,
             _ => v,
         };
         let shape = v.dims().to_vec();
@@ -204,12 +232,12 @@ pub fn cache_lm_activations(
         host.push((name, a));
     }
     let ids = ndarray::Array1::from_iter(tokens.iter().map(|&v| i64::from(v)));
-    arrays.push(("tokens".into(), vec![t]));
+    arrays.push((keys::TOKENS.into(), vec![t]));
     hyperlens_io::write_npz(out, |z| -> Result<()> {
         for (name, a) in &host {
             z.add(name, a)?;
         }
-        z.add("tokens", &ids)?;
+        z.add(keys::TOKENS, &ids)?;
         Ok(())
     })?;
     Ok(CacheSummary { n: 1, arrays })

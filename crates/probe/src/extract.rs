@@ -1,18 +1,16 @@
 //! Streaming extraction of latent codes with their labels.
 //!
-//! For each batch of problems the model runs once on the device with attention capture; the
-//! normalised attention of the selected layers is indexed at the site's query and keys on the device,
-//! and only those `[B, L, H, Q, K]` values, the labels and the predictions travel to the host, where
-//! they are appended to the streaming `.npz` ([`crate::npz_stream`]). Peak memory is bounded by the
-//! batch size, not by the number of problems (docs/spec/latent-codes.md, "Outputs users expect").
+//! For each batch of problems the model's evaluator ([`Evaluator::read`]) runs once and keeps only
+//! the codes of the selected layers at the site's query and keys (on a GPU they are gathered on the
+//! device, so only those `[B, L, H, Q, K]` values travel to the host). [`code_rows`] turns a batch
+//! into the rows of a codes file (codes, labels, predictions), and [`extract()`] appends them to the
+//! streaming `.npz` ([`crate::npz_stream`]). Peak memory is bounded by the batch size, not by the
+//! number of problems (docs/spec/latent-codes.md, "Outputs users expect").
 
 use std::path::Path;
 
-use candle_core::{IndexOp, Tensor};
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::eval::batch_tensor;
-use hyperlens_model::infer::TakeCodesFrom;
-use hyperlens_model::{Inference, Transformer};
+use hyperlens_model::{CodeSite, Evaluator, Reads};
 use hyperlens_tasks::sraven::ProblemSet;
 use serde::{Deserialize, Serialize};
 
@@ -118,10 +116,200 @@ pub struct ProbeSummary {
     pub slot_accuracy: f64,
 }
 
-/// Extracts the codes of `model` over `batches` (which must yield `n_problems` problems in total)
-/// and writes them to `out` (`.npz`) with the sidecar `meta` completed and written beside it.
+/// The rows of a codes file for one batch of problems (row = `problem * S + selection` for `S`
+/// stacked selections), as [`extract()`] writes them and the Python front returns them.
 ///
-/// Arrays written (row = `problem * S + selection` for `S` stacked selections):
+/// # Shapes
+/// `codes [R, L', H, 1, K]` flat, and per row `label`, `target`, `prediction`, `correct`, `slot`,
+/// `problem` `[R]`, `rules [R, F]`, `inputs [R, K]`, for `R = B * S` rows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CodeRows {
+    /// The latent codes, float32.
+    pub codes: Vec<f32>,
+    /// The rule of the feature shown in the row's answer slot (the decoding target).
+    pub label: Vec<i64>,
+    /// The task's rule per unpermuted slot.
+    pub rules: Vec<i64>,
+    /// The values of the key tokens (-1 for a query token).
+    pub inputs: Vec<i64>,
+    /// The answer's value in the row's slot.
+    pub target: Vec<i64>,
+    /// The model's predicted value in the row's slot.
+    pub prediction: Vec<i64>,
+    /// `prediction == target`.
+    pub correct: Vec<bool>,
+    /// The row's answer slot.
+    pub slot: Vec<i64>,
+    /// The problem's index in the whole set.
+    pub problem: Vec<i64>,
+}
+
+/// The model's shape checked against SRAVEN problems and the site resolved into its selections.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for a site that does not fit the task or a model that does not
+/// read SRAVEN problems of its shape.
+pub fn selections_of(cfg: &hyperlens_model::Config, site: &Site) -> Result<Vec<Selection>> {
+    let task_params = hyperlens_tasks::sraven::SravenParams {
+        features: cfg.n_outputs,
+        values: cfg.d_in,
+        ..Default::default()
+    };
+    let selections: Vec<Selection> = site.resolve(&task_params)?;
+    if task_params.n_tokens() != cfg.n_tokens {
+        return Err(ProbeError::InvalidInput(format!(
+            "the model reads {} tokens; SRAVEN problems with {} features have {}",
+            cfg.n_tokens,
+            cfg.n_outputs,
+            task_params.n_tokens()
+        )));
+    }
+    Ok(selections)
+}
+
+/// [`ProbeError::InvalidInput`] unless `batch` holds SRAVEN problems of the model's shape.
+fn check_batch(cfg: &hyperlens_model::Config, batch: &ProblemSet) -> Result<()> {
+    let (b, t, m) = batch.x.dim();
+    let f = cfg.n_outputs;
+    if t != cfg.n_tokens || m != cfg.d_in || batch.y.dim() != (b, f) || batch.rules.dim() != (b, f)
+    {
+        return Err(ProbeError::InvalidInput(format!(
+            "problem batch x {:?}, y {:?}, rules {:?} does not fit the model (T {}, M {}, F {})",
+            batch.x.shape(),
+            batch.y.shape(),
+            batch.rules.shape(),
+            cfg.n_tokens,
+            cfg.d_in,
+            f
+        )));
+    }
+    Ok(())
+}
+
+/// The codes of one batch at `selections` and `layers` ([`Evaluator::read`]) with their labels:
+/// the rows of a codes file, the first problem numbered `first_problem`.
+///
+/// # Shapes
+/// `batch.x [B, T, M]`, `y [B, F]`, `rules [B, F]`, optional `perms [B, 3, F]`; see [`CodeRows`].
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] for a batch that does not fit the model or a `perms` entry that is
+/// not a slot; the evaluator's errors.
+pub fn code_rows(
+    ev: &Evaluator,
+    batch: &ProblemSet,
+    selections: &[Selection],
+    layers: &[usize],
+    first_problem: usize,
+) -> Result<CodeRows> {
+    let cfg = ev.config();
+    check_batch(cfg, batch)?;
+    let b = batch.len();
+    let (h, f, s) = (cfg.n_heads, cfg.n_outputs, selections.len());
+    let sites: Vec<CodeSite> = selections
+        .iter()
+        .map(|sel| CodeSite {
+            query: sel.query,
+            keys: sel.keys.clone(),
+        })
+        .collect();
+    let reads = Reads {
+        sites: &sites,
+        layers,
+        resid_pre: false,
+    };
+    // Codes [B, S, L', H, K] and the predicted class per slot [B, F].
+    let read = ev.read(batch.x.view(), &reads)?;
+    let pred = argmax_rows(&read.logits, cfg.d_out);
+    let n_keys = selections.first().map_or(0, |sel| sel.keys.len());
+    let row_len = layers.len() * h * n_keys;
+    let mut rows = CodeRows {
+        codes: Vec::with_capacity(b * s * row_len),
+        ..CodeRows::default()
+    };
+    for i in 0..b {
+        for (si, sel) in selections.iter().enumerate() {
+            rows.codes
+                .extend_from_slice(&read.codes[(i * s + si) * row_len..][..row_len]);
+            // The feature shown in answer slot `sel.slot` (column 2's permutation).
+            let feature = match &batch.perms {
+                Some(p) => {
+                    let v = p[[i, 2, sel.slot]];
+                    usize::try_from(v).ok().filter(|&v| v < f).ok_or_else(|| {
+                        ProbeError::InvalidInput(format!(
+                            "perms[{i}, 2, {}] = {v} is not a slot",
+                            sel.slot
+                        ))
+                    })?
+                }
+                None => sel.slot,
+            };
+            rows.label.push(batch.rules[[i, feature]]);
+            rows.rules.extend(batch.rules.row(i).iter().copied());
+            for &k in &sel.keys {
+                let row = batch.x.slice(ndarray::s![i, k, ..]);
+                let v = row.iter().position(|&v| v > 0.5).map_or(-1, |p| p as i64);
+                rows.inputs.push(v);
+            }
+            let tgt = batch.y[[i, sel.slot]];
+            let p = pred[i * f + sel.slot] as i64;
+            rows.target.push(tgt);
+            rows.prediction.push(p);
+            rows.correct.push(p == tgt);
+            rows.slot.push(sel.slot as i64);
+            rows.problem.push((first_problem + i) as i64);
+        }
+    }
+    Ok(rows)
+}
+
+/// The arrays of a SRAVEN codes file in the stream, in file order.
+struct CodeArrays {
+    ids: [crate::npz_stream::ArrayId; 9],
+}
+
+impl CodeArrays {
+    /// Declares the arrays of `n_rows` rows with `shape` = `[L', H, 1, K]` codes and `F` slots.
+    fn declare(w: &mut NpzStream, n_rows: usize, codes: &[usize], f: usize) -> Result<CodeArrays> {
+        let n_keys = codes[codes.len() - 1];
+        let mut codes_shape = vec![n_rows];
+        codes_shape.extend_from_slice(codes);
+        Ok(CodeArrays {
+            ids: [
+                w.add_array(keys::CODES, NpyDtype::F32, &codes_shape)?,
+                w.add_array(keys::LABEL, NpyDtype::I64, &[n_rows])?,
+                w.add_array(keys::RULES, NpyDtype::I64, &[n_rows, f])?,
+                w.add_array(keys::INPUTS, NpyDtype::I64, &[n_rows, n_keys])?,
+                w.add_array(keys::TARGET, NpyDtype::I64, &[n_rows])?,
+                w.add_array(keys::PREDICTION, NpyDtype::I64, &[n_rows])?,
+                w.add_array(keys::CORRECT, NpyDtype::Bool, &[n_rows])?,
+                w.add_array(keys::SLOT, NpyDtype::I64, &[n_rows])?,
+                w.add_array(keys::PROBLEM, NpyDtype::I64, &[n_rows])?,
+            ],
+        })
+    }
+
+    /// Appends one batch's rows.
+    fn append(&self, w: &mut NpzStream, rows: &CodeRows) -> Result<()> {
+        let [codes, label, rules, inputs, target, pred, correct, slot, problem] = self.ids;
+        w.append_f32(codes, &rows.codes)?;
+        w.append_i64(label, &rows.label)?;
+        w.append_i64(rules, &rows.rules)?;
+        w.append_i64(inputs, &rows.inputs)?;
+        w.append_i64(target, &rows.target)?;
+        w.append_i64(pred, &rows.prediction)?;
+        w.append_bool(correct, &rows.correct)?;
+        w.append_i64(slot, &rows.slot)?;
+        w.append_i64(problem, &rows.problem)?;
+        Ok(())
+    }
+}
+
+/// Extracts the codes of the model of `ev` over `batches` (which must yield `n_problems` problems
+/// in total) and writes them to `out` (`.npz`) with the sidecar `meta` completed and written
+/// beside it.
+///
+/// Arrays written (row = `problem * S + selection` for `S` stacked selections, [`CodeRows`]):
 /// `codes` f32 `[N, L, H, 1, K]`, `label` i64 `[N]` (rule of the feature shown in the row's answer
 /// slot), `rules` i64 `[N, F]` (the task's rule per unpermuted slot), `inputs` i64 `[N, K]` (values of
 /// the key tokens; -1 for a query token), `target` i64 `[N]`, `prediction` i64 `[N]`, `correct` bool
@@ -134,7 +322,7 @@ pub struct ProbeSummary {
 /// Invalid site/layers, batches that do not fit the model or do not add up to `n_problems`, candle
 /// and I/O errors. On error no output file is left behind.
 pub fn extract<I, P>(
-    model: &Transformer,
+    ev: &Evaluator,
     batches: I,
     n_problems: usize,
     params: &ProbeParams,
@@ -146,47 +334,15 @@ where
     I: IntoIterator<Item = Result<ProblemSet>>,
     P: FnMut(usize),
 {
-    let cfg = model.config().clone();
+    let cfg = ev.config().clone();
     let layers = params.check(cfg.n_layers)?;
-    let task_params = hyperlens_tasks::sraven::SravenParams {
-        features: cfg.n_outputs,
-        values: cfg.d_in,
-        ..Default::default()
-    };
-    let selections: Vec<Selection> = params.site.resolve(&task_params)?;
-    if task_params.n_tokens() != cfg.n_tokens {
-        return Err(ProbeError::InvalidInput(format!(
-            "the model reads {} tokens; SRAVEN problems with {} features have {}",
-            cfg.n_tokens,
-            cfg.n_outputs,
-            task_params.n_tokens()
-        )));
-    }
+    let selections = selections_of(&cfg, &params.site)?;
     let n_keys = selections[0].keys.len();
     let (h, f, s) = (cfg.n_heads, cfg.n_outputs, selections.len());
     let n_rows = n_problems * s;
-    // On the CPU, the evaluation-mode pass without candle (`hyperlens_model::infer`).
-    let inference = model
-        .device()
-        .is_cpu()
-        .then(|| Inference::new(model))
-        .transpose()?;
 
     let mut w = NpzStream::create(out)?;
-    let codes_id = w.add_array(
-        keys::CODES,
-        NpyDtype::F32,
-        &[n_rows, layers.len(), h, 1, n_keys],
-    )?;
-    let label_id = w.add_array(keys::LABEL, NpyDtype::I64, &[n_rows])?;
-    let rules_id = w.add_array(keys::RULES, NpyDtype::I64, &[n_rows, f])?;
-    let inputs_id = w.add_array(keys::INPUTS, NpyDtype::I64, &[n_rows, n_keys])?;
-    let target_id = w.add_array(keys::TARGET, NpyDtype::I64, &[n_rows])?;
-    let pred_id = w.add_array(keys::PREDICTION, NpyDtype::I64, &[n_rows])?;
-    let correct_id = w.add_array(keys::CORRECT, NpyDtype::Bool, &[n_rows])?;
-    let slot_id = w.add_array(keys::SLOT, NpyDtype::I64, &[n_rows])?;
-    let problem_id = w.add_array(keys::PROBLEM, NpyDtype::I64, &[n_rows])?;
-
+    let arrays = CodeArrays::declare(&mut w, n_rows, &[layers.len(), h, 1, n_keys], f)?;
     let mut done = 0usize;
     let mut n_correct = 0usize;
     for batch in batches {
@@ -200,94 +356,9 @@ where
                 "the problem batches hold more than the announced {n_problems} problems"
             )));
         }
-        let (_, t, m) = batch.x.dim();
-        if t != cfg.n_tokens
-            || m != cfg.d_in
-            || batch.y.dim() != (b, f)
-            || batch.rules.dim() != (b, f)
-        {
-            return Err(ProbeError::InvalidInput(format!(
-                "problem batch x {:?}, y {:?}, rules {:?} does not fit the model (T {}, M {}, F {})",
-                batch.x.shape(),
-                batch.y.shape(),
-                batch.rules.shape(),
-                cfg.n_tokens,
-                cfg.d_in,
-                f
-            )));
-        }
-        // Codes [B, S, L', H, K] and the predicted class per slot [B, F].
-        let (batch_codes, logits) = batch_codes(
-            model,
-            inference.as_ref(),
-            batch.x.view(),
-            &selections,
-            &layers,
-        )?;
-        let pred = argmax_rows(&logits, cfg.d_out);
-        let row_len = layers.len() * h * n_keys;
-        let mut codes = Vec::with_capacity(b * s * layers.len() * h * n_keys);
-        let (
-            mut label,
-            mut rules,
-            mut inputs,
-            mut target,
-            mut prediction,
-            mut correct,
-            mut slot,
-            mut problem,
-        ) = (
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-        );
-        for i in 0..b {
-            for (si, sel) in selections.iter().enumerate() {
-                codes.extend_from_slice(&batch_codes[(i * s + si) * row_len..][..row_len]);
-                // The feature shown in answer slot `sel.slot` (column 2's permutation).
-                let feature = match &batch.perms {
-                    Some(p) => {
-                        let v = p[[i, 2, sel.slot]];
-                        usize::try_from(v).ok().filter(|&v| v < f).ok_or_else(|| {
-                            ProbeError::InvalidInput(format!(
-                                "perms[{i}, 2, {}] = {v} is not a slot",
-                                sel.slot
-                            ))
-                        })?
-                    }
-                    None => sel.slot,
-                };
-                label.push(batch.rules[[i, feature]]);
-                rules.extend(batch.rules.row(i).iter().copied());
-                for &k in &sel.keys {
-                    let row = batch.x.slice(ndarray::s![i, k, ..]);
-                    let v = row.iter().position(|&v| v > 0.5).map_or(-1, |p| p as i64);
-                    inputs.push(v);
-                }
-                let tgt = batch.y[[i, sel.slot]];
-                let p = pred[i * f + sel.slot] as i64;
-                target.push(tgt);
-                prediction.push(p);
-                correct.push(p == tgt);
-                n_correct += usize::from(p == tgt);
-                slot.push(sel.slot as i64);
-                problem.push((done + i) as i64);
-            }
-        }
-        w.append_f32(codes_id, &codes)?;
-        w.append_i64(label_id, &label)?;
-        w.append_i64(rules_id, &rules)?;
-        w.append_i64(inputs_id, &inputs)?;
-        w.append_i64(target_id, &target)?;
-        w.append_i64(pred_id, &prediction)?;
-        w.append_bool(correct_id, &correct)?;
-        w.append_i64(slot_id, &slot)?;
-        w.append_i64(problem_id, &problem)?;
+        let rows = code_rows(ev, &batch, &selections, &layers, done)?;
+        n_correct += rows.correct.iter().filter(|&&c| c).count();
+        arrays.append(&mut w, &rows)?;
         done += b;
         progress(done);
     }
@@ -296,7 +367,32 @@ where
             "the problem batches held {done} problems, {n_problems} were announced"
         )));
     }
+    complete_meta(&mut meta, params, &cfg, &selections, &layers, n_problems);
+    w.finish()?;
+    hyperlens_io::write_sidecar(out, &meta)?;
+    Ok(ProbeSummary {
+        n_rows,
+        slot_accuracy: if n_rows == 0 {
+            0.0
+        } else {
+            n_correct as f64 / n_rows as f64
+        },
+    })
+}
 
+/// Fills the sidecar's description of a SRAVEN codes file: site, selections, layers, sizes, mixer
+/// and array shapes.
+fn complete_meta(
+    meta: &mut ProbeMeta,
+    params: &ProbeParams,
+    cfg: &hyperlens_model::Config,
+    selections: &[Selection],
+    layers: &[usize],
+    n_problems: usize,
+) {
+    let n_keys = selections[0].keys.len();
+    let (h, f) = (cfg.n_heads, cfg.n_outputs);
+    let n_rows = n_problems * selections.len();
     meta.site = params.site.to_string();
     meta.selections = selections
         .iter()
@@ -306,7 +402,7 @@ where
             slot: s.slot,
         })
         .collect();
-    meta.layers = layers.clone();
+    meta.layers = layers.to_vec();
     meta.heads = h;
     meta.n_problems = n_problems;
     meta.n_rows = n_rows;
@@ -327,94 +423,14 @@ where
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     meta.version = env!("CARGO_PKG_VERSION").to_string();
-    w.finish()?;
-    hyperlens_io::write_sidecar(out, &meta)?;
-    Ok(ProbeSummary {
-        n_rows,
-        slot_accuracy: if n_rows == 0 {
-            0.0
-        } else {
-            n_correct as f64 / n_rows as f64
-        },
-    })
-}
-
-/// The codes of one batch at `selections` and `layers`, `[B, S, L', H, K]` (problem-major, then
-/// selection, layer, head, key), and the logits `[B, F, C]`: by the CPU pass of [`Inference`] when
-/// one is given, else by the candle forward pass on the model's device.
-///
-/// # Shapes
-/// `x [B, T, d_in]`.
-///
-/// # Errors
-/// Input errors of [`Inference::run`]; candle errors.
-pub(crate) fn batch_codes(
-    model: &Transformer,
-    inference: Option<&Inference>,
-    x: ndarray::ArrayView3<f32>,
-    selections: &[Selection],
-    layers: &[usize],
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let cfg = model.config();
-    let (t, h) = (cfg.n_tokens, cfg.n_heads);
-    let n_keys = selections.first().map_or(0, |s| s.keys.len());
-    let n_layers = layers.len();
-    let Some(inf) = inference else {
-        let xt = batch_tensor(&x.to_owned(), model.device())?;
-        let fwd = model.forward(&xt, true)?;
-        let attention = fwd
-            .attention
-            .ok_or_else(|| ProbeError::InvalidInput("the model returned no attention".into()))?;
-        // Per selection and layer: [B, 1, H, K] on the device, stacked to [B, S, L', H, K].
-        let mut parts = Vec::with_capacity(selections.len() * n_layers);
-        for sel in selections {
-            let keys: Vec<u32> = sel.keys.iter().map(|&k| k as u32).collect();
-            let keys = Tensor::from_vec(keys, n_keys, model.device())?;
-            for &l in layers {
-                let a = attention[l].i((.., .., sel.query, ..))?.contiguous()?; // [B, H, T]
-                parts.push(a.index_select(&keys, 2)?.unsqueeze(1)?);
-            }
-        }
-        let codes = Tensor::cat(&parts, 1)?.flatten_all()?.to_vec1::<f32>()?;
-        return Ok((codes, fwd.logits.flatten_all()?.to_vec1()?));
-    };
-    // Where each model layer goes among the kept ones.
-    let mut slot_of = vec![None; cfg.n_layers];
-    for (li, &l) in layers.iter().enumerate() {
-        slot_of[l] = Some(li);
-    }
-    let width = selections.len() * n_layers * h * n_keys;
-    // At the last block the pass computes only the queries read there (and the logits' rows).
-    let first_query = match slot_of.last() {
-        Some(Some(_)) => selections
-            .iter()
-            .map(|s| s.query)
-            .min()
-            .unwrap_or(usize::MAX),
-        _ => usize::MAX,
-    };
-    let take = TakeCodesFrom {
-        first_query,
-        take: |l, att: &[f32], row: &mut [f32]| {
-            let Some(li) = slot_of[l] else { return };
-            for (si, sel) in selections.iter().enumerate() {
-                for hh in 0..h {
-                    let dst = &mut row[((si * n_layers + li) * h + hh) * n_keys..][..n_keys];
-                    let src = &att[(hh * t + sel.query) * t..][..t];
-                    for (d, &k) in dst.iter_mut().zip(&sel.keys) {
-                        *d = src[k];
-                    }
-                }
-            }
-        },
-    };
-    let out = inf.run_problems(x, width, &take)?;
-    Ok((out.taken, out.logits))
 }
 
 /// The index of the largest entry of each row of `n` entries (the first of equal ones, as
-/// candle's `argmax`).
-fn argmax_rows(v: &[f32], n: usize) -> Vec<u32> {
+/// candle's `argmax`): the predicted class of each row of logits.
+///
+/// # Shapes
+/// `v [R, n]` row-major -> `[R]`.
+pub fn argmax_rows(v: &[f32], n: usize) -> Vec<u32> {
     v.chunks_exact(n)
         .map(|row| {
             let mut best = 0;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod extract;
 pub mod logic;
 pub mod npz_stream;
+pub mod patch_files;
 pub mod patching;
 pub mod site;
 pub mod transplant;
@@ -21,6 +22,10 @@ pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{
     describe_inputs, extract_logic, extract_logic_set, logic_set_name, GeneratedLogicSet,
     LogicProbeSummary, LogicSite,
+};
+pub use patch_files::{
+    write_activation_patching, write_dla, write_head_ablation, write_transplant, PatchRun,
+    TransplantProblems,
 };
 pub use patching::{
     activation_patching, direct_logit_attribution, dla_csv, feature_swap_pairs, patching_csv,

@@ -11,16 +11,15 @@
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::{Inference, Transformer};
+use hyperlens_model::{CodeSite, Evaluator, Reads};
 use hyperlens_tasks::logic::{
     logic_chunks, LogicBatch, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
 use ndarray::s;
 
 use crate::error::{ProbeError, Result};
-use crate::extract::{batch_codes, ProbeMeta, SelectionMeta};
+use crate::extract::{ProbeMeta, SelectionMeta};
 use crate::npz_stream::{NpyDtype, NpzStream};
-use crate::site::Selection;
 
 /// Where a logic probe reads the codes: one query position and its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +77,7 @@ pub struct GeneratedLogicSet<'a> {
 /// the wrong length; the errors of [`extract_logic`].
 #[allow(clippy::too_many_arguments)]
 pub fn extract_logic_set<P: FnMut(usize)>(
-    model: &Transformer,
+    ev: &Evaluator,
     source: GeneratedLogicSet<'_>,
     batch: usize,
     layers: &[usize],
@@ -94,7 +93,7 @@ pub fn extract_logic_set<P: FnMut(usize)>(
         seed,
         inputs,
     } = source;
-    let name = logic_set_name(set);
+    let name = set.name();
     if n == 0 {
         return Err(ProbeError::InvalidInput("--n must be positive".into()));
     }
@@ -114,7 +113,7 @@ pub fn extract_logic_set<P: FnMut(usize)>(
         })?;
         Ok(c)
     });
-    extract_logic(model, chunks, n, batch, layers, site, out, meta, progress)
+    extract_logic(ev, chunks, n, batch, layers, site, out, meta, progress)
 }
 
 /// The sidecar's `problems` of a logic set from `source` (a file or `generated`) with `inputs` of
@@ -132,17 +131,14 @@ pub fn describe_inputs(source: &str, inputs: &LogicInputs, seed: u64) -> String 
     }
 }
 
-/// The name hyperlens uses for a logic set: `id` (the training tasks), `ood` (held-out pairs of
-/// known terms), `unknown` (pairs of unknown terms).
+/// The name of a logic set, [`LogicSet::name`] (`id`, `ood`, `unknown`). Transitional: kept
+/// only for `hyperlens cache` (`crates/cli/src/commands/cache.rs`), which still names it; remove it
+/// once that calls `set.name()`.
 pub fn logic_set_name(set: LogicSet) -> &'static str {
-    match set {
-        LogicSet::Train => "id",
-        LogicSet::Test => "ood",
-        LogicSet::Ood => "unknown",
-    }
+    set.name()
 }
 
-/// Extracts the codes of the logic `model` at `site` for the layers `layers` over `batches` (which
+/// Extracts the codes of the logic model of `ev` at `site` for the layers `layers` over `batches` (which
 /// must yield `n_problems` sequences in total), running the model on at most `batch` sequences at
 /// a time, and writes them to `out` (`.npz`) with the sidecar `meta` completed beside it.
 ///
@@ -160,7 +156,7 @@ pub fn logic_set_name(set: LogicSet) -> &'static str {
 /// `n_problems`; candle and I/O errors. On error no output file is left behind.
 #[allow(clippy::too_many_arguments)]
 pub fn extract_logic<I, P>(
-    model: &Transformer,
+    ev: &Evaluator,
     batches: I,
     n_problems: usize,
     batch: usize,
@@ -174,7 +170,7 @@ where
     I: IntoIterator<Item = Result<LogicBatch>>,
     P: FnMut(usize),
 {
-    let cfg = model.config().clone();
+    let cfg = ev.config().clone();
     let (t, h) = (cfg.n_tokens, cfg.n_heads);
     let layers = crate::ProbeParams {
         site: crate::Site::Paper,
@@ -192,18 +188,16 @@ where
         )));
     }
     let n_keys = site.keys.len();
-    // The site as one selection (the slot is unused here).
-    let selection = Selection {
+    // The site as the evaluator's code site.
+    let sites = [CodeSite {
         query: site.query,
         keys: site.keys.clone(),
-        slot: 0,
+    }];
+    let reads = Reads {
+        sites: &sites,
+        layers: &layers,
+        resid_pre: false,
     };
-    // On the CPU, the evaluation-mode pass without candle (`hyperlens_model::infer`).
-    let inference = model
-        .device()
-        .is_cpu()
-        .then(|| Inference::new(model))
-        .transpose()?;
     let mut w: Option<(NpzStream, [crate::npz_stream::ArrayId; 6])> = None;
     let mut shapes = None;
     let mut done = 0usize;
@@ -264,13 +258,8 @@ where
         let mut start = 0;
         while start < b {
             let end = (start + batch).min(b);
-            let (codes, pred) = batch_codes(
-                model,
-                inference.as_ref(),
-                chunk.x.slice(s![start..end, .., ..]),
-                std::slice::from_ref(&selection),
-                &layers,
-            )?;
+            let read = ev.read(chunk.x.slice(s![start..end, .., ..]), &reads)?;
+            let (codes, pred) = (read.codes, read.logits);
             let terms: Vec<i64> = chunk
                 .terms
                 .slice(s![start..end, .., ..])

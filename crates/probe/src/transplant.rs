@@ -22,11 +22,7 @@
 //! the code (a zero code; the mean ID code over all rules), which say how much the answer depends
 //! on the code at all.
 
-use candle_core::Tensor;
-use hyperlens_model::eval::batch_tensor;
-use hyperlens_model::hooks::HookFn;
-use hyperlens_model::infer::{InferenceHooks, Start};
-use hyperlens_model::{Inference, Transformer};
+use hyperlens_model::{BlockStart, CodeSite, Evaluator, Reads};
 use hyperlens_tasks::sraven::{ProblemSet, Rule};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -74,121 +70,20 @@ pub struct TransplantRow {
     pub max_logit_change: f64,
 }
 
-/// Replaces `pattern[b, :, q, keys[j]]` by `codes[b, :, j]` at one layer (candle's hooked pass).
-struct Transplant<'a> {
-    name: String,
-    query: usize,
-    keys: [usize; 2],
-    /// `[B, H, 2]`.
-    codes: &'a Tensor,
-}
-
-impl HookFn for Transplant<'_> {
-    fn wants(&self, name: &str) -> bool {
-        name == self.name
-    }
-
-    fn call(&mut self, _: &str, p: &Tensor) -> hyperlens_model::Result<Option<Tensor>> {
-        let (b, h, t, _) = p.dims4()?;
-        let dev = p.device();
-        // mask [1, 1, T, T]: 1 at (q, k1) and (q, k2); fill [B, H, T, T]: the codes there.
-        let mut m = vec![0f32; t * t];
-        for &k in &self.keys {
-            m[self.query * t + k] = 1.0;
-        }
-        let mask = Tensor::from_vec(m, (1, 1, t, t), dev)?;
-        let codes: Vec<f32> = self.codes.flatten_all()?.to_vec1()?;
-        let mut fill = vec![0f32; b * h * t * t];
-        for bi in 0..b {
-            for hi in 0..h {
-                for (j, &k) in self.keys.iter().enumerate() {
-                    fill[((bi * h + hi) * t + self.query) * t + k] = codes[(bi * h + hi) * 2 + j];
-                }
-            }
-        }
-        let fill = Tensor::from_vec(fill, (b, h, t, t), dev)?;
-        let keep = (1.0 - &mask)?;
-        Ok(Some((p.broadcast_mul(&keep)? + fill)?))
-    }
-}
-
-/// The site of one layer's codes: query and the two keys.
+/// The site of the codes in a layer: query and the two keys.
 #[derive(Debug, Clone, Copy)]
 struct Site {
-    layer: usize,
     query: usize,
     keys: [usize; 2],
 }
 
-/// Reads, at every layer, the codes at the query and keys (`[H, 2]`) and, with `streams`, the
-/// stream entering the layer (`[T * D]`) ([`Passes::sites`]): row = `L` streams (or none), then
-/// `L` codes.
-struct ReadSites {
-    query: usize,
-    keys: [usize; 2],
-    n_layers: usize,
-    n_heads: usize,
-    n_tokens: usize,
-    /// Floats per stream; 0 reads none.
-    stream: usize,
-}
-
-impl InferenceHooks for ReadSites {
-    fn resid_pre(&self, layer: usize, _: usize, resid: &mut [f32], row: &mut [f32]) {
-        if self.stream > 0 {
-            row[layer * self.stream..][..self.stream].copy_from_slice(resid);
+impl Site {
+    fn code_site(&self) -> CodeSite {
+        CodeSite {
+            query: self.query,
+            keys: self.keys.to_vec(),
         }
     }
-
-    fn pattern(&self, layer: usize, _: usize, codes: &mut [f32], row: &mut [f32]) {
-        let (h, t) = (self.n_heads, self.n_tokens);
-        let out = &mut row[self.n_layers * self.stream + layer * 2 * h..][..2 * h];
-        for hh in 0..h {
-            for (j, &k) in self.keys.iter().enumerate() {
-                out[hh * 2 + j] = codes[(hh * t + self.query) * t + k];
-            }
-        }
-    }
-
-    fn last_block_from_query(&self) -> usize {
-        self.query
-    }
-}
-
-/// Writes `codes [B, H, 2]` at the site ([`Passes::transplanted`]).
-struct WriteSite<'a> {
-    site: Site,
-    n_heads: usize,
-    n_tokens: usize,
-    codes: &'a [f32],
-}
-
-impl InferenceHooks for WriteSite<'_> {
-    fn pattern(&self, layer: usize, problem: usize, codes: &mut [f32], _: &mut [f32]) {
-        if layer != self.site.layer {
-            return;
-        }
-        let (h, t) = (self.n_heads, self.n_tokens);
-        for hh in 0..h {
-            for (j, &k) in self.site.keys.iter().enumerate() {
-                codes[(hh * t + self.site.query) * t + k] = self.codes[(problem * h + hh) * 2 + j];
-            }
-        }
-    }
-
-    fn last_block_from_query(&self) -> usize {
-        self.site.query
-    }
-}
-
-/// The two passes of the test: on the CPU by [`Inference`] (`hyperlens_model::infer`), elsewhere
-/// by candle's hooked pass. Both start the transplanted passes from the stream that the plain pass
-/// produced at the site's layer, so that the identity transplant is exact; on the CPU from the
-/// block's state ([`Inference::block_state`]), so that the site's block is computed for the
-/// site's query alone. One plain pass per batch reads every layer.
-enum Passes<'a> {
-    Cpu(Box<Inference>),
-    Candle(&'a Transformer),
 }
 
 /// What the plain pass gives: the slot's logits per problem `[B][C]`, and per layer the codes at
@@ -199,181 +94,69 @@ struct SiteValues {
     streams: Vec<Vec<f32>>,
 }
 
-/// Where the transplanted passes of one layer and batch start: on the CPU the block's state
-/// ([`Inference::block_state`], so that each pass computes that block for the site's query
-/// alone), for candle the stream entering the block.
-enum Prepared {
-    Cpu(hyperlens_model::infer::BlockState),
-    Candle(Vec<f32>),
+/// The slot's logits `[B][C]` from logits `[B, F, C]`.
+fn slot_logits(logits: &[f32], f: usize, c: usize, slot: usize) -> Vec<Vec<f32>> {
+    logits
+        .chunks_exact(f * c)
+        .map(|p| p[slot * c..][..c].to_vec())
+        .collect()
 }
 
-impl Passes<'_> {
-    /// The slot's logits `[B][C]` from logits `[B, F, C]`.
-    fn slot(logits: &[f32], f: usize, c: usize, slot: usize) -> Vec<Vec<f32>> {
-        logits
-            .chunks_exact(f * c)
-            .map(|p| p[slot * c..][..c].to_vec())
-            .collect()
-    }
-
-    /// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at
-    /// `query` and `keys` and (with `streams`) the stream entering the layer.
-    fn sites(
-        &self,
-        part: &ProblemSet,
-        (query, keys): (usize, [usize; 2]),
-        slot: usize,
-        streams: bool,
-    ) -> Result<SiteValues> {
-        match self {
-            Passes::Cpu(inf) => {
-                let cfg = inf.config();
-                let (t, dm, h, nl) = (cfg.n_tokens, cfg.d_model, cfg.n_heads, cfg.n_layers);
-                let hooks = ReadSites {
-                    query,
-                    keys,
-                    n_layers: nl,
-                    n_heads: h,
-                    n_tokens: t,
-                    stream: if streams { t * dm } else { 0 },
-                };
-                let width = nl * (hooks.stream + h * 2);
-                let out = inf.run_problems(part.x.view(), width, &hooks)?;
-                let per_layer = |at: usize, len: usize| -> Vec<Vec<f32>> {
-                    (0..nl)
-                        .map(|l| {
-                            out.taken
-                                .chunks_exact(width)
-                                .flat_map(|row| &row[at + l * len..][..len])
-                                .copied()
-                                .collect()
-                        })
-                        .collect()
-                };
-                Ok(SiteValues {
-                    logits: Self::slot(&out.logits, cfg.n_outputs, cfg.d_out, slot),
-                    codes: per_layer(nl * hooks.stream, h * 2),
-                    streams: if streams {
-                        per_layer(0, hooks.stream)
-                    } else {
-                        Vec::new()
-                    },
-                })
-            }
-            Passes::Candle(model) => {
-                let cfg = model.config();
-                let x = batch_tensor(&part.x, model.device())?;
-                let mut names: Vec<String> = (0..cfg.n_layers)
-                    .map(|l| format!("blocks.{l}.attn.hook_pattern"))
-                    .collect();
-                if streams {
-                    names.extend((0..cfg.n_layers).map(|l| format!("blocks.{l}.hook_resid_pre")));
-                }
-                let (logits, cache) = model.run_with_cache(&x, &names)?;
-                let get = |n: &str| {
-                    cache
-                        .iter()
-                        .find(|(k, _)| k == n)
-                        .map(|(_, t)| t.clone())
-                        .ok_or_else(|| ProbeError::InvalidInput(format!("no {n} in the cache")))
-                };
-                let idx = Tensor::from_vec(
-                    keys.iter().map(|&k| k as u32).collect::<Vec<_>>(),
-                    2,
-                    x.device(),
-                )?;
-                let mut codes = Vec::with_capacity(cfg.n_layers);
-                let mut stream_values = Vec::new();
-                for l in 0..cfg.n_layers {
-                    let p = get(&format!("blocks.{l}.attn.hook_pattern"))?;
-                    let a = p.narrow(2, query, 1)?.squeeze(2)?; // [B, H, T]
-                    codes.push(
-                        a.contiguous()?
-                            .index_select(&idx, 2)?
-                            .flatten_all()?
-                            .to_vec1()?,
-                    );
-                    if streams {
-                        let s = get(&format!("blocks.{l}.hook_resid_pre"))?;
-                        stream_values.push(s.flatten_all()?.to_vec1()?);
-                    }
-                }
-                Ok(SiteValues {
-                    logits: Self::slot(
-                        &logits.flatten_all()?.to_vec1::<f32>()?,
-                        cfg.n_outputs,
-                        cfg.d_out,
-                        slot,
-                    ),
-                    codes,
-                    streams: stream_values,
-                })
-            }
-        }
-    }
-
-    /// The start of the transplanted passes at block `layer` from the plain pass's stream
-    /// `stream [B, T, D]` entering it.
-    fn prepare(&self, stream: &[f32], b: usize, layer: usize) -> Result<Prepared> {
-        Ok(match self {
-            Passes::Cpu(inf) => Prepared::Cpu(inf.block_state(stream, b, layer)?),
-            Passes::Candle(_) => Prepared::Candle(stream.to_vec()),
+/// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at `query`
+/// and `keys` and (with `streams`) the stream entering the layer.
+fn site_values(
+    ev: &Evaluator,
+    part: &ProblemSet,
+    (query, keys): (usize, [usize; 2]),
+    slot: usize,
+    streams: bool,
+) -> Result<SiteValues> {
+    let cfg = ev.config();
+    let (h, nl) = (cfg.n_heads, cfg.n_layers);
+    let sites = [CodeSite {
+        query,
+        keys: keys.to_vec(),
+    }];
+    let layers: Vec<usize> = (0..nl).collect();
+    let read = ev.read(
+        part.x.view(),
+        &Reads {
+            sites: &sites,
+            layers: &layers,
+            resid_pre: streams,
+        },
+    )?;
+    // Codes [B, 1, L, H, 2] -> per layer [B, H, 2].
+    let per = h * 2;
+    let codes = (0..nl)
+        .map(|l| {
+            read.codes
+                .chunks_exact(nl * per)
+                .flat_map(|row| &row[l * per..][..per])
+                .copied()
+                .collect()
         })
-    }
+        .collect();
+    Ok(SiteValues {
+        logits: slot_logits(&read.logits, cfg.n_outputs, cfg.d_out, slot),
+        codes,
+        streams: read.resid_pre,
+    })
+}
 
-    /// The slot's logits `[P][C]` of the passes of the problems `problems` (indices into the
-    /// prepared batch) with `codes [P, H, 2]` written at `site`.
-    fn transplanted(
-        &self,
-        from: &Prepared,
-        problems: &[usize],
-        site: Site,
-        codes: &[f32],
-        slot: usize,
-    ) -> Result<Vec<Vec<f32>>> {
-        match (self, from) {
-            (Passes::Cpu(inf), Prepared::Cpu(state)) => {
-                let cfg = inf.config();
-                let hooks = WriteSite {
-                    site,
-                    n_heads: cfg.n_heads,
-                    n_tokens: cfg.n_tokens,
-                    codes,
-                };
-                let start = Start::Query {
-                    state,
-                    problems,
-                    query: site.query,
-                };
-                let out = inf.run_hooked(start, problems.len(), 0, &hooks)?;
-                Ok(Self::slot(&out.logits, cfg.n_outputs, cfg.d_out, slot))
-            }
-            (Passes::Candle(model), Prepared::Candle(stream)) => {
-                let cfg = model.config();
-                let dev = model.device();
-                let per = cfg.n_tokens * cfg.d_model;
-                let rows: Vec<f32> = problems
-                    .iter()
-                    .flat_map(|&i| stream[i * per..][..per].iter().copied())
-                    .collect();
-                let b = problems.len();
-                let resid = Tensor::from_vec(rows, (b, cfg.n_tokens, cfg.d_model), dev)?;
-                let codes = Tensor::from_vec(codes.to_vec(), (b, cfg.n_heads, 2), dev)?;
-                let mut hook = Transplant {
-                    name: format!("blocks.{}.attn.hook_pattern", site.layer),
-                    query: site.query,
-                    keys: site.keys,
-                    codes: &codes,
-                };
-                let logits = model.run_with_hooks_from(&resid, site.layer, &mut hook)?; // [B, F, C]
-                let s = logits.narrow(1, slot, 1)?.squeeze(1)?;
-                Ok(s.to_vec2()?)
-            }
-            _ => Err(ProbeError::InvalidInput(
-                "a transplant prepared for another device".into(),
-            )),
-        }
-    }
+/// The slot's logits `[P][C]` of the passes of the problems `problems` (indices into the start's
+/// batch) with `codes [P, H, 2]` written at `site`.
+fn transplanted(
+    ev: &Evaluator,
+    from: &BlockStart,
+    problems: &[usize],
+    site: Site,
+    codes: &[f32],
+    slot: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let cfg = ev.config();
+    let logits = ev.run_with_site_codes(from, problems, &site.code_site(), codes)?;
+    Ok(slot_logits(&logits, cfg.n_outputs, cfg.d_out, slot))
 }
 
 /// The largest absolute difference between two logit vectors.
@@ -393,7 +176,7 @@ fn argmax(v: &[f32]) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
-/// Runs the causal test (module docs) of `model` on the OOD problems `ood`, with the donors' mean
+/// Runs the causal test (module docs) of the model of `ev` on the OOD problems `ood`, with the donors' mean
 /// codes from the in-distribution problems `id` (both unpermuted, so that slot `slot` is the same
 /// feature in every panel), layer by layer, in batches of `batch`; `seed` draws the random codes.
 ///
@@ -404,15 +187,14 @@ fn argmax(v: &[f32]) -> usize {
 /// [`ProbeError::InvalidInput`] for permuted problems, a slot outside the answer, an empty set or a
 /// zero batch; model errors.
 pub fn latent_transplant(
-    model: &Transformer,
+    ev: &Evaluator,
     id: &ProblemSet,
     ood: &ProblemSet,
     slot: usize,
     batch: usize,
     seed: u64,
 ) -> Result<Vec<TransplantRow>> {
-    let cfg = model.config().clone();
-    let f = cfg.n_outputs;
+    let f = ev.config().n_outputs;
     if slot >= f || batch == 0 || id.is_empty() || ood.is_empty() {
         return Err(ProbeError::InvalidInput(format!(
             "--slot {slot} (of {f}), --batch {batch}, {} ID and {} OOD problems: give a slot below {f}, a positive batch and both sets",
@@ -425,23 +207,18 @@ pub fn latent_transplant(
             "the transplant needs unpermuted problems (slot f is feature f in every panel)".into(),
         ));
     }
-    let passes = if model.device().is_cpu() {
-        Passes::Cpu(Box::new(Inference::new(model)?))
-    } else {
-        Passes::Candle(model)
-    };
-    transplant_with(&passes, &cfg, (id, ood), slot, batch, seed)
+    transplant_with(ev, (id, ood), slot, batch, seed)
 }
 
-/// [`latent_transplant`] (checked arguments) by `passes`.
+/// [`latent_transplant`] with checked arguments.
 fn transplant_with(
-    passes: &Passes<'_>,
-    cfg: &hyperlens_model::Config,
+    ev: &Evaluator,
     (id, ood): (&ProblemSet, &ProblemSet),
     slot: usize,
     batch: usize,
     seed: u64,
 ) -> Result<Vec<TransplantRow>> {
+    let cfg = ev.config();
     let (t, f, m) = (cfg.n_tokens, cfg.n_outputs, cfg.d_in);
     let query = t - f + slot;
     // Token `f p + slot` shows panel p's value of feature `slot` (panels 6 and 7 are the answer's
@@ -457,7 +234,7 @@ fn transplant_with(
             .position(|&v| v > 0.5)
             .unwrap_or(0) as u8
     };
-    let at = |layer: usize, keys: [usize; 2]| Site { layer, query, keys };
+    let at = |keys: [usize; 2]| Site { query, keys };
     // The random codes' directions `[L][N_ood][H * 2]`, drawn layer by layer and problem by
     // problem (the order of the test's passes before they shared one plain pass per batch).
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -476,7 +253,7 @@ fn transplant_with(
     let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; n_layers];
     for s in (0..id.len()).step_by(batch) {
         let part = id.slice(s, s + batch);
-        let plain = passes.sites(&part, (query, answer_row), slot, false)?;
+        let plain = site_values(ev, &part, (query, answer_row), slot, false)?;
         for (l, codes) in plain.codes.iter().enumerate() {
             for (i, c) in codes.chunks_exact(h * 2).enumerate() {
                 let r = part.rules[[i, slot]] as usize;
@@ -541,14 +318,14 @@ fn transplant_with(
         let b = part.len();
         // One plain pass: the baseline logits, and per layer the own codes [B, H, 2] and the
         // stream entering the block [B, T, D].
-        let plain = passes.sites(&part, (query, answer_row), slot, true)?;
+        let plain = site_values(ev, &part, (query, answer_row), slot, true)?;
         let base = &plain.logits;
         let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
         let all: Vec<usize> = (0..b).collect();
         for l in 0..n_layers {
             let [mean_id, donor_problem, off_row, random, zero_abl, mean_abl, ident] = &mut rows[l];
             let own = &plain.codes[l];
-            let from = passes.prepare(&plain.streams[l], b, l)?;
+            let from = ev.block_start(&plain.streams[l], b, l)?;
             // Random codes with the own code's norm.
             let mut rand_codes = Vec::with_capacity(b * h * 2);
             for (i, c) in own.chunks_exact(h * 2).enumerate() {
@@ -568,7 +345,7 @@ fn transplant_with(
                 (mean_all.as_ref(), mean_abl),
             ] {
                 let Some(codes) = codes else { continue };
-                let got = passes.transplanted(&from, &all, at(l, answer_row), codes, slot)?;
+                let got = transplanted(ev, &from, &all, at(answer_row), codes, slot)?;
                 for (i, g) in got.iter().enumerate() {
                     row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                     row.n += 1;
@@ -626,7 +403,7 @@ fn transplant_with(
                     (answer_row, &problem_codes, &mut *donor_problem),
                     (first_row, &codes, &mut *off_row),
                 ] {
-                    let got = passes.transplanted(&from, &keep, at(l, keys), codes, slot)?;
+                    let got = transplanted(ev, &from, &keep, at(keys), codes, slot)?;
                     for ((g, &i), &expect) in got.iter().zip(&keep).zip(&expected) {
                         row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
                         row.n += 1;
@@ -681,7 +458,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cpu_pass_and_candles_pass_give_the_same_tallies() {
+    fn the_host_engine_and_the_reference_passes_give_the_same_tallies() {
         use hyperlens_model::{Config, Mixer};
         use hyperlens_tasks::sraven::{sample, Set, Split};
         let cfg = Config {
@@ -693,7 +470,7 @@ mod tests {
             ..Config::sraven_base(Mixer::Softmax)
         };
         let dev = candle_core::Device::Cpu;
-        let (init, _) = Transformer::init(&cfg, 3, &dev).unwrap();
+        let (init, _) = hyperlens_model::Transformer::init(&cfg, 3, &dev).unwrap();
         // Noise on every parameter (the biases start at zero), as training would give.
         let tensors = init
             .named_tensors()
@@ -702,18 +479,19 @@ mod tests {
                 let v: Vec<f32> = (0..t.elem_count())
                     .map(|i| 0.3 * (i as f32 * 0.917 + 0.4).sin())
                     .collect();
-                let noise = Tensor::from_vec(v, t.dims(), &dev).unwrap();
+                let noise = candle_core::Tensor::from_vec(v, t.dims(), &dev).unwrap();
                 (n.clone(), (t + noise).unwrap())
             })
             .collect();
-        let model = Transformer::from_tensors(&cfg, tensors, &dev).unwrap();
+        let model = hyperlens_model::Transformer::from_tensors(&cfg, tensors, &dev).unwrap();
         let split = Split::named("paper-seed0").unwrap();
         let id = sample(&split, Set::Id, 64, 1, true).unwrap();
         let ood = sample(&split, Set::Ood, 21, 2, true).unwrap();
-        let cpu = Passes::Cpu(Box::new(Inference::new(&model).unwrap()));
-        let candle = Passes::Candle(&model);
-        let a = transplant_with(&cpu, &cfg, (&id, &ood), 3, 8, 0).unwrap();
-        let b = transplant_with(&candle, &cfg, (&id, &ood), 3, 8, 0).unwrap();
+        let host = Evaluator::new(model.clone()).unwrap();
+        assert_eq!(host.engine_name(), "host");
+        let reference = Evaluator::reference(model);
+        let a = latent_transplant(&host, &id, &ood, 3, 8, 0).unwrap();
+        let b = latent_transplant(&reference, &id, &ood, 3, 8, 0).unwrap();
         assert_eq!(a.len(), 14);
         let mut moved = 0;
         for (a, b) in a.iter().zip(&b) {

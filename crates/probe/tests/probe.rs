@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use candle_core::{Device, IndexOp};
 use hyperlens_model::eval::batch_tensor;
 use hyperlens_model::import::import_jax_npz;
-use hyperlens_model::{Mixer, Transformer};
+use hyperlens_model::{Evaluator, Mixer, Transformer};
 use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
 use hyperlens_tasks::sraven::{sample, Set, Split};
 use ndarray::{Array1, Array2, Array5};
@@ -43,7 +43,7 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
         layers: None,
     };
     let summary = extract(
-        &model,
+        &Evaluator::new(model.clone()).expect("evaluator"),
         batches,
         n,
         &params,
@@ -135,8 +135,9 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
         site: Site::AllSlots,
         layers: Some(vec![3, 1]),
     };
+    let ev = Evaluator::new(model.clone()).expect("evaluator");
     extract(
-        &model,
+        &ev,
         [Ok(problems.clone())],
         n,
         &params,
@@ -182,7 +183,7 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
     // Announcing the wrong number of problems is an error and leaves no file behind.
     let bad = dir.path().join("bad.npz");
     let err = extract(
-        &model,
+        &ev,
         [Ok(problems)],
         n + 1,
         &params,
@@ -230,13 +231,11 @@ fn zero_ablation_equals_removing_the_heads_output_weights() {
         )
     };
     let mut passes = Vec::new();
-    let r = head_ablation(&model, &mut source, Ablation::Zero, |d, t| {
-        passes.push((d, t))
-    })
-    .unwrap();
+    let ev = Evaluator::new(model.clone()).unwrap();
+    let r = head_ablation(&ev, &mut source, Ablation::Zero, |d, t| passes.push((d, t))).unwrap();
     assert_eq!(passes.last(), Some(&(7, 7)));
     assert_eq!(r.heads.len(), 6);
-    let base = hyperlens_model::evaluate(&model, &problems, 40).unwrap();
+    let base = hyperlens_model::evaluate(&ev, &problems, 40).unwrap();
     assert!((r.base.loss - base.loss).abs() < 1e-5);
     let tmp = tempfile::tempdir().unwrap();
     for h in &r.heads {
@@ -261,7 +260,7 @@ fn zero_ablation_equals_removing_the_heads_output_weights() {
         let dir = tmp.path().join(format!("L{}H{}", h.layer, h.head));
         checkpoint::save(&dir, &cfg, &tensors).unwrap();
         let edited = Transformer::load(&dir, &Device::Cpu).unwrap();
-        let m = hyperlens_model::evaluate(&edited, &problems, 40).unwrap();
+        let m = hyperlens_model::evaluate(&Evaluator::new(edited).unwrap(), &problems, 40).unwrap();
         assert!(
             (m.loss - h.loss).abs() < 1e-5 && m.accuracy == h.accuracy,
             "L{}H{}: {} / {} vs {} / {}",
@@ -278,7 +277,7 @@ fn zero_ablation_equals_removing_the_heads_output_weights() {
     let mut single = || -> Box<dyn Iterator<Item = hyperlens_probe::Result<_>> + '_> {
         Box::new(std::iter::once(Ok(one.clone())))
     };
-    let r = head_ablation(&model, &mut single, Ablation::Mean, |_, _| {}).unwrap();
+    let r = head_ablation(&ev, &mut single, Ablation::Mean, |_, _| {}).unwrap();
     for h in &r.heads {
         assert!(
             (h.loss - r.base.loss).abs() < 1e-5,
@@ -323,6 +322,7 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
     let split = Split::named("paper-seed0").unwrap();
     let id = sample(&split, Set::Id, 96, 1, true).unwrap();
     let ood = sample(&split, Set::Ood, 40, 2, true).unwrap();
+    let model = hyperlens_model::Evaluator::new(model).unwrap();
     let rows = latent_transplant(&model, &id, &ood, 3, 16, 0).unwrap();
     assert_eq!(rows.len(), 7 * 3);
     for r in &rows {
@@ -380,7 +380,8 @@ fn activation_patching_scores_follow_the_forward_pass() {
         }
     }
     let mut passes = 0;
-    let r = activation_patching(&model, &pairs, 10, |d, _| passes = d).unwrap();
+    let ev = Evaluator::new(model.clone()).unwrap();
+    let r = activation_patching(&ev, &pairs, 10, |d, _| passes = d).unwrap();
     assert_eq!(passes, 3 * (2 + 2 * (3 * 36 + 3)));
     let (t, f) = (cfg.n_tokens, cfg.n_outputs);
     assert!((r.clean_logit_diff - r.corrupted_logit_diff).abs() > 1e-4);
@@ -465,7 +466,8 @@ fn direct_logit_attributions_add_up_to_the_answer_logit() {
     let model = Transformer::load(&dir, &Device::Cpu).unwrap();
     let split = Split::named("paper-seed0").unwrap();
     let set = sample(&split, Set::Ood, 24, 9, false).unwrap();
-    let r = direct_logit_attribution(&model, &set, &[0, 1, 2, 3], 10).unwrap();
+    let ev = Evaluator::new(model.clone()).unwrap();
+    let r = direct_logit_attribution(&ev, &set, &[0, 1, 2, 3], 10).unwrap();
     assert_eq!(r.n, 24 * 4);
     assert!(r.max_error < 1e-4, "{}", r.max_error);
     let sum = |heads: &ndarray::Array2<f64>, rest: &[&[f64]], scalars: &[f64]| {
@@ -492,6 +494,131 @@ fn direct_logit_attributions_add_up_to_the_answer_logit() {
         / 96.0;
     assert!((mean - r.logit).abs() < 1e-4, "{mean} vs {}", r.logit);
     assert_eq!(dla_csv(&r).lines().count(), 1 + 1 + 16 * 4 + 2 * 4 + 1);
-    assert!(direct_logit_attribution(&model, &set, &[4], 10).is_err());
-    assert!(direct_logit_attribution(&model, &set.slice(0, 0), &[0], 10).is_err());
+    assert!(direct_logit_attribution(&ev, &set, &[4], 10).is_err());
+    assert!(direct_logit_attribution(&ev, &set.slice(0, 0), &[0], 10).is_err());
+}
+
+/// `patch acts`' data files: the arrays of `activation_patching.npz` under the names of
+/// `hyperlens_io::keys::activation_patching`, in order, with the report's values; the CSV and the
+/// JSON beside them.
+#[test]
+fn activation_patching_files_use_the_shared_array_names() {
+    use hyperlens_io::keys::activation_patching as keys;
+    use hyperlens_model::Config;
+    use hyperlens_probe::{activation_patching, feature_swap_pairs, write_activation_patching};
+    let cfg = Config {
+        n_layers: 1,
+        d_model: 16,
+        n_heads: 2,
+        d_head: 4,
+        d_mlp: 8,
+        ..Config::sraven_base(Mixer::Softmax)
+    };
+    let (model, _) = Transformer::init(&cfg, 5, &Device::Cpu).unwrap();
+    let ev = Evaluator::new(model).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let set = sample(&split, Set::Ood, 6, 1, true).unwrap();
+    let pairs = feature_swap_pairs(&set, 0).unwrap();
+    let r = activation_patching(&ev, &pairs, 6, |_, _| {}).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = hyperlens_probe::PatchRun {
+        producer: "test",
+        checkpoint: tmp.path(),
+        mixer: cfg.mixer,
+    };
+    let source = serde_json::json!({"problems": "generated"});
+    write_activation_patching(tmp.path(), &run, &source, &pairs, &r).unwrap();
+    let mut z =
+        NpzReader::new(File::open(tmp.path().join("activation_patching.npz")).unwrap()).unwrap();
+    let names: Vec<String> = z
+        .names()
+        .unwrap()
+        .into_iter()
+        .map(|n| n.trim_end_matches(".npy").to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            keys::RESID_PRE,
+            keys::ATTN_OUT,
+            keys::MLP_OUT,
+            keys::HEAD_OUT,
+            keys::SOURCE,
+            keys::CLEAN_ANSWER,
+            keys::CORRUPTED_ANSWER
+        ]
+    );
+    let head: Array2<f64> = z.by_name(keys::HEAD_OUT).unwrap();
+    assert_eq!(head, r.head_out);
+    let source: Array2<i64> = z.by_name(keys::SOURCE).unwrap();
+    assert_eq!(source.dim(), (pairs.len(), 2));
+    assert_eq!(source[[0, 1]], pairs.source[0].1 as i64);
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("activation_patching.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta["n_pairs"], pairs.len());
+    assert_eq!(meta["producer"], "test");
+    assert!(meta["arrays"][keys::CORRUPTED_ANSWER].is_string());
+    let csv = std::fs::read_to_string(tmp.path().join("activation_patching.csv")).unwrap();
+    assert_eq!(csv, hyperlens_probe::patching_csv(&r));
+}
+
+/// `cache_activations` through the evaluator: one array per matched hook and the logits, cut to
+/// the asked positions, and the logits those of the evaluator's own pass; batches that do not add
+/// up to the announced count are refused.
+#[test]
+fn cached_activations_follow_the_evaluator() {
+    use hyperlens_io::keys::cache as keys;
+    use hyperlens_model::Config;
+    use hyperlens_probe::{cache_activations, CacheParams};
+    let cfg = Config {
+        n_layers: 2,
+        d_model: 16,
+        n_heads: 2,
+        d_head: 4,
+        d_mlp: 8,
+        ..Config::sraven_base(Mixer::Hyla)
+    };
+    let (model, _) = Transformer::init(&cfg, 8, &Device::Cpu).unwrap();
+    let ev = Evaluator::new(model).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let set = sample(&split, Set::Ood, 10, 2, false).unwrap();
+    let params = CacheParams {
+        hooks: vec![
+            "blocks.*.hook_resid_post".into(),
+            "blocks.1.attn.hook_pattern".into(),
+        ],
+        positions: Some(vec![35, 3]),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("acts.npz");
+    let batches = (0..10)
+        .step_by(4)
+        .map(|s| Ok(set.slice(s, (s + 4).min(10)).x));
+    let mut seen = Vec::new();
+    let summary = cache_activations(&ev, batches, 10, &params, &out, |d| seen.push(d)).unwrap();
+    assert_eq!(seen, [4, 8, 10]);
+    let names: Vec<&str> = summary.arrays.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "blocks.0.hook_resid_post",
+            "blocks.1.attn.hook_pattern",
+            "blocks.1.hook_resid_post",
+            keys::LOGITS
+        ]
+    );
+    let mut z = NpzReader::new(File::open(&out).unwrap()).unwrap();
+    let pattern: ndarray::Array4<f32> = z.by_name("blocks.1.attn.hook_pattern").unwrap();
+    assert_eq!(pattern.dim(), (10, cfg.n_heads, 2, cfg.n_tokens));
+    let logits: ndarray::Array3<f32> = z.by_name(keys::LOGITS).unwrap();
+    let own = ev.logits(set.x.view()).unwrap();
+    let scale = own.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+    for (a, b) in logits.iter().zip(&own) {
+        assert!((a - b).abs() <= 1e-5 * scale, "{a} vs {b}");
+    }
+    let short = (0..8).step_by(4).map(|s| Ok(set.slice(s, s + 4).x));
+    let e = cache_activations(&ev, short, 10, &params, &out, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("not the announced 10"), "{e}");
 }

@@ -12,10 +12,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use hyperlens_model::{RunRecord, Task};
 use hyperlens_train::TrainSettings;
 use hyperlens_viz::{SweepCurves, SweepSeries};
 
-use crate::discover::RunInfo;
 use crate::doc::{Document, FigureRef};
 use crate::error::Result;
 use crate::evaluate::Entry;
@@ -75,23 +75,23 @@ pub fn key_fields(s: &TrainSettings) -> Vec<(String, String)> {
         }
         out.push((k.clone(), value_text(v)));
     }
-    let task = map.get("task").and_then(|t| t.as_str()).unwrap_or("");
-    let nested: &[(&str, &str)] = match task {
-        "sraven" => &[
+    // The sizes of the run's task: the settings' object named after it.
+    let nested: &[(&str, &str)] = match s.task {
+        Task::Sraven => &[
             ("features", "features"),
             ("values", "values"),
             ("holdout_fraction", "holdout"),
         ],
-        "logic" => &[
+        Task::Logic => &[
             ("variables", "logic_variables"),
             ("terms", "logic_terms"),
             ("unknown_fraction", "logic_unknown_fraction"),
             ("frac_test", "logic_frac_test"),
             ("samples", "logic_samples"),
         ],
-        _ => &[],
+        Task::Induction => &[],
     };
-    if let Some(serde_json::Value::Object(sub)) = map.get(task) {
+    if let Some(serde_json::Value::Object(sub)) = map.get(s.task.name()) {
         for (field, name) in nested {
             if let Some(v) = sub.get(*field) {
                 out.push(((*name).to_string(), value_text(v)));
@@ -106,8 +106,8 @@ pub fn key_fields(s: &TrainSettings) -> Vec<(String, String)> {
 pub struct RunPoint {
     /// The checkpoint's name.
     pub name: String,
-    /// `sraven` or `logic`.
-    pub task: String,
+    /// SRAVEN or logic.
+    pub task: Task,
     /// Its group's key: `(setting, value)` pairs.
     pub key: Vec<(String, String)>,
     /// Its seed, if recorded.
@@ -119,11 +119,10 @@ pub struct RunPoint {
 /// The metrics of a task, in column order: SRAVEN `id_acc`, `ood_acc`, then the OOD rule
 /// decoding accuracy per layer `decoding_layer{l}` and `decoding_all`; logic `id_r2`, `ood_r2`,
 /// `unknown_r2`, then the term F1 per layer `term_f1_layer{l}` and `term_f1_all`.
-pub fn metric_names(task: &str, n_layers: usize) -> Vec<String> {
-    let (base, layer): (&[&str], &str) = if task == "logic" {
-        (&["id_r2", "ood_r2", "unknown_r2"], "term_f1")
-    } else {
-        (&["id_acc", "ood_acc"], "decoding")
+pub fn metric_names(task: Task, n_layers: usize) -> Vec<String> {
+    let (base, layer): (&[&str], &str) = match task {
+        Task::Logic => (&["id_r2", "ood_r2", "unknown_r2"], "term_f1"),
+        Task::Sraven | Task::Induction => (&["id_acc", "ood_acc"], "decoding"),
     };
     let mut v: Vec<String> = base.iter().map(|s| s.to_string()).collect();
     v.extend((0..n_layers).map(|l| format!("{layer}_layer{l}")));
@@ -133,15 +132,16 @@ pub fn metric_names(task: &str, n_layers: usize) -> Vec<String> {
 
 /// The key of a checkpoint without training settings: its mixer, `source=imported`, and who
 /// trained it.
-fn imported_key(dir: &Path, mixer: &str, task: &str) -> Vec<(String, String)> {
+fn imported_key(dir: &Path, mixer: &str, task: Task) -> Vec<(String, String)> {
     vec![
-        ("task".into(), task.into()),
+        ("task".into(), task.to_string()),
         ("mixer".into(), mixer.into()),
         ("source".into(), "imported".into()),
         (
             "trained_by".into(),
-            RunInfo::read(dir)
-                .trained_by
+            RunRecord::read(dir)
+                .ok()
+                .and_then(|r| r.trained_by)
                 .unwrap_or_else(|| "unknown".into()),
         ),
     ]
@@ -165,10 +165,10 @@ pub fn points(entries: &[Entry], logic: &[LogicEntry]) -> Vec<RunPoint> {
         }
         out.push(RunPoint {
             name: e.name.clone(),
-            task: "sraven".into(),
+            task: Task::Sraven,
             key: settings
                 .as_ref()
-                .map_or_else(|| imported_key(&e.dir, &e.mixer, "sraven"), key_fields),
+                .map_or_else(|| imported_key(&e.dir, &e.mixer, Task::Sraven), key_fields),
             seed: settings.map(|s| s.seed),
             metrics,
         });
@@ -188,10 +188,10 @@ pub fn points(entries: &[Entry], logic: &[LogicEntry]) -> Vec<RunPoint> {
         }
         out.push(RunPoint {
             name: e.name.clone(),
-            task: "logic".into(),
+            task: Task::Logic,
             key: settings
                 .as_ref()
-                .map_or_else(|| imported_key(&e.dir, &e.mixer, "logic"), key_fields),
+                .map_or_else(|| imported_key(&e.dir, &e.mixer, Task::Logic), key_fields),
             seed: settings.map(|s| s.seed),
             metrics,
         });
@@ -218,8 +218,8 @@ pub fn mean_se(values: &[f64]) -> (f64, f64, usize) {
 /// One group of runs that differ only in seed (and split).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
-    /// `sraven` or `logic`.
-    pub task: String,
+    /// SRAVEN or logic.
+    pub task: Task,
     /// The settings that define it.
     pub key: Vec<(String, String)>,
     /// Its label: the settings that vary between the groups of its task (`mixer=hyla, steps=40`),
@@ -258,7 +258,7 @@ pub struct Aggregate {
     /// The groups.
     pub groups: Vec<Group>,
     /// Per task, the settings that vary between its groups.
-    pub axes: Vec<(String, Vec<String>)>,
+    pub axes: Vec<(Task, Vec<String>)>,
 }
 
 impl Aggregate {
@@ -272,7 +272,7 @@ impl Aggregate {
             {
                 Some(g) => g.runs.push(i),
                 None => groups.push(Group {
-                    task: p.task.clone(),
+                    task: p.task,
                     key: p.key.clone(),
                     label: String::new(),
                     runs: vec![i],
@@ -281,7 +281,7 @@ impl Aggregate {
             }
         }
         let mut axes = Vec::new();
-        for task in ["sraven", "logic"] {
+        for task in [Task::Sraven, Task::Logic] {
             let of_task: Vec<&Group> = groups.iter().filter(|g| g.task == task).collect();
             if of_task.is_empty() {
                 continue;
@@ -302,7 +302,7 @@ impl Aggregate {
             }
             // Mixer first: it is the series of the figures.
             varying.sort_by_key(|k| k != "mixer");
-            axes.push((task.to_string(), varying));
+            axes.push((task, varying));
         }
         for g in &mut groups {
             let varying = axes
@@ -329,7 +329,7 @@ impl Aggregate {
                 })
                 .max()
                 .map_or(0, |l| l + 1);
-            g.stats = metric_names(&g.task, n_layers)
+            g.stats = metric_names(g.task, n_layers)
                 .into_iter()
                 .map(|m| {
                     let vals: Vec<f64> = g
@@ -452,11 +452,10 @@ fn stat_text(stat: Option<(f64, f64, usize)>, pct: bool) -> String {
 pub fn figures(agg: &Aggregate, out: &Path) -> Result<Vec<FigureRef>> {
     let mut made = Vec::new();
     for (task, varying) in &agg.axes {
-        let groups: Vec<&Group> = agg.groups.iter().filter(|g| &g.task == task).collect();
-        let (metric, label) = if task == "logic" {
-            ("ood_r2", "OOD R²")
-        } else {
-            ("ood_acc", "OOD accuracy")
+        let groups: Vec<&Group> = agg.groups.iter().filter(|g| g.task == *task).collect();
+        let (metric, label) = match task {
+            Task::Logic => ("ood_r2", "OOD R²"),
+            Task::Sraven | Task::Induction => ("ood_acc", "OOD accuracy"),
         };
         let mut axes: Vec<&String> = varying.iter().filter(|k| *k != "mixer").collect();
         let mixer_axis = String::from("mixer");
@@ -521,7 +520,7 @@ pub fn figures(agg: &Aggregate, out: &Path) -> Result<Vec<FigureRef>> {
                 x_label: axis.clone(),
                 y_label: label.to_string(),
                 series,
-                unit_range: task != "logic",
+                unit_range: *task != Task::Logic,
             };
             let rel = format!("figures/aggregate_{task}_{axis}.png");
             made.push(crate::figures::save(
@@ -567,8 +566,8 @@ pub fn section(doc: &mut Document, agg: &Aggregate, figs: &[FigureRef]) {
     doc.heading(2, "Aggregate over seeds");
     doc.paragraph("Runs that differ only in their seed (and split) form a group; each cell is the mean ± standard error over the group's runs, with their number in brackets. The table is `aggregate.csv`; every run's own numbers follow, so that one stalled seed stays visible.");
     for (task, _) in &agg.axes {
-        let groups: Vec<&Group> = agg.groups.iter().filter(|g| &g.task == task).collect();
-        let logic = task == "logic";
+        let groups: Vec<&Group> = agg.groups.iter().filter(|g| g.task == *task).collect();
+        let logic = *task == Task::Logic;
         let (cols, best): (Vec<(&str, &str)>, &str) = if logic {
             (
                 vec![
@@ -645,12 +644,12 @@ pub fn section(doc: &mut Document, agg: &Aggregate, figs: &[FigureRef]) {
 mod tests {
     use super::*;
 
-    fn point(name: &str, task: &str, mixer: &str, steps: &str, seed: u64, ood: f64) -> RunPoint {
+    fn point(name: &str, task: Task, mixer: &str, steps: &str, seed: u64, ood: f64) -> RunPoint {
         RunPoint {
             name: name.into(),
-            task: task.into(),
+            task,
             key: vec![
-                ("task".into(), task.into()),
+                ("task".into(), task.to_string()),
                 ("mixer".into(), mixer.into()),
                 ("steps".into(), steps.into()),
             ],
@@ -677,18 +676,15 @@ mod tests {
     #[test]
     fn runs_group_by_everything_but_the_seed() {
         let agg = Aggregate::new(vec![
-            point("a0", "sraven", "hyla", "40", 0, 0.5),
-            point("a1", "sraven", "hyla", "40", 1, 0.7),
-            point("b0", "sraven", "softmax", "40", 0, 0.2),
-            point("c0", "sraven", "hyla", "80", 0, 0.9),
+            point("a0", Task::Sraven, "hyla", "40", 0, 0.5),
+            point("a1", Task::Sraven, "hyla", "40", 1, 0.7),
+            point("b0", Task::Sraven, "softmax", "40", 0, 0.2),
+            point("c0", Task::Sraven, "hyla", "80", 0, 0.9),
         ]);
         assert_eq!(agg.groups.len(), 3);
         assert_eq!(
             agg.axes,
-            [(
-                "sraven".to_string(),
-                vec!["mixer".to_string(), "steps".to_string()]
-            )]
+            [(Task::Sraven, vec!["mixer".to_string(), "steps".to_string()])]
         );
         let g = &agg.groups[0];
         assert_eq!(g.label, "mixer=hyla, steps=40");
@@ -723,7 +719,7 @@ mod tests {
         };
         let p = |name: &str, k: Vec<(String, String)>| RunPoint {
             name: name.into(),
-            task: "sraven".into(),
+            task: Task::Sraven,
             key: k,
             seed: None,
             metrics: vec![("ood_acc".into(), 0.5)],

@@ -3,7 +3,7 @@
 //! at the paper's site of one layer; does the answer become that rule's?), with its controls, as a
 //! figure, a table (`tables/causal.csv`) and sentences generated from the numbers.
 
-use hyperlens_model::Transformer;
+use hyperlens_model::Evaluator;
 use hyperlens_probe::{latent_transplant, TransplantRow};
 use hyperlens_tasks::sraven::{sample, Set, Split};
 use hyperlens_viz::{BarSeries, GroupedBars};
@@ -81,7 +81,7 @@ fn frac(k: usize, n: usize) -> f64 {
 /// # Errors
 /// Sampling and transplant errors.
 pub(crate) fn run(
-    model: &Transformer,
+    model: &Evaluator,
     split: &Split,
     n: usize,
     seed: u64,

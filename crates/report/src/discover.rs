@@ -1,17 +1,20 @@
-//! Which checkpoints the report analyses (SRAVEN and fuzzy-logic ones), and what their run files
-//! say about them: the task, split and length of training (`train.json`, `train_state.json`) and
-//! the training log (`metrics.csv`).
+//! Which checkpoints the report analyses (SRAVEN and fuzzy-logic ones), by the task their run
+//! files record (the model crate's [`RunRecord`], which also gives the split and length of
+//! training), and their training log (`metrics.csv`).
 
 use std::path::{Path, PathBuf};
 
 use hyperlens_model::checkpoint::CONFIG_FILE;
+use hyperlens_model::{RunRecord, Task};
 use hyperlens_train::metrics::{read_metrics, MetricsRow, METRICS_FILE};
-use hyperlens_train::state::{RECORD_FILE, STATE_FILE};
 
 use crate::error::{ReportError, Result};
 
+/// How far a checkpoint was trained (the model crate's, read with its [`RunRecord`]).
+pub use hyperlens_model::Steps;
+
 /// Checkpoints left out of the report, each with the task its `train.json` names.
-pub type Skipped = Vec<(PathBuf, String)>;
+pub type Skipped = Vec<(PathBuf, Task)>;
 
 /// The checkpoints the report analyses, by task.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -36,10 +39,14 @@ impl Discovered {
     }
 
     /// Files `path` under the task its run files name.
+    ///
+    /// # Errors
+    /// [`ReportError::Unsupported`] for a given checkpoint of another task; the errors of
+    /// [`RunRecord::read`] (a run file that cannot be read or parsed, named).
     fn push(&mut self, path: PathBuf, given: bool) -> Result<()> {
-        match RunInfo::read(&path).task.as_deref() {
-            None | Some("sraven") => self.sraven.push(path),
-            Some("logic") => self.logic.push(path),
+        match RunRecord::read(&path)?.task {
+            None | Some(Task::Sraven) => self.sraven.push(path),
+            Some(Task::Logic) => self.logic.push(path),
             Some(task) if given => {
                 return Err(ReportError::Unsupported {
                     dir: path,
@@ -49,7 +56,7 @@ impl Discovered {
                     ),
                 })
             }
-            Some(task) => self.skipped.push((path, task.to_string())),
+            Some(task) => self.skipped.push((path, task)),
         }
         Ok(())
     }
@@ -63,7 +70,8 @@ impl Discovered {
 /// # Errors
 /// [`ReportError::Unsupported`] for a given checkpoint of another task, a malformed `group.json`,
 /// or two given checkpoints with one name (their files would collide);
-/// [`ReportError::NoCheckpoint`] if `root` cannot be listed or holds no checkpoint of either task.
+/// [`ReportError::NoCheckpoint`] if `root` cannot be listed or holds no checkpoint of either task;
+/// a run file that cannot be read or parsed ([`RunRecord::read`], naming it).
 pub fn checkpoints(given: &[PathBuf], root: &Path) -> Result<Discovered> {
     let mut found = Discovered::default();
     if !given.is_empty() {
@@ -128,76 +136,25 @@ pub fn name_of(dir: &Path) -> String {
     )
 }
 
-/// How far a checkpoint was trained, in optimiser updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Steps {
-    /// Updates done.
-    pub done: u64,
-    /// The length of the run's schedule, when known: `settings.steps` of `train_state.json`,
-    /// else `planned_steps` of `train.json`, else its `steps` (a `train.json` is the record of a
-    /// run that finished its schedule).
-    pub planned: Option<u64>,
-}
-
-impl Steps {
-    /// Whether the run stopped before the end of its schedule.
-    pub fn stopped_early(self) -> bool {
-        self.planned.is_some_and(|p| p > self.done)
-    }
-}
-
-/// What a checkpoint's run files say; every field is `None` when not recorded (an imported
-/// checkpoint may have no run files at all).
+/// Transitional: a checkpoint's recorded task and split as text, for the two commands that still
+/// read them so (`hyperlens patch` and `hyperlens cache`, in `crates/cli/src/commands/`). Everything
+/// else reads the model crate's [`RunRecord`]; remove this once those commands do too. Run files
+/// that cannot be read count as not recorded, as they did for these commands before.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunInfo {
-    /// `task` of `train.json` (`sraven`, `logic`, ...).
+    /// The task's name ([`RunRecord::task`]).
     pub task: Option<String>,
-    /// `split` of `train.json` (`train_state.json`'s settings otherwise).
+    /// The split ([`RunRecord::split`]).
     pub split: Option<String>,
-    /// `trained_by` of `train.json` (who trained an imported checkpoint).
-    pub trained_by: Option<String>,
-    /// Updates done and planned.
-    pub steps: Option<Steps>,
-}
-
-/// A JSON file of a checkpoint, if present and valid.
-fn json_file(dir: &Path, name: &str) -> Option<serde_json::Value> {
-    std::fs::read(dir.join(name))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-}
-
-fn str_field(v: Option<&serde_json::Value>, key: &str) -> Option<String> {
-    v.and_then(|v| v.get(key))
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_string)
-}
-
-fn u64_field(v: Option<&serde_json::Value>, key: &str) -> Option<u64> {
-    v.and_then(|v| v.get(key))
-        .and_then(serde_json::Value::as_u64)
 }
 
 impl RunInfo {
-    /// Reads `train.json` and `train_state.json` of `dir`; unreadable or missing files count as
-    /// not recorded.
+    /// Reads the run files of `dir` ([`RunRecord::read`]); unreadable ones record nothing.
     pub fn read(dir: &Path) -> Self {
-        let record = json_file(dir, RECORD_FILE);
-        let state = json_file(dir, STATE_FILE);
-        let settings = state.as_ref().and_then(|s| s.get("settings"));
-        let done =
-            u64_field(state.as_ref(), "step").or_else(|| u64_field(record.as_ref(), "steps"));
-        let planned = u64_field(settings, "steps")
-            .or_else(|| u64_field(record.as_ref(), "planned_steps"))
-            .or_else(|| u64_field(record.as_ref(), "steps"));
-        Self {
-            task: str_field(record.as_ref(), "task").or_else(|| str_field(settings, "task")),
-            split: str_field(record.as_ref(), "split").or_else(|| str_field(settings, "split")),
-            trained_by: str_field(record.as_ref(), "trained_by"),
-            steps: done.map(|done| Steps {
-                done,
-                planned: planned.map(|p| p.max(done)),
-            }),
+        let record = RunRecord::read(dir).unwrap_or_default();
+        RunInfo {
+            task: record.task.map(|t| t.to_string()),
+            split: record.split,
         }
     }
 }
@@ -218,7 +175,7 @@ pub enum Training {
 ///
 /// # Errors
 /// A `metrics.csv` that exists but cannot be read or parsed ([`ReportError::Train`], naming it).
-pub fn training_of(dir: &Path, info: &RunInfo) -> Result<Training> {
+pub fn training_of(dir: &Path, info: &RunRecord) -> Result<Training> {
     let path = dir.join(METRICS_FILE);
     if path.is_file() {
         return Ok(Training::Log(read_metrics(&path)?));
@@ -233,48 +190,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn steps_come_from_the_run_files() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(RunInfo::read(dir.path()), RunInfo::default());
-        std::fs::write(
-            dir.path().join(RECORD_FILE),
-            r#"{"steps": 30000, "planned_steps": 48000, "split": "paper-seed1", "task": "sraven"}"#,
-        )
-        .unwrap();
-        let info = RunInfo::read(dir.path());
-        assert_eq!(
-            info.steps,
-            Some(Steps {
-                done: 30_000,
-                planned: Some(48_000)
-            })
-        );
-        assert!(info.steps.unwrap().stopped_early());
-        assert_eq!(info.split.as_deref(), Some("paper-seed1"));
-        // A finished record: the schedule is the steps done.
-        std::fs::write(dir.path().join(RECORD_FILE), r#"{"steps": 156250}"#).unwrap();
-        let st = RunInfo::read(dir.path()).steps.unwrap();
-        assert_eq!(st.planned, Some(156_250));
-        assert!(!st.stopped_early());
-        // A run in progress: train_state.json has the step and the schedule.
-        std::fs::remove_file(dir.path().join(RECORD_FILE)).unwrap();
-        std::fs::write(
-            dir.path().join(STATE_FILE),
-            r#"{"step": 500, "settings": {"steps": 2000, "split": "seed3", "task": "sraven"}}"#,
-        )
-        .unwrap();
-        let info = RunInfo::read(dir.path());
-        assert_eq!(
-            info.steps,
-            Some(Steps {
-                done: 500,
-                planned: Some(2000)
-            })
-        );
-        assert_eq!(info.split.as_deref(), Some("seed3"));
-    }
-
-    #[test]
     fn discovery_skips_other_tasks_and_refuses_them_by_name() {
         let root = tempfile::tempdir().unwrap();
         for (name, task) in [
@@ -287,7 +202,11 @@ mod tests {
             std::fs::create_dir(&d).unwrap();
             std::fs::write(d.join(CONFIG_FILE), "{}").unwrap();
             if !task.is_empty() {
-                std::fs::write(d.join(RECORD_FILE), format!(r#"{{"task": "{task}"}}"#)).unwrap();
+                std::fs::write(
+                    d.join(hyperlens_model::task::RECORD_FILE),
+                    format!(r#"{{"task": "{task}"}}"#),
+                )
+                .unwrap();
             }
         }
         std::fs::create_dir(root.path().join("not-a-checkpoint")).unwrap();
@@ -295,10 +214,7 @@ mod tests {
         let names: Vec<String> = found.sraven.iter().map(|d| name_of(d)).collect();
         assert_eq!(names, ["b", "c"]);
         assert_eq!(found.logic, [root.path().join("d")]);
-        assert_eq!(
-            found.skipped,
-            [(root.path().join("a"), "induction".to_string())]
-        );
+        assert_eq!(found.skipped, [(root.path().join("a"), Task::Induction)]);
         let e = checkpoints(&[root.path().join("a")], root.path()).unwrap_err();
         assert!(e.to_string().contains("induction checkpoint"), "{e}");
         let empty = tempfile::tempdir().unwrap();
@@ -306,6 +222,14 @@ mod tests {
             checkpoints(&[], empty.path()),
             Err(ReportError::NoCheckpoint { .. })
         ));
+        // A run file that names no task of hyperlens: an error naming the file.
+        let bad = root.path().join("e");
+        std::fs::create_dir(&bad).unwrap();
+        std::fs::write(bad.join(CONFIG_FILE), "{}").unwrap();
+        let record = bad.join(hyperlens_model::task::RECORD_FILE);
+        std::fs::write(&record, r#"{"task": "raven"}"#).unwrap();
+        let e = checkpoints(&[], root.path()).unwrap_err();
+        assert!(e.to_string().contains(&record.display().to_string()), "{e}");
     }
 
     #[test]

@@ -7,13 +7,14 @@ use std::time::Instant;
 
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams, LatentReport};
 use hyperlens_io::keys::attention as keys;
-use hyperlens_model::eval::{batch_tensor, evaluate};
-use hyperlens_model::{EvalMetrics, Transformer};
+use hyperlens_model::eval::evaluate;
+use hyperlens_model::{EvalMetrics, Evaluator};
+use hyperlens_probe::extract::argmax_rows;
 use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
 use hyperlens_tasks::sraven::{sample, SampleStream, Set, Split, SravenParams};
 use ndarray::{Array1, Array4};
 
-use crate::discover::{name_of, training_of, RunInfo, Steps, Training};
+use crate::discover::{name_of, training_of, Steps, Training};
 use crate::error::{ReportError, Result};
 use crate::Progress;
 
@@ -91,29 +92,17 @@ pub struct Entry {
 ///
 /// # Errors
 /// Split, model or candle errors.
-fn attention_sample(model: &Transformer, split: &Split, seed: u64) -> Result<AttentionSample> {
-    let cfg = model.config();
+fn attention_sample(ev: &Evaluator, split: &Split, seed: u64) -> Result<AttentionSample> {
+    let cfg = ev.config();
     let problem = sample(split, Set::Ood, 1, seed, true)?;
-    let x = batch_tensor(&problem.x, model.device())?;
-    let out = model.forward(&x, true)?;
-    let att = out.attention.ok_or_else(|| {
-        ReportError::InvalidInput("the model returned no attention patterns".into())
-    })?;
+    let (logits, patterns) = ev.patterns(problem.x.view())?;
     let (l, h, t) = (cfg.n_layers, cfg.n_heads, cfg.n_tokens);
-    let mut data = Vec::with_capacity(l * h * t * t);
-    for a in &att {
-        data.extend(a.flatten_all()?.to_vec1::<f32>()?);
-    }
-    let pattern = Array4::from_shape_vec((l, h, t, t), data).map_err(|e| {
+    let pattern = Array4::from_shape_vec((l, h, t, t), patterns).map_err(|e| {
         ReportError::InvalidInput(format!(
             "attention patterns do not have the shape [L, H, T, T]: {e}"
         ))
     })?;
-    let prediction: Vec<i64> = out
-        .logits
-        .argmax(2)?
-        .flatten_all()?
-        .to_vec1::<u32>()?
+    let prediction: Vec<i64> = argmax_rows(&logits, cfg.d_out)
         .into_iter()
         .map(i64::from)
         .collect();
@@ -176,14 +165,14 @@ pub(crate) fn analyse_checkpoint(
     let name = name_of(dir);
     let t0 = Instant::now();
     let device = params.device.to_candle()?;
-    let model = Transformer::load(dir, &device)?;
+    let model = Evaluator::load(dir, &device)?;
     let cfg = model.config().clone();
     let task = SravenParams {
         features: cfg.n_outputs,
         values: cfg.d_in,
         ..SravenParams::default()
     };
-    let info = RunInfo::read(dir);
+    let info = hyperlens_model::RunRecord::read(dir)?;
     let split_name = info.split.clone().unwrap_or_else(|| params.split.clone());
     let split = Split::named_with(&split_name, task)?;
     let training = training_of(dir, &info)?;

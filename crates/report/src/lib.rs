@@ -114,7 +114,7 @@ pub enum Progress<'a> {
         /// The checkpoint.
         dir: &'a Path,
         /// Its task.
-        task: &'a str,
+        task: hyperlens_model::Task,
     },
     /// Checkpoint `index` (0-based) of `total` is about to be analysed.
     Checkpoint {
@@ -229,7 +229,7 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
     let start = Instant::now();
     let found = discover::checkpoints(&params.checkpoints, &params.checkpoint_root)?;
     for (dir, task) in &found.skipped {
-        progress(Progress::Skipped { dir, task });
+        progress(Progress::Skipped { dir, task: *task });
     }
     let out = &params.out;
     for sub in ["figures", "tables", "codes"] {

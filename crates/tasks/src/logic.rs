@@ -7,8 +7,9 @@
 //! All 2^L terms are listed in binary order (term index i has bit t_v = (i >> (L - 1 - v)) & 1, so
 //! 0000, 0001, ... with variable 0 the most significant bit). The last `int(2^L * unknown_fraction)`
 //! terms are never trained ("unknown"); tasks are the K-combinations of the known terms, shuffled with
-//! the split seed, of which the first `int(n * frac_test)` are held out as the compositional test set.
-//! The OOD set holds the K-combinations of unknown terms.
+//! the split seed, of which the first `int(n * frac_test)` are held out as the compositional test set
+//! (the OOD set, [`LogicSet::Ood`]); the rest are the training tasks (the ID set, [`LogicSet::Id`]).
+//! The unknown set ([`LogicSet::Unknown`]) holds the K-combinations of unknown terms.
 //!
 //! A sequence holds N samples; token n = (x_1..x_L, f(x)) with the final token's f zeroed: the model
 //! predicts it (MSE at the last position). Metric: R² per sequence, 1 - (pred - y)² / var, where var is
@@ -134,30 +135,40 @@ impl LogicParams {
     }
 }
 
-/// Which task list a batch draws from.
+/// Which task list a batch draws from. The names (`id`, `ood`, `unknown`) are the CLI's `--set`
+/// and those of every file that names a set. The discriminant keys the set's random stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LogicSet {
-    /// Training tasks (pairs of known terms not held out).
-    Train,
-    /// Held-out pairs of known terms (compositional generalisation).
-    Test,
+    /// The training tasks (pairs of known terms not held out): in distribution.
+    Id = 0,
+    /// Held-out pairs of known terms (compositional generalisation): out of distribution.
+    Ood = 1,
     /// Pairs of unknown terms (never seen in training).
-    Ood,
+    Unknown = 2,
 }
 
 impl LogicSet {
-    /// "train", "test" or "ood".
+    /// Every set, in the order `id`, `ood`, `unknown`.
+    pub const ALL: [LogicSet; 3] = [LogicSet::Id, LogicSet::Ood, LogicSet::Unknown];
+
+    /// `id`, `ood` or `unknown`.
     pub fn name(self) -> &'static str {
         match self {
-            LogicSet::Train => "train",
-            LogicSet::Test => "test",
+            LogicSet::Id => "id",
             LogicSet::Ood => "ood",
+            LogicSet::Unknown => "unknown",
         }
     }
 }
 
+impl std::fmt::Display for LogicSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Whether a batch belongs to the training stream or to an evaluation stream. The two are keyed
-/// differently, so evaluating on training tasks (`LogicSet::Train`, `Purpose::Eval`) never reuses
+/// differently, so evaluating on training tasks (`LogicSet::Id`, `Purpose::Eval`) never reuses
 /// training sequences of the same seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Purpose {
@@ -174,12 +185,12 @@ pub struct LogicSplit {
     pub params: LogicParams,
     /// The seed of the task shuffle.
     pub seed: u64,
-    /// Training tasks.
-    pub train: Vec<Vec<usize>>,
-    /// Held-out known-term tasks (the first `int(n * frac_test)` of the shuffle).
-    pub test: Vec<Vec<usize>>,
-    /// Tasks made of unknown terms only.
+    /// Training tasks (the ID set).
+    pub id: Vec<Vec<usize>>,
+    /// Held-out known-term tasks (the OOD set: the first `int(n * frac_test)` of the shuffle).
     pub ood: Vec<Vec<usize>>,
+    /// Tasks made of unknown terms only (the unknown set).
+    pub unknown: Vec<Vec<usize>>,
 }
 
 /// K-combinations of `items` in lexicographic order.
@@ -227,18 +238,18 @@ impl LogicSplit {
         Ok(LogicSplit {
             params,
             seed,
-            train,
-            test: tasks,
-            ood: combinations(&unknown, params.terms),
+            id: train,
+            ood: tasks,
+            unknown: combinations(&unknown, params.terms),
         })
     }
 
     /// The task list of one set.
     pub fn tasks(&self, set: LogicSet) -> &[Vec<usize>] {
         match set {
-            LogicSet::Train => &self.train,
-            LogicSet::Test => &self.test,
+            LogicSet::Id => &self.id,
             LogicSet::Ood => &self.ood,
+            LogicSet::Unknown => &self.unknown,
         }
     }
 }
@@ -299,7 +310,7 @@ pub fn fuzzy_value(terms: ArrayView2<u8>, x: ArrayView1<f32>) -> Result<f32> {
 /// batch).
 ///
 /// # Errors
-/// [`TasksError::InvalidSplit`] if the set has no task (e.g. `Test` with `frac_test = 0`).
+/// [`TasksError::InvalidSplit`] if the set has no task (e.g. `Ood` with `frac_test = 0`).
 pub fn sample_logic(
     split: &LogicSplit,
     set: LogicSet,
@@ -640,13 +651,32 @@ mod tests {
     #[test]
     fn default_split_sizes_match_reference_arithmetic() {
         let s = LogicSplit::new(LogicParams::default(), 0).unwrap();
-        // 16 terms, 4 unknown, C(12, 2) = 66 known pairs, int(66 * 0.3) = 19 test, C(4, 2) = 6 OOD.
-        assert_eq!((s.train.len(), s.test.len(), s.ood.len()), (47, 19, 6));
-        assert!(s.ood.iter().flatten().all(|&t| t >= 12));
-        assert!(s.train.iter().chain(&s.test).flatten().all(|&t| t < 12));
+        // 16 terms, 4 unknown, C(12, 2) = 66 known pairs, int(66 * 0.3) = 19 held out (OOD),
+        // C(4, 2) = 6 of unknown terms.
+        assert_eq!((s.id.len(), s.ood.len(), s.unknown.len()), (47, 19, 6));
+        assert!(s.unknown.iter().flatten().all(|&t| t >= 12));
+        assert!(s.id.iter().chain(&s.ood).flatten().all(|&t| t < 12));
         let p = LogicParams::default();
         assert_eq!(p.term_bits(1), vec![0, 0, 0, 1]);
         assert_eq!(p.term_bits(12), vec![1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn sets_have_one_name_and_a_fixed_stream_key() {
+        let names: Vec<String> = LogicSet::ALL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(names, ["id", "ood", "unknown"]);
+        let keys: Vec<u64> = LogicSet::ALL.iter().map(|&s| s as u64).collect();
+        assert_eq!(keys, [0, 1, 2]);
+        let split = LogicSplit::new(
+            LogicParams {
+                frac_test: 0.0,
+                ..LogicParams::default()
+            },
+            0,
+        )
+        .unwrap();
+        let e = sample_logic(&split, LogicSet::Ood, Purpose::Eval, 2, 0, 0).unwrap_err();
+        assert!(e.to_string().contains("the ood set has no task"), "{e}");
     }
 
     #[test]
@@ -661,7 +691,7 @@ mod tests {
     #[test]
     fn a_fixed_query_recomputes_the_last_target_only() {
         let split = LogicSplit::new(LogicParams::default(), 1).unwrap();
-        let mut b = sample_logic(&split, LogicSet::Test, Purpose::Eval, 9, 3, 0).unwrap();
+        let mut b = sample_logic(&split, LogicSet::Ood, Purpose::Eval, 9, 3, 0).unwrap();
         let before = b.clone();
         let q = [0.9f32, 0.1, 0.8, 0.3];
         fix_query(&mut b, &q).unwrap();
@@ -688,7 +718,7 @@ mod tests {
     fn a_fixed_context_recomputes_the_context_targets_only() {
         let params = LogicParams::default();
         let split = LogicSplit::new(params, 2).unwrap();
-        let mut b = sample_logic(&split, LogicSet::Train, Purpose::Eval, 7, 4, 0).unwrap();
+        let mut b = sample_logic(&split, LogicSet::Id, Purpose::Eval, 7, 4, 0).unwrap();
         let before = b.clone();
         let c = fixed_context(&params, 5);
         let n = b.x.dim().1;

@@ -397,7 +397,7 @@ mod tests {
     fn load_edited(edit: impl FnOnce(&mut LogicBatch)) -> String {
         let params = LogicParams::default();
         let split = LogicSplit::new(params, 0).unwrap();
-        let mut set = sample_logic_set(&split, LogicSet::Train, 8, 1).unwrap();
+        let mut set = sample_logic_set(&split, LogicSet::Id, 8, 1).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("logic.npz");
         save_logic(&path, &set).unwrap();

@@ -850,10 +850,10 @@ fn logic_batches_follow_the_task() {
         let split = LogicSplit::new(params, 3).unwrap();
         let n_test = (66.0 * frac) as usize;
         assert_eq!(
-            (split.test.len(), split.train.len(), split.ood.len()),
+            (split.ood.len(), split.id.len(), split.unknown.len()),
             (n_test, 66 - n_test, 6)
         );
-        let mut all: Vec<Vec<usize>> = split.train.iter().chain(&split.test).cloned().collect();
+        let mut all: Vec<Vec<usize>> = split.id.iter().chain(&split.ood).cloned().collect();
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 66);
@@ -865,7 +865,7 @@ fn logic_batches_follow_the_task() {
         ..Default::default()
     };
     let split = LogicSplit::new(params, 1).unwrap();
-    for set in [LogicSet::Train, LogicSet::Test, LogicSet::Ood] {
+    for set in LogicSet::ALL {
         let b = sample_logic(&split, set, Purpose::Eval, 29, 4, 0).unwrap();
         assert_eq!(b.x.shape(), &[29, 7, 6]);
         assert_eq!(b.terms.shape(), &[29, 3, 5]);
@@ -903,18 +903,19 @@ fn logic_batches_follow_the_task() {
             }
         }
     }
-    // Unknown terms only in OOD: for 5 variables, int(32 * 0.25) = 8 unknown terms 24..31.
-    assert!(split.ood.iter().flatten().all(|&t| t >= 24));
-    let train = sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 0).unwrap();
-    let eval = sample_logic(&split, LogicSet::Train, Purpose::Eval, 16, 4, 0).unwrap();
+    // Unknown terms only in the unknown set: for 5 variables, int(32 * 0.25) = 8 unknown terms
+    // 24..31.
+    assert!(split.unknown.iter().flatten().all(|&t| t >= 24));
+    let train = sample_logic(&split, LogicSet::Id, Purpose::Train, 16, 4, 0).unwrap();
+    let eval = sample_logic(&split, LogicSet::Id, Purpose::Eval, 16, 4, 0).unwrap();
     assert_ne!(train.x, eval.x);
     assert_eq!(
         train,
-        sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 0).unwrap()
+        sample_logic(&split, LogicSet::Id, Purpose::Train, 16, 4, 0).unwrap()
     );
     assert_ne!(
         train.x,
-        sample_logic(&split, LogicSet::Train, Purpose::Train, 16, 4, 1)
+        sample_logic(&split, LogicSet::Id, Purpose::Train, 16, 4, 1)
             .unwrap()
             .x
     );

@@ -25,7 +25,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use hyperlens_model::{Config, Mixer, Ops, Transformer};
 use hyperlens_tasks::sraven::{Split, TrainStream};
 use hyperlens_train::state::dropout_rng;
-use hyperlens_train::{AdamW, AdamWParams, TrainSettings, TrainTask, Updates};
+use hyperlens_train::{AdamW, AdamWParams, Task, TrainSettings, Updates};
 
 /// The id the next candle tensor will get, read from a fresh tensor (ids count up from 1 per
 /// process; `TensorId` exposes no number, only its `Debug` form `TensorId(n)`).
@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
         for m in [1u64, 2, 4, 8] {
             let settings: Vec<TrainSettings> = (0..m)
                 .map(|seed| {
-                    let mut s = TrainSettings::for_task(TrainTask::Sraven);
+                    let mut s = TrainSettings::for_task(Task::Sraven);
                     s.mixer = mixer;
                     s.seed = seed;
                     s

@@ -338,10 +338,10 @@ pub fn shown_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::TrainTask;
+    use crate::Task;
 
     fn base() -> TrainSettings {
-        TrainSettings::for_task(TrainTask::Sraven)
+        TrainSettings::for_task(Task::Sraven)
     }
 
     #[test]

@@ -11,9 +11,9 @@
 //! - [`progress::ProgressText`]: the lines a front end prints while a run trains (one per evaluation).
 //!
 //! ```no_run
-//! use hyperlens_train::{train, RunOptions, TrainSettings, TrainTask};
+//! use hyperlens_train::{train, RunOptions, Task, TrainSettings};
 //! # fn main() -> hyperlens_train::Result<()> {
-//! let mut settings = TrainSettings::for_task(TrainTask::Sraven);
+//! let mut settings = TrainSettings::for_task(Task::Sraven);
 //! settings.steps = 2000;
 //! let outcome = train(std::path::Path::new("runs/demo"), &settings, &RunOptions::default(), |_| {
 //!     std::ops::ControlFlow::Continue(())
@@ -43,6 +43,7 @@ pub use error::{Result, TrainError};
 pub use group::{
     check_run_name, shown_name, Combine, GroupFile, Variation, GROUP_FILE, MAX_RUN_NAME,
 };
+pub use hyperlens_model::Task;
 pub use job::BatchLoss;
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams};
@@ -52,4 +53,4 @@ pub use run::{
     RunOptions, TrainOutcome, TrainRecord, Updates, BATCHED_SETTINGS, FAILED_FILE,
 };
 pub use schedule::WarmupCosine;
-pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings, TrainTask};
+pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings};

@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
-use hyperlens_model::infer::Inference;
-use hyperlens_model::{Config, Transformer};
+use hyperlens_model::{Config, Evaluator, Transformer};
 use hyperlens_tasks::logic::{
     logic_chunks, r2, sample_logic, LogicBatch, LogicSet, LogicSplit, Purpose,
 };
@@ -139,7 +138,7 @@ fn loss_of(pred: &Tensor, t: &LogicTargets) -> Result<BatchLoss> {
 /// # Errors
 /// Task errors (e.g. an empty set); model errors.
 pub fn evaluate_set(
-    model: &Transformer,
+    ev: &Evaluator,
     split: &LogicSplit,
     set: LogicSet,
     n: usize,
@@ -147,7 +146,7 @@ pub fn evaluate_set(
     seed: u64,
 ) -> Result<SetMetrics> {
     let chunks = logic_chunks(split, set, n, batch, seed).map(|c| c.map_err(Into::into));
-    evaluate_chunks(model, chunks, batch)
+    evaluate_chunks(ev, chunks, batch)
 }
 
 /// Mean R² (over sequences whose targets vary; NaN if none does) and MSE of the model's
@@ -161,32 +160,11 @@ pub fn evaluate_set(
 /// # Errors
 /// A chunk's error; [`crate::TrainError::InvalidParam`] for a zero `batch`; model errors for
 /// chunks that do not fit the model.
-pub fn evaluate_chunks<I>(model: &Transformer, chunks: I, batch: usize) -> Result<SetMetrics>
+pub fn evaluate_chunks<I>(ev: &Evaluator, chunks: I, batch: usize) -> Result<SetMetrics>
 where
     I: IntoIterator<Item = Result<LogicBatch>>,
 {
-    let mut rng = rand::rngs::mock::StepRng::new(0, 0);
-    evaluate_chunks_by(chunks, batch, |x| {
-        Ok(predict(model, x, 0.0, &mut rng)?.to_vec1::<f32>()?)
-    })
-}
-
-/// [`evaluate_chunks`] with hyperlens's CPU evaluation pass ([`hyperlens_model::Inference`])
-/// instead of candle's forward: the same metrics up to float32 rounding, faster, and without
-/// candle's spinning thread pool (which slows down whatever runs beside it).
-///
-/// # Shapes
-/// As [`evaluate_chunks`].
-///
-/// # Errors
-/// As [`evaluate_chunks`].
-pub fn evaluate_chunks_cpu<I>(inference: &Inference, chunks: I, batch: usize) -> Result<SetMetrics>
-where
-    I: IntoIterator<Item = Result<LogicBatch>>,
-{
-    evaluate_chunks_by(chunks, batch, |x| {
-        Ok(inference.run_problems(x, 0, &())?.logits)
-    })
+    evaluate_chunks_by(chunks, batch, |x| Ok(ev.logits(x)?))
 }
 
 /// [`evaluate_chunks`] with `predict(x [B, N, L + 1]) -> [B]` as the model.
@@ -279,7 +257,7 @@ impl TransformerTask for LogicTask {
     fn batch(&self, step: u64) -> Result<(Vec<f32>, usize, LogicTargets)> {
         let batch = sample_logic(
             &self.split,
-            LogicSet::Train,
+            LogicSet::Id,
             Purpose::Train,
             self.batch,
             self.seed,
@@ -296,12 +274,22 @@ impl TransformerTask for LogicTask {
     }
 
     fn evaluate(&self, model: &Transformer, step: u64, batch: usize) -> Result<Evaluation> {
-        let ev = |set| evaluate_set(model, &self.split, set, self.eval_n, batch, self.eval_seed);
-        let id = ev(LogicSet::Train)?;
-        let ood = ev(LogicSet::Test)?;
+        let engine = Evaluator::new(model.clone())?;
+        let ev = |set| {
+            evaluate_set(
+                &engine,
+                &self.split,
+                set,
+                self.eval_n,
+                batch,
+                self.eval_seed,
+            )
+        };
+        let id = ev(LogicSet::Id)?;
+        let ood = ev(LogicSet::Ood)?;
         let mut extra = BTreeMap::new();
-        if !self.split.ood.is_empty() {
-            extra.insert("unknown_terms".to_string(), ev(LogicSet::Ood)?);
+        if !self.split.unknown.is_empty() {
+            extra.insert("unknown_terms".to_string(), ev(LogicSet::Unknown)?);
         }
         Ok(Evaluation {
             step,
@@ -324,7 +312,7 @@ mod tests {
             ..LogicParams::default()
         };
         let split = LogicSplit::new(params, 3).unwrap();
-        let batch = sample_logic(&split, LogicSet::Train, Purpose::Train, 13, 5, 0).unwrap();
+        let batch = sample_logic(&split, LogicSet::Id, Purpose::Train, 13, 5, 0).unwrap();
         let cfg = Config {
             n_layers: 1,
             ..Config::logic(hyperlens_model::Mixer::Softmax, 4, 7)

@@ -67,7 +67,7 @@ pub struct MetricsRow {
     /// Training steps per second over the interval (excluding evaluation and checkpoint time).
     pub steps_per_s: Option<f64>,
     /// The task's further evaluation sets at evaluations, by column prefix
-    /// ([`crate::TrainTask::extra_sets`]; logic `unknown`, induction `induction`): (loss, metric).
+    /// ([`crate::Task::extra_sets`]; logic `unknown`, induction `induction`): (loss, metric).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, (Option<f64>, Option<f64>)>,
 }
@@ -80,7 +80,7 @@ pub const METRICS_HEADER: &str =
 /// The columns of a task's `metrics.csv`: `step,lr,train_loss,train_M,id_loss,id_M,ood_loss,ood_M,
 /// wall_time_s,steps_per_s`, then `X_loss,X_M` for each extra set `X`, where `M` is the task's
 /// metric label (`acc`; `r2` for logic).
-pub fn metrics_header(task: crate::TrainTask) -> String {
+pub fn metrics_header(task: crate::Task) -> String {
     let m = task.metric_label();
     let mut h = format!(
         "step,lr,train_loss,train_{m},id_loss,id_{m},ood_loss,ood_{m},wall_time_s,steps_per_s"
@@ -97,7 +97,7 @@ pub const METRICS_FILE: &str = "metrics.csv";
 impl MetricsRow {
     /// The CSV line of the columns of [`metrics_header`] for `task` (no newline); missing values
     /// are empty fields.
-    pub fn to_csv_for(&self, task: crate::TrainTask) -> String {
+    pub fn to_csv_for(&self, task: crate::Task) -> String {
         let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
         let mut s = self.to_csv();
         for (_, prefix) in task.extra_sets() {
@@ -242,7 +242,7 @@ pub(crate) struct MetricsLog {
     path: PathBuf,
     file: std::fs::File,
     last_step: Option<u64>,
-    task: crate::TrainTask,
+    task: crate::Task,
 }
 
 impl MetricsLog {
@@ -252,7 +252,7 @@ impl MetricsLog {
     /// (a log written before 2026-11-24 gets the current column names).
     pub(crate) fn open(
         dir: &Path,
-        task: crate::TrainTask,
+        task: crate::Task,
         resume_from: Option<u64>,
     ) -> Result<MetricsLog> {
         let path = dir.join(METRICS_FILE);
@@ -343,14 +343,14 @@ mod tests {
     /// written before 2026-11-24, and refuses other headers.
     #[test]
     fn honest_column_names_per_task() {
-        use crate::TrainTask;
+        use crate::Task;
         assert_eq!(
-            metrics_header(TrainTask::Logic),
+            metrics_header(Task::Logic),
             "step,lr,train_loss,train_r2,id_loss,id_r2,ood_loss,ood_r2,wall_time_s,steps_per_s,\
              unknown_loss,unknown_r2"
         );
-        assert_eq!(metrics_header(TrainTask::Sraven), METRICS_HEADER);
-        assert!(metrics_header(TrainTask::Induction).ends_with(",induction_loss,induction_acc"));
+        assert_eq!(metrics_header(Task::Sraven), METRICS_HEADER);
+        assert!(metrics_header(Task::Induction).ends_with(",induction_loss,induction_acc"));
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join(METRICS_FILE);
         let mut row = MetricsRow::from_csv("100,0.001,0.2,0.5,0.1,0.6,0.12,0.55,3.000,").unwrap();
@@ -358,9 +358,9 @@ mod tests {
         let plain = MetricsRow::from_csv("50,0.001,0.2,0.5,,,,,1.000,7.5").unwrap();
         let text = format!(
             "{}\n{}\n{}\n",
-            metrics_header(TrainTask::Logic),
-            plain.to_csv_for(TrainTask::Logic),
-            row.to_csv_for(TrainTask::Logic)
+            metrics_header(Task::Logic),
+            plain.to_csv_for(Task::Logic),
+            row.to_csv_for(Task::Logic)
         );
         assert!(
             text.contains("\n50,0.001,0.2,0.5,,,,,1.000,7.5000,,\n"),

@@ -13,7 +13,8 @@ use std::path::Path;
 
 use crate::metrics::{Evaluation, MetricsRow};
 use crate::run::{Event, TrainOutcome};
-use crate::settings::{TrainSettings, TrainTask};
+use crate::settings::TrainSettings;
+use crate::Task;
 
 /// Turns the loop's events into lines of text for one run (one session of it).
 ///
@@ -111,7 +112,7 @@ impl ProgressText {
     /// a run that was stopped early.
     pub fn summary(&self, outcome: &TrainOutcome) -> Vec<String> {
         let m = match self.settings.task {
-            TrainTask::Logic => "R2",
+            Task::Logic => "R2",
             _ => "acc",
         };
         let Some(rec) = &outcome.record else {
@@ -193,7 +194,7 @@ mod tests {
 
     #[test]
     fn an_evaluation_gives_one_line_when_its_row_arrives() {
-        let mut s = TrainSettings::for_task(TrainTask::Logic);
+        let mut s = TrainSettings::for_task(Task::Logic);
         s.steps = 1000;
         let mut text = ProgressText::new(&s, Path::new("runs/x"), false);
         let mut extra = BTreeMap::new();
@@ -221,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_first_evaluation_has_no_training_loss_or_speed() {
-        let s = TrainSettings::for_task(TrainTask::Sraven);
+        let s = TrainSettings::for_task(Task::Sraven);
         let text = ProgressText::new(&s, Path::new("r"), false);
         let ev = Evaluation {
             step: 0,

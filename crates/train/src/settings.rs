@@ -2,94 +2,10 @@
 //! evaluation / checkpoint cadence. Saved verbatim in `train_state.json` and `train.json`, so a run
 //! can be resumed exactly and its provenance read back.
 
-use std::fmt;
-use std::str::FromStr;
-
-use hyperlens_model::Mixer;
+use hyperlens_model::{Mixer, Task};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
-
-/// The task a model is trained on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TrainTask {
-    /// SRAVEN (`docs/spec/sraven.md`): 4-way softmax cross-entropy at the last 4 positions.
-    Sraven,
-    /// The fuzzy-logic task (`docs/spec/sraven.md`, last section): MSE at the last position, R².
-    Logic,
-    /// Next-token prediction on the tasks crate's induction corpus with a causal token model
-    /// (`docs/spec/circuits.md`).
-    Induction,
-}
-
-impl TrainTask {
-    /// Every task, in CLI order.
-    pub const ALL: [TrainTask; 3] = [TrainTask::Sraven, TrainTask::Logic, TrainTask::Induction];
-
-    /// The CLI name (`sraven`, `logic`, `induction`).
-    pub fn name(self) -> &'static str {
-        match self {
-            TrainTask::Sraven => "sraven",
-            TrainTask::Logic => "logic",
-            TrainTask::Induction => "induction",
-        }
-    }
-
-    /// The short name of the task's metric in column names of `metrics.csv` (`id_acc`,
-    /// `ood_r2`): `r2` for logic, `acc` otherwise.
-    pub fn metric_label(self) -> &'static str {
-        match self {
-            TrainTask::Logic => "r2",
-            _ => "acc",
-        }
-    }
-
-    /// The task's further evaluation sets: the key of [`crate::Evaluation::extra`] and the prefix
-    /// of its columns in `metrics.csv` (logic: the unknown-term pairs; induction: the corpus
-    /// positions only induction predicts).
-    pub fn extra_sets(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            TrainTask::Sraven => &[],
-            TrainTask::Logic => &[("unknown_terms", "unknown")],
-            TrainTask::Induction => &[("induction_positions", "induction")],
-        }
-    }
-
-    /// What the metric columns of `metrics.csv` (`*_acc` or `*_r2`) hold for this task.
-    pub fn metric_name(self) -> &'static str {
-        match self {
-            TrainTask::Sraven => "accuracy (all features right)",
-            TrainTask::Logic => "R^2 (mean over sequences)",
-            TrainTask::Induction => "next-token accuracy",
-        }
-    }
-}
-
-impl fmt::Display for TrainTask {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for TrainTask {
-    type Err = TrainError;
-
-    /// Parses `sraven`, `logic` or `induction`.
-    ///
-    /// # Errors
-    /// [`TrainError::InvalidParam`] for anything else.
-    fn from_str(s: &str) -> Result<Self> {
-        TrainTask::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| {
-                TrainError::InvalidParam(format!(
-                    "unknown task `{s}` (expected sraven, logic or induction)"
-                ))
-            })
-    }
-}
 
 /// Sizes of the SRAVEN task used for training (`hyperlens_tasks::sraven::SravenParams`; the paper
 /// sweeps the number of features and the held-out fraction). Defaults: F 4, M 8, 25 % held out.
@@ -189,7 +105,7 @@ pub struct ModelSize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainSettings {
     /// The task.
-    pub task: TrainTask,
+    pub task: Task,
     /// The sequence mixer of every layer.
     pub mixer: Mixer,
     /// The split: SRAVEN `paper-seed0|1|2|2024` or `seed{N}`; logic `seed{N}` (seed of the task
@@ -243,7 +159,7 @@ impl TrainSettings {
     /// width 1, 156,250 steps of batch 128, lr 1e-3, wd 0.1, warm-up 1000, dropout 0.1; logic 2 layers,
     /// 50,000 steps, warm-up 100; induction a 2-layer softmax token model, 3,000 steps of batch 32,
     /// warm-up 100, no dropout.
-    pub fn for_task(task: TrainTask) -> TrainSettings {
+    pub fn for_task(task: Task) -> TrainSettings {
         let base = TrainSettings {
             task,
             mixer: Mixer::Hyla,
@@ -269,15 +185,15 @@ impl TrainSettings {
             induction: InductionSettings::default(),
         };
         match task {
-            TrainTask::Sraven => base,
-            TrainTask::Logic => TrainSettings {
+            Task::Sraven => base,
+            Task::Logic => TrainSettings {
                 split: "seed0".into(),
                 steps: 50_000,
                 warmup: 100,
                 layers: 2,
                 ..base
             },
-            TrainTask::Induction => TrainSettings {
+            Task::Induction => TrainSettings {
                 mixer: Mixer::Softmax,
                 split: "seed0".into(),
                 steps: 3000,
@@ -356,14 +272,14 @@ impl TrainSettings {
                 return bad(format!("model sizes must be positive, got {z:?}"));
             }
         }
-        if self.attn_only && self.task != TrainTask::Induction {
+        if self.attn_only && self.task != Task::Induction {
             return bad(format!(
                 "--attn-only applies to the induction task, not {}",
                 self.task
             ));
         }
         match self.task {
-            TrainTask::Sraven => {
+            Task::Sraven => {
                 if self.layers == 0 {
                     return bad("--layers must be at least 1".into());
                 }
@@ -376,14 +292,14 @@ impl TrainSettings {
                 hyperlens_tasks::sraven::Split::named_with(&self.split, self.sraven.params())
                     .map_err(name_the_flag)?;
             }
-            TrainTask::Logic => {
+            Task::Logic => {
                 if self.layers == 0 {
                     return bad("--layers must be at least 1".into());
                 }
                 self.split_seed()?;
                 self.logic.params().check().map_err(name_the_flag)?;
             }
-            TrainTask::Induction => {
+            Task::Induction => {
                 if self.attn_only && self.layers > 2 {
                     return bad(format!(
                         "--attn-only models have 0, 1 or 2 layers (the circuits paper's presets), got {}",
@@ -469,64 +385,62 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_paper_and_check() {
-        let s = TrainSettings::for_task(TrainTask::Sraven);
+        let s = TrainSettings::for_task(Task::Sraven);
         assert_eq!(
             (s.steps, s.batch, s.warmup, s.layers),
             (156_250, 128, 1000, 4)
         );
         assert_eq!((s.lr, s.weight_decay, s.dropout), (1e-3, 0.1, 0.1));
         s.check().unwrap();
-        let l = TrainSettings::for_task(TrainTask::Logic);
+        let l = TrainSettings::for_task(Task::Logic);
         assert_eq!((l.steps, l.warmup, l.layers), (50_000, 100, 2));
         l.check().unwrap();
         assert_eq!(l.split_seed().unwrap(), 0);
-        TrainSettings::for_task(TrainTask::Induction)
-            .check()
-            .unwrap();
+        TrainSettings::for_task(Task::Induction).check().unwrap();
     }
 
     #[test]
     fn check_names_the_flag() {
-        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        let mut s = TrainSettings::for_task(Task::Sraven);
         s.width = 3;
         assert!(s.check().unwrap_err().to_string().contains("--width"));
-        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        let mut s = TrainSettings::for_task(Task::Sraven);
         s.attn_only = true;
         assert!(s.check().unwrap_err().to_string().contains("--attn-only"));
-        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        let mut s = TrainSettings::for_task(Task::Sraven);
         s.dropout = 1.0;
         assert!(s.check().unwrap_err().to_string().contains("--dropout"));
-        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        let mut s = TrainSettings::for_task(Task::Sraven);
         s.split = "nope".into();
         assert!(s.check().is_err());
-        let mut s = TrainSettings::for_task(TrainTask::Logic);
+        let mut s = TrainSettings::for_task(Task::Logic);
         s.split = "paper-seed0".into();
         assert!(s.check().unwrap_err().to_string().contains("--split"));
-        let mut s = TrainSettings::for_task(TrainTask::Induction);
+        let mut s = TrainSettings::for_task(Task::Induction);
         s.attn_only = true;
         s.layers = 3;
         assert!(s.check().unwrap_err().to_string().contains("--attn-only"));
         // Task parameters of the tasks crate are named by their flag, not their field.
-        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        let mut s = TrainSettings::for_task(Task::Sraven);
         s.split = "seed3".into();
         s.sraven.holdout_fraction = 1.5;
         let e = s.check().unwrap_err().to_string();
         assert!(e.contains("--holdout: 1.5"), "{e}");
-        let mut s = TrainSettings::for_task(TrainTask::Induction);
+        let mut s = TrainSettings::for_task(Task::Induction);
         s.induction.seq_len = 1;
         let e = s.check().unwrap_err().to_string();
         assert!(e.contains("--seq-len: 1"), "{e}");
-        let mut s = TrainSettings::for_task(TrainTask::Logic);
+        let mut s = TrainSettings::for_task(Task::Logic);
         s.logic.samples = 0;
         let e = s.check().unwrap_err().to_string();
         assert!(e.contains("--logic-samples"), "{e}");
-        assert_eq!("logic".parse::<TrainTask>().unwrap(), TrainTask::Logic);
-        assert!("raven".parse::<TrainTask>().is_err());
+        assert_eq!("logic".parse::<Task>().unwrap(), Task::Logic);
+        assert!("raven".parse::<Task>().is_err());
     }
 
     #[test]
     fn a_run_shorter_than_its_warm_up_is_warned_about() {
-        let mut s = TrainSettings::for_task(TrainTask::Sraven);
+        let mut s = TrainSettings::for_task(Task::Sraven);
         assert!(s.warnings().is_empty());
         s.steps = 300;
         assert_eq!(
@@ -540,7 +454,7 @@ mod tests {
 
     #[test]
     fn json_round_trip() {
-        let s = TrainSettings::for_task(TrainTask::Logic);
+        let s = TrainSettings::for_task(Task::Logic);
         let j = serde_json::to_string(&s).unwrap();
         assert!(j.contains("\"task\":\"logic\""));
         assert_eq!(serde_json::from_str::<TrainSettings>(&j).unwrap(), s);

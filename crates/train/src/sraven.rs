@@ -2,7 +2,7 @@
 
 use candle_core::{Device, Tensor};
 use hyperlens_model::eval::batch_tensor;
-use hyperlens_model::{evaluate, Config, EvalMetrics, Transformer};
+use hyperlens_model::{evaluate, Config, EvalMetrics, Evaluator, Transformer};
 use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, TrainStream};
 use rand::Rng;
 
@@ -150,8 +150,9 @@ impl TransformerTask for SravenTask {
     }
 
     fn evaluate(&self, model: &Transformer, step: u64, batch: usize) -> Result<Evaluation> {
-        let id = evaluate(model, &self.id_set, batch)?;
-        let ood = evaluate(model, &self.ood_set, batch)?;
+        let engine = Evaluator::new(model.clone())?;
+        let id = evaluate(&engine, &self.id_set, batch)?;
+        let ood = evaluate(&engine, &self.ood_set, batch)?;
         Ok(Evaluation {
             step,
             id: set_metrics(&id),

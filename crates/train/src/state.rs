@@ -13,12 +13,11 @@ use crate::error::{Result, TrainError};
 use crate::optim::AdamW;
 use crate::settings::TrainSettings;
 
-/// File name of the run state.
-pub const STATE_FILE: &str = "train_state.json";
 /// File name of the optimiser state (moments `m.{name}`, `v.{name}` and the update count `step`).
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-/// File name of the final training record.
-pub const RECORD_FILE: &str = "train.json";
+/// File names of the run state and of the final training record, defined beside their reader
+/// ([`hyperlens_model::RunRecord`]).
+pub use hyperlens_model::task::{RECORD_FILE, STATE_FILE};
 
 /// The version of hyperlens that wrote a file.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -14,14 +14,13 @@ use hyperlens_train::checkpoint::CHECKPOINTS_DIR;
 use hyperlens_train::metrics::{read_metrics, MetricsRow, METRICS_FILE};
 use hyperlens_train::state::{OPTIMIZER_FILE, RECORD_FILE};
 use hyperlens_train::{
-    train, Evaluation, Event, ModelSize, RunOptions, TrainError, TrainRecord, TrainSettings,
-    TrainTask,
+    train, Evaluation, Event, ModelSize, RunOptions, Task, TrainError, TrainRecord, TrainSettings,
 };
 
 /// A tiny SRAVEN run: D 16, 2 heads of 4, 1 layer, batch 8; 6 updates, a checkpoint, a log row and
 /// an evaluation every 3.
 fn tiny() -> TrainSettings {
-    let mut s = TrainSettings::for_task(TrainTask::Sraven);
+    let mut s = TrainSettings::for_task(Task::Sraven);
     s.size = Some(ModelSize {
         d_model: 16,
         n_heads: 2,

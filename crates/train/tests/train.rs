@@ -14,13 +14,13 @@ use hyperlens_train::state::{
     dropout_rng, Session, TrainState, OPTIMIZER_FILE, RECORD_FILE, STATE_FILE,
 };
 use hyperlens_train::{
-    train, train_group, Event, GroupRun, ModelSize, RunOptions, TrainError, TrainRecord,
-    TrainSettings, TrainTask,
+    train, train_group, Event, GroupRun, ModelSize, RunOptions, Task, TrainError, TrainRecord,
+    TrainSettings,
 };
 
 /// A tiny SRAVEN model: D 32, 4 heads of 4, D_mlp 64, 2 layers, batch 16.
 fn tiny_sraven(steps: u64) -> TrainSettings {
-    let mut s = TrainSettings::for_task(TrainTask::Sraven);
+    let mut s = TrainSettings::for_task(Task::Sraven);
     s.size = Some(ModelSize {
         d_model: 32,
         n_heads: 4,
@@ -131,7 +131,7 @@ fn loss_decreases_and_ood_accuracy_rises() {
     );
     // train.json says how it was trained.
     assert_eq!((rec.steps, rec.batch, rec.lr), (600, 32, 2e-2));
-    assert_eq!(rec.task, TrainTask::Sraven);
+    assert_eq!(rec.task, Task::Sraven);
     assert_eq!(rec.split, "paper-seed0");
     assert_eq!(rec.device, "cpu");
     assert_eq!(rec.final_eval.ood.n, 1024);
@@ -348,7 +348,7 @@ fn every_parameter_receives_a_gradient() {
         assert_all_gradients(&bl.loss, &vars, mixer.name());
     }
     let logic = LogicSplit::new(hyperlens_train::LogicSettings::default().params(), 0).unwrap();
-    let lb = sample_logic(&logic, LogicSet::Train, Purpose::Train, 11, 0, 0).unwrap();
+    let lb = sample_logic(&logic, LogicSet::Id, Purpose::Train, 11, 0, 0).unwrap();
     let cfg = Config {
         n_layers: 2,
         ..Config::logic(Mixer::Hyla, 4, 32)
@@ -359,7 +359,7 @@ fn every_parameter_receives_a_gradient() {
     let corpus = Corpus::new(Default::default()).unwrap();
     let tokens = corpus.batch(0, 0, 7);
     for attn_only in [true, false] {
-        let mut s = TrainSettings::for_task(TrainTask::Induction);
+        let mut s = TrainSettings::for_task(Task::Induction);
         s.attn_only = attn_only;
         let cfg: TokenConfig = hyperlens_train::induction::model_config(&s).unwrap();
         let (model, vars) = TokenModel::init(&cfg, 3, &dev).unwrap();
@@ -381,7 +381,7 @@ fn every_parameter_receives_a_gradient() {
 #[test]
 fn logic_and_induction_runs_write_their_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = TrainSettings::for_task(TrainTask::Logic);
+    let mut s = TrainSettings::for_task(Task::Logic);
     s.size = Some(ModelSize {
         d_model: 16,
         n_heads: 4,
@@ -396,7 +396,22 @@ fn logic_and_induction_runs_write_their_checkpoints() {
     s.eval_n = 64;
     let out = dir.path().join("logic");
     let o = go(&out, &s, false).unwrap();
-    let ev = o.record.unwrap().final_eval;
+    let record = o.record.unwrap();
+    // The run files that training wrote read back as the model crate's typed record.
+    assert_eq!(
+        hyperlens_model::RunRecord::read(&out).unwrap(),
+        hyperlens_model::RunRecord {
+            task: Some(Task::Logic),
+            split: Some("seed0".into()),
+            trained_by: None,
+            steps: Some(hyperlens_model::Steps {
+                done: 40,
+                planned: Some(40)
+            }),
+        }
+    );
+    assert_eq!(record.task, Task::Logic);
+    let ev = record.final_eval;
     assert!(ev.id.metric.is_finite() && ev.ood.metric.is_finite() && ev.id.metric <= 1.0);
     assert!(ev.extra.contains_key("unknown_terms"));
     assert_eq!(
@@ -407,7 +422,7 @@ fn logic_and_induction_runs_write_their_checkpoints() {
         1
     );
 
-    let mut s = TrainSettings::for_task(TrainTask::Induction);
+    let mut s = TrainSettings::for_task(Task::Induction);
     s.attn_only = true;
     s.steps = 10;
     s.eval_every = 0;
@@ -417,6 +432,11 @@ fn logic_and_induction_runs_write_their_checkpoints() {
     let o = go(&out, &s, false).unwrap();
     let ev = o.record.unwrap().final_eval;
     assert!(ev.extra.contains_key("induction_positions"));
+    let read = hyperlens_model::RunRecord::read(&out).unwrap();
+    assert_eq!(
+        (read.task, read.split.as_deref()),
+        (Some(Task::Induction), Some("seed0"))
+    );
     assert!(ev.id.loss > 0.0 && ev.id.loss < 10.0);
     let m = hyperlens_model::lm::load(&out, &Device::Cpu).unwrap();
     assert_eq!(m.n_layers(), 2);
@@ -606,7 +626,7 @@ fn shipped_checkpoints_are_complete_paper_budget_runs() {
         );
         assert_eq!(
             (rec.task, rec.split.as_str(), rec.seed),
-            (TrainTask::Sraven, "paper-seed0", 0)
+            (Task::Sraven, "paper-seed0", 0)
         );
         assert_eq!(rec.model["mixer"], mixer);
         assert_eq!(rec.sessions.first().unwrap().start_step, 0);
@@ -728,9 +748,9 @@ fn weights_fnv(dir: &Path) -> u64 {
 /// The settings of the golden runs below: `tiny_sraven(50)` or a one-layer logic model, as the
 /// CLI gives them (`hyperlens train ... --steps 50 --batch 16 --warmup 30 --eval-every 0
 /// --eval-n 64 --checkpoint-every 0`).
-fn golden(task: TrainTask, mixer: Mixer, seed: u64, split: &str) -> TrainSettings {
+fn golden(task: Task, mixer: Mixer, seed: u64, split: &str) -> TrainSettings {
     let mut s = match task {
-        TrainTask::Sraven => tiny_sraven(50),
+        Task::Sraven => tiny_sraven(50),
         _ => {
             let mut s = TrainSettings::for_task(task);
             s.layers = 1;
@@ -771,21 +791,21 @@ fn a_group_of_one_is_bitwise_the_single_run_before_batching() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         (
-            TrainTask::Sraven,
+            Task::Sraven,
             Mixer::Hyla,
             3,
             "paper-seed1",
             0xad0e_3e02_e7a5_078f_u64,
         ),
         (
-            TrainTask::Sraven,
+            Task::Sraven,
             Mixer::Softmax,
             3,
             "paper-seed1",
             0xee8e_5592_64b5_a6d3,
         ),
         (
-            TrainTask::Logic,
+            Task::Logic,
             Mixer::Hyla,
             2,
             "seed1",
@@ -850,7 +870,7 @@ fn three_runs_trained_together_equal_their_single_runs() {
     let dir = tempfile::tempdir().unwrap();
     for mixer in [Mixer::Hyla, Mixer::Softmax] {
         let mk = |s: u64, lr: f64, wd: f64| {
-            let mut st = golden(TrainTask::Sraven, mixer, s, &format!("paper-seed{s}"));
+            let mut st = golden(Task::Sraven, mixer, s, &format!("paper-seed{s}"));
             st.lr = lr;
             st.weight_decay = wd;
             st.checkpoint_every = 20;
@@ -967,7 +987,7 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn a_diverging_run_stops_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let mut good = golden(TrainTask::Logic, Mixer::Hyla, 0, "seed0");
+    let mut good = golden(Task::Logic, Mixer::Hyla, 0, "seed0");
     good.steps = 20;
     good.log_every = 5;
     let mut bad = good.clone();

@@ -12,6 +12,7 @@ use hyperlens_analysis::codes::report::{CodeSplit, Progress};
 use hyperlens_analysis::decode::LogisticParams;
 use hyperlens_analysis::terms::{term_decoding, term_decoding_csv, TermCodes, TermDecodingParams};
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
+use hyperlens_io::keys;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `hyperlens analyze`.
@@ -153,8 +154,8 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         let trust = hyperlens_analysis::embed::trustworthiness(x.view(), emb.view(), 5)?;
         let label = set.label().slice(ndarray::s![..n]).to_owned();
         hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&args.out.join("tsne.npz"), |z| {
-            z.add("tsne_all", &emb)?;
-            z.add("label", &label)
+            z.add(keys::tsne::TSNE_ALL, &emb)?;
+            z.add(keys::tsne::LABEL, &label)
         })?;
         outln!(
             "t-SNE of {n} codes (all layers): trustworthiness (k = 5) {trust:.3}; wrote tsne.npz"
@@ -252,7 +253,7 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
         for (name, a) in &projections {
             z.add(name, a)?;
         }
-        z.add("term_ids", test.term_ids())
+        z.add(keys::projections::TERM_IDS, test.term_ids())
     })?;
     let mut summary = summary;
     summary["projections"] = serde_json::json!({

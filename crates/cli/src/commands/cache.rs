@@ -2,19 +2,20 @@
 //! `hyperlens_model::hooks`) over a problem set, streamed in batches to one `.npz` array per hook
 //! (`hyperlens_probe::cache_activations`), with a JSON sidecar.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use hyperlens_model::eval::batch_tensor;
-use hyperlens_model::{Device, Transformer};
-use hyperlens_probe::{cache_activations, CacheParams};
+use hyperlens_model::{Device, Evaluator};
+use hyperlens_probe::{cache_activations, CacheParams, CacheSummary};
 use hyperlens_tasks::logic::{logic_chunks, LOGIC_SET_CHUNK};
 use hyperlens_tasks::npz::{load_logic, load_problems};
 use hyperlens_tasks::sraven::SampleStream;
+use hyperlens_train::TrainSettings;
+use ndarray::{s, Array3};
 
-use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
-use super::tasks::SetArg;
+use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
+use super::dispatch::{logic_set, resolve_split, Checkpoint};
 
 /// Arguments of `hyperlens cache`.
 #[derive(Debug, Args)]
@@ -64,8 +65,8 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
     if let Some(tokens) = &args.tokens {
         return run_lm(&args, tokens, &device);
     }
-    let model = Transformer::load(&args.checkpoint, &device)?;
-    let cfg = model.config().clone();
+    let ev = Evaluator::load(&args.checkpoint, &device)?;
+    let cfg = ev.config().clone();
     if args.list_hooks {
         for name in hyperlens_model::hooks::hook_names(&cfg) {
             outln!("{name}")?;
@@ -79,107 +80,11 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         hooks: args.hooks.clone(),
         positions: args.positions.clone(),
     };
-    let logic = hyperlens_report::discover::RunInfo::read(&args.checkpoint)
-        .task
-        .as_deref()
-        == Some("logic");
+    let checkpoint = super::dispatch::checkpoint(&args.checkpoint)?;
     super::common::create_parent("--out", &out)?;
-    let p = &args.problems;
-    let (summary, source) = if logic {
-        let settings = super::logic_sets::run_settings(&args.checkpoint)?;
-        if let Some(path) = &p.problems {
-            let set = load_logic(path, &settings.logic.params())?;
-            let n = set.y.len();
-            let bar = progress_bar(n as u64, "cache", "sequences");
-            let batches = (0..n).step_by(args.batch).map(|s| {
-                let x = set
-                    .x
-                    .slice(ndarray::s![s..(s + args.batch).min(n), .., ..])
-                    .to_owned();
-                Ok(batch_tensor(&x, &device)?)
-            });
-            let s = cache_activations(&model, batches, n, &params, &out, |d| {
-                bar.set_position(d as u64)
-            });
-            bar.finish_and_clear();
-            (
-                s,
-                serde_json::json!({"problems": path.display().to_string()}),
-            )
-        } else {
-            let split = super::logic_sets::resolve_split(p, &settings, &args.checkpoint)?;
-            let set = super::logic_sets::logic_set(p.set.unwrap_or(SetArg::Ood));
-            let n = p.n;
-            let bar = progress_bar(n as u64, "cache", "sequences");
-            let batches = logic_chunks(&split, set, n, LOGIC_SET_CHUNK, p.seed).flat_map(|c| {
-                let parts: Vec<hyperlens_probe::Result<_>> = match c {
-                    Err(e) => vec![Err(e.into())],
-                    Ok(chunk) => {
-                        let len = chunk.y.len();
-                        (0..len)
-                            .step_by(args.batch)
-                            .map(|s| {
-                                let x = chunk
-                                    .x
-                                    .slice(ndarray::s![s..(s + args.batch).min(len), .., ..])
-                                    .to_owned();
-                                Ok(batch_tensor(&x, &device)?)
-                            })
-                            .collect()
-                    }
-                };
-                parts
-            });
-            let s = cache_activations(&model, batches, n, &params, &out, |d| {
-                bar.set_position(d as u64)
-            });
-            bar.finish_and_clear();
-            (
-                s,
-                serde_json::json!({"problems": "generated", "split": format!("seed{}", split.seed),
-                    "set": hyperlens_probe::logic_set_name(set), "n": n, "seed": p.seed}),
-            )
-        }
-    } else {
-        let sraven = sraven_params(&args.checkpoint, &cfg)?;
-        let source = p.resolve(&args.checkpoint, sraven)?;
-        let describe = source.describe();
-        match source {
-            ProblemSource::File(path) => {
-                let set = load_problems(&path, &sraven)?;
-                let n = set.len();
-                let bar = progress_bar(n as u64, "cache", "problems");
-                let batches = (0..n).step_by(args.batch).map(|s| {
-                    Ok(batch_tensor(
-                        &set.slice(s, (s + args.batch).min(n)).x,
-                        &device,
-                    )?)
-                });
-                let s = cache_activations(&model, batches, n, &params, &out, |d| {
-                    bar.set_position(d as u64)
-                });
-                bar.finish_and_clear();
-                (s, describe)
-            }
-            ProblemSource::Sampled {
-                split,
-                set,
-                n,
-                seed,
-                unpermuted,
-            } => {
-                let stream = SampleStream::new(&split, set, seed, unpermuted)?;
-                let bar = progress_bar(n as u64, "cache", "problems");
-                let batches = stream
-                    .batches(n, args.batch)
-                    .map(|b| Ok(batch_tensor(&b?.x, &device)?));
-                let s = cache_activations(&model, batches, n, &params, &out, |d| {
-                    bar.set_position(d as u64)
-                });
-                bar.finish_and_clear();
-                (s, describe)
-            }
-        }
+    let (summary, source) = match checkpoint {
+        Checkpoint::Logic(settings) => cache_logic(&args, &ev, &settings, &params, &out)?,
+        Checkpoint::Sraven => cache_sraven(&args, &ev, &params, &out)?,
     };
     let summary = summary.with_context(|| format!("caching {}", args.checkpoint.display()))?;
     let sidecar = serde_json::json!({
@@ -200,6 +105,110 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         side.display()
     )?;
     Ok(())
+}
+
+/// What caching returned, and the `source` of the sidecar. The caching error is handed back rather
+/// than raised so that the caller names the checkpoint; errors of reading the problems are raised.
+type Cached = (hyperlens_probe::Result<CacheSummary>, serde_json::Value);
+
+/// The rows `s..s + batch` (at most `n`) of `x`.
+///
+/// # Shapes
+/// `x [N, T, M]` -> `[B, T, M]`.
+fn rows(x: &Array3<f32>, s: usize, batch: usize, n: usize) -> Array3<f32> {
+    x.slice(s![s..(s + batch).min(n), .., ..]).to_owned()
+}
+
+/// Caches a fuzzy-logic checkpoint's activations over the sequences of `--problems` or of a
+/// sampled logic set.
+fn cache_logic(
+    args: &CacheArgs,
+    ev: &Evaluator,
+    settings: &TrainSettings,
+    params: &CacheParams,
+    out: &Path,
+) -> anyhow::Result<Cached> {
+    let p = &args.problems;
+    let batch = args.batch;
+    if let Some(path) = &p.problems {
+        let set = load_logic(path, &settings.logic.params())?;
+        let n = set.y.len();
+        let bar = progress_bar(n as u64, "cache", "sequences");
+        let batches = (0..n).step_by(batch).map(|s| Ok(rows(&set.x, s, batch, n)));
+        let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
+        bar.finish_and_clear();
+        return Ok((
+            s,
+            serde_json::json!({"problems": path.display().to_string()}),
+        ));
+    }
+    let split = resolve_split(p, settings, &args.checkpoint)?;
+    let set = logic_set(p.set.unwrap_or(SetArg::Ood));
+    let n = p.n;
+    let bar = progress_bar(n as u64, "cache", "sequences");
+    let batches = logic_chunks(&split, set, n, LOGIC_SET_CHUNK, p.seed).flat_map(|c| {
+        let parts: Vec<hyperlens_probe::Result<_>> = match c {
+            Err(e) => vec![Err(e.into())],
+            Ok(chunk) => {
+                let len = chunk.y.len();
+                (0..len)
+                    .step_by(batch)
+                    .map(|s| Ok(rows(&chunk.x, s, batch, len)))
+                    .collect()
+            }
+        };
+        parts
+    });
+    let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
+    bar.finish_and_clear();
+    Ok((
+        s,
+        serde_json::json!({"problems": "generated", "split": format!("seed{}", split.seed),
+            "set": hyperlens_probe::logic_set_name(set), "n": n, "seed": p.seed}),
+    ))
+}
+
+/// Caches a SRAVEN checkpoint's activations over the problems of `--problems` or of a sampled
+/// set.
+fn cache_sraven(
+    args: &CacheArgs,
+    ev: &Evaluator,
+    params: &CacheParams,
+    out: &Path,
+) -> anyhow::Result<Cached> {
+    let p: &ProblemArgs = &args.problems;
+    let batch = args.batch;
+    let sraven = sraven_params(&args.checkpoint, ev.config())?;
+    let source = p.resolve(&args.checkpoint, sraven)?;
+    let describe = source.describe();
+    let s = match source {
+        ProblemSource::File(path) => {
+            let set = load_problems(&path, &sraven)?;
+            let n = set.len();
+            let bar = progress_bar(n as u64, "cache", "problems");
+            let batches = (0..n)
+                .step_by(batch)
+                .map(|s| Ok(set.slice(s, (s + batch).min(n)).x));
+            let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
+            bar.finish_and_clear();
+            s
+        }
+        ProblemSource::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        } => {
+            let stream = SampleStream::new(&split, set, seed, unpermuted)?;
+            let bar = progress_bar(n as u64, "cache", "problems");
+            let batches = stream.batches(n, batch).map(|b| Ok(b?.x));
+            let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
+            bar.finish_and_clear();
+            s
+        }
+    };
+    Ok((s, describe))
 }
 
 /// `hyperlens cache --tokens`: a language model's activations on one token sequence.

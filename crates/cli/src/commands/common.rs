@@ -5,23 +5,24 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 use hyperlens_model::checkpoint::CONFIG_FILE;
-use hyperlens_model::Config;
-use hyperlens_report::discover::RunInfo;
+use hyperlens_model::{Config, RunRecord, Task};
 use hyperlens_tasks::sraven::{Set, Split, SravenParams};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// The task families; `sample` writes `sraven` and `logic` problem sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TaskKind {
-    /// Symbolic Raven progressive matrices.
-    Sraven,
-    /// The fuzzy-logic task.
-    Logic,
-    /// The induction token corpus.
-    Induction,
+/// The parser of a `--task` flag: one of the task names, each listed with its help, as a [`Task`]
+/// (`tasks sample` writes `sraven` and `logic` problem sets).
+pub fn task_parser() -> impl TypedValueParser<Value = Task> {
+    let help = |t: Task| match t {
+        Task::Sraven => "Symbolic Raven progressive matrices",
+        Task::Logic => "The fuzzy-logic task",
+        Task::Induction => "The induction token corpus",
+    };
+    PossibleValuesParser::new(Task::ALL.map(|t| PossibleValue::new(t.name()).help(help(t))))
+        .try_map(|name| name.parse::<Task>())
 }
 
 /// Which task list to draw from.
@@ -150,7 +151,8 @@ impl ProblemArgs {
     ///
     /// # Errors
     /// An unknown split, a split that does not fit the model's config (naming `config.json` and
-    /// the field), a split other than the recorded one, no split at all, or a zero `--n`.
+    /// the field), a split other than the recorded one, no split at all, a zero `--n`, or run files
+    /// that cannot be read (naming them).
     pub fn resolve(
         &self,
         checkpoint: &Path,
@@ -159,7 +161,7 @@ impl ProblemArgs {
         if let Some(path) = &self.problems {
             return Ok(ProblemSource::File(path.clone()));
         }
-        let recorded = RunInfo::read(checkpoint).split;
+        let recorded = RunRecord::read(checkpoint)?.split;
         let name = match (&self.split, &recorded) {
             (Some(given), Some(rec)) if given != rec && !self.other_split => bail!(
                 "--split {given} differs from the split {rec} that {} was trained on (its run \

@@ -1,23 +1,28 @@
 //! `hyperlens eval`: accuracy (all features right), per-feature accuracy and loss of a checkpoint on
-//! a SRAVEN problem set, either read from a `.npz` file or sampled from a split.
+//! a SRAVEN problem set, either read from a `.npz` file or sampled from a split; on a fuzzy-logic
+//! checkpoint, MSE and the paper's R² (per sequence `1 - err² / var(targets)`, averaged) per set.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use clap::Args;
 use hyperlens_io::budget::check_alloc;
 use hyperlens_io::keys::logits as keys;
 use hyperlens_model::eval::{evaluate_stream, evaluate_with};
-use hyperlens_model::{Config, Device, Transformer};
-use hyperlens_tasks::npz::load_problems;
+use hyperlens_model::{Config, Device, Evaluator, Task};
+use hyperlens_tasks::logic::{logic_chunks, LogicSet, LOGIC_SET_CHUNK};
+use hyperlens_tasks::npz::{load_logic, load_problems};
 use hyperlens_tasks::sraven::SampleStream;
+use hyperlens_train::logic::evaluate_chunks;
+use hyperlens_train::{SetMetrics, TrainSettings};
 use ndarray::{Array2, Array3};
 use std::io::Write as _;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
+use super::dispatch::{logic_set, resolve_split, Checkpoint};
 
 /// Arguments of `hyperlens eval`. On a fuzzy-logic checkpoint (its train.json says `task: logic`)
-/// it prints MSE and R² per set instead (`commands::logic_sets`).
+/// it prints MSE and R² per set instead ([`eval_logic`]).
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// The checkpoint directory (config.json + model.safetensors).
@@ -65,11 +70,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         bail!("--batch must be positive");
     }
     let device = args.device.to_candle()?;
-    let model = Transformer::load(&args.checkpoint, &device)?;
+    let model = Evaluator::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
-    let task = hyperlens_report::discover::RunInfo::read(&args.checkpoint).task;
-    if task.as_deref() == Some("logic") {
-        return super::logic_sets::eval(&args, &model);
+    if let Checkpoint::Logic(settings) = super::dispatch::checkpoint(&args.checkpoint)? {
+        return eval_logic(&args, &model, &settings);
     }
     let params = sraven_params(&args.checkpoint, &cfg)?;
     let source = args.problems.resolve(&args.checkpoint, params)?;
@@ -161,4 +165,83 @@ fn check_logits_budget(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()>
         check_alloc(format!("--save-logits for --n {n}"), bytes)?;
     }
     Ok(())
+}
+
+/// `hyperlens eval` on a fuzzy-logic checkpoint trained with `settings`: MSE and mean R² of the last
+/// token's prediction, on a problem file or on sampled sets (all three, or the one `--set` names),
+/// streamed in batches.
+///
+/// # Errors
+/// A split other than the recorded one without `--other-split`, a bad problem file, model errors.
+fn eval_logic(args: &EvalArgs, model: &Evaluator, settings: &TrainSettings) -> anyhow::Result<()> {
+    let params = settings.logic.params();
+    let p = &args.problems;
+    // (set, metrics, sequences whose R² is defined: those whose targets vary).
+    let mut rows: Vec<(String, SetMetrics, usize)> = Vec::new();
+    if let Some(path) = &p.problems {
+        let set = load_logic(path, &params)?;
+        let defined = r2_defined(&set)?;
+        rows.push((
+            path.display().to_string(),
+            evaluate_chunks(model, std::iter::once(Ok(set)), args.batch)?,
+            defined,
+        ));
+    } else {
+        if p.n == 0 {
+            bail!("--n must be positive");
+        }
+        let split = resolve_split(p, settings, &args.checkpoint)?;
+        let sets: Vec<LogicSet> = match p.set {
+            Some(s) => vec![logic_set(s)],
+            None => LogicSet::ALL
+                .into_iter()
+                .filter(|s| !split.tasks(*s).is_empty())
+                .collect(),
+        };
+        for set in sets {
+            // Chunks of LOGIC_SET_CHUNK: the sequences `tasks sample --task logic` writes.
+            let mut defined = 0usize;
+            let chunks = logic_chunks(&split, set, p.n, LOGIC_SET_CHUNK, p.seed).map(
+                |c| -> hyperlens_train::Result<_> {
+                    let c = c?;
+                    defined += r2_defined(&c)?;
+                    Ok(c)
+                },
+            );
+            let m = evaluate_chunks(model, chunks, args.batch)
+                .with_context(|| format!("--set {set}"))?;
+            rows.push((set.to_string(), m, defined));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (set, m, n_r2) in rows {
+        let (r2, mse, n) = (m.metric, m.loss, m.n);
+        if args.json {
+            // `n`: the sequences the MSE averages; `n_r2`: those the R² averages (a sequence whose
+            // targets are all equal has no R²).
+            let obj = serde_json::json!({
+                "task": Task::Logic, "set": set, "r2": r2, "mse": mse, "n": n, "n_r2": n_r2,
+            });
+            writeln!(stdout, "{obj}")?;
+        } else if n_r2 == n {
+            writeln!(stdout, "{set:<8} R² {r2:.4}  MSE {mse:.6}  ({n} sequences)")?;
+        } else {
+            writeln!(
+                stdout,
+                "{set:<8} R² {r2:.4}  MSE {mse:.6}  ({n} sequences; R² over the {n_r2} whose \
+                 targets vary)"
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The sequences of `set` that have an R² (`hyperlens_tasks::logic::r2` is finite for a perfect
+/// prediction: the targets vary).
+///
+/// # Errors
+/// As `hyperlens_tasks::logic::r2` (inconsistent array lengths).
+fn r2_defined(set: &hyperlens_tasks::logic::LogicBatch) -> hyperlens_tasks::Result<usize> {
+    let r = hyperlens_tasks::logic::r2(set.y.view(), set)?;
+    Ok(r.iter().filter(|v| v.is_finite()).count())
 }

@@ -2,20 +2,30 @@
 //! ablates every attention head in turn (zero or mean, at `blocks.{l}.attn.hook_z`) and writes the
 //! change in accuracy and loss per head (`hyperlens_probe::head_ablation`); `patch transplant`
 //! runs the causal test of the latent code; `patch acts` patches clean activations into corrupted
-//! problems; `patch dla` attributes the answer logit to heads and MLPs.
+//! problems; `patch dla` attributes the answer logit to heads and MLPs. Each loads one
+//! `Evaluator`, calls the probe crate's intervention and its writer of the data files
+//! (`hyperlens_probe::patch_files`), and draws the figures here (`hyperlens-viz` sits above the
+//! probe crate).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use hyperlens_model::{Device, Transformer};
-use hyperlens_probe::{ablation_csv, head_ablation, Ablation};
+use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
+use hyperlens_probe::{
+    activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
+    latent_transplant, write_activation_patching, write_dla, write_head_ablation, write_transplant,
+    Ablation, AblationReport, DlaReport, PatchRun, PatchingReport, TransplantProblems,
+    TransplantRow,
+};
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::SampleStream;
-use hyperlens_viz::{save_png, ColorMap, Heatmap};
+use hyperlens_tasks::sraven::{sample, ProblemSet, SampleStream, Set, Split, SravenParams};
+use hyperlens_viz::{
+    save_png, BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapOptions, ValueFormat,
+};
 use ndarray::Array2;
 
-use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
+use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg, Stage};
 
 /// `hyperlens patch` subcommands.
 #[derive(Debug, Subcommand)]
@@ -65,7 +75,7 @@ pub struct ActsArgs {
     pub split: Option<String>,
     /// Which task list: `id` or `ood`.
     #[arg(long, value_enum, default_value = "ood")]
-    pub set: super::common::SetArg,
+    pub set: SetArg,
     /// Clean problems to sample (unpermuted); each is paired with a corrupted twin.
     #[arg(long, default_value_t = 256)]
     pub n: usize,
@@ -151,49 +161,78 @@ pub fn run(c: PatchCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Loads a SRAVEN checkpoint for an intervention, refusing a checkpoint of another task.
-fn sraven_model(
-    checkpoint: &std::path::Path,
-    device: &Device,
-    command: &str,
-) -> anyhow::Result<Transformer> {
-    let task = hyperlens_report::discover::RunInfo::read(checkpoint).task;
-    if task.as_deref().is_some_and(|t| t != "sraven") {
+/// Loads a SRAVEN checkpoint's evaluator for an intervention, refusing a checkpoint of another
+/// task.
+fn sraven_model(checkpoint: &Path, device: &Device, command: &str) -> anyhow::Result<Evaluator> {
+    let task = RunRecord::read(checkpoint)?.task;
+    if let Some(task) = task.filter(|&t| t != Task::Sraven) {
         bail!(
-            "{}: a {} checkpoint; `{command}` works on SRAVEN checkpoints",
-            checkpoint.display(),
-            task.unwrap_or_default()
+            "{}: a {task} checkpoint; `{command}` works on SRAVEN checkpoints",
+            checkpoint.display()
         );
     }
-    Ok(Transformer::load(checkpoint, &device.to_candle()?)?)
+    Ok(Evaluator::load(checkpoint, &device.to_candle()?)?)
 }
 
 /// `--split`, or the split the checkpoint's run files record: its name and the split.
 fn resolve_split(
-    checkpoint: &std::path::Path,
+    checkpoint: &Path,
     given: Option<&str>,
-    params: hyperlens_tasks::sraven::SravenParams,
-) -> anyhow::Result<(String, hyperlens_tasks::sraven::Split)> {
+    params: SravenParams,
+) -> anyhow::Result<(String, Split)> {
     let name = match given {
         Some(g) => g.to_string(),
-        None => hyperlens_report::discover::RunInfo::read(checkpoint)
-            .split
-            .with_context(|| {
-                format!(
-                    "give --split: {} records no training split",
-                    checkpoint.display()
-                )
-            })?,
+        None => RunRecord::read(checkpoint)?.split.with_context(|| {
+            format!(
+                "give --split: {} records no training split",
+                checkpoint.display()
+            )
+        })?,
     };
-    let split = hyperlens_tasks::sraven::Split::named_with(&name, params).context("--split")?;
+    let split = Split::named_with(&name, params).context("--split")?;
     Ok((name, split))
 }
 
 /// The checkpoint directory's name, for figure titles.
-fn short_name(checkpoint: &std::path::Path) -> String {
+fn short_name(checkpoint: &Path) -> String {
     checkpoint
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+/// The `producer` of a subcommand's JSON files: `hyperlens <version> <command>`.
+fn producer(command: &str) -> String {
+    format!("hyperlens {} {command}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Creates `--out`.
+fn create_out(out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))
+}
+
+/// The problems of `--problems`, or sampled from the resolved source, held in memory (a sample's
+/// size is checked against the memory budget first).
+fn load_set(
+    source: ProblemSource,
+    params: &SravenParams,
+    cfg: &Config,
+) -> anyhow::Result<ProblemSet> {
+    Ok(match source {
+        ProblemSource::File(path) => load_problems(&path, params)?,
+        ProblemSource::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        } => {
+            hyperlens_io::budget::check_alloc(
+                format!("--n {n} (the problems are held in memory)"),
+                hyperlens_io::budget::bytes_of(4, &[n, cfg.n_tokens, cfg.d_in + 4]),
+            )?;
+            sample(&split, set, n, seed, unpermuted)?
+        }
+    })
 }
 
 /// Tick labels of the SRAVEN token positions: `P{panel}F{feature}` for the context, `Q{feature}`
@@ -210,141 +249,66 @@ fn position_labels(t: usize, f: usize) -> Vec<String> {
         .collect()
 }
 
+/// The unpermuted problems of `patch acts` (`--problems`, or sampled) and their `source`.
+fn acts_problems(
+    a: &ActsArgs,
+    params: SravenParams,
+    cfg: &Config,
+) -> anyhow::Result<(ProblemSet, serde_json::Value)> {
+    if let Some(path) = &a.problems {
+        return Ok((
+            load_problems(path, &params)?,
+            serde_json::json!({"problems": path.display().to_string()}),
+        ));
+    }
+    let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
+    let which = match a.set {
+        SetArg::Id => Set::Id,
+        SetArg::Ood => Set::Ood,
+        SetArg::Unknown => {
+            bail!("--set unknown applies to fuzzy-logic checkpoints (sraven has id and ood)")
+        }
+    };
+    hyperlens_io::budget::check_alloc(
+        format!(
+            "--n {} (clean and corrupted problems are held in memory)",
+            a.n
+        ),
+        hyperlens_io::budget::bytes_of(4, &[3 * a.n, cfg.n_tokens, cfg.d_in + 8]),
+    )?;
+    Ok((
+        sample(&split, which, a.n, a.seed, true)?,
+        serde_json::json!({"problems": "generated", "split": split_name,
+            "set": which.to_string(), "n": a.n, "seed": a.seed, "unpermuted": true}),
+    ))
+}
+
 fn acts(a: ActsArgs) -> anyhow::Result<()> {
-    use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_csv};
-    use hyperlens_tasks::sraven::{sample, Set};
-    use hyperlens_viz::{HeatmapOptions, ValueFormat};
     if a.run.batch == 0 || a.n == 0 {
         bail!("--batch and --n must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.run.device, "patch acts")?;
-    let cfg = model.config().clone();
+    let ev = sraven_model(&a.checkpoint, &a.run.device, "patch acts")?;
+    let cfg = ev.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
-    let (set, describe) = if let Some(path) = &a.problems {
-        (
-            load_problems(path, &params)?,
-            serde_json::json!({"problems": path.display().to_string()}),
-        )
-    } else {
-        let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
-        let which = match a.set {
-            super::common::SetArg::Id => Set::Id,
-            super::common::SetArg::Ood => Set::Ood,
-            super::common::SetArg::Unknown => {
-                bail!("--set unknown applies to fuzzy-logic checkpoints (sraven has id and ood)")
-            }
-        };
-        hyperlens_io::budget::check_alloc(
-            format!(
-                "--n {} (clean and corrupted problems are held in memory)",
-                a.n
-            ),
-            hyperlens_io::budget::bytes_of(4, &[3 * a.n, cfg.n_tokens, cfg.d_in + 8]),
-        )?;
-        (
-            sample(&split, which, a.n, a.seed, true)?,
-            serde_json::json!({"problems": "generated", "split": split_name,
-                "set": which.to_string(), "n": a.n, "seed": a.seed, "unpermuted": true}),
-        )
-    };
+    let (set, describe) = acts_problems(&a, params, &cfg)?;
     let pairs = feature_swap_pairs(&set, a.slot)
         .with_context(|| format!("pairing the problems at --slot {}", a.slot))?;
-    let kinds = 2 + usize::from(model.blocks.iter().any(|b| b.mlp.is_some()));
-    let total = pairs.len().div_ceil(a.run.batch)
-        * (2 + cfg.n_layers * (kinds * cfg.n_tokens + cfg.n_heads));
-    let bar = progress_bar(total as u64, "patch acts", "passes");
-    let r = activation_patching(&model, &pairs, a.run.batch, |d, _| {
-        bar.set_position(d as u64)
+    let bar = progress_bar(0, "patch acts", "passes");
+    let r = activation_patching(&ev, &pairs, a.run.batch, |d, t| {
+        bar.set_length(t as u64);
+        bar.set_position(d as u64);
     })
     .with_context(|| format!("patching activations of {}", a.checkpoint.display()))?;
     bar.finish_and_clear();
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("--out {}", a.run.out.display()))?;
-    hyperlens_io::write_atomic(
-        &a.run.out.join("activation_patching.csv"),
-        patching_csv(&r).as_bytes(),
-    )?;
-    hyperlens_io::write_npz(&a.run.out.join("activation_patching.npz"), |z| {
-        z.add("resid_pre", &r.resid_pre)?;
-        z.add("attn_out", &r.attn_out)?;
-        if let Some(m) = &r.mlp_out {
-            z.add("mlp_out", m)?;
-        }
-        z.add("head_out", &r.head_out)?;
-        let src: Vec<i64> = pairs
-            .source
-            .iter()
-            .flat_map(|&(i, j)| [i as i64, j as i64])
-            .collect();
-        z.add(
-            "source",
-            &Array2::from_shape_vec((pairs.len(), 2), src).context("source")?,
-        )?;
-        let ans = |v: &[usize]| ndarray::Array1::from_iter(v.iter().map(|&x| x as i64));
-        z.add("clean_answer", &ans(&pairs.clean_answer))?;
-        z.add("corrupted_answer", &ans(&pairs.corrupted_answer))?;
-        Ok::<(), anyhow::Error>(())
-    })?;
-    hyperlens_io::write_json(
-        &a.run.out.join("activation_patching.json"),
-        &serde_json::json!({
-            "producer": format!("hyperlens {} patch acts", env!("CARGO_PKG_VERSION")),
-            "checkpoint": a.checkpoint.display().to_string(),
-            "mixer": cfg.mixer.to_string(),
-            "source": describe,
-            "corruption": "feature swap: the slot's tokens in the eight context panels from another problem whose answer at the slot differs",
-            "metric": "(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted), LD = logit[clean answer] - logit[corrupted answer] at the slot, means over the pairs",
-            "slot": a.slot,
-            "n_pairs": r.n,
-            "clean_logit_diff": r.clean_logit_diff,
-            "corrupted_logit_diff": r.corrupted_logit_diff,
-            "arrays": {
-                "resid_pre": "[L, T] blocks.{l}.hook_resid_pre patched at one position",
-                "attn_out": "[L, T] blocks.{l}.hook_attn_out patched at one position",
-                "mlp_out": "[L, T] blocks.{l}.hook_mlp_out patched at one position (models with MLPs)",
-                "head_out": "[L, H] blocks.{l}.attn.hook_z of one head patched at every position",
-                "source": "[N, 2] (clean, donor) problem indices",
-                "clean_answer": "[N] the clean answer value at the slot",
-                "corrupted_answer": "[N] the corrupted answer value at the slot",
-            },
-        }),
-    )?;
-    let name = short_name(&a.checkpoint);
-    let positions = position_labels(cfg.n_tokens, cfg.n_outputs);
-    let layers: Vec<String> = (0..cfg.n_layers).map(|l| format!("L{l}")).collect();
-    let mut grids = vec![
-        ("resid_pre", "blocks.{l}.hook_resid_pre", &r.resid_pre),
-        ("attn_out", "blocks.{l}.hook_attn_out", &r.attn_out),
-    ];
-    if let Some(m) = &r.mlp_out {
-        grids.push(("mlp_out", "blocks.{l}.hook_mlp_out", m));
-    }
-    for (file, hook, grid) in grids {
-        let fig = Heatmap::new(
-            grid.clone(),
-            HeatmapOptions {
-                title: format!("{name}: patching {hook} per position (slot {})", a.slot),
-                x_label: "position (P panel F feature; Q query)".into(),
-                y_label: "layer".into(),
-                x_ticks: positions.clone(),
-                y_ticks: layers.clone(),
-                value_format: ValueFormat::Hidden,
-                color_map: ColorMap::BlueWhiteRed,
-                range: Some((-1.0, 1.0)),
-                color_bar_label: "logit difference restored".into(),
-                ..HeatmapOptions::default()
-            },
-        );
-        save_png(a.run.out.join(format!("patching_{file}.png")), &fig)?;
-    }
-    let fig = Heatmap::head_scores(
-        &format!("{name}: patching each head's output (hook_z, all positions)"),
-        r.head_out.view(),
-        "logit difference restored",
-        ColorMap::BlueWhiteRed,
-        Some((-1.0, 1.0)),
-    )?;
-    save_png(a.run.out.join("patching_heads.png"), &fig)?;
+    create_out(&a.run.out)?;
+    let producer = producer("patch acts");
+    let run = PatchRun {
+        producer: &producer,
+        checkpoint: &a.checkpoint,
+        mixer: cfg.mixer,
+    };
+    write_activation_patching(&a.run.out, &run, &describe, &pairs, &r)?;
+    patching_figures(&a.run.out, &short_name(&a.checkpoint), &cfg, &r)?;
     let best = r
         .head_out
         .indexed_iter()
@@ -365,13 +329,58 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `patching_{resid_pre,attn_out,mlp_out}.png` ([layer, position]) and `patching_heads.png`
+/// ([layer, head]) of the checkpoint `name`.
+fn patching_figures(
+    out: &Path,
+    name: &str,
+    cfg: &Config,
+    r: &PatchingReport,
+) -> anyhow::Result<()> {
+    let positions = position_labels(cfg.n_tokens, cfg.n_outputs);
+    let layers: Vec<String> = (0..cfg.n_layers).map(|l| format!("L{l}")).collect();
+    let mut grids = vec![
+        ("resid_pre", "blocks.{l}.hook_resid_pre", &r.resid_pre),
+        ("attn_out", "blocks.{l}.hook_attn_out", &r.attn_out),
+    ];
+    if let Some(m) = &r.mlp_out {
+        grids.push(("mlp_out", "blocks.{l}.hook_mlp_out", m));
+    }
+    for (file, hook, grid) in grids {
+        let fig = Heatmap::new(
+            grid.clone(),
+            HeatmapOptions {
+                title: format!("{name}: patching {hook} per position (slot {})", r.slot),
+                x_label: "position (P panel F feature; Q query)".into(),
+                y_label: "layer".into(),
+                x_ticks: positions.clone(),
+                y_ticks: layers.clone(),
+                value_format: ValueFormat::Hidden,
+                color_map: ColorMap::BlueWhiteRed,
+                range: Some((-1.0, 1.0)),
+                color_bar_label: "logit difference restored".into(),
+                ..HeatmapOptions::default()
+            },
+        );
+        save_png(out.join(format!("patching_{file}.png")), &fig)?;
+    }
+    let fig = Heatmap::head_scores(
+        &format!("{name}: patching each head's output (hook_z, all positions)"),
+        r.head_out.view(),
+        "logit difference restored",
+        ColorMap::BlueWhiteRed,
+        Some((-1.0, 1.0)),
+    )?;
+    save_png(out.join("patching_heads.png"), &fig)?;
+    Ok(())
+}
+
 fn dla(a: DlaArgs) -> anyhow::Result<()> {
-    use hyperlens_probe::{direct_logit_attribution, dla_csv};
     if a.run.batch == 0 {
         bail!("--batch must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.run.device, "patch dla")?;
-    let cfg = model.config().clone();
+    let ev = sraven_model(&a.checkpoint, &a.run.device, "patch dla")?;
+    let cfg = ev.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let slots: Vec<usize> = match a.slot {
         Some(s) if s >= cfg.n_outputs => {
@@ -382,79 +391,20 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
     };
     let source = a.problems.resolve(&a.checkpoint, params)?;
     let describe = source.describe();
-    let set = match source {
-        ProblemSource::File(path) => load_problems(&path, &params)?,
-        ProblemSource::Sampled {
-            split,
-            set,
-            n,
-            seed,
-            unpermuted,
-        } => {
-            hyperlens_io::budget::check_alloc(
-                format!("--n {n} (the problems are held in memory)"),
-                hyperlens_io::budget::bytes_of(4, &[n, cfg.n_tokens, cfg.d_in + 4]),
-            )?;
-            hyperlens_tasks::sraven::sample(&split, set, n, seed, unpermuted)?
-        }
-    };
-    let stage = super::common::Stage::start("patch dla");
-    let r = direct_logit_attribution(&model, &set, &slots, a.run.batch)
+    let set = load_set(source, &params, &cfg)?;
+    let stage = Stage::start("patch dla");
+    let r = direct_logit_attribution(&ev, &set, &slots, a.run.batch)
         .with_context(|| format!("attributing the logits of {}", a.checkpoint.display()))?;
     stage.done(&mut Vec::new());
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("--out {}", a.run.out.display()))?;
-    hyperlens_io::write_atomic(&a.run.out.join("dla.csv"), dla_csv(&r).as_bytes())?;
-    let grid = |m: &Array2<f64>| -> Vec<Vec<f64>> { m.outer_iter().map(|r| r.to_vec()).collect() };
-    hyperlens_io::write_json(
-        &a.run.out.join("dla.json"),
-        &serde_json::json!({
-            "producer": format!("hyperlens {} patch dla", env!("CARGO_PKG_VERSION")),
-            "checkpoint": a.checkpoint.display().to_string(),
-            "mixer": cfg.mixer.to_string(),
-            "source": describe,
-            "slots": r.slots,
-            "n": r.n,
-            "units": "nats (logits), means over problems and slots",
-            "method": "each part of the final residual stream centred, divided by the final LayerNorm's scale of the whole stream (frozen), times its weight, projected on W_U[:, answer] (TransformerLens apply_ln_to_stack)",
-            "logit": r.logit,
-            "logit_centred": r.logit_centred,
-            "embed": [r.embed, r.embed_centred],
-            "constant": [r.constant, r.constant_centred],
-            "heads": grid(&r.heads),
-            "heads_centred": grid(&r.heads_centred),
-            "mlp": r.mlp,
-            "mlp_centred": r.mlp_centred,
-            "attn_bias": r.attn_bias,
-            "attn_bias_centred": r.attn_bias_centred,
-            "max_error": r.max_error,
-        }),
-    )?;
-    // Heads, then the layer's MLP, as columns.
-    let (l_n, h_n) = r.heads_centred.dim();
-    let with_mlp = Array2::from_shape_fn((l_n, h_n + 1), |(l, j)| {
-        if j < h_n {
-            r.heads_centred[[l, j]]
-        } else {
-            r.mlp_centred[l]
-        }
-    });
-    let span = with_mlp.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-    let mut fig = Heatmap::head_scores(
-        &format!(
-            "{}: direct logit attribution to the answer (centred logit, nats)",
-            short_name(&a.checkpoint)
-        ),
-        with_mlp.view(),
-        "nats",
-        ColorMap::BlueWhiteRed,
-        Some((-span, span)),
-    )?;
-    if let Some(last) = fig.options.x_ticks.last_mut() {
-        *last = "MLP".into();
-    }
-    fig.options.x_label = "head (last column: the layer's MLP)".into();
-    save_png(a.run.out.join("dla.png"), &fig)?;
+    create_out(&a.run.out)?;
+    let producer = producer("patch dla");
+    let run = PatchRun {
+        producer: &producer,
+        checkpoint: &a.checkpoint,
+        mixer: cfg.mixer,
+    };
+    write_dla(&a.run.out, &run, &describe, &r)?;
+    dla_figure(&a.run.out, &short_name(&a.checkpoint), &r)?;
     let top = r
         .heads_centred
         .indexed_iter()
@@ -474,15 +424,38 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `dla.png`: the centred attributions per [layer, head], the last column the layer's MLP.
+fn dla_figure(out: &Path, name: &str, r: &DlaReport) -> anyhow::Result<()> {
+    let (l_n, h_n) = r.heads_centred.dim();
+    let with_mlp = Array2::from_shape_fn((l_n, h_n + 1), |(l, j)| {
+        if j < h_n {
+            r.heads_centred[[l, j]]
+        } else {
+            r.mlp_centred[l]
+        }
+    });
+    let span = with_mlp.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+    let mut fig = Heatmap::head_scores(
+        &format!("{name}: direct logit attribution to the answer (centred logit, nats)"),
+        with_mlp.view(),
+        "nats",
+        ColorMap::BlueWhiteRed,
+        Some((-span, span)),
+    )?;
+    if let Some(last) = fig.options.x_ticks.last_mut() {
+        *last = "MLP".into();
+    }
+    fig.options.x_label = "head (last column: the layer's MLP)".into();
+    save_png(out.join("dla.png"), &fig)?;
+    Ok(())
+}
+
 fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
-    use hyperlens_probe::{latent_transplant, transplant_csv};
-    use hyperlens_tasks::sraven::{sample, Set};
-    use hyperlens_viz::{BarSeries, GroupedBars};
     if a.run.batch == 0 || a.n == 0 {
         bail!("--batch and --n must be positive");
     }
-    let model = sraven_model(&a.checkpoint, &a.run.device, "patch transplant")?;
-    let cfg = model.config().clone();
+    let ev = sraven_model(&a.checkpoint, &a.run.device, "patch transplant")?;
+    let cfg = ev.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
     hyperlens_io::budget::check_alloc(
@@ -491,31 +464,38 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     )?;
     let id = sample(&split, Set::Id, a.n, a.seed, true)?;
     let ood = sample(&split, Set::Ood, a.n, a.seed, true)?;
-    let bar = super::common::Stage::start("patch transplant");
-    let rows = latent_transplant(&model, &id, &ood, a.slot, a.run.batch, a.seed)
+    let bar = Stage::start("patch transplant");
+    let rows = latent_transplant(&ev, &id, &ood, a.slot, a.run.batch, a.seed)
         .with_context(|| format!("transplanting codes in {}", a.checkpoint.display()))?;
     bar.done(&mut Vec::new());
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("--out {}", a.run.out.display()))?;
-    hyperlens_io::write_atomic(
-        &a.run.out.join("transplant.csv"),
-        transplant_csv(&rows).as_bytes(),
-    )?;
-    hyperlens_io::write_json(
-        &a.run.out.join("transplant.json"),
-        &serde_json::json!({
-            "producer": format!("hyperlens {} patch transplant", env!("CARGO_PKG_VERSION")),
-            "checkpoint": a.checkpoint.display().to_string(),
-            "mixer": cfg.mixer.to_string(),
-            "split": split_name,
-            "n": a.n,
-            "seed": a.seed,
-            "slot": a.slot,
-            "rows": rows,
-        }),
-    )?;
+    create_out(&a.run.out)?;
+    let producer = producer("patch transplant");
+    let run = PatchRun {
+        producer: &producer,
+        checkpoint: &a.checkpoint,
+        mixer: cfg.mixer,
+    };
+    let problems = TransplantProblems {
+        split: &split_name,
+        n: a.n,
+        seed: a.seed,
+        slot: a.slot,
+    };
+    write_transplant(&a.run.out, &run, &problems, &rows)?;
+    transplant_figure(&a.run.out, &short_name(&a.checkpoint), cfg.n_layers, &rows)?;
+    print_transplant(&rows, &cfg, &a.run.out)
+}
+
+/// `transplant.png`: per layer, the fraction of problems whose answer becomes the donor rule's or
+/// changes, for the transplant and its controls.
+fn transplant_figure(
+    out: &Path,
+    name: &str,
+    n_layers: usize,
+    rows: &[TransplantRow],
+) -> anyhow::Result<()> {
     let frac = |kind: &str, changed: bool| -> Vec<f64> {
-        (0..cfg.n_layers)
+        (0..n_layers)
             .map(|l| {
                 rows.iter()
                     .find(|r| r.layer == l && r.kind == kind)
@@ -542,11 +522,7 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
         frac("random", true),
         frac("zero_ablation", true),
     );
-    let groups: Vec<String> = (0..cfg.n_layers).map(|l| format!("layer {l}")).collect();
-    let name = a
-        .checkpoint
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let groups: Vec<String> = (0..n_layers).map(|l| format!("layer {l}")).collect();
     let mut fig = GroupedBars::accuracy(
         &format!("{name}: transplanting another rule's mean code at the answer's site"),
         &groups,
@@ -579,7 +555,13 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     );
     fig.y_label = "fraction of problems".into();
     fig.x_label = "layer transplanted".into();
-    save_png(a.run.out.join("transplant.png"), &fig)?;
+    save_png(out.join("transplant.png"), &fig)?;
+    Ok(())
+}
+
+/// Prints the transplant's summary: per layer, the answers that became the donor's, and the
+/// identity transplant's largest logit change.
+fn print_transplant(rows: &[TransplantRow], cfg: &Config, out: &Path) -> anyhow::Result<()> {
     let chance = 100.0 / (cfg.d_in as f64 - 1.0);
     for r in rows
         .iter()
@@ -607,24 +589,22 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
         .fold(0.0f64, |m, r| m.max(r.max_logit_change));
     outln!(
         "identity transplant: largest logit change {ident:.1e}; wrote transplant.csv, transplant.json and transplant.png to {}",
-        a.run.out.display()
+        out.display()
     )?;
     Ok(())
 }
 
-fn heads(a: HeadsArgs) -> anyhow::Result<()> {
-    if a.run.batch == 0 {
-        bail!("--batch must be positive");
-    }
-    let model = sraven_model(&a.checkpoint, &a.run.device, "patch heads")?;
-    let cfg = model.config().clone();
-    let params = sraven_params(&a.checkpoint, &cfg)?;
-    let source = a.problems.resolve(&a.checkpoint, params)?;
-    let mut describe = source.describe();
-    let batch = a.run.batch;
-    let mut stream: Box<hyperlens_probe::ablation::Problems> = match source {
+/// The problems of `patch heads` as a stream that can be started again (one pass per head), in
+/// batches of `batch`; `describe` gets the number of problems of a file.
+fn heads_stream(
+    source: ProblemSource,
+    params: &SravenParams,
+    batch: usize,
+    describe: &mut serde_json::Value,
+) -> anyhow::Result<Box<hyperlens_probe::ablation::Problems<'static>>> {
+    Ok(match source {
         ProblemSource::File(path) => {
-            let set = std::rc::Rc::new(load_problems(&path, &params)?);
+            let set = std::rc::Rc::new(load_problems(&path, params)?);
             let n = set.len();
             if n == 0 {
                 bail!("--problems {}: no problem", path.display());
@@ -651,47 +631,35 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
                 Err(e) => Box::new(std::iter::once(Err(e.into()))),
             },
         ),
-    };
-    let total = 1 + usize::from(a.ablation == Ablation::Mean) + cfg.n_layers * cfg.n_heads;
-    let bar = progress_bar(total as u64, "patch heads", "passes");
-    let report = head_ablation(&model, &mut stream, a.ablation, |d, _| {
-        bar.set_position(d as u64)
+    })
+}
+
+fn heads(a: HeadsArgs) -> anyhow::Result<()> {
+    if a.run.batch == 0 {
+        bail!("--batch must be positive");
+    }
+    let ev = sraven_model(&a.checkpoint, &a.run.device, "patch heads")?;
+    let cfg = ev.config().clone();
+    let params = sraven_params(&a.checkpoint, &cfg)?;
+    let source = a.problems.resolve(&a.checkpoint, params)?;
+    let mut describe = source.describe();
+    let mut stream = heads_stream(source, &params, a.run.batch, &mut describe)?;
+    let bar = progress_bar(0, "patch heads", "passes");
+    let report = head_ablation(&ev, &mut stream, a.ablation, |d, t| {
+        bar.set_length(t as u64);
+        bar.set_position(d as u64);
     })
     .with_context(|| format!("ablating the heads of {}", a.checkpoint.display()))?;
     bar.finish_and_clear();
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("--out {}", a.run.out.display()))?;
-    hyperlens_io::write_atomic(
-        &a.run.out.join("head_ablation.csv"),
-        ablation_csv(&report).as_bytes(),
-    )?;
-    let summary = serde_json::json!({
-        "producer": format!("hyperlens {} patch heads", env!("CARGO_PKG_VERSION")),
-        "checkpoint": a.checkpoint.display().to_string(),
-        "mixer": cfg.mixer.to_string(),
-        "hook": "blocks.{l}.attn.hook_z",
-        "source": describe,
-        "report": report,
-    });
-    hyperlens_io::write_json(&a.run.out.join("head_ablation.json"), &summary)?;
-    let deltas = Array2::from_shape_fn((cfg.n_layers, cfg.n_heads), |(l, h)| {
-        report.heads[l * cfg.n_heads + h].accuracy - report.base.accuracy
-    });
-    let span = deltas.iter().fold(0.01f64, |m, v| m.max(v.abs()));
-    let fig = Heatmap::head_scores(
-        &format!(
-            "{}: change in accuracy with each head {}-ablated",
-            a.checkpoint
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-            a.ablation
-        ),
-        deltas.view(),
-        "accuracy change",
-        ColorMap::BlueWhiteRed,
-        Some((-span, span)),
-    )?;
-    save_png(a.run.out.join("head_ablation.png"), &fig)?;
+    create_out(&a.run.out)?;
+    let producer = producer("patch heads");
+    let run = PatchRun {
+        producer: &producer,
+        checkpoint: &a.checkpoint,
+        mixer: cfg.mixer,
+    };
+    write_head_ablation(&a.run.out, &run, &describe, &report)?;
+    heads_figure(&a.run.out, &short_name(&a.checkpoint), &cfg, &report)?;
     let worst = report
         .heads
         .iter()
@@ -711,5 +679,30 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
         "wrote head_ablation.csv, head_ablation.json and head_ablation.png to {}",
         a.run.out.display()
     )?;
+    Ok(())
+}
+
+/// `head_ablation.png`: the change in accuracy per [layer, head].
+fn heads_figure(
+    out: &Path,
+    name: &str,
+    cfg: &Config,
+    report: &AblationReport,
+) -> anyhow::Result<()> {
+    let deltas = Array2::from_shape_fn((cfg.n_layers, cfg.n_heads), |(l, h)| {
+        report.heads[l * cfg.n_heads + h].accuracy - report.base.accuracy
+    });
+    let span = deltas.iter().fold(0.01f64, |m, v| m.max(v.abs()));
+    let fig = Heatmap::head_scores(
+        &format!(
+            "{name}: change in accuracy with each head {}-ablated",
+            report.ablation
+        ),
+        deltas.view(),
+        "accuracy change",
+        ColorMap::BlueWhiteRed,
+        Some((-span, span)),
+    )?;
+    save_png(out.join("head_ablation.png"), &fig)?;
     Ok(())
 }

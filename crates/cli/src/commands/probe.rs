@@ -5,15 +5,20 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use hyperlens_model::{Device, Transformer};
-use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
-use hyperlens_tasks::npz::load_problems;
+use hyperlens_model::{Device, Evaluator};
+use hyperlens_probe::{
+    describe_inputs, extract, extract_logic, extract_logic_set, GeneratedLogicSet,
+    LogicProbeSummary, LogicSite, ProbeMeta, ProbeParams, Site,
+};
+use hyperlens_tasks::npz::{load_logic, load_problems};
 use hyperlens_tasks::sraven::SampleStream;
+use hyperlens_train::TrainSettings;
 
-use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
+use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
+use super::dispatch::{logic_inputs, logic_set, resolve_split, Checkpoint};
 
 /// Arguments of `hyperlens probe`. On a fuzzy-logic checkpoint (its train.json says `task:
-/// logic`) the codes are labelled by the task's terms (`commands::logic_sets::probe`).
+/// logic`) the codes are labelled by the task's terms ([`probe_logic`]).
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// The checkpoint directory (config.json + model.safetensors).
@@ -60,12 +65,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         bail!("--batch must be positive");
     }
     let device = args.device.to_candle()?;
-    let model = Transformer::load(&args.checkpoint, &device)?;
+    let model = Evaluator::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
-    let task = hyperlens_report::discover::RunInfo::read(&args.checkpoint).task;
-    if task.as_deref() == Some("logic") {
+    if let Checkpoint::Logic(settings) = super::dispatch::checkpoint(&args.checkpoint)? {
         super::common::create_parent("--out", &args.out)?;
-        let summary = super::logic_sets::probe(&args, &model)
+        let summary = probe_logic(&args, &model, &settings)
             .with_context(|| format!("probing {}", args.checkpoint.display()))?;
         outln!(
             "wrote {} ({} rows, logic, {} mixer); MSE of the last token's prediction {:.6}",
@@ -137,4 +141,88 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         100.0 * summary.slot_accuracy
     )?;
     Ok(())
+}
+
+/// `hyperlens probe` on a fuzzy-logic checkpoint trained with `settings`: the latent codes at
+/// `--site` (by default the paper's: the last token's attention to itself) with the task's terms,
+/// from a problem file or sampled (`--set`, default `ood`: held-out pairs of known terms) in chunks
+/// of [`hyperlens_tasks::logic::LOGIC_SET_CHUNK`] (the sequences `tasks sample --task logic`
+/// writes).
+///
+/// # Errors
+/// A bad split, site, layer list or problem file, model errors, a failed write.
+fn probe_logic(
+    args: &ProbeArgs,
+    model: &Evaluator,
+    settings: &TrainSettings,
+) -> anyhow::Result<LogicProbeSummary> {
+    let params = settings.logic.params();
+    let cfg = model.config();
+    let site = match &args.site {
+        Site::Paper => LogicSite::paper(cfg.n_tokens),
+        Site::Explicit { query, keys } => LogicSite {
+            query: *query,
+            keys: keys.clone(),
+        },
+        other => bail!(
+            "--site {other} is a SRAVEN site; a logic checkpoint takes `paper` (the last token's \
+             attention to itself) or `query:I;keys:J,K,...`"
+        ),
+    };
+    let layers: Vec<usize> = args
+        .layers
+        .clone()
+        .unwrap_or_else(|| (0..cfg.n_layers).collect());
+    let mut meta = ProbeMeta {
+        checkpoint: args.checkpoint.display().to_string(),
+        ..ProbeMeta::default()
+    };
+    let p = &args.problems;
+    // With --fixed-query / --fixed-context: one query / context, drawn from --seed, given to
+    // every sequence of every set.
+    let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, p.seed);
+    let bar = progress_bar(p.n as u64, "probe", "sequences");
+    let summary = if let Some(path) = &p.problems {
+        let mut set = load_logic(path, &params)?;
+        inputs
+            .apply(&mut set)
+            .with_context(|| format!("--{}", inputs.name().replace('_', "-")))?;
+        meta.problems = describe_inputs(&path.display().to_string(), &inputs, p.seed);
+        let n = set.y.len();
+        bar.set_length(n as u64);
+        extract_logic(
+            model,
+            std::iter::once(Ok(set)),
+            n,
+            args.batch,
+            &layers,
+            &site,
+            &args.out,
+            meta,
+            |d| bar.set_position(d as u64),
+        )
+    } else {
+        if p.unpermuted {
+            bail!("--unpermuted applies to SRAVEN checkpoints");
+        }
+        let source = GeneratedLogicSet {
+            split: &resolve_split(p, settings, &args.checkpoint)?,
+            set: logic_set(p.set.unwrap_or(SetArg::Ood)),
+            n: p.n,
+            seed: p.seed,
+            inputs: &inputs,
+        };
+        extract_logic_set(
+            model,
+            source,
+            args.batch,
+            &layers,
+            &site,
+            &args.out,
+            meta,
+            |d| bar.set_position(d as u64),
+        )
+    };
+    bar.finish_and_clear();
+    Ok(summary?)
 }

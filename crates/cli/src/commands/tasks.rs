@@ -1,15 +1,20 @@
-//! `hyperlens tasks`: list the SRAVEN splits and sample problem sets to `.npz`.
+//! `hyperlens tasks`: list the SRAVEN splits and sample problem sets to `.npz` (SRAVEN problems, or
+//! fuzzy-logic sequences of `f(x) = max over K terms of min over the L literals`,
+//! `docs/spec/sraven.md`, "The fuzzy-logic task").
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum as _};
+use clap::{Args, Subcommand};
 
-pub use super::common::{SetArg, TaskKind};
-use hyperlens_io::budget::check_alloc;
+pub use super::common::SetArg;
+use super::dispatch::{logic_inputs, logic_set, split_seed};
+use hyperlens_io::budget::{bytes_of, check_alloc};
+use hyperlens_model::Task;
 use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
-use hyperlens_tasks::npz::save_problems;
+use hyperlens_tasks::logic::{sample_logic_set, LogicParams, LogicSplit, LOGIC_SET_CHUNK};
+use hyperlens_tasks::npz::{save_logic, save_problems};
 use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
 
 /// Task generators: list splits, sample problem sets.
@@ -25,8 +30,8 @@ pub enum TasksCommand {
 #[derive(Debug, Args)]
 pub struct SampleArgs {
     /// Task family.
-    #[arg(long, value_enum, default_value_t = TaskKind::Sraven)]
-    pub task: TaskKind,
+    #[arg(long, value_parser = super::common::task_parser(), default_value_t = Task::Sraven)]
+    pub task: Task,
     /// Split: sraven paper-seed0, paper-seed1, paper-seed2, paper-seed2024 or seed{N}
     /// [default: paper-seed0]; logic seed{N} [default: seed0].
     #[arg(long)]
@@ -73,10 +78,9 @@ pub fn run(c: TasksCommand) -> Result<()> {
             Ok(())
         }
         TasksCommand::Sample(args) => {
-            let summary = if args.task == TaskKind::Logic {
-                super::logic_sets::sample_to_file(&args)?
-            } else {
-                sample_to_file(&args)?
+            let summary = match args.task {
+                Task::Logic => sample_logic_to_file(&args)?,
+                Task::Sraven | Task::Induction => sample_to_file(&args)?,
             };
             out!("{summary}")?;
             Ok(())
@@ -110,15 +114,12 @@ fn splits_table() -> Result<String> {
     Ok(out)
 }
 
-/// Samples, writes the .npz and its sidecar, and returns the printed summary.
+/// Samples SRAVEN problems, writes the .npz and its sidecar, and returns the printed summary.
 fn sample_to_file(args: &SampleArgs) -> Result<String> {
-    if args.task != TaskKind::Sraven {
+    if args.task != Task::Sraven {
         bail!(
             "--task {}: `tasks sample` writes sraven and logic problem sets",
             args.task
-                .to_possible_value()
-                .map(|v| v.get_name().to_string())
-                .unwrap_or_default()
         );
     }
     if args.n == 0 {
@@ -151,7 +152,7 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     save_problems(&args.out, &problems)?;
     let sidecar = serde_json::json!({
         "producer": format!("hyperlens {} tasks sample", env!("CARGO_PKG_VERSION")),
-        "task": "sraven",
+        "task": Task::Sraven,
         "split": split.name,
         "set": set.name(),
         "n": args.n,
@@ -163,6 +164,75 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     });
     let side = hyperlens_io::write_sidecar(&args.out, &sidecar)?;
     Ok(summary(&problems, &split, set, args, answer, every, &side))
+}
+
+/// Samples a fuzzy-logic problem set to `--out` with its sidecar; returns the printed summary.
+///
+/// # Errors
+/// A bad split or parameter, a size over the memory budget, a failed write.
+fn sample_logic_to_file(args: &SampleArgs) -> Result<String> {
+    if args.unpermuted {
+        bail!("--unpermuted applies to --task sraven");
+    }
+    if args.n == 0 {
+        bail!("--n must be at least 1");
+    }
+    let name = args.split.as_deref().unwrap_or("seed0");
+    let seed = split_seed(name)?;
+    // The training defaults (`train --task logic`): a set sampled with the same flags fits a
+    // model trained with them.
+    let mut settings = hyperlens_train::LogicSettings::default();
+    if let Some(n) = args.logic_samples {
+        settings.samples = n;
+    }
+    if let Some(f) = args.logic_frac_test {
+        settings.frac_test = f;
+    }
+    let params: LogicParams = settings.params();
+    let split = LogicSplit::new(params, seed).context("--split")?;
+    let set = logic_set(args.set);
+    let (t, l, k) = (params.samples, params.variables, params.terms);
+    let per = bytes_of(4, &[t, l + 2]).saturating_add(bytes_of(1, &[k, l + 8]));
+    check_alloc(
+        format!("--n {} (the whole problem set is held in memory)", args.n),
+        per.saturating_mul(2 * args.n as u128),
+    )?;
+    let mut problems =
+        sample_logic_set(&split, set, args.n, args.seed).with_context(|| format!("--set {set}"))?;
+    let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, args.seed);
+    inputs
+        .apply(&mut problems)
+        .with_context(|| format!("--{}", inputs.name().replace('_', "-")))?;
+    super::common::create_parent("--out", &args.out)?;
+    save_logic(&args.out, &problems)?;
+    let sidecar = serde_json::json!({
+        "producer": format!("hyperlens {} tasks sample", env!("CARGO_PKG_VERSION")),
+        "task": Task::Logic,
+        "split": name,
+        "set": set.name(),
+        "n": args.n,
+        "seed": args.seed,
+        "inputs": inputs.name(),
+        "stream_chunk": LOGIC_SET_CHUNK,
+        "params": {
+            "variables": l, "terms": k, "samples": t,
+            "unknown_fraction": params.unknown_fraction, "frac_test": params.frac_test,
+        },
+        "arrays": {"x": "float32 [N, T, L + 1]", "y": "float32 [N]", "targets": "float32 [N, T]",
+                   "terms": "uint8 [N, K, L]", "term_ids": "int64 [N, K]"},
+    });
+    let side = hyperlens_io::write_sidecar(&args.out, &sidecar)?;
+    let tasks: BTreeSet<Vec<u32>> = problems.term_ids.outer_iter().map(|r| r.to_vec()).collect();
+    Ok(format!(
+        "wrote {} logic problems ({name}, {set} set, seed {}) to {} (+ {})\n\
+         tasks covered: {} of {} in the set; L {l} variables, K {k} terms, T {t} tokens\n",
+        args.n,
+        args.seed,
+        args.out.display(),
+        side.display(),
+        tasks.len(),
+        split.tasks(set).len(),
+    ))
 }
 
 /// Rule counts per unpermuted slot, indexed `[slot][rule]`.
@@ -242,7 +312,7 @@ mod tests {
 
     fn args(out: PathBuf) -> SampleArgs {
         SampleArgs {
-            task: TaskKind::Sraven,
+            task: Task::Sraven,
             split: Some("paper-seed2024".to_string()),
             set: SetArg::Ood,
             n: 300,
@@ -286,7 +356,7 @@ mod tests {
         let e = format!("{:#}", sample_to_file(&a).unwrap_err());
         assert!(e.contains("paper-seed0") && e.contains("seed{N}"), "{e}");
         let mut a = args(dir.join("p.npz"));
-        a.task = TaskKind::Induction;
+        a.task = Task::Induction;
         assert!(format!("{:#}", sample_to_file(&a).unwrap_err()).contains("--task induction"));
         let mut a = args(dir.join("p.npz"));
         a.set = SetArg::Unknown;

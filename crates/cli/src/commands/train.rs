@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser as _};
-use hyperlens_model::{Device, Mixer};
+use hyperlens_model::{Device, Mixer, Task};
 use hyperlens_train::state::RECORD_FILE;
 use hyperlens_train::{
     read_settings, train, train_group, Combine, Event, GroupFile, GroupRun, ModelSize,
-    ProgressText, RunOptions, TrainSettings, TrainTask, Variation, FAILED_FILE,
+    ProgressText, RunOptions, TrainSettings, Variation, FAILED_FILE,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -21,8 +21,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     /// The task: sraven, logic or induction [default: sraven].
-    #[arg(long)]
-    pub task: Option<TrainTask>,
+    #[arg(long, value_parser = parse_task)]
+    pub task: Option<Task>,
     /// The sequence mixer: softmax, linear, hyla, linear-rmshead, hyla-no-rmshead, hyla-linear-value,
     /// hyla-linear-value-no-rmshead, softmax-hypatt [default: hyla; induction softmax].
     #[arg(long)]
@@ -201,6 +201,15 @@ fn variation(args: &TrainArgs) -> Variation {
     }
 }
 
+/// Parses `--task` (a training parameter, as the message says).
+///
+/// # Errors
+/// A name that is not a task's.
+fn parse_task(name: &str) -> Result<Task, String> {
+    name.parse::<Task>()
+        .map_err(|e| format!("invalid training parameter: {e}"))
+}
+
 /// The settings of the run in `dir`: the task defaults (or the saved settings with `--resume`)
 /// overridden by the flags that were given.
 pub(crate) fn settings(args: &TrainArgs, dir: &Path) -> anyhow::Result<TrainSettings> {
@@ -214,7 +223,7 @@ pub(crate) fn settings(args: &TrainArgs, dir: &Path) -> anyhow::Result<TrainSett
         }
         s
     } else {
-        TrainSettings::for_task(args.task.unwrap_or(TrainTask::Sraven))
+        TrainSettings::for_task(args.task.unwrap_or(Task::Sraven))
     };
     set(&mut s.mixer, &args.mixer);
     set(&mut s.split, &args.split);

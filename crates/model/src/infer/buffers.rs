@@ -2,7 +2,8 @@
 //! [`Scratch`]), sized for a chunk of [`CHUNK`] problems, lent from [`Inference`]'s pool
 //! ([`Pooled`]) and returned to it when dropped.
 
-use super::attention::padded;
+use hyperlens_kernels::padded;
+
 use super::{Inference, CHUNK};
 use crate::config::Config;
 use crate::ops::fast::mix::{Plan, Rows};

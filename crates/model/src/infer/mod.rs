@@ -14,12 +14,14 @@
 //!   runs on one thread, so the cores do not wait on each other inside an operation.
 //! - **The widest vector units.** The affine maps are `gemm` products with the crate's `x86-v4`
 //!   (AVX-512) kernels, chosen at run time where the CPU has them. The per-problem attention loops
-//!   run over contiguous keys (keys and values transposed to `[H, d, T]`), and they and the GELU
-//!   are compiled a second time with AVX2 and FMA (`Kernels`, chosen at run time); their `exp`
-//!   is a polynomial the compiler vectorises (`exp_reduced`) instead of a libm call. In that copy
-//!   the scores, the K/V transposes and the value sums are written with the AVX2 intrinsics
-//!   (`scores_avx2`, `transpose_kv_avx2`, `ops::fast::mix::value_from_codes_avx2` and `dots_avx2`),
-//!   in the portable loops' order, so with their bits (a unit test compares the two passes).
+//!   run over contiguous keys (keys and values transposed to `[H, d, T]`), and they, LayerNorm, the
+//!   bias additions and the GELU run with AVX2 and FMA where the CPU has them (the instruction set
+//!   is `hyperlens_kernels::Isa`, detected once per process); their `exp` is a polynomial the
+//!   compiler vectorises (`hyperlens_kernels::portable::exp_reduced`) instead of a libm call. In
+//!   that copy the scores, the K/V transposes and the value sums are written with the AVX2
+//!   intrinsics (`hyperlens_kernels::avx2`'s `scores`, `transpose_kv`, `dots`, and
+//!   `ops::fast::mix::value_from_codes_avx2`), in the portable loops' order, so with their bits (a
+//!   unit test compares the two passes).
 //! - **One chunk stays in the caches.** A chunk of 8 base-model problems (288 rows) needs about
 //!   1 MB of buffers.
 //! - **Hooks.** [`Inference::run`] hands each layer's codes to a function that keeps what it needs
@@ -46,29 +48,32 @@
 //!
 //! - `pass.rs`: the pass orchestration (`impl Inference`: the weights' layout, the checks, the
 //!   chunks in parallel, one block per chunk and layer);
-//! - `kernels.rs`: the choice of instruction set (`Kernels`), and the GELU, LayerNorm and bias
-//!   additions compiled with AVX2 and FMA;
-//! - `attention.rs`: the per-problem attention loops (K/V transposes, scores, softmax, RMSHead,
-//!   the standard value network), portable and AVX2 forms side by side;
+//! - `attention.rs`: the per-problem attention pass (which kernels compute the codes for each
+//!   normalisation, and the HYLA value network) and its dispatch on the instruction set;
 //! - `buffers.rs`: the workers' buffers and their pool;
-//! - `maths.rs`: the scalar maths (the vectorisable `exp`, the GELU, LayerNorm, the bias
-//!   additions, the `gemm` product).
+//! - `matmul.rs`: the `gemm` product.
+//!
+//! The hand-written kernels are not here: the vectorisable `exp`, the GELU, LayerNorm, the bias
+//! additions, the softmax rows, RMSHead, the K/V transposes, the scores and the standard value
+//! network are `hyperlens-kernels`'s (portable and AVX2), beside training's CPU kernels (the dot
+//! products, RMSHead's scales and the masked softmax row are the very functions that training's
+//! HYLA mix calls; the two GELUs share their argument and differ only in the `exp`); the HYLA value
+//! networks are `ops::fast::mix`'s, the one home of that kernel for training and for this engine.
 
 use crate::config::Config;
 use crate::ops::fast::mix::Plan;
 #[cfg(doc)]
 use crate::transformer::Transformer;
 #[cfg(doc)]
-use attention::LANES;
-#[cfg(doc)]
 use buffers::Pooled;
 use buffers::Work;
-use kernels::Kernels;
+use hyperlens_kernels::Isa;
+#[cfg(doc)]
+use hyperlens_kernels::LANES;
 
 mod attention;
 mod buffers;
-mod kernels;
-mod maths;
+mod matmul;
 mod pass;
 #[cfg(test)]
 mod tests;
@@ -122,8 +127,8 @@ pub struct Inference {
     visible: Option<Vec<bool>>,
     /// The HYLA-style mix of `ops::fast::mix` (for the MLP value networks).
     plan: Option<Plan>,
-    /// The instruction set of the attention loops and the GELU.
-    kernels: Kernels,
+    /// The instruction set of the kernels (`Isa::detected`; the tests set the portable one).
+    isa: Isa,
     /// Workers' buffers kept between passes ([`Pooled`]): at most one set per rayon thread is
     /// made, however many passes run (the transplant test runs thousands of small ones).
     pool: std::sync::Mutex<Vec<Work>>,

@@ -1,6 +1,7 @@
 //! The pass orchestration: [`Inference`]'s methods (the weights' layout, the checks of a start,
 //! the chunks of a batch in parallel, and per chunk the blocks, each through the attention loops
-//! of [`Kernels`] and the products of `maths`).
+//! of `attention.rs`, the kernels of `hyperlens-kernels` on the detected [`Isa`] and the products
+//! of `matmul.rs`).
 
 use std::collections::HashMap;
 
@@ -8,10 +9,11 @@ use candle_core::{DType, Device, Tensor};
 use ndarray::ArrayView3;
 use rayon::prelude::*;
 
-use super::attention::{padded, Shape};
+use hyperlens_kernels::{padded, portable, AttentionShape, Isa};
+
+use super::attention;
 use super::buffers::{Scratch, Work};
-use super::kernels::Kernels;
-use super::maths::{add_rows, matmul};
+use super::matmul::matmul;
 use super::{
     BlockState, Inference, InferenceHooks, InferenceOutput, LayerWeights, Start, TakeCodes, CHUNK,
 };
@@ -20,7 +22,7 @@ use crate::error::{ModelError, Result};
 use crate::mixer::ValueNetwork;
 use crate::nn::position::relative_position_bucket;
 use crate::ops::fast::mix::{Plan, Rows};
-use crate::transformer::{ForwardOutput, Transformer};
+use crate::transformer::{ForwardOutput, Transformer, LN_EPS};
 
 /// A tensor's values on the host in float32.
 fn host(t: &Tensor) -> Result<Vec<f32>> {
@@ -119,7 +121,7 @@ impl Inference {
             b_u: get("unembed.b_U")?,
             visible,
             plan,
-            kernels: Kernels::detect(),
+            isa: Isa::detected(),
             pool: std::sync::Mutex::new(Vec::new()),
             config: cfg,
         })
@@ -397,7 +399,7 @@ impl Inference {
             ChunkStart::Inputs(x) => {
                 let resid = &mut w.resid[..rows * dm];
                 matmul(resid, x, &self.w_e, (rows, cfg.d_in, dm));
-                add_rows(resid, &self.b_e);
+                portable::add_rows(resid, &self.b_e);
                 0
             }
             ChunkStart::Stream(resid, layer) => {
@@ -433,9 +435,10 @@ impl Inference {
                 .copy_from_slice(&resid[(p * kept + kept - f) * dm..][..f * dm]);
         }
         let normed = &mut w.xn[..n * f * dm];
-        self.kernels.layer_norm(last, &self.ln_final, normed);
+        self.isa
+            .layer_norm(last, ln(&self.ln_final), LN_EPS, normed);
         matmul(logits, normed, &self.w_u, (n * f, dm, cfg.d_out));
-        add_rows(logits, &self.b_u);
+        portable::add_rows(logits, &self.b_u);
     }
 
     /// Block `l` on the chunk's stream in `w.resid`, for the queries from `q0`, with the hooks.
@@ -467,10 +470,10 @@ impl Inference {
         }
         // Attention.
         let xn = &mut w.xn[..rows * dm];
-        self.kernels.layer_norm(resid, &lw.ln1, xn);
+        self.isa.layer_norm(resid, ln(&lw.ln1), LN_EPS, xn);
         let qkv = &mut w.qkv[..rows * 3 * hd];
         matmul(qkv, xn, &lw.w_qkv, (rows, dm, 3 * hd));
-        self.kernels.add_rows(qkv, &lw.b_qkv);
+        self.isa.add_rows(qkv, &lw.b_qkv);
         let o = &mut w.o[..rows * hd];
         for p in 0..n {
             self.attend(
@@ -551,7 +554,8 @@ impl Inference {
         hooks: &H,
         o: &mut [f32],
     ) {
-        self.kernels.codes(
+        attention::codes(
+            self.isa,
             &self.shape(),
             self.config.mixer.normalisation(),
             self.visible.as_deref(),
@@ -568,7 +572,8 @@ impl Inference {
     /// `q0`, into `o [T, H d]`.
     fn value(&self, q0: usize, one: &mut Scratch, rows: &mut Option<Rows>, o: &mut [f32]) {
         match (&self.plan, rows) {
-            (Some(plan), Some(rows)) => self.kernels.mix_value(
+            (Some(plan), Some(rows)) => attention::mix_value(
+                self.isa,
                 plan,
                 q0,
                 &one.att,
@@ -576,14 +581,16 @@ impl Inference {
                 o,
                 rows,
             ),
-            _ => self.kernels.value(&self.shape(), q0, &one.att, &one.vt, o),
+            _ => self
+                .isa
+                .default_value(&self.shape(), q0, &one.att, &one.vt, o),
         }
     }
 
     /// The sizes of one problem's attention.
-    fn shape(&self) -> Shape {
+    fn shape(&self) -> AttentionShape {
         let cfg = &self.config;
-        Shape {
+        AttentionShape {
             t: cfg.n_tokens,
             tp: padded(cfg.n_tokens),
             h: cfg.n_heads,
@@ -611,14 +618,14 @@ impl Inference {
         let (resid, o) = (&mut resid[..rows * dm], &o[..rows * hd]);
         let (xn, y) = (&mut xn[..rows * dm], &mut y[..rows * dm]);
         matmul(y, o, &lw.w_o, (rows, hd, dm));
-        self.kernels.add_biased(resid, y, &lw.b_o);
-        self.kernels.layer_norm(resid, &lw.ln2, xn);
+        self.isa.add_biased(resid, y, &lw.b_o);
+        self.isa.layer_norm(resid, ln(&lw.ln2), LN_EPS, xn);
         let hid = &mut hid[..rows * cfg.d_mlp];
         matmul(hid, xn, &lw.w_in, (rows, dm, cfg.d_mlp));
-        self.kernels.add_rows(hid, &lw.b_in);
-        self.kernels.gelu(hid);
+        self.isa.add_rows(hid, &lw.b_in);
+        self.isa.gelu_tanh_reduced_in_place(hid);
         matmul(y, hid, &lw.w_out, (rows, cfg.d_mlp, dm));
-        self.kernels.add_biased(resid, y, &lw.b_out);
+        self.isa.add_biased(resid, y, &lw.b_out);
     }
 }
 
@@ -668,4 +675,9 @@ fn check_floats(
         )));
     }
     Ok(())
+}
+
+/// A LayerNorm's scale and bias as the kernels take them.
+fn ln((w, b): &(Vec<f32>, Vec<f32>)) -> (&[f32], &[f32]) {
+    (w, b)
 }

@@ -1,47 +1,19 @@
 //! The unit tests of the pass: against candle's forward, the hooks, the passes from a stream or a
-//! block state, and the AVX2 kernels against the baseline ones bit for bit.
+//! block state, and the AVX2 kernels against the portable ones bit for bit (the kernels' own
+//! tests are `hyperlens-kernels`'s).
 
 use candle_core::{Device, Tensor};
 
-use super::attention::{padded, softmax_padded, softmax_padded_rows};
-use super::kernels::Kernels;
-use super::maths::{exp_reduced, gelu_tanh, GELU_BLOCK};
+use hyperlens_kernels::Isa;
+
 use super::*;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::nn::params::seeded_tensors;
 use crate::nn::InitRule;
-use crate::ops::fast::cpu::gelu_tanh_value;
-use crate::ops::test_util::random_input;
+use crate::ops::test_util::{random_input, random_model};
 use crate::transformer::Transformer;
 use crate::Mixer;
-
-/// A small model whose every weight (biases, LayerNorm scales and position tables included)
-/// is drawn at random, so that no term of the forward pass is zero or one by construction.
-fn random_model(mixer: Mixer, causal: bool, seed: u64) -> Transformer {
-    let cfg = Config {
-        d_in: 5,
-        n_tokens: 9,
-        n_outputs: 3,
-        d_model: 24,
-        n_heads: 3,
-        d_head: 4,
-        n_layers: 3,
-        d_mlp: 20,
-        d_out: 6,
-        n_buckets: 7,
-        causal,
-        mixer,
-    };
-    let tensors = seeded_tensors(
-        cfg.tensor_shapes(),
-        seed,
-        |_| InitRule::Normal(0.5),
-        &Device::Cpu,
-    )
-    .unwrap();
-    Transformer::from_tensors(&cfg, tensors.into_iter().collect(), &Device::Cpu).unwrap()
-}
 
 /// The largest difference relative to the largest magnitude of `want`.
 fn rel_diff(got: &Tensor, want: &Tensor) -> f32 {
@@ -309,51 +281,14 @@ fn a_pass_from_a_block_state_repeats_the_pass_from_the_stream_bit_for_bit() {
 }
 
 #[test]
-fn the_vectorised_exp_is_within_float32_rounding_of_libm() {
-    let mut worst = 0f64;
-    let mut x = -87.0f32;
-    while x <= 88.0 {
-        let (got, want) = (f64::from(exp_reduced(x)), f64::from(x.exp()));
-        worst = worst.max((got - want).abs() / want);
-        x += 1.37e-3;
-    }
-    assert!(worst < 2.5e-7, "relative error {worst}");
-    assert_eq!(exp_reduced(0.0), 1.0);
-    assert!(exp_reduced(f32::NAN).is_nan());
-    assert!(exp_reduced(-1e30) < 1e-37);
-    assert!(exp_reduced(1e30) > 1e38 && exp_reduced(1e30).is_finite());
-    // The GELU through it, against the candle forms' GELU.
-    let mut x = -12.0f32;
-    while x < 12.0 {
-        let (got, want) = (gelu_tanh(x), gelu_tanh_value(x));
-        assert!(
-            (got - want).abs() <= 1e-6 * want.abs().max(1.0),
-            "{x}: {got} {want}"
-        );
-        x += 0.01;
-    }
-    let (ninf, mut e, mut a) = (f32::NEG_INFINITY, [0f32; 8], [0f32; 3]);
-    softmax_padded(
-        &[1.0, f32::NAN, 0.0, ninf, ninf, ninf, ninf, ninf],
-        &mut e,
-        &mut a,
-    );
-    assert!(a.iter().all(|v| v.is_nan()));
-}
-
-#[test]
 fn the_avx2_kernels_give_the_baseline_pass_bit_for_bit() {
     // Shapes that take every path: keys a multiple of 8 or not (partial chunks and masked
     // loads), head widths with a copy of their own (2, 4, 8) or not (3), H d a multiple of 8
     // (the transposes in register blocks) or not; every mixer, causal or not.
-    #[cfg(target_arch = "x86_64")]
-    let Kernels::Avx2 = Kernels::detect() else {
-        eprintln!("skipped: this CPU has no AVX2 and FMA, so only the baseline kernels run");
+    if !Isa::detected().avx2() {
+        eprintln!("skipped: this CPU has no AVX2 and FMA, so only the portable kernels run");
         return;
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    return;
-    #[cfg(target_arch = "x86_64")]
+    }
     for (s, (t, h, d)) in [(9, 3, 4), (17, 4, 2), (16, 2, 8), (12, 2, 3)]
         .into_iter()
         .enumerate()
@@ -392,7 +327,7 @@ fn the_avx2_kernels_give_the_baseline_pass_bit_for_bit() {
                 });
                 let mut inf = Inference::new(&model).unwrap();
                 let avx2 = inf.run_hooked(Start::Inputs(&xs), 11, 2 * per_layer, &take);
-                inf.kernels = Kernels::Baseline;
+                inf.isa = Isa::PORTABLE;
                 let base = inf.run_hooked(Start::Inputs(&xs), 11, 2 * per_layer, &take);
                 let (avx2, base) = (avx2.unwrap(), base.unwrap());
                 let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -401,64 +336,6 @@ fn the_avx2_kernels_give_the_baseline_pass_bit_for_bit() {
                 assert_eq!(bits(&avx2.taken), bits(&base.taken), "codes: {case}");
             }
         }
-    }
-}
-
-#[test]
-fn the_gelu_in_blocks_gives_the_gelu_of_each_float_bit_for_bit() {
-    // 3 blocks and a tail of 5, over the range that matters plus the clamps, NaN and zeros
-    let mut v: Vec<f32> = (0..3 * GELU_BLOCK + 5)
-        .map(|i| (i as f32 * 0.731).sin() * 9.0 - 0.5)
-        .collect();
-    v[7] = f32::NAN;
-    v[40] = -0.0;
-    v[41] = 200.0;
-    v[42] = -200.0;
-    let want: Vec<f32> = v.iter().map(|&x| gelu_tanh(x)).collect();
-    #[allow(unused_mut)]
-    let mut kernels = vec![Kernels::Baseline];
-    #[cfg(target_arch = "x86_64")]
-    if let k @ Kernels::Avx2 = Kernels::detect() {
-        kernels.push(k);
-    }
-    for k in kernels {
-        let mut got = v.clone();
-        k.gelu(&mut got);
-        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&got), bits(&want), "{k:?}");
-    }
-}
-
-#[test]
-fn the_padded_softmax_is_libms_softmax_over_the_real_keys() {
-    for t in [1, 7, 8, 9, 36, 41] {
-        let tp = padded(t);
-        let mut s = vec![f32::NEG_INFINITY; tp];
-        for (j, s) in s[..t].iter_mut().enumerate() {
-            *s = ((j * 7919 % 1009) as f32 / 100.0 - 5.0) * if j % 3 == 0 { 4.0 } else { 1.0 };
-        }
-        let (mut e, mut a) = (vec![0f32; tp], vec![0f32; t]);
-        softmax_padded(&s, &mut e, &mut a);
-        let mx = s[..t]
-            .iter()
-            .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
-        let z: f64 = s[..t].iter().map(|&x| (f64::from(x) - mx).exp()).sum();
-        // float32's rounding of `x - max` (half an ulp of up to 40) and `exp_reduced`'s 2.5e-7
-        for (j, &got) in a.iter().enumerate() {
-            let want = (f64::from(s[j]) - mx).exp() / z;
-            assert!(
-                (f64::from(got) - want).abs() <= 3e-6 * want,
-                "T {t}, key {j}: {got} against {want}"
-            );
-        }
-        // Two rows side by side give each row's bits alone.
-        let s2: Vec<f32> = s.iter().map(|x| x * 0.5 - 1.0).collect();
-        let (mut e2, mut a2) = (vec![0f32; tp], vec![0f32; t]);
-        softmax_padded(&s2, &mut e2, &mut a2);
-        let (mut f, mut f2) = (vec![0f32; tp], vec![0f32; tp]);
-        let (mut b, mut b2) = (vec![0f32; t], vec![0f32; t]);
-        softmax_padded_rows([&s, &s2], [&mut f, &mut f2], [&mut b, &mut b2]);
-        assert_eq!((b, b2), (a, a2), "T {t}");
     }
 }
 

@@ -52,3 +52,35 @@ pub(crate) fn random_input(cfg: &crate::Config, b: usize, seed: u64) -> Tensor {
         .collect();
     Tensor::from_vec(v, (b, cfg.n_tokens, cfg.d_in), &Device::Cpu).unwrap()
 }
+
+/// A small model whose every weight (biases, LayerNorm scales and position tables included)
+/// is drawn at random, so that no term of the forward pass is zero or one by construction.
+pub(crate) fn random_model(
+    mixer: crate::Mixer,
+    causal: bool,
+    seed: u64,
+) -> crate::transformer::Transformer {
+    let cfg = crate::config::Config {
+        d_in: 5,
+        n_tokens: 9,
+        n_outputs: 3,
+        d_model: 24,
+        n_heads: 3,
+        d_head: 4,
+        n_layers: 3,
+        d_mlp: 20,
+        d_out: 6,
+        n_buckets: 7,
+        causal,
+        mixer,
+    };
+    let tensors = crate::nn::params::seeded_tensors(
+        cfg.tensor_shapes(),
+        seed,
+        |_| crate::nn::InitRule::Normal(0.5),
+        &Device::Cpu,
+    )
+    .unwrap();
+    crate::transformer::Transformer::from_tensors(&cfg, tensors.into_iter().collect(), &Device::Cpu)
+        .unwrap()
+}

@@ -4,9 +4,8 @@
 //! clean and corrupted problems and activation patching.
 
 use candle_core::Tensor;
-use hyperlens_model::eval::batch_tensor;
 use hyperlens_model::hooks::Cache;
-use hyperlens_model::Transformer;
+use hyperlens_model::{Evaluator, Transformer};
 use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{Array2, Array3};
 
@@ -52,8 +51,8 @@ pub struct DlaReport {
     pub max_error: f64,
 }
 
-/// Direct logit attribution of `model` on the SRAVEN problems `set` (batches of `batch`): the
-/// final residual stream at each answer slot in `slots` is split into the embedding, each head's
+/// Direct logit attribution of the model of `ev` on the SRAVEN problems `set` (batches of `batch`,
+/// cached by the hooked pass [`Evaluator::run_with_hooks`]): the final residual stream at each answer slot in `slots` is split into the embedding, each head's
 /// output `z W_O[h]`, each attention bias and each MLP output; each part is centred, divided by the
 /// final LayerNorm's scale of the whole stream (frozen), multiplied by its weight and projected on
 /// the unembedding column of the right answer (TransformerLens `cache.stack_head_results` +
@@ -66,11 +65,12 @@ pub struct DlaReport {
 /// [`ProbeError::InvalidInput`] for an empty set or slot list, a zero batch or a slot outside the
 /// model's outputs; model errors.
 pub fn direct_logit_attribution(
-    model: &Transformer,
+    ev: &Evaluator,
     set: &ProblemSet,
     slots: &[usize],
     batch: usize,
 ) -> Result<DlaReport> {
+    let model = ev.transformer();
     check_dla_input(model, set, slots, batch)?;
     let w = DlaWeights::of(model)?;
     let names = dla_hook_names(model);
@@ -79,7 +79,7 @@ pub fn direct_logit_attribution(
     let f_n = model.config().n_outputs;
     for s0 in (0..set.len()).step_by(batch) {
         let part = set.slice(s0, s0 + batch);
-        let acts = DlaActivations::of(model, &part, &names)?;
+        let acts = DlaActivations::of(ev, &part, &names)?;
         for bi in 0..part.len() {
             for &f in slots {
                 let pos = bi * f_n + f;
@@ -306,16 +306,17 @@ struct DlaActivations {
 }
 
 impl DlaActivations {
-    /// Runs `model` on the problems `part`, caching `names`.
+    /// Runs the model of `ev` (its hooked pass) on the problems `part`, caching `names`.
     ///
     /// # Shapes
     /// `part.x [B, T, M]`.
-    fn of(model: &Transformer, part: &ProblemSet, names: &[String]) -> Result<DlaActivations> {
+    fn of(ev: &Evaluator, part: &ProblemSet, names: &[String]) -> Result<DlaActivations> {
+        let model = ev.transformer();
         let cfg = model.config();
         let (l_n, f_n, t) = (cfg.n_layers, cfg.n_outputs, cfg.n_tokens);
-        let x = batch_tensor(&part.x, model.device())?;
+        let x = ev.input(part.x.view())?;
         let mut cache = Cache::new(names.to_vec());
-        let logits = host_flat(&model.run_with_hooks(&x, &mut cache)?)?;
+        let logits = host_flat(&ev.run_with_hooks(&x, &mut cache)?)?;
         // The F output positions of an activation [B, T, ...], flattened.
         let get = |name: &str| {
             host_flat(

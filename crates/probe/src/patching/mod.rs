@@ -19,9 +19,8 @@
 //! here).
 
 use candle_core::{DType, Tensor};
-use hyperlens_model::eval::batch_tensor;
 use hyperlens_model::hooks::{Cache, HookFn};
-use hyperlens_model::Transformer;
+use hyperlens_model::Evaluator;
 use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{s, Array2, Array3};
 
@@ -218,9 +217,10 @@ pub(super) fn cached<'a>(cache: &'a Cache, name: &str) -> Result<&'a Tensor> {
         .ok_or_else(|| ProbeError::InvalidInput(format!("no {name} in the cache")))
 }
 
-/// Activation patching (module docs) of `model` on `pairs`, in batches of `batch`: every position
-/// of the residual stream entering each layer, of each attention output and MLP output, and every
-/// head's output at all positions, each patched alone from the clean into the corrupted pass.
+/// Activation patching (module docs) of the model of `ev` on `pairs`, in batches of `batch`, by
+/// its hooked pass ([`Evaluator::run_with_hooks`]): every position of the residual stream entering
+/// each layer, of each attention output and MLP output, and every head's output at all positions,
+/// each patched alone from the clean into the corrupted pass.
 /// `progress(done, total)` counts forward passes. A patch whose clean and corrupted values are
 /// equal for the whole batch changes nothing and is not run.
 ///
@@ -233,27 +233,27 @@ pub(super) fn cached<'a>(cache: &'a Cache, name: &str) -> Result<&'a Tensor> {
 /// model that does not separate the clean from the corrupted answer (equal mean logit differences);
 /// model errors.
 pub fn activation_patching(
-    model: &Transformer,
+    ev: &Evaluator,
     pairs: &PatchPairs,
     batch: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<PatchingReport> {
-    check_patching_input(model, pairs, batch)?;
-    let kinds = patch_kinds(model);
-    let names = patching_hook_names(model, &kinds);
-    let cfg = model.config();
+    check_patching_input(ev, pairs, batch)?;
+    let kinds = patch_kinds(ev);
+    let names = patching_hook_names(ev, &kinds);
+    let cfg = ev.config();
     let n = pairs.len();
     let per_batch = 2 + cfg.n_layers * (kinds.len() * cfg.n_tokens + cfg.n_heads);
     let total = n.div_ceil(batch) * per_batch;
     let mut done = 0;
-    let mut sums = PatchSums::zeros(model, kinds.len());
+    let mut sums = PatchSums::zeros(ev, kinds.len());
     for s in (0..n).step_by(batch) {
-        let passes = clean_and_corrupted_passes(model, pairs, &names, s, (s + batch).min(n))?;
+        let passes = clean_and_corrupted_passes(ev, pairs, &names, s, (s + batch).min(n))?;
         sums.clean += passes.clean_ld;
         sums.corrupted += passes.corrupted_ld;
         done += 2;
         progress(done, total);
-        patch_batch(model, &passes, &kinds, &mut sums, &mut || {
+        patch_batch(ev, &passes, &kinds, &mut sums, &mut || {
             done += 1;
             progress(done, total);
         })?;
@@ -262,8 +262,8 @@ pub fn activation_patching(
 }
 
 /// Checks that there are pairs, a positive batch and a slot among the model's outputs.
-fn check_patching_input(model: &Transformer, pairs: &PatchPairs, batch: usize) -> Result<()> {
-    let n_outputs = model.config().n_outputs;
+fn check_patching_input(ev: &Evaluator, pairs: &PatchPairs, batch: usize) -> Result<()> {
+    let n_outputs = ev.config().n_outputs;
     let n = pairs.len();
     if n == 0 || batch == 0 || pairs.slot >= n_outputs {
         return Err(ProbeError::InvalidInput(format!(
@@ -276,18 +276,18 @@ fn check_patching_input(model: &Transformer, pairs: &PatchPairs, batch: usize) -
 
 /// The per-position activations patched in each layer: `hook_resid_pre`, `hook_attn_out` and,
 /// when any block has an MLP, `hook_mlp_out`.
-fn patch_kinds(model: &Transformer) -> Vec<&'static str> {
+fn patch_kinds(ev: &Evaluator) -> Vec<&'static str> {
     let mut kinds = vec!["hook_resid_pre", "hook_attn_out"];
-    if model.blocks.iter().any(|b| b.mlp.is_some()) {
+    if ev.transformer().blocks.iter().any(|b| b.mlp.is_some()) {
         kinds.push("hook_mlp_out");
     }
     kinds
 }
 
 /// The hook names to cache: each layer's `kinds`, then its `attn.hook_z`.
-fn patching_hook_names(model: &Transformer, kinds: &[&str]) -> Vec<String> {
+fn patching_hook_names(ev: &Evaluator, kinds: &[&str]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for l in 0..model.config().n_layers {
+    for l in 0..ev.config().n_layers {
         for k in kinds {
             names.push(format!("blocks.{l}.{k}"));
         }
@@ -309,9 +309,9 @@ struct PatchSums {
 }
 
 impl PatchSums {
-    /// All zero, for `n_kinds` per-position activations of `model`.
-    fn zeros(model: &Transformer, n_kinds: usize) -> PatchSums {
-        let cfg = model.config();
+    /// All zero, for `n_kinds` per-position activations of the model of `ev`.
+    fn zeros(ev: &Evaluator, n_kinds: usize) -> PatchSums {
+        let cfg = ev.config();
         PatchSums {
             pos: Array3::zeros((n_kinds, cfg.n_layers, cfg.n_tokens)),
             head: Array2::zeros((cfg.n_layers, cfg.n_heads)),
@@ -346,21 +346,20 @@ struct BatchPasses<'a> {
 /// # Shapes
 /// `pairs.clean`, `pairs.corrupted` `[N, T, M]`; the batch is `B = e - s` of them.
 fn clean_and_corrupted_passes<'a>(
-    model: &Transformer,
+    ev: &Evaluator,
     pairs: &'a PatchPairs,
     names: &[String],
     s: usize,
     e: usize,
 ) -> Result<BatchPasses<'a>> {
-    let device = model.device();
     let ca = &pairs.clean_answer[s..e];
     let ka = &pairs.corrupted_answer[s..e];
-    let xc = batch_tensor(&pairs.clean.slice(s![s..e, .., ..]).to_owned(), device)?;
-    let xk = batch_tensor(&pairs.corrupted.slice(s![s..e, .., ..]).to_owned(), device)?;
+    let xc = ev.input(pairs.clean.slice(s![s..e, .., ..]))?;
+    let xk = ev.input(pairs.corrupted.slice(s![s..e, .., ..]))?;
     let mut clean = Cache::new(names.to_vec());
-    let lc = model.run_with_hooks(&xc, &mut clean)?;
+    let lc = ev.run_with_hooks(&xc, &mut clean)?;
     let mut corrupted = Cache::new(names.to_vec());
-    let lk = model.run_with_hooks(&xk, &mut corrupted)?;
+    let lk = ev.run_with_hooks(&xk, &mut corrupted)?;
     let corrupted_ld: f64 = logit_diffs(&lk, pairs.slot, ca, ka)?.iter().sum();
     let clean_ld = logit_diffs(&lc, pairs.slot, ca, ka)?.iter().sum::<f64>();
     Ok(BatchPasses {
@@ -378,24 +377,24 @@ fn clean_and_corrupted_passes<'a>(
 /// Patches every position of each of `kinds` and every head of each layer in one batch, adding the
 /// summed logit differences to `sums`; `tick()` after each patch.
 fn patch_batch(
-    model: &Transformer,
+    ev: &Evaluator,
     passes: &BatchPasses,
     kinds: &[&str],
     sums: &mut PatchSums,
     tick: &mut dyn FnMut(),
 ) -> Result<()> {
-    let cfg = model.config();
+    let cfg = ev.config();
     for l in 0..cfg.n_layers {
         for (ki, k) in kinds.iter().enumerate() {
             let name = format!("blocks.{l}.{k}");
             for p in 0..cfg.n_tokens {
-                sums.pos[[ki, l, p]] += patched_logit_diff(model, passes, &name, 1, p)?;
+                sums.pos[[ki, l, p]] += patched_logit_diff(ev, passes, &name, 1, p)?;
                 tick();
             }
         }
         let name = format!("blocks.{l}.attn.hook_z");
         for h in 0..cfg.n_heads {
-            sums.head[[l, h]] += patched_logit_diff(model, passes, &name, 2, h)?;
+            sums.head[[l, h]] += patched_logit_diff(ev, passes, &name, 2, h)?;
             tick();
         }
     }
@@ -405,7 +404,7 @@ fn patch_batch(
 /// Sum of the logit differences of the corrupted pass with index `index` of axis `dim` of `name`
 /// patched from the clean pass (the unpatched sum when the two are equal there).
 fn patched_logit_diff(
-    model: &Transformer,
+    ev: &Evaluator,
     passes: &BatchPasses,
     name: &str,
     dim: usize,
@@ -429,7 +428,7 @@ fn patched_logit_diff(
         index,
         clean: cv,
     };
-    let logits = model.run_with_hooks(&passes.xk, &mut hook)?;
+    let logits = ev.run_with_hooks(&passes.xk, &mut hook)?;
     Ok(logit_diffs(
         &logits,
         passes.slot,

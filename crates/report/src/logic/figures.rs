@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use hyperlens_analysis::terms::{NamedProjection, TermCodes};
+use hyperlens_io::keys;
 use hyperlens_train::metrics::MetricsRow;
 use hyperlens_viz::{save_png, LayerAccuracy, PcaScatter, Reference, ScatterPanel, Series};
 
@@ -40,7 +41,8 @@ pub fn write_projection_figures(
             .map(|(_, a)| a)
             .ok_or_else(|| ReportError::InvalidInput(format!("no projection `{name}`")))
     };
-    let (pca, tsne) = (find("pca_all")?, find("tsne_all")?);
+    let pca_all = keys::pca::name(keys::projections::PCA_PREFIX, None);
+    let (pca, tsne) = (find(&pca_all)?, find(keys::projections::TSNE_ALL)?);
     let ids = codes.term_ids();
     if pca.nrows() < n || tsne.nrows() < n || ids.nrows() < n {
         return Err(ReportError::InvalidInput(format!(

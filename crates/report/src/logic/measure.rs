@@ -10,18 +10,17 @@ use hyperlens_analysis::embed::TsneParams;
 use hyperlens_analysis::terms::{
     term_decoding, term_decoding_csv, TermCodes, TermDecodingParams, TermDecodingRow,
 };
-use hyperlens_model::infer::Inference;
-use hyperlens_model::Transformer;
-use hyperlens_probe::{extract_logic_set, logic_set_name, GeneratedLogicSet, LogicSite, ProbeMeta};
+use hyperlens_model::{Evaluator, RunRecord, Task};
+use hyperlens_probe::{extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta};
 use hyperlens_tasks::logic::{
     fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
-use hyperlens_train::logic::{evaluate_chunks, evaluate_chunks_cpu};
-use hyperlens_train::{SetMetrics, TrainTask};
+use hyperlens_train::logic::evaluate_chunks;
+use hyperlens_train::SetMetrics;
 
 use super::figures::write_projection_figures;
 use super::{LogicEntry, LogicSeconds, TSNE_POINTS};
-use crate::discover::{name_of, training_of, RunInfo};
+use crate::discover::{name_of, training_of};
 use crate::error::{ReportError, Result};
 use crate::Progress;
 
@@ -40,7 +39,7 @@ pub(crate) fn analyse_logic_checkpoint(
     let name = name_of(dir);
     let t0 = Instant::now();
     let settings = hyperlens_train::run_settings(dir)?;
-    if settings.task != TrainTask::Logic {
+    if settings.task != Task::Logic {
         return Err(ReportError::Unsupported {
             dir: dir.to_path_buf(),
             reason: format!("a {} checkpoint, not a logic one", settings.task),
@@ -49,11 +48,11 @@ pub(crate) fn analyse_logic_checkpoint(
     let task = settings.logic.params();
     let split = LogicSplit::new(task, settings.split_seed()?)?;
     let device = params.device.to_candle()?;
-    let model = Transformer::load(dir, &device)?;
+    let model = Evaluator::load(dir, &device)?;
     let cfg = model.config().clone();
-    let info = RunInfo::read(dir);
+    let info = RunRecord::read(dir)?;
     let training = training_of(dir, &info)?;
-    let sets = evaluate_sets(params, &split, &model, device.is_cpu())?;
+    let sets = evaluate_sets(params, &split, &model)?;
     let mut seconds = LogicSeconds {
         evaluation: t0.elapsed().as_secs_f64(),
         ..LogicSeconds::default()
@@ -87,28 +86,21 @@ pub(crate) fn analyse_logic_checkpoint(
 }
 
 /// The R² (`metric`) and MSE (`loss`) of each set with tasks in the split, in the order `id`,
-/// `ood`, `unknown`; with `on_cpu`, by the evaluation pass without candle.
+/// `ood`, `unknown`.
 fn evaluate_sets(
     params: &crate::StagedParams,
     split: &LogicSplit,
-    model: &Transformer,
-    on_cpu: bool,
+    model: &Evaluator,
 ) -> Result<Vec<(&'static str, SetMetrics)>> {
-    // On the CPU, the evaluation pass without candle (whose thread pool spins beside the SRAVEN
-    // checkpoints that run at the same time).
-    let inference = on_cpu.then(|| Inference::new(model)).transpose()?;
     let mut sets = Vec::new();
-    for set in [LogicSet::Train, LogicSet::Test, LogicSet::Ood] {
+    for set in LogicSet::ALL {
         if split.tasks(set).is_empty() {
             continue;
         }
         let chunks = logic_chunks(split, set, params.n, LOGIC_SET_CHUNK, params.seed)
             .map(|c| c.map_err(Into::into));
-        let metrics = match &inference {
-            Some(inference) => evaluate_chunks_cpu(inference, chunks, params.batch)?,
-            None => evaluate_chunks(model, chunks, params.batch)?,
-        };
-        sets.push((logic_set_name(set), metrics));
+        let metrics = evaluate_chunks(model, chunks, params.batch)?;
+        sets.push((set.name(), metrics));
     }
     Ok(sets)
 }
@@ -121,7 +113,7 @@ fn extract_codes(
     name: &str,
     split: &LogicSplit,
     inputs: &LogicInputs,
-    model: &Transformer,
+    model: &Evaluator,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Vec<TermCodes>> {
     let out = &params.out;
@@ -129,8 +121,8 @@ fn extract_codes(
     let site = LogicSite::paper(cfg.n_tokens);
     let layers: Vec<usize> = (0..cfg.n_layers).collect();
     let mut codes = Vec::new();
-    for set in [LogicSet::Train, LogicSet::Test] {
-        let set_name = logic_set_name(set);
+    for set in [LogicSet::Id, LogicSet::Ood] {
+        let set_name = set.name();
         let path = out.join("codes").join(format!("{name}_{set_name}.npz"));
         let meta = ProbeMeta {
             checkpoint: dir.display().to_string(),
@@ -240,7 +232,7 @@ fn analyse_codes(
         for (name, a) in &projections {
             z.add(name, a)?;
         }
-        z.add("term_ids", test.term_ids())
+        z.add(hyperlens_io::keys::projections::TERM_IDS, test.term_ids())
     })?;
     write_projection_figures(
         test,

@@ -13,10 +13,11 @@ use crate::job::BatchLoss;
 use crate::metrics::{Evaluation, MetricsLog, MetricsRow};
 use crate::optim::AdamWParams;
 use crate::schedule::WarmupCosine;
-use crate::settings::{TrainSettings, TrainTask};
+use crate::settings::TrainSettings;
 use crate::state::{
     file_hash, save_optimizer, write_json, Session, TrainState, RECORD_FILE, STATE_FILE, VERSION,
 };
+use crate::Task;
 
 use super::{GroupRun, TrainRecord, Updates, FAILED_FILE};
 
@@ -274,9 +275,9 @@ pub(super) fn train_row(
 }
 
 /// The `metrics.csv` row of an evaluation of a run of `task` (its extra sets under their column
-/// prefixes, [`TrainTask::extra_sets`]).
+/// prefixes, [`Task::extra_sets`]).
 pub(super) fn eval_row(
-    task: TrainTask,
+    task: Task,
     step: u64,
     lr: f64,
     train: (Option<f64>, Option<f64>),

@@ -40,8 +40,9 @@ use crate::error::{Result, TrainError};
 use crate::metrics::{Evaluation, MetricsRow};
 use crate::optim::AdamWParams;
 use crate::schedule::WarmupCosine;
-use crate::settings::{TrainSettings, TrainTask};
+use crate::settings::TrainSettings;
 use crate::state::{Session, TrainState, STATE_FILE};
+use crate::Task;
 
 use members::Member;
 use training::{Due, Training};
@@ -103,7 +104,7 @@ pub struct TrainRecord {
     /// hyperlens version.
     pub hyperlens_version: String,
     /// The task.
-    pub task: TrainTask,
+    pub task: Task,
     /// The mixer.
     pub mixer: hyperlens_model::Mixer,
     /// The split.
@@ -199,8 +200,8 @@ fn first_difference(a: &TrainSettings, b: &TrainSettings) -> String {
 pub fn check_memory(settings: &TrainSettings, models: usize) -> Result<()> {
     use hyperlens_io::budget::{bytes_of, check_alloc};
     let dims = match settings.task {
-        TrainTask::Sraven | TrainTask::Logic => {
-            let c = if settings.task == TrainTask::Sraven {
+        Task::Sraven | Task::Logic => {
+            let c = if settings.task == Task::Sraven {
                 crate::sraven::model_config(settings)?
             } else {
                 crate::logic::model_config(settings)?
@@ -216,7 +217,7 @@ pub fn check_memory(settings: &TrainSettings, models: usize) -> Result<()> {
                 c.n_params_saturating(),
             )
         }
-        TrainTask::Induction => {
+        Task::Induction => {
             let c = crate::induction::model_config(settings)?;
             let mlp = c.d_mlp.unwrap_or(0);
             let params = c.weights_bound();
@@ -366,7 +367,7 @@ fn check_settings(settings: &[TrainSettings]) -> Result<()> {
             )));
         }
     }
-    if settings.len() > 1 && first.task == TrainTask::Induction {
+    if settings.len() > 1 && first.task == Task::Induction {
         return Err(TrainError::InvalidParam(
             "the induction task trains one model per run (no batched runs)".into(),
         ));

@@ -11,8 +11,9 @@ use crate::error::{Result, TrainError};
 use crate::job::{BatchLoss, Job};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::WarmupCosine;
-use crate::settings::{TrainSettings, TrainTask};
+use crate::settings::TrainSettings;
 use crate::state::{dropout_rng, OPTIMIZER_FILE, STATE_FILE};
+use crate::Task;
 
 use super::check_settings;
 
@@ -156,21 +157,21 @@ fn make_job(
         .first()
         .ok_or_else(|| TrainError::InvalidParam("no runs to train".into()))?;
     Ok(match first.task {
-        TrainTask::Sraven => Box::new(crate::stacked::StackJob::new(
+        Task::Sraven => Box::new(crate::stacked::StackJob::new(
             settings,
             crate::sraven::model_config(first)?,
             dirs,
             device,
             |s| crate::sraven::SravenTask::new(s, device),
         )?),
-        TrainTask::Logic => Box::new(crate::stacked::StackJob::new(
+        Task::Logic => Box::new(crate::stacked::StackJob::new(
             settings,
             crate::logic::model_config(first)?,
             dirs,
             device,
             |s| crate::logic::LogicTask::new(s, device),
         )?),
-        TrainTask::Induction => match (settings, dirs) {
+        Task::Induction => match (settings, dirs) {
             ([s], None) => Box::new(crate::induction::InductionJob::fresh(s, device)?),
             ([s], Some([d])) => Box::new(crate::induction::InductionJob::resume(s, d, device)?),
             _ => {

@@ -18,11 +18,17 @@
 //! Both run in float32 on the CPU under [`crate::ops::Ops::Fast`]; everything else takes the
 //! other forms of [`crate::ops`].
 //!
+//! The arithmetic is `hyperlens_kernels::portable`'s (the GELU of one value, `gelu_tanh`, and its
+//! gradient, `gelu_tanh_backward`, whose argument `gelu_tanh_arg` the evaluation engine's GELU
+//! shares; the LayerNorm and softmax gradients of a block of rows); this file holds the candle
+//! operations around it and runs the blocks.
+//!
 //! Every operation here runs in parallel (rayon) over fixed blocks of [`BLOCK_ROWS`] rows (or
 //! [`BLOCK_ELEMS`] elements); sums over rows are taken per block in row order and the block sums
 //! added in block order, so the results do not depend on the number of threads.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use hyperlens_kernels::portable;
 use rayon::prelude::*;
 
 use crate::error::Result;
@@ -101,11 +107,6 @@ fn add_in_order<'a>(blocks: impl Iterator<Item = &'a Vec<f32>>, n: usize) -> Vec
     }
     total
 }
-
-/// `2 sqrt(2 / pi)`.
-const TWO_SQRT_2_OVER_PI: f32 = 1.595_769_2;
-/// The cubic coefficient of the tanh GELU.
-const GELU_CUBIC: f32 = 0.044715;
 
 /// The float32 data of a CPU storage under a contiguous layout.
 ///
@@ -205,19 +206,6 @@ impl CustomOp2 for AddRows {
     }
 }
 
-/// The logistic sigmoid in float32.
-#[inline]
-fn sigmoid(z: f32) -> f32 {
-    1.0 / (1.0 + (-z).exp())
-}
-
-/// The tanh GELU of one value, `x sigmoid(c (x + 0.044715 x^3))` (module docs): the forward pass of
-/// [`gelu_tanh`], also used by [`crate::infer`].
-#[inline]
-pub(crate) fn gelu_tanh_value(x: f32) -> f32 {
-    x * sigmoid(TWO_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x))
-}
-
 /// The tanh GELU (module docs): one pass forward, one backward.
 ///
 /// # Shapes
@@ -242,7 +230,7 @@ impl CustomOp1 for GeluTanh {
         let mut y = vec![0f32; x.len()];
         for_blocks(&mut y, BLOCK_ELEMS, |i, y| {
             for (y, &x) in y.iter_mut().zip(&x[i * BLOCK_ELEMS..]) {
-                *y = gelu_tanh_value(x);
+                *y = portable::gelu_tanh(x);
             }
         });
         Ok((CpuStorage::F32(y), l.shape().clone()))
@@ -255,9 +243,7 @@ impl CustomOp1 for GeluTanh {
                 for_blocks(&mut dx, BLOCK_ELEMS, |i, dx| {
                     let (x, g) = (&x[i * BLOCK_ELEMS..], &g[i * BLOCK_ELEMS..]);
                     for ((dx, &x), &g) in dx.iter_mut().zip(x).zip(g) {
-                        let s = sigmoid(TWO_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x));
-                        let dz = TWO_SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
-                        *dx = g * (s + x * s * (1.0 - s) * dz);
+                        *dx = portable::gelu_tanh_backward(x, g);
                     }
                 });
             })
@@ -291,7 +277,6 @@ pub(crate) fn layer_norm_backward(
             g.dims()
         )));
     }
-    let n = d as f32;
     let mut dx = vec![0f32; rows * d];
     // Per block of rows: `dx` of its rows, and its partial sums of `dw` and `db`.
     let blocks: Vec<(Vec<f32>, Vec<f32>)> = with_tensor(x, |x| {
@@ -300,33 +285,7 @@ pub(crate) fn layer_norm_backward(
                 let len = BLOCK_ROWS * d;
                 for_blocks(&mut dx, len, |i, dx| {
                     let (x, g) = (&x[i * len..][..dx.len()], &g[i * len..][..dx.len()]);
-                    let (mut dw, mut db) = (vec![0f32; d], vec![0f32; d]);
-                    let (mut xhat, mut gh) = (vec![0f32; d], vec![0f32; d]);
-                    for ((x, g), dx) in x
-                        .chunks_exact(d)
-                        .zip(g.chunks_exact(d))
-                        .zip(dx.chunks_exact_mut(d))
-                    {
-                        let mean = x.iter().sum::<f32>() / n;
-                        let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
-                        let r = 1.0 / (var + eps as f32).sqrt();
-                        for (xh, &v) in xhat.iter_mut().zip(x) {
-                            *xh = (v - mean) * r;
-                        }
-                        let (mut m1, mut m2) = (0f32, 0f32);
-                        for e in 0..d {
-                            db[e] += g[e];
-                            dw[e] += g[e] * xhat[e];
-                            gh[e] = g[e] * w[e];
-                            m1 += gh[e];
-                            m2 += gh[e] * xhat[e];
-                        }
-                        let (m1, m2) = (m1 / n, m2 / n);
-                        for e in 0..d {
-                            dx[e] = (gh[e] - m1 - xhat[e] * m2) * r;
-                        }
-                    }
-                    (dw, db)
+                    portable::layer_norm_backward(x, w, g, eps as f32, dx)
                 })
             })
         })
@@ -363,16 +322,7 @@ pub(crate) fn softmax_backward(y: &Tensor, g: &Tensor) -> Result<Tensor> {
             let len = BLOCK_ROWS * n;
             for_blocks(&mut dx, len, |i, dx| {
                 let (y, g) = (&y[i * len..][..dx.len()], &g[i * len..][..dx.len()]);
-                for ((y, g), dx) in y
-                    .chunks_exact(n)
-                    .zip(g.chunks_exact(n))
-                    .zip(dx.chunks_exact_mut(n))
-                {
-                    let dot = g.iter().zip(y).map(|(g, y)| g * y).sum::<f32>();
-                    for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
-                        *dx = (g - dot) * y;
-                    }
-                }
+                portable::softmax_backward(y, g, n, dx);
             });
         })
     })??;

@@ -1,6 +1,10 @@
-//! The AVX2 forms of the evaluation-mode value network for [`crate::infer`]'s AVX2 kernels: the
-//! same sums in the same order as the portable [`super::value_from_codes`] and [`super::dot`], so
-//! the same bits.
+//! The AVX2 form of the evaluation-mode HYLA value network for [`crate::infer`]'s AVX2 kernels:
+//! the same sums in the same order as the portable [`super::value_from_codes`] and
+//! `hyperlens_kernels::portable::dot`, so the same bits. (It needs the mix's [`Plan`] and
+//! [`Rows`], so it lives with the HYLA kernel rather than in `hyperlens_kernels::avx2`, whose
+//! `dots` it calls.)
+
+use hyperlens_kernels::avx2::dots;
 
 use super::{value_from_codes, Plan, Rows};
 
@@ -8,7 +12,7 @@ use super::{value_from_codes, Plan, Rows};
 /// the values come transposed and padded, `vt [H, d, Kp]` (`Kp` = `K` rounded up to a multiple of
 /// 8, zero past `K`), so that the hidden units are whole vectors of keys (a query's codes past `K`
 /// are read as zero by masked loads). Every hidden unit is the same sum over the heads in the same
-/// order, and every output the same [`dot`] (eight lanes over the whole chunks of 8 keys, summed in
+/// order, and every output the same `dot` (eight lanes over the whole chunks of 8 keys, summed in
 /// lane order, plus the remaining keys summed in order), products and sums rounded apart (no FMA):
 /// the same bits as [`value_from_codes`]. The portable loops, compiled for AVX2, spent most of
 /// their instructions on bounds checks and 4-key tails (`CHANGELOG.md`, performance history).
@@ -17,8 +21,6 @@ use super::{value_from_codes, Plan, Rows};
 ///
 /// # Shapes
 /// `a [H, Q, K]`, `vt [H, d, Kp]`, `o [Q, H, d]`; the queries from `q0`.
-///
-/// [`dot`]: super::dot
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn value_from_codes_avx2(
@@ -112,58 +114,11 @@ fn value_rows_avx2<const D: usize>(
         }
         // The outputs `o[i, h, e] = dot(a[h, i, ..], hid[e, ..])`.
         for hh in 0..h {
-            dots_avx2::<D>(
+            dots::<D>(
                 &a[(hh * q + i) * k..][..k],
                 (&rows.hid_padded, kp),
                 &mut o[(i * h + hh) * D..][..D],
             );
         }
-    }
-}
-
-/// `out[e] = dot(x, y[e Ys..][..K])` for the `D` rows of `y` (row stride `Ys`), summed as [`dot`]
-/// sums (eight lanes over the whole chunks of 8, the lanes in order, plus the remaining products in
-/// order; products and sums rounded apart), so the same bits, with the AVX2 intrinsics; `x` is
-/// loaded once for the `D` rows.
-///
-/// # Shapes
-/// `x [K]`, `y [D, Ys]` with `Ys >= K`, `out [D]`.
-///
-/// [`dot`]: super::dot
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-#[allow(unsafe_code)]
-pub(crate) fn dots_avx2<const D: usize>(x: &[f32], (y, ys): (&[f32], usize), out: &mut [f32]) {
-    use std::arch::x86_64::{
-        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    };
-    const L: usize = 8;
-    let k = x.len();
-    assert!(
-        out.len() == D && ys >= k && (D == 0 || y.len() >= (D - 1) * ys + k),
-        "dots: {D} rows of {k} against {} floats with stride {ys}",
-        y.len()
-    );
-    let full = k / L;
-    let (xp, yp) = (x.as_ptr(), y.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); D];
-    for c in 0..full {
-        // SAFETY: `8 c + 8 <= K` inside `x`, and `e Ys + 8 c + 8 <= (D - 1) Ys + K <= y.len()`.
-        let xv = unsafe { _mm256_loadu_ps(xp.add(c * L)) };
-        for (e, acc) in acc.iter_mut().enumerate() {
-            let yv = unsafe { _mm256_loadu_ps(yp.add(e * ys + c * L)) };
-            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(xv, yv));
-        }
-    }
-    for ((e, acc), out) in acc.iter().enumerate().zip(out) {
-        let mut lanes = [0f32; L];
-        // SAFETY: `lanes` holds 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
-        let mut tail = 0f32;
-        for (&a, &b) in x[full * L..].iter().zip(&y[e * ys + full * L..e * ys + k]) {
-            tail += a * b;
-        }
-        *out = lanes.iter().sum::<f32>() + tail;
     }
 }

@@ -1,7 +1,9 @@
 //! The portable per-problem passes of the kernel: training's forward and backward pass of one
 //! problem, and the evaluation-mode value network from given codes for [`crate::infer`].
 
-use super::rows::{axpy, dot, Plan, Rows};
+use hyperlens_kernels::portable::{axpy, dot};
+
+use super::rows::{Plan, Rows};
 use crate::mixer::Normalisation;
 
 /// The forward pass of one problem: `s [H, Q, K]`, `v [H, K, d]`, its dropout multipliers

@@ -51,10 +51,18 @@
 //! 1). The standard value network, other devices and dtypes, and other mask shapes take the
 //! candle-operation forms.
 //!
-//! This module is the custom operation (`mix` and its gradient node); the plan and the scratch rows
-//! of one problem are in [`rows`], the portable per-problem passes in [`kernel`] and the AVX2 forms
-//! of [`crate::infer`]'s evaluation-mode value network in `avx2`; what [`crate::infer`] calls is
-//! re-exported here.
+//! **This folder is the one home of the HYLA mix kernel, for training and for the evaluation
+//! engine**: training's custom operation runs [`kernel`]'s forward and backward passes, and
+//! [`crate::infer`] runs its value network from given codes (`value_from_codes`, and its AVX2 form
+//! `value_from_codes_avx2`), both on the same [`Plan`] and [`Rows`]. It stays in this crate rather
+//! than in `hyperlens-kernels` because it is built on the model's types (the mixer's
+//! normalisation and value network); the row primitives it calls (`dot`, `axpy`, RMSHead's scales,
+//! the masked softmax of a row, and the AVX2 `dots`) are `hyperlens-kernels`'s, shared with the
+//! engine's attention.
+//!
+//! Files: the custom operation (`mix` and its gradient node) here; the plan and the scratch rows
+//! of one problem in [`rows`]; the portable per-problem passes in [`kernel`]; the AVX2 form of the
+//! evaluation-mode value network in `avx2`. What [`crate::infer`] calls is re-exported here.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -72,9 +80,9 @@ use crate::mixer::{Mixer, ValueNetwork};
 use kernel::{backward_one, forward_one};
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx2::{dots_avx2, value_from_codes_avx2};
+pub(crate) use avx2::value_from_codes_avx2;
 pub(crate) use kernel::value_from_codes;
-pub(crate) use rows::{dot, rms_head_scales, softmax_row, Plan, Rows};
+pub(crate) use rows::{Plan, Rows};
 
 /// A per-pair tensor (mask or dropout) as `Q * K` floats, if it is shared by batch and heads.
 fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {

@@ -1,8 +1,12 @@
 //! The plan of one mix (sizes, normalisation, mask, dropout) and the per-problem scratch rows
-//! ([`Rows`]: the codes and hidden units of one query), with the row primitives they use ([`dot`],
-//! RMSHead's scales, the masked softmax of a row), shared by training and [`crate::infer`].
+//! ([`Rows`]: the codes and hidden units of one query), shared by training and [`crate::infer`].
+//! The row primitives they use (RMSHead's scales, the masked softmax of a row) are
+//! `hyperlens_kernels::portable`'s, the same functions that the engine's attention calls.
+
+use hyperlens_kernels::portable::{rms_head_scales, softmax_row};
 
 use crate::mixer::Normalisation;
+use crate::ops::reference::RMS_HEAD_EPS;
 
 /// The sizes and the per-pair constants of one mix.
 pub(crate) struct Plan {
@@ -59,32 +63,6 @@ impl Plan {
             .as_ref()
             .map(|v| &v[(n / self.per_mask.max(1)) * qk..][..qk])
     }
-}
-
-/// `y += a x`, elementwise.
-#[inline]
-pub(super) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y += a * x;
-    }
-}
-
-/// `sum_j x[j] y[j]`, with eight partial sums (so that it vectorises; a fixed order).
-#[inline(always)]
-pub(crate) fn dot(x: &[f32], y: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
-    let (xr, yr) = (xc.remainder(), yc.remainder());
-    for (a, b) in xc.zip(yc) {
-        for l in 0..8 {
-            acc[l] += a[l] * b[l];
-        }
-    }
-    let mut tail = 0f32;
-    for (a, b) in xr.iter().zip(yr) {
-        tail += a * b;
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Scratch rows of one problem, laid out with the key axis last (`[.., K]`) so that every inner
@@ -167,7 +145,7 @@ impl Rows {
         }
         match p.norm {
             Normalisation::RmsHead => {
-                rms_head_scales(&self.m, k, 0, &mut self.r);
+                rms_head_scales(&self.m, k, 0, RMS_HEAD_EPS as f32, &mut self.r);
                 for (a, m) in self.a.chunks_exact_mut(k).zip(self.m.chunks_exact(k)) {
                     for ((a, &x), &r) in a.iter_mut().zip(m).zip(&self.r) {
                         *a = x * r;
@@ -235,49 +213,5 @@ impl Rows {
         for (y, &x) in hid.iter_mut().zip(pre.iter()) {
             *y = if p.relu { x.max(0.0) } else { x };
         }
-    }
-}
-
-/// RMSHead's scale of every pair (the paper's Eq. 5): for `m`, `H` rows of `stride` scores (one
-/// row per head), `r[j - p0] = 1 / sqrt(mean_h m[h, j]^2 + eps)` for the pairs `j` from `p0`, the
-/// sum over the heads in order. `r` has `stride - p0` entries.
-#[inline(always)]
-pub(crate) fn rms_head_scales(m: &[f32], stride: usize, p0: usize, r: &mut [f32]) {
-    let h = m.len() / stride;
-    r.fill(0.0);
-    for head in m.chunks_exact(stride) {
-        for (s, &x) in r.iter_mut().zip(&head[p0..]) {
-            *s += x * x;
-        }
-    }
-    let eps = crate::ops::reference::RMS_HEAD_EPS as f32;
-    for s in r.iter_mut() {
-        *s = 1.0 / (*s / h as f32 + eps).sqrt();
-    }
-}
-
-/// The softmax of one row of scores over its visible keys (`vis`, none: all), 0 where masked; a
-/// row with no visible key is uniform (the reference fills masked scores with the lowest float,
-/// so such a row is all equal).
-pub(crate) fn softmax_row(row: &[f32], vis: Option<&[bool]>, a: &mut [f32]) {
-    let on = |j: usize| vis.is_none_or(|v| v[j]);
-    let mut mx = f32::NEG_INFINITY;
-    for (j, &x) in row.iter().enumerate() {
-        if on(j) && x > mx {
-            mx = x;
-        }
-    }
-    if mx == f32::NEG_INFINITY {
-        a.fill(1.0 / row.len() as f32);
-        return;
-    }
-    let mut sum = 0f32;
-    for (j, (a, &x)) in a.iter_mut().zip(row).enumerate() {
-        *a = if on(j) { (x - mx).exp() } else { 0.0 };
-        sum += *a;
-    }
-    let inv = 1.0 / sum;
-    for a in a.iter_mut() {
-        *a *= inv;
     }
 }

@@ -1,0 +1,227 @@
+//! The instruction set the kernels run with: [`Isa`], detected once per process, and the
+//! dispatch of the kernels that have a copy per instruction set.
+
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+use crate::{avx2, avx512};
+use crate::{portable, AttentionShape};
+
+/// The widest instruction set the kernels may use on this CPU.
+///
+/// A value is either [`Isa::PORTABLE`] (the baseline, on every CPU) or one that this CPU was found
+/// to support ([`Isa::detected`], [`Isa::supported`]), so a dispatch through it never runs an
+/// instruction the CPU lacks. The levels:
+///
+/// - portable: the baseline instruction set of the target;
+/// - AVX2: AVX2 and FMA (x86-64);
+/// - AVX-512: AVX-512F, with AVX2 and FMA (x86-64).
+///
+/// Each level includes the ones below it: on an AVX-512 CPU the kernels with only an AVX2 copy
+/// take that copy. Every copy gives the portable code's bits (crate docs), so the choice changes
+/// speed only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Isa(Level);
+
+/// The levels of [`Isa`], in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Level {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The baseline instruction set, valid on every CPU (the kernels of [`portable`]).
+    pub const PORTABLE: Isa = Isa(Level::Portable);
+
+    /// The widest instruction set of this CPU, detected on the first call and kept for the
+    /// process.
+    pub fn detected() -> Isa {
+        static DETECTED: OnceLock<Isa> = OnceLock::new();
+        *DETECTED.get_or_init(detect)
+    }
+
+    /// Every instruction set this CPU supports, from [`Isa::PORTABLE`] up to [`Isa::detected`]
+    /// (for tests that hold each copy to the portable one).
+    pub fn supported() -> Vec<Isa> {
+        let top = Isa::detected();
+        let mut all = vec![Isa::PORTABLE];
+        #[cfg(target_arch = "x86_64")]
+        for level in [Level::Avx2, Level::Avx512] {
+            if level <= top.0 {
+                all.push(Isa(level));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = top;
+        all
+    }
+
+    /// Whether the AVX2 copies (AVX2 and FMA) may run.
+    #[inline]
+    pub fn avx2(self) -> bool {
+        self.0 > Level::Portable
+    }
+
+    /// Whether the AVX-512 copies (AVX-512F) may run.
+    #[inline]
+    pub fn avx512(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.0 >= Level::Avx512;
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// The name of the level: `portable`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Level::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => "avx512",
+        }
+    }
+
+    /// [`portable::gelu_tanh_reduced_in_place`] with this instruction set.
+    // The workspace denies `unsafe`; calling a function compiled for more features than the
+    // baseline needs it.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn gelu_tanh_reduced_in_place(self, v: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: `avx2()` holds only for a level detected on a CPU with AVX2 and FMA.
+            return unsafe { avx2::gelu_tanh_reduced_in_place(v) };
+        }
+        portable::gelu_tanh_reduced_in_place(v)
+    }
+
+    /// [`portable::layer_norm`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn layer_norm(self, x: &[f32], wb: (&[f32], &[f32]), eps: f32, y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::layer_norm(x, wb, eps, y) };
+        }
+        portable::layer_norm(x, wb, eps, y)
+    }
+
+    /// [`portable::add_rows`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn add_rows(self, x: &mut [f32], b: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::add_rows(x, b) };
+        }
+        portable::add_rows(x, b)
+    }
+
+    /// [`portable::add_biased`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn add_biased(self, resid: &mut [f32], y: &[f32], b: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::add_biased(resid, y, b) };
+        }
+        portable::add_biased(resid, y, b)
+    }
+
+    /// [`portable::default_value`] (the standard value network of one problem) with this
+    /// instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn default_value(
+        self,
+        shape: &AttentionShape,
+        q0: usize,
+        att: &[f32],
+        vt: &[f32],
+        o: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::default_value(shape, q0, att, vt, o) };
+        }
+        portable::default_value(shape, q0, att, vt, o)
+    }
+
+    /// [`portable::squared_distances`] with this instruction set (AVX-512F, AVX2 or portable).
+    ///
+    /// # Shapes
+    /// `rows [DISTANCE_ROWS, D]`, `xt [D, N]` (the data transposed), `out [DISTANCE_ROWS, N]`,
+    /// all row-major.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn squared_distances(self, rows: &[f64], xt: &[f64], out: &mut [f64]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.avx512() {
+                // SAFETY: `avx512()` holds only for a level detected on a CPU with AVX-512F.
+                return unsafe { avx512::squared_distances(rows, xt, out) };
+            }
+            if self.avx2() {
+                // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+                return unsafe { avx2::squared_distances(rows, xt, out) };
+            }
+        }
+        portable::squared_distances(rows, xt, out)
+    }
+
+    /// [`portable::tsne_gradient_row`] with this instruction set (AVX-512F, AVX2 or portable).
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn tsne_gradient_row(
+        self,
+        xi: f64,
+        zi: f64,
+        xs: &[f64],
+        zs: &[f64],
+        prow: &[f64],
+    ) -> [f64; 5] {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.avx512() {
+                // SAFETY: as in `Isa::squared_distances`.
+                return unsafe { avx512::tsne_gradient_row(xi, zi, xs, zs, prow) };
+            }
+            if self.avx2() {
+                // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+                return unsafe { avx2::tsne_gradient_row(xi, zi, xs, zs, prow) };
+            }
+        }
+        portable::tsne_gradient_row(xi, zi, xs, zs, prow)
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The widest level this CPU supports.
+fn detect() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        if avx2 && std::arch::is_x86_feature_detected!("avx512f") {
+            return Isa(Level::Avx512);
+        }
+        if avx2 {
+            return Isa(Level::Avx2);
+        }
+    }
+    Isa::PORTABLE
+}

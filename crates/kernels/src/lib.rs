@@ -1,0 +1,71 @@
+//! hyperlens-kernels: every hand-written CPU kernel of hyperlens, one module per instruction set,
+//! and the one choice of instruction set ([`Isa`], detected once per process).
+//!
+//! - [`portable`]: the definition of each operation, in plain Rust written so that the compiler
+//!   vectorises it (fixed lanes of partial sums, whole vectors of keys): the vectorisable `exp`
+//!   ([`portable::exp_reduced`]), the tanh GELU (one argument, [`portable::gelu_tanh_arg`], with
+//!   libm's `exp` for training's custom operation and with `exp_reduced` for the evaluation engine),
+//!   LayerNorm (the engine's forward, training's backward), the bias additions, the rows of the
+//!   attention (dot products, RMSHead's scales, the softmax of a row, masked or over padded keys,
+//!   and its gradient; the K/V transposes, the scores, the standard value network), the blocked
+//!   squared distances of the silhouette and k-means, and one row of the exact t-SNE gradient.
+//! - [`avx2`] (x86-64): the same operations with AVX2 and FMA, either the portable code compiled
+//!   again with those features or written with the intrinsics, in the portable code's operation
+//!   order.
+//! - [`avx512`] (x86-64): the distances and the t-SNE gradient with AVX-512F.
+//!
+//! **Every copy gives the portable code's bits.** The copies do the same float operations in the
+//! same order; FMA is only enabled, never asked for (Rust does not fuse a product and a sum on its
+//! own), so the choice of instruction set never changes a result. Tests hold each copy to the
+//! portable one bit for bit (here, and the whole evaluation pass in `hyperlens-model`).
+//!
+//! Who calls what: `hyperlens-model`'s training operations (`ops/fast/`: the GELU, the LayerNorm and
+//! softmax gradients, the HYLA mix) and its evaluation engine (`infer/`) call the portable kernels
+//! and, through [`Isa`], their copies; `hyperlens-analysis` calls the distances and the t-SNE
+//! gradient. The kernels that need the model's own types (the HYLA mix's plan, the engine's
+//! per-problem attention pass, which picks the kernels for each normalisation) stay in
+//! `hyperlens-model` and call these. The crate depends on nothing but `std` (no candle, so that
+//! `hyperlens-analysis` stays free of it).
+
+mod isa;
+pub mod portable;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+
+#[cfg(test)]
+mod tests;
+
+pub use isa::Isa;
+
+/// Lanes of the float32 kernels: one AVX2 register of eight floats. The attention's keys are
+/// padded to a multiple of this ([`padded`]), so that every loop over keys runs in whole vectors.
+pub const LANES: usize = 8;
+
+/// `t` rounded up to a multiple of [`LANES`].
+#[inline]
+pub fn padded(t: usize) -> usize {
+    t.div_ceil(LANES) * LANES
+}
+
+/// Rows of points that [`Isa::squared_distances`] handles together (they share every load of the
+/// transposed data).
+pub const DISTANCE_ROWS: usize = 4;
+
+/// Sizes of one problem's attention for the attention kernels: tokens, tokens padded to a multiple
+/// of [`LANES`] (`Tp`), heads, head width, and the score scale `1 / sqrt(d)`.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    /// Tokens.
+    pub t: usize,
+    /// Tokens padded to a multiple of [`LANES`].
+    pub tp: usize,
+    /// Heads.
+    pub h: usize,
+    /// Head width.
+    pub d: usize,
+    /// The score scale `1 / sqrt(d)`.
+    pub scale: f32,
+}

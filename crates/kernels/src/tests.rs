@@ -1,0 +1,192 @@
+//! The kernels' unit tests: every instruction set's copy against the portable code bit for bit,
+//! and the portable code against plain sums and libm.
+
+use crate::portable::{
+    exp_reduced, gelu_tanh, gelu_tanh_reduced, softmax_padded, softmax_padded_rows, GELU_BLOCK,
+};
+use crate::{padded, portable, Isa, DISTANCE_ROWS};
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn the_detected_instruction_set_is_kept_and_supported() {
+    let isa = Isa::detected();
+    assert_eq!(Isa::detected(), isa);
+    let all = Isa::supported();
+    assert_eq!(all[0], Isa::PORTABLE);
+    assert_eq!(all.last(), Some(&isa));
+    assert!(!Isa::PORTABLE.avx2() && !Isa::PORTABLE.avx512());
+    assert_eq!(Isa::PORTABLE.to_string(), "portable");
+}
+
+#[test]
+fn the_vectorised_exp_is_within_float32_rounding_of_libm() {
+    let mut worst = 0f64;
+    let mut x = -87.0f32;
+    while x <= 88.0 {
+        let (got, want) = (f64::from(exp_reduced(x)), f64::from(x.exp()));
+        worst = worst.max((got - want).abs() / want);
+        x += 1.37e-3;
+    }
+    assert!(worst < 2.5e-7, "relative error {worst}");
+    assert_eq!(exp_reduced(0.0), 1.0);
+    assert!(exp_reduced(f32::NAN).is_nan());
+    assert!(exp_reduced(-1e30) < 1e-37);
+    assert!(exp_reduced(1e30) > 1e38 && exp_reduced(1e30).is_finite());
+    // The engine's GELU through it, against training's GELU.
+    let mut x = -12.0f32;
+    while x < 12.0 {
+        let (got, want) = (gelu_tanh_reduced(x), gelu_tanh(x));
+        assert!(
+            (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+            "{x}: {got} {want}"
+        );
+        x += 0.01;
+    }
+    let (ninf, mut e, mut a) = (f32::NEG_INFINITY, [0f32; 8], [0f32; 3]);
+    softmax_padded(
+        &[1.0, f32::NAN, 0.0, ninf, ninf, ninf, ninf, ninf],
+        &mut e,
+        &mut a,
+    );
+    assert!(a.iter().all(|v| v.is_nan()));
+}
+
+#[test]
+fn the_gelu_in_blocks_gives_the_gelu_of_each_float_bit_for_bit() {
+    // 3 blocks and a tail of 5, over the range that matters plus the clamps, NaN and zeros
+    let mut v: Vec<f32> = (0..3 * GELU_BLOCK + 5)
+        .map(|i| (i as f32 * 0.731).sin() * 9.0 - 0.5)
+        .collect();
+    v[7] = f32::NAN;
+    v[40] = -0.0;
+    v[41] = 200.0;
+    v[42] = -200.0;
+    let want: Vec<f32> = v.iter().map(|&x| gelu_tanh_reduced(x)).collect();
+    for isa in Isa::supported() {
+        let mut got = v.clone();
+        isa.gelu_tanh_reduced_in_place(&mut got);
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+    }
+}
+
+#[test]
+fn the_padded_softmax_is_libms_softmax_over_the_real_keys() {
+    for t in [1, 7, 8, 9, 36, 41] {
+        let tp = padded(t);
+        let mut s = vec![f32::NEG_INFINITY; tp];
+        for (j, s) in s[..t].iter_mut().enumerate() {
+            *s = ((j * 7919 % 1009) as f32 / 100.0 - 5.0) * if j % 3 == 0 { 4.0 } else { 1.0 };
+        }
+        let (mut e, mut a) = (vec![0f32; tp], vec![0f32; t]);
+        softmax_padded(&s, &mut e, &mut a);
+        let mx = s[..t]
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+        let z: f64 = s[..t].iter().map(|&x| (f64::from(x) - mx).exp()).sum();
+        // float32's rounding of `x - max` (half an ulp of up to 40) and `exp_reduced`'s 2.5e-7
+        for (j, &got) in a.iter().enumerate() {
+            let want = (f64::from(s[j]) - mx).exp() / z;
+            assert!(
+                (f64::from(got) - want).abs() <= 3e-6 * want,
+                "T {t}, key {j}: {got} against {want}"
+            );
+        }
+        // Two rows side by side give each row's bits alone.
+        let s2: Vec<f32> = s.iter().map(|x| x * 0.5 - 1.0).collect();
+        let (mut e2, mut a2) = (vec![0f32; tp], vec![0f32; t]);
+        softmax_padded(&s2, &mut e2, &mut a2);
+        let (mut f, mut f2) = (vec![0f32; tp], vec![0f32; tp]);
+        let (mut b, mut b2) = (vec![0f32; t], vec![0f32; t]);
+        softmax_padded_rows([&s, &s2], [&mut f, &mut f2], [&mut b, &mut b2]);
+        assert_eq!((b, b2), (a, a2), "T {t}");
+    }
+}
+
+#[test]
+fn every_instruction_set_gives_the_portable_rows_bit_for_bit() {
+    // LayerNorm and the bias additions over rows of 13 (a partial chunk of lanes).
+    let d = 13;
+    let x: Vec<f32> = (0..5 * d).map(|i| (i as f32 * 0.377).cos() * 3.0).collect();
+    let w: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 * 0.1).collect();
+    let b: Vec<f32> = (0..d).map(|i| i as f32 * -0.07).collect();
+    let (mut y0, mut r0) = (vec![0f32; x.len()], x.clone());
+    portable::layer_norm(&x, (&w, &b), 1e-6, &mut y0);
+    portable::add_rows(&mut r0, &b);
+    portable::add_biased(&mut r0, &x, &w);
+    for isa in Isa::supported() {
+        let (mut y, mut r) = (vec![0f32; x.len()], x.clone());
+        isa.layer_norm(&x, (&w, &b), 1e-6, &mut y);
+        isa.add_rows(&mut r, &b);
+        isa.add_biased(&mut r, &x, &w);
+        assert_eq!((bits(&y), bits(&r)), (bits(&y0), bits(&r0)), "{isa}");
+    }
+}
+
+#[test]
+fn every_distance_kernel_gives_the_plain_loop_bit_for_bit() {
+    const ROWS: usize = DISTANCE_ROWS;
+    let (n, d) = (37, 5);
+    let x: Vec<f64> = (0..n * d)
+        .map(|i| ((i * 7919) % 113) as f64 / 17.0 - 3.0)
+        .collect();
+    let mut xt = vec![0.0; d * n];
+    for i in 0..n {
+        for k in 0..d {
+            xt[k * n + i] = x[i * d + k];
+        }
+    }
+    let rows: Vec<f64> = x[3 * d..(3 + ROWS) * d].to_vec();
+    let mut want = vec![0.0; ROWS * n];
+    for r in 0..ROWS {
+        for j in 0..n {
+            let mut s = 0.0;
+            for k in 0..d {
+                let diff = x[j * d + k] - rows[r * d + k];
+                s += diff * diff;
+            }
+            want[r * n + j] = s;
+        }
+    }
+    for isa in Isa::supported() {
+        let mut got = vec![f64::NAN; ROWS * n];
+        isa.squared_distances(&rows, &xt, &mut got);
+        assert_eq!(got, want, "{isa}");
+        // a point's distance to itself is exactly zero
+        assert_eq!(got[3], 0.0);
+    }
+}
+
+#[test]
+fn tsne_gradient_rows_agree_on_every_instruction_set_and_with_the_plain_sums() {
+    let n = 29; // three full lanes of 8 and a tail
+    let xs: Vec<f64> = (0..n).map(|j| ((j * 7) % 11) as f64 * 0.3 - 1.0).collect();
+    let zs: Vec<f64> = (0..n).map(|j| ((j * 5) % 13) as f64 * 0.2 - 1.2).collect();
+    let prow: Vec<f64> = (0..n).map(|j| ((j * 3) % 7) as f64 * 1e-3).collect();
+    let i = 4;
+    let mut want = [0.0f64; 5];
+    for j in 0..n {
+        let (dx, dz) = (xs[i] - xs[j], zs[i] - zs[j]);
+        let w = 1.0 / (1.0 + dx * dx + dz * dz);
+        want[0] += prow[j] * w * dx;
+        want[1] += prow[j] * w * dz;
+        want[2] += w * w * dx;
+        want[3] += w * w * dz;
+        if j != i {
+            want[4] += w;
+        }
+    }
+    let reference = portable::tsne_gradient_row(xs[i], zs[i], &xs, &zs, &prow);
+    for (a, b) in reference.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-12, "{reference:?} vs {want:?}");
+    }
+    for isa in Isa::supported() {
+        assert_eq!(
+            isa.tsne_gradient_row(xs[i], zs[i], &xs, &zs, &prow),
+            reference,
+            "{isa}"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! The data files of `hyperlens patch` (`docs/outputs.md`): each intervention's table (CSV), its
+//! JSON summary and, for activation patching, its arrays (`activation_patching.npz`, named by
+//! [`hyperlens_io::keys::activation_patching`]), each written atomically into an existing
+//! directory. The figures are drawn by the binary: `hyperlens-viz` sits above this crate.
+
+use std::path::Path;
+
+use hyperlens_io::keys::activation_patching as keys;
+use hyperlens_model::Mixer;
+use ndarray::{Array1, Array2};
+use serde_json::{json, Value};
+
+use crate::ablation::{ablation_csv, AblationReport};
+use crate::error::{ProbeError, Result};
+use crate::patching::{dla_csv, patching_csv, DlaReport, PatchPairs, PatchingReport};
+use crate::transplant::{transplant_csv, TransplantRow};
+
+/// What every `patch` JSON file says about the run that wrote it.
+#[derive(Debug, Clone, Copy)]
+pub struct PatchRun<'a> {
+    /// `producer`: the program, its version and the subcommand (`hyperlens 0.1.0 patch acts`).
+    pub producer: &'a str,
+    /// `checkpoint`: the checkpoint directory, as given.
+    pub checkpoint: &'a Path,
+    /// `mixer`: the model's sequence mixer.
+    pub mixer: Mixer,
+}
+
+/// The problems of a transplant run, as `transplant.json` records them.
+#[derive(Debug, Clone, Copy)]
+pub struct TransplantProblems<'a> {
+    /// The split's name.
+    pub split: &'a str,
+    /// Unpermuted problems per set (ID donors, OOD receivers).
+    pub n: usize,
+    /// The seed of the problems and of the random codes.
+    pub seed: u64,
+    /// The answer slot whose site is transplanted.
+    pub slot: usize,
+}
+
+/// Writes `head_ablation.csv` ([`ablation_csv`]) and `head_ablation.json` (the run, the hook,
+/// `source` and the whole report) into the directory `out`.
+///
+/// # Errors
+/// [`ProbeError::File`] naming a file that could not be written.
+pub fn write_head_ablation(
+    out: &Path,
+    run: &PatchRun<'_>,
+    source: &Value,
+    report: &AblationReport,
+) -> Result<()> {
+    hyperlens_io::write_atomic(
+        &out.join("head_ablation.csv"),
+        ablation_csv(report).as_bytes(),
+    )?;
+    let summary = json!({
+        "producer": run.producer,
+        "checkpoint": run.checkpoint.display().to_string(),
+        "mixer": run.mixer.to_string(),
+        "hook": "blocks.{l}.attn.hook_z",
+        "source": source,
+        "report": report,
+    });
+    hyperlens_io::write_json(&out.join("head_ablation.json"), &summary)?;
+    Ok(())
+}
+
+/// Writes `activation_patching.csv` ([`patching_csv`]), `activation_patching.npz` (the scores and
+/// the pairs, under the names of [`hyperlens_io::keys::activation_patching`]) and
+/// `activation_patching.json` (the run, `source`, the method and the mean logit differences) into
+/// the directory `out`.
+///
+/// # Shapes
+/// `report`'s grids `[L, T]` and `[L, H]`; `pairs` of N problems.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] if `pairs` holds lists of different lengths;
+/// [`ProbeError::File`] naming a file that could not be written.
+pub fn write_activation_patching(
+    out: &Path,
+    run: &PatchRun<'_>,
+    source: &Value,
+    pairs: &PatchPairs,
+    report: &PatchingReport,
+) -> Result<()> {
+    hyperlens_io::write_atomic(
+        &out.join("activation_patching.csv"),
+        patching_csv(report).as_bytes(),
+    )?;
+    write_patching_arrays(&out.join("activation_patching.npz"), pairs, report)?;
+    hyperlens_io::write_json(
+        &out.join("activation_patching.json"),
+        &json!({
+            "producer": run.producer,
+            "checkpoint": run.checkpoint.display().to_string(),
+            "mixer": run.mixer.to_string(),
+            "source": source,
+            "corruption": "feature swap: the slot's tokens in the eight context panels from another problem whose answer at the slot differs",
+            "metric": "(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted), LD = logit[clean answer] - logit[corrupted answer] at the slot, means over the pairs",
+            "slot": report.slot,
+            "n_pairs": report.n,
+            "clean_logit_diff": report.clean_logit_diff,
+            "corrupted_logit_diff": report.corrupted_logit_diff,
+            "arrays": {
+                keys::RESID_PRE: "[L, T] blocks.{l}.hook_resid_pre patched at one position",
+                keys::ATTN_OUT: "[L, T] blocks.{l}.hook_attn_out patched at one position",
+                keys::MLP_OUT: "[L, T] blocks.{l}.hook_mlp_out patched at one position (models with MLPs)",
+                keys::HEAD_OUT: "[L, H] blocks.{l}.attn.hook_z of one head patched at every position",
+                keys::SOURCE: "[N, 2] (clean, donor) problem indices",
+                keys::CLEAN_ANSWER: "[N] the clean answer value at the slot",
+                keys::CORRUPTED_ANSWER: "[N] the corrupted answer value at the slot",
+            },
+        }),
+    )?;
+    Ok(())
+}
+
+/// `activation_patching.npz`: the score grids (float64), then the pairs' sources and answers
+/// (int64).
+///
+/// # Shapes
+/// `source` `[N, 2]`, `clean_answer` and `corrupted_answer` `[N]`.
+fn write_patching_arrays(path: &Path, pairs: &PatchPairs, report: &PatchingReport) -> Result<()> {
+    let src: Vec<i64> = pairs
+        .source
+        .iter()
+        .flat_map(|&(i, j)| [i as i64, j as i64])
+        .collect();
+    let src = Array2::from_shape_vec((pairs.len(), 2), src)
+        .map_err(|e| ProbeError::InvalidInput(format!("{}: {e}", keys::SOURCE)))?;
+    let ans = |v: &[usize]| Array1::from_iter(v.iter().map(|&x| x as i64));
+    hyperlens_io::write_npz(path, |z| -> Result<()> {
+        z.add(keys::RESID_PRE, &report.resid_pre)?;
+        z.add(keys::ATTN_OUT, &report.attn_out)?;
+        if let Some(m) = &report.mlp_out {
+            z.add(keys::MLP_OUT, m)?;
+        }
+        z.add(keys::HEAD_OUT, &report.head_out)?;
+        z.add(keys::SOURCE, &src)?;
+        z.add(keys::CLEAN_ANSWER, &ans(&pairs.clean_answer))?;
+        z.add(keys::CORRUPTED_ANSWER, &ans(&pairs.corrupted_answer))?;
+        Ok(())
+    })
+}
+
+/// Writes `dla.csv` ([`dla_csv`]) and `dla.json` (the run, `source`, the method and every
+/// attribution) into the directory `out`.
+///
+/// # Shapes
+/// `report.heads` and `heads_centred` `[L, H]`, written as `[L][H]` lists.
+///
+/// # Errors
+/// [`ProbeError::File`] naming a file that could not be written.
+pub fn write_dla(out: &Path, run: &PatchRun<'_>, source: &Value, report: &DlaReport) -> Result<()> {
+    let r = report;
+    hyperlens_io::write_atomic(&out.join("dla.csv"), dla_csv(r).as_bytes())?;
+    let grid = |m: &Array2<f64>| -> Vec<Vec<f64>> { m.outer_iter().map(|r| r.to_vec()).collect() };
+    hyperlens_io::write_json(
+        &out.join("dla.json"),
+        &json!({
+            "producer": run.producer,
+            "checkpoint": run.checkpoint.display().to_string(),
+            "mixer": run.mixer.to_string(),
+            "source": source,
+            "slots": r.slots,
+            "n": r.n,
+            "units": "nats (logits), means over problems and slots",
+            "method": "each part of the final residual stream centred, divided by the final LayerNorm's scale of the whole stream (frozen), times its weight, projected on W_U[:, answer] (TransformerLens apply_ln_to_stack)",
+            "logit": r.logit,
+            "logit_centred": r.logit_centred,
+            "embed": [r.embed, r.embed_centred],
+            "constant": [r.constant, r.constant_centred],
+            "heads": grid(&r.heads),
+            "heads_centred": grid(&r.heads_centred),
+            "mlp": r.mlp,
+            "mlp_centred": r.mlp_centred,
+            "attn_bias": r.attn_bias,
+            "attn_bias_centred": r.attn_bias_centred,
+            "max_error": r.max_error,
+        }),
+    )?;
+    Ok(())
+}
+
+/// Writes `transplant.csv` ([`transplant_csv`]) and `transplant.json` (the run, the problems and
+/// the rows) into the directory `out`.
+///
+/// # Errors
+/// [`ProbeError::File`] naming a file that could not be written.
+pub fn write_transplant(
+    out: &Path,
+    run: &PatchRun<'_>,
+    problems: &TransplantProblems<'_>,
+    rows: &[TransplantRow],
+) -> Result<()> {
+    hyperlens_io::write_atomic(&out.join("transplant.csv"), transplant_csv(rows).as_bytes())?;
+    hyperlens_io::write_json(
+        &out.join("transplant.json"),
+        &json!({
+            "producer": run.producer,
+            "checkpoint": run.checkpoint.display().to_string(),
+            "mixer": run.mixer.to_string(),
+            "split": problems.split,
+            "n": problems.n,
+            "seed": problems.seed,
+            "slot": problems.slot,
+            "rows": rows,
+        }),
+    )?;
+    Ok(())
+}

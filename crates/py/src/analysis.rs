@@ -1,0 +1,297 @@
+//! `hyperlens.analysis`: the analysis crate's PCA, decoding, k-means, silhouette, t-SNE and the
+//! whole latent-code analysis of `hyperlens analyze`, on numpy arrays.
+
+use hyperlens_analysis::cluster::{kmeans as kmeans_fit, silhouette_score, KMeansParams};
+use hyperlens_analysis::codes::report::CodeSplit;
+use hyperlens_analysis::decode::{
+    decode as decode_fit, DecodeParams, LogisticParams, LogisticProbe,
+};
+use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
+use hyperlens_analysis::pca::PcaParams;
+use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
+use hyperlens_io::keys::pca as pca_keys;
+use ndarray::{Array1, Ix5};
+use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::arrays::{check_finite_f64, out};
+use crate::errors::{detached, raise, to_py, Kind};
+
+/// PCA of `x` float64 [N, D] on `n_components` components.
+#[pyfunction]
+fn pca<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    n_components: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let xv = x.as_array();
+    check_finite_f64("X", &xv)?;
+    let (fit, proj) = detached(py, || {
+        let fit = PcaParams::new(n_components).fit(xv).map_err(to_py)?;
+        let proj = fit.transform(xv).map_err(to_py)?;
+        Ok((fit, proj))
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("components", out(py, fit.components().clone()))?;
+    d.set_item(
+        "explained_variance",
+        out(py, fit.explained_variance().clone()),
+    )?;
+    d.set_item(
+        "explained_variance_ratio",
+        out(py, fit.explained_variance_ratio().clone()),
+    )?;
+    d.set_item("mean", out(py, fit.mean().clone()))?;
+    d.set_item("projection", out(py, proj))?;
+    Ok(d)
+}
+
+/// Logistic decoding train -> test (the analysis crate's `decode`), plus the probe's predictions
+/// on the test set.
+#[pyfunction]
+#[pyo3(signature = (x_train, y_train, x_test, y_test, c=1.0, max_iter=100, tol=1e-4, shuffled_control=true, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn decode<'py>(
+    py: Python<'py>,
+    x_train: PyReadonlyArray2<'py, f64>,
+    y_train: PyReadonlyArray1<'py, i64>,
+    x_test: PyReadonlyArray2<'py, f64>,
+    y_test: PyReadonlyArray1<'py, i64>,
+    c: f64,
+    max_iter: u64,
+    tol: f64,
+    shuffled_control: bool,
+    seed: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (xtr, ytr, xte, yte) = (
+        x_train.as_array(),
+        y_train.as_array(),
+        x_test.as_array(),
+        y_test.as_array(),
+    );
+    check_finite_f64("X_train", &xtr)?;
+    check_finite_f64("X_test", &xte)?;
+    let params = DecodeParams {
+        logistic: LogisticParams {
+            c,
+            max_iterations: max_iter,
+            tol,
+        },
+        shuffled_control,
+        seed,
+    };
+    let (r, pred, probe) = detached(py, || {
+        let r = decode_fit(xtr, ytr, xte, yte, &params).map_err(to_py)?;
+        let probe = LogisticProbe::fit(xtr, ytr, &params.logistic).map_err(to_py)?;
+        let pred = probe.predict(xte).map_err(to_py)?;
+        Ok((r, pred, probe))
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("accuracy", r.accuracy)?;
+    d.set_item("balanced_accuracy", r.balanced_accuracy)?;
+    d.set_item("majority_class", r.majority_class)?;
+    d.set_item("majority_baseline", r.majority_baseline)?;
+    d.set_item("shuffled_control", r.shuffled_control)?;
+    d.set_item("train_accuracy", r.train_accuracy)?;
+    d.set_item("classes", out(py, Array1::from(r.classes.clone())))?;
+    d.set_item("confusion", out(py, r.confusion.mapv(|v| v as i64)))?;
+    d.set_item("n_iter", r.iterations)?;
+    d.set_item("converged", r.converged)?;
+    d.set_item("predictions", out(py, pred))?;
+    d.set_item("coef", out(py, probe.coef().clone()))?;
+    d.set_item("intercept", out(py, probe.intercept().clone()))?;
+    Ok(d)
+}
+
+/// k-means with k-means++ restarts: labels int64 [N], centroids float64 [k, D], inertia.
+#[pyfunction]
+#[pyo3(signature = (x, k, n_init=3, seed=0, max_iter=300, tol=1e-4))]
+fn kmeans<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    k: usize,
+    n_init: usize,
+    seed: u64,
+    max_iter: u64,
+    tol: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let xv = x.as_array();
+    check_finite_f64("X", &xv)?;
+    let params = KMeansParams {
+        n_clusters: k,
+        seed,
+        n_runs: n_init,
+        max_iterations: max_iter,
+        tolerance: tol,
+        ..KMeansParams::new(k)
+    };
+    let fit = detached(py, || kmeans_fit(xv, &params).map_err(to_py))?;
+    let d = PyDict::new(py);
+    d.set_item("labels", out(py, fit.assignments.mapv(|v| v as i64)))?;
+    d.set_item("centroids", out(py, fit.centroids))?;
+    d.set_item("inertia", fit.inertia)?;
+    Ok(d)
+}
+
+/// The mean silhouette coefficient of `labels` on `x` (all points).
+#[pyfunction]
+fn silhouette(
+    py: Python<'_>,
+    x: PyReadonlyArray2<'_, f64>,
+    labels: PyReadonlyArray1<'_, i64>,
+) -> PyResult<f64> {
+    let (xv, lv) = (x.as_array(), labels.as_array());
+    check_finite_f64("X", &xv)?;
+    detached(py, || silhouette_score(xv, lv).map_err(to_py))
+}
+
+/// A 2-D t-SNE embedding, float64 [N, 2].
+#[pyfunction]
+#[pyo3(signature = (x, perplexity=30.0, theta=0.5, max_iter=1000, seed=0))]
+fn tsne<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    perplexity: f64,
+    theta: f64,
+    max_iter: usize,
+    seed: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let xv = x.as_array();
+    check_finite_f64("X", &xv)?;
+    let params = TsneParams {
+        perplexity,
+        theta,
+        max_iter,
+        seed,
+    };
+    let emb = detached(py, || tsne_fit(xv, &params).map_err(to_py))?;
+    Ok(out(py, emb))
+}
+
+/// The entry `name` of `d`, unless absent or None.
+fn item<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match d.get_item(name)? {
+        Some(v) if !v.is_none() => Ok(Some(v)),
+        _ => Ok(None),
+    }
+}
+
+/// An analysis crate code set of a Python code set's arrays.
+fn code_set(arg: &str, d: &Bound<'_, PyDict>) -> PyResult<CodeSet> {
+    let get = |name: &str| item(d, name);
+    let codes: PyReadonlyArrayDyn<'_, f32> = get("codes")?
+        .ok_or_else(|| raise(Kind::Input, format!("`{arg}` has no `codes`")))?
+        .extract()?;
+    let shape = codes.as_array().shape().to_vec();
+    let codes = codes
+        .as_array()
+        .to_owned()
+        .into_dimensionality::<Ix5>()
+        .map_err(|_| {
+            crate::arrays::shape_error(&format!("{arg}.codes"), "[N, L, H, Q, K]", &shape)
+        })?;
+    let label: PyReadonlyArray1<'_, i64> = get("label")?
+        .ok_or_else(|| raise(Kind::Input, format!("`{arg}` has no `label`")))?
+        .extract()?;
+    let mut set = CodeSet::new(codes, label.as_array().to_owned())
+        .map_err(to_py)?
+        .with_source_name(arg);
+    if let Some(v) = get("rules")? {
+        let a: PyReadonlyArray2<'_, i64> = v.extract()?;
+        set = set.with_rules(a.as_array().to_owned()).map_err(to_py)?;
+    }
+    if let Some(v) = get("inputs")? {
+        let a: PyReadonlyArray2<'_, i64> = v.extract()?;
+        set = set.with_inputs(a.as_array().to_owned()).map_err(to_py)?;
+    }
+    if let Some(v) = get("target")? {
+        let a: PyReadonlyArray1<'_, i64> = v.extract()?;
+        set = set.with_target(a.as_array().to_owned()).map_err(to_py)?;
+    }
+    if let Some(v) = get("prediction")? {
+        let a: PyReadonlyArray1<'_, i64> = v.extract()?;
+        set = set
+            .with_prediction(a.as_array().to_owned())
+            .map_err(to_py)?;
+    }
+    if let Some(v) = get("correct")? {
+        let a: PyReadonlyArray1<'_, bool> = v.extract()?;
+        set = set.with_correct(a.as_array().to_owned()).map_err(to_py)?;
+    }
+    Ok(set)
+}
+
+/// The latent-code analysis of `hyperlens analyze` on two code sets (dicts of arrays): the CSV
+/// tables and `summary.json` as text, and `pca.npz`'s arrays.
+#[pyfunction]
+#[pyo3(signature = (train, test, seed=0, n_components=2, shuffled_control=true, kmeans_runs=3, unsupervised_on="test"))]
+#[allow(clippy::too_many_arguments)]
+fn analyze<'py>(
+    py: Python<'py>,
+    train: &Bound<'py, PyDict>,
+    test: &Bound<'py, PyDict>,
+    seed: u64,
+    n_components: usize,
+    shuffled_control: bool,
+    kmeans_runs: usize,
+    unsupervised_on: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let train = code_set("train", train)?;
+    let test = code_set("test", test)?;
+    let params = LatentAnalysisParams {
+        seed,
+        n_components,
+        shuffled_control,
+        kmeans_runs,
+        unsupervised_on: unsupervised_on.parse::<CodeSplit>().map_err(to_py)?,
+        ..LatentAnalysisParams::default()
+    };
+    let rep = detached(py, || {
+        analyze_pair(&train, &test, &params, &mut |_| {}).map_err(to_py)
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("decoding", rep.decoding_csv())?;
+    d.set_item("pca", rep.pca_csv())?;
+    d.set_item("clusters", rep.clusters_csv())?;
+    d.set_item("similarity", rep.similarity_csv())?;
+    d.set_item("confusion", rep.confusion_csv())?;
+    d.set_item("summary", rep.summary().to_string())?;
+    let arrays = PyDict::new(py);
+    for a in &rep.layers {
+        let sel = a.layer.index();
+        let name = |prefix: &str| pca_keys::name(prefix, sel);
+        arrays.set_item(
+            name(pca_keys::PROJECTION_PREFIX),
+            out(py, a.projection.clone()),
+        )?;
+        arrays.set_item(
+            name(pca_keys::COMPONENTS_PREFIX),
+            out(py, a.pca.components().clone()),
+        )?;
+        arrays.set_item(
+            name(pca_keys::EXPLAINED_VARIANCE_RATIO_PREFIX),
+            out(py, a.pca.explained_variance_ratio().clone()),
+        )?;
+    }
+    arrays.set_item(pca_keys::LABEL, out(py, rep.unsupervised_label.clone()))?;
+    if let Some(t) = &rep.unsupervised_target {
+        arrays.set_item(pca_keys::TARGET, out(py, t.clone()))?;
+    }
+    if let Some(c) = &rep.unsupervised_correct {
+        arrays.set_item(pca_keys::CORRECT, out(py, c.clone()))?;
+    }
+    d.set_item("pca_arrays", arrays)?;
+    Ok(d)
+}
+
+/// Registers the functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(pca, m)?)?;
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_function(wrap_pyfunction!(kmeans, m)?)?;
+    m.add_function(wrap_pyfunction!(silhouette, m)?)?;
+    m.add_function(wrap_pyfunction!(tsne, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! `hyperlens.CodeSet`'s files: the CLI's `codes.npz` format, read and written by the crates'
+//! own reader and writer.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use hyperlens_analysis::CodeSet;
+use hyperlens_io::keys::codes as keys;
+use ndarray::{Array1, Array2, Ix1};
+use ndarray_npy::NpzReader;
+use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::arrays::out;
+use crate::errors::{detached, raise, to_py, Kind};
+
+/// Writes a code set as the probe's `.npz` (codes float32, integer arrays int64, `correct` bool),
+/// atomically. Arrays that are None are left out; `codes` and `label` are required.
+#[pyfunction]
+#[pyo3(signature = (path, codes, label, rules=None, inputs=None, target=None, prediction=None, correct=None, slot=None, problem=None))]
+#[allow(clippy::too_many_arguments)]
+fn save_codes(
+    py: Python<'_>,
+    path: PathBuf,
+    codes: PyReadonlyArrayDyn<'_, f32>,
+    label: PyReadonlyArray1<'_, i64>,
+    rules: Option<PyReadonlyArray2<'_, i64>>,
+    inputs: Option<PyReadonlyArray2<'_, i64>>,
+    target: Option<PyReadonlyArray1<'_, i64>>,
+    prediction: Option<PyReadonlyArray1<'_, i64>>,
+    correct: Option<PyReadonlyArray1<'_, bool>>,
+    slot: Option<PyReadonlyArray1<'_, i64>>,
+    problem: Option<PyReadonlyArray1<'_, i64>>,
+) -> PyResult<()> {
+    let c = codes.as_array();
+    if c.ndim() != 5 {
+        return Err(crate::arrays::shape_error(
+            "codes",
+            "[N, L, H, Q, K]",
+            c.shape(),
+        ));
+    }
+    let n = c.shape()[0];
+    let check = |name: &str, rows: usize| -> PyResult<()> {
+        if rows != n {
+            return Err(raise(
+                Kind::Shape,
+                format!("`{name}` has {rows} rows but `codes` has N = {n}"),
+            ));
+        }
+        Ok(())
+    };
+    check("label", label.as_array().len())?;
+    let views2 = [("rules", &rules), ("inputs", &inputs)];
+    for (name, a) in views2 {
+        if let Some(a) = a {
+            check(name, a.as_array().nrows())?;
+        }
+    }
+    let views1 = [
+        ("target", &target),
+        ("prediction", &prediction),
+        ("slot", &slot),
+        ("problem", &problem),
+    ];
+    for (name, a) in views1 {
+        if let Some(a) = a {
+            check(name, a.as_array().len())?;
+        }
+    }
+    if let Some(a) = &correct {
+        check("correct", a.as_array().len())?;
+    }
+    let label = label.as_array();
+    let (rules, inputs) = (
+        rules.as_ref().map(|a| a.as_array()),
+        inputs.as_ref().map(|a| a.as_array()),
+    );
+    let (target, prediction, slot, problem) = (
+        target.as_ref().map(|a| a.as_array()),
+        prediction.as_ref().map(|a| a.as_array()),
+        slot.as_ref().map(|a| a.as_array()),
+        problem.as_ref().map(|a| a.as_array()),
+    );
+    let correct = correct.as_ref().map(|a| a.as_array());
+    detached(py, || {
+        hyperlens_io::write_npz(&path, |npz| -> Result<(), hyperlens_io::IoError> {
+            npz.add(keys::CODES, &c)?;
+            npz.add(keys::LABEL, &label)?;
+            if let Some(a) = &rules {
+                npz.add(keys::RULES, a)?;
+            }
+            if let Some(a) = &inputs {
+                npz.add(keys::INPUTS, a)?;
+            }
+            if let Some(a) = &target {
+                npz.add(keys::TARGET, a)?;
+            }
+            if let Some(a) = &prediction {
+                npz.add(keys::PREDICTION, a)?;
+            }
+            if let Some(a) = &correct {
+                npz.add(keys::CORRECT, a)?;
+            }
+            if let Some(a) = &slot {
+                npz.add(keys::SLOT, a)?;
+            }
+            if let Some(a) = &problem {
+                npz.add(keys::PROBLEM, a)?;
+            }
+            Ok(())
+        })
+        .map_err(to_py)
+    })
+}
+
+/// Reads an int64 vector of an archive whose header was checked already.
+fn read_i64(path: &std::path::Path, name: &str) -> PyResult<Array1<i64>> {
+    let file = File::open(path)
+        .map_err(|e| raise(Kind::FileFormat, format!("{}: {e}", path.display())))?;
+    let mut npz = NpzReader::new(file)
+        .map_err(|e| raise(Kind::FileFormat, format!("{}: {e}", path.display())))?;
+    npz.by_name::<ndarray::OwnedRepr<i64>, Ix1>(name)
+        .map_err(|e| {
+            raise(
+                Kind::FileFormat,
+                format!("{}: array `{name}`: {e}", path.display()),
+            )
+        })
+}
+
+/// Reads a code file written by `hyperlens probe` or [`save_codes`], validated by the analysis
+/// crate's reader (shapes, finite codes, rule indices, the memory budget).
+#[pyfunction]
+fn load_codes<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+    if !path.exists() {
+        return Err(raise(
+            Kind::NotFound,
+            format!("{}: no such file", path.display()),
+        ));
+    }
+    let (set, extra) = detached(py, || {
+        let set = CodeSet::read_npz(&path).map_err(to_py)?;
+        let members =
+            hyperlens_io::inspect_npz_arrays(&path, &[keys::SLOT, keys::PROBLEM]).map_err(to_py)?;
+        let mut extra = Vec::new();
+        for m in &members {
+            if m.name == keys::SLOT || m.name == keys::PROBLEM {
+                let a = read_i64(&path, &m.name)?;
+                if a.len() != set.n_samples() {
+                    return Err(raise(
+                        Kind::FileFormat,
+                        format!(
+                            "{}: array `{}` has {} rows, `codes` has {}",
+                            path.display(),
+                            m.name,
+                            a.len(),
+                            set.n_samples()
+                        ),
+                    ));
+                }
+                extra.push((m.name.clone(), a));
+            }
+        }
+        Ok((set, extra))
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("codes", out(py, set.codes().clone()))?;
+    d.set_item("label", out(py, set.label().clone()))?;
+    let opt2 = |a: Option<&Array2<i64>>| a.cloned();
+    if let Some(a) = opt2(set.rules()) {
+        d.set_item("rules", out(py, a))?;
+    }
+    if let Some(a) = opt2(set.inputs()) {
+        d.set_item("inputs", out(py, a))?;
+    }
+    if let Some(a) = set.target() {
+        d.set_item("target", out(py, a.clone()))?;
+    }
+    if let Some(a) = set.prediction() {
+        d.set_item("prediction", out(py, a.clone()))?;
+    }
+    if let Some(a) = set.correct() {
+        d.set_item("correct", out(py, a.clone()))?;
+    }
+    for (name, a) in extra {
+        d.set_item(name, out(py, a))?;
+    }
+    Ok(d)
+}
+
+/// Registers the functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(save_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(load_codes, m)?)?;
+    Ok(())
+}

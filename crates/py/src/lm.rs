@@ -1,0 +1,203 @@
+//! `hyperlens.LanguageModel`'s engine: a token language model (a hyperlens token model, a Hugging
+//! Face GPT-2 or Llama directory, a Llama-family `.gguf` file) with logits, attention patterns and
+//! the hooked pass with TransformerLens 3.x names, on token ids.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use candle_core::Tensor;
+use hyperlens_model::lm::{load, LanguageModel};
+use hyperlens_model::ModelError;
+use ndarray::ArrayView2;
+use numpy::PyReadonlyArray2;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::arrays::{out, shape_error};
+use crate::errors::{detached, raise, to_py, Kind};
+use crate::model::{tensor_array, PyHooks};
+
+/// One loaded token language model.
+#[pyclass(name = "LanguageModel", module = "hyperlens._core", frozen)]
+pub struct PyLanguageModel {
+    lm: LanguageModel,
+    device: candle_core::Device,
+}
+
+impl PyLanguageModel {
+    /// The token ids as a u32 tensor on the model's device, checked: `[B >= 1, 1..=n_ctx]`, ids
+    /// below the vocabulary size.
+    fn tokens(&self, t: &ArrayView2<'_, i64>) -> PyResult<Tensor> {
+        let (b, n) = t.dim();
+        let (v, ctx) = (self.lm.vocab_size(), self.lm.max_seq_len());
+        if b == 0 || n == 0 || n > ctx {
+            return Err(shape_error(
+                "tokens",
+                &format!("[B >= 1, 1..={ctx}] (integer ids)"),
+                t.shape(),
+            ));
+        }
+        if let Some(bad) = t.iter().find(|&&id| id < 0 || id >= v as i64) {
+            return Err(raise(
+                Kind::Input,
+                format!(
+                    "`tokens` holds the id {bad}, outside the vocabulary 0..{}",
+                    v - 1
+                ),
+            ));
+        }
+        let data: Vec<u32> = t.iter().map(|&id| id as u32).collect();
+        Tensor::from_vec(data, (b, n), &self.device).map_err(to_py)
+    }
+
+    /// `InputError` naming the first of `names` that is not a hook point.
+    fn check_names<'a>(&self, names: impl IntoIterator<Item = &'a String>) -> PyResult<()> {
+        let known = self.lm.hook_names();
+        for n in names {
+            if !known.contains(n) {
+                return Err(raise(
+                    Kind::Input,
+                    format!("`{n}` is not a hook point of this model (see hook_names())"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl PyLanguageModel {
+    /// Loads a token model directory, a Hugging Face GPT-2 / Llama directory or a `.gguf` file.
+    #[staticmethod]
+    #[pyo3(signature = (path, device = "cpu"))]
+    fn load(py: Python<'_>, path: PathBuf, device: &str) -> PyResult<PyLanguageModel> {
+        let device = hyperlens_model::Device::from_str(device).map_err(to_py)?;
+        if !path.exists() {
+            return Err(raise(
+                Kind::NotFound,
+                format!("{}: no such file or directory", path.display()),
+            ));
+        }
+        detached(py, || {
+            let dev = device.to_candle().map_err(to_py)?;
+            let lm = load(&path, &dev).map_err(to_py)?;
+            Ok(PyLanguageModel { lm, device: dev })
+        })
+    }
+
+    /// The model's kind and sizes.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let kind = match &self.lm {
+            LanguageModel::Token(_) => "token",
+            LanguageModel::Llama(_) => "llama",
+            LanguageModel::Gpt2(_) => "gpt2",
+        };
+        d.set_item("kind", kind)?;
+        d.set_item("n_layers", self.lm.n_layers())?;
+        d.set_item("n_heads", self.lm.n_heads())?;
+        d.set_item("d_vocab", self.lm.vocab_size())?;
+        d.set_item("n_ctx", self.lm.max_seq_len())?;
+        Ok(d)
+    }
+
+    /// Every hook point's TransformerLens name, in pass order.
+    fn hook_names(&self) -> Vec<String> {
+        self.lm.hook_names()
+    }
+
+    /// The hook points matching any of `patterns`.
+    fn select_hooks(&self, patterns: Vec<String>) -> PyResult<Vec<String>> {
+        self.lm.select_hooks(&patterns).map_err(to_py)
+    }
+
+    /// The next-token logits, float32 [B, T, V].
+    fn logits<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.tokens(&tokens.as_array())?;
+        let l = detached(py, || {
+            let o = self.lm.forward(&t, false).map_err(to_py)?;
+            tensor_array(&o.logits).map_err(to_py)
+        })?;
+        Ok(out(py, l))
+    }
+
+    /// The logits [B, T, V] and every head's attention pattern float32 [B, L, H, T, T].
+    fn patterns<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let t = self.tokens(&tokens.as_array())?;
+        let (l, p) = detached(py, || {
+            let run = || -> Result<_, ModelError> {
+                let o = self.lm.forward(&t, true)?;
+                let pats = o
+                    .patterns
+                    .ok_or_else(|| ModelError::Input("the model returned no patterns".into()))?;
+                let stacked = Tensor::stack(&pats, 1)?;
+                Ok((tensor_array(&o.logits)?, tensor_array(&stacked)?))
+            };
+            run().map_err(to_py)
+        })?;
+        Ok((out(py, l), out(py, p)))
+    }
+
+    /// The hooked pass keeping the activations `names` (exact hook names).
+    fn run_with_cache<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        names: Vec<String>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
+        let t = self.tokens(&tokens.as_array())?;
+        self.check_names(&names)?;
+        let (logits, acts) = detached(py, || {
+            let run = || -> Result<_, ModelError> {
+                let (logits, cache) = self.lm.run_with_cache(&t, &names)?;
+                let acts = cache
+                    .iter()
+                    .map(|(n, a)| Ok((n.clone(), tensor_array(a)?)))
+                    .collect::<Result<Vec<_>, ModelError>>()?;
+                Ok((tensor_array(&logits)?, acts))
+            };
+            run().map_err(to_py)
+        })?;
+        let list = PyList::empty(py);
+        for (name, a) in acts {
+            list.append((name, out(py, a)))?;
+        }
+        Ok((out(py, logits), list))
+    }
+
+    /// The hooked pass with Python hooks (as `Evaluator.run_with_hooks`); returns the logits.
+    fn run_with_hooks<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        hooks: Vec<(String, Py<PyAny>)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.tokens(&tokens.as_array())?;
+        self.check_names(hooks.iter().map(|(n, _)| n))?;
+        let logits = detached(py, || {
+            let mut ph = PyHooks {
+                hooks: &hooks,
+                error: None,
+            };
+            let res = self.lm.run_with_hooks(&t, &mut ph);
+            if let Some(e) = ph.error {
+                return Err(e);
+            }
+            tensor_array(&res.map_err(to_py)?).map_err(to_py)
+        })?;
+        Ok(out(py, logits))
+    }
+}
+
+/// Registers the class.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLanguageModel>()
+}

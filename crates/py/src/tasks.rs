@@ -1,0 +1,170 @@
+//! `hyperlens.tasks`: SRAVEN problem sets (sample, save, load, validate) as numpy arrays.
+
+use std::path::PathBuf;
+
+use hyperlens_io::budget::check_alloc;
+use hyperlens_tasks::npz::{load_problems, save_problems};
+use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
+use numpy::{PyReadonlyArray2, PyReadonlyArray3};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::arrays::out;
+use crate::errors::{detached, raise, to_py, Kind};
+
+/// `id` or `ood`.
+pub fn parse_set(set: &str) -> PyResult<Set> {
+    match set {
+        "id" => Ok(Set::Id),
+        "ood" => Ok(Set::Ood),
+        other => Err(raise(
+            Kind::Input,
+            format!("`set` must be \"id\" or \"ood\", got {other:?}"),
+        )),
+    }
+}
+
+/// A problem set's arrays as a dict: `x` float32 [N, T, M], `y`, `rules` int64 [N, F], `perms`
+/// int64 [N, 3, F] (or None).
+pub fn problems_dict<'py>(py: Python<'py>, p: ProblemSet) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("x", out(py, p.x))?;
+    d.set_item("y", out(py, p.y))?;
+    d.set_item("rules", out(py, p.rules))?;
+    match p.perms {
+        Some(perms) => d.set_item("perms", out(py, perms))?,
+        None => d.set_item("perms", py.None())?,
+    }
+    Ok(d)
+}
+
+/// The SRAVEN splits: `(name, n_id_tasks, n_ood_tasks)` of the paper's four.
+#[pyfunction]
+fn splits() -> PyResult<Vec<(String, usize, usize)>> {
+    Split::paper_names()
+        .iter()
+        .map(|name| {
+            let s = Split::named(name).map_err(to_py)?;
+            Ok((s.name.clone(), s.id_tasks.len(), s.ood_tasks.len()))
+        })
+        .collect()
+}
+
+/// Samples `n` SRAVEN problems of `split`'s `set` with `seed` (as `hyperlens tasks sample`).
+#[pyfunction]
+#[pyo3(signature = (split, set, n, seed, unpermuted))]
+fn sample_sraven<'py>(
+    py: Python<'py>,
+    split: &str,
+    set: &str,
+    n: usize,
+    seed: u64,
+    unpermuted: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let set = parse_set(set)?;
+    if n == 0 {
+        return Err(raise(Kind::Input, "`n` must be at least 1"));
+    }
+    let split = Split::named(split).map_err(to_py)?;
+    let p = split.params;
+    // As the CLI: x [N, T, M] f32, y and rules [N, F] i64, perms [N, 3, F].
+    let per_problem = 4 * (p.n_tokens() * p.values) as u128 + 8 * 5 * p.features as u128;
+    check_alloc(
+        format!("n = {n} (the whole problem set is held in memory)"),
+        per_problem.saturating_mul(n as u128),
+    )
+    .map_err(to_py)?;
+    let problems = detached(py, || {
+        sample(&split, set, n, seed, unpermuted).map_err(to_py)
+    })?;
+    problems_dict(py, problems)
+}
+
+/// A [`ProblemSet`] of the arrays, validated (one-hot context, zero queries, values and rules in
+/// range, permutations).
+pub fn problem_set(
+    x: &PyReadonlyArray3<'_, f32>,
+    y: &PyReadonlyArray2<'_, i64>,
+    rules: &PyReadonlyArray2<'_, i64>,
+    perms: Option<&PyReadonlyArray3<'_, i64>>,
+) -> PyResult<ProblemSet> {
+    let (x, y, rules) = (x.as_array(), y.as_array(), rules.as_array());
+    if y.ndim() != 2 || x.ndim() != 3 {
+        return Err(raise(Kind::Shape, "`x` must be [N, T, M], `y` [N, F]"));
+    }
+    let params = SravenParams {
+        features: y.shape()[1],
+        values: x.shape()[2],
+        ..Default::default()
+    };
+    let set = ProblemSet {
+        x: x.to_owned(),
+        y: y.to_owned(),
+        rules: rules.to_owned(),
+        perms: perms.map(|p| p.as_array().to_owned()),
+        params,
+    };
+    set.validate().map_err(to_py)?;
+    Ok(set)
+}
+
+/// Checks a problem set's arrays (`ProblemSet.validate`).
+#[pyfunction]
+#[pyo3(signature = (x, y, rules, perms=None))]
+fn validate_problems(
+    x: PyReadonlyArray3<'_, f32>,
+    y: PyReadonlyArray2<'_, i64>,
+    rules: PyReadonlyArray2<'_, i64>,
+    perms: Option<PyReadonlyArray3<'_, i64>>,
+) -> PyResult<()> {
+    problem_set(&x, &y, &rules, perms.as_ref()).map(|_| ())
+}
+
+/// Writes a problem set as the CLI's problem file (`x` uint8, the rest int64), atomically.
+#[pyfunction]
+#[pyo3(signature = (path, x, y, rules, perms=None))]
+fn save_sraven(
+    py: Python<'_>,
+    path: PathBuf,
+    x: PyReadonlyArray3<'_, f32>,
+    y: PyReadonlyArray2<'_, i64>,
+    rules: PyReadonlyArray2<'_, i64>,
+    perms: Option<PyReadonlyArray3<'_, i64>>,
+) -> PyResult<()> {
+    let set = problem_set(&x, &y, &rules, perms.as_ref())?;
+    detached(py, || save_problems(&path, &set).map_err(to_py))
+}
+
+/// Reads a problem file of the CLI (or numpy's `savez` with its arrays), validated.
+#[pyfunction]
+#[pyo3(signature = (path, features=4, values=8))]
+fn load_sraven<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    features: usize,
+    values: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    if !path.exists() {
+        return Err(raise(
+            Kind::NotFound,
+            format!("{}: no such file", path.display()),
+        ));
+    }
+    let params = SravenParams {
+        features,
+        values,
+        ..Default::default()
+    };
+    let set = detached(py, || load_problems(&path, &params).map_err(to_py))?;
+    problems_dict(py, set)
+}
+
+/// Registers the submodule's functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(splits, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_sraven, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_problems, m)?)?;
+    m.add_function(wrap_pyfunction!(save_sraven, m)?)?;
+    m.add_function(wrap_pyfunction!(load_sraven, m)?)?;
+    Ok(())
+}

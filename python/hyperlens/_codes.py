@@ -1,0 +1,120 @@
+"""Latent codes with their labels: the arrays of the CLI's ``codes.npz``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._errors import InputError
+
+__all__ = ["CodeSet"]
+
+_OPTIONAL = ("rules", "inputs", "target", "prediction", "correct", "slot", "problem")
+
+
+class CodeSet:
+    """Latent codes and their labels, one row per problem (per problem and slot for
+    ``site="all-slots"``).
+
+    Attributes (the arrays of ``hyperlens probe``'s ``codes.npz``):
+        codes: float32 ``[N, L, H, Q, K]`` attention scores after normalisation (problem, layer,
+            head, query, key); Q = 1, K = 2 at the paper's site.
+        label: int64 ``[N]`` rule (0..7) of the feature shown in the row's answer slot.
+        rules: int64 ``[N, F]`` the task's rule per unpermuted slot.
+        inputs: int64 ``[N, K]`` the token values at the keys (-1 for a query token).
+        target, prediction: int64 ``[N]`` the answer and the model's prediction in the row's slot.
+        correct: bool ``[N]`` ``prediction == target``.
+        slot, problem: int64 ``[N]`` the row's answer slot and its problem's index in the set.
+        site, layers: the site (CLI form) and the layers along the ``L`` axis, when known.
+    """
+
+    def __init__(
+        self,
+        codes: Any,
+        label: Any,
+        *,
+        site: str | None = None,
+        layers: list[int] | None = None,
+        **arrays: Any,
+    ) -> None:
+        unknown = set(arrays) - set(_OPTIONAL)
+        if unknown:
+            raise InputError(f"unknown code arrays: {sorted(unknown)} (known: {list(_OPTIONAL)})")
+        self.codes = np.asarray(codes, dtype=np.float32)
+        self.label = np.asarray(label, dtype=np.int64)
+        self.rules: np.ndarray | None = None
+        self.inputs: np.ndarray | None = None
+        self.target: np.ndarray | None = None
+        self.prediction: np.ndarray | None = None
+        self.correct: np.ndarray | None = None
+        self.slot: np.ndarray | None = None
+        self.problem: np.ndarray | None = None
+        for name in _OPTIONAL:
+            v = arrays.get(name)
+            if v is not None:
+                dtype = np.bool_ if name == "correct" else np.int64
+                setattr(self, name, np.asarray(v, dtype=dtype))
+        self.site = site
+        self.layers = None if layers is None else list(layers)
+
+    def __len__(self) -> int:
+        return int(self.codes.shape[0])
+
+    def __repr__(self) -> str:
+        return f"CodeSet(codes={self.codes.shape}, site={self.site!r}, layers={self.layers})"
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The arrays that are present, by their names in ``codes.npz``."""
+        d = {"codes": self.codes, "label": self.label}
+        for name in _OPTIONAL:
+            v = getattr(self, name)
+            if v is not None:
+                d[name] = v
+        return d
+
+    def features(self, layer: int | None = None) -> np.ndarray:
+        """The codes as a float64 feature matrix: ``[N, H*Q*K]`` of one layer (an index along the
+        ``L`` axis), or ``[N, L*H*Q*K]`` of all layers (layer slowest), as ``hyperlens analyze``
+        flattens them."""
+        n = len(self)
+        if layer is None:
+            return self.codes.reshape(n, -1).astype(np.float64)
+        if not 0 <= layer < self.codes.shape[1]:
+            raise InputError(f"`layer` {layer} is out of range: the codes have {self.codes.shape[1]} layers")
+        return self.codes[:, layer].reshape(n, -1).astype(np.float64)
+
+    @property
+    def accuracy(self) -> float | None:
+        """The model's accuracy on the rows' answer slots (mean of ``correct``), if stored."""
+        return None if self.correct is None else float(self.correct.mean())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the CLI's ``codes.npz`` format (codes float32, integer arrays int64, ``correct``
+        bool), atomically."""
+        a = {name: getattr(self, name) for name in _OPTIONAL}
+        _core.codes.save_codes(os.fspath(path), np.ascontiguousarray(self.codes), self.label, **a)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CodeSet":
+        """Reads a ``codes.npz`` written by ``hyperlens probe`` or :meth:`save`, validated (shapes,
+        finite codes, rule indices, the memory budget)."""
+        d = dict(_core.codes.load_codes(os.fspath(path)))
+        codes, label = d.pop("codes"), d.pop("label")
+        meta = _sidecar(path)
+        return cls(codes, label, site=meta.get("site"), layers=meta.get("layers"), **d)
+
+
+def _sidecar(path: str | os.PathLike) -> dict:
+    """The JSON sidecar beside a codes file, if any (``codes.npz`` -> ``codes.json``)."""
+    import json
+
+    side = os.path.splitext(os.fspath(path))[0] + ".json"
+    try:
+        with open(side, encoding="utf-8") as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,387 @@
+"""Loaded models: :func:`load` and :class:`Model`, with TransformerLens's hook names."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
+
+import numpy as np
+
+from . import _core
+from ._arrays import as_f32, as_i64
+from ._codes import CodeSet
+from ._errors import HookError, HyperlensError, InputError, NotFoundError
+from .tasks import ProblemSet
+from .utils import get_act_name
+
+__all__ = ["load", "Model", "Config", "LanguageModel", "LMConfig", "ActivationCache", "find_checkpoint"]
+
+CHECKPOINTS_ENV = "HYPERLENS_CHECKPOINTS"
+
+NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+
+
+def find_checkpoint(path_or_name: str | os.PathLike) -> Path:
+    """The checkpoint directory of a path, or of a shipped checkpoint's name.
+
+    A name (no path separator) that is not a path is looked up in ``$HYPERLENS_CHECKPOINTS`` (if
+    set), then in ``data/checkpoints/`` of the current directory and each of its parents, so that
+    ``load("sraven-hyla")`` works anywhere inside a source checkout. The wheel holds no checkpoints.
+    """
+    p = Path(os.fspath(path_or_name)).expanduser()
+    if p.exists():
+        return p
+    name = os.fspath(path_or_name)
+    tried: list[str] = []
+    if os.sep not in name and "/" not in name:
+        roots: list[Path] = []
+        env = os.environ.get(CHECKPOINTS_ENV)
+        if env:
+            roots.append(Path(env).expanduser())
+        cwd = Path.cwd()
+        roots.extend(d / "data" / "checkpoints" for d in (cwd, *cwd.parents))
+        for root in roots:
+            cand = root / name
+            if cand.exists():
+                return cand
+        tried = [str(r) for r in roots[:3]]
+    where = f" (looked in {', '.join(tried)}, ...)" if tried else ""
+    raise NotFoundError(
+        f"{name}: no such checkpoint: not a path, nor a shipped checkpoint's name in "
+        f"${CHECKPOINTS_ENV} or data/checkpoints/ of the current directory or a parent{where}"
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """A model's configuration (``config.json``, the task and split of ``train.json``).
+
+    ``n_ctx`` (= ``n_tokens``) and ``d_vocab`` (= ``d_in``) are TransformerLens's names.
+    """
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    n_tokens: int
+    d_in: int
+    n_outputs: int
+    d_out: int
+    n_buckets: int
+    causal: bool
+    mixer: str
+    normalisation: str
+    n_params: int
+    task: str
+    split: str | None
+    path: str
+    engine: str = field(default="host", compare=False)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.n_tokens
+
+    @property
+    def d_vocab(self) -> int:
+        return self.d_in
+
+
+class ActivationCache(Mapping[str, np.ndarray]):
+    """Activations by hook name (TransformerLens's ``ActivationCache``): ``cache[name]``, and the
+    shorthand ``cache["pattern", 3]`` = ``cache["blocks.3.attn.hook_pattern"]``
+    (:func:`hyperlens.utils.get_act_name`). Every value is a float32 numpy array whose first axis is
+    the batch."""
+
+    def __init__(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        self._d: dict[str, np.ndarray] = dict(items)
+
+    def _key(self, key: Any) -> str:
+        if isinstance(key, tuple):
+            return get_act_name(*key)
+        return key
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        k = self._key(key)
+        try:
+            return self._d[k]
+        except KeyError:
+            raise KeyError(f"{k!r} is not in the cache (cached: {', '.join(list(self._d)[:8])} ...)") from None
+
+    def __contains__(self, key: object) -> bool:
+        return self._key(key) in self._d
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __repr__(self) -> str:
+        return f"ActivationCache({len(self)} hooks: {', '.join(list(self._d)[:4])}{' ...' if len(self) > 4 else ''})"
+
+
+class _Hooked:
+    """The hook API shared by :class:`Model` and :class:`LanguageModel`."""
+
+    _ev: Any
+
+    def _x(self, x: Any) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def hook_names(self) -> list[str]:
+        """Every hook point's TransformerLens name, in the order of the forward pass."""
+        return list(self._ev.hook_names())
+
+    def _select(self, names_filter: NamesFilter) -> list[str]:
+        if names_filter is None:
+            return self.hook_names()
+        if callable(names_filter):
+            return [n for n in self.hook_names() if names_filter(n)]
+        if isinstance(names_filter, str):
+            names_filter = [names_filter]
+        return list(self._ev.select_hooks([str(n) for n in names_filter]))
+
+    def run_with_cache(self, x: Any, names_filter: NamesFilter = None) -> tuple[np.ndarray, ActivationCache]:
+        """Runs the hooked forward pass and keeps activations: ``logits, cache``.
+
+        ``names_filter``: None (every hook point), a name or a glob as the CLI's ``--hooks``
+        (``"blocks.*.hook_resid_post"``: ``*`` matches one name part, ``**`` anything), a list of
+        them, or a callable on the name. Returns the logits float32 ``[N, F, d_out]`` and an
+        :class:`ActivationCache` of float32 arrays in the shapes of the hook table
+        (``blocks.{l}.attn.hook_pattern`` ``[N, H, T, T]``, ``blocks.{l}.hook_resid_pre``
+        ``[N, T, d_model]``, ...)."""
+        names = self._select(names_filter)
+        logits, items = self._ev.run_with_cache(self._x(x), names)
+        return logits, ActivationCache(items)
+
+    def run_with_hooks(
+        self,
+        x: Any,
+        fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable[[np.ndarray, str], Any]]] = (),
+    ) -> np.ndarray:
+        """Runs the hooked forward pass with Python hooks and returns the logits float32
+        ``[N, F, d_out]``.
+
+        ``fwd_hooks`` is a list of ``(name_or_filter, fn)``: a hook name, a glob or a callable on
+        the name, and ``fn(activation, name)``, which gets the activation (a float32 numpy array)
+        and may return an array of the same shape to replace it (float64 is converted; another
+        shape raises :class:`hyperlens.HookError` naming the hook). Hooks at one point run in the
+        order given, each seeing the previous one's replacement."""
+        hooks: list[tuple[str, Callable]] = []
+        for entry in fwd_hooks:
+            try:
+                sel, fn = entry
+            except (TypeError, ValueError):
+                raise InputError("each entry of `fwd_hooks` must be a (name_or_filter, fn) pair") from None
+            if not callable(fn):
+                raise InputError(f"the hook for {sel!r} is not callable")
+            for name in self._select(sel):
+                hooks.append((name, _wrap_hook(fn)))
+        order = {n: i for i, n in enumerate(self.hook_names())}
+        hooks.sort(key=lambda h: order[h[0]])
+        return self._ev.run_with_hooks(self._x(x), hooks)
+
+
+
+class Model(_Hooked):
+    """A loaded SRAVEN or fuzzy-logic model (:func:`load`), evaluated by hyperlens's engine.
+
+    Inputs ``x`` are problems as one-hot tokens, float32 ``[N, T, d_in]`` (SRAVEN: ``[N, 36, 8]``),
+    or a :class:`hyperlens.tasks.ProblemSet`. bool, integer and float64 one-hot arrays are
+    converted; a float32 C-ordered array is read in place.
+    """
+
+    def __init__(self, ev: Any, path: Path) -> None:
+        self._ev = ev
+        self.path = path
+        c = dict(ev.config())
+        train: dict = {}
+        try:
+            with open(path / "train.json", encoding="utf-8") as f:
+                train = json.load(f)
+        except (OSError, ValueError):
+            pass
+        self.cfg = Config(
+            n_layers=c["n_layers"],
+            n_heads=c["n_heads"],
+            d_model=c["d_model"],
+            d_head=c["d_head"],
+            d_mlp=c["d_mlp"],
+            n_tokens=c["n_tokens"],
+            d_in=c["d_in"],
+            n_outputs=c["n_outputs"],
+            d_out=c["d_out"],
+            n_buckets=c["n_buckets"],
+            causal=c["causal"],
+            mixer=c["mixer"],
+            normalisation=c["normalisation"],
+            n_params=c["n_params"],
+            task=str(train.get("task", "sraven")),
+            split=train.get("split"),
+            path=str(path),
+            engine=c["engine"],
+        )
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return (
+            f"Model({c.path!r}: {c.task}, {c.mixer}, {c.n_layers} layers, {c.n_heads} heads, "
+            f"d_model {c.d_model}, {c.n_params:,} parameters)"
+        )
+
+    # inputs -------------------------------------------------------------------------------
+    def _x(self, x: Any) -> np.ndarray:
+        if isinstance(x, ProblemSet):
+            x = x.x
+        return as_f32(x, "x", 3)
+
+    def _problems(self, problems: Any) -> ProblemSet:
+        if isinstance(problems, ProblemSet):
+            return problems
+        if isinstance(problems, Mapping):
+            return ProblemSet(problems["x"], problems["y"], problems["rules"], problems.get("perms"))
+        raise TypeError(f"`problems` must be a ProblemSet (or a dict of its arrays), got {type(problems).__name__}")
+
+    # forward ------------------------------------------------------------------------------
+    def __call__(self, x: Any, batch: int = 256) -> np.ndarray:
+        """The logits, float32 ``[N, F, d_out]`` (as :meth:`logits`)."""
+        return self.logits(x, batch)
+
+    def logits(self, x: Any, batch: int = 256) -> np.ndarray:
+        """The logits of problems ``x`` ``[N, T, d_in]``: float32 ``[N, F, d_out]`` (SRAVEN:
+        ``[N, 4, 8]``, one row of class scores per answer feature), in batches of ``batch``."""
+        return self._ev.logits(self._x(x), int(batch))
+
+    def patterns(self, x: Any, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """The logits float32 ``[N, F, d_out]`` and every head's attention pattern float32
+        ``[N, L, H, T, T]`` (query, key): the latent codes of every query-key pair."""
+        return self._ev.patterns(self._x(x), int(batch))
+
+    def evaluate(self, problems: Any, batch: int = 256) -> dict[str, Any]:
+        """Accuracy (all features right), per-feature accuracy, loss (nats) and n: the dict that
+        ``hyperlens eval --json`` prints."""
+        p = self._problems(problems)
+        return dict(self._ev.evaluate(p.x, p.y, int(batch)))
+
+    def latent_codes(
+        self,
+        problems: Any,
+        site: str = "paper",
+        layers: Sequence[int] | None = None,
+        batch: int = 256,
+    ) -> CodeSet:
+        """The latent codes at ``site`` (``"paper"``, ``"slot:F"``, ``"all-slots"`` or
+        ``"query:I;keys:J,K"``, as the CLI's ``--site``) of ``layers`` (all by default) with their
+        labels: a :class:`hyperlens.CodeSet` with the arrays of ``hyperlens probe``'s
+        ``codes.npz`` (``codes`` float32 ``[N, L, H, 1, K]``, ``label``, ``rules``, ``inputs``,
+        ``target``, ``prediction``, ``correct``, ``slot``, ``problem``), computed batch by batch in
+        memory."""
+        if self.cfg.task != "sraven":
+            raise HyperlensError(
+                f"latent_codes: {self.cfg.path} is a {self.cfg.task} model; this version of the "
+                "Python API extracts SRAVEN codes only (`hyperlens probe` handles the logic task)"
+            )
+        p = self._problems(problems)
+        d = dict(
+            self._ev.latent_codes(
+                p.x, p.y, p.rules, p.perms, str(site), None if layers is None else [int(l) for l in layers], int(batch)
+            )
+        )
+        site_s, layers_l = d.pop("site"), d.pop("layers")
+        codes, label = d.pop("codes"), d.pop("label")
+        return CodeSet(codes, label, site=site_s, layers=layers_l, **d)
+
+def _wrap_hook(fn: Callable[[np.ndarray, str], Any]) -> Callable[[np.ndarray, str], Any]:
+    """``fn`` with its result converted to float32 when that is safe."""
+
+    def hook(act: np.ndarray, name: str) -> Any:
+        r = fn(act, name)
+        if r is None:
+            return None
+        a = np.asarray(r)
+        if a.dtype == np.float32:
+            return np.ascontiguousarray(a)
+        if a.dtype in (np.float64, np.float16) or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
+            return np.ascontiguousarray(a, dtype=np.float32)
+        raise HookError(f"the hook at `{name}` returned an array of dtype {a.dtype}, not a float array")
+
+    return hook
+
+
+def load(path_or_name: str | os.PathLike, device: str = "cpu") -> "Model | LanguageModel":
+    """Loads a SRAVEN or fuzzy-logic checkpoint directory (``config.json`` +
+    ``model.safetensors``) as a :class:`Model`, a token language model (a hyperlens token model,
+    a Hugging Face GPT-2 or Llama directory, a ``.gguf`` file) as a :class:`LanguageModel`, or a
+    shipped checkpoint by name (:func:`find_checkpoint`:
+    ``load("sraven-hyla")`` inside a source checkout), on ``device`` (``"cpu"``, ``"cuda[:N]"``,
+    ``"metal"``; GPU devices need a GPU build)."""
+    path = find_checkpoint(path_or_name)
+    if _is_language_model(path):
+        return LanguageModel(_core.LanguageModel.load(os.fspath(path), str(device)), path)
+    ev = _core.Evaluator.load(os.fspath(path), str(device))
+    return Model(ev, path)
+
+
+def _is_language_model(path: Path) -> bool:
+    """A ``.gguf`` file, or a directory whose ``config.json`` names a model type (Hugging Face
+    GPT-2 / Llama, hyperlens token models); SRAVEN / fuzzy-logic configs name none."""
+    if path.is_file():
+        return True
+    try:
+        with open(path / "config.json", encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and ("model_type" in cfg or "architectures" in cfg)
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """A token language model's kind (``"token"``, ``"gpt2"``, ``"llama"``) and sizes, with
+    TransformerLens's names."""
+
+    kind: str
+    n_layers: int
+    n_heads: int
+    d_vocab: int
+    n_ctx: int
+    path: str
+
+
+class LanguageModel(_Hooked):
+    """A token language model (:func:`load` of a hyperlens token model, a Hugging Face GPT-2 or
+    Llama directory, or a ``.gguf`` file) on token ids: int64 ``[B, T]`` (any integer dtype;
+    a 1-D sequence is one batch row), ids below ``cfg.d_vocab``, ``T <= cfg.n_ctx``."""
+
+    def __init__(self, ev: Any, path: Path) -> None:
+        self._ev = ev
+        self.path = path
+        c = dict(ev.config())
+        self.cfg = LMConfig(kind=c["kind"], n_layers=c["n_layers"], n_heads=c["n_heads"], d_vocab=c["d_vocab"], n_ctx=c["n_ctx"], path=str(path))
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return f"LanguageModel({c.path!r}: {c.kind}, {c.n_layers} layers, {c.n_heads} heads, vocabulary {c.d_vocab})"
+
+    def _x(self, tokens: Any) -> np.ndarray:
+        t = np.asarray(tokens)
+        if t.ndim == 1:
+            t = t[None, :]
+        return as_i64(t, "tokens", 2)
+
+    def __call__(self, tokens: Any) -> np.ndarray:
+        """The next-token logits, float32 ``[B, T, d_vocab]``."""
+        return self.logits(tokens)
+
+    def logits(self, tokens: Any) -> np.ndarray:
+        """The next-token logits, float32 ``[B, T, d_vocab]``."""
+        return self._ev.logits(self._x(tokens))
+
+    def patterns(self, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The logits float32 ``[B, T, d_vocab]`` and every head's attention pattern float32
+        ``[B, L, H, T, T]`` (query, key)."""
+        return self._ev.patterns(self._x(tokens))

@@ -1,0 +1,252 @@
+"""Analyses of latent codes (and of any feature matrix), computed by hyperlens's Rust analysis
+crate: PCA, logistic decoding, k-means, silhouette, t-SNE, and :func:`analyze`, the whole
+``hyperlens analyze`` on an ID / OOD pair.
+
+Feature matrices are float64 ``[N, D]`` (any real dtype is converted), labels int64 ``[N]``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._arrays import as_f64, as_i64
+from ._codes import CodeSet
+
+__all__ = ["pca", "decode", "kmeans", "silhouette", "tsne", "analyze", "PCAResult", "DecodeResult", "KMeansResult", "Analysis"]
+
+
+@dataclass
+class PCAResult:
+    """A fitted PCA (scikit-learn's conventions: centred data, components with a deterministic
+    sign).
+
+    Attributes:
+        components: float64 ``[n_components, D]``.
+        explained_variance: float64 ``[D]`` variance along every principal axis.
+        explained_variance_ratio: float64 ``[D]`` the same as fractions of the total.
+        mean: float64 ``[D]`` the feature means.
+        projection: float64 ``[N, n_components]`` the input projected on the components.
+    """
+
+    components: np.ndarray
+    explained_variance: np.ndarray
+    explained_variance_ratio: np.ndarray
+    mean: np.ndarray
+    projection: np.ndarray
+
+    def transform(self, X: Any) -> np.ndarray:
+        """``X`` float64 ``[M, D]`` projected on the components: ``[M, n_components]``."""
+        X = as_f64(X, "X", 2)
+        return (X - self.mean) @ self.components.T
+
+
+def pca(X: Any, n_components: int = 2) -> PCAResult:
+    """PCA of ``X`` ``[N, D]`` on ``n_components`` components."""
+    d = _core.analysis.pca(as_f64(X, "X", 2), int(n_components))
+    return PCAResult(**d)
+
+
+@dataclass
+class DecodeResult:
+    """A logistic probe trained on one set and tested on another (``decoding.csv``'s numbers).
+
+    Attributes:
+        accuracy, balanced_accuracy: on the test set.
+        majority_class, majority_baseline: the most frequent training label and the test accuracy
+            of always predicting it.
+        shuffled_control: test accuracy of the probe trained on permuted labels (None if not run).
+        train_accuracy: accuracy on the training set.
+        classes: int64 ``[C]`` the union of the labels, sorted.
+        confusion: int64 ``[C, C]`` (true, predicted) counts on the test set.
+        predictions: int64 ``[N_test]`` the probe's predictions.
+        coef: float64 ``[D, C]`` and intercept float64 ``[C]`` of the probe (on standardised
+            features).
+        n_iter, converged: the L-BFGS fit.
+    """
+
+    accuracy: float
+    balanced_accuracy: float
+    majority_class: int
+    majority_baseline: float
+    shuffled_control: float | None
+    train_accuracy: float
+    classes: np.ndarray
+    confusion: np.ndarray
+    predictions: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    n_iter: int
+    converged: bool
+
+
+def decode(
+    X_train: Any,
+    y_train: Any,
+    X_test: Any,
+    y_test: Any,
+    C: float = 1.0,
+    *,
+    max_iter: int = 100,
+    tol: float = 1e-4,
+    shuffled_control: bool = True,
+    seed: int = 0,
+) -> DecodeResult:
+    """Trains a multinomial logistic probe (standardised features, L2 with inverse strength
+    ``C``: scikit-learn's ``LogisticRegression`` defaults) on ``X_train`` ``[N, D]`` /
+    ``y_train`` ``[N]`` and tests it on ``X_test`` ``[M, D]`` / ``y_test`` ``[M]``."""
+    d = _core.analysis.decode(
+        as_f64(X_train, "X_train", 2),
+        as_i64(y_train, "y_train", 1),
+        as_f64(X_test, "X_test", 2),
+        as_i64(y_test, "y_test", 1),
+        float(C),
+        int(max_iter),
+        float(tol),
+        bool(shuffled_control),
+        int(seed),
+    )
+    return DecodeResult(**d)
+
+
+@dataclass
+class KMeansResult:
+    """A k-means clustering.
+
+    Attributes:
+        labels: int64 ``[N]`` cluster of every sample.
+        centroids: float64 ``[k, D]``.
+        inertia: mean squared distance of the samples to their centre (scikit-learn's
+            ``inertia_ / N``).
+    """
+
+    labels: np.ndarray
+    centroids: np.ndarray
+    inertia: float
+
+
+def kmeans(X: Any, k: int, n_init: int = 3, *, seed: int = 0, max_iter: int = 300, tol: float = 1e-4) -> KMeansResult:
+    """k-means of ``X`` ``[N, D]`` with ``n_init`` k-means++ restarts (the lowest inertia kept)."""
+    d = _core.analysis.kmeans(as_f64(X, "X", 2), int(k), int(n_init), int(seed), int(max_iter), float(tol))
+    return KMeansResult(**d)
+
+
+def silhouette(X: Any, labels: Any) -> float:
+    """The mean silhouette coefficient of ``labels`` ``[N]`` on ``X`` ``[N, D]`` (Euclidean)."""
+    return float(_core.analysis.silhouette(as_f64(X, "X", 2), as_i64(labels, "labels", 1)))
+
+
+def tsne(X: Any, perplexity: float = 30.0, *, theta: float = 0.5, max_iter: int = 1000, seed: int = 0) -> np.ndarray:
+    """A 2-D t-SNE embedding of ``X`` ``[N, D]``: float64 ``[N, 2]`` (``theta=0`` for the exact,
+    deterministic algorithm)."""
+    return _core.analysis.tsne(as_f64(X, "X", 2), float(perplexity), float(theta), int(max_iter), int(seed))
+
+
+def _table(text: str) -> Any:
+    """A CSV table as a pandas DataFrame, or without pandas as a dict of numpy columns."""
+    try:
+        import pandas as pd
+    except ImportError:
+        pd = None
+    if pd is not None:
+        return pd.read_csv(io.StringIO(text))
+    lines = [ln for ln in text.splitlines() if ln]
+    header = lines[0].split(",")
+    rows = [ln.split(",") for ln in lines[1:]]
+    out: dict[str, np.ndarray] = {}
+    for j, name in enumerate(header):
+        col = [r[j] if j < len(r) else "" for r in rows]
+        out[name] = _column(col)
+    return out
+
+
+def _column(col: list[str]) -> np.ndarray:
+    if all(v in ("true", "false", "True", "False") for v in col):
+        return np.array([v.lower() == "true" for v in col], dtype=bool)
+    try:
+        return np.array([int(v) for v in col], dtype=np.int64)
+    except ValueError:
+        pass
+    try:
+        return np.array([float(v) if v != "" else np.nan for v in col], dtype=np.float64)
+    except ValueError:
+        return np.array(col, dtype=object)
+
+
+@dataclass
+class Analysis:
+    """The result of :func:`analyze`: the tables that ``hyperlens analyze`` writes, as pandas
+    DataFrames (dicts of numpy columns without pandas), one row per layer and one for all layers
+    (``layer`` -1, ``all_layers`` True).
+
+    Attributes:
+        decoding, pca, clusters, similarity, confusion: ``decoding.csv`` ... ``confusion.csv``.
+        summary: ``summary.json`` as a dict.
+        projections: ``pca.npz``'s arrays (``layer{l}`` / ``all`` float64 ``[N, 2]``,
+            ``components_*``, ``explained_variance_ratio_*``, ``label``, ...).
+        csv: the tables' CSV text, byte for byte as the CLI writes them.
+    """
+
+    decoding: Any
+    pca: Any
+    clusters: Any
+    similarity: Any
+    confusion: Any
+    summary: dict
+    projections: dict[str, np.ndarray]
+    csv: dict[str, str] = field(repr=False)
+
+
+def analyze(
+    train: CodeSet,
+    test: CodeSet,
+    *,
+    seed: int = 0,
+    n_components: int = 2,
+    shuffled_control: bool = True,
+    kmeans_runs: int = 3,
+    unsupervised_on: str = "test",
+) -> Analysis:
+    """PCA, rule decoding train -> test with controls, k-means and mean-code similarity, per
+    layer and on all layers: ``hyperlens analyze --train TRAIN --test TEST`` in memory.
+
+    ``train`` and ``test`` are :class:`hyperlens.CodeSet` (e.g. ``model.latent_codes(id_set)``
+    and ``model.latent_codes(ood_set)``) with the same (L, H, Q, K).
+    """
+    d = _core.analysis.analyze(
+        _codes_dict(train, "train"),
+        _codes_dict(test, "test"),
+        int(seed),
+        int(n_components),
+        bool(shuffled_control),
+        int(kmeans_runs),
+        str(unsupervised_on),
+    )
+    names = ("decoding", "pca", "clusters", "similarity", "confusion")
+    return Analysis(
+        **{n: _table(d[n]) for n in names},
+        summary=json.loads(d["summary"]),
+        projections=dict(d["pca_arrays"]),
+        csv={f"{n}.csv": d[n] for n in names},
+    )
+
+
+def _codes_dict(c: Any, name: str) -> dict[str, Any]:
+    if isinstance(c, CodeSet):
+        d = c.as_dict()
+    elif isinstance(c, dict):
+        d = dict(c)
+    else:
+        raise TypeError(f"`{name}` must be a CodeSet, got {type(c).__name__}")
+    d["codes"] = np.ascontiguousarray(d["codes"], dtype=np.float32)
+    for k in ("label", "rules", "inputs", "target", "prediction", "slot", "problem"):
+        if d.get(k) is not None:
+            d[k] = as_i64(d[k], f"{name}.{k}")
+    if d.get("correct") is not None:
+        d["correct"] = np.asarray(d["correct"], dtype=bool)
+    return d
