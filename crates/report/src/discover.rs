@@ -136,29 +136,6 @@ pub fn name_of(dir: &Path) -> String {
     )
 }
 
-/// Transitional: a checkpoint's recorded task and split as text, for the two commands that still
-/// read them so (`hyperlens patch` and `hyperlens cache`, in `crates/cli/src/commands/`). Everything
-/// else reads the model crate's [`RunRecord`]; remove this once those commands do too. Run files
-/// that cannot be read count as not recorded, as they did for these commands before.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunInfo {
-    /// The task's name ([`RunRecord::task`]).
-    pub task: Option<String>,
-    /// The split ([`RunRecord::split`]).
-    pub split: Option<String>,
-}
-
-impl RunInfo {
-    /// Reads the run files of `dir` ([`RunRecord::read`]); unreadable ones record nothing.
-    pub fn read(dir: &Path) -> Self {
-        let record = RunRecord::read(dir).unwrap_or_default();
-        RunInfo {
-            task: record.task.map(|t| t.to_string()),
-            split: record.split,
-        }
-    }
-}
-
 /// Where a checkpoint's training curves come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Training {
