@@ -205,7 +205,7 @@ pub fn code_rows(
     let cfg = ev.config();
     check_batch(cfg, batch)?;
     let b = batch.len();
-    let (h, f, s) = (cfg.n_heads, cfg.n_outputs, selections.len());
+    let f = cfg.n_outputs;
     let sites: Vec<CodeSite> = selections
         .iter()
         .map(|sel| CodeSite {
@@ -221,16 +221,13 @@ pub fn code_rows(
     // Codes [B, S, L', H, K] and the predicted class per slot [B, F].
     let read = ev.read(batch.x.view(), &reads)?;
     let pred = argmax_rows(&read.logits, cfg.d_out);
-    let n_keys = selections.first().map_or(0, |sel| sel.keys.len());
-    let row_len = layers.len() * h * n_keys;
+    // The readings' codes [B, S, L', H, K] are already the rows' codes, in row order.
     let mut rows = CodeRows {
-        codes: Vec::with_capacity(b * s * row_len),
+        codes: read.codes,
         ..CodeRows::default()
     };
     for i in 0..b {
-        for (si, sel) in selections.iter().enumerate() {
-            rows.codes
-                .extend_from_slice(&read.codes[(i * s + si) * row_len..][..row_len]);
+        for sel in selections {
             // The feature shown in answer slot `sel.slot` (column 2's permutation).
             let feature = match &batch.perms {
                 Some(p) => {

@@ -15,7 +15,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::arrays::{out, shape_error};
 use crate::errors::{detached, raise, to_py, Kind};
-use crate::model::{tensor_array, PyHooks};
+use crate::model::{cache_arrays, cache_out, tensor_array, PyHooks};
 
 /// One loaded token language model.
 #[pyclass(name = "LanguageModel", module = "hyperlens._core", frozen)]
@@ -158,19 +158,11 @@ impl PyLanguageModel {
         let (logits, acts) = detached(py, || {
             let run = || -> Result<_, ModelError> {
                 let (logits, cache) = self.lm.run_with_cache(&t, &names)?;
-                let acts = cache
-                    .iter()
-                    .map(|(n, a)| Ok((n.clone(), tensor_array(a)?)))
-                    .collect::<Result<Vec<_>, ModelError>>()?;
-                Ok((tensor_array(&logits)?, acts))
+                cache_arrays(&logits, &cache)
             };
             run().map_err(to_py)
         })?;
-        let list = PyList::empty(py);
-        for (name, a) in acts {
-            list.append((name, out(py, a)))?;
-        }
-        Ok((out(py, logits), list))
+        cache_out(py, logits, acts)
     }
 
     /// The hooked pass with Python hooks (as `Evaluator.run_with_hooks`); returns the logits.

@@ -39,6 +39,38 @@ fn check_batch(batch: usize) -> PyResult<()> {
     Ok(())
 }
 
+/// The logits and the cached activations of a hooked pass as host arrays (shapes as the tensors').
+///
+/// # Errors
+/// A tensor that cannot be read as float32.
+pub(crate) fn cache_arrays(
+    logits: &Tensor,
+    cache: &[(String, Tensor)],
+) -> Result<(ArrayD<f32>, Activations), ModelError> {
+    let acts = cache
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), tensor_array(t)?)))
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    Ok((tensor_array(logits)?, acts))
+}
+
+/// [`cache_arrays`]'s result handed to Python without a copy: the logits and a list of
+/// (hook name, float32 array).
+///
+/// # Errors
+/// A failed list append.
+pub(crate) fn cache_out<'py>(
+    py: Python<'py>,
+    logits: ArrayD<f32>,
+    acts: Activations,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
+    let list = PyList::empty(py);
+    for (name, a) in acts {
+        list.append((name, out(py, a)))?;
+    }
+    Ok((out(py, logits), list))
+}
+
 /// A candle tensor as an owned float32 array of its shape.
 pub(crate) fn tensor_array(t: &Tensor) -> Result<ArrayD<f32>, ModelError> {
     let dims = t.dims().to_vec();
@@ -391,19 +423,11 @@ impl PyEvaluator {
             let run = || -> Result<(ArrayD<f32>, Activations), ModelError> {
                 let xt = self.ev.input(xv)?;
                 let (logits, cache) = self.ev.run_with_cache(&xt, &names)?;
-                let acts = cache
-                    .iter()
-                    .map(|(n, t)| Ok((n.clone(), tensor_array(t)?)))
-                    .collect::<Result<Vec<_>, ModelError>>()?;
-                Ok((tensor_array(&logits)?, acts))
+                cache_arrays(&logits, &cache)
             };
             run().map_err(to_py)
         })?;
-        let list = PyList::empty(py);
-        for (name, a) in acts {
-            list.append((name, out(py, a)))?;
-        }
-        Ok((out(py, logits), list))
+        cache_out(py, logits, acts)
     }
 
     /// The hooked pass with Python hooks: `hooks` is a list of (exact hook name, callable); each
