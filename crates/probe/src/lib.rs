@@ -20,7 +20,7 @@ pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSumma
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{
-    describe_inputs, extract_logic, extract_logic_set, logic_set_name, GeneratedLogicSet,
+    describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet,
     LogicProbeSummary, LogicSite,
 };
 pub use patch_files::{

@@ -131,13 +131,6 @@ pub fn describe_inputs(source: &str, inputs: &LogicInputs, seed: u64) -> String 
     }
 }
 
-/// The name of a logic set, [`LogicSet::name`] (`id`, `ood`, `unknown`). Transitional: kept
-/// only for `hyperlens cache` (`crates/cli/src/commands/cache.rs`), which still names it; remove it
-/// once that calls `set.name()`.
-pub fn logic_set_name(set: LogicSet) -> &'static str {
-    set.name()
-}
-
 /// Extracts the codes of the logic model of `ev` at `site` for the layers `layers` over `batches` (which
 /// must yield `n_problems` sequences in total), running the model on at most `batch` sequences at
 /// a time, and writes them to `out` (`.npz`) with the sidecar `meta` completed beside it.

@@ -1,7 +1,7 @@
 //! A small document model for the report page: headings, paragraphs, tables, figures and a table
 //! of contents, rendered to Markdown here (`index.md`) and to HTML in [`crate::html`]
 //! (`index.html`). Paragraph text and table cells are CommonMark inline text (`**bold**`,
-//! `` `code` ``); text the report did not write must go through [`crate::text::md_escape`].
+//! `` `code` ``); text the report did not write must go through [`crate::words::md_escape`].
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

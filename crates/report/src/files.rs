@@ -2,48 +2,17 @@
 //! reproducible: the same checkpoints and parameters give the same bytes) and `timings.json`
 //! (seconds, different on every run; not meant to be committed).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use serde_json::json;
 
+use crate::data::{CheckpointFigures, Entry, ReportParams};
 use crate::doc::FigureRef;
 use crate::error::Result;
-use crate::evaluate::Entry;
-use crate::page::CheckpointFigures;
-use crate::verdict::{at_chance, best_layer};
-use crate::ReportParams;
+use crate::sraven::verdict::{at_chance, best_layer};
 
 /// File name of the timings, beside `index.html`.
 pub const TIMINGS_FILE: &str = "timings.json";
-
-/// `tables/accuracy.csv`: one row per checkpoint, columns
-/// `checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n,steps,planned_steps,at_chance`;
-/// `steps` and `planned_steps` (the length of the run's schedule) are empty when not recorded.
-pub fn accuracy_csv(entries: &[Entry]) -> String {
-    let mut s = String::from(
-        "checkpoint,mixer,split,id_accuracy,ood_accuracy,id_loss,ood_loss,n,steps,planned_steps,at_chance\n",
-    );
-    for e in entries {
-        let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-        let _ = writeln!(
-            s,
-            "{},{},{},{:.6},{:.6},{:.6},{:.6},{},{},{},{}",
-            e.name,
-            e.mixer,
-            e.split,
-            e.id.accuracy,
-            e.ood.accuracy,
-            e.id.loss,
-            e.ood.loss,
-            e.id.n,
-            opt(e.steps.map(|s| s.done)),
-            opt(e.steps.and_then(|s| s.planned)),
-            at_chance(e)
-        );
-    }
-    s
-}
 
 fn figure_json(f: &FigureRef) -> serde_json::Value {
     json!({"file": f.src, "caption": f.caption, "text": f.text})
@@ -56,8 +25,8 @@ pub fn summary(
     entries: &[Entry],
     figs: &[CheckpointFigures],
     comparison: Option<&FigureRef>,
-    logic: &crate::page::LogicPart<'_>,
-    agg: &crate::aggregate::Aggregate,
+    logic: &crate::data::LogicPart<'_>,
+    agg: &crate::data::Aggregate,
     params: &ReportParams,
 ) -> serde_json::Value {
     json!({
@@ -118,7 +87,7 @@ pub fn summary(
 /// of the figures and of the whole run.
 pub fn timings(
     entries: &[Entry],
-    logic: &[crate::logic::LogicEntry],
+    logic: &[crate::data::LogicEntry],
     figures_s: f64,
     elapsed_s: f64,
 ) -> serde_json::Value {

@@ -164,7 +164,7 @@ fn cache_logic(
     Ok((
         s,
         serde_json::json!({"problems": "generated", "split": format!("seed{}", split.seed),
-            "set": hyperlens_probe::logic_set_name(set), "n": n, "seed": p.seed}),
+            "set": set.name(), "n": n, "seed": p.seed}),
     ))
 }
 

@@ -10,7 +10,7 @@ use hyperlens_train::metrics::MetricsRow;
 use hyperlens_viz::{save_png, LayerAccuracy, PcaScatter, Reference, ScatterPanel, Series};
 
 use super::text::{decoding_text, training_text};
-use super::LogicEntry;
+use crate::data::LogicEntry;
 use crate::discover::Training;
 use crate::doc::FigureRef;
 use crate::error::{ReportError, Result};
@@ -153,7 +153,7 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
         ],
     );
     fig.y_label = "F1 / R²".into();
-    made.push(save_figure(
+    made.push(crate::plots::save(
         out,
         format!("figures/{name}_term_decoding.png"),
         &fig,
@@ -202,21 +202,9 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
 /// The width of the projection figures ([`PcaScatter`] with two panels).
 const PROJECTION_WIDTH: u32 = 1100;
 
-/// Saves `fig` as `out/rel` (PNG) and returns its [`FigureRef`].
-fn save_figure<F: hyperlens_viz::Figure>(
-    out: &Path,
-    rel: String,
-    fig: &F,
-    short: &str,
-    caption: String,
-    text: String,
-) -> Result<FigureRef> {
-    crate::figures::save(out, rel, fig, short, caption, text)
-}
-
 /// Loss (MSE) and R² curves of a logic training log (R² below 0, early in training, at 0).
 fn training_figure(e: &LogicEntry, rows: &[MetricsRow], out: &Path) -> Result<Option<FigureRef>> {
-    let log = crate::figures::TrainingLog {
+    let log = crate::plots::TrainingLog {
         rows,
         loss: &[
             ("train MSE", |r| r.train_loss),
@@ -232,7 +220,7 @@ fn training_figure(e: &LogicEntry, rows: &[MetricsRow], out: &Path) -> Result<Op
         ],
         metric_label: "R²",
     };
-    crate::figures::training_curves_figure(
+    crate::plots::training_curves_figure(
         out,
         &e.name,
         &log,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use hyperlens_train::SetMetrics;
 use serde_json::json;
 
-use super::LogicEntry;
+use crate::data::LogicEntry;
 use crate::discover::Training;
 use crate::doc::FigureRef;
 

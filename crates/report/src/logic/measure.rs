@@ -18,11 +18,11 @@ use hyperlens_tasks::logic::{
 use hyperlens_train::logic::evaluate_chunks;
 use hyperlens_train::SetMetrics;
 
-use super::figures::write_projection_figures;
-use super::{LogicEntry, LogicSeconds, TSNE_POINTS};
+use crate::data::{LogicEntry, LogicSeconds, Progress};
 use crate::discover::{name_of, training_of};
 use crate::error::{ReportError, Result};
-use crate::Progress;
+use crate::logic::figures::write_projection_figures;
+use crate::logic::TSNE_POINTS;
 
 /// Measures, extracts, analyses and writes everything of the logic checkpoint in `dir` (codes into
 /// `out/codes/{name}_{id,ood}.npz`, tables into `out/tables/{name}/`: `term_decoding.csv`,
@@ -32,7 +32,7 @@ use crate::Progress;
 /// Run files without the training settings, a checkpoint of another task, and any failure of
 /// loading, evaluation, extraction, analysis or writing (the caller names the checkpoint).
 pub(crate) fn analyse_logic_checkpoint(
-    params: &crate::StagedParams,
+    params: &crate::data::StagedParams,
     dir: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<LogicEntry> {
@@ -88,7 +88,7 @@ pub(crate) fn analyse_logic_checkpoint(
 /// The R² (`metric`) and MSE (`loss`) of each set with tasks in the split, in the order `id`,
 /// `ood`, `unknown`.
 fn evaluate_sets(
-    params: &crate::StagedParams,
+    params: &crate::data::StagedParams,
     split: &LogicSplit,
     model: &Evaluator,
 ) -> Result<Vec<(&'static str, SetMetrics)>> {
@@ -108,7 +108,7 @@ fn evaluate_sets(
 /// Extracts the codes of the paper's site on the ID and OOD sets given `inputs`, writes them to
 /// `out/codes/{name}_{id,ood}.npz` and reads them back, in that order.
 fn extract_codes(
-    params: &crate::StagedParams,
+    params: &crate::data::StagedParams,
     dir: &Path,
     name: &str,
     split: &LogicSplit,
@@ -174,7 +174,7 @@ struct CodeAnalysis {
 /// the OOD codes; writes `out/tables/{name}/term_decoding.csv`, `projections.npz` and the two
 /// projection figures.
 fn analyse_codes(
-    params: &crate::StagedParams,
+    params: &crate::data::StagedParams,
     name: &str,
     codes: &[TermCodes],
     progress: &mut dyn FnMut(Progress<'_>),
@@ -224,9 +224,9 @@ fn analyse_codes(
         path: tables.clone(),
         source,
     })?;
-    crate::files::write_text(
+    hyperlens_io::write_atomic(
         &tables.join("term_decoding.csv"),
-        &term_decoding_csv(&decoding),
+        term_decoding_csv(&decoding).as_bytes(),
     )?;
     hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&tables.join("projections.npz"), |z| {
         for (name, a) in &projections {

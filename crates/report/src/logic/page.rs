@@ -1,10 +1,11 @@
 //! The fuzzy-logic section of the page: the R² table beside Table A1, the comparison paragraphs,
 //! and one subsection per checkpoint with its term-decoding table and figures.
 
-use super::text::{paper_paragraphs, r2_text, steps_text};
-use super::{LogicEntry, PAPER_LOGIC_OOD_R2};
+use crate::data::LogicEntry;
 use crate::doc::{Document, FigureRef};
-use crate::text::md_escape;
+use crate::logic::text::{paper_paragraphs, r2_text};
+use crate::logic::PAPER_LOGIC_OOD_R2;
+use crate::words::{md_escape, steps_text};
 
 /// Adds the fuzzy-logic section to `doc`: the R² table beside Table A1, the comparison paragraphs,
 /// then one subsection per checkpoint with its term-decoding table and figures.
@@ -18,7 +19,7 @@ pub fn section(
     doc.heading(2, "Fuzzy-logic task");
     doc.paragraph(format!(
         "{} on the fuzzy-logic task (f(x) = max over the task's terms of the min over their literals): the paper's R² (per sequence 1 - (prediction - target)² / var(targets), averaged) on {n} sequences per set (seed {seed}) of the ID tasks, of held-out pairs of known terms (OOD) and of pairs of unknown terms; latent codes of the paper's site (the last token's attention to itself, one value per layer and head) on {n} ID and {n} OOD sequences that all share one fixed query (seed {seed}), labelled by the task's terms.",
-        crate::text::count(entries.len(), "checkpoint")
+        crate::words::count(entries.len(), "checkpoint")
     ));
     let paper = |mixer: &str| {
         PAPER_LOGIC_OOD_R2

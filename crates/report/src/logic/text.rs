@@ -6,26 +6,14 @@ use std::fmt::Write as _;
 use hyperlens_analysis::terms::TermDecodingRow;
 use hyperlens_train::metrics::MetricsRow;
 
-use super::{LogicEntry, PAPER_LOGIC_OOD_R2, PAPER_LOGIC_STEPS};
-use crate::discover::Steps;
-use crate::text::{md_escape, thousands};
+use crate::data::LogicEntry;
+use crate::logic::{PAPER_LOGIC_OOD_R2, PAPER_LOGIC_STEPS};
+use crate::words::{md_escape, steps_text, thousands};
 
 /// `0.931`, or `-` for a value not measured.
 pub(super) fn r2_text(v: Option<f64>) -> String {
     v.filter(|v| v.is_finite())
         .map_or_else(|| "-".into(), |v| format!("{v:.3}"))
-}
-
-/// `45,000 of 50,000` for a run stopped before the end of its schedule, or `50,000`; `?` when not
-/// recorded.
-pub(crate) fn steps_text(steps: Option<Steps>) -> String {
-    match steps {
-        None => "?".into(),
-        Some(s) => match s.planned.filter(|&p| p > s.done) {
-            Some(p) => format!("{} of {}", thousands(s.done), thousands(p)),
-            None => thousands(s.done),
-        },
-    }
 }
 
 /// Sentences on one checkpoint's term decoding: the best layer's F1 against its controls, and the
@@ -218,8 +206,8 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::data::LogicSeconds;
     use crate::discover::Training;
-    use crate::logic::LogicSeconds;
 
     fn entry(rows: &[(Option<usize>, f64, f64)]) -> LogicEntry {
         LogicEntry {

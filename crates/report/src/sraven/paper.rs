@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 
 use hyperlens_tasks::sraven::Rule;
 
-use crate::evaluate::Entry;
-use crate::text::{md_escape, pct, per_layer, thousands};
-use crate::verdict::{at_chance, PAPER_STEPS};
+use crate::data::Entry;
+use crate::sraven::text::per_layer;
+use crate::sraven::verdict::{at_chance, PAPER_STEPS};
+use crate::words::{md_escape, pct, thousands};
 
 /// The paper's SRAVEN OOD accuracy per mixer: `(mixer, mean %, standard error %)` over three seeds
 /// (Schug et al. 2025, Table A1: 4 layers, width 1, 20M problems; docs/spec/models.md).

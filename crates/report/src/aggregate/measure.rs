@@ -1,29 +1,14 @@
-//! Statistics over seeds: the report's checkpoints grouped by everything that defines a run
-//! except its seed (and split, which the paper couples with the seed), with the mean, standard
-//! error and n of each metric per group (Schug et al. 2025 report mean ± s.e. over three seeds,
-//! Table A1). A group's key is read from the run's training settings (`train_state.json` or
-//! `train.json`); a checkpoint without them (an imported one) forms its group with the
-//! checkpoints of the same mixer and origin (`trained_by`).
-//!
-//! Written as `aggregate.csv` beside the report, shown as a Table A1-style table with each run's
-//! own row beneath, and drawn against every setting that varies between groups (the shapes of the
-//! paper's Fig. 4 and A5).
+//! The aggregate's measurement: each run's key and metrics, and the groups with their mean ±
+//! s.e. and n.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use hyperlens_model::{RunRecord, Task};
 use hyperlens_train::TrainSettings;
-use hyperlens_viz::{SweepCurves, SweepSeries};
 
-use crate::doc::{Document, FigureRef};
-use crate::error::Result;
-use crate::evaluate::Entry;
-use crate::logic::LogicEntry;
-use crate::text::md_escape;
-
-/// File name of the aggregate table, beside `index.html`.
-pub const AGGREGATE_FILE: &str = "aggregate.csv";
+use crate::aggregate::text::num;
+use crate::data::{Aggregate, Entry, Group, LogicEntry, RunPoint};
 
 /// Settings that do not define a group: the seed and split (what varies between seeds) and the
 /// bookkeeping of evaluation, checkpoints and logs.
@@ -36,17 +21,6 @@ const NOT_IN_KEY: [&str; 7] = [
     "checkpoint_every",
     "log_every",
 ];
-
-/// A number as short as it is exact (`0.0003` -> `3e-4`).
-fn num(f: f64) -> String {
-    let plain = format!("{f}");
-    let exp = format!("{f:e}");
-    if exp.len() < plain.len() {
-        exp
-    } else {
-        plain
-    }
-}
 
 /// The text of a JSON scalar for a key.
 fn value_text(v: &serde_json::Value) -> String {
@@ -99,21 +73,6 @@ pub fn key_fields(s: &TrainSettings) -> Vec<(String, String)> {
         }
     }
     out
-}
-
-/// One run's numbers, as the aggregate sees them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunPoint {
-    /// The checkpoint's name.
-    pub name: String,
-    /// SRAVEN or logic.
-    pub task: Task,
-    /// Its group's key: `(setting, value)` pairs.
-    pub key: Vec<(String, String)>,
-    /// Its seed, if recorded.
-    pub seed: Option<u64>,
-    /// Metric name and value, in a fixed order per task (module docs of [`metric_names`]).
-    pub metrics: Vec<(String, f64)>,
 }
 
 /// The metrics of a task, in column order: SRAVEN `id_acc`, `ood_acc`, then the OOD rule
@@ -213,52 +172,6 @@ pub fn mean_se(values: &[f64]) -> (f64, f64, usize) {
     }
     let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
     (mean, (var / n as f64).sqrt(), n)
-}
-
-/// One group of runs that differ only in seed (and split).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Group {
-    /// SRAVEN or logic.
-    pub task: Task,
-    /// The settings that define it.
-    pub key: Vec<(String, String)>,
-    /// Its label: the settings that vary between the groups of its task (`mixer=hyla, steps=40`),
-    /// or the mixer when nothing else varies.
-    pub label: String,
-    /// Indices of its runs in the points.
-    pub runs: Vec<usize>,
-    /// Per metric ([`metric_names`]): `(name, mean, se, n)`.
-    pub stats: Vec<(String, f64, f64, usize)>,
-}
-
-impl Group {
-    /// The value of setting `key` in this group.
-    pub fn setting(&self, key: &str) -> Option<&str> {
-        self.key
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// `(mean, se, n)` of `metric`.
-    pub fn stat(&self, metric: &str) -> Option<(f64, f64, usize)> {
-        self.stats
-            .iter()
-            .find(|(m, ..)| m == metric)
-            .map(|&(_, m, s, n)| (m, s, n))
-    }
-}
-
-/// The groups of the report, per task in order of first appearance, and the settings that vary
-/// between groups of the same task (the swept axes, mixer first).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Aggregate {
-    /// The runs.
-    pub points: Vec<RunPoint>,
-    /// The groups.
-    pub groups: Vec<Group>,
-    /// Per task, the settings that vary between its groups.
-    pub axes: Vec<(Task, Vec<String>)>,
 }
 
 impl Aggregate {
@@ -419,224 +332,6 @@ impl Aggregate {
             s.push('\n');
         }
         s
-    }
-}
-
-/// `0.712 ± 0.031 (3)`, `0.712 (1)`, or `-`.
-fn stat_text(stat: Option<(f64, f64, usize)>, pct: bool) -> String {
-    let scale = if pct { 100.0 } else { 1.0 };
-    match stat {
-        Some((m, s, n)) if m.is_finite() && s.is_finite() => {
-            if pct {
-                format!("{:.1} ± {:.1} % ({n})", m * scale, s * scale)
-            } else {
-                format!("{m:.3} ± {s:.3} ({n})")
-            }
-        }
-        Some((m, _, n)) if m.is_finite() => {
-            if pct {
-                format!("{:.1} % ({n})", m * scale)
-            } else {
-                format!("{m:.3} ({n})")
-            }
-        }
-        _ => "-".into(),
-    }
-}
-
-/// Draws the OOD metric of each task against every varying setting (one line per mixer, mean ±
-/// s.e.), as `figures/aggregate_<task>_<setting>.png`.
-///
-/// # Errors
-/// A figure that cannot be drawn or written.
-pub fn figures(agg: &Aggregate, out: &Path) -> Result<Vec<FigureRef>> {
-    let mut made = Vec::new();
-    for (task, varying) in &agg.axes {
-        let groups: Vec<&Group> = agg.groups.iter().filter(|g| g.task == *task).collect();
-        let (metric, label) = match task {
-            Task::Logic => ("ood_r2", "OOD R²"),
-            Task::Sraven | Task::Induction => ("ood_acc", "OOD accuracy"),
-        };
-        let mut axes: Vec<&String> = varying.iter().filter(|k| *k != "mixer").collect();
-        let mixer_axis = String::from("mixer");
-        if axes.is_empty() && varying.iter().any(|k| k == "mixer") {
-            axes.push(&mixer_axis);
-        }
-        for axis in axes {
-            let mut cats: Vec<String> = Vec::new();
-            for g in &groups {
-                if let Some(v) = g.setting(axis) {
-                    if !cats.iter().any(|c| c == v) {
-                        cats.push(v.to_string());
-                    }
-                }
-            }
-            // Numeric settings in numeric order.
-            if cats.iter().all(|c| c.parse::<f64>().is_ok()) {
-                cats.sort_by(|a, b| {
-                    a.parse::<f64>()
-                        .unwrap_or(0.0)
-                        .total_cmp(&b.parse::<f64>().unwrap_or(0.0))
-                });
-            }
-            // One series per value of the other varying settings (usually: per mixer).
-            let others: Vec<&String> = varying.iter().filter(|k| *k != axis).collect();
-            let mut series: Vec<SweepSeries> = Vec::new();
-            for g in &groups {
-                let name = if others.is_empty() {
-                    label.to_string()
-                } else {
-                    others
-                        .iter()
-                        .map(|k| g.setting(k).unwrap_or("-").to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                let Some(x) = g
-                    .setting(axis)
-                    .and_then(|v| cats.iter().position(|c| c == v))
-                else {
-                    continue;
-                };
-                let idx = match series.iter().position(|s| s.name == name) {
-                    Some(i) => i,
-                    None => {
-                        series.push(SweepSeries {
-                            name: name.clone(),
-                            mean: vec![f64::NAN; cats.len()],
-                            se: vec![f64::NAN; cats.len()],
-                        });
-                        series.len() - 1
-                    }
-                };
-                if let Some((m, s, _)) = g.stat(metric) {
-                    series[idx].mean[x] = m;
-                    series[idx].se[x] = s;
-                }
-            }
-            let fig = SweepCurves {
-                title: format!("{task}: {label} against {axis} (mean ± s.e. over seeds)"),
-                categories: cats,
-                x_label: axis.clone(),
-                y_label: label.to_string(),
-                series,
-                unit_range: *task != Task::Logic,
-            };
-            let rel = format!("figures/aggregate_{task}_{axis}.png");
-            made.push(crate::figures::save(
-                out,
-                rel,
-                &fig,
-                &format!("{task}: {label} against {axis}"),
-                format!(
-                    "{label} against {axis}, mean ± standard error over the seeds of each group"
-                ),
-                sweep_text(&groups, axis, metric, label),
-            )?);
-        }
-    }
-    Ok(made)
-}
-
-/// A sentence on a sweep figure: the best and worst group on the metric.
-fn sweep_text(groups: &[&Group], axis: &str, metric: &str, label: &str) -> String {
-    let scored: Vec<(&Group, f64)> = groups
-        .iter()
-        .filter_map(|g| g.stat(metric).map(|(m, ..)| (*g, m)))
-        .filter(|(_, m)| m.is_finite())
-        .collect();
-    let (Some(best), Some(worst)) = (
-        scored.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
-        scored.iter().min_by(|a, b| a.1.total_cmp(&b.1)),
-    ) else {
-        return String::new();
-    };
-    format!(
-        "Across {axis}, the highest mean {label} is {:.3} ({}), the lowest {:.3} ({}); error bars are one standard error over seeds (none for a single seed).",
-        best.1,
-        md_escape(&best.0.label),
-        worst.1,
-        md_escape(&worst.0.label)
-    )
-}
-
-/// The aggregate section of the page: per task a Table A1-style table of the groups (mean ± s.e.
-/// and n), each run's own row, and the figures.
-pub fn section(doc: &mut Document, agg: &Aggregate, figs: &[FigureRef]) {
-    doc.heading(2, "Aggregate over seeds");
-    doc.paragraph("Runs that differ only in their seed (and split) form a group; each cell is the mean ± standard error over the group's runs, with their number in brackets. The table is `aggregate.csv`; every run's own numbers follow, so that one stalled seed stays visible.");
-    for (task, _) in &agg.axes {
-        let groups: Vec<&Group> = agg.groups.iter().filter(|g| g.task == *task).collect();
-        let logic = *task == Task::Logic;
-        let (cols, best): (Vec<(&str, &str)>, &str) = if logic {
-            (
-                vec![
-                    ("ID R²", "id_r2"),
-                    ("OOD R²", "ood_r2"),
-                    ("unknown-term R²", "unknown_r2"),
-                ],
-                "term_f1_all",
-            )
-        } else {
-            (
-                vec![("ID acc", "id_acc"), ("OOD acc", "ood_acc")],
-                "decoding_all",
-            )
-        };
-        let mut header = vec!["group".to_string(), "runs".to_string()];
-        header.extend(cols.iter().map(|(h, _)| h.to_string()));
-        header.push(if logic {
-            "term F1, all layers".into()
-        } else {
-            "rule decoding, all layers".into()
-        });
-        let rows = groups
-            .iter()
-            .map(|g| {
-                let mut r = vec![md_escape(&g.label), g.runs.len().to_string()];
-                r.extend(cols.iter().map(|(_, m)| stat_text(g.stat(m), !logic)));
-                r.push(stat_text(g.stat(best), !logic));
-                r
-            })
-            .collect();
-        doc.paragraph(format!(
-            "**{}.**",
-            if logic { "Fuzzy-logic task" } else { "SRAVEN" }
-        ));
-        doc.table(header, rows);
-        let mut header = vec!["run".to_string(), "group".to_string(), "seed".to_string()];
-        header.extend(cols.iter().map(|(h, _)| h.to_string()));
-        let rows = groups
-            .iter()
-            .flat_map(|g| g.runs.iter().map(move |&i| (g, &agg.points[i])))
-            .map(|(g, p)| {
-                let mut r = vec![
-                    md_escape(&p.name),
-                    md_escape(&g.label),
-                    p.seed.map_or("-".into(), |s| s.to_string()),
-                ];
-                r.extend(cols.iter().map(|(_, m)| {
-                    p.metrics
-                        .iter()
-                        .find(|(n, _)| n == m)
-                        .map_or("-".into(), |(_, v)| {
-                            if logic {
-                                format!("{v:.3}")
-                            } else {
-                                format!("{:.1} %", 100.0 * v)
-                            }
-                        })
-                }));
-                r
-            })
-            .collect();
-        doc.table(header, rows);
-        for f in figs
-            .iter()
-            .filter(|f| f.src.contains(&format!("aggregate_{task}_")))
-        {
-            doc.figure(f.clone());
-        }
     }
 }
 

@@ -2,87 +2,21 @@
 //! paper's site on unpermuted ID and OOD problems (written to `codes/`), their analyses (written
 //! to `tables/<name>/`) and the attention of one OOD problem. The only module that runs the model.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams, LatentReport};
+use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
 use hyperlens_io::keys::attention as keys;
 use hyperlens_model::eval::evaluate;
-use hyperlens_model::{EvalMetrics, Evaluator};
+use hyperlens_model::Evaluator;
 use hyperlens_probe::extract::argmax_rows;
 use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
 use hyperlens_tasks::sraven::{sample, SampleStream, Set, Split, SravenParams};
 use ndarray::{Array1, Array4};
 
-use crate::discover::{name_of, training_of, Steps, Training};
+use crate::data::{AttentionSample, Entry, Progress, StageSeconds};
+use crate::discover::{name_of, training_of};
 use crate::error::{ReportError, Result};
-use crate::Progress;
-
-/// The attention of one OOD problem (the first of the OOD probe set, so row 0 of
-/// `codes/{name}_ood.npz` is `pattern[.., .., query, keys]` of the paper's site).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttentionSample {
-    /// Normalised attention. # Shapes: `[L, H, T, T]` (`[layer, head, query, key]`).
-    pub pattern: Array4<f32>,
-    /// Value shown by each token, -1 for the query tokens. # Shapes: `[T]`.
-    pub tokens: Vec<i64>,
-    /// Answer values in column-2 slot order. # Shapes: `[F]`.
-    pub target: Vec<i64>,
-    /// The model's predicted answer values. # Shapes: `[F]`.
-    pub prediction: Vec<i64>,
-    /// Rule per feature slot. # Shapes: `[F]`.
-    pub rules: Vec<i64>,
-    /// The query position of the paper's site.
-    pub query: usize,
-    /// The key positions of the paper's site.
-    pub keys: Vec<usize>,
-}
-
-/// Seconds spent on the stages of one checkpoint (not in the committed files: `timings.json`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct StageSeconds {
-    /// Loading the checkpoint and measuring ID / OOD accuracy.
-    pub evaluation: f64,
-    /// Extracting the ID and OOD codes.
-    pub codes: f64,
-    /// The attention sample.
-    pub attention: f64,
-    /// The latent-code analyses and their tables.
-    pub analysis: f64,
-    /// The transplant test of the section "Is the latent code causal?".
-    pub causal: f64,
-}
-
-/// What the report found for one checkpoint.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// Directory name.
-    pub name: String,
-    /// Checkpoint directory.
-    pub dir: PathBuf,
-    /// Mixer (CLI name).
-    pub mixer: String,
-    /// Split the checkpoint was trained (and is evaluated) on.
-    pub split: String,
-    /// Task shape: feature slots `F` and values `M` (for the chance level).
-    pub task: SravenParams,
-    /// In-distribution accuracy and loss.
-    pub id: EvalMetrics,
-    /// OOD accuracy and loss.
-    pub ood: EvalMetrics,
-    /// The latent-code analyses (ID codes train the probes, OOD codes test them).
-    pub latent: LatentReport,
-    /// The training log, if any.
-    pub training: Training,
-    /// Updates trained and planned, if recorded.
-    pub steps: Option<Steps>,
-    /// The attention of the first OOD problem.
-    pub attention: AttentionSample,
-    /// The transplant test (`None` when the report runs it on no problem).
-    pub causal: Option<crate::causal::CausalResult>,
-    /// Seconds per stage.
-    pub seconds: StageSeconds,
-}
 
 /// Runs the model on the first problem of the unpermuted OOD set (the problem of row 0 of the OOD
 /// codes) and keeps every layer's attention.
@@ -157,7 +91,7 @@ fn write_attention_npz(path: &Path, a: &AttentionSample) -> Result<()> {
 /// Any failure of loading, evaluation, extraction, analysis or writing (the caller names the
 /// checkpoint).
 pub(crate) fn analyse_checkpoint(
-    params: &crate::StagedParams,
+    params: &crate::data::StagedParams,
     dir: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Entry> {

@@ -8,8 +8,9 @@ use hyperlens_analysis::codes::report::LayerSel;
 use hyperlens_model::EvalMetrics;
 use hyperlens_tasks::sraven::SravenParams;
 
-use crate::evaluate::Entry;
-use crate::text::{majority, md_escape, pct, per_layer, thousands};
+use crate::data::Entry;
+use crate::sraven::text::{majority, per_layer};
+use crate::words::{md_escape, pct, thousands};
 
 /// The paper's training budget: 156,250 updates of batch 128 (Schug et al. 2025; docs/spec/models.md,
 /// "Training recipe").

@@ -1,0 +1,36 @@
+//! The transplant test of one checkpoint: the only part of the causal section that runs the model.
+
+use hyperlens_model::Evaluator;
+use hyperlens_probe::latent_transplant;
+use hyperlens_tasks::sraven::{sample, Set, Split};
+
+use crate::data::CausalResult;
+use crate::error::Result;
+
+/// Runs the transplant test on `model` with `n` unpermuted ID and OOD problems of `split` (seed
+/// `seed`), at the last answer slot, in batches of `batch`.
+///
+/// # Errors
+/// Sampling and transplant errors.
+pub(crate) fn run(
+    model: &Evaluator,
+    split: &Split,
+    n: usize,
+    seed: u64,
+    batch: usize,
+) -> Result<CausalResult> {
+    let cfg = model.config();
+    let slot = cfg.n_outputs - 1;
+    let id = sample(split, Set::Id, n, seed, true)?;
+    let ood = sample(split, Set::Ood, n, seed, true)?;
+    let rows = latent_transplant(model, &id, &ood, slot, batch, seed)?;
+    let f = cfg.n_outputs;
+    Ok(CausalResult {
+        n,
+        slot,
+        query: 8 * f + slot,
+        keys: [6 * f + slot, 7 * f + slot],
+        values: cfg.d_in,
+        rows,
+    })
+}
