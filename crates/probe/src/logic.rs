@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::{CodeSite, Evaluator, Reads};
+use hyperlens_model::{CodeSite, Config, Evaluator, Reads};
 use hyperlens_tasks::logic::{
     logic_chunks, LogicBatch, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
@@ -164,7 +164,6 @@ where
     P: FnMut(usize),
 {
     let cfg = ev.config().clone();
-    let (t, h) = (cfg.n_tokens, cfg.n_heads);
     let layers = crate::ProbeParams {
         site: crate::Site::Paper,
         layers: Some(layers.to_vec()),
@@ -173,15 +172,7 @@ where
     if batch == 0 {
         return Err(ProbeError::InvalidInput("--batch must be positive".into()));
     }
-    if site.keys.is_empty() || site.query >= t || site.keys.iter().any(|&k| k >= t) {
-        return Err(ProbeError::InvalidInput(format!(
-            "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
-             least one key",
-            site.query, site.keys
-        )));
-    }
-    let n_keys = site.keys.len();
-    // The site as the evaluator's code site.
+    site.check(cfg.n_tokens)?;
     let sites = [CodeSite {
         query: site.query,
         keys: site.keys.clone(),
@@ -191,99 +182,36 @@ where
         layers: &layers,
         resid_pre: false,
     };
-    let mut w: Option<(NpzStream, [crate::npz_stream::ArrayId; 6])> = None;
-    let mut shapes = None;
+    let mut writer: Option<LogicCodeWriter> = None;
     let mut done = 0usize;
     let mut se = 0f64;
     for chunk in batches {
         let chunk = chunk?;
-        let (b, ct, d) = chunk.x.dim();
+        let b = chunk.x.dim().0;
         if b == 0 {
             continue;
         }
-        let (kt, lv) = (chunk.terms.dim().1, chunk.terms.dim().2);
-        if ct != t
-            || d != cfg.d_in
-            || chunk.y.len() != b
-            || chunk.terms.dim().0 != b
-            || chunk.term_ids.dim() != (b, kt)
-            || cfg.d_out != 1
-        {
-            return Err(ProbeError::InvalidInput(format!(
-                "logic batch x {:?}, y [{}], terms {:?} does not fit the model (T {t}, input {}, \
-                 output {})",
-                chunk.x.shape(),
-                chunk.y.len(),
-                chunk.terms.shape(),
-                cfg.d_in,
-                cfg.d_out
-            )));
-        }
-        if done + b > n_problems {
-            return Err(ProbeError::InvalidInput(format!(
-                "the batches hold more than the announced {n_problems} sequences"
-            )));
-        }
-        let (stream, ids) = match &mut w {
-            Some(x) => x,
-            None => {
-                let mut stream = NpzStream::create(out)?;
-                let codes_shape = vec![n_problems, layers.len(), h, 1, n_keys];
-                let ids = [
-                    stream.add_array(keys::CODES, NpyDtype::F32, &codes_shape)?,
-                    stream.add_array(keys::TERMS, NpyDtype::I64, &[n_problems, kt, lv])?,
-                    stream.add_array(keys::TERM_IDS, NpyDtype::I64, &[n_problems, kt])?,
-                    stream.add_array(keys::TARGET, NpyDtype::F32, &[n_problems])?,
-                    stream.add_array(keys::PREDICTION, NpyDtype::F32, &[n_problems])?,
-                    stream.add_array(keys::PROBLEM, NpyDtype::I64, &[n_problems])?,
-                ];
-                shapes = Some((kt, lv, codes_shape));
-                w.insert((stream, ids))
-            }
+        check_batch(&chunk, &cfg, done, n_problems)?;
+        let w = match &mut writer {
+            Some(w) => w,
+            None => writer.insert(LogicCodeWriter::create(
+                out,
+                n_problems,
+                [layers.len(), cfg.n_heads, site.keys.len()],
+                &chunk,
+            )?),
         };
-        if let Some((skt, slv, _)) = &shapes {
-            if (*skt, *slv) != (kt, lv) {
-                return Err(ProbeError::InvalidInput(format!(
-                    "a batch has terms [{kt}, {lv}], an earlier one [{skt}, {slv}]"
-                )));
-            }
-        }
         let mut start = 0;
         while start < b {
             let end = (start + batch).min(b);
             let read = ev.read(chunk.x.slice(s![start..end, .., ..]), &reads)?;
-            let (codes, pred) = (read.codes, read.logits);
-            let terms: Vec<i64> = chunk
-                .terms
-                .slice(s![start..end, .., ..])
-                .iter()
-                .map(|&v| i64::from(v))
-                .collect();
-            let term_ids: Vec<i64> = chunk
-                .term_ids
-                .slice(s![start..end, ..])
-                .iter()
-                .map(|&v| i64::from(v))
-                .collect();
-            let target: Vec<f32> = chunk.y.slice(s![start..end]).to_vec();
-            se += pred
-                .iter()
-                .zip(&target)
-                .map(|(&p, &y)| (p as f64 - y as f64).powi(2))
-                .sum::<f64>();
-            let problem: Vec<i64> = (done + start..done + end).map(|p| p as i64).collect();
-            stream.append_f32(ids[0], &codes)?;
-            stream.append_i64(ids[1], &terms)?;
-            stream.append_i64(ids[2], &term_ids)?;
-            stream.append_f32(ids[3], &target)?;
-            stream.append_f32(ids[4], &pred)?;
-            stream.append_i64(ids[5], &problem)?;
+            se += w.append(&read.codes, &read.logits, &chunk, start..end, done)?;
             start = end;
         }
         done += b;
         progress(done);
     }
-    let (Some((stream, _)), Some((kt, lv, codes_shape))) = (w, shapes) else {
+    let Some(writer) = writer else {
         return Err(ProbeError::InvalidInput(
             "no sequences to probe (an empty set)".into(),
         ));
@@ -293,6 +221,178 @@ where
             "the batches held {done} sequences, {n_problems} were announced"
         )));
     }
+    complete_meta(&mut meta, site, layers, &cfg, writer.shapes());
+    writer.stream.finish()?;
+    hyperlens_io::write_sidecar(out, &meta)?;
+    Ok(LogicProbeSummary {
+        n_rows: n_problems,
+        mse: se / n_problems.max(1) as f64,
+    })
+}
+
+impl LogicSite {
+    /// Checks that the site lies inside a sequence of `t` tokens and has a key.
+    ///
+    /// # Errors
+    /// [`ProbeError::InvalidInput`] naming the positions.
+    fn check(&self, t: usize) -> Result<()> {
+        if self.keys.is_empty() || self.query >= t || self.keys.iter().any(|&k| k >= t) {
+            return Err(ProbeError::InvalidInput(format!(
+                "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
+                 least one key",
+                self.query, self.keys
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that a batch fits the model (`x [B, T, d_in]`, a scalar output) and that, after the
+/// `done` sequences before it, it stays within the `n_problems` announced.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] naming the shapes.
+fn check_batch(chunk: &LogicBatch, cfg: &Config, done: usize, n_problems: usize) -> Result<()> {
+    let (b, ct, d) = chunk.x.dim();
+    let kt = chunk.terms.dim().1;
+    if ct != cfg.n_tokens
+        || d != cfg.d_in
+        || chunk.y.len() != b
+        || chunk.terms.dim().0 != b
+        || chunk.term_ids.dim() != (b, kt)
+        || cfg.d_out != 1
+    {
+        return Err(ProbeError::InvalidInput(format!(
+            "logic batch x {:?}, y [{}], terms {:?} does not fit the model (T {}, input {}, \
+             output {})",
+            chunk.x.shape(),
+            chunk.y.len(),
+            chunk.terms.shape(),
+            cfg.n_tokens,
+            cfg.d_in,
+            cfg.d_out
+        )));
+    }
+    if done + b > n_problems {
+        return Err(ProbeError::InvalidInput(format!(
+            "the batches hold more than the announced {n_problems} sequences"
+        )));
+    }
+    Ok(())
+}
+
+/// The streamed `.npz` of logic codes: its arrays in the order `codes`, `terms`, `term_ids`,
+/// `target`, `prediction`, `problem`, sized from the first batch's terms `[Kt, Lv]`.
+struct LogicCodeWriter {
+    stream: NpzStream,
+    ids: [crate::npz_stream::ArrayId; 6],
+    n: usize,
+    terms: (usize, usize),
+    codes_shape: Vec<usize>,
+}
+
+impl LogicCodeWriter {
+    /// Creates `out` for `n` sequences with codes `[N, L', H, 1, K]` from `[L', H, K]`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    fn create(out: &Path, n: usize, [l, h, k]: [usize; 3], first: &LogicBatch) -> Result<Self> {
+        let (_, kt, lv) = first.terms.dim();
+        let mut stream = NpzStream::create(out)?;
+        let codes_shape = vec![n, l, h, 1, k];
+        let ids = [
+            stream.add_array(keys::CODES, NpyDtype::F32, &codes_shape)?,
+            stream.add_array(keys::TERMS, NpyDtype::I64, &[n, kt, lv])?,
+            stream.add_array(keys::TERM_IDS, NpyDtype::I64, &[n, kt])?,
+            stream.add_array(keys::TARGET, NpyDtype::F32, &[n])?,
+            stream.add_array(keys::PREDICTION, NpyDtype::F32, &[n])?,
+            stream.add_array(keys::PROBLEM, NpyDtype::I64, &[n])?,
+        ];
+        Ok(LogicCodeWriter {
+            stream,
+            ids,
+            n,
+            terms: (kt, lv),
+            codes_shape,
+        })
+    }
+
+    /// Appends the rows `rows` of `chunk` (the batch starting at sequence `done`) with the
+    /// model's `codes` and predictions `pred` for them, and returns their squared error.
+    ///
+    /// # Errors
+    /// [`ProbeError::InvalidInput`] for terms shaped unlike the first batch's; I/O errors.
+    fn append(
+        &mut self,
+        codes: &[f32],
+        pred: &[f32],
+        chunk: &LogicBatch,
+        rows: std::ops::Range<usize>,
+        done: usize,
+    ) -> Result<f64> {
+        let (kt, lv) = (chunk.terms.dim().1, chunk.terms.dim().2);
+        if (kt, lv) != self.terms {
+            let (skt, slv) = self.terms;
+            return Err(ProbeError::InvalidInput(format!(
+                "a batch has terms [{kt}, {lv}], an earlier one [{skt}, {slv}]"
+            )));
+        }
+        let (start, end) = (rows.start, rows.end);
+        let terms: Vec<i64> = chunk
+            .terms
+            .slice(s![start..end, .., ..])
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect();
+        let term_ids: Vec<i64> = chunk
+            .term_ids
+            .slice(s![start..end, ..])
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect();
+        let target: Vec<f32> = chunk.y.slice(s![start..end]).to_vec();
+        let se = pred
+            .iter()
+            .zip(&target)
+            .map(|(&p, &y)| (p as f64 - y as f64).powi(2))
+            .sum::<f64>();
+        let problem: Vec<i64> = (done + start..done + end).map(|p| p as i64).collect();
+        let ids = self.ids;
+        self.stream.append_f32(ids[0], codes)?;
+        self.stream.append_i64(ids[1], &terms)?;
+        self.stream.append_i64(ids[2], &term_ids)?;
+        self.stream.append_f32(ids[3], &target)?;
+        self.stream.append_f32(ids[4], pred)?;
+        self.stream.append_i64(ids[5], &problem)?;
+        Ok(se)
+    }
+
+    /// The arrays' names and shapes, for the sidecar.
+    fn shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (n, (kt, lv)) = (self.n, self.terms);
+        [
+            (keys::CODES, self.codes_shape.clone()),
+            (keys::TERMS, vec![n, kt, lv]),
+            (keys::TERM_IDS, vec![n, kt]),
+            (keys::TARGET, vec![n]),
+            (keys::PREDICTION, vec![n]),
+            (keys::PROBLEM, vec![n]),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// Completes the sidecar of the logic codes: the site, layers, heads, sizes, mixer and shapes.
+fn complete_meta(
+    meta: &mut ProbeMeta,
+    site: &LogicSite,
+    layers: Vec<usize>,
+    cfg: &Config,
+    shapes: Vec<(String, Vec<usize>)>,
+) {
+    let n = shapes[0].1[0];
     meta.site = format!(
         "query:{};keys:{}",
         site.query,
@@ -307,28 +407,12 @@ where
         keys: site.keys.clone(),
         slot: 0,
     }];
-    meta.layers = layers.clone();
-    meta.heads = h;
-    meta.n_problems = n_problems;
-    meta.n_rows = n_problems;
+    meta.layers = layers;
+    meta.heads = cfg.n_heads;
+    meta.n_problems = n;
+    meta.n_rows = n;
     meta.mixer = cfg.mixer.to_string();
     meta.normalisation = cfg.mixer.normalisation().name().to_string();
-    meta.shapes = [
-        (keys::CODES, codes_shape),
-        (keys::TERMS, vec![n_problems, kt, lv]),
-        (keys::TERM_IDS, vec![n_problems, kt]),
-        (keys::TARGET, vec![n_problems]),
-        (keys::PREDICTION, vec![n_problems]),
-        (keys::PROBLEM, vec![n_problems]),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    meta.shapes = shapes.into_iter().collect();
     meta.version = env!("CARGO_PKG_VERSION").to_string();
-    stream.finish()?;
-    hyperlens_io::write_sidecar(out, &meta)?;
-    Ok(LogicProbeSummary {
-        n_rows: n_problems,
-        mse: se / n_problems.max(1) as f64,
-    })
 }

@@ -210,53 +210,88 @@ pub fn latent_transplant(
     transplant_with(ev, (id, ood), slot, batch, seed)
 }
 
-/// [`latent_transplant`] with checked arguments.
-fn transplant_with(
-    ev: &Evaluator,
-    (id, ood): (&ProblemSet, &ProblemSet),
+/// The positions the test reads and writes, from the model's shape and the answer slot.
+struct Layout {
+    /// The answer slot.
     slot: usize,
-    batch: usize,
-    seed: u64,
-) -> Result<Vec<TransplantRow>> {
-    let cfg = ev.config();
-    let (t, f, m) = (cfg.n_tokens, cfg.n_outputs, cfg.d_in);
-    let query = t - f + slot;
-    // Token `f p + slot` shows panel p's value of feature `slot` (panels 6 and 7 are the answer's
-    // row, panels 0 and 1 the first row).
-    let answer_row = [f * 6 + slot, f * 7 + slot];
-    let first_row = [slot, f + slot];
-    let (h, n_layers) = (cfg.n_heads, cfg.n_layers);
-    // The value of slot `slot` in panel p, per OOD problem.
-    let value = |i: usize, p: usize| -> u8 {
-        ood.x
-            .slice(ndarray::s![i, f * p + slot, ..])
+    /// Feature slots `F` and values per feature `M`.
+    f: usize,
+    m: usize,
+    /// Heads and layers.
+    h: usize,
+    n_layers: usize,
+    /// The site's query position (`8 F + slot` for 9 panels).
+    query: usize,
+    /// The slot's tokens in the answer's row (panels 6 and 7) and in the first row (panels 0, 1).
+    answer_row: [usize; 2],
+    first_row: [usize; 2],
+}
+
+impl Layout {
+    fn new(ev: &Evaluator, slot: usize) -> Layout {
+        let cfg = ev.config();
+        let f = cfg.n_outputs;
+        // Token `f p + slot` shows panel p's value of feature `slot`.
+        Layout {
+            slot,
+            f,
+            m: cfg.d_in,
+            h: cfg.n_heads,
+            n_layers: cfg.n_layers,
+            query: cfg.n_tokens - f + slot,
+            answer_row: [f * 6 + slot, f * 7 + slot],
+            first_row: [slot, f + slot],
+        }
+    }
+
+    /// The site with the query and `keys`.
+    fn at(&self, keys: [usize; 2]) -> Site {
+        Site {
+            query: self.query,
+            keys,
+        }
+    }
+
+    /// The width of one problem's code at the site, `H * 2`.
+    fn width(&self) -> usize {
+        self.h * 2
+    }
+
+    /// The value of the slot in panel `p` of problem `i` of `set`.
+    fn value(&self, set: &ProblemSet, i: usize, p: usize) -> u8 {
+        set.x
+            .slice(ndarray::s![i, self.f * p + self.slot, ..])
             .iter()
             .position(|&v| v > 0.5)
             .unwrap_or(0) as u8
-    };
-    let at = |keys: [usize; 2]| Site { query, keys };
-    // The random codes' directions `[L][N_ood][H * 2]`, drawn layer by layer and problem by
-    // problem (the order of the test's passes before they shared one plain pass per batch).
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let directions: Vec<Vec<f32>> = (0..n_layers)
-        .map(|_| {
-            (0..ood.len() * h * 2)
-                .map(|_| rng.gen::<f32>() * 2.0 - 1.0)
-                .collect()
-        })
-        .collect();
-    // Per layer: the sum and count of the ID codes [H, 2] per rule of the slot, and every ID
-    // problem's own code [H * 2] by its rule (the donor problems); one plain pass per batch
-    // reads every layer.
-    type Sum = Option<(Vec<f32>, usize)>;
-    let mut sums: Vec<Vec<Sum>> = vec![vec![None; Rule::COUNT]; n_layers];
-    let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; n_layers];
+    }
+}
+
+/// The donors, from the ID problems, per layer: the mean code `[H * 2]` of each rule of the slot
+/// (`None` for a rule no ID problem has), the mean over all ID problems (the mean ablation), and
+/// every ID problem's own code by its rule (the donor problems).
+struct Donors {
+    means: Vec<Vec<Option<Vec<f32>>>>,
+    grand: Vec<Option<Vec<f32>>>,
+    by_rule: Vec<Vec<Vec<Vec<f32>>>>,
+}
+
+/// A rule's (or all rules') sum of codes and their count.
+type CodeSum = Option<(Vec<f32>, usize)>;
+
+/// Reads the donors of every layer from `id`, one plain pass per batch of `batch`.
+///
+/// # Errors
+/// Model errors.
+fn donors(ev: &Evaluator, id: &ProblemSet, at: &Layout, batch: usize) -> Result<Donors> {
+    let mut sums: Vec<Vec<CodeSum>> = vec![vec![None; Rule::COUNT]; at.n_layers];
+    let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; at.n_layers];
     for s in (0..id.len()).step_by(batch) {
         let part = id.slice(s, s + batch);
-        let plain = site_values(ev, &part, (query, answer_row), slot, false)?;
+        let plain = site_values(ev, &part, (at.query, at.answer_row), at.slot, false)?;
         for (l, codes) in plain.codes.iter().enumerate() {
-            for (i, c) in codes.chunks_exact(h * 2).enumerate() {
-                let r = part.rules[[i, slot]] as usize;
+            for (i, c) in codes.chunks_exact(at.width()).enumerate() {
+                let r = part.rules[[i, at.slot]] as usize;
                 let e = sums[l][r].get_or_insert_with(|| (vec![0.0; c.len()], 0));
                 for (a, b) in e.0.iter_mut().zip(c) {
                     *a += b;
@@ -266,24 +301,8 @@ fn transplant_with(
             }
         }
     }
-    // Per layer: the mean ID code over all problems (mean ablation of the code), and per rule.
-    let grand: Vec<Option<Vec<f32>>> = sums
-        .iter()
-        .map(|sums| {
-            let (mut acc, mut count) = (Vec::new(), 0usize);
-            for (v, n) in sums.iter().flatten() {
-                if acc.is_empty() {
-                    acc = vec![0f32; v.len()];
-                }
-                for (a, b) in acc.iter_mut().zip(v) {
-                    *a += b;
-                }
-                count += n;
-            }
-            (count > 0).then(|| acc.into_iter().map(|x| x / count as f32).collect())
-        })
-        .collect();
-    let means: Vec<Vec<Option<Vec<f32>>>> = sums
+    let grand = sums.iter().map(|sums| grand_mean(sums)).collect();
+    let means = sums
         .into_iter()
         .map(|sums| {
             sums.into_iter()
@@ -291,7 +310,145 @@ fn transplant_with(
                 .collect()
         })
         .collect();
-    let tally = |layer: usize, kind: &str| TransplantRow {
+    Ok(Donors {
+        means,
+        grand,
+        by_rule,
+    })
+}
+
+/// The mean code over all rules' sums (`None` without any code).
+fn grand_mean(sums: &[CodeSum]) -> Option<Vec<f32>> {
+    let (mut acc, mut count) = (Vec::new(), 0usize);
+    for (v, n) in sums.iter().flatten() {
+        if acc.is_empty() {
+            acc = vec![0f32; v.len()];
+        }
+        for (a, b) in acc.iter_mut().zip(v) {
+            *a += b;
+        }
+        count += n;
+    }
+    (count > 0).then(|| acc.into_iter().map(|x| x / count as f32).collect())
+}
+
+/// The random codes' directions `[L][N * width]` for `n` OOD problems, drawn from `seed` layer by
+/// layer and problem by problem.
+fn random_directions(seed: u64, n_layers: usize, n: usize, width: usize) -> Vec<Vec<f32>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n_layers)
+        .map(|_| {
+            (0..n * width)
+                .map(|_| rng.gen::<f32>() * 2.0 - 1.0)
+                .collect()
+        })
+        .collect()
+}
+
+/// Random codes: each problem's direction of `directions` scaled to the norm of its own code.
+///
+/// # Shapes
+/// `own [B * width]`, `directions [B * width]`; returns `[B * width]`.
+fn with_own_norms(own: &[f32], directions: &[f32], width: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(own.len());
+    for (c, r) in own.chunks_exact(width).zip(directions.chunks_exact(width)) {
+        let norm: f32 = c.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        out.extend(r.iter().map(|v| v / rn * norm));
+    }
+    out
+}
+
+/// One batch of OOD problems after its plain pass: the problems, the index of the first in the
+/// set, the slot's logits `[B][C]` and the model's predictions `[B]`.
+struct Receivers<'a> {
+    part: &'a ProblemSet,
+    start: usize,
+    base: &'a [Vec<f32>],
+    pred: Vec<usize>,
+}
+
+/// Adds the passes `got` (of the receivers `problems`) to `row`: to the donor where the prediction
+/// became `expected` (donor transplants only), unchanged where it stayed, elsewhere otherwise.
+fn score(
+    row: &mut TransplantRow,
+    got: &[Vec<f32>],
+    problems: &[usize],
+    expected: Option<&[usize]>,
+    on: &Receivers<'_>,
+) {
+    for (k, (g, &i)) in got.iter().zip(problems).enumerate() {
+        row.max_logit_change = row.max_logit_change.max(max_change(g, &on.base[i]));
+        row.n += 1;
+        let p = argmax(g);
+        if expected.is_some_and(|e| p == e[k]) {
+            row.to_donor += 1;
+        } else if p == on.pred[i] {
+            row.unchanged += 1;
+        } else {
+            row.elsewhere += 1;
+        }
+    }
+}
+
+/// The receivers a donor rule is scored on, with the answer it should give: not of the donor's
+/// rule, and with an expected answer that differs from the original and from the prediction
+/// (module docs); and the number left out.
+fn donor_targets(
+    at: &Layout,
+    on: &Receivers<'_>,
+    ood: &ProblemSet,
+    donor: usize,
+) -> Result<(Vec<usize>, Vec<usize>, usize)> {
+    let donor_rule = Rule::from_index(donor)?;
+    let b = on.pred.len();
+    let (mut keep, mut expected, mut excluded) = (Vec::with_capacity(b), Vec::with_capacity(b), 0);
+    for (i, &predicted) in on.pred.iter().enumerate() {
+        if on.part.rules[[i, at.slot]] as usize == donor {
+            continue;
+        }
+        let pi = on.start + i;
+        let row0 = [
+            at.value(ood, pi, 0),
+            at.value(ood, pi, 1),
+            at.value(ood, pi, 2),
+        ];
+        let expect = answer_under(
+            donor_rule,
+            row0,
+            at.value(ood, pi, 6),
+            at.value(ood, pi, 7),
+            at.m,
+        );
+        let original = on.part.y[[i, at.slot]] as usize;
+        match expect
+            .map(usize::from)
+            .filter(|&e| e != original && e != predicted)
+        {
+            Some(e) => {
+                keep.push(i);
+                expected.push(e);
+            }
+            None => excluded += 1,
+        }
+    }
+    Ok((keep, expected, excluded))
+}
+
+/// Per layer, in the order of the result.
+const KINDS: [&str; 7] = [
+    "mean_id",
+    "donor_problem",
+    "off_row",
+    "random",
+    "zero_ablation",
+    "mean_ablation",
+    "identity",
+];
+
+/// An empty row of `layer` and `kind`.
+fn empty_row(layer: usize, kind: &str) -> TransplantRow {
+    TransplantRow {
         layer,
         kind: kind.into(),
         n: 0,
@@ -300,127 +457,126 @@ fn transplant_with(
         unchanged: 0,
         excluded: 0,
         max_logit_change: 0.0,
-    };
-    // Per layer, in the order of the result.
-    const KINDS: [&str; 7] = [
-        "mean_id",
-        "donor_problem",
-        "off_row",
-        "random",
-        "zero_ablation",
-        "mean_ablation",
-        "identity",
-    ];
-    let mut rows: Vec<[TransplantRow; 7]> =
-        (0..n_layers).map(|l| KINDS.map(|k| tally(l, k))).collect();
+    }
+}
+
+/// [`latent_transplant`] with checked arguments: the donors from the ID problems, then per batch
+/// of OOD problems one plain pass and, at every layer, the controls and the donors.
+fn transplant_with(
+    ev: &Evaluator,
+    (id, ood): (&ProblemSet, &ProblemSet),
+    slot: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<Vec<TransplantRow>> {
+    let at = Layout::new(ev, slot);
+    let directions = random_directions(seed, at.n_layers, ood.len(), at.width());
+    let donors = donors(ev, id, &at, batch)?;
+    let mut rows: Vec<[TransplantRow; 7]> = (0..at.n_layers)
+        .map(|l| KINDS.map(|k| empty_row(l, k)))
+        .collect();
     for s in (0..ood.len()).step_by(batch) {
         let part = ood.slice(s, s + batch);
-        let b = part.len();
         // One plain pass: the baseline logits, and per layer the own codes [B, H, 2] and the
         // stream entering the block [B, T, D].
-        let plain = site_values(ev, &part, (query, answer_row), slot, true)?;
-        let base = &plain.logits;
-        let pred: Vec<usize> = base.iter().map(|v| argmax(v)).collect();
-        let all: Vec<usize> = (0..b).collect();
-        for l in 0..n_layers {
-            let [mean_id, donor_problem, off_row, random, zero_abl, mean_abl, ident] = &mut rows[l];
+        let plain = site_values(ev, &part, (at.query, at.answer_row), slot, true)?;
+        let on = Receivers {
+            part: &part,
+            start: s,
+            base: &plain.logits,
+            pred: plain.logits.iter().map(|v| argmax(v)).collect(),
+        };
+        for (l, rows) in rows.iter_mut().enumerate() {
+            let from = ev.block_start(&plain.streams[l], part.len(), l)?;
             let own = &plain.codes[l];
-            let from = ev.block_start(&plain.streams[l], b, l)?;
-            // Random codes with the own code's norm.
-            let mut rand_codes = Vec::with_capacity(b * h * 2);
-            for (i, c) in own.chunks_exact(h * 2).enumerate() {
-                let norm: f32 = c.iter().map(|v| v * v).sum::<f32>().sqrt();
-                let r = &directions[l][(s + i) * h * 2..][..h * 2];
-                let rn: f32 = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-                rand_codes.extend(r.iter().map(|v| v / rn * norm));
-            }
-            // Zero and mean ablation of the code (TransformerLens's ablations, on the code alone).
-            let zeros = vec![0f32; b * h * 2];
-            let mean_all = grand[l].as_ref().map(|g| g.repeat(b));
-            // The controls without a donor rule: does the answer change at all?
-            for (codes, row) in [
-                (Some(own), ident),
-                (Some(&rand_codes), random),
-                (Some(&zeros), zero_abl),
-                (mean_all.as_ref(), mean_abl),
-            ] {
-                let Some(codes) = codes else { continue };
-                let got = transplanted(ev, &from, &all, at(answer_row), codes, slot)?;
-                for (i, g) in got.iter().enumerate() {
-                    row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
-                    row.n += 1;
-                    if argmax(g) == pred[i] {
-                        row.unchanged += 1;
-                    } else {
-                        row.elsewhere += 1;
-                    }
-                }
-            }
-            // Donors: every other rule's mean ID code, at the answer row and at the first row;
-            // and the own code of an ID problem of that rule (a different one per OOD problem).
-            for (donor, code) in means[l].iter().enumerate() {
+            let random = with_own_norms(own, &directions[l][s * at.width()..], at.width());
+            layer_controls(
+                ev,
+                &at,
+                &from,
+                &on,
+                [own, &random],
+                donors.grand[l].as_ref(),
+                rows,
+            )?;
+            for (donor, code) in donors.means[l].iter().enumerate() {
                 let Some(code) = code else { continue };
-                let donor_rule = Rule::from_index(donor)?;
-                // The problems this donor is scored on: not of the donor's rule, and with an
-                // expected answer that differs from the original and from the prediction (module
-                // docs); only they are run.
-                let mut keep = Vec::with_capacity(b);
-                let mut expected = Vec::with_capacity(b);
-                let mut n_excluded = 0;
-                for (i, &predicted) in pred.iter().enumerate() {
-                    if part.rules[[i, slot]] as usize == donor {
-                        continue;
-                    }
-                    let pi = s + i;
-                    let row0 = [value(pi, 0), value(pi, 1), value(pi, 2)];
-                    let expect = answer_under(donor_rule, row0, value(pi, 6), value(pi, 7), m);
-                    let original = part.y[[i, slot]] as usize;
-                    match expect
-                        .map(usize::from)
-                        .filter(|&e| e != original && e != predicted)
-                    {
-                        Some(e) => {
-                            keep.push(i);
-                            expected.push(e);
-                        }
-                        None => n_excluded += 1,
-                    }
-                }
-                for row in [&mut *mean_id, &mut *donor_problem, &mut *off_row] {
-                    row.excluded += n_excluded;
-                }
-                if keep.is_empty() {
-                    continue;
-                }
-                let codes = code.repeat(keep.len());
-                let pool = &by_rule[l][donor];
-                let problem_codes: Vec<f32> = keep
-                    .iter()
-                    .flat_map(|&i| pool[(s + i) % pool.len()].iter().copied())
-                    .collect();
-                for (keys, codes, row) in [
-                    (answer_row, &codes, &mut *mean_id),
-                    (answer_row, &problem_codes, &mut *donor_problem),
-                    (first_row, &codes, &mut *off_row),
-                ] {
-                    let got = transplanted(ev, &from, &keep, at(keys), codes, slot)?;
-                    for ((g, &i), &expect) in got.iter().zip(&keep).zip(&expected) {
-                        row.max_logit_change = row.max_logit_change.max(max_change(g, &base[i]));
-                        row.n += 1;
-                        let p = argmax(g);
-                        if p == expect {
-                            row.to_donor += 1;
-                        } else if p == pred[i] {
-                            row.unchanged += 1;
-                        } else {
-                            row.elsewhere += 1;
-                        }
-                    }
-                }
+                let pool = &donors.by_rule[l][donor];
+                layer_donor(ev, &at, &from, (&on, ood), (donor, code, pool), rows)?;
             }
         }
     }
     Ok(rows.into_iter().flatten().collect())
+}
+
+/// The controls without a donor rule at one layer (does the answer change at all?): the identity
+/// transplant (`own`), a random code of the own code's norm, and the zero and mean ablations of
+/// the code (TransformerLens's ablations, on the code alone).
+///
+/// # Errors
+/// Model errors.
+fn layer_controls(
+    ev: &Evaluator,
+    at: &Layout,
+    from: &BlockStart,
+    on: &Receivers<'_>,
+    [own, random]: [&[f32]; 2],
+    grand: Option<&Vec<f32>>,
+    rows: &mut [TransplantRow; 7],
+) -> Result<()> {
+    let b = on.pred.len();
+    let [_, _, _, random_row, zero_row, mean_row, identity_row] = rows;
+    let zeros = vec![0f32; b * at.width()];
+    let mean_all = grand.map(|g| g.repeat(b));
+    let all: Vec<usize> = (0..b).collect();
+    for (codes, row) in [
+        (Some(own), identity_row),
+        (Some(random), random_row),
+        (Some(zeros.as_slice()), zero_row),
+        (mean_all.as_deref(), mean_row),
+    ] {
+        let Some(codes) = codes else { continue };
+        let got = transplanted(ev, from, &all, at.at(at.answer_row), codes, at.slot)?;
+        score(row, &got, &all, None, on);
+    }
+    Ok(())
+}
+
+/// One donor rule at one layer: its mean ID code at the answer row and at the first row, and the
+/// own code of an ID problem of that rule (a different one per OOD problem, from `pool`).
+///
+/// # Errors
+/// Model errors.
+fn layer_donor(
+    ev: &Evaluator,
+    at: &Layout,
+    from: &BlockStart,
+    (on, ood): (&Receivers<'_>, &ProblemSet),
+    (donor, code, pool): (usize, &[f32], &[Vec<f32>]),
+    rows: &mut [TransplantRow; 7],
+) -> Result<()> {
+    let [mean_id, donor_problem, off_row, ..] = rows;
+    let (keep, expected, excluded) = donor_targets(at, on, ood, donor)?;
+    for row in [&mut *mean_id, &mut *donor_problem, &mut *off_row] {
+        row.excluded += excluded;
+    }
+    if keep.is_empty() {
+        return Ok(());
+    }
+    let codes = code.repeat(keep.len());
+    let problem_codes: Vec<f32> = keep
+        .iter()
+        .flat_map(|&i| pool[(on.start + i) % pool.len()].iter().copied())
+        .collect();
+    for (keys, codes, row) in [
+        (at.answer_row, &codes, mean_id),
+        (at.answer_row, &problem_codes, donor_problem),
+        (at.first_row, &codes, off_row),
+    ] {
+        let got = transplanted(ev, from, &keep, at.at(keys), codes, at.slot)?;
+        score(row, &got, &keep, Some(&expected), on);
+    }
+    Ok(())
 }
 
 /// `transplant.csv`: `layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`.

@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 use ndarray::{s, Array2};
 
 use super::hf::{read_weights, HfConfig};
+use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
@@ -106,65 +107,8 @@ impl Gpt2 {
     /// [`ModelError::Tensor`] naming the file and tensor for a missing or misshapen tensor.
     pub fn from_hf_dir(dir: &Path, device: &Device) -> Result<Self> {
         let cfg = HfConfig::read(dir)?;
-        if !cfg
-            .kind_names()
-            .iter()
-            .any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model")
-        {
-            return Err(cfg.unsupported("model_type / architectures is not gpt2"));
-        }
-        if cfg
-            .bool_opt("scale_attn_by_inverse_layer_idx")?
-            .unwrap_or(false)
-        {
-            return Err(cfg.unsupported("scale_attn_by_inverse_layer_idx"));
-        }
-        if !cfg.bool_opt("scale_attn_weights")?.unwrap_or(true) {
-            return Err(cfg.unsupported("scale_attn_weights = false"));
-        }
-        let activation = match cfg.str_opt("activation_function")?.unwrap_or("gelu_new") {
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Gpt2Activation::GeluTanh,
-            "gelu" => Gpt2Activation::GeluErf,
-            "relu" => Gpt2Activation::Relu,
-            other => return Err(cfg.unsupported(&format!("activation_function `{other}`"))),
-        };
-        let d_model = cfg.usize("n_embd")?;
-        let n_ctx = match cfg.usize_opt("n_positions")? {
-            Some(n) => n,
-            None => cfg.usize("n_ctx")?,
-        };
-        let config = Gpt2Config {
-            vocab_size: cfg.usize("vocab_size")?,
-            n_ctx,
-            d_model,
-            n_layers: cfg.usize("n_layer")?,
-            n_heads: cfg.usize("n_head")?,
-            d_mlp: cfg
-                .usize_opt("n_inner")?
-                .unwrap_or(d_model.saturating_mul(4)),
-            ln_eps: cfg.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5),
-            activation,
-        };
+        let config = gpt2_config(&cfg)?;
         let c = &config;
-        let bad = [
-            ("n_embd", c.d_model),
-            ("n_head", c.n_heads),
-            ("n_layer", c.n_layers),
-            ("vocab_size", c.vocab_size),
-            ("n_positions", c.n_ctx),
-        ];
-        if let Some((k, _)) = bad.iter().find(|(_, v)| *v == 0) {
-            return Err(ModelError::Checkpoint {
-                path: cfg.path.clone(),
-                msg: format!("key `{k}` must be positive"),
-            });
-        }
-        if d_model % c.n_heads != 0 {
-            return Err(ModelError::Checkpoint {
-                path: cfg.path.clone(),
-                msg: format!("n_embd {d_model} is not a multiple of n_head {}", c.n_heads),
-            });
-        }
         let mut store = read_weights(dir)?;
         let p = if store.contains("transformer.wte.weight") {
             "transformer."
@@ -182,49 +126,13 @@ impl Gpt2 {
                 ),
             });
         }
-        // The sizes come from config.json: bound the weights they imply by the memory budget
-        // before any tensor is checked against them.
-        let (v, t, dm, f, l) = [c.vocab_size, c.n_ctx, c.d_model, c.d_mlp, c.n_layers]
-            .map(|x| x as u128)
-            .into();
-        let per_layer = (4 * dm)
-            .saturating_mul(dm)
-            .saturating_add((2 * dm).saturating_mul(f));
-        let params = (v + t)
-            .saturating_mul(dm)
-            .saturating_add(l.saturating_mul(per_layer));
-        hyperlens_io::budget::check_alloc(
-            format!(
-                "n_embd = {}, n_inner = {}, vocab_size = {}, n_positions = {}",
-                c.d_model, c.d_mlp, c.vocab_size, c.n_ctx
-            ),
-            params.saturating_mul(4),
-        )
-        .map_err(|e| ModelError::Checkpoint {
-            path: cfg.path.clone(),
-            msg: e.to_string(),
-        })?;
-        let (dm, f) = (c.d_model, c.d_mlp);
+        check_budget(c, &cfg)?;
+        let dm = c.d_model;
         let wte = store.take(&format!("{p}wte.weight"), &[c.vocab_size, dm], device)?;
         let wpe = store.take(&format!("{p}wpe.weight"), &[c.n_ctx, dm], device)?;
         let mut layers = Vec::new(); // n_layers comes from a file: never trusted for an allocation
         for l in 0..c.n_layers {
-            let mut t =
-                |n: &str, dims: &[usize]| store.take(&format!("{p}h.{l}.{n}"), dims, device);
-            layers.push(Gpt2Layer {
-                ln1_w: t("ln_1.weight", &[dm])?,
-                ln1_b: t("ln_1.bias", &[dm])?,
-                c_attn_w: t("attn.c_attn.weight", &[dm, 3 * dm])?,
-                c_attn_b: t("attn.c_attn.bias", &[3 * dm])?,
-                c_proj_w: t("attn.c_proj.weight", &[dm, dm])?,
-                c_proj_b: t("attn.c_proj.bias", &[dm])?,
-                ln2_w: t("ln_2.weight", &[dm])?,
-                ln2_b: t("ln_2.bias", &[dm])?,
-                fc_w: t("mlp.c_fc.weight", &[dm, f])?,
-                fc_b: t("mlp.c_fc.bias", &[f])?,
-                proj_w: t("mlp.c_proj.weight", &[f, dm])?,
-                proj_b: t("mlp.c_proj.bias", &[dm])?,
-            });
+            layers.push(take_layer(&mut store, &format!("{p}h.{l}."), c, device)?);
         }
         let ln_f_w = store.take(&format!("{p}ln_f.weight"), &[dm], device)?;
         let ln_f_b = store.take(&format!("{p}ln_f.bias"), &[dm], device)?;
@@ -505,4 +413,129 @@ impl Gpt2 {
         }
         col.finish(w_e, Some(w_pos), w_u, b_u)
     }
+}
+
+/// The hyper-parameters of a Hugging Face GPT-2 `config.json`, checked (module docs of
+/// [`Gpt2Model::from_hf_dir`]).
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] naming `config.json` for a missing key, a zero size or an
+/// unsupported feature.
+fn gpt2_config(cfg: &HfConfig) -> Result<Gpt2Config> {
+    if !cfg
+        .kind_names()
+        .iter()
+        .any(|n| n == "gpt2" || n.starts_with("gpt2lmhead") || n == "gpt2model")
+    {
+        return Err(cfg.unsupported("model_type / architectures is not gpt2"));
+    }
+    if cfg
+        .bool_opt("scale_attn_by_inverse_layer_idx")?
+        .unwrap_or(false)
+    {
+        return Err(cfg.unsupported("scale_attn_by_inverse_layer_idx"));
+    }
+    if !cfg.bool_opt("scale_attn_weights")?.unwrap_or(true) {
+        return Err(cfg.unsupported("scale_attn_weights = false"));
+    }
+    let activation = match cfg.str_opt("activation_function")?.unwrap_or("gelu_new") {
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Gpt2Activation::GeluTanh,
+        "gelu" => Gpt2Activation::GeluErf,
+        "relu" => Gpt2Activation::Relu,
+        other => return Err(cfg.unsupported(&format!("activation_function `{other}`"))),
+    };
+    let d_model = cfg.usize("n_embd")?;
+    let n_ctx = match cfg.usize_opt("n_positions")? {
+        Some(n) => n,
+        None => cfg.usize("n_ctx")?,
+    };
+    let config = Gpt2Config {
+        vocab_size: cfg.usize("vocab_size")?,
+        n_ctx,
+        d_model,
+        n_layers: cfg.usize("n_layer")?,
+        n_heads: cfg.usize("n_head")?,
+        d_mlp: cfg
+            .usize_opt("n_inner")?
+            .unwrap_or(d_model.saturating_mul(4)),
+        ln_eps: cfg.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5),
+        activation,
+    };
+    let c = &config;
+    let bad = [
+        ("n_embd", c.d_model),
+        ("n_head", c.n_heads),
+        ("n_layer", c.n_layers),
+        ("vocab_size", c.vocab_size),
+        ("n_positions", c.n_ctx),
+    ];
+    if let Some((k, _)) = bad.iter().find(|(_, v)| *v == 0) {
+        return Err(ModelError::Checkpoint {
+            path: cfg.path.clone(),
+            msg: format!("key `{k}` must be positive"),
+        });
+    }
+    if d_model % c.n_heads != 0 {
+        return Err(ModelError::Checkpoint {
+            path: cfg.path.clone(),
+            msg: format!("n_embd {d_model} is not a multiple of n_head {}", c.n_heads),
+        });
+    }
+    Ok(config)
+}
+
+/// Bounds the weights the sizes of `config.json` imply by the memory budget, before any tensor is
+/// checked against them.
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] naming `config.json` when the budget refuses them.
+fn check_budget(c: &Gpt2Config, cfg: &HfConfig) -> Result<()> {
+    let (v, t, dm, f, l) = [c.vocab_size, c.n_ctx, c.d_model, c.d_mlp, c.n_layers]
+        .map(|x| x as u128)
+        .into();
+    let per_layer = (4 * dm)
+        .saturating_mul(dm)
+        .saturating_add((2 * dm).saturating_mul(f));
+    let params = (v + t)
+        .saturating_mul(dm)
+        .saturating_add(l.saturating_mul(per_layer));
+    hyperlens_io::budget::check_alloc(
+        format!(
+            "n_embd = {}, n_inner = {}, vocab_size = {}, n_positions = {}",
+            c.d_model, c.d_mlp, c.vocab_size, c.n_ctx
+        ),
+        params.saturating_mul(4),
+    )
+    .map_err(|e| ModelError::Checkpoint {
+        path: cfg.path.clone(),
+        msg: e.to_string(),
+    })
+}
+
+/// The weights of one block, `{prefix}ln_1.weight` ... `{prefix}mlp.c_proj.bias`.
+///
+/// # Errors
+/// [`ModelError::Tensor`] for a missing or misshapen tensor.
+fn take_layer(
+    store: &mut TensorStore,
+    prefix: &str,
+    c: &Gpt2Config,
+    device: &Device,
+) -> Result<Gpt2Layer> {
+    let (dm, f) = (c.d_model, c.d_mlp);
+    let mut t = |n: &str, dims: &[usize]| store.take(&format!("{prefix}{n}"), dims, device);
+    Ok(Gpt2Layer {
+        ln1_w: t("ln_1.weight", &[dm])?,
+        ln1_b: t("ln_1.bias", &[dm])?,
+        c_attn_w: t("attn.c_attn.weight", &[dm, 3 * dm])?,
+        c_attn_b: t("attn.c_attn.bias", &[3 * dm])?,
+        c_proj_w: t("attn.c_proj.weight", &[dm, dm])?,
+        c_proj_b: t("attn.c_proj.bias", &[dm])?,
+        ln2_w: t("ln_2.weight", &[dm])?,
+        ln2_b: t("ln_2.bias", &[dm])?,
+        fc_w: t("mlp.c_fc.weight", &[dm, f])?,
+        fc_b: t("mlp.c_fc.bias", &[f])?,
+        proj_w: t("mlp.c_proj.weight", &[f, dm])?,
+        proj_b: t("mlp.c_proj.bias", &[dm])?,
+    })
 }
