@@ -103,8 +103,14 @@ fn env_switch(name: &str, default: bool) -> Result<bool> {
 ///
 /// Source: candle-core 0.11.1, `cuda_backend::device` (`CUDA_GRAPH_HTOD_CACHE`) and
 /// `SlicePtrOrNull::params_from_vec`.
+///
+/// On every device the scope is also recorded for this thread, and [`upload`] counts the uploads
+/// made while one is open ([`uploads_in_scopes`]): on the CPU this is the mock of the CUDA cache by
+/// which a test proves that a loop uploads nothing inside the scope (each such upload would be a
+/// device buffer kept for the thread's life on CUDA).
 pub struct UploadCache {
     guard: Option<Box<dyn std::any::Any>>,
+    recorded: bool,
 }
 
 impl UploadCache {
@@ -114,17 +120,62 @@ impl UploadCache {
     }
 }
 
-/// Opens an [`UploadCache`] scope on `device` when `on` (from [`upload_cache_requested`]) and the
-/// device is a CUDA device; a no-op scope otherwise.
+impl Drop for UploadCache {
+    fn drop(&mut self) {
+        if self.recorded {
+            SCOPE_OPEN.with(|s| s.set(false));
+        }
+    }
+}
+
+thread_local! {
+    /// Whether an [`UploadCache`] scope is open on this thread.
+    static SCOPE_OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Uploads through [`upload`] made inside a scope on this thread, since the thread began.
+    static UPLOADS_IN_SCOPES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Opens an [`UploadCache`] scope on `device` when `on` (from [`upload_cache_requested`]): candle's
+/// cache on a CUDA device, and on every device the record that [`upload`] counts against.
 pub fn upload_cache(device: &candle_core::Device, on: bool) -> UploadCache {
+    let recorded = on && !SCOPE_OPEN.with(|s| s.replace(true));
     #[cfg(feature = "cuda")]
     if let (true, candle_core::Device::Cuda(cuda)) = (on, device) {
         return UploadCache {
             guard: Some(Box::new(cuda.enable_cuda_graph_htod_cache())),
+            recorded,
         };
     }
-    let _ = (device, on);
-    UploadCache { guard: None }
+    let _ = device;
+    UploadCache {
+        guard: None,
+        recorded,
+    }
+}
+
+/// Copies host values to `device` as a tensor of `shape`: the one way the training loop uploads
+/// per-step values, counted when an [`UploadCache`] scope is open ([`uploads_in_scopes`]).
+///
+/// # Shapes
+/// `data` holds `shape`'s element count.
+///
+/// # Errors
+/// [`ModelError::Candle`] for a length that does not fit `shape` or a failed copy.
+pub fn upload<S: Into<candle_core::Shape>>(
+    data: Vec<f32>,
+    shape: S,
+    device: &candle_core::Device,
+) -> Result<candle_core::Tensor> {
+    if SCOPE_OPEN.with(|s| s.get()) {
+        UPLOADS_IN_SCOPES.with(|n| n.set(n.get() + 1));
+    }
+    Ok(candle_core::Tensor::from_vec(data, shape, device)?)
+}
+
+/// How many [`upload`]s this thread made inside [`UploadCache`] scopes (on CUDA, each one a
+/// buffer that candle keeps for the thread's life). Training must make none.
+pub fn uploads_in_scopes() -> u64 {
+    UPLOADS_IN_SCOPES.with(|n| n.get())
 }
 
 // The workspace denies `unsafe`; this is its one use: cudarc offers no safe way to switch the events off.

@@ -46,7 +46,7 @@ pub use group::{
 pub use hyperlens_model::Task;
 pub use job::BatchLoss;
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
-pub use optim::{AdamW, AdamWParams};
+pub use optim::{AdamW, AdamWParams, Rates};
 pub use progress::ProgressText;
 pub use run::{
     check_group, check_memory, read_settings, run_settings, train, train_group, Event, GroupRun,

@@ -114,6 +114,15 @@ pub struct AdamW {
     step: u64,
 }
 
+/// The learning rates of one update ([`AdamW::rates`]).
+#[derive(Debug, Clone)]
+pub enum Rates {
+    /// One rate for every model.
+    Shared(f64),
+    /// Rate of model `m` in row `m`. # Shapes: `[M, 1]`, on the parameters' device.
+    PerModel(Tensor),
+}
+
 impl AdamW {
     /// An optimiser over one model's `vars` (name, variable), sorted by name for a reproducible
     /// order. Parameters with `rank >= 2` are decayed (the paper's mask `ndim != 1`).
@@ -273,6 +282,18 @@ impl AdamW {
         grads: &candle_core::backprop::GradStore,
         lrs: &[f64],
     ) -> Result<Vec<String>> {
+        let rates = self.rates(lrs)?;
+        self.step_with(grads, &rates)
+    }
+
+    /// The learning rates of one update, `lrs[m]` for model `m`, as [`AdamW::step_with`] takes
+    /// them: one number when all models share it, else a `[M, 1]` tensor uploaded here, so that a
+    /// caller can upload it before an [`hyperlens_model::device::UploadCache`] scope, inside which
+    /// every upload would be kept for the thread's life on CUDA.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] if `lrs` does not have one rate per model; a failed upload.
+    pub fn rates(&self, lrs: &[f64]) -> Result<Rates> {
         if lrs.len() != self.models {
             return Err(TrainError::InvalidParam(format!(
                 "{} learning rates for {} models",
@@ -280,6 +301,30 @@ impl AdamW {
                 self.models
             )));
         }
+        if lrs.iter().all(|&lr| lr == lrs[0]) {
+            return Ok(Rates::Shared(lrs[0]));
+        }
+        let device = match self.slots.first() {
+            Some(s) => s.var.device().clone(),
+            None => return Ok(Rates::Shared(lrs[0])),
+        };
+        let lr: Vec<f32> = lrs.iter().map(|&lr| lr as f32).collect();
+        Ok(Rates::PerModel(hyperlens_model::device::upload(
+            lr,
+            (self.models, 1),
+            &device,
+        )?))
+    }
+
+    /// [`AdamW::step_each`] with the rates already made ([`AdamW::rates`]); uploads nothing.
+    ///
+    /// # Errors
+    /// A tensor operation failure.
+    pub fn step_with(
+        &mut self,
+        grads: &candle_core::backprop::GradStore,
+        rates: &Rates,
+    ) -> Result<Vec<String>> {
         // Each parameter as its rows of the state: `[len]` for one model, `[M, len]` for M.
         let one = self.models == 1;
         let axis = usize::from(!one);
@@ -329,11 +374,9 @@ impl AdamW {
             Some(d) => (update + (&theta * d)?)?,
             None => update,
         };
-        let step = if lrs.iter().all(|&lr| lr == lrs[0]) {
-            (update * lrs[0])?
-        } else {
-            let lr: Vec<f32> = lrs.iter().map(|&lr| lr as f32).collect();
-            update.broadcast_mul(&Tensor::from_vec(lr, (self.models, 1), theta.device())?)?
+        let step = match rates {
+            Rates::Shared(lr) => (update * *lr)?,
+            Rates::PerModel(lr) => update.broadcast_mul(lr)?,
         };
         let theta = (theta - step)?;
         for s in &self.slots {

@@ -133,12 +133,14 @@ impl ProgressText {
             ),
             _ => format!("{:.2} steps/s on {}", rec.steps_per_s, rec.device),
         };
-        let rate = match rec.sessions.last().and_then(|s| s.batched) {
-            Some(m) => format!(
-                "{rate}, with {m} runs in one batched model: {:.2} model-steps/s",
-                rec.steps_per_s * m as f64
-            ),
-            None => rate,
+        let rate = match (
+            rec.sessions.last().and_then(|s| s.batched),
+            rec.model_steps_per_s,
+        ) {
+            (Some(m), Some(model_rate)) => {
+                format!("{rate}, with {m} runs in one batched model: {model_rate:.2} model-steps/s")
+            }
+            _ => rate,
         };
         let mut lines = vec![format!(
             "done: {} steps in {:.1} s ({rate}); final ID {m} {:.4}, OOD {m} {:.4}",

@@ -913,10 +913,13 @@ fn three_runs_trained_together_equal_their_single_runs() {
                     .unwrap();
             assert_eq!((rec.seed, rec.lr), (run.settings.seed, run.settings.lr));
             assert_eq!(rec.sessions[0].batched, Some(3));
+            assert_eq!(rec.model_steps_per_s, Some(rec.steps_per_s * 3.0));
+            assert!(rec.steps_per_s > 0.0);
             let single_rec: TrainRecord =
                 serde_json::from_str(&std::fs::read_to_string(single.join(RECORD_FILE)).unwrap())
                     .unwrap();
             assert_eq!(single_rec.sessions[0].batched, None);
+            assert_eq!(single_rec.model_steps_per_s, None);
             // The run directory is a checkpoint of the model crate.
             assert!(Transformer::load(&run.out, &Device::Cpu).is_ok());
         }
@@ -1034,4 +1037,36 @@ fn a_diverging_run_stops_alone() {
     ])
     .unwrap_err();
     assert!(err.to_string().contains("batch"), "{err}");
+}
+
+/// A batched group with a learning rate per run (`train --lr a,b`) uploads its rates before the
+/// upload-cache scope: inside the scopes of 5 updates no upload is made (on CUDA each would be a
+/// device buffer kept for the thread's life, about 156,000 over a paper-budget run). The mock
+/// scope records on the CPU; the check that it counts is the same update made inside a scope.
+#[test]
+fn batched_learning_rates_are_uploaded_outside_the_upload_cache_scope() {
+    use hyperlens_model::device::{upload_cache, uploads_in_scopes};
+    let mut a = tiny_sraven(5);
+    let mut b = tiny_sraven(5);
+    a.seed = 0;
+    b.seed = 1;
+    b.lr = 1e-3;
+    let mut up = hyperlens_train::Updates::fresh(&[a, b], hyperlens_model::Device::Cpu).unwrap();
+    let before = uploads_in_scopes();
+    for step in 0..5 {
+        up.apply(step).unwrap();
+    }
+    assert_eq!(uploads_in_scopes() - before, 0, "uploads inside the scope");
+    // The rates differ per model after warm-up's first step: made inside a scope, they count.
+    let lrs = up.lrs(3);
+    assert!(lrs[0] != lrs[1]);
+    let scope = upload_cache(&candle_core::Device::Cpu, true);
+    let rates = up.optimizer().rates(&lrs).unwrap();
+    drop(scope);
+    assert!(matches!(rates, hyperlens_train::Rates::PerModel(_)));
+    assert_eq!(
+        uploads_in_scopes() - before,
+        1,
+        "the mock scope counts uploads"
+    );
 }

@@ -212,7 +212,7 @@ impl<'a> Member<'a> {
         };
         let s = self.settings;
         let train_time_s = self.state.train_time_s;
-        let record = TrainRecord {
+        let mut record = TrainRecord {
             hyperlens_version: VERSION.into(),
             task: s.task,
             mixer: s.mixer,
@@ -232,6 +232,7 @@ impl<'a> Member<'a> {
                 None if train_time_s > 0.0 => step as f64 / train_time_s,
                 None => 0.0,
             },
+            model_steps_per_s: None,
             metric: s.task.metric_name().into(),
             final_eval,
             n_params: updates.job.n_params(),
@@ -244,6 +245,11 @@ impl<'a> Member<'a> {
             settings: s.clone(),
             sessions: self.state.sessions.clone(),
         };
+        record.model_steps_per_s = record
+            .sessions
+            .last()
+            .and_then(|s| s.batched)
+            .map(|m| record.steps_per_s * m as f64);
         write_json(&self.out.join(RECORD_FILE), &record)?;
         Ok(record)
     }

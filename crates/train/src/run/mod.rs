@@ -134,6 +134,11 @@ pub struct TrainRecord {
     /// session did not record its time. A run resumed on another device has each session's rate
     /// in `sessions`: the rate over all of them would mix devices.
     pub steps_per_s: f64,
+    /// For a run of a batched group: `steps_per_s` times the runs trained together in the last
+    /// session (the group's throughput in model-steps per second, the figure to set beside M
+    /// single runs); absent for a run trained alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_steps_per_s: Option<f64>,
     /// What the `metric` fields of the evaluation hold.
     pub metric: String,
     /// Final evaluation (ID, OOD, extras).

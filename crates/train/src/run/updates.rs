@@ -107,6 +107,11 @@ impl Updates {
         self.seeds.len()
     }
 
+    /// The optimiser of all models (one flat AdamW).
+    pub fn optimizer(&self) -> &AdamW {
+        &self.opt
+    }
+
     /// The learning rate of each model at update `step`.
     pub fn lrs(&self, step: u64) -> Vec<f64> {
         self.schedules.iter().map(|s| s.lr(step)).collect()
@@ -130,11 +135,13 @@ impl Updates {
                 Tensor::stack(&parts, 0)?.sum_all()?
             }
         };
+        // The per-model learning rates are uploaded before the scope: inside it, the backward pass
+        // and the update upload no per-step data (`UploadCache`).
+        let rates = self.opt.rates(&lrs)?;
         let missing = {
-            // The backward pass and the update upload no per-step data (`UploadCache`).
             let _cache = hyperlens_model::device::upload_cache(total.device(), self.cache_uploads);
             let grads = total.backward()?;
-            self.opt.step_each(&grads, &lrs)?
+            self.opt.step_with(&grads, &rates)?
         };
         if !missing.is_empty() {
             return Err(TrainError::InvalidParam(format!(
