@@ -17,7 +17,7 @@ release the GIL and stop on Ctrl-C between batches. The thread count follows
 
 from . import _errors  # noqa: F401  (first: the core raises these classes)
 from . import _core
-from ._codes import CodeSet
+from ._codes import CodeSet, LogicCodeSet
 from ._errors import (
     BudgetError,
     CheckpointError,
@@ -31,7 +31,7 @@ from ._errors import (
 )
 from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, load
 from . import analysis, tasks, utils
-from .tasks import ProblemSet
+from .tasks import LogicProblemSet, ProblemSet
 
 __version__: str = _core.__version__
 
@@ -44,7 +44,9 @@ __all__ = [
     "LMConfig",
     "ActivationCache",
     "CodeSet",
+    "LogicCodeSet",
     "ProblemSet",
+    "LogicProblemSet",
     "tasks",
     "analysis",
     "utils",

@@ -68,3 +68,22 @@ def as_i64(a: Any, name: str, ndim: int | None = None) -> np.ndarray:
             raise InputError(f"`{name}` holds non-integer values; expected integers")
         return arr.astype(np.int64)
     raise InputError(f"`{name}` has dtype {arr.dtype}; expected integers")
+
+
+def as_u8(a: Any, name: str, ndim: int | None = None) -> np.ndarray:
+    """``a`` as a uint8 array: any integer or bool dtype whose values lie in 0..255, or whole
+    floats in that range."""
+    arr = np.asarray(a)
+    if ndim is not None and arr.ndim != ndim:
+        raise ShapeError(f"`{name}` must have {ndim} axes, got shape {arr.shape}")
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype == np.bool_:
+        return arr.astype(np.uint8)
+    if np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating):
+        if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < 0 or arr.max() > 255):
+            raise InputError(f"`{name}` holds values outside 0..255; expected bits")
+        if np.issubdtype(arr.dtype, np.floating) and not np.array_equal(np.round(arr), arr):
+            raise InputError(f"`{name}` holds non-integer values; expected bits")
+        return arr.astype(np.uint8)
+    raise InputError(f"`{name}` has dtype {arr.dtype}; expected uint8 bits")

@@ -10,7 +10,7 @@ import numpy as np
 from . import _core
 from ._errors import InputError
 
-__all__ = ["CodeSet"]
+__all__ = ["CodeSet", "LogicCodeSet"]
 
 _OPTIONAL = ("rules", "inputs", "target", "prediction", "correct", "slot", "problem")
 
@@ -105,6 +105,92 @@ class CodeSet:
         codes, label = d.pop("codes"), d.pop("label")
         meta = _sidecar(path)
         return cls(codes, label, site=meta.get("site"), layers=meta.get("layers"), **d)
+
+
+class LogicCodeSet:
+    """Latent codes of a fuzzy-logic model with the task's terms as labels, one row per sequence:
+    the arrays of ``hyperlens probe``'s ``codes.npz`` on a logic checkpoint.
+
+    Attributes:
+        codes: float32 ``[N, L, H, 1, K]`` attention scores after normalisation (sequence, layer,
+            head, query, key); at the paper's site the last token's attention to itself (K = 1).
+        terms: int64 ``[N, Kt, Lv]`` the task's terms as bits.
+        term_ids: int64 ``[N, Kt]`` the terms' indices.
+        target: float32 ``[N]`` the last token's target; prediction: float32 ``[N]`` the model's.
+        problem: int64 ``[N]`` the sequence's index in the set.
+        site, layers: the site (``query:I;keys:J,...``) and the layers along the ``L`` axis.
+    """
+
+    def __init__(
+        self,
+        codes: Any,
+        terms: Any,
+        term_ids: Any,
+        target: Any = None,
+        prediction: Any = None,
+        problem: Any = None,
+        *,
+        site: str | None = None,
+        layers: list[int] | None = None,
+    ) -> None:
+        self.codes = np.asarray(codes, dtype=np.float32)
+        self.terms = np.asarray(terms, dtype=np.int64)
+        self.term_ids = np.asarray(term_ids, dtype=np.int64)
+        n = self.codes.shape[0]
+        self.target = np.zeros(n, np.float32) if target is None else np.asarray(target, dtype=np.float32)
+        self.prediction = np.zeros(n, np.float32) if prediction is None else np.asarray(prediction, dtype=np.float32)
+        self.problem = np.arange(n, dtype=np.int64) if problem is None else np.asarray(problem, dtype=np.int64)
+        self.site = site
+        self.layers = None if layers is None else list(layers)
+
+    def __len__(self) -> int:
+        return int(self.codes.shape[0])
+
+    def __repr__(self) -> str:
+        return f"LogicCodeSet(codes={self.codes.shape}, site={self.site!r}, layers={self.layers})"
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The arrays by their names in the CLI's logic ``codes.npz``, in its order."""
+        return {
+            "codes": self.codes,
+            "terms": self.terms,
+            "term_ids": self.term_ids,
+            "target": self.target,
+            "prediction": self.prediction,
+            "problem": self.problem,
+        }
+
+    def features(self, layer: int | None = None) -> np.ndarray:
+        """The codes as a float64 feature matrix ``[N, H*Q*K]`` of one layer, or all layers."""
+        n = len(self)
+        if layer is None:
+            return self.codes.reshape(n, -1).astype(np.float64)
+        if not 0 <= layer < self.codes.shape[1]:
+            raise InputError(f"`layer` {layer} is out of range: the codes have {self.codes.shape[1]} layers")
+        return self.codes[:, layer].reshape(n, -1).astype(np.float64)
+
+    @property
+    def mse(self) -> float:
+        """Mean squared error of the model's prediction of the last token's target."""
+        return float(np.mean((self.prediction.astype(np.float64) - self.target.astype(np.float64)) ** 2))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the CLI's logic ``codes.npz`` format, atomically."""
+        _core.codes.save_logic_codes(
+            os.fspath(path), np.ascontiguousarray(self.codes), self.terms, self.term_ids,
+            self.target, self.prediction, self.problem,
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "LogicCodeSet":
+        """Reads a logic ``codes.npz`` written by ``hyperlens probe`` or :meth:`save`, validated by
+        the analysis crate's reader (shapes, finite codes, term bits and indices)."""
+        d = dict(_core.codes.load_logic_codes(os.fspath(path)))
+        meta = _sidecar(path)
+        return cls(
+            d["codes"], d["terms"], d["term_ids"], d.get("target"), d.get("prediction"), d.get("problem"),
+            site=meta.get("site"), layers=meta.get("layers"),
+        )
 
 
 def _sidecar(path: str | os.PathLike) -> dict:

@@ -11,6 +11,7 @@ __version__: str
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
 
 class Evaluator:
     @staticmethod
@@ -27,6 +28,18 @@ class Evaluator:
         y: I64,
         rules: I64,
         perms: I64 | None = None,
+        site: str = "paper",
+        layers: list[int] | None = None,
+        batch: int = 256,
+    ) -> dict[str, Any]: ...
+    def logic_evaluate(self, x: F32, y: F32, targets: F32, terms: U8, term_ids: I64, batch: int = 256) -> dict[str, Any]: ...
+    def logic_latent_codes(
+        self,
+        x: F32,
+        y: F32,
+        targets: F32,
+        terms: U8,
+        term_ids: I64,
         site: str = "paper",
         layers: list[int] | None = None,
         batch: int = 256,
@@ -51,10 +64,29 @@ class _Tasks(ModuleType):
     def validate_problems(self, x: F32, y: I64, rules: I64, perms: I64 | None = None) -> None: ...
     def save_sraven(self, path: str, x: F32, y: I64, rules: I64, perms: I64 | None = None) -> None: ...
     def load_sraven(self, path: str, features: int = 4, values: int = 8) -> dict[str, Any]: ...
+    def sample_logic(
+        self,
+        split: str,
+        set: str,
+        n: int,
+        seed: int,
+        samples: int | None = None,
+        frac_test: float | None = None,
+        fixed_query: bool = False,
+        fixed_context: bool = False,
+    ) -> dict[str, Any]: ...
+    def logic_split(self, split: str, samples: int | None = None, frac_test: float | None = None) -> tuple[int, int, int]: ...
+    def validate_logic(self, x: F32, y: F32, targets: F32, terms: U8, term_ids: I64) -> None: ...
+    def save_logic_file(self, path: str, x: F32, y: F32, targets: F32, terms: U8, term_ids: I64) -> None: ...
+    def load_logic_file(self, path: str, variables: int = 4, terms: int = 2, samples: int = 32) -> dict[str, Any]: ...
 
 class _Codes(ModuleType):
     def save_codes(self, path: str, codes: F32, label: I64, **arrays: Any) -> None: ...
     def load_codes(self, path: str) -> dict[str, Any]: ...
+    def save_logic_codes(
+        self, path: str, codes: F32, terms: I64, term_ids: I64, target: F32, prediction: F32, problem: I64
+    ) -> None: ...
+    def load_logic_codes(self, path: str) -> dict[str, Any]: ...
 
 class _Analysis(ModuleType):
     def pca(self, x: F64, n_components: int) -> dict[str, F64]: ...

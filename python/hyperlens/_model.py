@@ -12,9 +12,9 @@ import numpy as np
 
 from . import _core
 from ._arrays import as_f32, as_i64
-from ._codes import CodeSet
+from ._codes import CodeSet, LogicCodeSet
 from ._errors import HookError, HyperlensError, InputError, NotFoundError
-from .tasks import ProblemSet
+from .tasks import LogicProblemSet, ProblemSet
 from .utils import get_act_name
 
 __all__ = ["load", "Model", "Config", "LanguageModel", "LMConfig", "ActivationCache", "find_checkpoint"]
@@ -235,11 +235,28 @@ class Model(_Hooked):
 
     # inputs -------------------------------------------------------------------------------
     def _x(self, x: Any) -> np.ndarray:
-        if isinstance(x, ProblemSet):
+        if isinstance(x, (ProblemSet, LogicProblemSet)):
             x = x.x
         return as_f32(x, "x", 3)
 
+    @property
+    def is_logic(self) -> bool:
+        """Whether the model is a fuzzy-logic one (its ``train.json`` says ``task: logic``)."""
+        return self.cfg.task == "logic"
+
+    def _logic_problems(self, problems: Any) -> LogicProblemSet:
+        if isinstance(problems, LogicProblemSet):
+            return problems
+        if isinstance(problems, Mapping):
+            return LogicProblemSet(problems["x"], problems["y"], problems["targets"], problems["terms"], problems["term_ids"])
+        raise TypeError(
+            f"{self.cfg.path} is a fuzzy-logic model: `problems` must be a LogicProblemSet "
+            f"(hl.tasks.sample(\"logic\", ...)), got {type(problems).__name__}"
+        )
+
     def _problems(self, problems: Any) -> ProblemSet:
+        if isinstance(problems, LogicProblemSet):
+            raise TypeError(f"{self.cfg.path} is a {self.cfg.task} model; a LogicProblemSet needs a fuzzy-logic model")
         if isinstance(problems, ProblemSet):
             return problems
         if isinstance(problems, Mapping):
@@ -262,8 +279,20 @@ class Model(_Hooked):
         return self._ev.patterns(self._x(x), int(batch))
 
     def evaluate(self, problems: Any, batch: int = 256) -> dict[str, Any]:
-        """Accuracy (all features right), per-feature accuracy, loss (nats) and n: the dict that
-        ``hyperlens eval --json`` prints."""
+        """The dict that ``hyperlens eval --json`` prints for ``problems``.
+
+        SRAVEN: accuracy (all features right), per-feature accuracy, loss (nats) and n
+        (``hyperlens_model::eval::evaluate_stream``). Fuzzy logic (a :class:`LogicProblemSet`):
+        ``task``, ``r2`` (mean R² of the last token's prediction over the ``n_r2`` sequences whose
+        targets vary), ``mse`` and ``n`` (``hyperlens_train::logic::evaluate_chunks``), and ``set``
+        when the problem set knows it."""
+        if self.is_logic:
+            lp = self._logic_problems(problems)
+            d = dict(self._ev.logic_evaluate(*lp._arrays(), int(batch)))
+            where = lp.meta.get("set", lp.meta.get("path"))
+            if where is not None:
+                d["set"] = where
+            return d
         p = self._problems(problems)
         return dict(self._ev.evaluate(p.x, p.y, int(batch)))
 
@@ -273,22 +302,33 @@ class Model(_Hooked):
         site: str = "paper",
         layers: Sequence[int] | None = None,
         batch: int = 256,
-    ) -> CodeSet:
+    ) -> "CodeSet | LogicCodeSet":
         """The latent codes at ``site`` (``"paper"``, ``"slot:F"``, ``"all-slots"`` or
         ``"query:I;keys:J,K"``, as the CLI's ``--site``) of ``layers`` (all by default) with their
         labels: a :class:`hyperlens.CodeSet` with the arrays of ``hyperlens probe``'s
         ``codes.npz`` (``codes`` float32 ``[N, L, H, 1, K]``, ``label``, ``rules``, ``inputs``,
         ``target``, ``prediction``, ``correct``, ``slot``, ``problem``), computed batch by batch in
-        memory."""
-        if self.cfg.task != "sraven":
-            raise HyperlensError(
-                f"latent_codes: {self.cfg.path} is a {self.cfg.task} model; this version of the "
-                "Python API extracts SRAVEN codes only (`hyperlens probe` handles the logic task)"
-            )
+        memory (``hyperlens_probe::extract::code_rows``).
+
+        On a fuzzy-logic model ``problems`` is a :class:`LogicProblemSet` and the result a
+        :class:`hyperlens.LogicCodeSet` with the arrays of ``hyperlens probe``'s logic codes file
+        (``codes`` float32 ``[N, L, H, 1, K]``, ``terms``, ``term_ids``, ``target``,
+        ``prediction``, ``problem``); ``site`` is ``"paper"`` (the last token's attention to
+        itself) or ``"query:I;keys:J,..."`` (``hyperlens_probe::logic_code_rows``).
+
+        Errors: :class:`hyperlens.InputError` for a bad site or layer list, a ``ShapeError`` for
+        arrays that do not fit the model, a ``BudgetError`` (``MemoryError``) for codes over the
+        memory budget (before allocating); ``KeyboardInterrupt`` between batches."""
+        lay = None if layers is None else [int(l) for l in layers]
+        if self.is_logic:
+            lp = self._logic_problems(problems)
+            d = dict(self._ev.logic_latent_codes(*lp._arrays(), str(site), lay, int(batch)))
+            site_s, layers_l = d.pop("site"), d.pop("layers")
+            return LogicCodeSet(**d, site=site_s, layers=layers_l)
         p = self._problems(problems)
         d = dict(
             self._ev.latent_codes(
-                p.x, p.y, p.rules, p.perms, str(site), None if layers is None else [int(l) for l in layers], int(batch)
+                p.x, p.y, p.rules, p.perms, str(site), lay, int(batch)
             )
         )
         site_s, layers_l = d.pop("site"), d.pop("layers")

@@ -1,8 +1,10 @@
-"""SRAVEN problem sets as numpy arrays: sample, build from arrays, load and save.
+"""SRAVEN and fuzzy-logic problem sets as numpy arrays: sample, build from arrays, load and save.
 
-The arrays are those of the CLI's problem files (``hyperlens tasks sample``): ``x`` one-hot tokens
-(float32 in memory, uint8 on disk), ``y`` answers, ``rules`` the task's rule per slot, ``perms`` the
-feature permutation of each column.
+The arrays are those of the CLI's problem files (``hyperlens tasks sample``). SRAVEN
+(:class:`ProblemSet`): ``x`` one-hot tokens (float32 in memory, uint8 on disk), ``y`` answers,
+``rules`` the task's rule per slot, ``perms`` the feature permutation of each column. Fuzzy logic
+(:class:`LogicProblemSet`, ``--task logic``): ``x`` inputs, ``y`` the last token's target,
+``targets`` every token's, ``terms`` and ``term_ids`` the task.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import as_f32, as_i64
+from ._arrays import as_f32, as_i64, as_u8
 from ._errors import InputError
 
-__all__ = ["ProblemSet", "sample", "splits", "RULES"]
+__all__ = ["ProblemSet", "LogicProblemSet", "sample", "splits", "logic_split", "RULES"]
 
 #: SRAVEN's rules by index (``label``, ``rules`` and the tables use these indices).
 RULES = (
@@ -113,29 +115,144 @@ def splits() -> list[dict[str, Any]]:
 
 def sample(
     task: str = "sraven",
-    split: str = "paper-seed0",
+    split: str | None = None,
     set: str = "id",
     n: int = 1024,
     seed: int = 0,
     unpermuted: bool = False,
-) -> ProblemSet:
-    """Samples ``n`` problems of ``split``'s ``set`` (``"id"`` or ``"ood"``) with ``seed``: the
-    same problems as ``hyperlens tasks sample --split SPLIT --set SET --n N --seed SEED
-    [--unpermuted]``.
+    *,
+    samples: int | None = None,
+    frac_test: float | None = None,
+    fixed_query: bool = False,
+    fixed_context: bool = False,
+) -> "ProblemSet | LogicProblemSet":
+    """Samples ``n`` problems of ``split``'s ``set`` with ``seed``: the same problems as
+    ``hyperlens tasks sample --task TASK --split SPLIT --set SET --n N --seed SEED ...``.
 
-    Returns a :class:`ProblemSet` with ``x`` float32 ``[n, 36, 8]``, ``y`` and ``rules`` int64
-    ``[n, 4]``, ``perms`` int64 ``[n, 3, 4]``. A size over the memory budget raises
-    :class:`hyperlens.BudgetError` (a ``MemoryError``) before anything is allocated.
+    ``task="sraven"`` (default; ``split`` default ``"paper-seed0"``, ``set`` ``"id"`` or ``"ood"``,
+    ``unpermuted`` as ``--unpermuted``): a :class:`ProblemSet` with ``x`` float32 ``[n, 36, 8]``,
+    ``y`` and ``rules`` int64 ``[n, 4]``, ``perms`` int64 ``[n, 3, 4]``.
+
+    ``task="logic"`` (``split`` ``"seed{N}"``, default ``"seed0"``; ``set`` ``"id"``, ``"ood"``
+    (held-out pairs of known terms) or ``"unknown"``; ``samples`` and ``frac_test`` as
+    ``--logic-samples`` / ``--logic-frac-test``, by default the training defaults 32 and 0.7;
+    ``fixed_query`` / ``fixed_context`` as ``--fixed-query`` / ``--fixed-context``): a
+    :class:`LogicProblemSet` with ``x`` float32 ``[n, T, L + 1]``, ``y`` float32 ``[n]``,
+    ``targets`` float32 ``[n, T]``, ``terms`` uint8 ``[n, K, L]``, ``term_ids`` int64 ``[n, K]``
+    (T = 32, L = 4, K = 2 by default). Source: ``hyperlens_tasks::logic::sample_logic_set``.
+
+    Errors: :class:`hyperlens.InputError` for an unknown task, split or set, a non-positive ``n``,
+    a negative ``seed``, or options of the other task; :class:`hyperlens.BudgetError` (a
+    ``MemoryError``) for a size over the memory budget, before anything is allocated.
     """
-    if task != "sraven":
-        raise InputError(
-            f"task {task!r}: this version of the Python API samples the SRAVEN task only "
-            "(fuzzy-logic sets: `hyperlens tasks sample --task logic`)"
-        )
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise InputError(f"`n` must be a positive integer, got {n!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError(f"`seed` must be a non-negative integer, got {seed!r}")
+    if task == "logic":
+        if unpermuted:
+            raise InputError("`unpermuted` applies to task \"sraven\"")
+        split = "seed0" if split is None else split
+        d = _core.tasks.sample_logic(
+            split, set, int(n), int(seed),
+            None if samples is None else int(samples),
+            None if frac_test is None else float(frac_test),
+            bool(fixed_query), bool(fixed_context),
+        )
+        inputs = "fixed_query" if fixed_query else "fixed_context" if fixed_context else "uniform"
+        meta = {"task": "logic", "split": split, "set": set, "seed": int(seed), "inputs": inputs}
+        return LogicProblemSet(d["x"], d["y"], d["targets"], d["terms"], d["term_ids"], meta=meta, validate=False)
+    if task != "sraven":
+        raise InputError(f"task {task!r}: `sample` draws \"sraven\" and \"logic\" problem sets")
+    if samples is not None or frac_test is not None or fixed_query or fixed_context:
+        raise InputError("`samples`, `frac_test`, `fixed_query` and `fixed_context` apply to task \"logic\"")
+    split = "paper-seed0" if split is None else split
     d = _core.tasks.sample_sraven(split, set, int(n), int(seed), bool(unpermuted))
     meta = {"split": split, "set": set, "seed": int(seed), "unpermuted": bool(unpermuted)}
     return ProblemSet(d["x"], d["y"], d["rules"], d["perms"], meta=meta, validate=False)
+
+
+def logic_split(split: str = "seed0", *, samples: int | None = None, frac_test: float | None = None) -> dict[str, int]:
+    """The task counts of the fuzzy-logic split ``seed{N}``: ``{"id": ..., "ood": ...,
+    "unknown": ...}`` (pairs of terms; ``hyperlens_tasks::logic::LogicSplit``)."""
+    n_id, n_ood, n_unknown = _core.tasks.logic_split(
+        split, None if samples is None else int(samples), None if frac_test is None else float(frac_test)
+    )
+    return {"id": n_id, "ood": n_ood, "unknown": n_unknown}
+
+
+class LogicProblemSet:
+    """A fuzzy-logic problem set (``hyperlens tasks sample --task logic``): sequences of T tokens
+    whose target is ``f(x) = max over K terms of min over the L literals`` (Zadeh's fuzzy logic;
+    ``docs/spec/sraven.md``, "The fuzzy-logic task").
+
+    Attributes:
+        x: float32 ``[N, T, L + 1]`` inputs: L values in [0, 1), then the previous token's target
+            (0 in the last token, whose target the model predicts).
+        y: float32 ``[N]`` the last token's target.
+        targets: float32 ``[N, T]`` every token's target (the R² denominator is their variance).
+        terms: uint8 ``[N, K, L]`` the task's terms as bits (1: the variable, 0: its negation).
+        term_ids: int64 ``[N, K]`` the terms' indices (binary order of the bits).
+        meta: how the set was made (split, set, seed, inputs), when known.
+
+    Building one from arrays converts dtypes safely and validates them (shapes, values in [0, 1],
+    each term's bits those of its index); a bad array raises :class:`hyperlens.InputError` or
+    :class:`hyperlens.ShapeError` naming it.
+    """
+
+    def __init__(
+        self,
+        x: Any,
+        y: Any,
+        targets: Any,
+        terms: Any,
+        term_ids: Any,
+        *,
+        meta: dict | None = None,
+        validate: bool = True,
+    ) -> None:
+        self.x = np.ascontiguousarray(as_f32(x, "x", 3))
+        self.y = as_f32(y, "y", 1)
+        self.targets = as_f32(targets, "targets", 2)
+        self.terms = as_u8(terms, "terms", 3)
+        self.term_ids = as_i64(term_ids, "term_ids", 2)
+        self.meta = dict(meta or {})
+        if validate:
+            _core.tasks.validate_logic(self.x, self.y, self.targets, self.terms, self.term_ids)
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def __getitem__(self, idx: Any) -> "LogicProblemSet":
+        """Sequences ``idx`` (a slice, an index array or a boolean mask) as a new set."""
+        if isinstance(idx, (int, np.integer)):
+            idx = slice(int(idx), int(idx) + 1 if int(idx) != -1 else None)
+        return LogicProblemSet(
+            self.x[idx], self.y[idx], self.targets[idx], self.terms[idx], self.term_ids[idx],
+            meta=self.meta, validate=False,
+        )
+
+    def __repr__(self) -> str:
+        m = ", ".join(f"{k}={v!r}" for k, v in self.meta.items())
+        return f"LogicProblemSet(n={len(self)}, x={self.x.shape}{', ' + m if m else ''})"
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The arrays by name, as in the CLI's file."""
+        return {"x": self.x, "y": self.y, "targets": self.targets, "terms": self.terms, "term_ids": self.term_ids}
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self.x, self.y, self.targets, self.terms, self.term_ids
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the CLI's logic problem file (``hyperlens_tasks::npz::save_logic``), atomically."""
+        _core.tasks.save_logic_file(os.fspath(path), *self._arrays())
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, *, variables: int = 4, terms: int = 2, samples: int = 32
+    ) -> "LogicProblemSet":
+        """Reads a logic problem file written by ``hyperlens tasks sample --task logic`` (or numpy
+        with its arrays), checked against the task's sizes (L ``variables``, K ``terms``, T
+        ``samples``; the training defaults) by ``hyperlens_tasks::npz::load_logic``."""
+        d = _core.tasks.load_logic_file(os.fspath(path), int(variables), int(terms), int(samples))
+        return cls(d["x"], d["y"], d["targets"], d["terms"], d["term_ids"], meta={"task": "logic", "path": os.fspath(path)}, validate=False)

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod error;
 pub mod extract;
 pub mod logic;
+pub mod logic_rows;
 pub mod npz_stream;
 pub mod patch_files;
 pub mod patching;
@@ -20,9 +21,10 @@ pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSumma
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{
-    describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet,
-    LogicProbeSummary, LogicSite,
+    describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet, LogicProbeSummary,
+    LogicSite,
 };
+pub use logic_rows::{logic_code_rows, LogicRows};
 pub use patch_files::{
     write_activation_patching, write_dla, write_head_ablation, write_transplant, PatchRun,
     TransplantProblems,

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use hyperlens_analysis::CodeSet;
 use hyperlens_io::keys::codes as keys;
-use ndarray::{Array1, Array2, Ix1};
+use ndarray::{Array1, Array2, ArrayD, Ix1};
 use ndarray_npy::NpzReader;
-use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn};
+use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -190,9 +190,123 @@ fn load_codes<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
+/// Writes a logic code set as `hyperlens probe` writes one on a fuzzy-logic checkpoint (arrays in
+/// its order: `codes` float32 `[N, L, H, Q, K]`, `terms` int64 `[N, Kt, Lv]`, `term_ids` int64
+/// `[N, Kt]`, `target` and `prediction` float32 `[N]`, `problem` int64 `[N]`), atomically.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn save_logic_codes(
+    py: Python<'_>,
+    path: PathBuf,
+    codes: PyReadonlyArrayDyn<'_, f32>,
+    terms: PyReadonlyArray3<'_, i64>,
+    term_ids: PyReadonlyArray2<'_, i64>,
+    target: PyReadonlyArray1<'_, f32>,
+    prediction: PyReadonlyArray1<'_, f32>,
+    problem: PyReadonlyArray1<'_, i64>,
+) -> PyResult<()> {
+    let c = codes.as_array();
+    if c.ndim() != 5 {
+        return Err(crate::arrays::shape_error(
+            "codes",
+            "[N, L, H, Q, K]",
+            c.shape(),
+        ));
+    }
+    let n = c.shape()[0];
+    let (terms, term_ids) = (terms.as_array(), term_ids.as_array());
+    let (target, prediction, problem) =
+        (target.as_array(), prediction.as_array(), problem.as_array());
+    for (name, rows) in [
+        ("terms", terms.dim().0),
+        ("term_ids", term_ids.nrows()),
+        ("target", target.len()),
+        ("prediction", prediction.len()),
+        ("problem", problem.len()),
+    ] {
+        if rows != n {
+            return Err(raise(
+                Kind::Shape,
+                format!("`{name}` has {rows} rows but `codes` has N = {n}"),
+            ));
+        }
+    }
+    detached(py, || {
+        hyperlens_io::write_npz(&path, |npz| -> Result<(), hyperlens_io::IoError> {
+            npz.add(keys::CODES, &c)?;
+            npz.add(keys::TERMS, &terms)?;
+            npz.add(keys::TERM_IDS, &term_ids)?;
+            npz.add(keys::TARGET, &target)?;
+            npz.add(keys::PREDICTION, &prediction)?;
+            npz.add(keys::PROBLEM, &problem)?;
+            Ok(())
+        })
+        .map_err(to_py)
+    })
+}
+
+/// Reads a logic code file (`hyperlens probe` on a fuzzy-logic checkpoint, or
+/// [`save_logic_codes`]), validated by the analysis crate's reader (`TermCodes::read_npz`:
+/// shapes, finite codes, term bits and indices, the memory budget).
+#[pyfunction]
+fn load_logic_codes<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+    if !path.exists() {
+        return Err(raise(
+            Kind::NotFound,
+            format!("{}: no such file", path.display()),
+        ));
+    }
+    let arrays = detached(py, || {
+        hyperlens_analysis::terms::TermCodes::read_npz(&path).map_err(to_py)?;
+        let shown = path.display().to_string();
+        let file =
+            File::open(&path).map_err(|e| raise(Kind::FileFormat, format!("{shown}: {e}")))?;
+        let mut npz =
+            NpzReader::new(file).map_err(|e| raise(Kind::FileFormat, format!("{shown}: {e}")))?;
+        let names = npz
+            .names()
+            .map_err(|e| raise(Kind::FileFormat, format!("{shown}: {e}")))?;
+        let bad = |name: &str, e: ndarray_npy::ReadNpzError| {
+            raise(Kind::FileFormat, format!("{shown}: array `{name}`: {e}"))
+        };
+        let codes: ArrayD<f32> = npz.by_name(keys::CODES).map_err(|e| bad(keys::CODES, e))?;
+        let terms: ArrayD<i64> = npz.by_name(keys::TERMS).map_err(|e| bad(keys::TERMS, e))?;
+        let ids: ArrayD<i64> = npz
+            .by_name(keys::TERM_IDS)
+            .map_err(|e| bad(keys::TERM_IDS, e))?;
+        let mut f32s = Vec::new();
+        for name in [keys::TARGET, keys::PREDICTION] {
+            if names.iter().any(|n| n == name) {
+                let a: Array1<f32> = npz.by_name(name).map_err(|e| bad(name, e))?;
+                f32s.push((name, a));
+            }
+        }
+        let problem = if names.iter().any(|n| n == keys::PROBLEM) {
+            Some(read_i64(&path, keys::PROBLEM)?)
+        } else {
+            None
+        };
+        Ok((codes, terms, ids, f32s, problem))
+    })?;
+    let (codes, terms, ids, f32s, problem) = arrays;
+    let d = PyDict::new(py);
+    d.set_item("codes", out(py, codes))?;
+    d.set_item("terms", out(py, terms))?;
+    d.set_item("term_ids", out(py, ids))?;
+    for (name, a) in f32s {
+        d.set_item(name, out(py, a))?;
+    }
+    if let Some(p) = problem {
+        d.set_item("problem", out(py, p))?;
+    }
+    Ok(d)
+}
+
 /// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save_codes, m)?)?;
     m.add_function(wrap_pyfunction!(load_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(save_logic_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(load_logic_codes, m)?)?;
     Ok(())
 }

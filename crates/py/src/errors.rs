@@ -13,6 +13,7 @@ use hyperlens_io::IoError;
 use hyperlens_model::ModelError;
 use hyperlens_probe::ProbeError;
 use hyperlens_tasks::error::TasksError;
+use hyperlens_train::TrainError;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -181,6 +182,22 @@ impl Classify for AnalysisError {
             AnalysisError::Numerical(_) => Kind::Numerical,
             AnalysisError::Io { .. } | AnalysisError::Npz(_) => Kind::FileFormat,
             AnalysisError::File(e) => e.kind(),
+        }
+    }
+}
+
+impl Classify for TrainError {
+    fn kind(&self) -> Kind {
+        match self {
+            TrainError::InvalidParam(_) => Kind::Input,
+            TrainError::Resume(_) => Kind::Checkpoint,
+            TrainError::Interrupted(_) => Kind::Other,
+            TrainError::Diverged { .. } => Kind::Numerical,
+            TrainError::Model(e) => e.kind(),
+            TrainError::Tasks(e) => e.kind(),
+            TrainError::File(e) => e.kind(),
+            TrainError::Io { .. } | TrainError::Json { .. } => Kind::FileFormat,
+            _ => Kind::Other,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod arrays;
 pub mod codes;
 pub mod errors;
 pub mod lm;
+pub mod logic;
 pub mod model;
 pub mod tasks;
 

@@ -15,12 +15,13 @@ use hyperlens_model::{Evaluator, ModelError};
 use hyperlens_probe::extract::{code_rows, selections_of, CodeRows};
 use hyperlens_probe::{ProbeParams, Site};
 use ndarray::{s, Array1, Array2, ArrayD, ArrayView3, IxDyn};
-use numpy::{PyArrayDyn, PyReadonlyArray2, PyReadonlyArray3, PyReadonlyArrayDyn};
+use numpy::{PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::arrays::{check_finite, out, shape_error, shaped};
 use crate::errors::{check_signals, detached, raise, to_py, Kind};
+use crate::logic::LogicArrays;
 
 /// Activations by hook name, in pass order.
 pub(crate) type Activations = Vec<(String, ArrayD<f32>)>;
@@ -400,6 +401,59 @@ impl PyEvaluator {
         d.set_item("layers", layers)?;
         d.set_item("site", site.to_string())?;
         Ok(d)
+    }
+
+    /// `hyperlens eval --json` on a fuzzy-logic problem set (`x` float32 [N, T, L + 1], `y`
+    /// float32 [N], `targets` float32 [N, T], `terms` uint8 [N, K, L], `term_ids` int64 [N, K]):
+    /// `task`, `r2`, `mse`, `n`, `n_r2`.
+    #[pyo3(signature = (x, y, targets, terms, term_ids, batch = 256))]
+    #[allow(clippy::too_many_arguments)]
+    fn logic_evaluate<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray3<'py, f32>,
+        y: PyReadonlyArray1<'py, f32>,
+        targets: PyReadonlyArray2<'py, f32>,
+        terms: PyReadonlyArray3<'py, u8>,
+        term_ids: PyReadonlyArray2<'py, i64>,
+        batch: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        check_batch(batch)?;
+        let a = LogicArrays {
+            x,
+            y,
+            targets,
+            terms,
+            term_ids,
+        };
+        crate::logic::evaluate(py, &self.ev, &a, batch)
+    }
+
+    /// `hyperlens probe` on a fuzzy-logic problem set (arrays as [`Self::logic_evaluate`]), in
+    /// memory: the arrays of its codes file with `site` and `layers`.
+    #[pyo3(signature = (x, y, targets, terms, term_ids, site = "paper", layers = None, batch = 256))]
+    #[allow(clippy::too_many_arguments)]
+    fn logic_latent_codes<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray3<'py, f32>,
+        y: PyReadonlyArray1<'py, f32>,
+        targets: PyReadonlyArray2<'py, f32>,
+        terms: PyReadonlyArray3<'py, u8>,
+        term_ids: PyReadonlyArray2<'py, i64>,
+        site: &str,
+        layers: Option<Vec<usize>>,
+        batch: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        check_batch(batch)?;
+        let a = LogicArrays {
+            x,
+            y,
+            targets,
+            terms,
+            term_ids,
+        };
+        crate::logic::latent_codes(py, &self.ev, &a, site, layers, batch)
     }
 
     /// The hooked pass keeping the activations `names` (exact hook names): the logits float32

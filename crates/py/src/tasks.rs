@@ -166,5 +166,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate_problems, m)?)?;
     m.add_function(wrap_pyfunction!(save_sraven, m)?)?;
     m.add_function(wrap_pyfunction!(load_sraven, m)?)?;
-    Ok(())
+    crate::logic::register(m)
 }
