@@ -18,6 +18,11 @@
 //! - [`GroupedBars`]: ID/OOD accuracy per checkpoint;
 //! - [`EigenvalueGrid`]: OV-circuit eigenvalues lambda/|lambda| on the unit circle, per head;
 //! - [`FigureRow`]: several figures side by side under one title.
+//!
+//! Interactive figures (module [`interactive`], GitHub issue 36): [`CodeExplorer`], the
+//! latent-space explorer (hover, click for the problem and its code, legend, zoom), and
+//! [`PatternExplorer`], attention patterns and heatmaps with hover values and a head selector;
+//! self-contained SVG with a small inline script, no network.
 
 mod attention;
 mod bars;
@@ -29,6 +34,7 @@ mod figure;
 mod font;
 mod glyph;
 mod heatmap;
+pub mod interactive;
 mod lines;
 mod panels;
 mod scatter;
@@ -51,3 +57,7 @@ pub use figure::{
 pub use font::{ensure_fonts, FONT_FAMILY};
 pub use glyph::GlyphBackend;
 pub use heatmap::{head_labels, Heatmap, HeatmapOptions, ValueFormat};
+pub use interactive::{
+    save_interactive_html, save_interactive_svg, CodeExplorer, Coloring, ExplorerSet, Field,
+    FieldValues, InteractiveFigure, PatternExplorer, SravenProblems,
+};

@@ -1,0 +1,187 @@
+//! The compact encoding of an interactive figure's data: little-endian binary arrays in base64
+//! inside one JSON object, quantised where the figure does not need full precision.
+
+use serde_json::{json, Value};
+
+use crate::error::{Result, VizError};
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 (RFC 4648, with `=` padding) of `bytes`.
+pub fn base64(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                s.push(B64[((n >> (18 - 6 * k)) & 63) as usize] as char);
+            } else {
+                s.push('=');
+            }
+        }
+    }
+    s
+}
+
+/// 64-bit FNV-1a hash (the figure's element id: the same data give the same id).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// An encoded array: `{"t": type, "n": length, "b": base64}`, the type one of `u8`, `u16`, `i32`,
+/// `f32` (the JS side views the bytes as the matching typed array).
+pub fn array(t: &str, n: usize, bytes: &[u8]) -> Value {
+    json!({"t": t, "n": n, "b": base64(bytes)})
+}
+
+/// Integers in the smallest of `u8`, `u16`, `i32` that holds them all.
+///
+/// # Errors
+/// [`VizError::OutOfRange`] for a value outside the `i32` range.
+pub fn ints(what: &str, v: impl ExactSizeIterator<Item = i64> + Clone) -> Result<Value> {
+    let n = v.len();
+    let (lo, hi) = v
+        .clone()
+        .fold((0i64, 0i64), |(a, b), x| (a.min(x), b.max(x)));
+    if lo >= 0 && hi <= i64::from(u8::MAX) {
+        let b: Vec<u8> = v.map(|x| x as u8).collect();
+        Ok(array("u8", n, &b))
+    } else if lo >= 0 && hi <= i64::from(u16::MAX) {
+        let b: Vec<u8> = v.flat_map(|x| (x as u16).to_le_bytes()).collect();
+        Ok(array("u16", n, &b))
+    } else if lo >= i64::from(i32::MIN) && hi <= i64::from(i32::MAX) {
+        let b: Vec<u8> = v.flat_map(|x| (x as i32).to_le_bytes()).collect();
+        Ok(array("i32", n, &b))
+    } else {
+        let bad = if lo < i64::from(i32::MIN) { lo } else { hi };
+        Err(VizError::OutOfRange {
+            what: what.to_string(),
+            at: "(some element)".into(),
+            value: bad as f64,
+            lo: f64::from(i32::MIN),
+            hi: f64::from(i32::MAX),
+        })
+    }
+}
+
+/// Finite values quantised to `u8` (`bits == 8`) or `u16` (`bits == 16`) over `[lo, hi]`: the
+/// value of code `q` is `lo + q * (hi - lo) / (2^bits - 1)`, so the error is at most half a step.
+/// Returns the encoded array and `[lo, hi]` (the data's range, widened when it is a point).
+pub fn quantised(v: &[f64], bits: u32) -> (Value, [f64; 2]) {
+    let (mut lo, mut hi) = v
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    if !(lo.is_finite() && hi.is_finite()) {
+        (lo, hi) = (0.0, 1.0);
+    }
+    if hi <= lo {
+        (lo, hi) = (lo - 0.5, lo + 0.5);
+    }
+    let top = f64::from((1u32 << bits) - 1);
+    let q = |x: f64| ((x - lo) / (hi - lo) * top).round().clamp(0.0, top);
+    let value = if bits == 8 {
+        let b: Vec<u8> = v.iter().map(|&x| q(x) as u8).collect();
+        array("u8", v.len(), &b)
+    } else {
+        let b: Vec<u8> = v
+            .iter()
+            .flat_map(|&x| (q(x) as u16).to_le_bytes())
+            .collect();
+        array("u16", v.len(), &b)
+    };
+    (value, [lo, hi])
+}
+
+/// `value` as JSON text that is safe inside a `<script>` element of HTML and of XML (SVG): `<`,
+/// `>` and `&` only occur inside JSON strings, where they are written as `\u003c`, `\u003e`,
+/// `\u0026`.
+pub fn safe_json(value: &Value) -> String {
+    value
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+/// Checks that every value of `what` is finite.
+///
+/// # Errors
+/// [`VizError::NonFinite`] naming the first one that is not.
+pub fn check_finite(what: &str, v: impl Iterator<Item = f64>) -> Result<()> {
+    for (i, x) in v.enumerate() {
+        if !x.is_finite() {
+            return Err(VizError::NonFinite {
+                what: what.to_string(),
+                at: format!("[{i}] (flat index)"),
+                value: x,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        // RFC 4648 section 10.
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (i, o) in cases {
+            assert_eq!(base64(i.as_bytes()), o, "{i}");
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
+
+    #[test]
+    fn ints_pick_the_smallest_type() {
+        assert_eq!(ints("a", [0i64, 255].into_iter()).unwrap()["t"], "u8");
+        assert_eq!(ints("a", [0i64, 256].into_iter()).unwrap()["t"], "u16");
+        let v = ints("a", [-1i64, 7].into_iter()).unwrap();
+        assert_eq!(v["t"], "i32");
+        // -1 as little-endian i32, then 7.
+        assert_eq!(v["b"], base64(&[0xff, 0xff, 0xff, 0xff, 7, 0, 0, 0]));
+        assert!(ints("a", [i64::MAX].into_iter()).is_err());
+    }
+
+    #[test]
+    fn quantisation_is_within_half_a_step() {
+        let v = [-1.5, 0.0, 0.3, 2.5];
+        let (enc, [lo, hi]) = quantised(&v, 8);
+        assert_eq!((lo, hi), (-1.5, 2.5));
+        assert_eq!(enc["t"], "u8");
+        // 0.3 -> (1.8 / 4) * 255 = 114.75 -> 115.
+        assert_eq!(enc["b"], base64(&[0, 96, 115, 255]));
+        let (_, r) = quantised(&[2.0, 2.0], 16);
+        assert_eq!(r, [1.5, 2.5]);
+    }
+
+    #[test]
+    fn json_is_safe_in_script_elements() {
+        let s = safe_json(&json!({"a": "</script><![CDATA[ & ]]>"}));
+        assert!(
+            !s.contains('<') && !s.contains('>') && !s.contains('&'),
+            "{s}"
+        );
+        let back: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(back["a"], "</script><![CDATA[ & ]]>");
+    }
+}

@@ -1,0 +1,432 @@
+// hyperlens interactive figures (crates/viz/src/interactive): the latent-space explorer and the
+// pattern / heatmap viewer. Hand-written, no dependency, no network. Each figure is an SVG
+// element of class hl-fig holding its data in a JSON script element of class hl-data; this
+// script (included once per figure) defines window.hlViz once and boots every figure of the
+// document that is not booted yet.
+(function () {
+  'use strict';
+  if (typeof window === 'undefined' || typeof document === 'undefined') return;
+  var NS = 'http://www.w3.org/2000/svg';
+  var hl = window.hlViz;
+  if (!hl) {
+    hl = window.hlViz = {};
+
+    var el = function (parent, tag, attrs, text) {
+      var e = document.createElementNS(NS, tag);
+      if (attrs) for (var k in attrs) e.setAttribute(k, attrs[k]);
+      if (text !== undefined) e.textContent = text;
+      if (parent) parent.appendChild(e);
+      return e;
+    };
+    var clear = function (g) { while (g.firstChild) g.removeChild(g.firstChild); };
+    // A binary array {t, n, b} of the data object as a typed array.
+    var dec = function (a) {
+      var s = atob(a.b), u = new Uint8Array(s.length);
+      for (var i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
+      if (a.t === 'u8') return u;
+      if (a.t === 'u16') return new Uint16Array(u.buffer);
+      if (a.t === 'i32') return new Int32Array(u.buffer);
+      if (a.t === 'f32') return new Float32Array(u.buffer);
+      throw new Error('hyperlens figure: unknown array type ' + a.t);
+    };
+    var fmt = function (v) {
+      if (v === 0) return '0';
+      var a = Math.abs(v);
+      return a >= 1000 || a < 0.001 ? v.toExponential(2) : String(Number(v.toPrecision(4)));
+    };
+    // Pointer position in the figure's own coordinates (the SVG may be scaled by its page).
+    var local = function (svg, ev) {
+      var m = svg.getScreenCTM();
+      if (!m) return { x: 0, y: 0 };
+      var p = svg.createSVGPoint();
+      p.x = ev.clientX; p.y = ev.clientY;
+      p = p.matrixTransform(m.inverse());
+      return { x: p.x, y: p.y };
+    };
+    var button = function (parent, x, y, label, on, click) {
+      var w = 10 + 7 * label.length;
+      var g = el(parent, 'g', { class: 'hl-btn' + (on ? ' on' : ''), transform: 'translate(' + x + ',' + y + ')' });
+      el(g, 'rect', { width: w, height: 20, rx: 3 });
+      el(g, 'text', { x: w / 2, y: 14, 'text-anchor': 'middle' }, label);
+      g.addEventListener('click', click);
+      return w;
+    };
+    // A row of buttons "name: a b c"; returns the x after it.
+    var switcher = function (parent, x, y, name, labels, current, pick) {
+      el(parent, 'text', { x: x, y: y + 14, class: 'hl-small' }, name + ':');
+      x += 8 + 6.5 * name.length;
+      labels.forEach(function (label, k) {
+        x += button(parent, x, y, label, k === current, function () { pick(k); }) + 4;
+      });
+      return x + 12;
+    };
+    var tooltip = function (svg) {
+      var g = el(svg, 'g', { class: 'hl-tip', 'pointer-events': 'none', display: 'none' });
+      return {
+        show: function (x, y, lines) {
+          clear(g);
+          var w = 20 + 6.6 * Math.max.apply(null, lines.map(function (s) { return s.length; }));
+          var h = 8 + 15 * lines.length;
+          var W = +svg.getAttribute('width'), H = +svg.getAttribute('height');
+          var tx = x + 14 + w > W ? x - 14 - w : x + 14, ty = Math.min(Math.max(y - h / 2, 2), H - h - 2);
+          el(g, 'rect', { x: tx, y: ty, width: w, height: h, rx: 4 });
+          lines.forEach(function (s, i) {
+            el(g, 'text', { x: tx + 8, y: ty + 17 + 15 * i, class: i === 0 ? 'hl-tip-head' : 'hl-tip-line', 'font-weight': i === 0 ? 'bold' : 'normal' }, s);
+          });
+          g.setAttribute('display', 'inline');
+          svg.appendChild(g);
+        },
+        hide: function () { g.setAttribute('display', 'none'); }
+      };
+    };
+    // Colour of t in [0, 1]: white to dark blue; or blue-white-red when the range crosses zero.
+    var ramp = function (v, r) {
+      var mix = function (a, b, t) {
+        return 'rgb(' + [0, 1, 2].map(function (i) { return Math.round(a[i] + (b[i] - a[i]) * t); }).join(',') + ')';
+      };
+      if (r[0] < 0 && r[1] > 0) {
+        var m = Math.max(-r[0], r[1]), t = Math.max(-1, Math.min(1, v / m));
+        return t < 0 ? mix([247, 247, 247], [33, 102, 172], -t) : mix([247, 247, 247], [178, 24, 43], t);
+      }
+      var s = (v - r[0]) / (r[1] - r[0] || 1);
+      return mix([247, 251, 255], [8, 48, 107], Math.max(0, Math.min(1, s)));
+    };
+    var nice = function (lo, hi, n) {
+      var span = hi - lo, step = Math.pow(10, Math.floor(Math.log10(span / n)));
+      [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= n) { step *= m; return true; } return false; });
+      var out = [];
+      for (var v = Math.ceil(lo / step) * step; v <= hi + 1e-12; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+      return out;
+    };
+
+    // ---- the latent-space explorer ------------------------------------------------------
+    var explorer = function (svg, D) {
+      var W = +svg.getAttribute('width');
+      var uid = svg.id;
+      var PX = 64, PY = 76, PS = 440; // plot frame
+      var sets = D.sets.map(function (s) {
+        return {
+          raw: s,
+          n: s.n,
+          index: dec(s.index),
+          colors: s.colors.map(dec),
+          fields: s.fields.map(function (f) { return { name: f.name, kind: f.kind, names: f.names, v: f.kind === 'text' ? f.v : dec(f.v) }; }),
+          xy: s.xy.map(function (byLayer) { return byLayer.map(function (a) { return { x: dec(a.x), y: dec(a.y), rx: a.rx, ry: a.ry }; }); }),
+          codes: s.codes ? s.codes.map(function (c) { return { q: dec(c.q), r: c.r }; }) : null,
+          problems: s.problems ? { values: dec(s.problems.values), F: s.problems.features, slot: dec(s.problems.slot), prediction: dec(s.problems.prediction), marked: s.problems.marked, query: s.problems.query } : null
+        };
+      });
+      var st = { set: sets.length - 1, layer: D.layers.length - 1, proj: 0, color: 0, sel: -1, view: null, hidden: D.colorings.map(function () { return {}; }) };
+      var tip = tooltip(svg);
+      el(svg, 'text', { x: 12, y: 22, class: 'hl-title' }, D.title);
+      var controls = el(svg, 'g', { class: 'hl-controls' });
+      var defs = el(svg, 'defs');
+      var clip = el(defs, 'clipPath', { id: uid + '-clip' });
+      el(clip, 'rect', { x: PX, y: PY, width: PS, height: PS });
+      var axes = el(svg, 'g', { class: 'hl-axes' });
+      var bg = el(svg, 'rect', { x: PX, y: PY, width: PS, height: PS, fill: '#fff', class: 'hl-plot', cursor: 'move' });
+      var pts = el(svg, 'g', { class: 'hl-points', 'clip-path': 'url(#' + uid + '-clip)' });
+      el(svg, 'rect', { x: PX, y: PY, width: PS, height: PS, class: 'hl-frame' });
+      var legend = el(svg, 'g', { class: 'hl-legend' });
+      var detail = el(svg, 'g', { class: 'hl-detail' });
+      var circles = [];
+
+      var cur = function () { return sets[st.set]; };
+      var xyOf = function (s, i) {
+        var a = s.xy[st.proj][st.layer];
+        return [a.rx[0] + a.x[i] * (a.rx[1] - a.rx[0]) / 65535, a.ry[0] + a.y[i] * (a.ry[1] - a.ry[0]) / 65535];
+      };
+      var fullView = function () {
+        var a = cur().xy[st.proj][st.layer], px = (a.rx[1] - a.rx[0]) * 0.05, py = (a.ry[1] - a.ry[0]) * 0.05;
+        return { x0: a.rx[0] - px, x1: a.rx[1] + px, y0: a.ry[0] - py, y1: a.ry[1] + py };
+      };
+      var sx = function (x) { return PX + (x - st.view.x0) / (st.view.x1 - st.view.x0) * PS; };
+      var sy = function (y) { return PY + PS - (y - st.view.y0) / (st.view.y1 - st.view.y0) * PS; };
+      var fieldText = function (s, f, i) {
+        if (f.kind === 'cat') return f.names[f.v[i]];
+        if (f.kind === 'bool') return f.v[i] ? 'yes' : 'no';
+        if (f.kind === 'float') return fmt(f.v[i]);
+        return String(f.v[i]);
+      };
+      var hoverLines = function (i) {
+        var s = cur();
+        var lines = [s.raw.name + ' problem ' + s.index[i], 'layer ' + D.layers[st.layer]];
+        s.fields.forEach(function (f) { lines.push(f.name + ': ' + fieldText(s, f, i)); });
+        return lines;
+      };
+
+      var drawAxes = function () {
+        clear(axes);
+        var v = st.view, p = D.projections[st.proj];
+        nice(v.x0, v.x1, 6).forEach(function (t) {
+          var x = sx(t);
+          el(axes, 'line', { x1: x, x2: x, y1: PY, y2: PY + PS, class: 'hl-grid' });
+          el(axes, 'text', { x: x, y: PY + PS + 15, 'text-anchor': 'middle', class: 'hl-small' }, fmt(t));
+        });
+        nice(v.y0, v.y1, 6).forEach(function (t) {
+          var y = sy(t);
+          el(axes, 'line', { x1: PX, x2: PX + PS, y1: y, y2: y, class: 'hl-grid' });
+          el(axes, 'text', { x: PX - 5, y: y + 4, 'text-anchor': 'end', class: 'hl-small' }, fmt(t));
+        });
+        el(axes, 'text', { x: PX + PS / 2, y: PY + PS + 34, 'text-anchor': 'middle' }, p.axes[0]);
+        el(axes, 'text', { x: 16, y: PY + PS / 2, 'text-anchor': 'middle', transform: 'rotate(-90 16 ' + (PY + PS / 2) + ')' }, p.axes[1]);
+      };
+      var place = function () {
+        var s = cur();
+        circles.forEach(function (c, i) {
+          var p = xyOf(s, i);
+          c.setAttribute('cx', sx(p[0]).toFixed(1));
+          c.setAttribute('cy', sy(p[1]).toFixed(1));
+        });
+        drawAxes();
+      };
+      var paint = function () {
+        var s = cur(), lab = s.colors[st.color], C = D.colorings[st.color], hid = st.hidden[st.color];
+        circles.forEach(function (c, i) {
+          var k = lab[i];
+          c.setAttribute('fill', C.colors[k]);
+          c.setAttribute('data-class', k);
+          c.setAttribute('display', hid[k] ? 'none' : 'inline');
+        });
+      };
+      var drawPoints = function () {
+        clear(pts);
+        circles = [];
+        var s = cur();
+        for (var i = 0; i < s.n; i++) {
+          circles.push(el(pts, 'circle', { r: 3, class: 'hl-pt' + (i === st.sel ? ' sel' : ''), 'fill-opacity': 0.75, 'data-i': i, 'data-index': s.index[i] }));
+        }
+        paint();
+        place();
+      };
+      var drawLegend = function () {
+        clear(legend);
+        var C = D.colorings[st.color], hid = st.hidden[st.color], s = cur(), lab = s.colors[st.color];
+        var counts = C.classes.map(function () { return 0; });
+        for (var i = 0; i < s.n; i++) counts[lab[i]]++;
+        var x = PX + PS + 16, y = PY + 6;
+        el(legend, 'text', { x: x, y: y + 8, 'font-weight': 'bold' }, C.name);
+        el(legend, 'text', { x: x, y: y + 22, class: 'hl-small' }, '(click to hide / show)');
+        C.classes.forEach(function (name, k) {
+          if (!counts[k]) return;
+          y += 19;
+          var g = el(legend, 'g', { class: 'hl-leg' + (hid[k] ? ' off' : ''), 'data-class': k, transform: 'translate(' + x + ',' + (y + 16) + ')' });
+          el(g, 'circle', { cx: 5, cy: 0, r: 5, fill: C.colors[k] });
+          el(g, 'text', { x: 15, y: 4 }, name + ' (' + counts[k] + ')');
+          g.addEventListener('click', function () {
+            hid[k] = !hid[k];
+            g.setAttribute('class', 'hl-leg' + (hid[k] ? ' off' : ''));
+            paint();
+          });
+        });
+      };
+      var drawControls = function () {
+        clear(controls);
+        var x = 12, y = 34;
+        x = switcher(controls, x, y, 'set', sets.map(function (s) { return s.raw.name; }), st.set, function (k) { st.set = k; st.sel = -1; st.view = fullView(); redraw(); });
+        x = switcher(controls, x, y, 'layer', D.layers, st.layer, function (k) { st.layer = k; st.view = fullView(); redraw(); });
+        if (D.projections.length > 1) x = switcher(controls, x, y, 'projection', D.projections.map(function (p) { return p.name; }), st.proj, function (k) { st.proj = k; st.view = fullView(); redraw(); });
+        if (D.colorings.length > 1) switcher(controls, x, y, 'colour', D.colorings.map(function (c) { return c.name; }), st.color, function (k) { st.color = k; redraw(); });
+        el(controls, 'text', { x: PX, y: PY + PS + 52, class: 'hl-small' }, 'wheel: zoom, drag: pan, double-click: reset; click a point for its problem');
+      };
+      var drawDetail = function () {
+        clear(detail);
+        var X = 700, s = cur(), i = st.sel;
+        if (i < 0) {
+          el(detail, 'text', { x: X, y: PY + 14, class: 'hl-small' }, 'Click a point to see its problem and its code.');
+          return;
+        }
+        var y = PY + 10;
+        el(detail, 'text', { x: X, y: y, 'font-weight': 'bold', class: 'hl-detail-title' }, s.raw.name + ' problem ' + s.index[i] + ', layer ' + D.layers[st.layer]);
+        y += 10;
+        var P = s.problems;
+        if (P) {
+          var F = P.F, cw = 106, ch = 30 + 0, fw = (cw - 10) / F;
+          var base = i * 9 * F;
+          for (var p = 0; p < 9; p++) {
+            var gx = X + (p % 3) * (cw + 4), gy = y + Math.floor(p / 3) * (ch + 22);
+            el(detail, 'text', { x: gx, y: gy + 11, class: 'hl-small' }, p < 8 ? 'panel ' + p : 'answer');
+            var g = el(detail, 'g', { class: 'hl-panel', 'data-panel': p, transform: 'translate(' + gx + ',' + (gy + 14) + ')' });
+            el(g, 'rect', { width: cw, height: ch, fill: p < 8 ? '#fafafa' : '#fff7e6', stroke: '#bbb' });
+            for (var f = 0; f < F; f++) {
+              var v = P.values[base + p * F + f], t = p * F + f;
+              var cell = el(g, 'g', { class: 'hl-feat', 'data-feature': f, 'data-value': v, transform: 'translate(' + (5 + f * fw) + ',5)' });
+              el(cell, 'rect', { width: fw - 3, height: ch - 10, fill: D.colorings[0].colors[v % D.colorings[0].colors.length] || '#ccc', 'fill-opacity': 0.35 });
+              el(cell, 'text', { x: (fw - 3) / 2, y: 15, 'text-anchor': 'middle' }, String(v));
+              if (P.marked.indexOf(t) >= 0 || t === P.query) el(cell, 'rect', { x: -1, y: -1, width: fw - 1, height: ch - 8, class: 'hl-mark' });
+            }
+          }
+          y += 3 * (ch + 22) + 6;
+          var slot = P.slot[i], pred = P.prediction[i], truth = P.values[base + 8 * F + slot];
+          el(detail, 'text', { x: X, y: y, class: 'hl-answer' }, 'slot ' + slot + ': true ' + truth + ', model ' + pred + (pred === truth ? ' (right)' : ' (wrong)'));
+          y += 14;
+          el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'red: the site\'s query and key tokens');
+          y += 10;
+        }
+        if (s.codes && D.heads.length) {
+          var c = s.codes[st.layer], H = D.heads.length, K = D.keys.length, hk = H * K;
+          var cs = Math.max(8, Math.min(20, Math.floor(320 / H)));
+          y += 10;
+          el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'its code at layer ' + D.layers[st.layer] + ' (query to keys, per head):');
+          y += 6;
+          for (var k = 0; k < K; k++) {
+            el(detail, 'text', { x: X + 30, y: y + k * cs + cs / 2 + 4, 'text-anchor': 'end', class: 'hl-small' }, D.keys[k]);
+            for (var h = 0; h < H; h++) {
+              var val = c.r[0] + c.q[i * hk + h * K + k] * (c.r[1] - c.r[0]) / 255;
+              var r = el(detail, 'rect', { x: X + 34 + h * cs, y: y + k * cs, width: cs - 1, height: cs - 1, fill: ramp(val, c.r), class: 'hl-code', 'data-head': h, 'data-key': k });
+              (function (h, k, val) {
+                r.addEventListener('pointermove', function (ev) {
+                  var q = local(svg, ev);
+                  tip.show(q.x, q.y, [D.heads[h] + ' -> ' + D.keys[k], 'code \u2248 ' + fmt(val)]);
+                });
+                r.addEventListener('pointerleave', tip.hide);
+              })(h, k, val);
+            }
+          }
+          D.heads.forEach(function (name, h) {
+            if (H <= 16 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, name.replace(/^L\d+/, ''));
+          });
+          y += K * cs + 24;
+        }
+        s.fields.forEach(function (f) {
+          el(detail, 'text', { x: X, y: y, class: 'hl-field' }, f.name + ': ' + fieldText(s, f, i));
+          y += 15;
+        });
+        // The command that reproduces the problem set, wrapped at spaces.
+        var words = (s.raw.reproduce + ' (problem ' + s.index[i] + ')').split(' '), line = '';
+        y += 4;
+        words.forEach(function (w) {
+          if ((line + ' ' + w).length > 52 && line) { el(detail, 'text', { x: X, y: y, class: 'hl-small hl-repro' }, line); y += 13; line = w; } else line = line ? line + ' ' + w : w;
+        });
+        if (line) el(detail, 'text', { x: X, y: y, class: 'hl-small hl-repro' }, line);
+      };
+      var redraw = function () { drawControls(); drawPoints(); drawLegend(); drawDetail(); };
+
+      pts.addEventListener('pointerover', function (ev) {
+        var i = ev.target.getAttribute && ev.target.getAttribute('data-i');
+        if (i === null || i === undefined) return;
+        var q = local(svg, ev);
+        tip.show(q.x, q.y, hoverLines(+i));
+      });
+      pts.addEventListener('pointerout', tip.hide);
+      pts.addEventListener('click', function (ev) {
+        var i = ev.target.getAttribute && ev.target.getAttribute('data-i');
+        if (i === null || i === undefined) return;
+        if (st.sel >= 0 && circles[st.sel]) circles[st.sel].setAttribute('class', 'hl-pt');
+        st.sel = +i;
+        circles[st.sel].setAttribute('class', 'hl-pt sel');
+        pts.appendChild(circles[st.sel]);
+        drawDetail();
+      });
+      var drag = null;
+      var zoomAt = function (ev, f) {
+        var q = local(svg, ev), v = st.view;
+        var cx = v.x0 + (q.x - PX) / PS * (v.x1 - v.x0), cy = v.y0 + (PY + PS - q.y) / PS * (v.y1 - v.y0);
+        st.view = { x0: cx + (v.x0 - cx) * f, x1: cx + (v.x1 - cx) * f, y0: cy + (v.y0 - cy) * f, y1: cy + (v.y1 - cy) * f };
+        place();
+      };
+      [bg, pts].forEach(function (t) {
+        t.addEventListener('wheel', function (ev) { ev.preventDefault(); zoomAt(ev, ev.deltaY > 0 ? 1.2 : 1 / 1.2); }, { passive: false });
+        t.addEventListener('dblclick', function () { st.view = fullView(); place(); });
+      });
+      bg.addEventListener('pointerdown', function (ev) { drag = { p: local(svg, ev), v: st.view }; bg.setPointerCapture && bg.setPointerCapture(ev.pointerId); });
+      bg.addEventListener('pointermove', function (ev) {
+        if (!drag) return;
+        var q = local(svg, ev), v = drag.v;
+        var dx = (q.x - drag.p.x) / PS * (v.x1 - v.x0), dy = (q.y - drag.p.y) / PS * (v.y1 - v.y0);
+        st.view = { x0: v.x0 - dx, x1: v.x1 - dx, y0: v.y0 + dy, y1: v.y1 + dy };
+        place();
+      });
+      bg.addEventListener('pointerup', function () { drag = null; });
+      st.view = fullView();
+      redraw();
+      svg.hlState = st;
+    };
+
+    // ---- attention patterns and heatmaps ------------------------------------------------
+    var patterns = function (svg, D) {
+      var L = D.shape[0], H = D.shape[1], R = D.shape[2], C = D.shape[3];
+      var exact = D.values.exact ? dec(D.values.exact) : null, q = exact ? null : dec(D.values.q);
+      var r = D.range, qr = exact ? null : D.values.r;
+      var at = function (l, h, i, j) {
+        var k = ((l * H + h) * R + i) * C + j;
+        return exact ? exact[k] : qr[0] + q[k] * (qr[1] - qr[0]) / 255;
+      };
+      var colour = function (v) {
+        var t = Math.max(0, Math.min(1, (v - r[0]) / (r[1] - r[0])));
+        return D.lut[Math.round(t * (D.lut.length - 1))];
+      };
+      var st = { layer: L - 1, head: 0 };
+      var tip = tooltip(svg);
+      var lw = Math.min(90, 8 + 6 * Math.max.apply(null, D.rows.map(function (s) { return s.length; })));
+      var X0 = 16 + lw, Y0 = 76, S = Math.min(500, 560 - 12 * Math.min(8, Math.max.apply(null, D.cols.map(function (s) { return s.length; }))));
+      var cs = S / Math.max(R, C);
+      el(svg, 'text', { x: 12, y: 22, class: 'hl-title' }, D.title);
+      var controls = el(svg, 'g', { class: 'hl-controls' });
+      var cells = el(svg, 'g', { class: 'hl-cells' });
+      var rects = [];
+      for (var i = 0; i < R; i++) {
+        for (var j = 0; j < C; j++) rects.push(el(cells, 'rect', { x: (X0 + j * cs).toFixed(2), y: (Y0 + i * cs).toFixed(2), width: (cs + 0.3).toFixed(2), height: (cs + 0.3).toFixed(2), 'data-row': i, 'data-col': j }));
+      }
+      var fs = Math.max(6, Math.min(11, cs - 1));
+      var every = Math.max(1, Math.ceil(8 / cs));
+      D.rows.forEach(function (s, i) { if (i % every === 0) el(svg, 'text', { x: X0 - 4, y: Y0 + (i + 0.5) * cs + fs / 3, 'text-anchor': 'end', 'font-size': fs }, s); });
+      D.cols.forEach(function (s, j) {
+        if (j % every !== 0) return;
+        var x = X0 + (j + 0.5) * cs, y = Y0 + R * cs + 6;
+        el(svg, 'text', { x: x, y: y, 'text-anchor': 'end', 'font-size': fs, transform: 'rotate(-60 ' + x + ' ' + y + ')' }, s);
+      });
+      el(svg, 'rect', { x: X0, y: Y0, width: C * cs, height: R * cs, class: 'hl-frame' });
+      // Colour bar.
+      var bx = X0 + C * cs + 20;
+      for (var k = 0; k < D.lut.length; k++) el(svg, 'rect', { x: bx, y: Y0 + (D.lut.length - 1 - k) * (200 / D.lut.length), width: 14, height: 200 / D.lut.length + 0.5, fill: D.lut[k] });
+      el(svg, 'text', { x: bx + 18, y: Y0 + 8, class: 'hl-small' }, fmt(r[1]));
+      el(svg, 'text', { x: bx + 18, y: Y0 + 200, class: 'hl-small' }, fmt(r[0]));
+      el(svg, 'text', { x: bx, y: Y0 + 218, class: 'hl-small' }, D.valueName);
+      var paint = function () {
+        rects.forEach(function (e, k) { e.setAttribute('fill', colour(at(st.layer, st.head, Math.floor(k / C), k % C))); });
+      };
+      var drawControls = function () {
+        clear(controls);
+        if (L > 1) switcher(controls, 12, 34, 'layer', D.layers, st.layer, function (k) { st.layer = k; drawControls(); paint(); });
+        if (H > 1) {
+          var hx = bx + 70, per = 4;
+          el(controls, 'text', { x: hx, y: Y0 + 8, class: 'hl-small' }, 'head:');
+          D.heads.forEach(function (name, h) {
+            button(controls, hx + (h % per) * 44, Y0 + 16 + Math.floor(h / per) * 24, name, h === st.head, function () { st.head = h; drawControls(); paint(); });
+          });
+        }
+      };
+      cells.addEventListener('pointermove', function (ev) {
+        var t = ev.target;
+        if (!t.getAttribute || t.getAttribute('data-row') === null) return;
+        var i = +t.getAttribute('data-row'), j = +t.getAttribute('data-col'), p = local(svg, ev);
+        var head = (L > 1 ? D.layers[st.layer] + ' ' : '') + (H > 1 ? D.heads[st.head] : '');
+        var lines = [D.rowName + ' ' + D.rows[i] + ' -> ' + D.colName + ' ' + D.cols[j], D.valueName + (exact ? ' ' : ' \u2248 ') + fmt(at(st.layer, st.head, i, j))];
+        if (head) lines.unshift(head);
+        tip.show(p.x, p.y, lines);
+      });
+      cells.addEventListener('pointerleave', tip.hide);
+      drawControls();
+      paint();
+      svg.hlState = st;
+    };
+
+    hl.boot = function () {
+      var figs = document.querySelectorAll('svg.hl-fig');
+      for (var i = 0; i < figs.length; i++) {
+        var svg = figs[i];
+        if (svg.hlBooted) continue;
+        var data = svg.querySelector('.hl-data');
+        if (!data) continue;
+        svg.hlBooted = true;
+        var ns = svg.querySelector('.hl-noscript');
+        if (ns) ns.parentNode.removeChild(ns);
+        var D = JSON.parse(data.textContent);
+        if (svg.getAttribute('data-hl-kind') === 'explorer') explorer(svg, D);
+        else patterns(svg, D);
+      }
+    };
+  }
+  hl.boot();
+})();
