@@ -30,7 +30,7 @@ from ._errors import (
     ShapeError,
 )
 from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, load
-from . import analysis, tasks, utils
+from . import analysis, patching, tasks, utils
 from .tasks import LogicProblemSet, ProblemSet
 
 __version__: str = _core.__version__
@@ -49,6 +49,7 @@ __all__ = [
     "LogicProblemSet",
     "tasks",
     "analysis",
+    "patching",
     "utils",
     "HyperlensError",
     "InputError",

@@ -116,6 +116,31 @@ class _Analysis(ModuleType):
         unsupervised_on: str = "test",
     ) -> dict[str, Any]: ...
 
+class _Patching(ModuleType):
+    def head_ablation_report(
+        self, model: Evaluator, x: F32, y: I64, rules: I64, perms: I64 | None = None, ablation: str = "mean", batch: int = 128
+    ) -> dict[str, Any]: ...
+    def activation_patching_report(
+        self, model: Evaluator, x: F32, y: I64, rules: I64, perms: I64 | None = None, slot: int = 3, batch: int = 128
+    ) -> dict[str, Any]: ...
+    def dla_report(
+        self, model: Evaluator, x: F32, y: I64, rules: I64, perms: I64 | None = None, slots: list[int] | None = None, batch: int = 128
+    ) -> dict[str, Any]: ...
+    def transplant_rows(
+        self,
+        model: Evaluator,
+        id_x: F32,
+        id_y: I64,
+        id_rules: I64,
+        ood_x: F32,
+        ood_y: I64,
+        ood_rules: I64,
+        slot: int = 3,
+        batch: int = 128,
+        seed: int = 0,
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
 tasks: _Tasks
 codes: _Codes
 analysis: _Analysis
+patching: _Patching

@@ -20,6 +20,7 @@ pub mod errors;
 pub mod lm;
 pub mod logic;
 pub mod model;
+pub mod patching;
 pub mod tasks;
 
 /// Fixes candle's CPU matmul thread count once, in `RAYON_NUM_THREADS`, unless the user set it:
@@ -56,5 +57,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     submodule(m, "tasks", tasks::register)?;
     submodule(m, "codes", codes::register)?;
     submodule(m, "analysis", analysis::register)?;
+    submodule(m, "patching", patching::register)?;
     Ok(())
 }

@@ -81,6 +81,26 @@ pub(crate) fn tensor_array(t: &Tensor) -> Result<ArrayD<f32>, ModelError> {
 }
 
 impl PyEvaluator {
+    /// The engine.
+    pub(crate) fn evaluator(&self) -> &Evaluator {
+        &self.ev
+    }
+
+    /// `ShapeError` unless a SRAVEN problem set fits the model: `x [N >= 1, T, d_in]`,
+    /// `y [N, F]`.
+    pub(crate) fn check_problems(&self, set: &hyperlens_tasks::sraven::ProblemSet) -> PyResult<()> {
+        self.check_x(&set.x.view())?;
+        let (n, f) = (set.x.dim().0, self.ev.config().n_outputs);
+        if set.y.dim() != (n, f) {
+            return Err(shape_error(
+                "y",
+                &format!("[{n}, {f}] (int64)"),
+                set.y.shape(),
+            ));
+        }
+        Ok(())
+    }
+
     /// `ShapeError` / `InputError` unless `x` is `[N >= 1, T, d_in]` and finite.
     fn check_x(&self, x: &ArrayView3<'_, f32>) -> PyResult<()> {
         let cfg = self.ev.config();
