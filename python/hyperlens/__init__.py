@@ -30,7 +30,7 @@ from ._errors import (
     ShapeError,
 )
 from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, load
-from . import analysis, patching, tasks, utils
+from . import analysis, circuits, patching, tasks, utils
 from .tasks import LogicProblemSet, ProblemSet
 
 __version__: str = _core.__version__
@@ -50,6 +50,7 @@ __all__ = [
     "tasks",
     "analysis",
     "patching",
+    "circuits",
     "utils",
     "HyperlensError",
     "InputError",

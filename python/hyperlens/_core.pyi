@@ -140,7 +140,25 @@ class _Patching(ModuleType):
         seed: int = 0,
     ) -> tuple[list[dict[str, Any]], str]: ...
 
+class _Circuits(ModuleType):
+    def analyze(
+        self,
+        model: LanguageModel,
+        seq_len: int | None = None,
+        seed: int = 0,
+        n_seqs: int = 8,
+        bos: int | None = None,
+        threshold: float = 0.4,
+        baseline_samples: int = 1000,
+        top: int = 20,
+        fold_norm: bool = True,
+        threads: int = 0,
+    ) -> dict[str, Any]: ...
+    def circuit(self, model: LanguageModel, layer: int, head: int, kind: str = "ov", fold_norm: bool = True) -> dict[str, Any]: ...
+    def copying_scores(self, model: LanguageModel, fold_norm: bool = True) -> tuple[F64, F64]: ...
+
 tasks: _Tasks
 codes: _Codes
 analysis: _Analysis
 patching: _Patching
+circuits: _Circuits

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 
 pub mod analysis;
 pub mod arrays;
+pub mod circuits;
 pub mod codes;
 pub mod errors;
 pub mod lm;
@@ -58,5 +59,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     submodule(m, "codes", codes::register)?;
     submodule(m, "analysis", analysis::register)?;
     submodule(m, "patching", patching::register)?;
+    submodule(m, "circuits", circuits::register)?;
     Ok(())
 }

@@ -25,6 +25,11 @@ pub struct PyLanguageModel {
 }
 
 impl PyLanguageModel {
+    /// The model.
+    pub(crate) fn lm(&self) -> &LanguageModel {
+        &self.lm
+    }
+
     /// The token ids as a u32 tensor on the model's device, checked: `[B >= 1, 1..=n_ctx]`, ids
     /// below the vocabulary size.
     fn tokens(&self, t: &ArrayView2<'_, i64>) -> PyResult<Tensor> {

@@ -216,3 +216,22 @@ impl CircuitReport {
         }))
     }
 }
+
+impl CircuitReport {
+    /// The report's CSV tables as text, by file name, as [`CircuitReport::write_tables`] writes
+    /// them: `copying.csv`, `composition_top.csv` and `heads.csv` (for callers that keep them in
+    /// memory, such as the Python front).
+    ///
+    /// # Errors
+    /// As [`CircuitReport::write_tables`] for the head scores.
+    pub fn csv_tables(&self) -> Result<Vec<(&'static str, String)>> {
+        Ok(vec![
+            (
+                "copying.csv",
+                copying_csv(&self.ov_copying, &self.full_ov_copying),
+            ),
+            ("composition_top.csv", top_csv(&self.top_pairs)),
+            ("heads.csv", heads_csv(&self.heads)?),
+        ])
+    }
+}
