@@ -32,6 +32,7 @@ from ._errors import (
 from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, load
 from . import analysis, circuits, patching, tasks, utils
 from .tasks import LogicProblemSet, ProblemSet
+from ._train import TrainResult, report, train
 
 __version__: str = _core.__version__
 
@@ -48,6 +49,9 @@ __all__ = [
     "ProblemSet",
     "LogicProblemSet",
     "tasks",
+    "train",
+    "TrainResult",
+    "report",
     "analysis",
     "patching",
     "circuits",

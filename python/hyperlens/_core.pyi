@@ -157,8 +157,37 @@ class _Circuits(ModuleType):
     def circuit(self, model: LanguageModel, layer: int, head: int, kind: str = "ov", fold_norm: bool = True) -> dict[str, Any]: ...
     def copying_scores(self, model: LanguageModel, fold_norm: bool = True) -> tuple[F64, F64]: ...
 
+class _Train(ModuleType):
+    def default_settings(self, task: str) -> str: ...
+    def run_settings(self, dir: str) -> str: ...
+    def check_settings(self, json: str) -> list[str]: ...
+    def plan_group(
+        self, out: str, base: str, seeds: list[int], splits: list[str], lrs: list[float], weight_decays: list[float], grid: bool
+    ) -> list[tuple[str, str]]: ...
+    def group_runs(self, out: str) -> list[tuple[str, str]] | None: ...
+    def train_runs(
+        self, runs: list[tuple[str, str]], device: str = "cpu", resume: bool = False, on_event: Any = None
+    ) -> list[tuple[str | None, str | None, list[str]]]: ...
+
+class _Report(ModuleType):
+    def report(
+        self,
+        checkpoints: list[str],
+        out: str,
+        n: int = 2048,
+        split: str = "paper-seed0",
+        seed: int = 0,
+        device: str = "cpu",
+        batch: int = 256,
+        causal_n: int = 128,
+        aggregate: bool = False,
+        on_progress: Any = None,
+    ) -> tuple[str, int, float]: ...
+
 tasks: _Tasks
 codes: _Codes
 analysis: _Analysis
 patching: _Patching
 circuits: _Circuits
+train: _Train
+report: _Report

@@ -22,7 +22,9 @@ pub mod lm;
 pub mod logic;
 pub mod model;
 pub mod patching;
+pub mod report;
 pub mod tasks;
+pub mod train;
 
 /// Fixes candle's CPU matmul thread count once, in `RAYON_NUM_THREADS`, unless the user set it:
 /// what the `hyperlens` binary does at start-up (its `pin_matmul_threads`), so that the library
@@ -60,5 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     submodule(m, "analysis", analysis::register)?;
     submodule(m, "patching", patching::register)?;
     submodule(m, "circuits", circuits::register)?;
+    submodule(m, "train", train::register)?;
+    submodule(m, "report", report::register)?;
     Ok(())
 }

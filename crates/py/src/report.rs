@@ -1,0 +1,150 @@
+//! `hyperlens.report`: the main job (`hyperlens report`) through `hyperlens_report::run`: accuracy,
+//! latent codes and their analyses for every checkpoint, figures, and a Markdown + HTML page.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use hyperlens_report::{run as run_report, Progress, ReportError, ReportParams};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::{detached, raise, to_py, Classify, Kind};
+
+impl Classify for ReportError {
+    fn kind(&self) -> Kind {
+        match self {
+            ReportError::InvalidInput(_) => Kind::Input,
+            ReportError::NoCheckpoint { .. } => Kind::NotFound,
+            ReportError::Unsupported { .. } => Kind::Checkpoint,
+            ReportError::Model(e) => e.kind(),
+            ReportError::Tasks(e) => e.kind(),
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// A report stage as a Python dict: `stage` (`skipped`, `checkpoint`, `codes`, `logic_codes`,
+/// `analysis`, `figures`) and its fields.
+fn progress_dict<'py>(py: Python<'py>, p: &Progress<'_>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match p {
+        Progress::Skipped { dir, task } => {
+            d.set_item("stage", "skipped")?;
+            d.set_item("dir", dir.display().to_string())?;
+            d.set_item("task", task.to_string())?;
+        }
+        Progress::Checkpoint { dir, index, total } => {
+            d.set_item("stage", "checkpoint")?;
+            d.set_item("dir", dir.display().to_string())?;
+            d.set_item("done", index)?;
+            d.set_item("total", total)?;
+        }
+        Progress::Codes {
+            name,
+            set,
+            done,
+            total,
+        } => {
+            d.set_item("stage", "codes")?;
+            d.set_item("name", *name)?;
+            d.set_item("set", set.to_string())?;
+            d.set_item("done", done)?;
+            d.set_item("total", total)?;
+        }
+        Progress::LogicCodes {
+            name,
+            set,
+            done,
+            total,
+        } => {
+            d.set_item("stage", "logic_codes")?;
+            d.set_item("name", *name)?;
+            d.set_item("set", set.to_string())?;
+            d.set_item("done", done)?;
+            d.set_item("total", total)?;
+        }
+        Progress::Analysis { name, done, total } => {
+            d.set_item("stage", "analysis")?;
+            d.set_item("name", *name)?;
+            d.set_item("done", done)?;
+            d.set_item("total", total)?;
+        }
+        Progress::Figures { done, total } => {
+            d.set_item("stage", "figures")?;
+            d.set_item("done", done)?;
+            d.set_item("total", total)?;
+        }
+    }
+    Ok(d)
+}
+
+/// `hyperlens report --checkpoint ... --out OUT --n N --split S --seed SEED --batch B --causal-n C`:
+/// writes the report into `out` and returns `(index.html path, checkpoints analysed, seconds)`.
+/// `on_progress(dict)` is called at each stage; an exception it raises (or Ctrl-C) is raised when
+/// the report ends (the report itself runs to its end: its files are written atomically).
+#[pyfunction]
+#[pyo3(signature = (checkpoints, out, n = 2048, split = "paper-seed0", seed = 0, device = "cpu", batch = 256, causal_n = 128, aggregate = false, on_progress = None))]
+#[allow(clippy::too_many_arguments)]
+fn report(
+    py: Python<'_>,
+    checkpoints: Vec<PathBuf>,
+    out: PathBuf,
+    n: usize,
+    split: &str,
+    seed: u64,
+    device: &str,
+    batch: usize,
+    causal_n: usize,
+    aggregate: bool,
+    on_progress: Option<Py<PyAny>>,
+) -> PyResult<(PathBuf, usize, f64)> {
+    let device = hyperlens_model::Device::from_str(device).map_err(to_py)?;
+    if n < 16 || batch == 0 {
+        return Err(raise(
+            Kind::Input,
+            "`n` must be at least 16 and `batch` positive",
+        ));
+    }
+    let params = ReportParams {
+        checkpoints,
+        out,
+        n,
+        split: split.to_string(),
+        seed,
+        device,
+        batch,
+        causal_n,
+        aggregate,
+        ..ReportParams::default()
+    };
+    let (summary, failed) = detached(py, || {
+        let mut failed: Option<PyErr> = None;
+        let summary = run_report(&params, &mut |p| {
+            if failed.is_some() {
+                return;
+            }
+            let r: PyResult<()> = Python::attach(|py| {
+                py.check_signals()?;
+                if let Some(f) = &on_progress {
+                    f.call1(py, (progress_dict(py, &p)?,))?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                failed = Some(e);
+            }
+        });
+        Ok((summary, failed))
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let s = summary.map_err(to_py)?;
+    Ok((s.index_html, s.checkpoints, s.elapsed_s))
+}
+
+/// Registers the function.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(report, m)?)?;
+    Ok(())
+}
