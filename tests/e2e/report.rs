@@ -152,7 +152,8 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     for name in names {
         for f in [
             "pca_rule.png",
-            "pca_rule.svg",
+            "explorer.svg",
+            "attention.svg",
             "pca_target.png",
             "decoding.png",
             "confusion.png",
@@ -441,6 +442,26 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     assert_eq!(md.matches("No training curves").count(), 1, "{md}");
     assert!(md.contains("The log covers 300 steps"), "{md}");
     assert!(html.contains("<table>") && html.contains("<h2 id=\"tiny-hyla\">"));
+    // The interactive figures (issue 36): each shown once in the HTML page, in place of its PNG,
+    // which stays the fallback; index.md keeps the PNGs only. Each explorer holds both sets.
+    for name in names {
+        for (svg, png) in [("explorer", "pca_rule"), ("attention", "attention")] {
+            let obj = format!(
+                "<object class=\"hl-live\" data=\"figures/{name}_{svg}.svg\" type=\"image/svg+xml\""
+            );
+            assert_eq!(html.matches(&obj).count(), 1, "index.html lacks {obj}");
+            assert!(html.contains(&format!("<img src=\"figures/{name}_{png}.png\"")));
+            assert!(!md.contains(&format!("{name}_{svg}.svg")));
+        }
+        let svg =
+            std::fs::read_to_string(out.join(format!("figures/{name}_explorer.svg"))).unwrap();
+        assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("\"name\":\"ID\"") && svg.contains("\"name\":\"OOD\""));
+        assert!(
+            svg.contains(&format!("--n {N} --seed 3 --unpermuted")),
+            "the command"
+        );
+    }
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub struct FigureRef {
     pub src: String,
     /// Width of the PNG in pixels (narrow figures sit side by side in the HTML page).
     pub width: u32,
+    /// Path, relative to the page, of the interactive SVG that the HTML page shows in place of
+    /// the PNG (the PNG is its fallback); `index.md` always shows the PNG.
+    pub interactive: Option<String>,
 }
 
 /// A document: blocks in order; headings get unique anchors as they are added.
@@ -224,6 +227,7 @@ mod tests {
             text: "says 3".into(),
             src: "figures/a.png".into(),
             width: 700,
+            interactive: None,
         });
         let md = d.to_markdown();
         assert!(

@@ -36,6 +36,19 @@ fn figure_html(f: &FigureRef) -> String {
         ""
     };
     let caption = markdown(&format!("**{}.** {}", f.caption, f.text));
+    if let Some(svg) = &f.interactive {
+        // The interactive SVG (its own document, so its script and data load once, from
+        // file:// too), with the PNG as the fallback of the object and for readers without
+        // scripts.
+        return format!(
+            "<figure id=\"{id}\"{class}><figcaption>{caption}</figcaption><object class=\"hl-live\" data=\"{svg}\" type=\"image/svg+xml\" aria-label=\"{alt}\"><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></object><noscript><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></noscript><p class=\"hl-links\">Interactive: hover, click, zoom. <a href=\"{svg}\">Open alone</a> · <a href=\"{src}\">PNG</a></p></figure>\n",
+            id = escape(&f.id),
+            caption = caption.trim_end(),
+            svg = escape(svg),
+            src = escape(&f.src),
+            alt = escape(&f.caption),
+        );
+    }
     format!(
         "<figure id=\"{id}\"{class}><figcaption>{caption}</figcaption><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></figure>\n",
         id = escape(&f.id),
@@ -112,8 +125,14 @@ pub fn to_html(doc: &Document, title: &str) -> String {
     if in_figs {
         body.push_str("</div>\n");
     }
+    // Without scripts the interactive figures' objects give way to their PNGs.
+    let noscript = if body.contains("class=\"hl-live\"") {
+        "<noscript><style>.hl-live,.hl-links{display:none}</style></noscript>"
+    } else {
+        ""
+    };
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{CSS}</style></head><body>\n<div class=\"page\">\n{}<main>\n{body}</main>\n</div>\n</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{CSS}</style>{noscript}</head><body>\n<div class=\"page\">\n{}<main>\n{body}</main>\n</div>\n</body></html>\n",
         escape(title),
         contents_html(doc)
     )
@@ -148,7 +167,9 @@ figure{margin:0;flex:0 1 auto;max-width:100%}\
 figure.half{max-width:calc(50% - 1em)}\
 figcaption{max-width:46em;margin-bottom:.5em;font-size:95%}\
 figcaption p{margin:0}\
-img{display:block;max-width:100%;height:auto;border:1px solid #eee}";
+img{display:block;max-width:100%;height:auto;border:1px solid #eee}\
+object.hl-live{display:block;width:1040px;max-width:100%;aspect-ratio:1040/640;height:auto;border:1px solid #eee}\
+.hl-links{font-size:85%;color:#555;margin:.3em 0 0}";
 
 #[cfg(test)]
 mod tests {
@@ -162,6 +183,7 @@ mod tests {
             text: "says `3` & more".into(),
             src: format!("figures/{id}.png"),
             width,
+            interactive: None,
         }
     }
 
@@ -193,7 +215,32 @@ mod tests {
         );
         assert!(h.contains("<div class=\"figs\">\n<figure id=\"narrow\" class=\"half\"><figcaption><p><strong>Cap narrow.</strong> says <code>3</code> &amp; more</p></figcaption><a href=\"figures/narrow.png\"><img src=\"figures/narrow.png\" alt=\"Cap narrow\"></a></figure>\n<figure id=\"wide\"><figcaption>"), "{h}");
         assert!(h.contains("</figure>\n</div>\n<p>after</p>"), "{h}");
+        assert!(
+            !h.contains("<noscript>"),
+            "no interactive figure, no fallback style"
+        );
         // The sidebar lists the section and its figures.
         assert!(h.contains("<li><a href=\"#tiny-hyla\">tiny-hyla</a><ul><li><a href=\"#narrow\">narrow</a></li>"), "{h}");
+    }
+
+    #[test]
+    fn interactive_figures_embed_their_svg_with_the_png_as_fallback() {
+        let mut d = Document::new();
+        d.heading(2, "x");
+        let mut f = fig("pca", 1800);
+        f.interactive = Some("figures/pca_explorer.svg".into());
+        d.figure(f);
+        let h = to_html(&d, "t");
+        assert!(h.contains("<object class=\"hl-live\" data=\"figures/pca_explorer.svg\" type=\"image/svg+xml\" aria-label=\"Cap pca\"><a href=\"figures/pca.png\"><img src=\"figures/pca.png\" alt=\"Cap pca\"></a></object><noscript>"), "{h}");
+        assert!(
+            h.contains(
+                "<noscript><style>.hl-live,.hl-links{display:none}</style></noscript></head>"
+            ),
+            "{h}"
+        );
+        // index.md keeps the PNG.
+        assert!(
+            d.to_markdown().contains("figures/pca.png") && !d.to_markdown().contains("explorer")
+        );
     }
 }

@@ -30,6 +30,7 @@ pub(crate) fn save<F: Figure>(
         text,
         src: rel,
         width: fig.size().0,
+        interactive: None,
     })
 }
 

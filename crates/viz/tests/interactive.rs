@@ -35,7 +35,11 @@ fn unbase64(s: &str) -> Vec<u8> {
 /// The numbers of an encoded array `{t, n, b}`.
 fn decode(a: &Value) -> Vec<f64> {
     let b = unbase64(a["b"].as_str().unwrap());
+    let n = a["n"].as_u64().unwrap() as usize;
     let v: Vec<f64> = match a["t"].as_str().unwrap() {
+        "u4" => (0..n)
+            .map(|j| f64::from((b[j / 2] >> ((j % 2) * 4)) & 15))
+            .collect(),
         "u8" => b.iter().map(|&x| f64::from(x)).collect(),
         "u16" => b
             .chunks(2)
@@ -189,15 +193,15 @@ fn explorer_embeds_its_data_once_and_it_decodes_to_the_inputs() {
             }
         }
     }
-    // Codes: 8 bits per layer, point-major then head-major then key.
+    // Codes: 4 bits per layer, point-major then head-major then key.
     for l in 0..3 {
         let c = &set["codes"][l];
         let q = decode(&c["q"]);
         let (lo, hi) = (c["r"][0].as_f64().unwrap(), c["r"][1].as_f64().unwrap());
         for i in 0..13 {
             for k in 0..8 {
-                let back = lo + q[i * 8 + k] * (hi - lo) / 255.0;
-                assert!((back - f64::from(d.codes[[i, l, k]])).abs() <= (hi - lo) / 255.0);
+                let back = lo + q[i * 8 + k] * (hi - lo) / 15.0;
+                assert!((back - f64::from(d.codes[[i, l, k]])).abs() <= (hi - lo) / 30.0 + 1e-9);
             }
         }
     }

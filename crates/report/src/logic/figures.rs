@@ -174,6 +174,7 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
         ),
         src: format!("figures/{name}_projections_term.png"),
         width: PROJECTION_WIDTH,
+        interactive: None,
     });
     made.push(FigureRef {
         id: format!("fig-{}", crate::doc::slug(&format!("{name}-projections-target"))),
@@ -182,6 +183,7 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
         text: "Colour by target shows whether the code at the query varies with the answer rather than with the task's terms.".into(),
         src: format!("figures/{name}_projections_target.png"),
         width: PROJECTION_WIDTH,
+        interactive: None,
     });
     let no_training = match &e.training {
         Training::Missing { .. } => Some(format!(

@@ -1,4 +1,5 @@
-//! The figures of the report (PNG, and SVG for the PCA and accuracy figures), each returned as a
+//! The figures of the report (PNG, SVG for the accuracy figure, interactive SVG for the PCA and
+//! attention figures: [`crate::sraven::explorer`]), each returned as a
 //! [`FigureRef`] with its caption and the sentences generated from its numbers.
 
 use std::path::Path;
@@ -66,15 +67,17 @@ pub fn checkpoint_figures(e: &Entry, out: &Path) -> Result<(Vec<FigureRef>, Opti
             .join(" and ")
     );
     let fig = PcaScatter::by_category(&title, panels.clone(), &labels, &rule_names(), "rule");
-    save_svg(out.join(format!("figures/{name}_pca_rule.svg")), &fig)?;
-    made.push(save(
+    let mut pca_rule = save(
         out,
         format!("figures/{name}_pca_rule.png"),
         &fig,
         "PCA by rule",
         "PCA of the OOD codes per layer, coloured by the rule of slot 3".into(),
         pca_rule_text(e),
-    )?);
+    )?;
+    // In the HTML page: the latent-space explorer, with this PNG as its fallback.
+    pca_rule.interactive = Some(crate::sraven::explorer::explorer_figure(e, out)?);
+    made.push(pca_rule);
     if let Some(t) = &e.latent.unsupervised_target {
         let values: Vec<f64> = t.iter().map(|&v| v as f64).collect();
         let fig = PcaScatter::by_value(
@@ -134,7 +137,9 @@ pub fn checkpoint_figures(e: &Entry, out: &Path) -> Result<(Vec<FigureRef>, Opti
         }
         Err(sentence) => Some(sentence),
     };
-    made.push(attention_figure(e, out)?);
+    let mut attention = attention_figure(e, out)?;
+    attention.interactive = Some(crate::sraven::explorer::attention_figure(e, out)?);
+    made.push(attention);
     Ok((made, no_training))
 }
 

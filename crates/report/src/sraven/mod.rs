@@ -7,6 +7,7 @@
 //! [`text`] with [`verdict`] and [`paper`] (what the numbers say), [`page`] (the part of the page)
 //! and [`files`] (`tables/accuracy.csv`). The data types are in [`crate::data`].
 
+pub mod explorer;
 pub mod figures;
 pub mod files;
 pub mod measure;

@@ -35,13 +35,23 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// An encoded array: `{"t": type, "n": length, "b": base64}`, the type one of `u8`, `u16`, `i32`,
-/// `f32` (the JS side views the bytes as the matching typed array).
+/// An encoded array: `{"t": type, "n": length, "b": base64}`, the type one of `u4` (two values
+/// 0..=15 per byte, the low nibble first), `u8`, `u16`, `i32`, `f32` (the JS side views the bytes
+/// as the matching typed array, unpacking `u4`).
 pub fn array(t: &str, n: usize, bytes: &[u8]) -> Value {
     json!({"t": t, "n": n, "b": base64(bytes)})
 }
 
-/// Integers in the smallest of `u8`, `u16`, `i32` that holds them all.
+/// Values 0..=15 packed two per byte, the low nibble first (an odd count leaves the last high
+/// nibble 0).
+fn nibbles(v: impl Iterator<Item = u8>) -> Vec<u8> {
+    let v: Vec<u8> = v.collect();
+    v.chunks(2)
+        .map(|c| (c[0] & 15) | (c.get(1).copied().unwrap_or(0) & 15) << 4)
+        .collect()
+}
+
+/// Integers in the smallest of `u4`, `u8`, `u16`, `i32` that holds them all.
 ///
 /// # Errors
 /// [`VizError::OutOfRange`] for a value outside the `i32` range.
@@ -50,7 +60,9 @@ pub fn ints(what: &str, v: impl ExactSizeIterator<Item = i64> + Clone) -> Result
     let (lo, hi) = v
         .clone()
         .fold((0i64, 0i64), |(a, b), x| (a.min(x), b.max(x)));
-    if lo >= 0 && hi <= i64::from(u8::MAX) {
+    if lo >= 0 && hi <= 15 {
+        Ok(array("u4", n, &nibbles(v.map(|x| x as u8))))
+    } else if lo >= 0 && hi <= i64::from(u8::MAX) {
         let b: Vec<u8> = v.map(|x| x as u8).collect();
         Ok(array("u8", n, &b))
     } else if lo >= 0 && hi <= i64::from(u16::MAX) {
@@ -71,7 +83,7 @@ pub fn ints(what: &str, v: impl ExactSizeIterator<Item = i64> + Clone) -> Result
     }
 }
 
-/// Finite values quantised to `u8` (`bits == 8`) or `u16` (`bits == 16`) over `[lo, hi]`: the
+/// Finite values quantised to `u4` (`bits == 4`), `u8` (`bits == 8`) or `u16` (`bits == 16`) over `[lo, hi]`: the
 /// value of code `q` is `lo + q * (hi - lo) / (2^bits - 1)`, so the error is at most half a step.
 /// Returns the encoded array and `[lo, hi]` (the data's range, widened when it is a point).
 pub fn quantised(v: &[f64], bits: u32) -> (Value, [f64; 2]) {
@@ -88,7 +100,9 @@ pub fn quantised(v: &[f64], bits: u32) -> (Value, [f64; 2]) {
     }
     let top = f64::from((1u32 << bits) - 1);
     let q = |x: f64| ((x - lo) / (hi - lo) * top).round().clamp(0.0, top);
-    let value = if bits == 8 {
+    let value = if bits == 4 {
+        array("u4", v.len(), &nibbles(v.iter().map(|&x| q(x) as u8)))
+    } else if bits == 8 {
         let b: Vec<u8> = v.iter().map(|&x| q(x) as u8).collect();
         array("u8", v.len(), &b)
     } else {
@@ -153,6 +167,9 @@ mod tests {
 
     #[test]
     fn ints_pick_the_smallest_type() {
+        let v = ints("a", [3i64, 15, 7].into_iter()).unwrap();
+        assert_eq!(v["t"], "u4");
+        assert_eq!(v["b"], base64(&[0xf3, 0x07]));
         assert_eq!(ints("a", [0i64, 255].into_iter()).unwrap()["t"], "u8");
         assert_eq!(ints("a", [0i64, 256].into_iter()).unwrap()["t"], "u16");
         let v = ints("a", [-1i64, 7].into_iter()).unwrap();

@@ -112,8 +112,9 @@ pub struct ExplorerSet<'a> {
 /// The latent-space explorer (an [`InteractiveFigure`]).
 ///
 /// Positions are stored quantised to 16 bits per axis over their range (an error below 1/65,535
-/// of the range), codes to 8 bits per set and layer over their range (the hover value of a code
-/// cell is the dequantised one, marked `≈`).
+/// of the range), codes to 4 bits per set and layer over their range (16 levels: enough for the
+/// colours of the code drawing; the hover value of a code cell is the dequantised one, marked
+/// `≈`, within 1/30 of the range), small integers (labels, panel values) to 4 bits.
 #[derive(Debug, Clone)]
 pub struct CodeExplorer<'a> {
     /// Title above the scatter.
@@ -315,8 +316,8 @@ impl CodeExplorer<'_> {
                 c.axis_iter(Axis(1))
                     .map(|layer| {
                         let flat: Vec<f64> = layer.iter().map(|&v| f64::from(v)).collect();
-                        let (q, r) = quantised(&flat, 8);
-                        json!({"q": q, "r": r})
+                        let (q, r) = quantised(&flat, 4);
+                        json!({"q": q, "r": r, "top": 15})
                     })
                     .collect(),
             ),

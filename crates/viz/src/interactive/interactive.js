@@ -23,6 +23,11 @@
     var dec = function (a) {
       var s = atob(a.b), u = new Uint8Array(s.length);
       for (var i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
+      if (a.t === 'u4') {
+        var o = new Uint8Array(a.n);
+        for (var j = 0; j < a.n; j++) o[j] = (u[j >> 1] >> ((j & 1) * 4)) & 15;
+        return o;
+      }
       if (a.t === 'u8') return u;
       if (a.t === 'u16') return new Uint16Array(u.buffer);
       if (a.t === 'i32') return new Int32Array(u.buffer);
@@ -112,7 +117,7 @@
           colors: s.colors.map(dec),
           fields: s.fields.map(function (f) { return { name: f.name, kind: f.kind, names: f.names, v: f.kind === 'text' ? f.v : dec(f.v) }; }),
           xy: s.xy.map(function (byLayer) { return byLayer.map(function (a) { return { x: dec(a.x), y: dec(a.y), rx: a.rx, ry: a.ry }; }); }),
-          codes: s.codes ? s.codes.map(function (c) { return { q: dec(c.q), r: c.r }; }) : null,
+          codes: s.codes ? s.codes.map(function (c) { return { q: dec(c.q), r: c.r, top: c.top }; }) : null,
           problems: s.problems ? { values: dec(s.problems.values), F: s.problems.features, slot: dec(s.problems.slot), prediction: dec(s.problems.prediction), marked: s.problems.marked, query: s.problems.query } : null
         };
       });
@@ -265,14 +270,14 @@
         }
         if (s.codes && D.heads.length) {
           var c = s.codes[st.layer], H = D.heads.length, K = D.keys.length, hk = H * K;
-          var cs = Math.max(8, Math.min(20, Math.floor(320 / H)));
+          var cs = Math.max(6, Math.min(20, Math.floor((W - X - 44) / H)));
           y += 10;
           el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'its code at layer ' + D.layers[st.layer] + ' (query to keys, per head):');
           y += 6;
           for (var k = 0; k < K; k++) {
             el(detail, 'text', { x: X + 30, y: y + k * cs + cs / 2 + 4, 'text-anchor': 'end', class: 'hl-small' }, D.keys[k]);
             for (var h = 0; h < H; h++) {
-              var val = c.r[0] + c.q[i * hk + h * K + k] * (c.r[1] - c.r[0]) / 255;
+              var val = c.r[0] + c.q[i * hk + h * K + k] * (c.r[1] - c.r[0]) / c.top;
               var r = el(detail, 'rect', { x: X + 34 + h * cs, y: y + k * cs, width: cs - 1, height: cs - 1, fill: ramp(val, c.r), class: 'hl-code', 'data-head': h, 'data-key': k });
               (function (h, k, val) {
                 r.addEventListener('pointermove', function (ev) {
