@@ -3,9 +3,10 @@
 #   1. the Rust tests: cargo test --release --workspace --no-fail-fast
 #   2. the Python tests: a fresh virtual environment in a temporary directory, `pip install .`
 #      (maturin builds crates/py in the release profile in the same target directory, so it reuses
-#      the dependencies that step 1 built), pytest, nbclient, ipykernel, pandas and scikit-learn
-#      from PyPI, then pytest on python/tests (which also runs the `hyperlens` binary of step 1 and
-#      executes notebooks/quickstart.ipynb).
+#      the dependencies that step 1 built), pytest, nbclient, ipykernel, pandas, scikit-learn
+#      and playwright from PyPI, then pytest on python/tests (which also runs the `hyperlens`
+#      binary of step 1, executes notebooks/quickstart.ipynb and, with Debian's chromium, opens
+#      the report's interactive figures in a headless browser).
 # Both halves always run; the script fails if either fails. pytest collecting no test is a failure.
 # Set HYPERLENS_TEST_SKIP_RUST=1 to run the Python half alone (development).
 set -uo pipefail
@@ -31,7 +32,9 @@ trap 'rm -rf "$(dirname "$venv")"' EXIT
   set -e
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet pytest nbclient nbformat ipykernel pandas scikit-learn
+  # playwright: the browser tests of the report's interactive figures drive Debian's chromium
+  # (/usr/bin/chromium) with it; it never downloads a browser (no `playwright install`).
+  "$venv/bin/python" -m pip install --quiet pytest nbclient nbformat ipykernel pandas scikit-learn playwright
   # The release build of the extension module, in $CARGO_TARGET_DIR (see above).
   log="$(dirname "$venv")/pip-install.log"
   b0=$(date +%s)
