@@ -34,3 +34,13 @@ def test_quickstart_notebook_runs_and_its_numbers_hold(model):
     assert r["decoding"][3] == pytest.approx(d3.accuracy)
     # the rule is decodable from the codes OOD far above the majority baseline in some layer
     assert max(r["decoding"]) > d3.majority_baseline + 0.1
+    # the ablated head: the accuracy without it, recomputed through patching's own hook (zero
+    # ablation of L3H7 at hook_z) on the same problems
+    sub = ood[:256]
+    acc = lambda lg: float((lg.argmax(-1) == sub.y).all(-1).mean())
+    assert r["ablation"][0] == acc(model.logits(sub))
+    zero = lambda z, name: np.where(np.arange(z.shape[2])[None, None, :, None] == 7, 0.0, z).astype(np.float32)
+    assert r["ablation"][1] == acc(model.run_with_hooks(sub.x, fwd_hooks=[("blocks.3.attn.hook_z", zero)]))
+    # the language model's cached attention and its induction heads (reports/circuits/attn-only-2l)
+    assert r["lm_pattern_shape"] == [4, 40, 40]
+    assert "L1H2" in r["induction_heads"]
