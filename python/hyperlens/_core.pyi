@@ -115,6 +115,18 @@ class _Analysis(ModuleType):
         kmeans_runs: int = 3,
         unsupervised_on: str = "test",
     ) -> dict[str, Any]: ...
+    def term_decoding(
+        self,
+        train_codes: F32,
+        train_terms: I64,
+        train_term_ids: I64,
+        test_codes: F32,
+        test_terms: I64,
+        test_term_ids: I64,
+        seed: int = 0,
+        c: float = 1.0,
+        max_iter: int = 100,
+    ) -> str: ...
 
 class _Patching(ModuleType):
     def head_ablation_report(

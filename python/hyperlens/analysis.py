@@ -18,7 +18,7 @@ from . import _core
 from ._arrays import as_f64, as_i64
 from ._codes import CodeSet
 
-__all__ = ["pca", "decode", "kmeans", "silhouette", "tsne", "analyze", "PCAResult", "DecodeResult", "KMeansResult", "Analysis"]
+__all__ = ["pca", "decode", "kmeans", "silhouette", "tsne", "analyze", "term_decoding", "PCAResult", "DecodeResult", "KMeansResult", "Analysis"]
 
 
 @dataclass
@@ -234,6 +234,29 @@ def analyze(
         projections=dict(d["pca_arrays"]),
         csv={f"{n}.csv": d[n] for n in names},
     )
+
+
+def term_decoding(train: Any, test: Any, *, seed: int = 0, C: float = 1.0, max_iter: int = 100) -> Any:
+    """Term decoding of fuzzy-logic codes (``hyperlens analyze --train TRAIN --test TEST`` on
+    logic code files, its ``term_decoding.csv``): per layer and on all layers (``layer`` ``all``),
+    the ridge R² of the task's terms on the test set's halves (scikit-learn's ``Ridge(alpha=1)``
+    and ``r2_score``), and per-term logistic probes trained on ``train`` and scored by F1 on
+    ``test``, with the base-rate and shuffled-label controls.
+
+    ``train`` and ``test`` are :class:`hyperlens.LogicCodeSet` (``model.latent_codes`` of a logic
+    model on ID and held-out sets). Returns the table. Source:
+    ``hyperlens_analysis::terms::term_decoding``."""
+    from ._codes import LogicCodeSet
+
+    for name, c in (("train", train), ("test", test)):
+        if not isinstance(c, LogicCodeSet):
+            raise TypeError(f"`{name}` must be a LogicCodeSet, got {type(c).__name__}")
+    csv = _core.analysis.term_decoding(
+        np.ascontiguousarray(train.codes, dtype=np.float32), as_i64(train.terms, "train.terms"), as_i64(train.term_ids, "train.term_ids"),
+        np.ascontiguousarray(test.codes, dtype=np.float32), as_i64(test.terms, "test.terms"), as_i64(test.term_ids, "test.term_ids"),
+        int(seed), float(C), int(max_iter),
+    )
+    return _table(csv)
 
 
 def _codes_dict(c: Any, name: str) -> dict[str, Any]:

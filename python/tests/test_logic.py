@@ -148,3 +148,18 @@ def test_logic_errors(logic_model, model):
         logic_model.evaluate(hl.LogicProblemSet(x, ps.y, ps.targets, ps.terms, ps.term_ids, validate=False))
     with pytest.raises(hl.ShapeError, match="x"):
         logic_model.latent_codes(hl.tasks.sample("logic", n=4, samples=16))
+
+
+def test_term_decoding_equals_cli_analyze(logic_model, cli, tmp_path):
+    pd = pytest.importorskip("pandas")
+    sets = {}
+    for s in ("id", "ood"):
+        ps = hl.tasks.sample("logic", split="seed0", set=s, n=256, seed=2)
+        sets[s] = logic_model.latent_codes(ps)
+        sets[s].save(tmp_path / f"{s}.npz")
+    run_cli(cli, "analyze", "--train", str(tmp_path / "id.npz"), "--test", str(tmp_path / "ood.npz"), "--out", str(tmp_path / "an"), "--seed", "3")
+    got = hl.analysis.term_decoding(sets["id"], sets["ood"], seed=3)
+    pd.testing.assert_frame_equal(got, pd.read_csv(tmp_path / "an" / "term_decoding.csv"))
+    assert list(got["layer"]) == ["0", "1", "all"] or list(got["layer"].astype(str)) == ["0", "1", "all"]
+    with pytest.raises(TypeError, match="LogicCodeSet"):
+        hl.analysis.term_decoding(sets["id"].codes, sets["ood"])

@@ -285,6 +285,77 @@ fn analyze<'py>(
     Ok(d)
 }
 
+/// A logic code set of the arrays (`codes` float32 `[N, L, H, Q, K]`, `terms` int64
+/// `[N, Kt, Lv]`, `term_ids` int64 `[N, Kt]`), checked by the analysis crate.
+fn term_codes(
+    arg: &str,
+    codes: PyReadonlyArrayDyn<'_, f32>,
+    terms: PyReadonlyArrayDyn<'_, i64>,
+    term_ids: PyReadonlyArray2<'_, i64>,
+) -> PyResult<hyperlens_analysis::terms::TermCodes> {
+    let c = codes
+        .as_array()
+        .to_owned()
+        .into_dimensionality::<Ix5>()
+        .map_err(|_| {
+            crate::arrays::shape_error(
+                &format!("{arg}.codes"),
+                "[N, L, H, Q, K]",
+                codes.as_array().shape(),
+            )
+        })?;
+    let t = terms
+        .as_array()
+        .to_owned()
+        .into_dimensionality::<ndarray::Ix3>()
+        .map_err(|_| {
+            crate::arrays::shape_error(
+                &format!("{arg}.terms"),
+                "[N, Kt, Lv]",
+                terms.as_array().shape(),
+            )
+        })?;
+    hyperlens_analysis::terms::TermCodes::new(c, t, term_ids.as_array().to_owned()).map_err(to_py)
+}
+
+/// `hyperlens analyze` on logic code sets: term decoding per layer and on all layers (ridge R² of
+/// the terms on the test set's halves, per-term logistic F1 trained on `train`, with the base-rate
+/// and shuffled-label controls): `term_decoding.csv` as text.
+#[pyfunction]
+#[pyo3(signature = (train_codes, train_terms, train_term_ids, test_codes, test_terms, test_term_ids, seed = 0, c = 1.0, max_iter = 100))]
+#[allow(clippy::too_many_arguments)]
+fn term_decoding(
+    py: Python<'_>,
+    train_codes: PyReadonlyArrayDyn<'_, f32>,
+    train_terms: PyReadonlyArrayDyn<'_, i64>,
+    train_term_ids: PyReadonlyArray2<'_, i64>,
+    test_codes: PyReadonlyArrayDyn<'_, f32>,
+    test_terms: PyReadonlyArrayDyn<'_, i64>,
+    test_term_ids: PyReadonlyArray2<'_, i64>,
+    seed: u64,
+    c: f64,
+    max_iter: u64,
+) -> PyResult<String> {
+    use hyperlens_analysis::terms::{
+        term_decoding as decode_terms, term_decoding_csv, TermDecodingParams,
+    };
+    let train = term_codes("train", train_codes, train_terms, train_term_ids)?;
+    let test = term_codes("test", test_codes, test_terms, test_term_ids)?;
+    let params = TermDecodingParams {
+        seed,
+        logistic: LogisticParams {
+            c,
+            max_iterations: max_iter,
+            ..LogisticParams::default()
+        },
+        ..TermDecodingParams::default()
+    };
+    detached(py, || {
+        let rows = decode_terms(&train, &test, &params).map_err(to_py)?;
+        Ok(term_decoding_csv(&rows))
+    })
+}
+
 /// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pca, m)?)?;
@@ -293,5 +364,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(silhouette, m)?)?;
     m.add_function(wrap_pyfunction!(tsne, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(term_decoding, m)?)?;
     Ok(())
 }
