@@ -30,7 +30,7 @@ from ._errors import (
     ShapeError,
 )
 from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, load
-from . import analysis, circuits, patching, tasks, utils
+from . import analysis, circuits, patching, tasks, utils, viz
 from .tasks import LogicProblemSet, ProblemSet
 from ._train import TrainResult, report, train
 
@@ -56,6 +56,7 @@ __all__ = [
     "patching",
     "circuits",
     "utils",
+    "viz",
     "HyperlensError",
     "InputError",
     "ShapeError",

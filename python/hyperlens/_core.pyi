@@ -196,6 +196,18 @@ class _Report(ModuleType):
         on_progress: Any = None,
     ) -> tuple[str, int, float]: ...
 
+class _Viz(ModuleType):
+    def explorer(
+        self, title: str, sets: list[dict[str, Any]], colorings: list[tuple[str, list[str]]],
+        layer_names: list[str], key_names: list[str], projection: str = "pca",
+        layer: int | None = None, seed: int = 0,
+    ) -> dict[str, Any]: ...
+    def patterns(
+        self, title: str, values: F64, tokens: list[str], layer_names: list[str],
+        head_names: list[str] | None = None, layer: int | None = None,
+    ) -> dict[str, Any]: ...
+    def write(self, path: str, data: bytes) -> None: ...
+
 tasks: _Tasks
 codes: _Codes
 analysis: _Analysis
@@ -203,3 +215,4 @@ patching: _Patching
 circuits: _Circuits
 train: _Train
 report: _Report
+viz: _Viz

@@ -100,7 +100,13 @@ class Page:
     def frame(self, name: str):
         obj = self.page.locator(f'object[data="figures/{name}"]')
         obj.scroll_into_view_if_needed()
-        frame = next(f for f in self.page.frames if f.url.endswith("/" + name))
+        frame = None
+        for _ in range(100):  # the object's document attaches after it is scrolled to (10 s at most)
+            frame = next((f for f in self.page.frames if f.url.endswith("/" + name)), None)
+            if frame is not None:
+                break
+            self.page.wait_for_timeout(100)
+        assert frame is not None, f"{name} did not load"
         frame.wait_for_selector("svg.hl-fig .hl-controls")
         return obj, frame
 
@@ -229,12 +235,11 @@ def test_attention_hover_values_and_head_selector(page, shots):
 
 def test_page_loads_every_figure_without_errors(page, shots):
     page.page.wait_for_load_state("load")
-    objs = page.page.locator("object.hl-live")
-    assert objs.count() == 12  # an explorer and an attention figure per SRAVEN checkpoint
-    for k in range(objs.count()):
-        objs.nth(k).scroll_into_view_if_needed()
-    booted = [f.evaluate("() => !!document.querySelector('svg.hl-fig .hl-controls')") for f in page.page.frames[1:]]
-    assert len(booted) == 12 and all(booted)
+    names = page.page.eval_on_selector_all("object.hl-live", "os => os.map(o => o.getAttribute('data'))")
+    assert len(names) == 12  # an explorer and an attention figure per SRAVEN checkpoint
+    for name in names:
+        _, frame = page.frame(name.removeprefix("figures/"))  # waits until the figure has booted
+        assert frame.locator("svg.hl-fig .hl-noscript").count() == 0
     # Every image of the page loaded (PNG figures and fallbacks are files beside the page).
     broken = page.page.evaluate(
         "() => Array.from(document.images).filter(i => !i.closest('object') && (!i.complete || !i.naturalWidth)).map(i => i.src)"

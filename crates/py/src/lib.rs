@@ -25,6 +25,7 @@ pub mod patching;
 pub mod report;
 pub mod tasks;
 pub mod train;
+pub mod viz;
 
 /// Fixes candle's CPU matmul thread count once, in `RAYON_NUM_THREADS`, unless the user set it:
 /// what the `hyperlens` binary does at start-up (its `pin_matmul_threads`), so that the library
@@ -64,5 +65,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     submodule(m, "circuits", circuits::register)?;
     submodule(m, "train", train::register)?;
     submodule(m, "report", report::register)?;
+    submodule(m, "viz", viz::register)?;
     Ok(())
 }

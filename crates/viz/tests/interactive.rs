@@ -147,6 +147,7 @@ fn explorer(d: &Inputs) -> CodeExplorer<'_> {
                 query: 35,
             }),
         }],
+        start_layer: None,
     }
 }
 

@@ -224,6 +224,7 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<String> {
                 }),
             })
             .collect(),
+        start_layer: None,
     };
     let rel = format!("figures/{}_explorer.svg", e.name);
     save_interactive_svg(out.join(&rel), &fig)?;

@@ -47,6 +47,8 @@ pub struct PatternExplorer<'a> {
     pub color_map: ColorMap,
     /// Colour range; `None` uses the data's range.
     pub range: Option<(f64, f64)>,
+    /// The layer shown first (an index along axis 0); `None` shows the last.
+    pub start_layer: Option<usize>,
 }
 
 impl<'a> PatternExplorer<'a> {
@@ -76,6 +78,7 @@ impl<'a> PatternExplorer<'a> {
             value_name: "attention".into(),
             color_map,
             range,
+            start_layer: None,
         }
     }
 
@@ -123,6 +126,12 @@ impl<'a> PatternExplorer<'a> {
             });
         }
         check_finite("pattern explorer values", self.values.iter().copied())?;
+        if let Some(s) = self.start_layer.filter(|&s| s >= l) {
+            return Err(VizError::InvalidOption {
+                name: "start_layer".into(),
+                reason: format!("{s} is not below the {l} layers"),
+            });
+        }
         let range = match self.range {
             Some((lo, hi)) if lo.is_finite() && hi.is_finite() && hi > lo => (lo, hi),
             Some((lo, hi)) => {
@@ -188,6 +197,7 @@ impl InteractiveFigure for PatternExplorer<'_> {
             "range": [lo, hi],
             "lut": lut,
             "values": values,
+            "start": self.start_layer.unwrap_or(l - 1),
         })))
     }
 }

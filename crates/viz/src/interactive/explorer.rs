@@ -131,6 +131,8 @@ pub struct CodeExplorer<'a> {
     pub keys: Vec<String>,
     /// The sets, the last one shown first (by convention OOD).
     pub sets: Vec<ExplorerSet<'a>>,
+    /// The layer shown first (an index into `layers`); `None` shows the last.
+    pub start_layer: Option<usize>,
 }
 
 impl CodeExplorer<'_> {
@@ -147,6 +149,12 @@ impl CodeExplorer<'_> {
         }
         if self.colorings.is_empty() {
             return Err(empty("explorer colourings"));
+        }
+        if let Some(l) = self.start_layer.filter(|&l| l >= self.layers.len()) {
+            return Err(VizError::InvalidOption {
+                name: "start_layer".into(),
+                reason: format!("{l} is not below the {} layers", self.layers.len()),
+            });
         }
         for c in &self.colorings {
             if c.classes.is_empty() || c.classes.len() > 64 {
@@ -413,6 +421,7 @@ impl InteractiveFigure for CodeExplorer<'_> {
             "heads": self.heads,
             "keys": self.keys,
             "sets": sets,
+            "start": self.start_layer.unwrap_or(self.layers.len() - 1),
         })))
     }
 }

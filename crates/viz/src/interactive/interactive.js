@@ -121,7 +121,7 @@
           problems: s.problems ? { values: dec(s.problems.values), F: s.problems.features, slot: dec(s.problems.slot), prediction: dec(s.problems.prediction), marked: s.problems.marked, query: s.problems.query } : null
         };
       });
-      var st = { set: sets.length - 1, layer: D.layers.length - 1, proj: 0, color: 0, sel: -1, view: null, hidden: D.colorings.map(function () { return {}; }) };
+      var st = { set: sets.length - 1, layer: D.start, proj: 0, color: 0, sel: -1, view: null, hidden: D.colorings.map(function () { return {}; }) };
       var tip = tooltip(svg);
       el(svg, 'text', { x: 12, y: 22, class: 'hl-title' }, D.title);
       var controls = el(svg, 'g', { class: 'hl-controls' });
@@ -361,7 +361,7 @@
         var t = Math.max(0, Math.min(1, (v - r[0]) / (r[1] - r[0])));
         return D.lut[Math.round(t * (D.lut.length - 1))];
       };
-      var st = { layer: L - 1, head: 0 };
+      var st = { layer: D.start, head: 0 };
       var tip = tooltip(svg);
       var lw = Math.min(90, 8 + 6 * Math.max.apply(null, D.rows.map(function (s) { return s.length; })));
       var X0 = 16 + lw, Y0 = 76, S = Math.min(500, 560 - 12 * Math.min(8, Math.max.apply(null, D.cols.map(function (s) { return s.length; }))));
