@@ -220,8 +220,10 @@ def train(
         base = json.loads(_core.train.run_settings(os.fspath(out)) if resume else _core.train.default_settings(task or "sraven"))
         runs = [(os.fspath(out), edit(base))]
     for _, s in runs[:1]:
-        for w in _core.train.check_settings(s):
-            print(f"warning: {w}", file=sys.stderr)
+        warnings = _core.train.check_settings(s)
+        if progress is True:
+            for w in warnings:
+                print(f"warning: {w}", file=sys.stderr)
     bar = _Bar() if progress is True else None
     callback = bar if bar is not None else (progress if callable(progress) else None)
     try:
