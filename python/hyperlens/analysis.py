@@ -18,7 +18,7 @@ from . import _core
 from ._arrays import as_f64, as_i64
 from ._codes import CodeSet
 
-__all__ = ["pca", "decode", "kmeans", "silhouette", "tsne", "analyze", "term_decoding", "PCAResult", "DecodeResult", "KMeansResult", "Analysis"]
+__all__ = ["pca", "decode", "kmeans", "silhouette", "tsne", "analyze", "term_decoding", "TermAnalysis", "PCAResult", "DecodeResult", "KMeansResult", "Analysis"]
 
 
 @dataclass
@@ -202,22 +202,39 @@ class Analysis:
     csv: dict[str, str] = field(repr=False)
 
 
+@dataclass(frozen=True)
+class TermAnalysis:
+    """The result of :func:`analyze` on fuzzy-logic codes: ``term_decoding.csv`` of ``hyperlens
+    analyze`` (per layer and ``all``: ``ridge_r2``, ``f1_mean``, ``f1_base_rate``,
+    ``f1_shuffled``, ``n_terms``)."""
+
+    term_decoding: Any
+
+
 def analyze(
-    train: CodeSet,
-    test: CodeSet,
+    train: Any,
+    test: Any,
     *,
     seed: int = 0,
     n_components: int = 2,
     shuffled_control: bool = True,
     kmeans_runs: int = 3,
     unsupervised_on: str = "test",
-) -> Analysis:
+) -> "Analysis | TermAnalysis":
     """PCA, rule decoding train -> test with controls, k-means and mean-code similarity, per
     layer and on all layers: ``hyperlens analyze --train TRAIN --test TEST`` in memory.
 
     ``train`` and ``test`` are :class:`hyperlens.CodeSet` (e.g. ``model.latent_codes(id_set)``
     and ``model.latent_codes(ood_set)``) with the same (L, H, Q, K).
+
+    On fuzzy-logic codes (two :class:`hyperlens.LogicCodeSet`) it returns what ``hyperlens
+    analyze`` writes for them, a :class:`TermAnalysis` with the ``term_decoding`` table
+    (:func:`term_decoding`; ``seed`` seeds its shuffled-label control).
     """
+    from ._codes import LogicCodeSet
+
+    if isinstance(train, LogicCodeSet) or isinstance(test, LogicCodeSet):
+        return TermAnalysis(term_decoding(train, test, seed=seed))
     d = _core.analysis.analyze(
         _codes_dict(train, "train"),
         _codes_dict(test, "test"),

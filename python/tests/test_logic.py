@@ -160,6 +160,8 @@ def test_term_decoding_equals_cli_analyze(logic_model, cli, tmp_path):
     run_cli(cli, "analyze", "--train", str(tmp_path / "id.npz"), "--test", str(tmp_path / "ood.npz"), "--out", str(tmp_path / "an"), "--seed", "3")
     got = hl.analysis.term_decoding(sets["id"], sets["ood"], seed=3)
     pd.testing.assert_frame_equal(got, pd.read_csv(tmp_path / "an" / "term_decoding.csv"))
+    # analyze dispatches on logic codes to the same table
+    pd.testing.assert_frame_equal(hl.analysis.analyze(sets["id"], sets["ood"], seed=3).term_decoding, got)
     assert list(got["layer"]) == ["0", "1", "all"] or list(got["layer"].astype(str)) == ["0", "1", "all"]
     with pytest.raises(TypeError, match="LogicCodeSet"):
         hl.analysis.term_decoding(sets["id"].codes, sets["ood"])
