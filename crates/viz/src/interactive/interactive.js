@@ -289,7 +289,7 @@
             }
           }
           D.heads.forEach(function (name, h) {
-            if (H <= 16 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, name.replace(/^L\d+/, ''));
+            if (cs >= 22 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, name.replace(/^L\d+/, ''));
           });
           y += K * cs + 24;
         }
