@@ -92,7 +92,7 @@ struct Problems {
 struct SetIn {
     name: String,
     reproduce: String,
-    /// [N, L, H, Q, K].
+    /// `[N, L, H, Q, K]`.
     codes: ndarray::Array5<f32>,
     index: Vec<i64>,
     colors: Vec<Vec<usize>>,
@@ -179,7 +179,7 @@ fn set_in(d: &Bound<'_, PyDict>) -> PyResult<SetIn> {
     })
 }
 
-/// The projections of every set ([P = 1, L, N, 2] each) and the PCA's explained variance ratio of
+/// The projections of every set (`[P = 1, L, N, 2]` each) and the PCA's explained variance ratio of
 /// PC1 and PC2 per layer (zeros for t-SNE).
 type Projections = (Vec<Array4<f64>>, Vec<[f64; 2]>);
 
@@ -240,10 +240,10 @@ fn project(sets: &[SetIn], tsne: bool, seed: u64) -> PyResult<Projections> {
 
 /// The latent-space explorer of code sets: `{"svg": document, "html": fragment, "png": bytes}`.
 ///
-/// `sets`: dicts with `name`, `codes` float32 [N, L, H, Q, K], `colors` (one int64 [N] per
+/// `sets`: dicts with `name`, `codes` float32 `[N, L, H, Q, K]`, `colors` (one int64 `[N]` per
 /// colouring), `fields` (hover lines: dicts `name`, `kind` in int / cat / bool / float / text,
-/// `values`, `names` for cat), and optional `index` int64 [N], `reproduce`, `problems` (dict:
-/// `values` int64 [N, 9, F], `slot`, `prediction` int64 [N], `marked` token list, `query`).
+/// `values`, `names` for cat), and optional `index` int64 `[N]`, `reproduce`, `problems` (dict:
+/// `values` int64 `[N, 9, F]`, `slot`, `prediction` int64 `[N]`, `marked` token list, `query`).
 /// `colorings`: (name, class names) pairs. The PNG is the static scatter of the last set at
 /// `layer`, coloured by the first colouring.
 #[pyfunction]
@@ -383,7 +383,7 @@ fn explorer<'py>(
 }
 
 /// Attention patterns (or any stack of matrices) with a layer and head selector and hover values:
-/// `{"svg", "html", "png"}`. `values`: float64 [L, H, T, T]; `tokens`: T labels. The PNG is the
+/// `{"svg", "html", "png"}`. `values`: float64 `[L, H, T, T]`; `tokens`: T labels. The PNG is the
 /// viz crate's attention grid of the shown layer.
 #[pyfunction]
 #[pyo3(signature = (title, values, tokens, layer_names, head_names=None, layer=None))]

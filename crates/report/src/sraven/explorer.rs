@@ -51,7 +51,7 @@ fn sidecar_seed(path: &Path) -> Result<u64> {
         .ok_or_else(|| ReportError::InvalidInput(format!("{}: no integer `seed`", path.display())))
 }
 
-/// The feature values of every panel of every problem, [N, 9, F]: the 8 context panels from the
+/// The feature values of every panel of every problem, `[N, 9, F]`: the 8 context panels from the
 /// one-hot tokens, then the true answer.
 fn panel_values(x: ndarray::ArrayView3<'_, f32>, y: ndarray::ArrayView2<'_, i64>) -> Array3<i64> {
     let (n, _, _) = x.dim();

@@ -20,14 +20,14 @@ const EXACT_CELLS: usize = 20_000;
 /// [`InteractiveFigure`]).
 ///
 /// # Shapes
-/// `values`: [L, H, R, C], e.g. the attention pattern [layer, head, query, key] of one problem,
-/// or [1, 1, R, C] for one heatmap; `layers`: L names; `heads`: H names; `row_labels`: R;
+/// `values`: `[L, H, R, C]`, e.g. the attention pattern `[layer, head, query, key]` of one problem,
+/// or `[1, 1, R, C]` for one heatmap; `layers`: L names; `heads`: H names; `row_labels`: R;
 /// `col_labels`: C.
 #[derive(Debug, Clone)]
 pub struct PatternExplorer<'a> {
     /// Title above the matrix.
     pub title: String,
-    /// The matrices, [L, H, R, C]; finite.
+    /// The matrices, `[L, H, R, C]`; finite.
     pub values: ArrayView4<'a, f64>,
     /// Names of the layers (the first selector), e.g. "layer 0".
     pub layers: Vec<String>,
@@ -52,8 +52,8 @@ pub struct PatternExplorer<'a> {
 }
 
 impl<'a> PatternExplorer<'a> {
-    /// The attention of every head of every layer on one sequence, [L, H, T, T], labelled
-    /// `L{l}H{h}`, viridis over [0, max] (blue-white-red, symmetric, when a value is negative,
+    /// The attention of every head of every layer on one sequence, `[L, H, T, T]`, labelled
+    /// `L{l}H{h}`, viridis over `[0, max]` (blue-white-red, symmetric, when a value is negative,
     /// as the codes of an unnormalised mixer are).
     pub fn attention(title: &str, pattern: ArrayView4<'a, f64>, tokens: &[String]) -> Self {
         let (l, h, _, _) = pattern.dim();

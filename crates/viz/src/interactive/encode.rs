@@ -83,7 +83,8 @@ pub fn ints(what: &str, v: impl ExactSizeIterator<Item = i64> + Clone) -> Result
     }
 }
 
-/// Finite values quantised to `u4` (`bits == 4`), `u8` (`bits == 8`) or `u16` (`bits == 16`) over `[lo, hi]`: the
+/// Finite values quantised to `u4` (`bits == 4`), `u8` (`bits == 8`) or `u16` (`bits == 16`) over
+/// `[lo, hi]`: the
 /// value of code `q` is `lo + q * (hi - lo) / (2^bits - 1)`, so the error is at most half a step.
 /// Returns the encoded array and `[lo, hi]` (the data's range, widened when it is a point).
 pub fn quantised(v: &[f64], bits: u32) -> (Value, [f64; 2]) {

@@ -64,12 +64,12 @@ pub struct Field<'a> {
 /// SRAVEN problems to draw on click: the 3 x 3 matrix of panels, one value per feature.
 ///
 /// # Shapes
-/// `values`: [N, 9, F]: the 8 context panels then the true answer panel, each F feature values
-/// (F = 4 for SRAVEN; values 0..=255); `slot`, `prediction`: [N]: the answer feature the codes
+/// `values`: `[N, 9, F]`: the 8 context panels then the true answer panel, each F feature values
+/// (F = 4 for SRAVEN; values 0..=255); `slot`, `prediction`: `[N]`: the answer feature the codes
 /// were read for and the model's answer at it (drawn in the answer panel beside the true value).
 #[derive(Debug, Clone)]
 pub struct SravenProblems<'a> {
-    /// Feature values of the 9 panels of every problem, [N, 9, F].
+    /// Feature values of the 9 panels of every problem, `[N, 9, F]`.
     pub values: ArrayView3<'a, i64>,
     /// Answer feature (slot) of each point, each `< F`.
     pub slot: &'a [i64],
@@ -86,8 +86,9 @@ pub struct SravenProblems<'a> {
 ///
 /// # Shapes
 /// N points (problems, or problem x slot rows of a code file); P projections, L layers:
-/// `points` [P, L, N, 2]; `index`, every `colors[c]` and every field: [N]; `codes` [N, L, C] with
-/// C = heads x keys, head-major; `problems.values` [N, 9, F].
+/// `points` `[P, L, N, 2]`; `index`, every `colors[c]` and every field: `[N]`; `codes` `[N, L, C]`
+/// with
+/// C = heads x keys, head-major; `problems.values` `[N, 9, F]`.
 #[derive(Debug, Clone)]
 pub struct ExplorerSet<'a> {
     /// Name in the set switch, e.g. "OOD".
@@ -95,15 +96,15 @@ pub struct ExplorerSet<'a> {
     /// How to reproduce the problems, shown under the problem drawing, e.g.
     /// `hyperlens tasks sample --split paper-seed0 --set ood --n 2048 --seed 0 --unpermuted`.
     pub reproduce: String,
-    /// 2-D coordinates of every point, per projection and layer, [P, L, N, 2]; finite.
+    /// 2-D coordinates of every point, per projection and layer, `[P, L, N, 2]`; finite.
     pub points: ArrayView4<'a, f64>,
-    /// Problem index of every point in its problem set, [N].
+    /// Problem index of every point in its problem set, `[N]`.
     pub index: &'a [i64],
     /// Class of every point under each colouring of the explorer, in the explorer's order.
     pub colors: Vec<&'a [usize]>,
     /// Hover lines after the set, problem index and layer.
     pub fields: Vec<Field<'a>>,
-    /// Each point's latent code per layer, [N, L, heads x keys], drawn on click; finite.
+    /// Each point's latent code per layer, `[N, L, heads x keys]`, drawn on click; finite.
     pub codes: Option<ArrayView3<'a, f32>>,
     /// The problems, drawn on click.
     pub problems: Option<SravenProblems<'a>>,
