@@ -21,7 +21,7 @@ esac
 for d in /.gpu/ /.gpu-test/; do grep -qx "$d" .git/info/exclude || echo "$d" >> .git/info/exclude; done
 rm -rf "$dir"
 mkdir -p "$dir"
-cp bench/gpu/*.sh "$dir/"
+cp bench/gpu/*.sh bench/gpu/*.py "$dir/"
 case "$mode" in
   train)
     strip -o "$dir/hyperlens" "$target/release/hyperlens"
