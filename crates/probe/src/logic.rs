@@ -11,14 +11,14 @@
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::{CodeSite, Config, Evaluator, Reads};
+use hyperlens_model::{Config, Evaluator};
 use hyperlens_tasks::logic::{
     logic_chunks, LogicBatch, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
-use ndarray::s;
 
 use crate::error::{ProbeError, Result};
 use crate::extract::{ProbeMeta, SelectionMeta};
+use crate::logic_rows::{logic_code_rows, LogicRows};
 use crate::npz_stream::{NpyDtype, NpzStream};
 
 /// Where a logic probe reads the codes: one query position and its keys.
@@ -173,15 +173,6 @@ where
         return Err(ProbeError::InvalidInput("--batch must be positive".into()));
     }
     site.check(cfg.n_tokens)?;
-    let sites = [CodeSite {
-        query: site.query,
-        keys: site.keys.clone(),
-    }];
-    let reads = Reads {
-        sites: &sites,
-        layers: &layers,
-        resid_pre: false,
-    };
     let mut writer: Option<LogicCodeWriter> = None;
     let mut done = 0usize;
     let mut se = 0f64;
@@ -191,7 +182,12 @@ where
         if b == 0 {
             continue;
         }
-        check_batch(&chunk, &cfg, done, n_problems)?;
+        check_fits(&chunk, &cfg)?;
+        if done + b > n_problems {
+            return Err(ProbeError::InvalidInput(format!(
+                "the batches hold more than the announced {n_problems} sequences"
+            )));
+        }
         let w = match &mut writer {
             Some(w) => w,
             None => writer.insert(LogicCodeWriter::create(
@@ -204,8 +200,8 @@ where
         let mut start = 0;
         while start < b {
             let end = (start + batch).min(b);
-            let read = ev.read(chunk.x.slice(s![start..end, .., ..]), &reads)?;
-            se += w.append(&read.codes, &read.logits, &chunk, start..end, done)?;
+            let rows = logic_code_rows(ev, &chunk, start..end, &layers, site, done)?;
+            se += w.append(&rows, chunk.terms.dim())?;
             start = end;
         }
         done += b;
@@ -235,7 +231,7 @@ impl LogicSite {
     ///
     /// # Errors
     /// [`ProbeError::InvalidInput`] naming the positions.
-    fn check(&self, t: usize) -> Result<()> {
+    pub(crate) fn check(&self, t: usize) -> Result<()> {
         if self.keys.is_empty() || self.query >= t || self.keys.iter().any(|&k| k >= t) {
             return Err(ProbeError::InvalidInput(format!(
                 "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
@@ -247,12 +243,12 @@ impl LogicSite {
     }
 }
 
-/// Checks that a batch fits the model (`x [B, T, d_in]`, a scalar output) and that, after the
-/// `done` sequences before it, it stays within the `n_problems` announced.
+/// Checks that a batch fits the model: `x [B, T, d_in]`, `y [B]`, terms `[B, Kt, Lv]` and
+/// `term_ids [B, Kt]`, and a model with a scalar output.
 ///
 /// # Errors
 /// [`ProbeError::InvalidInput`] naming the shapes.
-fn check_batch(chunk: &LogicBatch, cfg: &Config, done: usize, n_problems: usize) -> Result<()> {
+pub(crate) fn check_fits(chunk: &LogicBatch, cfg: &Config) -> Result<()> {
     let (b, ct, d) = chunk.x.dim();
     let kt = chunk.terms.dim().1;
     if ct != cfg.n_tokens
@@ -271,11 +267,6 @@ fn check_batch(chunk: &LogicBatch, cfg: &Config, done: usize, n_problems: usize)
             cfg.n_tokens,
             cfg.d_in,
             cfg.d_out
-        )));
-    }
-    if done + b > n_problems {
-        return Err(ProbeError::InvalidInput(format!(
-            "the batches hold more than the announced {n_problems} sequences"
         )));
     }
     Ok(())
@@ -317,53 +308,30 @@ impl LogicCodeWriter {
         })
     }
 
-    /// Appends the rows `rows` of `chunk` (the batch starting at sequence `done`) with the
-    /// model's `codes` and predictions `pred` for them, and returns their squared error.
+    /// Appends `rows` (of a batch whose terms are `[_, Kt, Lv]`) and returns their squared error.
     ///
     /// # Errors
     /// [`ProbeError::InvalidInput`] for terms shaped unlike the first batch's; I/O errors.
-    fn append(
-        &mut self,
-        codes: &[f32],
-        pred: &[f32],
-        chunk: &LogicBatch,
-        rows: std::ops::Range<usize>,
-        done: usize,
-    ) -> Result<f64> {
-        let (kt, lv) = (chunk.terms.dim().1, chunk.terms.dim().2);
+    fn append(&mut self, rows: &LogicRows, (_, kt, lv): (usize, usize, usize)) -> Result<f64> {
         if (kt, lv) != self.terms {
             let (skt, slv) = self.terms;
             return Err(ProbeError::InvalidInput(format!(
                 "a batch has terms [{kt}, {lv}], an earlier one [{skt}, {slv}]"
             )));
         }
-        let (start, end) = (rows.start, rows.end);
-        let terms: Vec<i64> = chunk
-            .terms
-            .slice(s![start..end, .., ..])
+        let se = rows
+            .prediction
             .iter()
-            .map(|&v| i64::from(v))
-            .collect();
-        let term_ids: Vec<i64> = chunk
-            .term_ids
-            .slice(s![start..end, ..])
-            .iter()
-            .map(|&v| i64::from(v))
-            .collect();
-        let target: Vec<f32> = chunk.y.slice(s![start..end]).to_vec();
-        let se = pred
-            .iter()
-            .zip(&target)
+            .zip(&rows.target)
             .map(|(&p, &y)| (p as f64 - y as f64).powi(2))
             .sum::<f64>();
-        let problem: Vec<i64> = (done + start..done + end).map(|p| p as i64).collect();
         let ids = self.ids;
-        self.stream.append_f32(ids[0], codes)?;
-        self.stream.append_i64(ids[1], &terms)?;
-        self.stream.append_i64(ids[2], &term_ids)?;
-        self.stream.append_f32(ids[3], &target)?;
-        self.stream.append_f32(ids[4], pred)?;
-        self.stream.append_i64(ids[5], &problem)?;
+        self.stream.append_f32(ids[0], &rows.codes)?;
+        self.stream.append_i64(ids[1], &rows.terms)?;
+        self.stream.append_i64(ids[2], &rows.term_ids)?;
+        self.stream.append_f32(ids[3], &rows.target)?;
+        self.stream.append_f32(ids[4], &rows.prediction)?;
+        self.stream.append_i64(ids[5], &rows.problem)?;
         Ok(se)
     }
 

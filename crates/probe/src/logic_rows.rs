@@ -3,11 +3,14 @@
 //! that keep them (the Python front's `Model.latent_codes`), as [`crate::extract::code_rows`] is
 //! for SRAVEN.
 
+use std::ops::Range;
+
 use hyperlens_model::{CodeSite, Evaluator, Reads};
 use hyperlens_tasks::logic::LogicBatch;
+use ndarray::s;
 
 use crate::error::{ProbeError, Result};
-use crate::logic::LogicSite;
+use crate::logic::{check_fits, LogicSite};
 
 /// The rows of a logic codes file for one batch of B sequences, flat in row-major order.
 ///
@@ -42,51 +45,36 @@ impl LogicRows {
     }
 }
 
-/// The codes of the logic model of `ev` at `site` for `layers` on the sequences of `batch`
+/// The codes of the logic model of `ev` at `site` for `layers` on the sequences `rows` of `batch`
 /// ([`Evaluator::read`], one pass), with their labels: the rows [`crate::extract_logic`] writes,
-/// the first sequence numbered `first_problem`.
+/// sequence `rows.start` of the batch numbered `first_problem + rows.start`.
 ///
 /// # Shapes
-/// `batch.x [B, T, Lv + 1]`, `y [B]`, `terms [B, Kt, Lv]`, `term_ids [B, Kt]`; see [`LogicRows`].
+/// `batch.x [B, T, Lv + 1]`, `y [B]`, `terms [B, Kt, Lv]`, `term_ids [B, Kt]`; `rows` within
+/// `0..B`; see [`LogicRows`] (one row per sequence of `rows`).
 ///
 /// # Errors
-/// [`ProbeError::InvalidInput`] for a site outside the sequence or without a key, or a batch that
-/// does not fit the model; the evaluator's errors (an empty, repeated or out-of-range layer list).
+/// [`ProbeError::InvalidInput`] for a site outside the sequence or without a key, a batch that
+/// does not fit the model or rows outside it; the evaluator's errors (an empty, repeated or
+/// out-of-range layer list).
 pub fn logic_code_rows(
     ev: &Evaluator,
     batch: &LogicBatch,
+    rows: Range<usize>,
     layers: &[usize],
     site: &LogicSite,
     first_problem: usize,
 ) -> Result<LogicRows> {
     let cfg = ev.config();
-    let t = cfg.n_tokens;
-    if site.keys.is_empty() || site.query >= t || site.keys.iter().any(|&k| k >= t) {
+    site.check(cfg.n_tokens)?;
+    check_fits(batch, cfg)?;
+    let b = batch.x.dim().0;
+    if rows.start > rows.end || rows.end > b {
         return Err(ProbeError::InvalidInput(format!(
-            "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
-             least one key",
-            site.query, site.keys
+            "rows {rows:?} of a batch of {b} sequences"
         )));
     }
-    let (b, bt, d) = batch.x.dim();
-    let kt = batch.terms.dim().1;
-    if bt != t
-        || d != cfg.d_in
-        || batch.y.len() != b
-        || batch.terms.dim().0 != b
-        || batch.term_ids.dim() != (b, kt)
-        || cfg.d_out != 1
-    {
-        return Err(ProbeError::InvalidInput(format!(
-            "logic batch x {:?}, y [{}], terms {:?} does not fit the model (T {t}, input {}, \
-             output {})",
-            batch.x.shape(),
-            batch.y.len(),
-            batch.terms.shape(),
-            cfg.d_in,
-            cfg.d_out
-        )));
-    }
+    let (start, end) = (rows.start, rows.end);
     let sites = [CodeSite {
         query: site.query,
         keys: site.keys.clone(),
@@ -96,14 +84,24 @@ pub fn logic_code_rows(
         layers,
         resid_pre: false,
     };
-    let read = ev.read(batch.x.view(), &reads)?;
+    let read = ev.read(batch.x.slice(s![start..end, .., ..]), &reads)?;
     Ok(LogicRows {
         codes: read.codes,
-        terms: batch.terms.iter().map(|&v| i64::from(v)).collect(),
-        term_ids: batch.term_ids.iter().map(|&v| i64::from(v)).collect(),
-        target: batch.y.to_vec(),
+        terms: batch
+            .terms
+            .slice(s![start..end, .., ..])
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect(),
+        term_ids: batch
+            .term_ids
+            .slice(s![start..end, ..])
+            .iter()
+            .map(|&v| i64::from(v))
+            .collect(),
+        target: batch.y.slice(s![start..end]).to_vec(),
         prediction: read.logits,
-        problem: (first_problem..first_problem + b)
+        problem: (first_problem + start..first_problem + end)
             .map(|p| p as i64)
             .collect(),
     })

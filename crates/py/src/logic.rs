@@ -479,7 +479,8 @@ pub fn latent_codes<'py>(
     let all = detached(py, || {
         let mut all = LogicRows::default();
         for (s0, s1) in starts(n, batch) {
-            let rows = logic_code_rows(ev, &a.batch(s0, s1), &layers, &site, s0).map_err(to_py)?;
+            let part = a.batch(s0, s1);
+            let rows = logic_code_rows(ev, &part, 0..s1 - s0, &layers, &site, s0).map_err(to_py)?;
             all.extend(rows);
             check_signals()?;
         }
