@@ -29,7 +29,7 @@ from ._errors import (
     NumericalError,
     ShapeError,
 )
-from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, load
+from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, find_checkpoint, import_jax, load
 from . import analysis, circuits, patching, tasks, utils, viz
 from .tasks import LogicProblemSet, ProblemSet
 from ._train import TrainResult, report, train
@@ -39,6 +39,7 @@ __version__: str = _core.__version__
 __all__ = [
     "load",
     "find_checkpoint",
+    "import_jax",
     "Model",
     "Config",
     "LanguageModel",

@@ -17,7 +17,7 @@ from ._errors import HookError, HyperlensError, InputError, NotFoundError
 from .tasks import LogicProblemSet, ProblemSet
 from .utils import get_act_name
 
-__all__ = ["load", "Model", "Config", "LanguageModel", "LMConfig", "ActivationCache", "find_checkpoint"]
+__all__ = ["load", "import_jax", "Model", "Config", "LanguageModel", "LMConfig", "ActivationCache", "find_checkpoint"]
 
 CHECKPOINTS_ENV = "HYPERLENS_CHECKPOINTS"
 
@@ -364,6 +364,43 @@ def load(path_or_name: str | os.PathLike, device: str = "cpu") -> "Model | Langu
         return LanguageModel(_core.LanguageModel.load(os.fspath(path), str(device)), path)
     ev = _core.Evaluator.load(os.fspath(path), str(device))
     return Model(ev, path)
+
+
+def import_jax(
+    params_npz: str | os.PathLike,
+    mixer: str,
+    *,
+    out: str | os.PathLike | None = None,
+    n_outputs: int = 4,
+    force: bool = False,
+    device: str = "cpu",
+) -> "Model":
+    """Loads a ``.npz`` export of the paper's JAX/Flax code (flax paths joined with ``/``, as
+    ``scripts/export_jax_checkpoint.py`` writes them) as a :class:`Model`, as
+    ``hyperlens import jax --params PARAMS --mixer MIXER`` does.
+
+    ``mixer`` is a CLI name (``"hyla"``, ``"softmax"``, ``"linear"``, ...) or the paper's method
+    string (``"linear_hypatt"``, ``"transformer"``, ...): the export does not record it.
+    ``n_outputs``: answer positions read at the end of the sequence (4 for SRAVEN). With ``out``,
+    the checkpoint directory (``config.json`` + ``model.safetensors``) is written there first and
+    loaded from it; ``force`` overwrites an existing one. Without it the model lives in memory.
+
+    Source: Schug et al. 2025's code (``hyperlens import jax``; the float64 test of
+    ``crates/model/tests/model.rs`` holds the imported models to the paper's logits).
+
+    Raises:
+        CheckpointError: a malformed export (naming the key); FileNotFoundError: no such file;
+        InputError: an unknown mixer, or ``out`` exists without ``force``.
+    """
+    ev = _core.Evaluator.import_jax(
+        os.fspath(params_npz),
+        str(mixer),
+        int(n_outputs),
+        None if out is None else os.fspath(out),
+        bool(force),
+        str(device),
+    )
+    return Model(ev, Path(os.fspath(out if out is not None else params_npz)))
 
 
 def _is_language_model(path: Path) -> bool:

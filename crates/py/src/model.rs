@@ -149,6 +149,67 @@ impl PyEvaluator {
         Ok(PyEvaluator { ev })
     }
 
+    /// Imports a `.npz` export of the paper's JAX/Flax code (`hyperlens import jax`): the model
+    /// of `mixer` (a CLI name or the paper's method string) with `n_outputs` answer positions, on
+    /// `device`. With `out`, the checkpoint directory is written there first (it must not exist
+    /// unless `force`) and loaded from it.
+    ///
+    /// Errors: `CheckpointError` naming the key for a malformed export; `InputError` for an
+    /// unknown mixer or an existing `out`.
+    #[staticmethod]
+    #[pyo3(signature = (params, mixer, n_outputs = 4, out = None, force = false, device = "cpu"))]
+    fn import_jax(
+        py: Python<'_>,
+        params: PathBuf,
+        mixer: &str,
+        n_outputs: usize,
+        out: Option<PathBuf>,
+        force: bool,
+        device: &str,
+    ) -> PyResult<PyEvaluator> {
+        let device = hyperlens_model::Device::from_str(device).map_err(to_py)?;
+        let mixer = hyperlens_model::Mixer::from_str(mixer).map_err(to_py)?;
+        if !params.is_file() {
+            return Err(raise(
+                Kind::NotFound,
+                format!("{}: no such parameter file", params.display()),
+            ));
+        }
+        if let Some(out) = &out {
+            if out.exists() && !force {
+                return Err(raise(
+                    Kind::Input,
+                    format!(
+                        "{} already exists (pass force=True to overwrite)",
+                        out.display()
+                    ),
+                ));
+            }
+        }
+        let ev = detached(py, || {
+            let (config, tensors) =
+                hyperlens_model::import::import_jax_npz(&params, mixer, n_outputs)
+                    .map_err(to_py)?;
+            let dev = device.to_candle().map_err(to_py)?;
+            match &out {
+                Some(out) => {
+                    hyperlens_model::checkpoint::save(out, &config, &tensors).map_err(to_py)?;
+                    Evaluator::load(out, &dev).map_err(to_py)
+                }
+                None => {
+                    let model = hyperlens_model::Transformer::from_tensors(
+                        &config,
+                        tensors.into_iter().collect(),
+                        &dev,
+                    )
+                    .map_err(to_py)?;
+                    Evaluator::new(model).map_err(to_py)
+                }
+            }
+        })?;
+        Ok(PyEvaluator { ev })
+    }
+
     /// The model's config as a dict (`config.json`'s fields, the mixer's name and the parameter
     /// count).
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
