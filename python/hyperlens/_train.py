@@ -268,9 +268,11 @@ def report(
     figures, tables and a Markdown + HTML page in ``out``. Returns the path of ``index.html``.
 
     ``progress``: True prints the stages on stderr; a callable receives each stage as a dict
-    (``stage``: ``checkpoint``, ``codes``, ``logic_codes``, ``analysis``, ``figures``,
-    ``skipped``; ``done``, ``total``, ...). The report runs to its end once started (its files
-    are written atomically); an exception of the callback, or Ctrl-C, is raised then. Errors:
+    (``stage``: ``checkpoint``, ``codes``, ``logic_codes``, ``analysis``, ``causal``,
+    ``figures``, ``skipped``; ``done``, ``total``, ...). An exception of the callback, or Ctrl-C
+    (checked at every batch of codes and every analysis or transplant step), stops the report
+    there and is raised: nothing is left half-written, and a previous report at ``out`` stays
+    whole (the report is built in a staging directory and swapped in when complete). Errors:
     ``InputError`` for ``n < 16`` or ``batch`` 0; ``NotFoundError`` when there is no checkpoint.
     """
     if progress is True:

@@ -230,6 +230,9 @@ def analyze(
     On fuzzy-logic codes (two :class:`hyperlens.LogicCodeSet`) it returns what ``hyperlens
     analyze`` writes for them, a :class:`TermAnalysis` with the ``term_decoding`` table
     (:func:`term_decoding`; ``seed`` seeds its shuffled-label control).
+
+    ``KeyboardInterrupt`` (Ctrl-C, checked before every step of every layer) stops it. Source:
+    ``hyperlens_analysis::analyze_pair``.
     """
     from ._codes import LogicCodeSet
 

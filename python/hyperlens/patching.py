@@ -142,7 +142,8 @@ def activation_patching(model: Any, problems: Any, slot: int = 3, batch: int = 1
     ``problems`` must be unpermuted (``hl.tasks.sample(..., unpermuted=True)``). Every grid comes
     from one run; call this once rather than several ``get_act_patch_*``, which each run it.
     Errors: ``InputError`` for permuted problems, a slot outside the answer, no pair, a model that
-    does not separate the answers. Source: ``hyperlens_probe::activation_patching``.
+    does not separate the answers; ``KeyboardInterrupt`` (Ctrl-C, checked after every forward
+    pass) stops it. Source: ``hyperlens_probe::activation_patching``.
     """
     ev, p = _sraven(model, problems, "activation_patching")
     d = dict(_core.patching.activation_patching_report(ev, p.x, p.y, p.rules, p.perms, int(slot), int(batch)))
@@ -217,8 +218,8 @@ def direct_logit_attribution(
     each MLP output, each centred and divided by the final LayerNorm's scale of the whole stream
     (frozen), projected on the answer's unembedding column (TransformerLens's
     ``cache.stack_head_results`` + ``apply_ln_to_stack`` + ``logit_attrs``). What ``hyperlens
-    patch dla --problems FILE [--slot S] --batch BATCH`` writes. Source:
-    ``hyperlens_probe::direct_logit_attribution``."""
+    patch dla --problems FILE [--slot S] --batch BATCH`` writes. ``KeyboardInterrupt`` (Ctrl-C,
+    checked after every batch) stops it. Source: ``hyperlens_probe::direct_logit_attribution``."""
     ev, p = _sraven(model, problems, "direct_logit_attribution")
     sl = None if slots is None else [int(s) for s in slots]
     d = dict(_core.patching.dla_report(ev, p.x, p.y, p.rules, p.perms, sl, int(batch)))
@@ -239,7 +240,8 @@ def latent_transplant(
     unpermuted=True)``).
 
     Returns ``transplant.csv`` as a table (``layer, kind, n, to_donor, elsewhere, unchanged,
-    excluded, frac_to_donor, frac_changed, max_logit_change``). Source:
+    excluded, frac_to_donor, frac_changed, max_logit_change``). ``KeyboardInterrupt`` (Ctrl-C,
+    checked after every ID batch and every layer of an OOD batch) stops it. Source:
     ``hyperlens_probe::latent_transplant``."""
     ev, a = _sraven(model, id_problems, "latent_transplant")
     _, b = _sraven(model, ood_problems, "latent_transplant")

@@ -117,3 +117,104 @@ def test_gil_is_released_during_logic_latent_codes():
     stop.set()
     t.join()
     assert during > max(1000, 20_000 * dt), (during, dt)
+
+
+def _interrupted_within(fn, expected):
+    """Runs ``fn()`` with Ctrl-C (SIGINT's flag, as interrupt_main sets it) 0.3 s in; asserts
+    that it raised ``KeyboardInterrupt`` well before the ``expected`` seconds of the whole call."""
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    t0 = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        fn()
+    elapsed = time.perf_counter() - t0
+    timer.cancel()
+    assert elapsed < 0.5 * expected + 0.5, (elapsed, expected)
+
+
+def _scaled(per_unit: float, seconds: float = 6.0, lo: int = 32, hi: int = 20_000) -> int:
+    """How many units (problems) take about ``seconds``, however fast the machine."""
+    return int(min(hi, max(lo, seconds / per_unit)))
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def test_keyboard_interrupt_stops_activation_patching(model):
+    # hundreds of forward passes per batch, whatever its size: one batch of one problem calibrates
+    small = hl.tasks.sample(split="paper-seed0", set="ood", n=2, seed=21, unpermuted=True)
+    per = _timed(lambda: hl.patching.activation_patching(model, small, batch=1)) / 2
+    n = _scaled(per, lo=4)
+    big = hl.tasks.sample(split="paper-seed0", set="ood", n=n, seed=21, unpermuted=True)
+    _interrupted_within(lambda: hl.patching.activation_patching(model, big, batch=1), per * n)
+
+
+def test_keyboard_interrupt_stops_direct_logit_attribution(model):
+    small = hl.tasks.sample(split="paper-seed0", set="ood", n=64, seed=22)
+    per = _timed(lambda: hl.patching.direct_logit_attribution(model, small, batch=8)) / 64
+    n = _scaled(per, hi=200_000)
+    big = hl.tasks.sample(split="paper-seed0", set="ood", n=n, seed=22)
+    _interrupted_within(lambda: hl.patching.direct_logit_attribution(model, big, batch=8), per * n)
+
+
+def test_keyboard_interrupt_stops_the_transplant(model):
+    def sets(n):
+        return tuple(
+            hl.tasks.sample(split="paper-seed0", set=s, n=n, seed=23, unpermuted=True) for s in ("id", "ood")
+        )
+
+    small = sets(32)
+    per = _timed(lambda: hl.patching.latent_transplant(model, *small, batch=8)) / 32
+    n = _scaled(per)
+    big = sets(n)
+    _interrupted_within(lambda: hl.patching.latent_transplant(model, *big, batch=8), per * n)
+
+
+def test_keyboard_interrupt_stops_the_analysis(model):
+    def codes(n):
+        return tuple(
+            model.latent_codes(hl.tasks.sample(split="paper-seed0", set=s, n=n, seed=24)) for s in ("id", "ood")
+        )
+
+    small = codes(512)
+    expected = _timed(lambda: hl.analysis.analyze(*small))
+    # the analysis grows faster than linearly with N (k-means, the silhouette): four times the
+    # codes take at least four times as long
+    big = codes(2048)
+    _interrupted_within(lambda: hl.analysis.analyze(*big), 4 * expected)
+
+
+def test_ctrl_c_or_a_failing_callback_stops_the_report_and_leaves_no_files(tmp_path):
+    """Ctrl-C during the report, or an exception of its progress callback, stops it at that step:
+    the stages after it never start, the staging directory is removed and `out` is as it was."""
+    out = tmp_path / "report"
+    out.mkdir()
+    stages = []
+
+    def record(e):
+        stages.append(e["stage"])
+
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        hl.report(out, checkpoints=["data/checkpoints/sraven-hyla"], n=4096, progress=record)
+    timer.cancel()
+    assert stages[0] == "checkpoint" and "analysis" not in stages and "figures" not in stages, stages
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+    class Stop(Exception):
+        pass
+
+    def fail_on_transplant(e):
+        stages.append(e["stage"])
+        if e["stage"] == "causal":
+            raise Stop
+
+    stages.clear()
+    with pytest.raises(Stop):
+        hl.report(out, checkpoints=["data/checkpoints/sraven-hyla"], n=64, causal_n=16, progress=fail_on_transplant)
+    assert stages.count("causal") == 1 and "analysis" not in stages and "figures" not in stages, stages
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["report"]

@@ -47,7 +47,9 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("analyze_pair 2x51200 [2,16,1,2]", |b| {
         b.iter(|| {
-            let report = analyze_pair(&train, &test, &params, &mut |_| {});
+            let report = analyze_pair(&train, &test, &params, &mut |_| {
+                std::ops::ControlFlow::Continue(())
+            });
             black_box(report.map(|r| r.layers.len()).unwrap_or(0))
         })
     });

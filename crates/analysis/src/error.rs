@@ -33,6 +33,10 @@ pub enum AnalysisError {
     /// Writing an output file failed (hyperlens-io); names the path (and the array of an archive).
     #[error(transparent)]
     File(#[from] hyperlens_io::IoError),
+    /// The caller's progress callback asked to stop (returned `ControlFlow::Break`, e.g. on
+    /// Ctrl-C in Python).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// Result alias of this crate.

@@ -609,7 +609,11 @@ fn analyze_pair_end_to_end_and_tables() {
         ..LatentAnalysisParams::default()
     };
     let mut steps = Vec::new();
-    let report = analyze_pair(&train, &test, &params, &mut |p| steps.push(*p)).unwrap();
+    let report = analyze_pair(&train, &test, &params, &mut |p| {
+        steps.push(*p);
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
 
     // progress: every stage of every selection announced once (in any order across
     // selections, which may run concurrently), `done` never decreases, then a final call
@@ -640,6 +644,21 @@ fn analyze_pair_end_to_end_and_tables() {
         .windows(2)
         .all(|w| w[0].done <= w[1].done && w[0].total == 16));
     assert_eq!((steps[16].next, steps[16].done), (None, 16));
+
+    // a progress callback that breaks at its third call stops the analysis: no further step
+    // starts, and the error says it was interrupted
+    let mut calls = 0;
+    let err = analyze_pair(&train, &test, &params, &mut |_| {
+        calls += 1;
+        if calls >= 3 {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    })
+    .unwrap_err();
+    assert!(matches!(err, AnalysisError::Interrupted), "{err}");
+    assert_eq!(calls, 3, "no step is announced after the break");
 
     assert_eq!(report.labels, (0..8).collect::<Vec<i64>>());
     let sels: Vec<LayerSel> = report.layers.iter().map(|l| l.layer).collect();
@@ -753,14 +772,20 @@ fn analyze_pair_end_to_end_and_tables() {
         shuffled_control: false,
         ..params
     };
-    let rep2 = analyze_pair(&train, &test, &on_train, &mut |_| {}).unwrap();
+    let rep2 = analyze_pair(&train, &test, &on_train, &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
     assert_eq!(rep2.layers[0].projection.nrows(), 301);
     assert_eq!(rep2.layers[0].similarity.counts[7], 0);
     assert_eq!(rep2.layers[0].decoding.shuffled_control, None);
 
     // incompatible code axes: a shape error naming both sets
     let other = CodeSet::new(Array5::zeros((5, 2, 5, 1, 2)), Array1::zeros(5)).unwrap();
-    let err = analyze_pair(&train, &other, &params, &mut |_| {}).unwrap_err();
+    let err = analyze_pair(&train, &other, &params, &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap_err();
     assert!(matches!(err, AnalysisError::Shape(_)), "{err}");
 }
 

@@ -48,7 +48,7 @@ fn bench_probe(c: &mut Criterion) {
                     &params,
                     &out,
                     ProbeMeta::default(),
-                    |_| {},
+                    |_| std::ops::ControlFlow::Continue(()),
                 )
                 .expect("extract")
             });
@@ -66,7 +66,7 @@ fn bench_probe(c: &mut Criterion) {
                     &params,
                     &out,
                     ProbeMeta::default(),
-                    |_| {},
+                    |_| std::ops::ControlFlow::Continue(()),
                 )
                 .expect("extract")
             });

@@ -3,6 +3,8 @@
 //! over the problem set at each position (TransformerLens's zero and mean ablation;
 //! `hyperlens_model::hooks`).
 
+use std::ops::ControlFlow;
+
 use candle_core::{Device, Tensor};
 use hyperlens_model::eval::{EvalMetrics, MetricsAccumulator};
 use hyperlens_model::hooks::{Cache, HookFn};
@@ -11,7 +13,7 @@ use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::Array3;
 use serde::Serialize;
 
-use crate::error::{ProbeError, Result};
+use crate::error::{step, ProbeError, Result};
 
 /// What replaces an ablated head's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,18 +133,20 @@ fn metrics<'a>(
 /// the hooked pass [`Evaluator::run_with_hooks`]) and measures accuracy and loss over the SRAVEN
 /// problems that `problems()` streams (called once per pass: the baseline, the mean for mean
 /// ablation, then one pass per head), so memory is bounded by the batch. `progress(done, total)`
-/// counts the passes.
+/// counts the passes; its `ControlFlow::Break` stops the work (a stream may also stop it between
+/// batches by yielding [`ProbeError::Interrupted`]).
 ///
 /// # Shapes
 /// Each batch: `x [B, T, M]`, `y [B, F]`, matching the model.
 ///
 /// # Errors
-/// The stream's errors; an empty stream; model errors.
+/// The stream's errors; an empty stream; [`ProbeError::Interrupted`] when `progress` breaks; model
+/// errors.
 pub fn head_ablation<'a>(
     ev: &Evaluator,
     problems: &mut Problems<'a>,
     ablation: Ablation,
-    mut progress: impl FnMut(usize, usize),
+    mut progress: impl FnMut(usize, usize) -> ControlFlow<()>,
 ) -> Result<AblationReport> {
     let cfg = ev.config().clone();
     let (l_n, h_n) = (cfg.n_layers, cfg.n_heads);
@@ -155,13 +159,13 @@ pub fn head_ablation<'a>(
         ));
     }
     done += 1;
-    progress(done, total);
+    step(&mut progress, done, total)?;
     let fills = match ablation {
         Ablation::Zero => zero_fills(ev)?,
         Ablation::Mean => {
             let fills = mean_fills(ev, problems)?;
             done += 1;
-            progress(done, total);
+            step(&mut progress, done, total)?;
             fills
         }
     };
@@ -182,7 +186,7 @@ pub fn head_ablation<'a>(
                 loss: m.loss,
             });
             done += 1;
-            progress(done, total);
+            step(&mut progress, done, total)?;
         }
     }
     Ok(AblationReport {

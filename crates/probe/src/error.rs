@@ -31,6 +31,26 @@ pub enum ProbeError {
     /// The task generators reported an error.
     #[error(transparent)]
     Tasks(#[from] hyperlens_tasks::error::TasksError),
+    /// The caller's progress callback asked to stop (returned `ControlFlow::Break`, e.g. on
+    /// Ctrl-C in Python); nothing was written.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// One step of a long function's progress: calls `progress(done, total)` and turns its
+/// `ControlFlow::Break` into [`ProbeError::Interrupted`], so the function stops there with `?`.
+///
+/// # Errors
+/// [`ProbeError::Interrupted`] when the callback breaks.
+pub fn step(
+    progress: &mut impl FnMut(usize, usize) -> std::ops::ControlFlow<()>,
+    done: usize,
+    total: usize,
+) -> Result<()> {
+    match progress(done, total) {
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+        std::ops::ControlFlow::Break(()) => Err(ProbeError::Interrupted),
+    }
 }
 
 /// Result alias of this crate.

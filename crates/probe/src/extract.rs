@@ -7,6 +7,7 @@
 //! streaming `.npz` ([`crate::npz_stream`]). Peak memory is bounded by the batch size, not by the
 //! number of problems (docs/spec/latent-codes.md, "Outputs users expect").
 
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
@@ -311,13 +312,15 @@ impl CodeArrays {
 /// slot), `rules` i64 `[N, F]` (the task's rule per unpermuted slot), `inputs` i64 `[N, K]` (values of
 /// the key tokens; -1 for a query token), `target` i64 `[N]`, `prediction` i64 `[N]`, `correct` bool
 /// `[N]` (prediction == target for the row's slot), `slot` i64 `[N]`, `problem` i64 `[N]`.
+/// `progress(done)` after each batch; its `ControlFlow::Break` stops the extraction.
 ///
 /// # Shapes
 /// Each batch: `x [B, T, M]`, `y [B, F]`, `rules [B, F]`, optional `perms [B, 3, F]`.
 ///
 /// # Errors
 /// Invalid site/layers, batches that do not fit the model or do not add up to `n_problems`, candle
-/// and I/O errors. On error no output file is left behind.
+/// and I/O errors; [`ProbeError::Interrupted`] when `progress` breaks. On error no output file is
+/// left behind.
 pub fn extract<I, P>(
     ev: &Evaluator,
     batches: I,
@@ -329,7 +332,7 @@ pub fn extract<I, P>(
 ) -> Result<ProbeSummary>
 where
     I: IntoIterator<Item = Result<ProblemSet>>,
-    P: FnMut(usize),
+    P: FnMut(usize) -> ControlFlow<()>,
 {
     let cfg = ev.config().clone();
     let layers = params.check(cfg.n_layers)?;
@@ -357,7 +360,9 @@ where
         n_correct += rows.correct.iter().filter(|&&c| c).count();
         arrays.append(&mut w, &rows)?;
         done += b;
-        progress(done);
+        if progress(done).is_break() {
+            return Err(ProbeError::Interrupted);
+        }
     }
     if done != n_problems {
         return Err(ProbeError::InvalidInput(format!(

@@ -8,6 +8,7 @@
 //! SRAVEN ([`crate::extract()`]), the model runs once per batch with attention capture, only the
 //! selected codes travel to the host, and memory is bounded by the batch.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
@@ -76,7 +77,7 @@ pub struct GeneratedLogicSet<'a> {
 /// [`ProbeError::InvalidInput`] for `n = 0`, a set without tasks in the split, or a fixed query of
 /// the wrong length; the errors of [`extract_logic`].
 #[allow(clippy::too_many_arguments)]
-pub fn extract_logic_set<P: FnMut(usize)>(
+pub fn extract_logic_set<P: FnMut(usize) -> ControlFlow<()>>(
     ev: &Evaluator,
     source: GeneratedLogicSet<'_>,
     batch: usize,
@@ -138,7 +139,8 @@ pub fn describe_inputs(source: &str, inputs: &LogicInputs, seed: u64) -> String 
 /// Arrays written (one row per sequence): `codes` f32 `[N, L, H, 1, K]` (layers selected, heads,
 /// the query, the keys), `terms` i64 `[N, Kt, Lv]` (the task's terms as bits), `term_ids` i64
 /// `[N, Kt]`, `target` f32 `[N]` (the last token's target), `prediction` f32 `[N]` (the model's),
-/// `problem` i64 `[N]`.
+/// `problem` i64 `[N]`. `progress(done)` after each chunk of `batches`; its `ControlFlow::Break`
+/// stops the extraction.
 ///
 /// # Shapes
 /// Each batch: `x [B, T, Lv + 1]`, `y [B]`, `terms [B, Kt, Lv]`, `term_ids [B, Kt]`.
@@ -146,7 +148,8 @@ pub fn describe_inputs(source: &str, inputs: &LogicInputs, seed: u64) -> String 
 /// # Errors
 /// [`ProbeError::InvalidInput`] for an empty, repeated or out-of-range layer list, a site outside
 /// the sequence, a zero `batch`, batches that do not fit the model or do not add up to
-/// `n_problems`; candle and I/O errors. On error no output file is left behind.
+/// `n_problems`; candle and I/O errors; [`ProbeError::Interrupted`] when `progress` breaks. On
+/// error no output file is left behind.
 #[allow(clippy::too_many_arguments)]
 pub fn extract_logic<I, P>(
     ev: &Evaluator,
@@ -161,7 +164,7 @@ pub fn extract_logic<I, P>(
 ) -> Result<LogicProbeSummary>
 where
     I: IntoIterator<Item = Result<LogicBatch>>,
-    P: FnMut(usize),
+    P: FnMut(usize) -> ControlFlow<()>,
 {
     let cfg = ev.config().clone();
     let layers = crate::ProbeParams {
@@ -205,7 +208,9 @@ where
             start = end;
         }
         done += b;
-        progress(done);
+        if progress(done).is_break() {
+            return Err(ProbeError::Interrupted);
+        }
     }
     let Some(writer) = writer else {
         return Err(ProbeError::InvalidInput(

@@ -22,12 +22,14 @@
 //! the code (a zero code; the mean ID code over all rules), which say how much the answer depends
 //! on the code at all.
 
+use std::ops::ControlFlow;
+
 use hyperlens_model::{BlockStart, CodeSite, Evaluator, Reads};
 use hyperlens_tasks::sraven::{ProblemSet, Rule};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::error::{ProbeError, Result};
+use crate::error::{step, ProbeError, Result};
 use crate::patching::unpermuted;
 
 /// The value `rule` gives for the answer of a row whose first two values are `a`, `b` (values mod
@@ -179,13 +181,15 @@ fn argmax(v: &[f32]) -> usize {
 /// Runs the causal test (module docs) of the model of `ev` on the OOD problems `ood`, with the donors' mean
 /// codes from the in-distribution problems `id` (both unpermuted, so that slot `slot` is the same
 /// feature in every panel), layer by layer, in batches of `batch`; `seed` draws the random codes.
+/// `progress(done, total)` counts steps (an ID batch read for the donors, or one layer of an OOD
+/// batch); its `ControlFlow::Break` stops the work.
 ///
 /// # Shapes
 /// `id.x`, `ood.x` `[N, T, M]` as the model reads them.
 ///
 /// # Errors
 /// [`ProbeError::InvalidInput`] for permuted problems, a slot outside the answer, an empty set or a
-/// zero batch; model errors.
+/// zero batch; [`ProbeError::Interrupted`] when `progress` breaks; model errors.
 pub fn latent_transplant(
     ev: &Evaluator,
     id: &ProblemSet,
@@ -193,6 +197,7 @@ pub fn latent_transplant(
     slot: usize,
     batch: usize,
     seed: u64,
+    mut progress: impl FnMut(usize, usize) -> ControlFlow<()>,
 ) -> Result<Vec<TransplantRow>> {
     let f = ev.config().n_outputs;
     if slot >= f || batch == 0 || id.is_empty() || ood.is_empty() {
@@ -207,7 +212,13 @@ pub fn latent_transplant(
             "the transplant needs unpermuted problems (slot f is feature f in every panel)".into(),
         ));
     }
-    transplant_with(ev, (id, ood), slot, batch, seed)
+    let total = id.len().div_ceil(batch) + ood.len().div_ceil(batch) * ev.config().n_layers;
+    let mut done = 0;
+    let mut tick = || {
+        done += 1;
+        step(&mut progress, done, total)
+    };
+    transplant_with(ev, (id, ood), slot, batch, seed, &mut tick)
 }
 
 /// The positions the test reads and writes, from the model's shape and the answer slot.
@@ -279,11 +290,18 @@ struct Donors {
 /// A rule's (or all rules') sum of codes and their count.
 type CodeSum = Option<(Vec<f32>, usize)>;
 
-/// Reads the donors of every layer from `id`, one plain pass per batch of `batch`.
+/// Reads the donors of every layer from `id`, one plain pass per batch of `batch`, `tick()` after
+/// each.
 ///
 /// # Errors
-/// Model errors.
-fn donors(ev: &Evaluator, id: &ProblemSet, at: &Layout, batch: usize) -> Result<Donors> {
+/// Model errors; `tick`'s.
+fn donors(
+    ev: &Evaluator,
+    id: &ProblemSet,
+    at: &Layout,
+    batch: usize,
+    tick: &mut dyn FnMut() -> Result<()>,
+) -> Result<Donors> {
     let mut sums: Vec<Vec<CodeSum>> = vec![vec![None; Rule::COUNT]; at.n_layers];
     let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; at.n_layers];
     for s in (0..id.len()).step_by(batch) {
@@ -300,6 +318,7 @@ fn donors(ev: &Evaluator, id: &ProblemSet, at: &Layout, batch: usize) -> Result<
                 by_rule[l][r].push(c.to_vec());
             }
         }
+        tick()?;
     }
     let grand = sums.iter().map(|sums| grand_mean(sums)).collect();
     let means = sums
@@ -468,10 +487,11 @@ fn transplant_with(
     slot: usize,
     batch: usize,
     seed: u64,
+    tick: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Vec<TransplantRow>> {
     let at = Layout::new(ev, slot);
     let directions = random_directions(seed, at.n_layers, ood.len(), at.width());
-    let donors = donors(ev, id, &at, batch)?;
+    let donors = donors(ev, id, &at, batch, tick)?;
     let mut rows: Vec<[TransplantRow; 7]> = (0..at.n_layers)
         .map(|l| KINDS.map(|k| empty_row(l, k)))
         .collect();
@@ -504,6 +524,7 @@ fn transplant_with(
                 let pool = &donors.by_rule[l][donor];
                 layer_donor(ev, &at, &from, (&on, ood), (donor, code, pool), rows)?;
             }
+            tick()?;
         }
     }
     Ok(rows.into_iter().flatten().collect())
@@ -646,8 +667,12 @@ mod tests {
         let host = Evaluator::new(model.clone()).unwrap();
         assert_eq!(host.engine_name(), "host");
         let reference = Evaluator::reference(model);
-        let a = latent_transplant(&host, &id, &ood, 3, 8, 0).unwrap();
-        let b = latent_transplant(&reference, &id, &ood, 3, 8, 0).unwrap();
+        let a =
+            latent_transplant(&host, &id, &ood, 3, 8, 0, |_, _| ControlFlow::Continue(())).unwrap();
+        let b = latent_transplant(&reference, &id, &ood, 3, 8, 0, |_, _| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
         assert_eq!(a.len(), 14);
         let mut moved = 0;
         for (a, b) in a.iter().zip(&b) {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use candle_core::{Device, IndexOp};
@@ -12,6 +13,11 @@ use hyperlens_probe::{extract, ProbeMeta, ProbeParams, Site};
 use hyperlens_tasks::sraven::{sample, Set, Split};
 use ndarray::{Array1, Array2, Array5};
 use ndarray_npy::NpzReader;
+
+/// A progress callback that never stops the work.
+fn go(_done: usize, _total: usize) -> ControlFlow<()> {
+    ControlFlow::Continue(())
+}
 
 fn reference_checkpoint(name: &str) -> PathBuf {
     // The paper's JAX exports, committed as fixtures of the model crate.
@@ -49,7 +55,7 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
         &params,
         &out,
         ProbeMeta::default(),
-        |_| {},
+        |_| ControlFlow::Continue(()),
     )
     .expect("extract");
     assert_eq!(summary.n_rows, n);
@@ -143,7 +149,7 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
         &params,
         &out,
         ProbeMeta::default(),
-        |_| {},
+        |_| ControlFlow::Continue(()),
     )
     .expect("extract");
     let mut r = NpzReader::new(File::open(&out).expect("open")).expect("npz");
@@ -189,7 +195,7 @@ fn all_slots_stack_rows_and_layer_subsets_keep_order() {
         &params,
         &bad,
         ProbeMeta::default(),
-        |_| {},
+        |_| ControlFlow::Continue(()),
     );
     assert!(err.is_err());
     assert!(!bad.exists());
@@ -232,7 +238,11 @@ fn zero_ablation_equals_removing_the_heads_output_weights() {
     };
     let mut passes = Vec::new();
     let ev = Evaluator::new(model.clone()).unwrap();
-    let r = head_ablation(&ev, &mut source, Ablation::Zero, |d, t| passes.push((d, t))).unwrap();
+    let r = head_ablation(&ev, &mut source, Ablation::Zero, |d, t| {
+        passes.push((d, t));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
     assert_eq!(passes.last(), Some(&(7, 7)));
     assert_eq!(r.heads.len(), 6);
     let base = hyperlens_model::evaluate(&ev, &problems, 40).unwrap();
@@ -277,7 +287,10 @@ fn zero_ablation_equals_removing_the_heads_output_weights() {
     let mut single = || -> Box<dyn Iterator<Item = hyperlens_probe::Result<_>> + '_> {
         Box::new(std::iter::once(Ok(one.clone())))
     };
-    let r = head_ablation(&ev, &mut single, Ablation::Mean, |_, _| {}).unwrap();
+    let r = head_ablation(&ev, &mut single, Ablation::Mean, |_, _| {
+        ControlFlow::Continue(())
+    })
+    .unwrap();
     for h in &r.heads {
         assert!(
             (h.loss - r.base.loss).abs() < 1e-5,
@@ -323,7 +336,7 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
     let id = sample(&split, Set::Id, 96, 1, true).unwrap();
     let ood = sample(&split, Set::Ood, 40, 2, true).unwrap();
     let model = hyperlens_model::Evaluator::new(model).unwrap();
-    let rows = latent_transplant(&model, &id, &ood, 3, 16, 0).unwrap();
+    let rows = latent_transplant(&model, &id, &ood, 3, 16, 0, go).unwrap();
     assert_eq!(rows.len(), 7 * 3);
     for r in &rows {
         match r.kind.as_str() {
@@ -336,7 +349,7 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
         assert_eq!(r.to_donor + r.elsewhere + r.unchanged, r.n);
     }
     let permuted = sample(&split, Set::Ood, 8, 2, false).unwrap();
-    assert!(latent_transplant(&model, &id, &permuted, 3, 16, 0).is_err());
+    assert!(latent_transplant(&model, &id, &permuted, 3, 16, 0, go).is_err());
 }
 
 /// Feature-swap pairs differ from their clean problems only in the slot's context tokens and take
@@ -381,7 +394,11 @@ fn activation_patching_scores_follow_the_forward_pass() {
     }
     let mut passes = 0;
     let ev = Evaluator::new(model.clone()).unwrap();
-    let r = activation_patching(&ev, &pairs, 10, |d, _| passes = d).unwrap();
+    let r = activation_patching(&ev, &pairs, 10, |d, _| {
+        passes = d;
+        ControlFlow::Continue(())
+    })
+    .unwrap();
     assert_eq!(passes, 3 * (2 + 2 * (3 * 36 + 3)));
     let (t, f) = (cfg.n_tokens, cfg.n_outputs);
     assert!((r.clean_logit_diff - r.corrupted_logit_diff).abs() > 1e-4);
@@ -467,7 +484,7 @@ fn direct_logit_attributions_add_up_to_the_answer_logit() {
     let split = Split::named("paper-seed0").unwrap();
     let set = sample(&split, Set::Ood, 24, 9, false).unwrap();
     let ev = Evaluator::new(model.clone()).unwrap();
-    let r = direct_logit_attribution(&ev, &set, &[0, 1, 2, 3], 10).unwrap();
+    let r = direct_logit_attribution(&ev, &set, &[0, 1, 2, 3], 10, go).unwrap();
     assert_eq!(r.n, 24 * 4);
     assert!(r.max_error < 1e-4, "{}", r.max_error);
     let sum = |heads: &ndarray::Array2<f64>, rest: &[&[f64]], scalars: &[f64]| {
@@ -494,8 +511,8 @@ fn direct_logit_attributions_add_up_to_the_answer_logit() {
         / 96.0;
     assert!((mean - r.logit).abs() < 1e-4, "{mean} vs {}", r.logit);
     assert_eq!(dla_csv(&r).lines().count(), 1 + 1 + 16 * 4 + 2 * 4 + 1);
-    assert!(direct_logit_attribution(&ev, &set, &[4], 10).is_err());
-    assert!(direct_logit_attribution(&ev, &set.slice(0, 0), &[0], 10).is_err());
+    assert!(direct_logit_attribution(&ev, &set, &[4], 10, go).is_err());
+    assert!(direct_logit_attribution(&ev, &set.slice(0, 0), &[0], 10, go).is_err());
 }
 
 /// `patch acts`' data files: the arrays of `activation_patching.npz` under the names of
@@ -519,7 +536,7 @@ fn activation_patching_files_use_the_shared_array_names() {
     let split = Split::named("paper-seed0").unwrap();
     let set = sample(&split, Set::Ood, 6, 1, true).unwrap();
     let pairs = feature_swap_pairs(&set, 0).unwrap();
-    let r = activation_patching(&ev, &pairs, 6, |_, _| {}).unwrap();
+    let r = activation_patching(&ev, &pairs, 6, go).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let run = hyperlens_probe::PatchRun {
         producer: "test",
@@ -621,4 +638,93 @@ fn cached_activations_follow_the_evaluator() {
     let short = (0..8).step_by(4).map(|s| Ok(set.slice(s, s + 4).x));
     let e = cache_activations(&ev, short, 10, &params, &out, |_| {}).unwrap_err();
     assert!(e.to_string().contains("not the announced 10"), "{e}");
+}
+
+/// Every long function of the crate stops at the step where its progress callback breaks, with
+/// `ProbeError::Interrupted`, having made exactly that many steps, and leaves no output file.
+#[test]
+fn a_breaking_progress_callback_stops_each_long_function() {
+    use hyperlens_model::Config;
+    use hyperlens_probe::{
+        activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
+        latent_transplant, Ablation, ProbeError,
+    };
+    let cfg = Config {
+        n_layers: 2,
+        d_model: 16,
+        n_heads: 2,
+        d_head: 4,
+        d_mlp: 8,
+        ..Config::sraven_base(Mixer::Softmax)
+    };
+    let (model, _) = Transformer::init(&cfg, 3, &Device::Cpu).unwrap();
+    let ev = Evaluator::new(model).unwrap();
+    let split = Split::named("paper-seed0").unwrap();
+    let set = sample(&split, Set::Ood, 12, 2, true).unwrap();
+    let id = sample(&split, Set::Id, 12, 3, true).unwrap();
+    // Breaks at the third step; counts the calls.
+    fn stop_at_3(calls: &mut usize) -> impl FnMut(usize, usize) -> ControlFlow<()> + '_ {
+        move |done, _total| {
+            *calls += 1;
+            assert_eq!(done, *calls, "steps are counted from 1");
+            if done == 3 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+    }
+    let interrupted = |r: Result<(), ProbeError>, calls: usize, what: &str| {
+        assert!(matches!(r, Err(ProbeError::Interrupted)), "{what}: {r:?}");
+        assert_eq!(calls, 3, "{what} went on after the break");
+    };
+
+    let mut calls = 0;
+    let pairs = feature_swap_pairs(&set, 1).unwrap();
+    let r = activation_patching(&ev, &pairs, 4, |d, _| {
+        // the clean and corrupted passes count 2 at once
+        calls = d;
+        if d >= 3 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    interrupted(r.map(|_| ()), calls, "activation_patching");
+
+    let mut calls = 0;
+    let r = direct_logit_attribution(&ev, &set, &[0], 2, stop_at_3(&mut calls));
+    interrupted(r.map(|_| ()), calls, "direct_logit_attribution");
+
+    let mut calls = 0;
+    let r = latent_transplant(&ev, &id, &set, 1, 4, 0, stop_at_3(&mut calls));
+    interrupted(r.map(|_| ()), calls, "latent_transplant");
+
+    let mut calls = 0;
+    let mut stream = || -> Box<dyn Iterator<Item = hyperlens_probe::Result<_>>> {
+        Box::new((0..12).step_by(4).map(|s| Ok(set.slice(s, s + 4))))
+    };
+    let r = head_ablation(&ev, &mut stream, Ablation::Mean, stop_at_3(&mut calls));
+    interrupted(r.map(|_| ()), calls, "head_ablation");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("codes.npz");
+    let mut calls = 0;
+    let batches = (0..12).step_by(2).map(|s| Ok(set.slice(s, s + 2)));
+    let params = ProbeParams {
+        site: Site::Paper,
+        layers: None,
+    };
+    let r = {
+        let mut stop = stop_at_3(&mut calls);
+        extract(&ev, batches, 12, &params, &out, ProbeMeta::default(), |d| {
+            stop(d / 2, 0)
+        })
+    };
+    interrupted(r.map(|_| ()), calls, "extract");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "an interrupted extraction leaves no file"
+    );
 }

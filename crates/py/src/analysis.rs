@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{check_finite_f64, out};
-use crate::errors::{detached, raise, to_py, Kind};
+use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 
 /// PCA of `x` float64 [N, D] on `n_components` components.
 #[pyfunction]
@@ -248,7 +248,9 @@ fn analyze<'py>(
         ..LatentAnalysisParams::default()
     };
     let rep = detached(py, || {
-        analyze_pair(&train, &test, &params, &mut |_| {}).map_err(to_py)
+        let stop = Interrupt::default();
+        let r = analyze_pair(&train, &test, &params, &mut |_| stop.check());
+        stop.finish(r)
     })?;
     let d = PyDict::new(py);
     d.set_item("decoding", rep.decoding_csv())?;

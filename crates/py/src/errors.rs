@@ -4,7 +4,9 @@
 //! such as `HyperlensError` and `MemoryError`); this module picks the class for each Rust error and
 //! raises it with the error's one-line message (the CLI's `error: ...` line without `error: `).
 
+use std::cell::RefCell;
 use std::error::Error as StdError;
+use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 
 use hyperlens_analysis::AnalysisError;
@@ -182,6 +184,7 @@ impl Classify for AnalysisError {
             AnalysisError::Numerical(_) => Kind::Numerical,
             AnalysisError::Io { .. } | AnalysisError::Npz(_) => Kind::FileFormat,
             AnalysisError::File(e) => e.kind(),
+            AnalysisError::Interrupted => Kind::Other,
         }
     }
 }
@@ -248,4 +251,47 @@ where
 /// batches of a long call that runs with the GIL released.
 pub fn check_signals() -> PyResult<()> {
     Python::attach(|py| py.check_signals())
+}
+
+/// Ctrl-C for a long library call run with the GIL released: [`Interrupt::check`] is the call's
+/// progress step; it checks for a pending signal and, on its exception, keeps it and breaks, so
+/// the library stops at that step ([`ControlFlow::Break`] becomes the crate's `Interrupted`
+/// error) and [`Interrupt::finish`] raises the kept exception (`KeyboardInterrupt`) instead.
+#[derive(Default)]
+pub struct Interrupt {
+    pending: RefCell<Option<PyErr>>,
+}
+
+impl Interrupt {
+    /// Checks for a pending signal (taking the GIL for a moment): `Continue`, or `Break` once a
+    /// signal handler has raised.
+    pub fn check(&self) -> ControlFlow<()> {
+        if self.pending.borrow().is_some() {
+            return ControlFlow::Break(());
+        }
+        match check_signals() {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                *self.pending.borrow_mut() = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Whether a signal stopped the call.
+    pub fn stopped(&self) -> bool {
+        self.pending.borrow().is_some()
+    }
+
+    /// The call's result as Python sees it: the kept signal exception if there is one, else the
+    /// result with its error converted ([`to_py`]).
+    ///
+    /// # Errors
+    /// The signal's exception; the call's error.
+    pub fn finish<T, E: Classify>(self, r: std::result::Result<T, E>) -> PyResult<T> {
+        match self.pending.into_inner() {
+            Some(e) => Err(e),
+            None => r.map_err(to_py),
+        }
+    }
 }

@@ -7,7 +7,6 @@
 //! The results are plain dicts of numbers and numpy arrays; `python/hyperlens/patching.py` wraps
 //! them.
 
-use std::cell::RefCell;
 use std::str::FromStr;
 
 use hyperlens_probe::{
@@ -21,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::arrays::{out, shaped};
-use crate::errors::{check_signals, detached, raise, to_py, Kind};
+use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 use crate::model::PyEvaluator;
 use crate::tasks::problem_set;
 
@@ -71,30 +70,22 @@ fn head_ablation_report<'py>(
     let cfg = ev.config().clone();
     let report = detached(py, || {
         let n = set.len();
-        let interrupted: RefCell<Option<PyErr>> = RefCell::new(None);
-        let res = {
-            let (set, interrupted) = (&set, &interrupted);
+        let stop = Interrupt::default();
+        let r = {
+            let (set, stop) = (&set, &stop);
+            // Ctrl-C is checked before every batch of every pass, and after every pass
             let mut stream =
                 move || -> Box<dyn Iterator<Item = hyperlens_probe::Result<ProblemSet>> + '_> {
-                    Box::new((0..n).step_by(batch).map_while(move |s| {
-                        if interrupted.borrow().is_some() {
-                            return None;
+                    Box::new((0..n).step_by(batch).map(move |s| {
+                        if stop.check().is_break() {
+                            return Err(ProbeError::Interrupted);
                         }
-                        if s > 0 {
-                            if let Err(e) = check_signals() {
-                                *interrupted.borrow_mut() = Some(e);
-                                return Some(Err(ProbeError::InvalidInput("interrupted".into())));
-                            }
-                        }
-                        Some(Ok(set.slice(s, (s + batch).min(n))))
+                        Ok(set.slice(s, (s + batch).min(n)))
                     }))
                 };
-            head_ablation(ev, &mut stream, ablation, |_, _| {})
+            head_ablation(ev, &mut stream, ablation, |_, _| stop.check())
         };
-        match (res, interrupted.into_inner()) {
-            (_, Some(e)) => Err(e),
-            (r, None) => r.map_err(to_py),
-        }
+        stop.finish(r)
     })?;
     let (l_n, h_n) = (cfg.n_layers, cfg.n_heads);
     let mut acc = Array2::<f64>::zeros((l_n, h_n));
@@ -117,7 +108,7 @@ fn head_ablation_report<'py>(
 /// into the corrupted pass: `n`, `slot`, `clean_logit_diff`, `corrupted_logit_diff`,
 /// `resid_pre` / `attn_out` / `mlp_out` float64 `[L, T]` (`mlp_out` None without MLPs),
 /// `head_out` float64 `[L, H]`, and the pairs: `source` int64 `[N, 2]`, `clean_answer`,
-/// `corrupted_answer` int64 `[N]`.
+/// `corrupted_answer` int64 `[N]`. Ctrl-C is checked after every forward pass.
 #[pyfunction]
 #[pyo3(signature = (model, x, y, rules, perms = None, slot = 3, batch = 128))]
 #[allow(clippy::too_many_arguments)]
@@ -137,8 +128,9 @@ fn activation_patching_report<'py>(
     let ev = model.evaluator();
     let (pairs, r) = detached(py, || {
         let pairs = feature_swap_pairs(&set, slot).map_err(to_py)?;
-        let r = activation_patching(ev, &pairs, batch, |_, _| {}).map_err(to_py)?;
-        Ok((pairs, r))
+        let stop = Interrupt::default();
+        let r = activation_patching(ev, &pairs, batch, |_, _| stop.check());
+        Ok((pairs, stop.finish(r)?))
     })?;
     let d = PyDict::new(py);
     d.set_item("csv", patching_csv(&r))?;
@@ -168,7 +160,8 @@ fn activation_patching_report<'py>(
 /// `patch dla`: direct logit attribution of the answer logit at `slots` (all by default) to the
 /// embedding, each head, each attention bias and each MLP, with the final LayerNorm's scale
 /// frozen: the fields of `dla.json` (`heads` and `heads_centred` float64 `[L, H]`, `mlp`,
-/// `mlp_centred`, `attn_bias`, `attn_bias_centred` float64 `[L]`, and the scalars).
+/// `mlp_centred`, `attn_bias`, `attn_bias_centred` float64 `[L]`, and the scalars). Ctrl-C is
+/// checked after every batch.
 #[pyfunction]
 #[pyo3(signature = (model, x, y, rules, perms = None, slots = None, batch = 128))]
 #[allow(clippy::too_many_arguments)]
@@ -195,7 +188,9 @@ fn dla_report<'py>(
         ));
     }
     let r = detached(py, || {
-        direct_logit_attribution(ev, &set, &slots, batch).map_err(to_py)
+        let stop = Interrupt::default();
+        let r = direct_logit_attribution(ev, &set, &slots, batch, |_, _| stop.check());
+        stop.finish(r)
     })?;
     let d = PyDict::new(py);
     d.set_item("csv", dla_csv(&r))?;
@@ -223,7 +218,7 @@ fn dla_report<'py>(
 /// `patch transplant`: the mean ID code of another rule transplanted into OOD problems at the
 /// slot's site, layer by layer, with the controls: one dict per row of `transplant.csv` (`layer`,
 /// `kind`, `n`, `to_donor`, `elsewhere`, `unchanged`, `excluded`, `max_logit_change`), and the
-/// table itself.
+/// table itself. Ctrl-C is checked after every batch (every layer of an OOD batch).
 #[pyfunction]
 #[pyo3(signature = (model, id_x, id_y, id_rules, ood_x, ood_y, ood_rules, slot = 3, batch = 128, seed = 0))]
 #[allow(clippy::too_many_arguments)]
@@ -247,7 +242,9 @@ fn transplant_rows<'py>(
     model.check_problems(&ood)?;
     let ev = model.evaluator();
     let rows = detached(py, || {
-        latent_transplant(ev, &id, &ood, slot, batch, seed).map_err(to_py)
+        let stop = Interrupt::default();
+        let r = latent_transplant(ev, &id, &ood, slot, batch, seed, |_, _| stop.check());
+        stop.finish(r)
     })?;
     let list = PyList::empty(py);
     let csv = transplant_csv(&rows);

@@ -1,6 +1,7 @@
 //! `hyperlens.report`: the main job (`hyperlens report`) through `hyperlens_report::run`: accuracy,
 //! latent codes and their analyses for every checkpoint, figures, and a Markdown + HTML page.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -8,7 +9,7 @@ use hyperlens_report::{run as run_report, Progress, ReportError, ReportParams};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{detached, raise, to_py, Classify, Kind};
+use crate::errors::{detached, raise, to_py, Classify, Interrupt, Kind};
 
 impl Classify for ReportError {
     fn kind(&self) -> Kind {
@@ -24,7 +25,7 @@ impl Classify for ReportError {
 }
 
 /// A report stage as a Python dict: `stage` (`skipped`, `checkpoint`, `codes`, `logic_codes`,
-/// `analysis`, `figures`) and its fields.
+/// `analysis`, `causal`, `figures`) and its fields.
 fn progress_dict<'py>(py: Python<'py>, p: &Progress<'_>) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     match p {
@@ -69,6 +70,12 @@ fn progress_dict<'py>(py: Python<'py>, p: &Progress<'_>) -> PyResult<Bound<'py, 
             d.set_item("done", done)?;
             d.set_item("total", total)?;
         }
+        Progress::Causal { name, done, total } => {
+            d.set_item("stage", "causal")?;
+            d.set_item("name", *name)?;
+            d.set_item("done", done)?;
+            d.set_item("total", total)?;
+        }
         Progress::Figures { done, total } => {
             d.set_item("stage", "figures")?;
             d.set_item("done", done)?;
@@ -80,8 +87,9 @@ fn progress_dict<'py>(py: Python<'py>, p: &Progress<'_>) -> PyResult<Bound<'py, 
 
 /// `hyperlens report --checkpoint ... --out OUT --n N --split S --seed SEED --batch B --causal-n C`:
 /// writes the report into `out` and returns `(index.html path, checkpoints analysed, seconds)`.
-/// `on_progress(dict)` is called at each stage; an exception it raises (or Ctrl-C) is raised when
-/// the report ends (the report itself runs to its end: its files are written atomically).
+/// `on_progress(dict)` is called at each stage, batch of codes and analysis or transplant step; an
+/// exception it raises, or Ctrl-C (checked at the same points), stops the report there and is
+/// raised: the staging directory is removed and a previous report at `out` stays whole.
 #[pyfunction]
 #[pyo3(signature = (checkpoints, out, n = 2048, split = "paper-seed0", seed = 0, device = "cpu", batch = 256, causal_n = 128, aggregate = false, on_progress = None))]
 #[allow(clippy::too_many_arguments)]
@@ -117,29 +125,30 @@ fn report(
         aggregate,
         ..ReportParams::default()
     };
-    let (summary, failed) = detached(py, || {
+    let s = detached(py, || {
+        let stop = Interrupt::default();
         let mut failed: Option<PyErr> = None;
         let summary = run_report(&params, &mut |p| {
-            if failed.is_some() {
-                return;
+            if failed.is_some() || stop.check().is_break() {
+                return ControlFlow::Break(());
             }
-            let r: PyResult<()> = Python::attach(|py| {
-                py.check_signals()?;
-                if let Some(f) = &on_progress {
+            if let Some(f) = &on_progress {
+                let called = Python::attach(|py| -> PyResult<()> {
                     f.call1(py, (progress_dict(py, &p)?,))?;
+                    Ok(())
+                });
+                if let Err(e) = called {
+                    failed = Some(e);
+                    return ControlFlow::Break(());
                 }
-                Ok(())
-            });
-            if let Err(e) = r {
-                failed = Some(e);
             }
+            ControlFlow::Continue(())
         });
-        Ok((summary, failed))
+        match failed {
+            Some(e) => Err(e),
+            None => stop.finish(summary),
+        }
     })?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let s = summary.map_err(to_py)?;
     Ok((s.index_html, s.checkpoints, s.elapsed_s))
 }
 

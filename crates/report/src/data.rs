@@ -128,6 +128,16 @@ pub enum Progress<'a> {
         /// Steps in all.
         total: usize,
     },
+    /// Steps of a checkpoint's latent-code transplant done (`hyperlens_probe::latent_transplant`'s
+    /// steps: an ID batch read for the donors, or one layer of an OOD batch).
+    Causal {
+        /// The checkpoint's name.
+        name: &'a str,
+        /// Steps done.
+        done: usize,
+        /// Steps in all.
+        total: usize,
+    },
     /// Figures of `done` of `total` checkpoints drawn.
     Figures {
         /// Checkpoints done.

@@ -1,5 +1,6 @@
 //! The one error type of `hyperlens-report`.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use thiserror::Error;
@@ -72,18 +73,40 @@ pub enum ReportError {
     /// Writing an output file failed.
     #[error(transparent)]
     File(#[from] hyperlens_io::IoError),
+    /// The caller's progress callback asked to stop (returned `ControlFlow::Break`, e.g. on
+    /// Ctrl-C in Python); the staging directory was removed, the previous report is untouched.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl ReportError {
-    /// Wraps `self` as the failure of the checkpoint in `dir` (unless it already names one).
+    /// Wraps `self` as the failure of the checkpoint in `dir` (unless it already names one); an
+    /// interruption stays [`ReportError::Interrupted`], whichever crate stopped.
     pub(crate) fn in_checkpoint(self, dir: &std::path::Path) -> Self {
         match self {
-            e @ (Self::Checkpoint { .. } | Self::Unsupported { .. }) => e,
+            e @ (Self::Checkpoint { .. } | Self::Unsupported { .. } | Self::Interrupted) => e,
+            Self::Probe(hyperlens_probe::ProbeError::Interrupted)
+            | Self::Analysis(hyperlens_analysis::AnalysisError::Interrupted) => Self::Interrupted,
             other => Self::Checkpoint {
                 dir: dir.to_path_buf(),
                 source: Box::new(other),
             },
         }
+    }
+}
+
+/// Tells `progress` of `p`: its `ControlFlow::Break` becomes [`ReportError::Interrupted`], so the
+/// report stops there with `?`.
+///
+/// # Errors
+/// [`ReportError::Interrupted`] when `progress` breaks.
+pub(crate) fn tell(
+    progress: &mut dyn FnMut(crate::Progress<'_>) -> ControlFlow<()>,
+    p: crate::Progress<'_>,
+) -> Result<()> {
+    match progress(p) {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(()) => Err(ReportError::Interrupted),
     }
 }
 

@@ -39,6 +39,8 @@ pub mod sraven;
 mod staging;
 pub mod words;
 
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use data::{
@@ -48,6 +50,7 @@ use doc::FigureRef;
 use rayon::prelude::*;
 
 pub use data::{Progress, ReportParams, ReportSummary};
+use error::tell;
 pub use error::{ReportError, Result};
 
 /// Runs the report: discovers the checkpoints, analyses each, draws the figures and writes the
@@ -63,8 +66,14 @@ pub use error::{ReportError, Result};
 /// # Errors
 /// [`ReportError::InvalidInput`] for `n < 16` or `batch == 0` (before any work), or an `out` that
 /// holds something other than a report; the errors of [`discover::checkpoints`]; any failure on a
-/// checkpoint, as [`ReportError::Checkpoint`] naming it; a failed figure or write.
-pub fn run(params: &ReportParams, progress: &mut dyn FnMut(Progress<'_>)) -> Result<ReportSummary> {
+/// checkpoint, as [`ReportError::Checkpoint`] naming it; a failed figure or write;
+/// [`ReportError::Interrupted`] when `progress` breaks (it is called at every stage, every batch of
+/// codes and every analysis and transplant step; the fuzzy-logic checkpoints, measured on a second
+/// thread, stop at their next batch or step).
+pub fn run(
+    params: &ReportParams,
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
+) -> Result<ReportSummary> {
     if params.n < 16 {
         return Err(ReportError::InvalidInput(format!(
             "n = {}: the report needs at least 16 problems per set",
@@ -100,11 +109,14 @@ pub fn run(params: &ReportParams, progress: &mut dyn FnMut(Progress<'_>)) -> Res
 
 /// [`run`] into `params.out`, which is the staging directory: measure every checkpoint, draw the
 /// figures, write the page and the tables.
-fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Result<ReportSummary> {
+fn build(
+    params: &StagedParams,
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
+) -> Result<ReportSummary> {
     let start = Instant::now();
     let found = discover::checkpoints(&params.checkpoints, &params.checkpoint_root)?;
     for (dir, task) in &found.skipped {
-        progress(Progress::Skipped { dir, task: *task });
+        tell(progress, Progress::Skipped { dir, task: *task })?;
     }
     let out = &params.out;
     for sub in ["figures", "tables", "codes"] {
@@ -114,9 +126,9 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
     let (entries, logic_entries) = measure(params, &found, progress)?;
     let t_fig = Instant::now();
     let total = found.len();
-    progress(Progress::Figures { done: 0, total });
+    tell(progress, Progress::Figures { done: 0, total })?;
     let figures = draw(&entries, &logic_entries, params)?;
-    progress(Progress::Figures { done: total, total });
+    tell(progress, Progress::Figures { done: total, total })?;
     let figures_s = t_fig.elapsed().as_secs_f64();
     write(&entries, &logic_entries, &figures, params)?;
     let elapsed_s = start.elapsed().as_secs_f64();
@@ -134,42 +146,49 @@ fn build(params: &StagedParams, progress: &mut dyn FnMut(Progress<'_>)) -> Resul
 /// The measure stage of every checkpoint. The fuzzy-logic checkpoints run on a second thread beside
 /// the SRAVEN ones (both on rayon's pool), so that one's single-threaded stretches (sampling,
 /// loading, writing) overlap the other's parallel ones. Only the SRAVEN checkpoints draw progress
-/// bars.
+/// bars; the logic thread stops at its next step once the SRAVEN side has stopped or failed.
 ///
 /// # Errors
-/// The first checkpoint's failure, as [`ReportError::Checkpoint`] naming it.
+/// The first checkpoint's failure, as [`ReportError::Checkpoint`] naming it;
+/// [`ReportError::Interrupted`] when `progress` breaks.
 fn measure(
     params: &StagedParams,
     found: &discover::Discovered,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
 ) -> Result<(Vec<Entry>, Vec<LogicEntry>)> {
     let total = found.len();
+    for (i, dir) in found.logic.iter().enumerate() {
+        let index = found.sraven.len() + i;
+        tell(progress, Progress::Checkpoint { dir, index, total })?;
+    }
+    let stopped = AtomicBool::new(false);
     std::thread::scope(|scope| -> Result<_> {
-        for (i, dir) in found.logic.iter().enumerate() {
-            progress(Progress::Checkpoint {
-                dir,
-                index: found.sraven.len() + i,
-                total,
-            });
-        }
         let logic = scope.spawn(|| -> Result<Vec<LogicEntry>> {
+            let mut go_on = |_: Progress<'_>| {
+                if stopped.load(Ordering::Relaxed) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            };
             found
                 .logic
                 .iter()
                 .map(|dir| {
-                    logic::analyse_logic_checkpoint(params, dir, &mut |_| {})
+                    logic::analyse_logic_checkpoint(params, dir, &mut go_on)
                         .map_err(|e| e.in_checkpoint(dir))
                 })
                 .collect()
         });
         let mut entries = Vec::with_capacity(found.sraven.len());
         for (index, dir) in found.sraven.iter().enumerate() {
-            progress(Progress::Checkpoint { dir, index, total });
-            let entry = sraven::measure::analyse_checkpoint(params, dir, progress)
+            let entry = tell(progress, Progress::Checkpoint { dir, index, total })
+                .and_then(|()| sraven::measure::analyse_checkpoint(params, dir, progress))
                 .map_err(|e| e.in_checkpoint(dir));
             match entry {
                 Ok(entry) => entries.push(entry),
                 Err(e) => {
+                    stopped.store(true, Ordering::Relaxed);
                     let _ = logic.join();
                     return Err(e);
                 }

@@ -11,7 +11,9 @@
 
 use std::fmt;
 
+use std::ops::ControlFlow;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -280,7 +282,7 @@ struct SelectionJob<'a> {
 
 impl SelectionJob<'_> {
     /// PCA, decoding, clustering and similarity of one selection, reporting each stage.
-    fn run(&self, sel: LayerSel, report: &dyn Fn(Event)) -> Result<LayerAnalysis> {
+    fn run(&self, sel: LayerSel, report: &dyn Fn(Event) -> Result<()>) -> Result<LayerAnalysis> {
         let params = self.params;
         let train_x = self.train.features(sel.index())?;
         let test_x = self.test.features(sel.index())?;
@@ -299,7 +301,7 @@ impl SelectionJob<'_> {
         };
         let mut seconds = [0.0; 4];
 
-        report(Event::Start(Stage::Pca, sel));
+        report(Event::Start(Stage::Pca, sel))?;
         let t = Instant::now();
         let k = params.n_components.min(unsup_x.ncols());
         let pca = Pca::params(k)
@@ -307,9 +309,9 @@ impl SelectionJob<'_> {
             .map_err(|e| context(e, Stage::Pca))?;
         let projection = pca.transform(unsup_x.view())?;
         seconds[0] = t.elapsed().as_secs_f64();
-        report(Event::Finished);
+        report(Event::Finished)?;
 
-        report(Event::Start(Stage::Decoding, sel));
+        report(Event::Start(Stage::Decoding, sel))?;
         let t = Instant::now();
         let decode_params = DecodeParams {
             logistic: params.logistic,
@@ -325,9 +327,9 @@ impl SelectionJob<'_> {
         )
         .map_err(|e| context(e, Stage::Decoding))?;
         seconds[1] = t.elapsed().as_secs_f64();
-        report(Event::Finished);
+        report(Event::Finished)?;
 
-        report(Event::Start(Stage::Clustering, sel));
+        report(Event::Start(Stage::Clustering, sel))?;
         let t = Instant::now();
         let clusters = if self.n_unsup_labels >= 2 {
             Some(
@@ -342,15 +344,15 @@ impl SelectionJob<'_> {
             None
         };
         seconds[2] = t.elapsed().as_secs_f64();
-        report(Event::Finished);
+        report(Event::Finished)?;
 
-        report(Event::Start(Stage::Similarity, sel));
+        report(Event::Start(Stage::Similarity, sel))?;
         let t = Instant::now();
         let similarity =
             mean_code_similarity(unsup_x.view(), unsup.label().view(), Some(self.labels))
                 .map_err(|e| context(e, Stage::Similarity))?;
         seconds[3] = t.elapsed().as_secs_f64();
-        report(Event::Finished);
+        report(Event::Finished)?;
 
         Ok(LayerAnalysis {
             layer: sel,
@@ -370,20 +372,22 @@ impl SelectionJob<'_> {
 ///
 /// Selections (layers and `all`) are analysed concurrently on rayon's thread pool
 /// (`RAYON_NUM_THREADS`), and so are each decoding's shuffled control, the k-means restarts and the
-/// silhouette's rows; results do not depend on the number of threads. `progress` is called on the calling thread before every step and once at
-/// the end.
+/// silhouette's rows; results do not depend on the number of threads. `progress` is called on the
+/// calling thread before every step and once at the end; its `ControlFlow::Break` stops the work
+/// (every selection stops at its next step).
 ///
 /// # Shapes
 /// Both sets hold codes `[N, L, H, Q, K]` with the same (L, H, Q, K).
 ///
 /// # Errors
 /// [`AnalysisError::Shape`] if the code axes differ; the errors of the analyses (e.g.
-/// [`AnalysisError::InvalidInput`] if the train set has a single label).
+/// [`AnalysisError::InvalidInput`] if the train set has a single label);
+/// [`AnalysisError::Interrupted`] when `progress` breaks.
 pub fn analyze_pair(
     train: &CodeSet,
     test: &CodeSet,
     params: &LatentAnalysisParams,
-    progress: &mut dyn FnMut(&Progress),
+    progress: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
 ) -> Result<LatentReport> {
     params.check()?;
     let start = Instant::now();
@@ -430,26 +434,37 @@ pub fn analyze_pair(
     // the k-means restarts and the silhouette rows); progress events come back to this thread,
     // which calls `progress`
     let (tx, rx) = mpsc::channel::<Event>();
+    let stopped = AtomicBool::new(false);
     let mut results: Vec<Option<Result<LayerAnalysis>>> = Vec::new();
     std::thread::scope(|scope| {
-        let (job, selections) = (&job, &selections);
+        let (job, selections, stopped) = (&job, &selections, &stopped);
         let worker = scope.spawn(move || -> Vec<Option<Result<LayerAnalysis>>> {
             selections
                 .par_iter()
                 .map(|&sel| {
                     Some(job.run(sel, &|e| {
+                        if stopped.load(Ordering::Relaxed) {
+                            return Err(AnalysisError::Interrupted);
+                        }
                         let _ = tx.send(e);
+                        Ok(())
                     }))
                 })
                 .collect()
         });
         for event in rx {
             match event {
-                Event::Start(stage, sel) => progress(&Progress {
-                    next: Some((stage, sel)),
-                    done,
-                    total,
-                }),
+                Event::Start(stage, sel) if !stopped.load(Ordering::Relaxed) => {
+                    let step = progress(&Progress {
+                        next: Some((stage, sel)),
+                        done,
+                        total,
+                    });
+                    if step.is_break() {
+                        stopped.store(true, Ordering::Relaxed);
+                    }
+                }
+                Event::Start(..) => {}
                 Event::Finished => done += 1,
             }
         }
@@ -459,6 +474,9 @@ pub fn analyze_pair(
             )))]
         });
     });
+    if stopped.into_inner() {
+        return Err(AnalysisError::Interrupted);
+    }
     // the first error in selection order wins; every selection must have a result otherwise
     let mut layers = Vec::with_capacity(selections.len());
     let mut missing = false;
@@ -474,7 +492,8 @@ pub fn analyze_pair(
             "an analysis step did not complete".into(),
         ));
     }
-    progress(&Progress {
+    // the last call says the work is done: there is nothing left to stop
+    let _ = progress(&Progress {
         next: None,
         done,
         total,

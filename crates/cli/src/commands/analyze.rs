@@ -122,6 +122,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             Some((stage, layer)) => bar.set_message(format!("{stage}, layer {layer}")),
             None => bar.set_message("done"),
         }
+        std::ops::ControlFlow::Continue(())
     };
     let report = analyze_pair(&train, &test, &params, &mut on_progress)?;
     bar.finish_and_clear();

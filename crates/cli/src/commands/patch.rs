@@ -7,6 +7,7 @@
 //! (`hyperlens_probe::patch_files`), and draws the figures here (`hyperlens-viz` sits above the
 //! probe crate).
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -25,7 +26,7 @@ use hyperlens_viz::{
 };
 use ndarray::Array2;
 
-use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg, Stage};
+use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
 
 /// `hyperlens patch` subcommands.
 #[derive(Debug, Subcommand)]
@@ -297,6 +298,7 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
     let r = activation_patching(&ev, &pairs, a.run.batch, |d, t| {
         bar.set_length(t as u64);
         bar.set_position(d as u64);
+        ControlFlow::Continue(())
     })
     .with_context(|| format!("patching activations of {}", a.checkpoint.display()))?;
     bar.finish_and_clear();
@@ -392,10 +394,14 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
     let source = a.problems.resolve(&a.checkpoint, params)?;
     let describe = source.describe();
     let set = load_set(source, &params, &cfg)?;
-    let stage = Stage::start("patch dla");
-    let r = direct_logit_attribution(&ev, &set, &slots, a.run.batch)
-        .with_context(|| format!("attributing the logits of {}", a.checkpoint.display()))?;
-    stage.done(&mut Vec::new());
+    let bar = progress_bar(0, "patch dla", "batches");
+    let r = direct_logit_attribution(&ev, &set, &slots, a.run.batch, |d, t| {
+        bar.set_length(t as u64);
+        bar.set_position(d as u64);
+        ControlFlow::Continue(())
+    })
+    .with_context(|| format!("attributing the logits of {}", a.checkpoint.display()))?;
+    bar.finish_and_clear();
     create_out(&a.run.out)?;
     let producer = producer("patch dla");
     let run = PatchRun {
@@ -464,10 +470,14 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     )?;
     let id = sample(&split, Set::Id, a.n, a.seed, true)?;
     let ood = sample(&split, Set::Ood, a.n, a.seed, true)?;
-    let bar = Stage::start("patch transplant");
-    let rows = latent_transplant(&ev, &id, &ood, a.slot, a.run.batch, a.seed)
-        .with_context(|| format!("transplanting codes in {}", a.checkpoint.display()))?;
-    bar.done(&mut Vec::new());
+    let bar = progress_bar(0, "patch transplant", "steps");
+    let rows = latent_transplant(&ev, &id, &ood, a.slot, a.run.batch, a.seed, |d, t| {
+        bar.set_length(t as u64);
+        bar.set_position(d as u64);
+        ControlFlow::Continue(())
+    })
+    .with_context(|| format!("transplanting codes in {}", a.checkpoint.display()))?;
+    bar.finish_and_clear();
     create_out(&a.run.out)?;
     let producer = producer("patch transplant");
     let run = PatchRun {
@@ -648,6 +658,7 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
     let report = head_ablation(&ev, &mut stream, a.ablation, |d, t| {
         bar.set_length(t as u64);
         bar.set_position(d as u64);
+        ControlFlow::Continue(())
     })
     .with_context(|| format!("ablating the heads of {}", a.checkpoint.display()))?;
     bar.finish_and_clear();

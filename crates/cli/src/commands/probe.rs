@@ -1,6 +1,7 @@
 //! `hyperlens probe`: extract the latent codes of a checkpoint at a site over a problem set, streamed
 //! in batches to an `.npz` with labels and a JSON sidecar (docs/spec/latent-codes.md).
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -104,7 +105,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
                 .step_by(args.batch)
                 .map(|s| Ok(set.slice(s, (s + args.batch).min(n))));
             let s = extract(&model, batches, n, &probe, &args.out, meta, |d| {
-                bar.set_position(d as u64)
+                bar.set_position(d as u64);
+                ControlFlow::Continue(())
             });
             bar.finish_and_clear();
             s
@@ -125,7 +127,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             let batches = stream.batches(n, args.batch).map(|b| b.map_err(Into::into));
             let bar = progress_bar(n as u64, "probe", "problems");
             let s = extract(&model, batches, n, &probe, &args.out, meta, |d| {
-                bar.set_position(d as u64)
+                bar.set_position(d as u64);
+                ControlFlow::Continue(())
             });
             bar.finish_and_clear();
             s
@@ -199,7 +202,10 @@ fn probe_logic(
             &site,
             &args.out,
             meta,
-            |d| bar.set_position(d as u64),
+            |d| {
+                bar.set_position(d as u64);
+                ControlFlow::Continue(())
+            },
         )
     } else {
         if p.unpermuted {
@@ -220,7 +226,10 @@ fn probe_logic(
             &site,
             &args.out,
             meta,
-            |d| bar.set_position(d as u64),
+            |d| {
+                bar.set_position(d as u64);
+                ControlFlow::Continue(())
+            },
         )
     };
     bar.finish_and_clear();

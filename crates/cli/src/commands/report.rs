@@ -2,6 +2,7 @@
 //! their analyses for every checkpoint, figures, and a Markdown + HTML page). This file turns the
 //! flags into [`ReportParams`], draws the progress and prints where the page is.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -94,7 +95,9 @@ impl Bars {
         }
     }
 
-    fn on(&mut self, p: Progress<'_>) {
+    /// Shows `p`; never stops the report (Ctrl-C ends the process, and the staging directory keeps
+    /// the previous report whole).
+    fn on(&mut self, p: Progress<'_>) -> ControlFlow<()> {
         match p {
             Progress::Skipped { dir, task } => {
                 self.clear();
@@ -123,10 +126,14 @@ impl Bars {
             Progress::Analysis { name, done, total } => {
                 self.show(format!("{name} analysis"), done, total, "stages");
             }
+            Progress::Causal { name, done, total } => {
+                self.show(format!("{name} transplant"), done, total, "steps");
+            }
             Progress::Figures { done, total } => {
                 self.show("figures".into(), done, total, "checkpoints");
             }
         }
+        ControlFlow::Continue(())
     }
 }
 

@@ -3,6 +3,8 @@
 //! `ActivationCache.apply_ln_to_stack`; Elhage et al. 2021). Part of [`super`], which holds the
 //! clean and corrupted problems and activation patching.
 
+use std::ops::ControlFlow;
+
 use candle_core::Tensor;
 use hyperlens_model::hooks::Cache;
 use hyperlens_model::{Evaluator, Transformer};
@@ -10,7 +12,7 @@ use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{Array2, Array3};
 
 use super::cached;
-use crate::error::{ProbeError, Result};
+use crate::error::{step, ProbeError, Result};
 
 /// The result of [`direct_logit_attribution`]: each component's mean direct contribution to the
 /// answer logit, through the final LayerNorm with its scale frozen (TransformerLens
@@ -57,18 +59,20 @@ pub struct DlaReport {
 /// final LayerNorm's scale of the whole stream (frozen), multiplied by its weight and projected on
 /// the unembedding column of the right answer (TransformerLens `cache.stack_head_results` +
 /// `apply_ln_to_stack` + `logit_attrs`). Computed in float64 from the cached float32 activations.
+/// `progress(done, total)` counts batches; its `ControlFlow::Break` stops the work.
 ///
 /// # Shapes
 /// `set.x [N, T, M]`, `set.y [N, F]` (unpermuted or not: the answer of output `f` is `y[:, f]`).
 ///
 /// # Errors
 /// [`ProbeError::InvalidInput`] for an empty set or slot list, a zero batch or a slot outside the
-/// model's outputs; model errors.
+/// model's outputs; [`ProbeError::Interrupted`] when `progress` breaks; model errors.
 pub fn direct_logit_attribution(
     ev: &Evaluator,
     set: &ProblemSet,
     slots: &[usize],
     batch: usize,
+    mut progress: impl FnMut(usize, usize) -> ControlFlow<()>,
 ) -> Result<DlaReport> {
     let model = ev.transformer();
     check_dla_input(model, set, slots, batch)?;
@@ -77,7 +81,8 @@ pub fn direct_logit_attribution(
     let mut r = DlaReport::zeros(slots, model.config().n_layers, model.config().n_heads);
     let dirs = answer_directions(&w);
     let f_n = model.config().n_outputs;
-    for s0 in (0..set.len()).step_by(batch) {
+    let n_batches = set.len().div_ceil(batch);
+    for (b, s0) in (0..set.len()).step_by(batch).enumerate() {
         let part = set.slice(s0, s0 + batch);
         let acts = DlaActivations::of(ev, &part, &names)?;
         for bi in 0..part.len() {
@@ -94,6 +99,7 @@ pub fn direct_logit_attribution(
                 );
             }
         }
+        step(&mut progress, b + 1, n_batches)?;
     }
     r.divide_by_n();
     Ok(r)

@@ -18,13 +18,15 @@
 //! Direct logit attribution, which reads the clean problems only, is in `dla.rs` (re-exported
 //! here).
 
+use std::ops::ControlFlow;
+
 use candle_core::{DType, Tensor};
 use hyperlens_model::hooks::{Cache, HookFn};
 use hyperlens_model::Evaluator;
 use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{s, Array2, Array3};
 
-use crate::error::{ProbeError, Result};
+use crate::error::{step, ProbeError, Result};
 
 mod dla;
 
@@ -221,8 +223,8 @@ pub(super) fn cached<'a>(cache: &'a Cache, name: &str) -> Result<&'a Tensor> {
 /// its hooked pass ([`Evaluator::run_with_hooks`]): every position of the residual stream entering
 /// each layer, of each attention output and MLP output, and every head's output at all positions,
 /// each patched alone from the clean into the corrupted pass.
-/// `progress(done, total)` counts forward passes. A patch whose clean and corrupted values are
-/// equal for the whole batch changes nothing and is not run.
+/// `progress(done, total)` counts forward passes; its `ControlFlow::Break` stops the work. A patch
+/// whose clean and corrupted values are equal for the whole batch changes nothing and is not run.
 ///
 /// # Shapes
 /// `pairs.clean`, `pairs.corrupted` `[N, T, M]` as the model reads them. Outputs in
@@ -231,12 +233,12 @@ pub(super) fn cached<'a>(cache: &'a Cache, name: &str) -> Result<&'a Tensor> {
 /// # Errors
 /// [`ProbeError::InvalidInput`] for no pair, a zero batch, a slot outside the model's outputs, or a
 /// model that does not separate the clean from the corrupted answer (equal mean logit differences);
-/// model errors.
+/// [`ProbeError::Interrupted`] when `progress` breaks; model errors.
 pub fn activation_patching(
     ev: &Evaluator,
     pairs: &PatchPairs,
     batch: usize,
-    mut progress: impl FnMut(usize, usize),
+    mut progress: impl FnMut(usize, usize) -> ControlFlow<()>,
 ) -> Result<PatchingReport> {
     check_patching_input(ev, pairs, batch)?;
     let kinds = patch_kinds(ev);
@@ -252,10 +254,10 @@ pub fn activation_patching(
         sums.clean += passes.clean_ld;
         sums.corrupted += passes.corrupted_ld;
         done += 2;
-        progress(done, total);
+        step(&mut progress, done, total)?;
         patch_batch(ev, &passes, &kinds, &mut sums, &mut || {
             done += 1;
-            progress(done, total);
+            step(&mut progress, done, total)
         })?;
     }
     normalised_patching_report(pairs, kinds.contains(&"hook_mlp_out"), &sums)
@@ -375,13 +377,13 @@ fn clean_and_corrupted_passes<'a>(
 }
 
 /// Patches every position of each of `kinds` and every head of each layer in one batch, adding the
-/// summed logit differences to `sums`; `tick()` after each patch.
+/// summed logit differences to `sums`; `tick()` after each patch (its error stops the batch).
 fn patch_batch(
     ev: &Evaluator,
     passes: &BatchPasses,
     kinds: &[&str],
     sums: &mut PatchSums,
-    tick: &mut dyn FnMut(),
+    tick: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
     let cfg = ev.config();
     for l in 0..cfg.n_layers {
@@ -389,13 +391,13 @@ fn patch_batch(
             let name = format!("blocks.{l}.{k}");
             for p in 0..cfg.n_tokens {
                 sums.pos[[ki, l, p]] += patched_logit_diff(ev, passes, &name, 1, p)?;
-                tick();
+                tick()?;
             }
         }
         let name = format!("blocks.{l}.attn.hook_z");
         for h in 0..cfg.n_heads {
             sums.head[[l, h]] += patched_logit_diff(ev, passes, &name, 2, h)?;
-            tick();
+            tick()?;
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! projections (written to `tables/<name>/`, the projection figures to `figures/`). The only part
 //! of the fuzzy-logic section that runs the model.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Instant;
 
@@ -20,7 +21,7 @@ use hyperlens_train::SetMetrics;
 
 use crate::data::{LogicEntry, LogicSeconds, Progress};
 use crate::discover::{name_of, training_of};
-use crate::error::{ReportError, Result};
+use crate::error::{tell, ReportError, Result};
 use crate::logic::figures::write_projection_figures;
 use crate::logic::TSNE_POINTS;
 
@@ -34,7 +35,7 @@ use crate::logic::TSNE_POINTS;
 pub(crate) fn analyse_logic_checkpoint(
     params: &crate::data::StagedParams,
     dir: &Path,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
 ) -> Result<LogicEntry> {
     let name = name_of(dir);
     let t0 = Instant::now();
@@ -114,7 +115,7 @@ fn extract_codes(
     split: &LogicSplit,
     inputs: &LogicInputs,
     model: &Evaluator,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
 ) -> Result<Vec<TermCodes>> {
     let out = &params.out;
     let cfg = model.config();
@@ -177,14 +178,17 @@ fn analyse_codes(
     params: &crate::data::StagedParams,
     name: &str,
     codes: &[TermCodes],
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
 ) -> Result<CodeAnalysis> {
     let out = &params.out;
-    progress(Progress::Analysis {
-        name,
-        done: 0,
-        total: 2,
-    });
+    tell(
+        progress,
+        Progress::Analysis {
+            name,
+            done: 0,
+            total: 2,
+        },
+    )?;
     let test = &codes[1];
     let tsne_points = TSNE_POINTS.min(test.n_samples());
     // Perplexity 30 (scikit-learn's default) needs 91 points; fewer get the largest that fits.
@@ -214,11 +218,14 @@ fn analyse_codes(
         || test.projections(TSNE_POINTS, &tsne),
     );
     let (decoding, (projections, trust)) = (decoding?, projected?);
-    progress(Progress::Analysis {
-        name,
-        done: 1,
-        total: 2,
-    });
+    tell(
+        progress,
+        Progress::Analysis {
+            name,
+            done: 1,
+            total: 2,
+        },
+    )?;
     let tables = out.join("tables").join(name);
     std::fs::create_dir_all(&tables).map_err(|source| ReportError::Io {
         path: tables.clone(),
@@ -242,11 +249,14 @@ fn analyse_codes(
         &out.join(format!("figures/{name}_projections_term.png")),
         &out.join(format!("figures/{name}_projections_target.png")),
     )?;
-    progress(Progress::Analysis {
-        name,
-        done: 2,
-        total: 2,
-    });
+    tell(
+        progress,
+        Progress::Analysis {
+            name,
+            done: 2,
+            total: 2,
+        },
+    )?;
     Ok(CodeAnalysis {
         decoding,
         trust,

@@ -2,6 +2,7 @@
 //! paper's site on unpermuted ID and OOD problems (written to `codes/`), their analyses (written
 //! to `tables/<name>/`) and the attention of one OOD problem. The only module that runs the model.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Instant;
 
@@ -89,11 +90,11 @@ fn write_attention_npz(path: &Path, a: &AttentionSample) -> Result<()> {
 ///
 /// # Errors
 /// Any failure of loading, evaluation, extraction, analysis or writing (the caller names the
-/// checkpoint).
+/// checkpoint); an interruption when `progress` breaks.
 pub(crate) fn analyse_checkpoint(
     params: &crate::data::StagedParams,
     dir: &Path,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut dyn FnMut(Progress<'_>) -> ControlFlow<()>,
 ) -> Result<Entry> {
     let out = &params.out;
     let name = name_of(dir);
@@ -172,6 +173,13 @@ pub(crate) fn analyse_checkpoint(
             params.causal_n,
             params.seed,
             params.batch,
+            &mut |done, total| {
+                progress(Progress::Causal {
+                    name: &name,
+                    done,
+                    total,
+                })
+            },
         )?)
     } else {
         None
