@@ -269,8 +269,9 @@ impl LogicViews<'_> {
     }
 }
 
-/// Checks a logic problem set's arrays (`LogicProblemSet.validate`): as `load_logic` checks a
-/// file (shapes, values in [0, 1], term bits that are those of their indices).
+/// Checks a logic problem set's arrays (`LogicProblemSet.validate`): their shapes, then their
+/// values by the checks `load_logic` applies to a file (`LogicArrays::check_values`: values in
+/// [0, 1], term bits that are those of their indices).
 #[pyfunction]
 fn validate_logic(
     x: PyReadonlyArray3<'_, f32>,
@@ -287,45 +288,22 @@ fn validate_logic(
         term_ids,
     };
     let a = a.views();
-    let n = a.check()?;
-    let x = a.x;
+    a.check()?;
     let params = LogicParams {
-        variables: x.dim().2 - 1,
+        variables: a.x.dim().2 - 1,
         terms: a.terms.dim().1,
-        samples: x.dim().1,
+        samples: a.x.dim().1,
         ..LogicParams::default()
     };
-    let bad_unit = |name: &str, v: Option<&f32>| match v {
-        Some(v) => Err(raise(
-            Kind::Input,
-            format!("`{name}` holds {v}, outside [0, 1]"),
-        )),
-        None => Ok(()),
-    };
-    bad_unit("x", x.iter().find(|v| !(0.0..=1.0).contains(*v)))?;
-    bad_unit("y", a.y.iter().find(|v| !(0.0..=1.0).contains(*v)))?;
-    bad_unit(
-        "targets",
-        a.targets.iter().find(|v| !(0.0..=1.0).contains(*v)),
-    )?;
-    let (terms, ids) = (a.terms, a.term_ids);
-    for i in 0..n {
-        for j in 0..ids.ncols() {
-            let bits = params.term_bits(ids[[i, j]] as usize);
-            let row = terms.slice(s![i, j, ..]);
-            if row.iter().ne(bits.iter()) {
-                return Err(raise(
-                    Kind::Input,
-                    format!(
-                        "terms[{i}, {j}] = {:?} disagrees with term_ids[{i}, {j}] = {}, whose \
-                         bits are {bits:?}",
-                        row.to_vec(),
-                        ids[[i, j]]
-                    ),
-                ));
-            }
-        }
+    hyperlens_tasks::logic::LogicArrays {
+        x: a.x,
+        y: a.y,
+        targets: a.targets,
+        terms: a.terms,
+        term_ids: a.term_ids,
     }
+    .check_values(&params)
+    .map_err(to_py)?;
     Ok(())
 }
 

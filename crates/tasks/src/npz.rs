@@ -198,23 +198,6 @@ fn check_shape(ctx: &Ctx, name: &str, got: &[usize], want: &[usize], n_from: &st
     Ok(())
 }
 
-/// Checks that every value of the float array `name` is a truth value: finite and in [0, 1].
-///
-/// # Errors
-/// [`TasksError::NpzArray`] naming the array, the index and the value of the first other value.
-fn check_unit(ctx: &Ctx, name: &str, a: ndarray::ArrayViewD<'_, f32>) -> Result<()> {
-    match a.indexed_iter().find(|(_, v)| !(0.0..=1.0).contains(*v)) {
-        Some((i, v)) => Err(ctx.err(
-            name,
-            format!(
-                "value {v} at {:?} is not a truth value (finite, in [0, 1])",
-                ndarray::Dimension::slice(&i)
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
 fn is_wrong_dtype(e: &ReadNpzError) -> bool {
     matches!(e, ReadNpzError::Npy(ReadNpyError::WrongDescriptor(_)))
 }
@@ -326,7 +309,6 @@ pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<Log
             format!("shape {:?}, expected [N, {t}, {}]", x.shape(), l + 1),
         ));
     }
-    check_unit(&ctx, lk::X, x.view().into_dyn())?;
     let y: Array1<f32> = npz
         .by_name::<ndarray::OwnedRepr<f32>, Ix1>(lk::Y)
         .map_err(|e| ctx.err(lk::Y, format!("{e} (expected float32 [N])")))?;
@@ -343,42 +325,17 @@ pub fn load_logic(path: &Path, params: &crate::logic::LogicParams) -> Result<Log
     check_shape(&ctx, lk::TARGETS, targets.shape(), &[n, t], lk::X)?;
     check_shape(&ctx, lk::TERMS, terms.shape(), &[n, k, l], lk::X)?;
     check_shape(&ctx, lk::TERM_IDS, term_ids.shape(), &[n, k], lk::X)?;
-    check_unit(&ctx, lk::Y, y.view().into_dyn())?;
-    check_unit(&ctx, lk::TARGETS, targets.view().into_dyn())?;
-    if let Some((i, v)) = terms.indexed_iter().find(|(_, &b)| b > 1) {
-        return Err(ctx.err(
-            lk::TERMS,
-            format!(
-                "value {v} at {:?} is not a bit (0 or 1)",
-                <[usize; 3]>::from(i)
-            ),
-        ));
-    }
-    let n_terms = params.n_terms() as i64;
-    if let Some(((b, j), v)) = term_ids
-        .indexed_iter()
-        .find(|(_, &i)| !(0..n_terms).contains(&i))
-    {
-        return Err(ctx.err(
-            lk::TERM_IDS,
-            format!("index {v} at [{b}, {j}] outside 0..{n_terms} (2^L, L = {l} variables)"),
-        ));
-    }
-    // Each term's bits are those of its index (binary order, variable 0 most significant).
-    for ((b, j), &id) in term_ids.indexed_iter() {
-        let bits = params.term_bits(id as usize);
-        let row = terms.slice(ndarray::s![b, j, ..]);
-        if row.iter().ne(bits.iter()) {
-            return Err(ctx.err(
-                lk::TERMS,
-                format!(
-                    "terms[{b}, {j}] = {:?} disagrees with term_ids[{b}, {j}] = {id}, whose bits \
-                     are {bits:?}",
-                    row.to_vec()
-                ),
-            ));
-        }
-    }
+    let arrays = crate::logic::LogicArrays {
+        x: x.view(),
+        y: y.view(),
+        targets: targets.view(),
+        terms: terms.view(),
+        term_ids: term_ids.view(),
+    };
+    arrays.check_values(params).map_err(|e| match e {
+        TasksError::InvalidInput { name, reason } => ctx.err(&name, reason),
+        other => other,
+    })?;
     Ok(LogicBatch {
         x,
         y,
