@@ -215,6 +215,11 @@ class _Viz(ModuleType):
         self, title: str, values: F64, tokens: list[str], layer_names: list[str],
         head_names: list[str] | None = None, layer: int | None = None,
     ) -> dict[str, Any]: ...
+    def heatmap(
+        self, panels: list[dict[str, Any]], row_labels: list[str] | None = None,
+        col_labels: list[str] | None = None, row_name: str = "", col_name: str = "",
+        masked: str | None = None, start: int = 0,
+    ) -> dict[str, Any]: ...
     def write(self, path: str, data: bytes) -> None: ...
 
 tasks: _Tasks

@@ -1,15 +1,18 @@
-"""Interactive figures in notebooks: the latent-space explorer and attention patterns.
+"""Interactive figures in notebooks: the latent-space explorer, attention patterns and heatmaps.
 
 >>> fig = hl.viz.scatter({"ID": id_codes, "OOD": ood_codes}, layer=3, color="rule",
 ...                      problems={"ID": id_set, "OOD": ood_set})
 >>> fig                      # shown inline (``_repr_html_``): hover, click, legend, zoom
 >>> fig.save("explorer.html")   # or .svg (standalone, interactive) or .png (static)
+>>> hl.viz.scatter(ood_codes, layer=3, method="tsne")
 >>> hl.viz.attention(model, ood, layer=3)
+>>> hl.viz.heatmap(hl.circuits.analyze(lm))            # Q / K / V composition scores
+>>> hl.viz.heatmap(hl.patching.head_ablation(model, ood))  # accuracy / loss change per head
 
 The figures are drawn by hyperlens's Rust ``viz`` crate (the same SVG element as the report's
-``figures/<name>_explorer.svg`` and ``_attention.svg``); the projections are the analysis crate's
-PCA (fit on the last set, every set projected on its axes) or t-SNE. Everything is inside the
-figure: no CDN, no network, and it opens from ``file://``.
+``figures/<name>_explorer.svg``, ``_attention.svg`` and ``_similarity.svg``); the projections
+are the analysis crate's PCA (fit on the last set, every set projected on its axes) or t-SNE.
+Everything is inside the figure: no CDN, no network, and it opens from ``file://``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ._codes import CodeSet, LogicCodeSet
 from ._errors import InputError
 from .tasks import RULES, ProblemSet
 
-__all__ = ["Figure", "scatter", "attention", "token_labels"]
+__all__ = ["Figure", "scatter", "attention", "heatmap", "token_labels"]
 
 
 class Figure:
@@ -154,6 +157,7 @@ def scatter(
     *,
     problems: ProblemSet | Mapping[str, ProblemSet] | None = None,
     projection: str = "pca",
+    method: str | None = None,
     title: str | None = None,
     seed: int = 0,
 ) -> Figure:
@@ -166,7 +170,14 @@ def scatter(
         color: ``"rule"`` or ``"target"`` (the answer value) for SRAVEN codes; ``"term"`` for logic.
         problems: the problem set(s) the codes were read from (same names), drawn on click.
         projection: ``"pca"`` or ``"tsne"``.
+        method: the same as ``projection``; given, it wins. t-SNE is the analysis crate's exact
+            t-SNE, ``hl.analysis.tsne(codes.features(layer), perplexity=min(30, (N - 1) // 3),
+            theta=0, seed=seed)``, run per set and layer on the float64 ``[N, H * Q * K]``
+            features (deterministic; about N^2 work per iteration, so seconds for 2,048 codes).
+        seed: the t-SNE seed.
     """
+    if method is not None:
+        projection = method
     sets = _as_sets(codes)
     if not sets:
         raise InputError("no code set given")
@@ -229,3 +240,116 @@ def attention(model: Any, problems: ProblemSet | Any, layer: int | None = None, 
     title = title or f"attention on problem {index}" + (f" ({mixer} mixer)" if mixer else "")
     d = _core.viz.patterns(title, pattern, tok, [f"layer {l}" for l in range(n_layers)], None, layer)
     return Figure("attention", d["svg"], d["html"], d["png"])
+
+
+def _matrix_panels(values: Any, row_labels: Any, col_labels: Any) -> tuple[list[dict], list[str], list[str]]:
+    named = dict(values) if isinstance(values, Mapping) else {"": values}
+    if not named:
+        raise InputError("no matrix given")
+    panels = []
+    shape = None
+    for name, v in named.items():
+        a = np.asarray(v, dtype=np.float64)
+        if a.ndim != 2:
+            raise InputError(f"heatmap {name or 'values'}: need a 2-D array [rows, cols], got shape {a.shape}")
+        if shape is not None and a.shape != shape:
+            raise InputError(f"heatmap {name}: shape {a.shape} differs from the first panel's {shape}")
+        shape = a.shape
+        panels.append({"name": str(name), "kind": "matrix", "values": np.ascontiguousarray(a)})
+    rows = [str(r) for r in row_labels] if row_labels is not None else [str(i) for i in range(shape[0])]
+    cols = [str(c) for c in col_labels] if col_labels is not None else [str(j) for j in range(shape[1])]
+    return panels, rows, cols
+
+
+def heatmap(
+    values: Any,
+    row_labels: Any = None,
+    col_labels: Any = None,
+    *,
+    title: str | None = None,
+    value_name: str = "value",
+    row_name: str = "",
+    col_name: str = "",
+    x_label: str = "",
+    y_label: str = "",
+    cmap: str | None = None,
+    range: tuple[float, float] | None = None,
+    mask: Any = None,
+    panel: str | None = None,
+) -> Figure:
+    """A heatmap with the row, column and value of the cell under the pointer (the viz crate's
+    ``HeatmapExplorer``, the same element as the report's ``figures/<name>_similarity.svg``).
+
+    Args:
+        values: one of
+            - a float ``[R, C]`` array (any real dtype, read as float64), or a mapping
+              name -> ``[R, C]`` array: panels over the same rows and columns, with a switch;
+            - a :class:`hyperlens.circuits.CircuitReport`: its Q, K and V composition scores
+              (float64 ``[L, H, L, H]`` each), drawn as ``hyperlens circuits`` draws
+              ``composition_{q,k,v}.png`` (``L{l}H{h}`` on both axes, earlier head on the rows,
+              the pairs whose reading head is not in a later layer masked), titled with the
+              random baseline's 99th percentile;
+            - a :class:`hyperlens.patching.HeadAblation`: the change in accuracy and in loss
+              (nats) with each head ablated, float64 ``[L, H]``, rows ``L{l}``, columns
+              ``H{h}``, on a blue-white-red scale symmetric around 0 (as ``patch heads`` draws
+              ``head_ablation.png``).
+        row_labels, col_labels: R and C labels of a matrix (default: indices).
+        title: the title (of every panel of a mapping).
+        value_name: the value's name in the hover box and under the colour bar.
+        row_name, col_name: names of the rows and columns in the hover box (default: the axis
+            labels, else "row" and "column").
+        x_label, y_label: axis titles of a matrix.
+        cmap: ``"viridis"`` or ``"blue-white-red"``; by default diverging when a value is negative.
+        range: the colour range ``(lo, hi)``; by default the data's (symmetric when diverging).
+        mask: bool ``[R, C]``: cells drawn grey and left out of the range (they may hold NaN).
+        panel: the panel shown first (its name, e.g. ``"k"`` for a circuits report).
+
+    Values are stored as float32 (8 bits over the range above 20,000 cells in all, shown with
+    ``≈``) and shown with 4 significant digits. Errors: ``InputError`` for non-finite unmasked
+    values, a bad option or more than 512 rows or columns; ``ShapeError`` for labels that do not
+    match the values.
+    """
+    from .circuits import CircuitReport
+    from .patching import HeadAblation
+
+    masked = None
+    if isinstance(values, CircuitReport):
+        p99 = values.summary.get("composition", {}).get("baseline_p99", {})
+        panels = []
+        for k in ("q", "k", "v"):
+            t = f"{k.upper()}-composition scores"
+            if k in p99:
+                t += f" (random baseline p99 = {p99[k]:.3f})"
+            panels.append({"name": k, "kind": "composition", "values": np.ascontiguousarray(values.composition[k], np.float64), "title": title or t})
+        rows = cols = None
+        masked = "not computed (the reading head is not in a later layer)"
+    elif isinstance(values, HeadAblation):
+        panels = []
+        for name, delta, unit in [
+            ("accuracy change", values.delta_accuracy, "accuracy"),
+            ("loss change", values.loss - values.base["loss"], "loss (nats)"),
+        ]:
+            span = max(0.01 if unit == "accuracy" else 1e-3, float(np.abs(delta).max()))
+            panels.append({
+                "name": name, "kind": "head_scores", "values": np.ascontiguousarray(delta, np.float64),
+                "title": title or f"change in {unit} with each head {values.ablation}-ablated",
+                "value_name": name, "cmap": "blue-white-red", "range": (-span, span),
+            })
+        rows = cols = None
+    else:
+        panels, rows, cols = _matrix_panels(values, row_labels, col_labels)
+        m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
+        for p in panels:
+            p.update({"title": title or "", "value_name": value_name, "x_label": x_label, "y_label": y_label})
+            if cmap is not None:
+                p["cmap"] = cmap
+            if range is not None:
+                p["range"] = (float(range[0]), float(range[1]))
+            if m is not None:
+                p["mask"] = m
+    names = [p["name"] for p in panels]
+    if panel is not None and panel not in names:
+        raise InputError(f"panel {panel!r}: the panels are {names}")
+    start = names.index(panel) if panel is not None else 0
+    d = _core.viz.heatmap(panels, rows, cols, row_name, col_name, masked, start)
+    return Figure("heatmap", d["svg"], d["html"], d["png"])

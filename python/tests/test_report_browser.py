@@ -11,6 +11,7 @@ installs chromium when it can; scripts/test.sh installs playwright into the test
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -107,7 +108,7 @@ class Page:
                 break
             self.page.wait_for_timeout(100)
         assert frame is not None, f"{name} did not load"
-        frame.wait_for_selector("svg.hl-fig .hl-controls")
+        frame.wait_for_selector("svg.hl-fig .hl-controls", state="attached")  # booted
         return obj, frame
 
 
@@ -233,10 +234,60 @@ def test_attention_hover_values_and_head_selector(page, shots):
     assert page.remote == [], page.remote
 
 
+def _tip(frame, row: int, col: int) -> str:
+    frame.locator(f'.hl-cells rect[data-row="{row}"][data-col="{col}"]').hover()
+    return frame.locator(".hl-tip").text_content()
+
+
+def test_similarity_and_confusion_heatmaps_hover_values(page, shots):
+    """The rule-similarity and confusion heatmaps: hovering a cell shows its rules and the value
+    of tables/<name>/similarity.csv (cosine) and confusion.csv (count over the true rule's row)."""
+    import pandas as pd
+
+    tables = REPORT / "tables" / CHECKPOINT
+    sim = pd.read_csv(tables / "similarity.csv")
+    last = int(sim.loc[~sim["all_layers"], "layer"].max())
+    sim = sim[(sim["layer"] == last) & ~sim["all_layers"]]
+    obj, frame = page.frame(f"{CHECKPOINT}_similarity.svg")
+    assert frame.locator(".hl-cells rect").count() == 64  # every rule has OOD codes here
+    assert frame.locator(".hl-title").text_content() == f"{CHECKPOINT}: cosine similarity of mean codes, layer {last}"
+    for a, b in [(0, 0), (2, 5), (7, 1)]:
+        tip = _tip(frame, a, b)
+        want = float(sim[(sim["label_a"] == a) & (sim["label_b"] == b)]["cosine"].iloc[0])
+        assert f"rule (row): {RULES[a]}" in tip and f"rule (column): {RULES[b]}" in tip, tip
+        shown = float(tip.split("cosine similarity: ")[1])
+        assert abs(shown - want) <= 5e-4 * abs(want) + 1e-9, (tip, want)
+    obj.screenshot(path=str(shots / "similarity_heatmap.png"))
+
+    summary = json.loads((REPORT / "summary.json").read_text())
+    best = next(c for c in summary["checkpoints"] if c["name"] == CHECKPOINT)["best_decoding_layer"]
+    conf = pd.read_csv(tables / "confusion.csv")
+    conf = conf[(conf["layer"] == best) & ~conf["all_layers"]]
+    counts = np.zeros((8, 8))
+    for r in conf.itertuples():
+        counts[r.true_label, r.predicted_label] = r.count
+    obj, frame = page.frame(f"{CHECKPOINT}_confusion.svg")
+    assert f"layer {best}" in frame.locator(".hl-title").text_content()
+    # Every rule is in the OOD set and predicted somewhere: rows and columns are the 8 rules.
+    assert frame.locator(".hl-cells rect").count() == 64
+    off = np.unravel_index(np.argmax(counts - np.diag(np.diag(counts))), counts.shape)
+    for t, p in [(3, 3), (int(off[0]), int(off[1]))]:
+        tip = _tip(frame, t, p)
+        assert f"true rule: {RULES[t]}" in tip and f"predicted rule: {RULES[p]}" in tip, tip
+        want = counts[t, p] / counts[t].sum()
+        shown = float(tip.rsplit(": ", 1)[1])
+        assert abs(shown - want) <= 5e-4 * abs(want) + 1e-9, (tip, want)
+    obj.screenshot(path=str(shots / "confusion_heatmap.png"))
+    assert page.errors == [], page.errors
+    assert page.remote == [], page.remote
+    print(f"\nheatmap screenshots: {shots}/similarity_heatmap.png, {shots}/confusion_heatmap.png")
+
+
 def test_page_loads_every_figure_without_errors(page, shots):
     page.page.wait_for_load_state("load")
     names = page.page.eval_on_selector_all("object.hl-live", "os => os.map(o => o.getAttribute('data'))")
-    assert len(names) == 12  # an explorer and an attention figure per SRAVEN checkpoint
+    # Per SRAVEN checkpoint: the explorer, the attention, the confusion and similarity heatmaps.
+    assert len(names) == 24
     for name in names:
         _, frame = page.frame(name.removeprefix("figures/"))  # waits until the figure has booted
         assert frame.locator("svg.hl-fig .hl-noscript").count() == 0

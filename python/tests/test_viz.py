@@ -1,5 +1,6 @@
 """hl.viz: the interactive figures in notebooks (issue 36) are the report's: the same SVG element
-from the same inputs, the analysis crate's PCA, and files written in the three formats."""
+from the same inputs, the analysis crate's PCA and t-SNE, and files written in the three formats;
+the heatmaps of composition scores and head ablation show the CLI's numbers on hover in chromium."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 import hyperlens as hl
-from conftest import ROOT
+from conftest import ROOT, run_cli
+from test_report_browser import browser, shots  # noqa: F401  (fixtures: one chromium, the screenshot folder)
 
 REPORT = ROOT / "reports" / "default"
 NAME = "sraven-hyla"
@@ -143,3 +145,183 @@ def test_notebook_fragment_works_in_a_browser(sets, tmp_path):
         assert page.locator(".hl-panel").count() == 9
         b.close()
     assert errors == []
+
+
+# ---- heatmaps (issue 36, item 2) -------------------------------------------------------------
+
+RULE_NAMES = list(hl.tasks.RULES)
+
+
+def _open(browser, fig, path: Path):
+    """``fig`` saved as an HTML page and opened in chromium, with console errors and non-file
+    requests recorded: ``(page, context, errors, remote)``."""
+    fig.save(path)
+    ctx = browser.new_context(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    remote: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith("file://"):
+            r.continue_()
+        else:
+            remote.append(r.request.url)
+            r.abort()
+
+    ctx.route("**/*", route)
+    page = ctx.new_page()
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("svg.hl-fig .hl-controls", state="attached")
+    return page, ctx, errors, remote
+
+
+def _hover(page, row: int, col: int) -> str:
+    page.locator(f'.hl-cells rect[data-row="{row}"][data-col="{col}"]').hover()
+    return page.locator(".hl-tip").text_content()
+
+
+def test_heatmap_is_the_reports_similarity():
+    """hl.viz.heatmap of the similarity table the report writes is the report's interactive
+    similarity heatmap, byte for byte."""
+    pd = pytest.importorskip("pandas")
+    sim = pd.read_csv(REPORT / "tables" / NAME / "similarity.csv")
+    sim = sim[~sim["all_layers"]]
+    last = int(sim["layer"].max())
+    sim = sim[sim["layer"] == last]
+    cos = np.zeros((8, 8))
+    for r in sim.itertuples():
+        cos[r.label_a, r.label_b] = r.cosine
+    fig = hl.viz.heatmap(
+        cos, RULE_NAMES, RULE_NAMES, title=f"{NAME}: cosine similarity of mean codes, layer {last}",
+        value_name="cosine similarity", cmap="blue-white-red", range=(-1, 1),
+        row_name="rule (row)", col_name="rule (column)",
+    )
+    assert fig.svg == (REPORT / "figures" / f"{NAME}_similarity.svg").read_text()
+    assert fig._repr_html_() == fig.html and fig.svg.split("\n", 1)[1].strip() in fig.html
+    d = _data(fig.svg)
+    np.testing.assert_array_equal(_decode(d["panels"][0]["values"]["exact"]), cos.astype(np.float32).ravel())
+
+
+@pytest.fixture(scope="module")
+def circuits_report():
+    lm = hl.load(ROOT / "data/induction/attn-only-2l")
+    return hl.circuits.analyze(lm, seq_len=20, seed=1, n_seqs=4, baseline_samples=200, top=5)
+
+
+def test_composition_heatmap_hover_shows_the_cli_scores(circuits_report, browser, shots, tmp_path):
+    """hl.viz.heatmap(hl.circuits.analyze(...)): the Q, K and V panels hold `hyperlens circuits`'s
+    composition_{q,k,v}.npz scores (weights only, so the committed files), and hovering a cell in
+    chromium shows the pair and its score; pairs whose reading head is not in a later layer say so."""
+    committed = ROOT / "reports/circuits/induction-2l"
+    fig = hl.viz.heatmap(circuits_report, panel="k")
+    d = _data(fig.svg)
+    assert [p["name"] for p in d["panels"]] == ["q", "k", "v"] and d["start"] == 1
+    labels = [f"L{l}H{h}" for l in range(2) for h in range(4)]
+    assert d["rows"] == d["cols"] == labels and d["separators"] == 4
+    p99 = circuits_report.summary["composition"]["baseline_p99"]
+    for p in d["panels"]:
+        scores = np.load(committed / f"composition_{p['name']}.npz")["scores"].reshape(8, 8)
+        mask = _decode(p["mask"]).reshape(8, 8).astype(bool)
+        assert np.array_equal(mask, np.arange(8)[:, None] // 4 >= np.arange(8)[None, :] // 4)
+        got = _decode(p["values"]["exact"]).reshape(8, 8)
+        np.testing.assert_array_equal(got[~mask], scores[~mask].astype(np.float32))
+        assert p["title"] == f"{p['name'].upper()}-composition scores (random baseline p99 = {p99[p['name']]:.3f})"
+    assert fig.svg == hl.viz.heatmap(circuits_report, panel="k").svg  # deterministic
+
+    page, ctx, errors, remote = _open(browser, fig, tmp_path / "composition.html")
+    k = np.load(committed / "composition_k.npz")["scores"]
+    for (l1, h1, l2, h2) in [(0, 1, 1, 2), (0, 0, 1, 3)]:
+        tip = _hover(page, l1 * 4 + h1, l2 * 4 + h2)
+        assert tip.startswith("k") and f"earlier head (writes): L{l1}H{h1}" in tip and f"later head (reads): L{l2}H{h2}" in tip, tip
+        shown = float(tip.split("composition score: ")[1])
+        assert abs(shown - k[l1, h1, l2, h2]) <= 5e-4 * abs(k[l1, h1, l2, h2]), (tip, k[l1, h1, l2, h2])
+    assert "not computed" in _hover(page, 5, 2)  # L1H1 -> L0H2: not a later layer
+    page.locator(".hl-btn", has_text="v").click()
+    v = np.load(committed / "composition_v.npz")["scores"]
+    tip = _hover(page, 2, 7)
+    assert tip.startswith("v") and abs(float(tip.split("composition score: ")[1]) - v[0, 2, 1, 3]) <= 5e-4 * v[0, 2, 1, 3], tip
+    page.locator("svg.hl-fig").screenshot(path=str(shots / "composition_heatmap.png"))
+    ctx.close()
+    assert errors == [] and remote == [], (errors, remote)
+
+
+def test_head_ablation_heatmap_hover_shows_the_cli_table(cli, browser, shots, tmp_path):
+    """hl.viz.heatmap(hl.patching.head_ablation(...)) on a tiny SRAVEN model the CLI trains:
+    hovering head (l, h) shows its accuracy and loss changes from `hyperlens patch heads`'s
+    head_ablation.csv."""
+    pd = pytest.importorskip("pandas")
+    ckpt = tmp_path / "sraven-tiny"
+    run_cli(
+        cli, "train", "--task", "sraven", "--mixer", "hyla", "--split", "paper-seed0", "--steps", "60",
+        "--batch", "32", "--layers", "2", "--d-model", "16", "--heads", "3", "--d-head", "8",
+        "--d-mlp", "16", "--lr", "0.01", "--warmup", "10", "--eval-n", "64", "--out", str(ckpt), "--quiet",
+    )
+    ps = hl.tasks.sample(split="paper-seed0", set="ood", n=48, seed=3, unpermuted=True)
+    ps.save(tmp_path / "p.npz")
+    run_cli(cli, "patch", "heads", "--checkpoint", str(ckpt), "--out", str(tmp_path / "o"),
+            "--problems", str(tmp_path / "p.npz"), "--ablation", "mean", "--batch", "16")
+    table = pd.read_csv(tmp_path / "o" / "head_ablation.csv")
+    fig = hl.viz.heatmap(hl.patching.head_ablation(hl.load(ckpt), ps, ablation="mean", batch=16))
+    d = _data(fig.svg)
+    assert [p["name"] for p in d["panels"]] == ["accuracy change", "loss change"]
+    assert d["rows"] == ["L0", "L1"] and d["cols"] == ["H0", "H1", "H2"]
+    assert d["panels"][0]["title"] == "change in accuracy with each head mean-ablated"
+    lo, hi = d["panels"][0]["range"]
+    assert lo == -hi and hi >= max(0.01, table["delta_accuracy"].abs().max())
+
+    page, ctx, errors, remote = _open(browser, fig, tmp_path / "ablation.html")
+    for panel, column in [("accuracy change", "delta_accuracy"), ("loss change", "delta_loss")]:
+        page.locator(".hl-btn", has_text=panel).click()
+        for r in table.itertuples():
+            tip = _hover(page, r.layer, r.head)
+            assert f"layer: L{r.layer}" in tip and f"head: H{r.head}" in tip, tip
+            shown = float(tip.split(f"{panel}: ")[1])
+            want = getattr(r, column)
+            assert abs(shown - want) <= 5e-4 * abs(want) + 1e-6, (panel, tip, want)
+    page.locator("svg.hl-fig").screenshot(path=str(shots / "head_ablation_heatmap.png"))
+    ctx.close()
+    assert errors == [] and remote == [], (errors, remote)
+
+
+def test_heatmap_of_a_matrix_and_its_errors(tmp_path):
+    v = np.arange(6, dtype=np.float64).reshape(2, 3) - 2.0
+    fig = hl.viz.heatmap({"a": v, "b": -v}, ["x", "y"], ["p", "q", "r"], title="t", value_name="w", panel="b")
+    d = _data(fig.svg)
+    assert d["start"] == 1 and d["rowName"] == "row" and d["colName"] == "column"
+    # A negative value: the diverging map, symmetric about 0.
+    assert d["panels"][1]["range"] == [-3.0, 3.0] and d["panels"][1]["valueName"] == "w"
+    np.testing.assert_array_equal(_decode(d["panels"][1]["values"]["exact"]), (-v).ravel())
+    fig.save(tmp_path / "h.png")
+    assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+    masked = hl.viz.heatmap(np.array([[np.nan, 1.0], [2.0, 3.0]]), mask=np.array([[True, False], [False, False]]))
+    assert _decode(_data(masked.svg)["panels"][0]["mask"])[:4].tolist() == [1, 0, 0, 0]
+    with pytest.raises(hl.InputError, match="2-D"):
+        hl.viz.heatmap(np.zeros(3))
+    with pytest.raises(hl.InputError, match="cmap"):
+        hl.viz.heatmap(v, cmap="jet")
+    with pytest.raises(hl.InputError, match="panel"):
+        hl.viz.heatmap(v, panel="c")
+    with pytest.raises(hl.InputError):
+        hl.viz.heatmap(np.array([[np.nan, 1.0]]))
+    with pytest.raises(hl.ShapeError):
+        hl.viz.heatmap(v, ["only one"], ["p", "q", "r"])
+
+
+def test_scatter_tsne_is_the_analysis_tsne(sets):
+    """method="tsne": each set's positions per layer are hl.analysis.tsne's exact t-SNE (theta=0)
+    of its features, the same on every run."""
+    codes, _ = sets
+    full = codes["OOD"]
+    sub = hl.CodeSet(full.codes[:150], full.label[:150], target=full.target[:150], site=full.site, layers=full.layers)
+    fig = hl.viz.scatter(sub, layer=3, color="rule", method="tsne")
+    d = _data(fig.svg)
+    assert d["projections"] == [{"name": "t-SNE", "axes": ["t-SNE 1", "t-SNE 2"]}] and d["start"] == 3
+    for layer in (0, 3):
+        want = hl.analysis.tsne(sub.features(layer), perplexity=min(30, (150 - 1) // 3), theta=0, seed=0)
+        a = d["sets"][0]["xy"][0][layer]
+        for axis, key, r in [(0, "x", "rx"), (1, "y", "ry")]:
+            lo, hi = a[r]
+            back = lo + _decode(a[key]) * (hi - lo) / 65535
+            np.testing.assert_allclose(back, want[:, axis], atol=(hi - lo) / 65535)
+    assert hl.viz.scatter(sub, layer=3, method="tsne").svg == fig.svg

@@ -157,7 +157,9 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
             "pca_target.png",
             "decoding.png",
             "confusion.png",
+            "confusion.svg",
             "similarity.png",
+            "similarity.svg",
             "attention.png",
         ] {
             expected.push(out.join(format!("figures/{name}_{f}")));
@@ -445,10 +447,13 @@ fn report_on_tiny_checkpoints_writes_every_file_with_values_in_range() {
     // The interactive figures (issue 36): each shown once in the HTML page, in place of its PNG,
     // which stays the fallback; index.md keeps the PNGs only. Each explorer holds both sets.
     for name in names {
-        for (svg, png) in [("explorer", "pca_rule"), ("attention", "attention")] {
-            let obj = format!(
-                "<object class=\"hl-live\" data=\"figures/{name}_{svg}.svg\" type=\"image/svg+xml\""
-            );
+        for (svg, png) in [
+            ("explorer", "pca_rule"),
+            ("attention", "attention"),
+            ("confusion", "confusion"),
+            ("similarity", "similarity"),
+        ] {
+            let obj = format!("data=\"figures/{name}_{svg}.svg\" type=\"image/svg+xml\"");
             assert_eq!(html.matches(&obj).count(), 1, "index.html lacks {obj}");
             assert!(html.contains(&format!("<img src=\"figures/{name}_{png}.png\"")));
             assert!(!md.contains(&format!("{name}_{svg}.svg")));

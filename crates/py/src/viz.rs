@@ -1,5 +1,6 @@
 //! `hyperlens.viz`: the interactive figures of `hyperlens-viz` (issue 36) for notebooks: the
-//! latent-space explorer of code sets and the attention patterns with a head selector. The same
+//! latent-space explorer of code sets, the attention patterns with a head selector, and heatmaps
+//! with hover values (composition scores, head ablation, any matrix). The same
 //! SVG element as the report's `figures/<name>_explorer.svg`, `_attention.svg`; its HTML fragment
 //! is what `_repr_html_` shows. The projections are the analysis crate's PCA (fit on the last set,
 //! every set projected on its axes, as the report does) or t-SNE (per set); the PNG is the viz
@@ -8,10 +9,11 @@
 use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
 use hyperlens_analysis::pca::PcaParams;
 use hyperlens_viz::{
-    render_png, CodeExplorer, Coloring, ExplorerSet, Field, FieldValues, InteractiveFigure,
-    PatternExplorer, PcaScatter, ScatterPanel, SravenProblems, VizError,
+    render_png, CodeExplorer, ColorMap, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
+    HeatmapExplorer, HeatmapOptions, InteractiveFigure, PatternExplorer, PcaScatter, ScatterPanel,
+    SravenProblems, VizError,
 };
-use ndarray::{s, Array1, Array2, Array3, Array4, Ix1, Ix3, Ix4, Ix5};
+use ndarray::{s, Array1, Array2, Array3, Array4, Ix1, Ix2, Ix3, Ix4, Ix5};
 use numpy::PyReadonlyArrayDyn;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -184,7 +186,8 @@ fn set_in(d: &Bound<'_, PyDict>) -> PyResult<SetIn> {
 type Projections = (Vec<Array4<f64>>, Vec<[f64; 2]>);
 
 /// The 2-D projections of every set: PCA fit on the last set's codes per layer (every set
-/// projected on its axes), or t-SNE of each set per layer.
+/// projected on its axes), or the exact t-SNE of each set per layer (`hl.analysis.tsne` with
+/// `theta=0`).
 fn project(sets: &[SetIn], tsne: bool, seed: u64) -> PyResult<Projections> {
     let last = sets
         .last()
@@ -212,8 +215,15 @@ fn project(sets: &[SetIn], tsne: bool, seed: u64) -> PyResult<Projections> {
         if tsne {
             for (s, o) in sets.iter().zip(out.iter_mut()) {
                 let x = features(s, layer)?;
+                // As the report's logic projections: perplexity 30, or the largest that fits
+                // fewer than 91 codes, and exact gradients (theta = 0), the only t-SNE that gives
+                // the same embedding, and so the same figure, on every run.
                 let params = TsneParams {
                     seed,
+                    perplexity: TsneParams::default()
+                        .perplexity
+                        .min(((x.nrows().max(4) - 1) / 3) as f64),
+                    theta: 0.0,
                     ..TsneParams::default()
                 };
                 let emb = tsne_fit(x.view(), &params).map_err(to_py)?;
@@ -431,6 +441,140 @@ fn patterns<'py>(
     Ok(d)
 }
 
+/// One panel of [`heatmap`]: the static [`Heatmap`] built by the constructor the CLI and the
+/// report use for its kind.
+fn heatmap_panel(
+    d: &Bound<'_, PyDict>,
+    rows: &Option<Vec<String>>,
+    cols: &Option<Vec<String>>,
+) -> PyResult<(String, Heatmap)> {
+    let name: String = item(d, "name")?
+        .map(|v| v.extract())
+        .transpose()?
+        .unwrap_or_default();
+    let kind: String = item(d, "kind")?
+        .map(|v| v.extract())
+        .transpose()?
+        .unwrap_or_else(|| "matrix".into());
+    let text = |key: &str| -> PyResult<String> {
+        Ok(item(d, key)?
+            .map(|v| v.extract())
+            .transpose()?
+            .unwrap_or_default())
+    };
+    let title = text("title")?;
+    let value_name = text("value_name")?;
+    let range: Option<(f64, f64)> = item(d, "range")?.map(|v| v.extract()).transpose()?;
+    let values = need(d, "values")?;
+    let cmap = |values: &Array2<f64>| -> PyResult<ColorMap> {
+        match item(d, "cmap")?
+            .map(|v| v.extract::<String>())
+            .transpose()?
+            .as_deref()
+        {
+            Some("viridis") => Ok(ColorMap::Viridis),
+            Some("blue-white-red" | "bwr") => Ok(ColorMap::BlueWhiteRed),
+            Some(other) => Err(raise(
+                Kind::Input,
+                format!("cmap must be \"viridis\" or \"blue-white-red\", got {other:?}"),
+            )),
+            // Diverging when a value is negative (as the patterns' default).
+            None if values.iter().any(|&v| v < 0.0) => Ok(ColorMap::BlueWhiteRed),
+            None => Ok(ColorMap::Viridis),
+        }
+    };
+    let fig = match kind.as_str() {
+        "composition" => {
+            let v = array::<f64, Ix4>("values", &values)?;
+            Heatmap::composition(&title, v.view()).map_err(to_py)?
+        }
+        "head_scores" => {
+            let v = array::<f64, Ix2>("values", &values)?;
+            let map = cmap(&v)?;
+            Heatmap::head_scores(&title, v.view(), &value_name, map, range).map_err(to_py)?
+        }
+        "matrix" => {
+            let v = array::<f64, Ix2>("values", &values)?;
+            let mask = item(d, "mask")?
+                .map(|m| array::<bool, Ix2>("mask", &m))
+                .transpose()?;
+            let color_map = cmap(&v)?;
+            Heatmap::new(
+                v,
+                HeatmapOptions {
+                    title,
+                    x_label: text("x_label")?,
+                    y_label: text("y_label")?,
+                    x_ticks: cols.clone().unwrap_or_default(),
+                    y_ticks: rows.clone().unwrap_or_default(),
+                    color_map,
+                    range,
+                    color_bar_label: value_name,
+                    separators: item(d, "separators")?.map(|v| v.extract()).transpose()?,
+                    mask,
+                    ..HeatmapOptions::default()
+                },
+            )
+        }
+        other => {
+            return Err(raise(
+                Kind::Input,
+                format!(
+                    "panel `{name}`: unknown kind `{other}` (matrix, head_scores, composition)"
+                ),
+            ))
+        }
+    };
+    Ok((name, fig))
+}
+
+/// Heatmaps with hover values and a panel switch: `{"svg", "html", "png"}` (the PNG: the viz
+/// crate's static heatmap of the panel shown first).
+///
+/// `panels`: dicts with `values` and optional `name` (in the switch), `kind` (`matrix`: float64
+/// `[R, C]` with `row_labels` R and `col_labels` C, `x_label`, `y_label`, `mask` bool `[R, C]`,
+/// `separators`; `head_scores`: float64 `[L, H]`, labelled `L{l}` x `H{h}`; `composition`:
+/// float64 `[L, H, L, H]`, as `hyperlens circuits` draws it), `title`, `value_name`, `cmap`
+/// (`viridis`, `blue-white-red`; by default diverging when a value is negative), `range`.
+#[pyfunction]
+#[pyo3(signature = (panels, row_labels=None, col_labels=None, row_name=String::new(), col_name=String::new(), masked=None, start=0))]
+#[allow(clippy::too_many_arguments)]
+fn heatmap<'py>(
+    py: Python<'py>,
+    panels: Vec<Bound<'py, PyDict>>,
+    row_labels: Option<Vec<String>>,
+    col_labels: Option<Vec<String>>,
+    row_name: String,
+    col_name: String,
+    masked: Option<String>,
+    start: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let figs: Vec<(String, Heatmap)> = panels
+        .iter()
+        .map(|d| heatmap_panel(d, &row_labels, &col_labels))
+        .collect::<PyResult<_>>()?;
+    let (svg, html, png) = detached(py, || {
+        let mut fig = HeatmapExplorer::new(figs.iter().map(|(n, h)| (n.clone(), h)).collect());
+        fig.row_name = row_name.clone();
+        fig.col_name = col_name.clone();
+        if let Some(m) = &masked {
+            fig.masked = m.clone();
+        }
+        fig.start = start;
+        let svg = fig.svg_document().map_err(to_py)?;
+        let html = fig.html().map_err(to_py)?;
+        let shown = &figs[start.min(figs.len().saturating_sub(1))].1;
+        let size = hyperlens_viz::Figure::size(shown);
+        let png = render_png(shown, size).map_err(to_py)?;
+        Ok((svg, html, png))
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("svg", svg)?;
+    d.set_item("html", html)?;
+    d.set_item("png", PyBytes::new(py, &png))?;
+    Ok(d)
+}
+
 /// Writes `data` to `path` atomically (a temporary file in its folder, then a rename), creating
 /// the folder.
 #[pyfunction]
@@ -448,6 +592,7 @@ fn write(py: Python<'_>, path: std::path::PathBuf, data: Vec<u8>) -> PyResult<()
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(explorer, m)?)?;
     m.add_function(wrap_pyfunction!(patterns, m)?)?;
+    m.add_function(wrap_pyfunction!(heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;
     Ok(())
 }

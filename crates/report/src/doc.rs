@@ -54,9 +54,20 @@ pub struct FigureRef {
     pub src: String,
     /// Width of the PNG in pixels (narrow figures sit side by side in the HTML page).
     pub width: u32,
-    /// Path, relative to the page, of the interactive SVG that the HTML page shows in place of
-    /// the PNG (the PNG is its fallback); `index.md` always shows the PNG.
-    pub interactive: Option<String>,
+    /// The interactive SVG that the HTML page shows in place of the PNG (the PNG is its
+    /// fallback); `index.md` always shows the PNG.
+    pub interactive: Option<Interactive>,
+}
+
+/// An interactive figure of the HTML page: a standalone SVG file written by `hyperlens-viz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interactive {
+    /// Path of the SVG relative to the page.
+    pub path: String,
+    /// Its canvas, `(width, height)` in CSS pixels (the page keeps its aspect ratio).
+    pub size: (u32, u32),
+    /// What the reader can do, after "Interactive: " under the figure, e.g. "hover for values".
+    pub hint: String,
 }
 
 /// A document: blocks in order; headings get unique anchors as they are added.

@@ -36,15 +36,17 @@ fn figure_html(f: &FigureRef) -> String {
         ""
     };
     let caption = markdown(&format!("**{}.** {}", f.caption, f.text));
-    if let Some(svg) = &f.interactive {
+    if let Some(live) = &f.interactive {
         // The interactive SVG (its own document, so its script and data load once, from
-        // file:// too), with the PNG as the fallback of the object and for readers without
-        // scripts.
+        // file:// too), at its canvas's width and aspect ratio, with the PNG as the fallback of
+        // the object and for readers without scripts.
+        let (w, h) = live.size;
         return format!(
-            "<figure id=\"{id}\"{class}><figcaption>{caption}</figcaption><object class=\"hl-live\" data=\"{svg}\" type=\"image/svg+xml\" aria-label=\"{alt}\"><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></object><noscript><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></noscript><p class=\"hl-links\">Interactive: hover, click, zoom. <a href=\"{svg}\">Open alone</a> · <a href=\"{src}\">PNG</a></p></figure>\n",
+            "<figure id=\"{id}\"{class}><figcaption>{caption}</figcaption><object class=\"hl-live\" style=\"width:{w}px;aspect-ratio:{w}/{h}\" data=\"{svg}\" type=\"image/svg+xml\" aria-label=\"{alt}\"><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></object><noscript><a href=\"{src}\"><img src=\"{src}\" alt=\"{alt}\"></a></noscript><p class=\"hl-links\">Interactive: {hint}. <a href=\"{svg}\">Open alone</a> · <a href=\"{src}\">PNG</a></p></figure>\n",
             id = escape(&f.id),
             caption = caption.trim_end(),
-            svg = escape(svg),
+            svg = escape(&live.path),
+            hint = escape(&live.hint),
             src = escape(&f.src),
             alt = escape(&f.caption),
         );
@@ -168,7 +170,7 @@ figure.half{max-width:calc(50% - 1em)}\
 figcaption{max-width:46em;margin-bottom:.5em;font-size:95%}\
 figcaption p{margin:0}\
 img{display:block;max-width:100%;height:auto;border:1px solid #eee}\
-object.hl-live{display:block;width:1040px;max-width:100%;aspect-ratio:1040/640;height:auto;border:1px solid #eee}\
+object.hl-live{display:block;max-width:100%;height:auto;border:1px solid #eee}\
 .hl-links{font-size:85%;color:#555;margin:.3em 0 0}";
 
 #[cfg(test)]
@@ -228,10 +230,14 @@ mod tests {
         let mut d = Document::new();
         d.heading(2, "x");
         let mut f = fig("pca", 1800);
-        f.interactive = Some("figures/pca_explorer.svg".into());
+        f.interactive = Some(crate::doc::Interactive {
+            path: "figures/pca_explorer.svg".into(),
+            size: (1040, 640),
+            hint: "hover, click, zoom".into(),
+        });
         d.figure(f);
         let h = to_html(&d, "t");
-        assert!(h.contains("<object class=\"hl-live\" data=\"figures/pca_explorer.svg\" type=\"image/svg+xml\" aria-label=\"Cap pca\"><a href=\"figures/pca.png\"><img src=\"figures/pca.png\" alt=\"Cap pca\"></a></object><noscript>"), "{h}");
+        assert!(h.contains("<object class=\"hl-live\" style=\"width:1040px;aspect-ratio:1040/640\" data=\"figures/pca_explorer.svg\" type=\"image/svg+xml\" aria-label=\"Cap pca\"><a href=\"figures/pca.png\"><img src=\"figures/pca.png\" alt=\"Cap pca\"></a></object><noscript>"), "{h}");
         assert!(
             h.contains(
                 "<noscript><style>.hl-live,.hl-links{display:none}</style></noscript></head>"

@@ -131,10 +131,10 @@ pub fn head_labels(n_layers: usize, n_heads: usize) -> Vec<String> {
 }
 
 /// Tick labels and colour range of a heatmap whose input passed the checks.
-struct Checked {
-    x_ticks: Vec<String>,
-    y_ticks: Vec<String>,
-    range: (f64, f64),
+pub(crate) struct Checked {
+    pub(crate) x_ticks: Vec<String>,
+    pub(crate) y_ticks: Vec<String>,
+    pub(crate) range: (f64, f64),
 }
 
 impl Heatmap {
@@ -349,7 +349,9 @@ impl Heatmap {
         Ok((xt, yt))
     }
 
-    fn check(&self) -> Result<Checked> {
+    /// Checks the input (shapes, tick counts, mask, finite unmasked values) and resolves the
+    /// tick labels and the colour range, as the drawing uses them.
+    pub(crate) fn check(&self) -> Result<Checked> {
         let (rows, cols) = self.values.dim();
         if rows == 0 || cols == 0 {
             return Err(VizError::Empty {

@@ -21,8 +21,9 @@
 //!
 //! Interactive figures (module [`interactive`], GitHub issue 36): [`CodeExplorer`], the
 //! latent-space explorer (hover, click for the problem and its code, legend, zoom), and
-//! [`PatternExplorer`], attention patterns and heatmaps with hover values and a head selector;
-//! self-contained SVG with a small inline script, no network.
+//! [`PatternExplorer`], attention patterns with hover values and a head selector, and
+//! [`HeatmapExplorer`], heatmaps (head ablation, composition scores, similarity) with hover values
+//! and a panel switch; self-contained SVG with a small inline script, no network.
 
 mod attention;
 mod bars;
@@ -59,5 +60,5 @@ pub use glyph::GlyphBackend;
 pub use heatmap::{head_labels, Heatmap, HeatmapOptions, ValueFormat};
 pub use interactive::{
     save_interactive_html, save_interactive_svg, CodeExplorer, Coloring, ExplorerSet, Field,
-    FieldValues, InteractiveFigure, PatternExplorer, SravenProblems,
+    FieldValues, HeatmapExplorer, InteractiveFigure, PatternExplorer, SravenProblems,
 };

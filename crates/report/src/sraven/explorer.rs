@@ -1,6 +1,7 @@
 //! The interactive figures of a SRAVEN checkpoint in the HTML page (GitHub issue 36): the
-//! latent-space explorer beside the PCA PNG, and the attention patterns with a head selector
-//! beside the attention PNG. Both are self-contained SVG files under `figures/`, written by
+//! latent-space explorer in place of the PCA PNG, the attention patterns with a head selector in
+//! place of the attention PNG, and the rule-similarity and confusion heatmaps with hover values
+//! in place of theirs. All are self-contained SVG files under `figures/`, written by
 //! `hyperlens-viz`; `index.md` keeps the PNGs.
 //!
 //! The explorer reads what the measure stage wrote (`codes/<name>_{id,ood}.npz` and the OOD
@@ -14,12 +15,13 @@ use hyperlens_analysis::codes::report::LayerSel;
 use hyperlens_analysis::CodeSet;
 use hyperlens_tasks::sraven::{sample, Set, Split};
 use hyperlens_viz::{
-    save_interactive_svg, CodeExplorer, Coloring, ExplorerSet, Field, FieldValues, PatternExplorer,
-    SravenProblems,
+    save_interactive_svg, CodeExplorer, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
+    HeatmapExplorer, InteractiveFigure, PatternExplorer, SravenProblems,
 };
 use ndarray::{s, Array3, Array4, Axis};
 
 use crate::data::Entry;
+use crate::doc::Interactive;
 use crate::error::{ReportError, Result};
 use crate::sraven::text::{per_layer, rule_names, token_labels};
 
@@ -136,13 +138,46 @@ fn set_data(e: &Entry, out: &Path, set: Set) -> Result<SetData> {
     })
 }
 
+/// Writes `fig` as `out/rel` and returns it as the page's [`Interactive`] figure.
+fn write_svg<F: InteractiveFigure>(
+    out: &Path,
+    rel: String,
+    fig: &F,
+    hint: &str,
+) -> Result<Interactive> {
+    save_interactive_svg(out.join(&rel), fig)?;
+    Ok(Interactive {
+        path: rel,
+        size: fig.canvas(),
+        hint: hint.into(),
+    })
+}
+
+/// Writes `fig`, a heatmap of the page, as the interactive heatmap `out/rel` (hover for the row,
+/// column and value; `row_name` and `col_name` name the rows and columns in the hover box) and
+/// returns it.
+///
+/// # Errors
+/// A heatmap that fails its checks, or a file that cannot be written.
+pub fn heatmap_figure(
+    fig: &Heatmap,
+    out: &Path,
+    rel: String,
+    row_name: &str,
+    col_name: &str,
+) -> Result<Interactive> {
+    let mut live = HeatmapExplorer::single(fig);
+    live.row_name = row_name.into();
+    live.col_name = col_name.into();
+    write_svg(out, rel, &live, "hover for values")
+}
+
 /// Writes `figures/<name>_explorer.svg`, the latent-space explorer of the checkpoint's ID and OOD
-/// codes (PCA per layer, coloured by rule or answer value), and returns its path relative to the
-/// page.
+/// codes (PCA per layer, coloured by rule or answer value), and returns it.
 ///
 /// # Errors
 /// A codes file or sidecar that cannot be read, or a figure that cannot be written.
-pub fn explorer_figure(e: &Entry, out: &Path) -> Result<String> {
+pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
     let sets = [set_data(e, out, Set::Id)?, set_data(e, out, Set::Ood)?];
     let a = &e.attention;
     let features = e.task.features.max(1);
@@ -226,18 +261,20 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<String> {
             .collect(),
         start_layer: None,
     };
-    let rel = format!("figures/{}_explorer.svg", e.name);
-    save_interactive_svg(out.join(&rel), &fig)?;
-    Ok(rel)
+    write_svg(
+        out,
+        format!("figures/{}_explorer.svg", e.name),
+        &fig,
+        "hover, click, zoom",
+    )
 }
 
 /// Writes `figures/<name>_attention.svg`, the attention of every head of every layer on the first
-/// OOD problem with a layer and head selector and hover values, and returns its path relative to
-/// the page.
+/// OOD problem with a layer and head selector and hover values, and returns it.
 ///
 /// # Errors
 /// A figure that cannot be written.
-pub fn attention_figure(e: &Entry, out: &Path) -> Result<String> {
+pub fn attention_figure(e: &Entry, out: &Path) -> Result<Interactive> {
     let a = &e.attention;
     let t = a.pattern.dim().2;
     let tokens = token_labels(t, e.task.features.max(1));
@@ -253,7 +290,10 @@ pub fn attention_figure(e: &Entry, out: &Path) -> Result<String> {
     fig.heads = (0..pattern.len_of(Axis(1)))
         .map(|h| format!("H{h}"))
         .collect();
-    let rel = format!("figures/{}_attention.svg", e.name);
-    save_interactive_svg(out.join(&rel), &fig)?;
-    Ok(rel)
+    write_svg(
+        out,
+        format!("figures/{}_attention.svg", e.name),
+        &fig,
+        "hover, choose the layer and head",
+    )
 }

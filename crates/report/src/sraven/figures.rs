@@ -1,5 +1,5 @@
-//! The figures of the report (PNG, SVG for the accuracy figure, interactive SVG for the PCA and
-//! attention figures: [`crate::sraven::explorer`]), each returned as a
+//! The figures of the report (PNG, SVG for the accuracy figure, interactive SVG for the PCA,
+//! attention, confusion and similarity figures: [`crate::sraven::explorer`]), each returned as a
 //! [`FigureRef`] with its caption and the sentences generated from its numbers.
 
 use std::path::Path;
@@ -119,14 +119,22 @@ pub fn checkpoint_figures(e: &Entry, out: &Path) -> Result<(Vec<FigureRef>, Opti
             cos.view(),
             &names,
         )?;
-        made.push(save(
+        let mut similarity = save(
             out,
             format!("figures/{name}_similarity.png"),
             &fig,
             "rule similarity",
             "Cosine similarity of the per-rule mean codes (final layer, OOD)".into(),
             similarity_text(sim, last.layer),
+        )?;
+        similarity.interactive = Some(crate::sraven::explorer::heatmap_figure(
+            &fig,
+            out,
+            format!("figures/{name}_similarity.svg"),
+            "rule (row)",
+            "rule (column)",
         )?);
+        made.push(similarity);
     }
     // Training curves (half a row) before the wide attention grid, so that they can pair up with
     // the similarity heatmap in the HTML page.
@@ -237,14 +245,22 @@ fn confusion_figure(e: &Entry, out: &Path) -> Result<Option<FigureRef>> {
             best.layer
         )
     };
-    Ok(Some(save(
+    let mut made = save(
         out,
         format!("figures/{}_confusion.png", e.name),
         &fig,
         "confusion matrix",
         caption,
         confusion_text(d, best.layer),
-    )?))
+    )?;
+    made.interactive = Some(crate::sraven::explorer::heatmap_figure(
+        &fig,
+        out,
+        format!("figures/{}_confusion.svg", e.name),
+        "true rule",
+        "predicted rule",
+    )?);
+    Ok(Some(made))
 }
 
 /// Training curves of one checkpoint, or (as `Err`) the sentence said when it has no usable log.

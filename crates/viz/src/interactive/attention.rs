@@ -8,13 +8,9 @@ use serde_json::json;
 
 use super::encode::{array, check_finite, quantised, safe_json};
 use super::explorer::hex;
-use super::InteractiveFigure;
+use super::{InteractiveFigure, EXACT_CELLS};
 use crate::colour::ColorMap;
 use crate::error::{Result, VizError};
-
-/// At most this many cells are stored as `f32`; more are quantised to 8 bits over the colour
-/// range (hover values then carry `≈`).
-const EXACT_CELLS: usize = 20_000;
 
 /// Matrices chosen by layer and head, drawn one at a time with hover values (an
 /// [`InteractiveFigure`]).

@@ -1,8 +1,8 @@
-// hyperlens interactive figures (crates/viz/src/interactive): the latent-space explorer and the
-// pattern / heatmap viewer. Hand-written, no dependency, no network. Each figure is an SVG
-// element of class hl-fig holding its data in a JSON script element of class hl-data; this
-// script (included once per figure) defines window.hlViz once and boots every figure of the
-// document that is not booted yet.
+// hyperlens interactive figures (crates/viz/src/interactive): the latent-space explorer, the
+// attention pattern viewer and the heatmap (the last two share the cell grid). Hand-written, no
+// dependency, no network. Each figure is an SVG element of class hl-fig holding its data in a
+// JSON script element of class hl-data; this script (included once per figure) defines
+// window.hlViz once and boots every figure of the document that is not booted yet.
 (function () {
   'use strict';
   if (typeof window === 'undefined' || typeof document === 'undefined') return;
@@ -348,26 +348,19 @@
       svg.hlState = st;
     };
 
-    // ---- attention patterns and heatmaps ------------------------------------------------
-    var patterns = function (svg, D) {
-      var L = D.shape[0], H = D.shape[1], R = D.shape[2], C = D.shape[3];
-      var exact = D.values.exact ? dec(D.values.exact) : null, q = exact ? null : dec(D.values.q);
-      var r = D.range, qr = exact ? null : D.values.r;
-      var at = function (l, h, i, j) {
-        var k = ((l * H + h) * R + i) * C + j;
-        return exact ? exact[k] : qr[0] + q[k] * (qr[1] - qr[0]) / 255;
-      };
-      var colour = function (v) {
-        var t = Math.max(0, Math.min(1, (v - r[0]) / (r[1] - r[0])));
-        return D.lut[Math.round(t * (D.lut.length - 1))];
-      };
-      var st = { layer: D.start, head: 0 };
+    // ---- the cell grid of the pattern viewer and the heatmap ---------------------------
+    // R x C cells with row and column labels (every n-th when cells are small), a frame,
+    // optional separators every n cells and axis titles, and a colour bar at bx. L: the layout
+    // {x0, y0, s} (s: the side of the largest dimension), or null to fit the labels. hover(i, j)
+    // gives the tooltip's lines for cell (i, j). Returns paint(fill(i, j)) and bar(lut, range,
+    // name).
+    var cellGrid = function (svg, R, C, rows, cols, L, o, hover) {
       var tip = tooltip(svg);
-      var lw = Math.min(90, 8 + 6 * Math.max.apply(null, D.rows.map(function (s) { return s.length; })));
-      var X0 = 16 + lw, Y0 = 76, S = Math.min(500, 560 - 12 * Math.min(8, Math.max.apply(null, D.cols.map(function (s) { return s.length; }))));
+      var longest = function (v) { return Math.max.apply(null, v.map(function (s) { return s.length; })); };
+      var lw = Math.min(90, 8 + 6 * longest(rows));
+      var X0 = L ? L.x0 : 16 + lw, Y0 = L ? L.y0 : 76;
+      var S = L ? L.s : Math.min(500, 560 - 12 * Math.min(8, longest(cols)));
       var cs = S / Math.max(R, C);
-      el(svg, 'text', { x: 12, y: 22, class: 'hl-title' }, D.title);
-      var controls = el(svg, 'g', { class: 'hl-controls' });
       var cells = el(svg, 'g', { class: 'hl-cells' });
       var rects = [];
       for (var i = 0; i < R; i++) {
@@ -375,45 +368,119 @@
       }
       var fs = Math.max(6, Math.min(11, cs - 1));
       var every = Math.max(1, Math.ceil(8 / cs));
-      D.rows.forEach(function (s, i) { if (i % every === 0) el(svg, 'text', { x: X0 - 4, y: Y0 + (i + 0.5) * cs + fs / 3, 'text-anchor': 'end', 'font-size': fs }, s); });
-      D.cols.forEach(function (s, j) {
+      rows.forEach(function (s, i) { if (i % every === 0) el(svg, 'text', { x: X0 - 4, y: Y0 + (i + 0.5) * cs + fs / 3, 'text-anchor': 'end', 'font-size': fs }, s); });
+      var colExt = 0;
+      cols.forEach(function (s, j) {
         if (j % every !== 0) return;
         var x = X0 + (j + 0.5) * cs, y = Y0 + R * cs + 6;
+        colExt = Math.max(colExt, 6 + 0.55 * fs * Math.min(24, s.length) * 0.87);
         el(svg, 'text', { x: x, y: y, 'text-anchor': 'end', 'font-size': fs, transform: 'rotate(-60 ' + x + ' ' + y + ')' }, s);
       });
+      if (o.separators) {
+        for (var k = o.separators; k < Math.max(R, C); k += o.separators) {
+          if (k < C) el(svg, 'line', { x1: X0 + k * cs, x2: X0 + k * cs, y1: Y0, y2: Y0 + R * cs, stroke: '#333', 'stroke-width': 1.5, 'pointer-events': 'none' });
+          if (k < R) el(svg, 'line', { x1: X0, x2: X0 + C * cs, y1: Y0 + k * cs, y2: Y0 + k * cs, stroke: '#333', 'stroke-width': 1.5, 'pointer-events': 'none' });
+        }
+      }
       el(svg, 'rect', { x: X0, y: Y0, width: C * cs, height: R * cs, class: 'hl-frame' });
-      // Colour bar.
+      if (o.xLabel) el(svg, 'text', { x: X0 + C * cs / 2, y: Y0 + R * cs + colExt + 18, 'text-anchor': 'middle', class: 'hl-axis' }, o.xLabel);
+      if (o.yLabel) {
+        var ly = Y0 + R * cs / 2;
+        el(svg, 'text', { x: 18, y: ly, 'text-anchor': 'middle', class: 'hl-axis', transform: 'rotate(-90 18 ' + ly + ')' }, o.yLabel);
+      }
       var bx = X0 + C * cs + 20;
-      for (var k = 0; k < D.lut.length; k++) el(svg, 'rect', { x: bx, y: Y0 + (D.lut.length - 1 - k) * (200 / D.lut.length), width: 14, height: 200 / D.lut.length + 0.5, fill: D.lut[k] });
-      el(svg, 'text', { x: bx + 18, y: Y0 + 8, class: 'hl-small' }, fmt(r[1]));
-      el(svg, 'text', { x: bx + 18, y: Y0 + 200, class: 'hl-small' }, fmt(r[0]));
-      el(svg, 'text', { x: bx, y: Y0 + 218, class: 'hl-small' }, D.valueName);
-      var paint = function () {
-        rects.forEach(function (e, k) { e.setAttribute('fill', colour(at(st.layer, st.head, Math.floor(k / C), k % C))); });
+      var barG = el(svg, 'g', { class: 'hl-bar' });
+      cells.addEventListener('pointermove', function (ev) {
+        var t = ev.target;
+        if (!t.getAttribute || t.getAttribute('data-row') === null) return;
+        var p = local(svg, ev);
+        tip.show(p.x, p.y, hover(+t.getAttribute('data-row'), +t.getAttribute('data-col')));
+      });
+      cells.addEventListener('pointerleave', tip.hide);
+      return {
+        bx: bx,
+        Y0: Y0,
+        paint: function (fill) {
+          rects.forEach(function (e, k) { e.setAttribute('fill', fill(Math.floor(k / C), k % C)); });
+        },
+        bar: function (lut, r, name) {
+          clear(barG);
+          for (var k = 0; k < lut.length; k++) el(barG, 'rect', { x: bx, y: Y0 + (lut.length - 1 - k) * (200 / lut.length), width: 14, height: 200 / lut.length + 0.5, fill: lut[k] });
+          el(barG, 'text', { x: bx + 18, y: Y0 + 8, class: 'hl-small' }, fmt(r[1]));
+          el(barG, 'text', { x: bx + 18, y: Y0 + 200, class: 'hl-small' }, fmt(r[0]));
+          el(barG, 'text', { x: bx, y: Y0 + 218, class: 'hl-small' }, name);
+        }
       };
+    };
+    // Colour of v on range r through a lookup table of the figure's colour map.
+    var lutColour = function (lut, r, v) {
+      var t = Math.max(0, Math.min(1, (v - r[0]) / (r[1] - r[0])));
+      return lut[Math.round(t * (lut.length - 1))];
+    };
+    // Values of a {exact} (f32) or {q, r} (8 bits over r) object, by flat index.
+    var cellValues = function (V) {
+      var exact = V.exact ? dec(V.exact) : null, q = exact ? null : dec(V.q);
+      return { exact: !!exact, at: function (k) { return exact ? exact[k] : V.r[0] + q[k] * (V.r[1] - V.r[0]) / 255; } };
+    };
+
+    // ---- attention patterns -------------------------------------------------------------
+    var patterns = function (svg, D) {
+      var L = D.shape[0], H = D.shape[1], R = D.shape[2], C = D.shape[3];
+      var V = cellValues(D.values);
+      var at = function (l, h, i, j) { return V.at(((l * H + h) * R + i) * C + j); };
+      var st = { layer: D.start, head: 0 };
+      el(svg, 'text', { x: 12, y: 22, class: 'hl-title' }, D.title);
+      var controls = el(svg, 'g', { class: 'hl-controls' });
+      var g = cellGrid(svg, R, C, D.rows, D.cols, null, {}, function (i, j) {
+        var head = (L > 1 ? D.layers[st.layer] + ' ' : '') + (H > 1 ? D.heads[st.head] : '');
+        var lines = [D.rowName + ' ' + D.rows[i] + ' -> ' + D.colName + ' ' + D.cols[j], D.valueName + (V.exact ? ' ' : ' \u2248 ') + fmt(at(st.layer, st.head, i, j))];
+        if (head) lines.unshift(head);
+        return lines;
+      });
+      g.bar(D.lut, D.range, D.valueName);
+      var paint = function () { g.paint(function (i, j) { return lutColour(D.lut, D.range, at(st.layer, st.head, i, j)); }); };
       var drawControls = function () {
         clear(controls);
         if (L > 1) switcher(controls, 12, 34, 'layer', D.layers, st.layer, function (k) { st.layer = k; drawControls(); paint(); });
         if (H > 1) {
-          var hx = bx + 70, per = 4;
-          el(controls, 'text', { x: hx, y: Y0 + 8, class: 'hl-small' }, 'head:');
+          var hx = g.bx + 70, per = 4;
+          el(controls, 'text', { x: hx, y: g.Y0 + 8, class: 'hl-small' }, 'head:');
           D.heads.forEach(function (name, h) {
-            button(controls, hx + (h % per) * 44, Y0 + 16 + Math.floor(h / per) * 24, name, h === st.head, function () { st.head = h; drawControls(); paint(); });
+            button(controls, hx + (h % per) * 44, g.Y0 + 16 + Math.floor(h / per) * 24, name, h === st.head, function () { st.head = h; drawControls(); paint(); });
           });
         }
       };
-      cells.addEventListener('pointermove', function (ev) {
-        var t = ev.target;
-        if (!t.getAttribute || t.getAttribute('data-row') === null) return;
-        var i = +t.getAttribute('data-row'), j = +t.getAttribute('data-col'), p = local(svg, ev);
-        var head = (L > 1 ? D.layers[st.layer] + ' ' : '') + (H > 1 ? D.heads[st.head] : '');
-        var lines = [D.rowName + ' ' + D.rows[i] + ' -> ' + D.colName + ' ' + D.cols[j], D.valueName + (exact ? ' ' : ' \u2248 ') + fmt(at(st.layer, st.head, i, j))];
-        if (head) lines.unshift(head);
-        tip.show(p.x, p.y, lines);
-      });
-      cells.addEventListener('pointerleave', tip.hide);
       drawControls();
       paint();
+      svg.hlState = st;
+    };
+
+    // ---- heatmaps (one or more panels over the same rows and columns) -------------------
+    var heatmap = function (svg, D) {
+      var R = D.rows.length, C = D.cols.length;
+      var panels = D.panels.map(function (p) { return { raw: p, v: cellValues(p.values), mask: p.mask ? dec(p.mask) : null }; });
+      var st = { panel: D.start };
+      var title = el(svg, 'text', { x: 12, y: 22, class: 'hl-title' });
+      var controls = el(svg, 'g', { class: 'hl-controls' });
+      var g = cellGrid(svg, R, C, D.rows, D.cols, D.layout, { separators: D.separators, xLabel: D.xLabel, yLabel: D.yLabel }, function (i, j) {
+        var P = panels[st.panel], k = i * C + j;
+        var value = P.mask && P.mask[k] ? ': ' + D.masked : (P.v.exact ? ': ' : ' \u2248 ') + fmt(P.v.at(k));
+        var lines = [D.rowName + ': ' + D.rows[i], D.colName + ': ' + D.cols[j], P.raw.valueName + value];
+        if (panels.length > 1) lines.unshift(P.raw.name);
+        return lines;
+      });
+      var show = function () {
+        var P = panels[st.panel], p = P.raw;
+        title.textContent = p.title;
+        g.bar(p.lut, p.range, p.valueName);
+        g.paint(function (i, j) {
+          var k = i * C + j;
+          return P.mask && P.mask[k] ? '#eeeeee' : lutColour(p.lut, p.range, P.v.at(k));
+        });
+        clear(controls);
+        if (panels.length > 1) switcher(controls, 12, 34, 'show', panels.map(function (q) { return q.raw.name; }), st.panel, function (k) { st.panel = k; show(); });
+      };
+      show();
       svg.hlState = st;
     };
 
@@ -428,7 +495,9 @@
         var ns = svg.querySelector('.hl-noscript');
         if (ns) ns.parentNode.removeChild(ns);
         var D = JSON.parse(data.textContent);
-        if (svg.getAttribute('data-hl-kind') === 'explorer') explorer(svg, D);
+        var kind = svg.getAttribute('data-hl-kind');
+        if (kind === 'explorer') explorer(svg, D);
+        else if (kind === 'heatmap') heatmap(svg, D);
         else patterns(svg, D);
       }
     };

@@ -1,8 +1,8 @@
 //! Interactive figures: self-contained SVG documents with a small inline script, for the report
 //! page and for notebooks (GitHub issue 36).
 //!
-//! Each interactive figure ([`CodeExplorer`], [`PatternExplorer`]) is written as one `<svg>`
-//! element that holds
+//! Each interactive figure ([`CodeExplorer`], [`PatternExplorer`], [`HeatmapExplorer`]) is
+//! written as one `<svg>` element that holds
 //! - its data once, compactly: one JSON object whose arrays are little-endian binary blobs in
 //!   base64 (positions quantised to 16 bits, codes and patterns to 8 bits over a stated range,
 //!   labels as the smallest integer type that holds them);
@@ -17,20 +17,26 @@
 mod attention;
 mod encode;
 mod explorer;
+mod heatmap;
 
 pub use attention::PatternExplorer;
 pub use explorer::{CodeExplorer, Coloring, ExplorerSet, Field, FieldValues, SravenProblems};
+pub use heatmap::HeatmapExplorer;
 
 use std::path::Path;
 
 use crate::error::{Result, VizError};
+
+/// At most this many cells of a pattern or heatmap figure are stored as `f32`; more are quantised
+/// to 8 bits over the colour range (hover values then carry `≈`).
+const EXACT_CELLS: usize = 20_000;
 
 /// The script shared by every interactive figure (plain ES2017, no dependency).
 pub const SCRIPT: &str = include_str!("interactive.js");
 
 /// A figure that renders itself as an interactive SVG element.
 pub trait InteractiveFigure {
-    /// The figure's kind, read by the script: `"explorer"` or `"patterns"`.
+    /// The figure's kind, read by the script: `"explorer"`, `"patterns"` or `"heatmap"`.
     fn kind(&self) -> &'static str;
 
     /// Canvas size in CSS pixels, `(width, height)`.
