@@ -283,11 +283,54 @@ def test_similarity_and_confusion_heatmaps_hover_values(page, shots):
     print(f"\nheatmap screenshots: {shots}/similarity_heatmap.png, {shots}/confusion_heatmap.png")
 
 
+def test_logic_explorer_hover_legend_and_tsne(page, shots):
+    """The fuzzy-logic explorer: hovering a point shows its problem, terms and target from the codes
+    file; the legend hides exactly the points of a first term; the t-SNE switch places the points
+    at tables/<name>/projections.npz's tsne_all."""
+    name = "logic-hyla"
+    codes = np.load(REPORT / "codes" / f"{name}_ood.npz")
+    proj = np.load(REPORT / "tables" / name / "projections.npz")
+    n = len(proj["tsne_all"])
+    obj, frame = page.frame(f"{name}_explorer.svg")
+    assert frame.locator("circle.hl-pt").count() == n
+    bits = max(1, int(np.ceil(np.log2(max(2, int(codes["term_ids"].max()) + 1)))))
+    i = _topmost_point(frame, 11)
+    assert i >= 0
+    frame.locator(f'circle.hl-pt[data-i="{i}"]').hover()
+    tip = frame.locator(".hl-tip").text_content()
+    terms = ", ".join(format(int(t), f"0{bits}b") for t in codes["term_ids"][i])
+    assert f"OOD problem {int(codes['problem'][i])}" in tip and f"terms: {terms}" in tip, tip
+    target = float(tip.split("target: ")[1].split("prediction")[0])
+    assert abs(target - codes["target"][i]) <= 5e-4 * abs(codes["target"][i]) + 1e-6, (tip, codes["target"][i])
+    frame.locator(f'circle.hl-pt[data-i="{i}"]').click()
+    assert frame.locator("rect.hl-code").count() == codes["codes"].shape[1] * codes["codes"].shape[2]
+    obj.screenshot(path=str(shots / "logic_explorer.png"))
+    k = int(codes["term_ids"][i, 0])
+    frame.locator(f'.hl-leg[data-class="{k}"]').click()
+    hidden = frame.evaluate(
+        """() => Array.from(document.querySelectorAll('circle.hl-pt')).sort((a, b) => a.getAttribute('data-i') - b.getAttribute('data-i')).map(c => c.getAttribute('display') === 'none')"""
+    )
+    assert np.array_equal(np.array(hidden), codes["term_ids"][:n, 0] == k)
+    frame.locator(f'.hl-leg[data-class="{k}"]').click()
+    frame.locator(".hl-btn", has_text="t-SNE").click()
+    xy = np.array(frame.evaluate(
+        """() => Array.from(document.querySelectorAll('circle.hl-pt')).sort((a, b) => a.getAttribute('data-i') - b.getAttribute('data-i')).map(c => [+c.getAttribute('cx'), +c.getAttribute('cy')])"""
+    ))
+    # Screen x grows with t-SNE 1 and screen y falls with t-SNE 2, linearly (to 0.1 px rounding).
+    assert np.corrcoef(xy[:, 0], proj["tsne_all"][:, 0])[0, 1] > 0.9999
+    assert np.corrcoef(xy[:, 1], proj["tsne_all"][:, 1])[0, 1] < -0.9999
+    obj.screenshot(path=str(shots / "logic_explorer_tsne.png"))
+    assert page.errors == [], page.errors
+    assert page.remote == [], page.remote
+    print(f"\nlogic explorer screenshots: {shots}/logic_explorer.png, {shots}/logic_explorer_tsne.png")
+
+
 def test_page_loads_every_figure_without_errors(page, shots):
     page.page.wait_for_load_state("load")
     names = page.page.eval_on_selector_all("object.hl-live", "os => os.map(o => o.getAttribute('data'))")
-    # Per SRAVEN checkpoint: the explorer, the attention, the confusion and similarity heatmaps.
-    assert len(names) == 24
+    # Per SRAVEN checkpoint: the explorer, the attention, the confusion and similarity heatmaps;
+    # per logic checkpoint: the explorer.
+    assert len(names) == 6 * 4 + 3
     for name in names:
         _, frame = page.frame(name.removeprefix("figures/"))  # waits until the figure has booted
         assert frame.locator("svg.hl-fig .hl-noscript").count() == 0

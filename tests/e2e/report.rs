@@ -629,6 +629,16 @@ fn report_sets_a_logic_checkpoint_beside_table_a1_in_a_section_of_its_own() {
     ] {
         check_png(&out.join(format!("figures/logic-run_{f}.png")));
     }
+    // The latent-space explorer of the logic codes (issue 36), in the HTML page only: the OOD codes
+    // the t-SNE embeds, on the PCA and the t-SNE of projections.npz.
+    let svg = std::fs::read_to_string(out.join("figures/logic-run_explorer.svg")).unwrap();
+    assert!(svg.contains(&format!("\"n\":{N},")) && svg.contains("\"name\":\"t-SNE\""));
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert_eq!(
+        html.matches("data=\"figures/logic-run_explorer.svg\"")
+            .count(),
+        1
+    );
     let summary = json(&out.join("summary.json"));
     let entry = &summary["logic_checkpoints"][0];
     assert_eq!(entry["sets"].as_array().unwrap().len(), 3);

@@ -174,7 +174,8 @@ pub fn logic_figures(e: &LogicEntry, out: &Path) -> Result<(Vec<FigureRef>, Opti
         ),
         src: format!("figures/{name}_projections_term.png"),
         width: PROJECTION_WIDTH,
-        interactive: None,
+        // In the HTML page: the latent-space explorer of the same codes and projections.
+        interactive: super::explorer::explorer_figure(e, out)?,
     });
     made.push(FigureRef {
         id: format!("fig-{}", crate::doc::slug(&format!("{name}-projections-target"))),

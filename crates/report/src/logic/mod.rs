@@ -8,10 +8,13 @@
 //! Table A1.
 //!
 //! Split by concern like the SRAVEN part: `measure` (evaluation, codes and their analyses: the
-//! only part that runs the model), then `figures`, `text` (the sentences and small formatting
+//! only part that runs the model), then `figures` (with `explorer`, the interactive explorer of
+//! the codes from the files `measure` wrote), `text` (the sentences and small formatting
 //! helpers), `page` (the section of the page) and `files` (`tables/logic.csv` and the part of
 //! `summary.json`). This module holds the paper's numbers; the entry's data types are in
 //! [`crate::data`].
+
+mod explorer;
 
 mod figures;
 

@@ -139,7 +139,7 @@ fn set_data(e: &Entry, out: &Path, set: Set) -> Result<SetData> {
 }
 
 /// Writes `fig` as `out/rel` and returns it as the page's [`Interactive`] figure.
-fn write_svg<F: InteractiveFigure>(
+pub(crate) fn write_svg<F: InteractiveFigure>(
     out: &Path,
     rel: String,
     fig: &F,
