@@ -51,6 +51,14 @@ def test_composition_with_baseline_equals_cli(report, cli_out):
         assert report.composition[k].shape == (2, 4, 2, 4) and report.baseline[k].shape == (200,)
 
 
+def test_composition_figure_is_the_notebooks(report, cli_out):
+    """`hyperlens circuits` writes figures/composition.svg, the Q/K/V heatmaps with hover values:
+    the very figure hl.viz.heatmap draws of the same analysis in a notebook, byte for byte."""
+    svg = (cli_out / "figures" / "composition.svg").read_text()
+    assert 'data-hl-kind="heatmap"' in svg
+    assert svg == hl.viz.heatmap(report).svg
+
+
 def test_tables_and_findings_equal_cli(report, cli_out):
     pd = pytest.importorskip("pandas")
     pd.testing.assert_frame_equal(report.heads, pd.read_csv(cli_out / "heads.csv"))

@@ -280,6 +280,14 @@ def test_head_ablation_heatmap_hover_shows_the_cli_table(cli, browser, shots, tm
             want = getattr(r, column)
             assert abs(shown - want) <= 5e-4 * abs(want) + 1e-6, (panel, tip, want)
     page.locator("svg.hl-fig").screenshot(path=str(shots / "head_ablation_heatmap.png"))
+    # `patch heads`' own head_ablation.svg (the PNG's heatmap, opened from file://): the same values
+    page.goto((tmp_path / "o" / "head_ablation.svg").as_uri())
+    page.wait_for_selector("svg.hl-fig .hl-controls", state="attached")
+    for r in table.itertuples():
+        tip = _hover(page, r.layer, r.head)
+        assert f"layer: L{r.layer}" in tip and f"head: H{r.head}" in tip, tip
+        shown = float(tip.split("accuracy change: ")[1])
+        assert abs(shown - r.delta_accuracy) <= 5e-4 * abs(r.delta_accuracy) + 1e-6, (tip, r.delta_accuracy)
     ctx.close()
     assert errors == [] and remote == [], (errors, remote)
 

@@ -169,6 +169,12 @@ fn circuits_writes_every_output_in_range() {
         assert_eq!(&bytes[1..4], b"PNG", "{f}");
         assert!(bytes.len() > 2000, "{f}");
     }
+    // ... and the composition heatmaps with hover values: one figure, a panel per kind.
+    let svg = std::fs::read_to_string(out.join("figures").join("composition.svg")).unwrap();
+    assert!(svg.contains("data-hl-kind=\"heatmap\""));
+    for k in ["Q", "K", "V"] {
+        assert!(svg.contains(&format!("{k}-composition scores")), "{k}");
+    }
     // No temporary files left behind.
     for name in entries(&out) {
         assert!(!name.ends_with(".tmp"), "{name:?}");

@@ -56,6 +56,8 @@ fn head_ablation_writes_one_row_per_head() {
         assert!((acc - base - d).abs() < 2e-6 && loss.is_finite());
     }
     assert!(out.join("head_ablation.png").is_file());
+    let svg = std::fs::read_to_string(out.join("head_ablation.svg")).unwrap();
+    assert!(svg.contains("data-hl-kind=\"heatmap\"") && svg.contains("accuracy change"));
     let mut bad = vec![
         "patch",
         "heads",

@@ -38,7 +38,7 @@ pub const FILES: [(&str, &str); 6] = [
     ),
     (
         "figures/",
-        "eigenvalues.png, eigenvalues_full_ov.png, composition_{q,k,v}.png, head_scores.png, induction_attention.png",
+        "eigenvalues.png, eigenvalues_full_ov.png, composition_{q,k,v}.png, composition.svg (Q/K/V with hover values), head_scores.png, induction_attention.png",
     ),
 ];
 

@@ -22,7 +22,8 @@ use hyperlens_probe::{
 use hyperlens_tasks::npz::load_problems;
 use hyperlens_tasks::sraven::{sample, ProblemSet, SampleStream, Set, Split, SravenParams};
 use hyperlens_viz::{
-    save_png, BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapOptions, ValueFormat,
+    save_interactive_svg, save_png, BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapExplorer,
+    HeatmapOptions, ValueFormat,
 };
 use ndarray::Array2;
 
@@ -32,7 +33,8 @@ use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, Set
 #[derive(Debug, Subcommand)]
 pub enum PatchCommand {
     /// Ablate each attention head in turn (zero or mean at `blocks.{l}.attn.hook_z`) and measure
-    /// accuracy and loss: head_ablation.csv, head_ablation.json and a heatmap.
+    /// accuracy and loss: head_ablation.csv, head_ablation.json and a heatmap (PNG, and SVG with
+    /// hover values).
     Heads(HeadsArgs),
     /// The causal test of the latent code: transplant the mean ID code of another rule into OOD
     /// problems at the paper's site, layer by layer, and count how often the answer becomes that
@@ -687,13 +689,14 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
         ))
     )?;
     outln!(
-        "wrote head_ablation.csv, head_ablation.json and head_ablation.png to {}",
+        "wrote head_ablation.csv, head_ablation.json, head_ablation.png and head_ablation.svg to {}",
         a.run.out.display()
     )?;
     Ok(())
 }
 
-/// `head_ablation.png`: the change in accuracy per [layer, head].
+/// `head_ablation.png`: the change in accuracy per [layer, head]; `head_ablation.svg`: the same
+/// heatmap with the head and its change under the pointer.
 fn heads_figure(
     out: &Path,
     name: &str,
@@ -715,5 +718,8 @@ fn heads_figure(
         Some((-span, span)),
     )?;
     save_png(out.join("head_ablation.png"), &fig)?;
+    let mut hover = HeatmapExplorer::single(&fig);
+    (hover.row_name, hover.col_name) = ("layer".into(), "head".into());
+    save_interactive_svg(out.join("head_ablation.svg"), &hover)?;
     Ok(())
 }

@@ -288,8 +288,11 @@
               })(h, k, val);
             }
           }
+          // Heads of one layer are labelled H<h>; heads of several layers keep their L<l> prefix.
+          var layerOf = function (name) { var m = /^L\d+/.exec(name); return m ? m[0] : ''; };
+          var oneLayer = D.heads.every(function (name) { return layerOf(name) === layerOf(D.heads[0]); });
           D.heads.forEach(function (name, h) {
-            if (cs >= 22 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, name.replace(/^L\d+/, ''));
+            if (cs >= 22 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, oneLayer ? name.replace(/^L\d+/, '') : name);
           });
           y += K * cs + 24;
         }

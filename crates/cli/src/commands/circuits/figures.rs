@@ -1,13 +1,14 @@
 //! Figures of `hyperlens circuits`, drawn from a [`CircuitReport`]: OV and full-OV eigenvalues per
-//! head, Q/K/V composition heatmaps, head scores on repeated random tokens, and the attention of
-//! the top induction head and its previous-token head on the first sequence.
+//! head, Q/K/V composition heatmaps (PNGs, and `composition.svg` with hover values), head scores
+//! on repeated random tokens, and the attention of the top induction head and its previous-token
+//! head on the first sequence.
 
 use std::path::Path;
 
 use hyperlens_analysis::circuits::{CircuitReport, CompositionKind, HeadEigenvalues};
 use hyperlens_viz::{
-    save_png, save_png_sized, AttentionGrid, ColorMap, EigenvalueGrid, FigureRow, Heatmap,
-    ValueFormat,
+    save_interactive_svg, save_png, save_png_sized, AttentionGrid, ColorMap, EigenvalueGrid,
+    FigureRow, Heatmap, HeatmapExplorer, ValueFormat,
 };
 use ndarray::{s, Array2, Array3};
 
@@ -61,6 +62,22 @@ fn eigen_figure(
     Ok(())
 }
 
+/// `composition.svg`: the Q, K and V composition heatmaps of the PNGs as one interactive figure
+/// (a panel switch; the pair and its score under the pointer; the pairs whose reading head is not
+/// in a later layer masked), the figure `hl.viz.heatmap` draws of `hl.circuits.analyze`'s result.
+///
+/// # Errors
+/// A failed write, naming the file.
+fn composition_explorer(panels: &[(String, Heatmap)], path: &Path) -> anyhow::Result<()> {
+    if panels.is_empty() {
+        return Ok(());
+    }
+    let mut fig = HeatmapExplorer::new(panels.iter().map(|(n, h)| (n.clone(), h)).collect());
+    fig.masked = "not computed (the reading head is not in a later layer)".into();
+    save_interactive_svg(path, &fig)?;
+    Ok(())
+}
+
 /// Draws every figure into `dir` (which must exist).
 ///
 /// # Errors
@@ -79,6 +96,7 @@ pub fn draw(report: &CircuitReport, dir: &Path) -> anyhow::Result<()> {
         &report.full_ov,
         &report.full_ov_copying,
     )?;
+    let mut composition: Vec<(String, Heatmap)> = Vec::new();
     for k in CompositionKind::ALL {
         if let Some(sc) = report.composition.get(k) {
             let title = format!(
@@ -96,8 +114,10 @@ pub fn draw(report: &CircuitReport, dir: &Path) -> anyhow::Result<()> {
             } else {
                 save_png(path, &hm)?;
             }
+            composition.push((k.name().to_string(), hm));
         }
     }
+    composition_explorer(&composition, &dir.join("composition.svg"))?;
     let hs = &report.heads;
     let panel = |title: &str, a: &Array2<f64>| {
         Heatmap::head_scores(
