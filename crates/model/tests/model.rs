@@ -1076,6 +1076,257 @@ fn cuda_forward_and_gradients_match_cpu() {
     }
 }
 
+/// Largest absolute difference between two tensors of the same shape, relative to the largest
+/// absolute entry of the first (the CPU reference); 0 for two zero tensors.
+#[cfg(feature = "cuda")]
+fn rel_diff(reference: &Tensor, other: &Tensor) -> f32 {
+    let scale: f32 = reference
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar()
+        .unwrap();
+    let other = other.to_device(&Device::Cpu).unwrap();
+    let d = max_abs_diff(reference, &other);
+    if scale == 0.0 {
+        d
+    } else {
+        d / scale
+    }
+}
+
+/// The fused CUDA kernels (`hyperlens_model::ops::cuda`) against the CPU:
+///
+/// - the HYLA mix (every mixer with an MLP value network; without mask and dropout, with a
+///   causal mask and one dropout mask for the batch, and with one dropout mask per group of
+///   problems as a stacked batch has): the output and latent codes within 1e-5 and the
+///   gradients of the scores and values within 1e-4 of the CPU kernel, relative to the largest
+///   entry of each CPU tensor. Both are float32 with the same formulas; they differ only in the
+///   order of their sums (the CPU's dots run over eight lanes, the GPU's in sequence), in fused
+///   multiply-adds and in `exp` (libm against CUDA's, both within 2 ulp). Each value is a sum of
+///   at most H + K products (16 + 36 here), so its rounding is below (H + K) 2^-24 ~ 3e-6 of the
+///   sum of the magnitudes; the gradients go through three such sums and the normalisation's
+///   gradient, and 1e-4 is the bound the CPU kernel itself meets against float64 (`ops/fast/mix`'s
+///   tests, `the_cpu_inference_pass_is_as_close_to_float64_as_the_candle_forward`).
+/// - the AdamW update (`FusedAdamW`) of three parameter tensors of two stacked models with their
+///   own learning rates and weight decays, and of one model without decay, over three updates,
+///   against the composed candle update on the CPU (the operations of `hyperlens_train::AdamW`):
+///   parameters and moments within 1e-6 relative. The kernel does the same float32 operations in
+///   the same order, each correctly rounded (no contraction into fused multiply-adds, IEEE square
+///   root and division), so it should match bit for bit; the bound leaves a few ulp for a device
+///   whose rounding would differ, and the test prints whether the bits are equal.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_fused_kernels_match_the_cpu() {
+    use candle_core::Var;
+    use hyperlens_model::ops::cuda::{adamw_scalars, FusedAdamW};
+    let gpu = hyperlens_model::Device::Cuda(0)
+        .to_candle()
+        .expect("a CUDA device");
+    let mut rng = ChaCha8Rng::seed_from_u64(37);
+    let mut rand = |shape: &[usize], scale: f32| -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|_| scale * rng.gen_range(-1.0f32..1.0))
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    };
+
+    // The mix: odd sizes, and the base model's (16 heads, 36 tokens, head width 4).
+    for (b, h, q, k, d) in [(6, 5, 7, 9, 3), (8, 16, 36, 36, 4)] {
+        let s = rand(&[b, h, q, k], 2.0);
+        let v = rand(&[b, h, k, d], 1.0);
+        let c = rand(&[b, q, h, d], 1.0);
+        let causal: Vec<u8> = (0..q * k).map(|x| u8::from(x % k <= x / k)).collect();
+        let mask = Tensor::from_vec(causal, (q, k), &Device::Cpu).unwrap();
+        let keep = |shape: &[usize], rng: &mut ChaCha8Rng| -> Tensor {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n)
+                .map(|_| if rng.gen_bool(0.9) { 1.0 / 0.9 } else { 0.0 })
+                .collect();
+            Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+        };
+        let mut drng = ChaCha8Rng::seed_from_u64(5);
+        let shared = keep(&[q, k], &mut drng);
+        let groups = keep(&[2, 1, q, k], &mut drng);
+        for mixer in Mixer::ALL {
+            if !mixer.value_network().is_mlp() {
+                continue;
+            }
+            for (case, m, dr) in [
+                ("plain", None, None),
+                ("mask+dropout", Some(&mask), Some(&shared)),
+                ("grouped dropout", None, Some(&groups)),
+            ] {
+                let run = |device: &Device| {
+                    let sv = Var::from_tensor(&s.to_device(device).unwrap()).unwrap();
+                    let vv = Var::from_tensor(&v.to_device(device).unwrap()).unwrap();
+                    let m = m.map(|t| t.to_device(device).unwrap());
+                    let dr = dr.map(|t| t.to_device(device).unwrap());
+                    let (o, att) = Ops::Fast
+                        .mix(
+                            sv.as_tensor(),
+                            vv.as_tensor(),
+                            mixer,
+                            m.as_ref(),
+                            dr.as_ref(),
+                        )
+                        .unwrap();
+                    let loss = (&o * &c.to_device(device).unwrap())
+                        .unwrap()
+                        .sum_all()
+                        .unwrap();
+                    let grads = loss.backward().unwrap();
+                    let gs = grads.get(sv.as_tensor()).unwrap().clone();
+                    let gv = grads.get(vv.as_tensor()).unwrap().clone();
+                    [o, att, gs, gv].map(|t| t.to_device(&Device::Cpu).unwrap())
+                };
+                let cpu = run(&Device::Cpu);
+                let cuda = run(&gpu);
+                let diffs: Vec<f32> = cpu.iter().zip(&cuda).map(|(a, b)| rel_diff(a, b)).collect();
+                eprintln!(
+                    "fused mix {mixer} {case} [{b},{h},{q},{k},{d}]: output {:.2e}, codes {:.2e}, \
+                     score gradient {:.2e}, value gradient {:.2e}",
+                    diffs[0], diffs[1], diffs[2], diffs[3]
+                );
+                assert!(
+                    diffs[0] <= 1e-5 && diffs[1] <= 1e-5,
+                    "{mixer} {case}: {diffs:?}"
+                );
+                assert!(
+                    diffs[2] <= 1e-4 && diffs[3] <= 1e-4,
+                    "{mixer} {case}: {diffs:?}"
+                );
+            }
+        }
+    }
+
+    // AdamW: the composed update on the CPU (the operations of `hyperlens_train::AdamW::step_with`
+    // on its flat `[M, P]` state) against the kernel.
+    let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8f64);
+    for (models, shapes, lrs, wds) in [
+        (
+            2usize,
+            vec![vec![2usize, 3], vec![5], vec![4, 1]],
+            vec![1e-2, 3e-3],
+            vec![0.1, 0.3],
+        ),
+        (1, vec![vec![7], vec![3, 3]], vec![2e-3], vec![0.0]),
+    ] {
+        let lens: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+        let p: usize = lens.iter().sum();
+        let stacked = |s: &Vec<usize>| -> Vec<usize> { [vec![models], s.clone()].concat() };
+        let params: Vec<Tensor> = shapes.iter().map(|s| rand(&stacked(s), 1.0)).collect();
+        // Decay on parameters of rank >= 2, each model its own, as the optimiser builds it.
+        let mut decay = Vec::with_capacity(models * p);
+        for &wd in &wds {
+            for s in &shapes {
+                let on = s.len() >= 2;
+                decay.extend(std::iter::repeat_n(
+                    if on { wd as f32 } else { 0.0 },
+                    s.iter().product(),
+                ));
+            }
+        }
+        let decay = decay
+            .iter()
+            .any(|&x| x != 0.0)
+            .then(|| Tensor::from_vec(decay, (models, p), &Device::Cpu).unwrap());
+        let rows = |t: &Tensor, len: usize| t.reshape((models, len)).unwrap();
+        let flat = |ts: &[Tensor]| {
+            Tensor::cat(
+                &ts.iter()
+                    .zip(&lens)
+                    .map(|(t, &l)| rows(t, l))
+                    .collect::<Vec<_>>(),
+                1,
+            )
+            .unwrap()
+        };
+        // CPU state.
+        let mut theta = flat(&params);
+        let (mut m, mut v) = (
+            rand(&[models, p], 0.01),
+            rand(&[models, p], 1e-4).abs().unwrap(),
+        );
+        // GPU state.
+        let gpu_params: Vec<Tensor> = params.iter().map(|t| t.to_device(&gpu).unwrap()).collect();
+        let moments = Tensor::stack(&[m.flatten_all().unwrap(), v.flatten_all().unwrap()], 0)
+            .unwrap()
+            .to_device(&gpu)
+            .unwrap();
+        let gpu_decay = decay.as_ref().map(|d| d.to_device(&gpu).unwrap());
+        let mut fused = FusedAdamW::new(
+            &gpu_params,
+            &lens,
+            models,
+            gpu_decay.as_ref(),
+            (b1, b2, eps),
+        )
+        .unwrap()
+        .expect("the fused AdamW runs on CUDA");
+        let lr_col = Tensor::from_vec(
+            lrs.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+            (models, 1),
+            &Device::Cpu,
+        )
+        .unwrap();
+        for t in 1..=3u64 {
+            let grads: Vec<Tensor> = shapes.iter().map(|s| rand(&stacked(s), 0.5)).collect();
+            let g = flat(&grads);
+            // The composed update, as `AdamW::step_with`.
+            let tf = t as f64;
+            let (scale_m, scale_v) = (1.0 / (1.0 - b1.powf(tf)), 1.0 / (1.0 - b2.powf(tf)));
+            m = ((&m * b1).unwrap() + (&g * (1.0 - b1)).unwrap()).unwrap();
+            v = ((&v * b2).unwrap() + (g.sqr().unwrap() * (1.0 - b2)).unwrap()).unwrap();
+            let mut update = ((&m * scale_m).unwrap()
+                / ((&v * scale_v).unwrap().sqrt().unwrap() + eps).unwrap())
+            .unwrap();
+            if let Some(d) = &decay {
+                update = (update + (&theta * d).unwrap()).unwrap();
+            }
+            theta = (&theta - update.broadcast_mul(&lr_col).unwrap()).unwrap();
+            // The kernel.
+            let g_gpu = flat(
+                &grads
+                    .iter()
+                    .map(|t| t.to_device(&gpu).unwrap())
+                    .collect::<Vec<_>>(),
+            );
+            fused
+                .step(&moments, &g_gpu, &adamw_scalars(b1, b2, t, &lrs))
+                .unwrap();
+        }
+        let got_theta = flat(
+            &gpu_params
+                .iter()
+                .map(|t| t.to_device(&Device::Cpu).unwrap())
+                .collect::<Vec<_>>(),
+        );
+        let got = moments.to_device(&Device::Cpu).unwrap();
+        let got_m = got.get(0).unwrap().reshape((models, p)).unwrap();
+        let got_v = got.get(1).unwrap().reshape((models, p)).unwrap();
+        let bits = |a: &Tensor, b: &Tensor| {
+            let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+            let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())
+        };
+        let diffs = [
+            rel_diff(&theta, &got_theta),
+            rel_diff(&m, &got_m),
+            rel_diff(&v, &got_v),
+        ];
+        let equal = bits(&theta, &got_theta) && bits(&m, &got_m) && bits(&v, &got_v);
+        eprintln!(
+            "fused AdamW, {models} model(s), {p} parameters each, 3 updates: parameters {:.2e}, \
+             first moments {:.2e}, second moments {:.2e} (bit for bit: {equal})",
+            diffs[0], diffs[1], diffs[2]
+        );
+        assert!(diffs.iter().all(|&x| x <= 1e-6), "fused AdamW: {diffs:?}");
+    }
+}
+
 /// The package directory, read at run time: cargo sets `CARGO_MANIFEST_DIR` for the test binaries it
 /// runs, so a test binary reused from a target directory that was built in a clone at another path
 /// still finds its fixtures (the compile-time `env!` value would point into that other clone).

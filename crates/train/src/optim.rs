@@ -4,10 +4,15 @@
 //! candle-nn's `AdamW` applies one weight decay to every parameter and keeps its moments private, so a
 //! run could be neither masked as the paper's recipe requires nor resumed exactly; this is the same
 //! update with both.
+//!
+//! On a CUDA device (in a build with the feature `cuda`, unless `HYPERLENS_FUSED_CUDA=0`) the
+//! update is one kernel, `hyperlens_model::ops::cuda::FusedAdamW`, with the same arithmetic; on
+//! every other device it is the composed candle update below.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Tensor, Var};
+use hyperlens_model::ops::cuda::{adamw_scalars, FusedAdamW};
 
 use crate::error::{Result, TrainError};
 
@@ -112,6 +117,16 @@ pub struct AdamW {
     decay: Option<Tensor>,
     params: AdamWParams,
     step: u64,
+    /// The fused CUDA update, when it runs ([`FusedAdamW::new`]); `m` and `v` are then views of
+    /// its moments.
+    fused: Option<Fused>,
+}
+
+/// The fused CUDA update and the moments it writes in place.
+struct Fused {
+    kernel: FusedAdamW,
+    /// `[2, M * P]`: the first moments, then the second; `AdamW::m` and `AdamW::v` are views.
+    moments: Tensor,
 }
 
 /// The learning rates of one update ([`AdamW::rates`]).
@@ -121,6 +136,9 @@ pub enum Rates {
     Shared(f64),
     /// Rate of model `m` in row `m`. # Shapes: `[M, 1]`, on the parameters' device.
     PerModel(Tensor),
+    /// Rate of model `m` at `m`, kept on the host: the fused CUDA update copies them with its bias
+    /// corrections into its own device buffer, so nothing is uploaded for them.
+    Host(Vec<f64>),
 }
 
 impl AdamW {
@@ -235,7 +253,16 @@ impl AdamW {
         } else {
             None
         };
-        Ok(Self {
+        let tensors: Vec<Tensor> = slots.iter().map(|s| s.var.as_tensor().clone()).collect();
+        let lens: Vec<usize> = slots.iter().map(|s| s.len).collect();
+        let kernel = FusedAdamW::new(
+            &tensors,
+            &lens,
+            models,
+            decay.as_ref(),
+            (params.beta1, params.beta2, params.eps),
+        )?;
+        let mut opt = Self {
             slots,
             models,
             m,
@@ -243,7 +270,33 @@ impl AdamW {
             decay,
             params,
             step: 0,
-        })
+            fused: None,
+        };
+        if let Some(kernel) = kernel {
+            let moments = Tensor::zeros((2, models * offset), DType::F32, &device)?;
+            opt.fused = Some(Fused { kernel, moments });
+            opt.set_moments(opt.m.clone(), opt.v.clone())?;
+        }
+        Ok(opt)
+    }
+
+    /// Sets the moments (each of the state's shape): with the fused update, copied into its
+    /// `[2, M * P]` tensor, of which `m` and `v` are then views.
+    fn set_moments(&mut self, m: Tensor, v: Tensor) -> Result<()> {
+        let Some(fused) = &mut self.fused else {
+            (self.m, self.v) = (m, v);
+            return Ok(());
+        };
+        let shape = m.shape().clone();
+        fused.moments = Tensor::stack(&[m.flatten_all()?, v.flatten_all()?], 0)?.contiguous()?;
+        self.m = fused.moments.get(0)?.reshape(&shape)?;
+        self.v = fused.moments.get(1)?.reshape(&shape)?;
+        Ok(())
+    }
+
+    /// Whether updates run as the fused CUDA kernel ([`FusedAdamW`]).
+    pub fn is_fused(&self) -> bool {
+        self.fused.is_some()
     }
 
     /// Number of updates applied so far.
@@ -289,7 +342,8 @@ impl AdamW {
     /// The learning rates of one update, `lrs[m]` for model `m`, as [`AdamW::step_with`] takes
     /// them: one number when all models share it, else a `[M, 1]` tensor uploaded here, so that a
     /// caller can upload it before an [`hyperlens_model::device::UploadCache`] scope, inside which
-    /// every upload would be kept for the thread's life on CUDA.
+    /// every upload would be kept for the thread's life on CUDA; with the fused update
+    /// ([`AdamW::is_fused`]) the numbers themselves ([`Rates::Host`]), uploaded by nothing.
     ///
     /// # Errors
     /// [`TrainError::InvalidParam`] if `lrs` does not have one rate per model; a failed upload.
@@ -300,6 +354,9 @@ impl AdamW {
                 lrs.len(),
                 self.models
             )));
+        }
+        if self.fused.is_some() {
+            return Ok(Rates::Host(lrs.to_vec()));
         }
         if lrs.iter().all(|&lr| lr == lrs[0]) {
             return Ok(Rates::Shared(lrs[0]));
@@ -352,6 +409,22 @@ impl AdamW {
         if self.slots.is_empty() {
             return Ok(missing);
         }
+        if let Some(fused) = &mut self.fused {
+            let lrs = match rates {
+                Rates::Shared(lr) => vec![*lr; self.models],
+                Rates::Host(lrs) if lrs.len() == self.models => lrs.clone(),
+                _ => {
+                    self.step -= 1;
+                    return Err(TrainError::InvalidParam(
+                        "the fused update takes the rates of AdamW::rates".into(),
+                    ));
+                }
+            };
+            let scalars = adamw_scalars(self.params.beta1, self.params.beta2, self.step, &lrs);
+            let g = Tensor::cat(&flat_grads, axis)?.contiguous()?;
+            fused.kernel.step(&fused.moments, &g, &scalars)?;
+            return Ok(missing);
+        }
         let t = self.step as f64;
         let AdamWParams {
             beta1, beta2, eps, ..
@@ -374,9 +447,19 @@ impl AdamW {
             Some(d) => (update + (&theta * d)?)?,
             None => update,
         };
+        // Host rates (made for a fused update) as the composed update takes them.
+        let made;
+        let rates = match rates {
+            Rates::Host(lrs) => {
+                made = self.rates(lrs)?;
+                &made
+            }
+            r => r,
+        };
         let step = match rates {
             Rates::Shared(lr) => (update * *lr)?,
             Rates::PerModel(lr) => update.broadcast_mul(lr)?,
+            Rates::Host(_) => unreachable!("AdamW::rates gives host rates to a fused update only"),
         };
         let theta = (theta - step)?;
         for s in &self.slots {
@@ -414,6 +497,9 @@ impl AdamW {
                 let t = row
                     .narrow(0, s.offset, s.len)?
                     .reshape(s.shape.as_slice())?;
+                // The fused update writes its moments in place: hand out a copy, which the next
+                // update leaves alone (the composed update's moments are new tensors each step).
+                let t = if self.fused.is_some() { t.copy()? } else { t };
                 map.insert(format!("{prefix}.{}", s.name), t);
             }
         }
@@ -484,8 +570,8 @@ impl AdamW {
                     Tensor::stack(rows, 0)?
                 })
             };
-            self.m = stack(&m)?;
-            self.v = stack(&v)?;
+            let (m, v) = (stack(&m)?, stack(&v)?);
+            self.set_moments(m, v)?;
         }
         self.step = step;
         Ok(())
@@ -617,6 +703,45 @@ mod tests {
         let mut empty = AdamW::new(Vec::new(), AdamWParams::default())?;
         assert!(empty.step(&grads, 0.1)?.is_empty());
         assert_eq!(empty.step_count(), 1);
+        Ok(())
+    }
+
+    /// Rates kept on the host (what the fused CUDA update takes) give the composed update the
+    /// same bits as the rates it makes itself, shared or per model; on the CPU nothing is fused.
+    #[test]
+    fn host_rates_give_the_composed_update_its_own_bits() -> Result<()> {
+        let dev = Device::Cpu;
+        let c = Tensor::new(&[[1.0f32, -2.0, 3.0], [4.0, 5.0, -6.0]], &dev)?;
+        for lrs in [[0.01, 0.01], [0.01, 0.03]] {
+            let make = || -> Result<(Var, AdamW)> {
+                let init: Vec<f32> = (0..12).map(|i| 0.2 * i as f32 - 1.1).collect();
+                let w = Var::from_vec(init, (2, 2, 3), &dev)?;
+                let opt = AdamW::stacked(
+                    vec![("w".into(), w.clone())],
+                    AdamWParams::default(),
+                    &[0.1, 0.2],
+                )?;
+                Ok((w, opt))
+            };
+            let (wa, mut a) = make()?;
+            let (wb, mut b) = make()?;
+            assert!(!a.is_fused());
+            for _ in 0..3 {
+                let ga = (wa.as_tensor().sqr()?.broadcast_mul(&c))?
+                    .sum_all()?
+                    .backward()?;
+                let gb = (wb.as_tensor().sqr()?.broadcast_mul(&c))?
+                    .sum_all()?
+                    .backward()?;
+                a.step_each(&ga, &lrs)?;
+                b.step_with(&gb, &Rates::Host(lrs.to_vec()))?;
+            }
+            let bits = |w: &Var| -> Vec<u32> {
+                let v: Vec<f32> = w.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+                v.iter().map(|x| x.to_bits()).collect()
+            };
+            assert_eq!(bits(&wa), bits(&wb), "{lrs:?}");
+        }
         Ok(())
     }
 

@@ -25,6 +25,7 @@ use candle_core::Tensor;
 use crate::error::Result;
 use crate::mixer::Mixer;
 
+pub mod cuda;
 pub(crate) mod fast;
 pub mod reference;
 
@@ -40,7 +41,9 @@ pub enum Ops {
     /// dtype float32 (fewer graph nodes); the reference forms elsewhere. What a GPU runs.
     Fused,
     /// [`Ops::Fused`] plus the CPU kernels in float32 on the CPU (single passes, products with
-    /// ones for broadcasts). The default: on other devices it is [`Ops::Fused`].
+    /// ones for broadcasts) and, in a build with the feature `cuda`, the fused CUDA kernels of
+    /// [`cuda`] on CUDA devices (the HYLA mix; [`cuda::FUSED_CUDA_ENV`] `=0` turns them off). The
+    /// default: on other devices it is [`Ops::Fused`].
     #[default]
     Fast,
 }
@@ -254,8 +257,9 @@ impl Ops {
         mask: Option<&Tensor>,
         dropout: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        if self.cpu_kernels(scores) {
-            // On the CPU: one pass over the (query, key) pairs, forward and backward.
+        if self.cpu_kernels(scores) || (self == Ops::Fast && cuda::available(scores)?) {
+            // On the CPU: one pass over the (query, key) pairs, forward and backward; on CUDA the
+            // same passes as one kernel each.
             if let Some(out) = fast::mix::mix(scores, v, mixer, mask, dropout)? {
                 return Ok(out);
             }

@@ -47,9 +47,11 @@
 //! `linear_hypatt` (`hyla/models/attention.py`).
 //!
 //! The kernel runs on the CPU in float32 under [`crate::ops::Ops::Fast`], for
-//! masks and dropout multipliers shared by the batch and the heads (`[Q, K]` up to leading axes of
-//! 1). The standard value network, other devices and dtypes, and other mask shapes take the
-//! candle-operation forms.
+//! masks shared by the batch and the heads (`[Q, K]` up to leading axes of 1) and dropout
+//! multipliers shared so or one per group of problems (`[G, 1, Q, K]`). On a CUDA device, in a build
+//! with the feature `cuda`, the same passes run as CUDA kernels ([`crate::ops::cuda`]; [`mix`]
+//! decides for both). The standard value network, other devices and dtypes, and other mask shapes
+//! take the candle-operation forms.
 //!
 //! **This folder is the one home of the HYLA mix kernel, for training and for the evaluation
 //! engine**: training's custom operation runs [`kernel`]'s forward and backward passes, and
@@ -84,33 +86,58 @@ pub(crate) use avx2::value_from_codes_avx2;
 pub(crate) use kernel::value_from_codes;
 pub(crate) use rows::{Plan, Rows};
 
-/// A per-pair tensor (mask or dropout) as `Q * K` floats, if it is shared by batch and heads.
-fn per_pair(t: &Tensor, q: usize, k: usize) -> Result<Option<Vec<f32>>> {
-    let dims = t.dims();
-    let shared = dims.len() >= 2
-        && dims[dims.len() - 2..] == [q, k]
-        && dims[..dims.len() - 2].iter().all(|&n| n == 1);
-    if !shared {
-        return Ok(None);
-    }
-    Ok(Some(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?))
+/// How a per-pair tensor (mask or dropout multipliers) covers the `B` problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PairLayout {
+    /// One `[Q, K]` for every problem and head (`[..., Q, K]` with leading axes of 1).
+    Shared,
+    /// `[G, 1, Q, K]`: one `[Q, K]` per group of this many consecutive problems (`B / G`; the
+    /// per-model dropout masks of a stacked batch, model-major).
+    Groups(usize),
 }
 
-/// Per-group multipliers `[G, 1, Q, K]` with `G` dividing the `B` problems (the per-model dropout
-/// masks of a stacked batch, model-major): the `G * Q * K` floats and the problems per group.
-fn per_group(t: &Tensor, b: usize, q: usize, k: usize) -> Result<Option<(Vec<f32>, usize)>> {
-    match t.dims() {
-        &[g, 1, tq, tk] if g > 0 && b.is_multiple_of(g) && (tq, tk) == (q, k) => Ok(Some((
-            t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
-            b / g,
-        ))),
-        _ => Ok(None),
+impl PairLayout {
+    /// The layout of `t` for `b` problems of `q` queries and `k` keys, or `None` for any other
+    /// shape (the kernels then decline).
+    fn of(t: &Tensor, b: usize, q: usize, k: usize) -> Option<PairLayout> {
+        let dims = t.dims();
+        if dims.len() >= 2
+            && dims[dims.len() - 2..] == [q, k]
+            && dims[..dims.len() - 2].iter().all(|&n| n == 1)
+        {
+            return Some(PairLayout::Shared);
+        }
+        match *dims {
+            [g, 1, tq, tk] if g > 0 && b.is_multiple_of(g) && (tq, tk) == (q, k) => {
+                Some(PairLayout::Groups(b / g))
+            }
+            _ => None,
+        }
     }
+
+    /// Problems per `[Q, K]` mask (all `b` of them when shared).
+    fn per_mask(self, b: usize) -> usize {
+        match self {
+            PairLayout::Shared => b,
+            PairLayout::Groups(n) => n,
+        }
+    }
+}
+
+/// The float32 values of a per-pair tensor, on the host.
+fn host_values(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
 }
 
 /// The second half of [`crate::attention::mix`] by the kernel (module docs), or `None` where the
-/// kernel does not apply (the standard value network, not the CPU in float32 with the fast paths
-/// on, a mask or dropout multiplier that is not shared by batch and heads).
+/// kernel does not apply (the standard value network, not float32 on the CPU or (with the fused
+/// CUDA kernels, [`crate::ops::cuda`]) on a CUDA device, a mask that is not shared by batch and
+/// heads, a dropout multiplier that is neither shared nor per group of problems; on CUDA also
+/// sizes beyond the kernels' shared memory).
+///
+/// On the CPU the kernel's passes of [`kernel`] run; on CUDA the same passes as the CUDA kernels
+/// of `crate::ops::cuda` (mask and dropout read on the device). Both take the same decisions
+/// here, so the operation has one definition.
 ///
 /// # Shapes
 /// `scores [B, H, Q, K]` (scaled, with the bias), `v [B, H, K, d]`, `mask` `u8` and `dropout`
@@ -120,7 +147,7 @@ fn per_group(t: &Tensor, b: usize, q: usize, k: usize) -> Result<Option<(Vec<f32
 /// latent code, an output).
 ///
 /// # Errors
-/// Candle errors on inconsistent shapes.
+/// Candle errors on inconsistent shapes; on CUDA, a failed launch.
 pub(crate) fn mix(
     scores: &Tensor,
     v: &Tensor,
@@ -134,29 +161,46 @@ pub(crate) fn mix(
         ValueNetwork::MlpLinear => false,
         ValueNetwork::Default => return Ok(None),
     };
-    if !super::cpu_f32(scores) {
+    let on_cpu = super::cpu_f32(scores);
+    if !on_cpu && !crate::ops::cuda::available(scores)? {
         return Ok(None);
     }
     let (b, h, q, k) = scores.dims4()?;
     let (vb, vh, vk, d) = v.dims4()?;
-    if (vb, vh, vk) != (b, h, k) || v.dtype() != DType::F32 || !v.device().is_cpu() {
+    let same_device = v.device().same_device(scores.device());
+    if (vb, vh, vk) != (b, h, k) || v.dtype() != DType::F32 || !same_device {
         return Ok(None);
     }
-    let visible = match mask.map(|m| per_pair(m, q, k)).transpose()? {
-        Some(None) => return Ok(None),
-        Some(Some(m)) => Some(m.into_iter().map(|x| x != 0.0).collect()),
+    let mask = match mask {
         None => None,
+        Some(m) => match PairLayout::of(m, b, q, k) {
+            Some(PairLayout::Shared) => Some(m),
+            _ => return Ok(None),
+        },
     };
     let (dropout, per_mask) = match dropout {
         None => (None, b),
-        Some(t) => match per_pair(t, q, k)? {
-            Some(m) => (Some(m), b),
-            None => match per_group(t, b, q, k)? {
-                Some((m, per_mask)) => (Some(m), per_mask),
-                None => return Ok(None),
-            },
+        Some(t) => match PairLayout::of(t, b, q, k) {
+            Some(layout) => (Some(t), layout.per_mask(b)),
+            None => return Ok(None),
         },
     };
+    if !on_cpu {
+        return cuda_mix(
+            scores,
+            v,
+            (b, h, q, k, d),
+            (normalisation, relu),
+            mask,
+            dropout,
+            per_mask,
+        );
+    }
+    let visible = match mask {
+        Some(m) => Some(host_values(m)?.into_iter().map(|x| x != 0.0).collect()),
+        None => None,
+    };
+    let dropout = dropout.map(host_values).transpose()?;
     let plan = Plan {
         h,
         q,
@@ -183,6 +227,50 @@ pub(crate) fn mix(
     let att = Tensor::from_vec(att, (b, h, q, k), &Device::Cpu)?;
     let node = MixKernel { plan, b };
     Ok(Some((attach(&[&s, &v], o, node)?, att)))
+}
+
+/// The CUDA branch of [`mix`]: the mask as `u8` and the dropout multipliers as float32, flat and
+/// contiguous on the device, handed to the CUDA kernels (`crate::ops::cuda::mix`).
+#[cfg(feature = "cuda")]
+fn cuda_mix(
+    scores: &Tensor,
+    v: &Tensor,
+    (b, h, q, k, d): (usize, usize, usize, usize, usize),
+    (norm, relu): (crate::mixer::Normalisation, bool),
+    mask: Option<&Tensor>,
+    dropout: Option<&Tensor>,
+    per_mask: usize,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let flat = |t: &Tensor, dtype: DType| -> Result<Tensor> {
+        Ok(t.to_dtype(dtype)?.flatten_all()?.contiguous()?)
+    };
+    let plan = crate::ops::cuda::mix::Plan {
+        b,
+        h,
+        q,
+        k,
+        d,
+        norm,
+        relu,
+        mask: mask.map(|m| flat(m, DType::U8)).transpose()?,
+        dropout: dropout.map(|t| flat(t, DType::F32)).transpose()?,
+        per_mask,
+    };
+    crate::ops::cuda::mix::mix(scores, v, plan)
+}
+
+/// Without the feature `cuda` there is no CUDA branch ([`crate::ops::cuda::available`] is false).
+#[cfg(not(feature = "cuda"))]
+fn cuda_mix(
+    _: &Tensor,
+    _: &Tensor,
+    _: (usize, usize, usize, usize, usize),
+    _: (crate::mixer::Normalisation, bool),
+    _: Option<&Tensor>,
+    _: Option<&Tensor>,
+    _: usize,
+) -> Result<Option<(Tensor, Tensor)>> {
+    Ok(None)
 }
 
 /// The gradient of [`mix`]: the plan; the backward pass is the kernel's second pass.
