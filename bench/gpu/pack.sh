@@ -23,7 +23,7 @@ case "$mode" in
   window) dir=.gpu ;;
   *) echo "unknown mode $mode (train, test or window)" >&2; exit 2 ;;
 esac
-mkdir -p .git/info
+mkdir -p .git/info && touch .git/info/exclude
 for d in /.gpu/ /.gpu-test/; do grep -qx "$d" .git/info/exclude || echo "$d" >> .git/info/exclude; done
 rm -rf "$dir"
 mkdir -p "$dir"
