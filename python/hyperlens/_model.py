@@ -20,6 +20,9 @@ from .utils import get_act_name
 __all__ = ["load", "import_jax", "Model", "Config", "LanguageModel", "LMConfig", "ActivationCache", "find_checkpoint"]
 
 CHECKPOINTS_ENV = "HYPERLENS_CHECKPOINTS"
+#: Where a source checkout ships checkpoints, under ``data/``: the SRAVEN and fuzzy-logic models, and the
+#: token model (``attn-only-2l``).
+SHIPPED = ("checkpoints", "induction")
 
 NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 
@@ -28,8 +31,10 @@ def find_checkpoint(path_or_name: str | os.PathLike) -> Path:
     """The checkpoint directory of a path, or of a shipped checkpoint's name.
 
     A name (no path separator) that is not a path is looked up in ``$HYPERLENS_CHECKPOINTS`` (if
-    set), then in ``data/checkpoints/`` of the current directory and each of its parents, so that
-    ``load("sraven-hyla")`` works anywhere inside a source checkout. The wheel holds no checkpoints.
+    set), then in ``data/checkpoints/`` and ``data/induction/`` (the token model) of the current
+    directory and each of its parents, so that ``load("sraven-hyla")`` and
+    ``load("attn-only-2l")`` work anywhere inside a source checkout (a notebook's kernel starts in
+    ``notebooks/``). The wheel holds no checkpoints.
     """
     p = Path(os.fspath(path_or_name)).expanduser()
     if p.exists():
@@ -42,16 +47,17 @@ def find_checkpoint(path_or_name: str | os.PathLike) -> Path:
         if env:
             roots.append(Path(env).expanduser())
         cwd = Path.cwd()
-        roots.extend(d / "data" / "checkpoints" for d in (cwd, *cwd.parents))
+        roots.extend(d / "data" / sub for d in (cwd, *cwd.parents) for sub in SHIPPED)
         for root in roots:
             cand = root / name
             if cand.exists():
                 return cand
-        tried = [str(r) for r in roots[:3]]
+        tried = [str(r) for r in roots[:4]]
     where = f" (looked in {', '.join(tried)}, ...)" if tried else ""
     raise NotFoundError(
         f"{name}: no such checkpoint: not a path, nor a shipped checkpoint's name in "
-        f"${CHECKPOINTS_ENV} or data/checkpoints/ of the current directory or a parent{where}"
+        f"${CHECKPOINTS_ENV} or data/checkpoints/ or data/induction/ of the current directory or a "
+        f"parent{where}"
     )
 
 

@@ -15,7 +15,7 @@ def test_quickstart_notebook_runs_and_its_numbers_hold(model):
     path = ROOT / "notebooks" / "quickstart.ipynb"
     nb = nbformat.read(path, as_version=4)
     assert all(c.get("outputs", []) == [] for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
     cell = next(c for c in nb.cells if "results" in c.metadata.get("tags", []))
     text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
     r = json.loads(text)
