@@ -11,8 +11,8 @@ use std::str::FromStr;
 
 use hyperlens_model::Task;
 use hyperlens_train::{
-    check_group, read_settings, train_group, Combine, Event, GroupFile, GroupRun, ProgressText,
-    RunOptions, TrainSettings, Variation, FAILED_FILE,
+    read_settings, train_group, Combine, Event, GroupFile, GroupRun, ProgressText, RunOptions,
+    TrainSettings, Variation, FAILED_FILE,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -99,21 +99,7 @@ fn plan_group(
             ),
         ));
     }
-    let file = GroupFile {
-        combine,
-        runs: members.iter().map(|(n, _)| n.clone()).collect(),
-    };
-    let runs: Vec<GroupRun> = members
-        .into_iter()
-        .map(|(name, settings)| GroupRun {
-            out: out.join(name),
-            settings,
-        })
-        .collect();
-    check_group(&runs).map_err(to_py)?;
-    std::fs::create_dir_all(&out)
-        .map_err(|e| raise(Kind::Other, format!("out {}: {e}", out.display())))?;
-    file.write(&out).map_err(to_py)?;
+    let runs = GroupFile::create(&out, combine, members).map_err(to_py)?;
     runs.iter()
         .map(|r| Ok((r.out.clone(), settings_json(&r.settings)?)))
         .collect()

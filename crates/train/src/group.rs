@@ -230,6 +230,40 @@ pub struct GroupFile {
 }
 
 impl GroupFile {
+    /// Lays out a new group in `out` (which the caller has found absent or empty) for `members`
+    /// (name, settings), combined as `combine`: checks that they can train together
+    /// ([`crate::check_group`]) before anything is made, then creates `out` and writes its
+    /// `group.json`. Returns the runs, each in `out/<name>`. The one definition of a new group for
+    /// `hyperlens train` and `hl.train`.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidParam`] from [`crate::check_group`]; I/O errors naming the directory or
+    /// file.
+    pub fn create(
+        out: &Path,
+        combine: Combine,
+        members: Vec<(String, TrainSettings)>,
+    ) -> Result<Vec<crate::GroupRun>> {
+        let file = GroupFile {
+            combine,
+            runs: members.iter().map(|(n, _)| n.clone()).collect(),
+        };
+        let runs: Vec<crate::GroupRun> = members
+            .into_iter()
+            .map(|(name, settings)| crate::GroupRun {
+                out: out.join(name),
+                settings,
+            })
+            .collect();
+        crate::check_group(&runs)?;
+        std::fs::create_dir_all(out).map_err(|source| TrainError::Io {
+            path: out.display().to_string(),
+            source,
+        })?;
+        file.write(out)?;
+        Ok(runs)
+    }
+
     /// Writes `group.json` into the group directory `dir` (atomically).
     ///
     /// # Errors

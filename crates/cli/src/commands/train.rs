@@ -442,22 +442,8 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
                     out.display()
                 );
             }
-            let file = GroupFile {
-                combine,
-                runs: members.iter().map(|(n, _)| n.clone()).collect(),
-            };
-            let runs: Vec<GroupRun> = members
-                .into_iter()
-                .map(|(name, settings)| GroupRun {
-                    out: out.join(name),
-                    settings,
-                })
-                .collect();
             // Everything is checked before the group's directory and group.json are made.
-            hyperlens_train::check_group(&runs)?;
-            std::fs::create_dir_all(&out).with_context(|| format!("--out {}", out.display()))?;
-            file.write(&out)?;
-            runs
+            GroupFile::create(&out, combine, members)?
         }
     };
     let options = RunOptions {
