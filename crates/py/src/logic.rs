@@ -15,7 +15,7 @@ use hyperlens_tasks::logic::{
 };
 use hyperlens_tasks::npz::{load_logic, save_logic};
 use hyperlens_train::LogicSettings;
-use ndarray::{s, Array1, ArrayView1, ArrayView2, ArrayView3, IxDyn};
+use ndarray::{s, Array1, IxDyn};
 use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -39,26 +39,29 @@ pub struct LogicArrays<'py> {
     pub term_ids: PyReadonlyArray2<'py, i64>,
 }
 
-/// Borrowed views of [`LogicArrays`] (what a call with the GIL released reads).
+/// Borrowed views of [`LogicArrays`] (what a call with the GIL released reads): the tasks
+/// crate's [`hyperlens_tasks::logic::LogicArrays`], with the front's shape checks.
 #[derive(Clone, Copy)]
-pub struct LogicViews<'a> {
-    x: ArrayView3<'a, f32>,
-    y: ArrayView1<'a, f32>,
-    targets: ArrayView2<'a, f32>,
-    terms: ArrayView3<'a, u8>,
-    term_ids: ArrayView2<'a, i64>,
+pub struct LogicViews<'a>(hyperlens_tasks::logic::LogicArrays<'a>);
+
+impl<'a> std::ops::Deref for LogicViews<'a> {
+    type Target = hyperlens_tasks::logic::LogicArrays<'a>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl LogicArrays<'_> {
     /// The arrays as borrowed views (no copy).
     pub fn views(&self) -> LogicViews<'_> {
-        LogicViews {
+        LogicViews(hyperlens_tasks::logic::LogicArrays {
             x: self.x.as_array(),
             y: self.y.as_array(),
             targets: self.targets.as_array(),
             terms: self.terms.as_array(),
             term_ids: self.term_ids.as_array(),
-        }
+        })
     }
 }
 
@@ -295,15 +298,7 @@ fn validate_logic(
         samples: a.x.dim().1,
         ..LogicParams::default()
     };
-    hyperlens_tasks::logic::LogicArrays {
-        x: a.x,
-        y: a.y,
-        targets: a.targets,
-        terms: a.terms,
-        term_ids: a.term_ids,
-    }
-    .check_values(&params)
-    .map_err(to_py)?;
+    a.check_values(&params).map_err(to_py)?;
     Ok(())
 }
 
