@@ -9,26 +9,41 @@ import pytest
 import hyperlens as hl
 
 
+class _Spinner:
+    """A second Python thread that counts as fast as it can while the ``with`` block runs: a call
+    that holds the GIL leaves ``count`` almost where it was, one that releases it does not."""
+
+    def __enter__(self):
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin)
+        self._thread.start()
+        return self
+
+    def _spin(self):
+        while not self._stop.is_set():
+            self.count += 1
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _spins_during(fn):
+    """``(increments of the other thread during fn(), seconds of fn())``."""
+    with _Spinner() as spinner:
+        time.sleep(0.05)
+        before = spinner.count
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        during = spinner.count - before
+    return during, dt
+
+
 def test_gil_is_released_during_latent_codes(model):
     ps = hl.tasks.sample(split="paper-seed0", set="ood", n=4000, seed=11)
-    count = 0
-    stop = threading.Event()
-
-    def spin():
-        nonlocal count
-        while not stop.is_set():
-            count += 1
-
-    t = threading.Thread(target=spin)
-    t.start()
-    time.sleep(0.05)
-    before = count
-    t0 = time.perf_counter()
-    model.latent_codes(ps, batch=64)
-    dt = time.perf_counter() - t0
-    during = count - before
-    stop.set()
-    t.join()
+    during, dt = _spins_during(lambda: model.latent_codes(ps, batch=64))
     # A call that held the GIL throughout would leave the counter where it was (the other thread
     # could only run at the interpreter's switch interval, before the call); released, the other
     # thread spins freely, hundreds of thousands of increments per second.
@@ -64,25 +79,15 @@ def test_train_releases_the_gil_and_ctrl_c_leaves_a_resumable_run(tmp_path):
     sets it) stops it at the end of an update with a checkpoint that resume continues."""
     opts = dict(task="sraven", split="paper-seed0", steps=100_000, batch=32, layers=2, d_model=16, heads=2,
                 d_head=8, d_mlp=16, eval_n=64, eval_every=0, checkpoint_every=0, progress=False)
-    count = 0
-    stop = threading.Event()
-
-    def spin():
-        nonlocal count
-        while not stop.is_set():
-            count += 1
-
-    t = threading.Thread(target=spin)
-    t.start()
-    timer = threading.Timer(1.5, _thread.interrupt_main)
-    t0 = time.perf_counter()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        hl.train(tmp_path / "run", **opts)
-    dt = time.perf_counter() - t0
-    timer.cancel()
-    stop.set()
-    t.join()
+    with _Spinner() as spinner:
+        timer = threading.Timer(1.5, _thread.interrupt_main)
+        t0 = time.perf_counter()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            hl.train(tmp_path / "run", **opts)
+        dt = time.perf_counter() - t0
+        timer.cancel()
+    count = spinner.count
     assert dt < 30, dt  # 100,000 updates would take far longer: the run stopped
     assert count > 20_000 * dt, (count, dt)
     import json
@@ -98,24 +103,7 @@ def test_train_releases_the_gil_and_ctrl_c_leaves_a_resumable_run(tmp_path):
 def test_gil_is_released_during_logic_latent_codes():
     logic = hl.load("logic-hyla")
     ps = hl.tasks.sample("logic", set="ood", n=3000, seed=1)
-    count = 0
-    stop = threading.Event()
-
-    def spin():
-        nonlocal count
-        while not stop.is_set():
-            count += 1
-
-    t = threading.Thread(target=spin)
-    t.start()
-    time.sleep(0.05)
-    before = count
-    t0 = time.perf_counter()
-    logic.latent_codes(ps, batch=64)
-    dt = time.perf_counter() - t0
-    during = count - before
-    stop.set()
-    t.join()
+    during, dt = _spins_during(lambda: logic.latent_codes(ps, batch=64))
     assert during > max(1000, 20_000 * dt), (during, dt)
 
 

@@ -385,11 +385,7 @@ fn explorer<'py>(
         .map_err(to_py)?;
         Ok((svg, html, png))
     })?;
-    let d = PyDict::new(py);
-    d.set_item("svg", svg)?;
-    d.set_item("html", html)?;
-    d.set_item("png", PyBytes::new(py, &png))?;
-    Ok(d)
+    figure_dict(py, svg, html, &png)
 }
 
 /// Attention patterns (or any stack of matrices) with a layer and head selector and hover values:
@@ -434,11 +430,7 @@ fn patterns<'py>(
         let png = render_png(&grid, size).map_err(to_py)?;
         Ok((svg, html, png))
     })?;
-    let d = PyDict::new(py);
-    d.set_item("svg", svg)?;
-    d.set_item("html", html)?;
-    d.set_item("png", PyBytes::new(py, &png))?;
-    Ok(d)
+    figure_dict(py, svg, html, &png)
 }
 
 /// One panel of [`heatmap`]: the static [`Heatmap`] built by the constructor the CLI and the
@@ -568,10 +560,20 @@ fn heatmap<'py>(
         let png = render_png(shown, size).map_err(to_py)?;
         Ok((svg, html, png))
     })?;
+    figure_dict(py, svg, html, &png)
+}
+
+/// A figure as the Python side receives it: `{"svg": str, "html": str, "png": bytes}`.
+fn figure_dict<'py>(
+    py: Python<'py>,
+    svg: String,
+    html: String,
+    png: &[u8],
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("svg", svg)?;
     d.set_item("html", html)?;
-    d.set_item("png", PyBytes::new(py, &png))?;
+    d.set_item("png", PyBytes::new(py, png))?;
     Ok(d)
 }
 
