@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from ._arrays import as_f32, as_i64, as_int, as_layers
 from ._errors import InputError
 
 __all__ = ["CodeSet", "LogicCodeSet"]
@@ -43,8 +44,8 @@ class CodeSet:
         unknown = set(arrays) - set(_OPTIONAL)
         if unknown:
             raise InputError(f"unknown code arrays: {sorted(unknown)} (known: {list(_OPTIONAL)})")
-        self.codes = np.asarray(codes, dtype=np.float32)
-        self.label = np.asarray(label, dtype=np.int64)
+        self.codes = as_f32(codes, "codes", 5, rounding=True)
+        self.label = as_i64(label, "label", 1)
         self.rules: np.ndarray | None = None
         self.inputs: np.ndarray | None = None
         self.target: np.ndarray | None = None
@@ -55,10 +56,9 @@ class CodeSet:
         for name in _OPTIONAL:
             v = arrays.get(name)
             if v is not None:
-                dtype = np.bool_ if name == "correct" else np.int64
-                setattr(self, name, np.asarray(v, dtype=dtype))
+                setattr(self, name, _as_bool(v, name) if name == "correct" else as_i64(v, name, _AXES[name]))
         self.site = site
-        self.layers = None if layers is None else list(layers)
+        self.layers = as_layers(layers)
 
     def __len__(self) -> int:
         return int(self.codes.shape[0])
@@ -79,12 +79,7 @@ class CodeSet:
         """The codes as a float64 feature matrix: ``[N, H*Q*K]`` of one layer (an index along the
         ``L`` axis), or ``[N, L*H*Q*K]`` of all layers (layer slowest), as ``hyperlens analyze``
         flattens them."""
-        n = len(self)
-        if layer is None:
-            return self.codes.reshape(n, -1).astype(np.float64)
-        if not 0 <= layer < self.codes.shape[1]:
-            raise InputError(f"`layer` {layer} is out of range: the codes have {self.codes.shape[1]} layers")
-        return self.codes[:, layer].reshape(n, -1).astype(np.float64)
+        return _features(self.codes, layer)
 
     @property
     def accuracy(self) -> float | None:
@@ -133,15 +128,15 @@ class LogicCodeSet:
         site: str | None = None,
         layers: list[int] | None = None,
     ) -> None:
-        self.codes = np.asarray(codes, dtype=np.float32)
-        self.terms = np.asarray(terms, dtype=np.int64)
-        self.term_ids = np.asarray(term_ids, dtype=np.int64)
+        self.codes = as_f32(codes, "codes", 5, rounding=True)
+        self.terms = as_i64(terms, "terms", 3)
+        self.term_ids = as_i64(term_ids, "term_ids", 2)
         n = self.codes.shape[0]
-        self.target = np.zeros(n, np.float32) if target is None else np.asarray(target, dtype=np.float32)
-        self.prediction = np.zeros(n, np.float32) if prediction is None else np.asarray(prediction, dtype=np.float32)
-        self.problem = np.arange(n, dtype=np.int64) if problem is None else np.asarray(problem, dtype=np.int64)
+        self.target = np.zeros(n, np.float32) if target is None else as_f32(target, "target", 1, rounding=True)
+        self.prediction = np.zeros(n, np.float32) if prediction is None else as_f32(prediction, "prediction", 1, rounding=True)
+        self.problem = np.arange(n, dtype=np.int64) if problem is None else as_i64(problem, "problem", 1)
         self.site = site
-        self.layers = None if layers is None else list(layers)
+        self.layers = as_layers(layers)
 
     def __len__(self) -> int:
         return int(self.codes.shape[0])
@@ -162,12 +157,7 @@ class LogicCodeSet:
 
     def features(self, layer: int | None = None) -> np.ndarray:
         """The codes as a float64 feature matrix ``[N, H*Q*K]`` of one layer, or all layers."""
-        n = len(self)
-        if layer is None:
-            return self.codes.reshape(n, -1).astype(np.float64)
-        if not 0 <= layer < self.codes.shape[1]:
-            raise InputError(f"`layer` {layer} is out of range: the codes have {self.codes.shape[1]} layers")
-        return self.codes[:, layer].reshape(n, -1).astype(np.float64)
+        return _features(self.codes, layer)
 
     @property
     def mse(self) -> float:
@@ -204,3 +194,32 @@ def _sidecar(path: str | os.PathLike) -> dict:
         return d if isinstance(d, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+#: The number of axes of each optional array of a :class:`CodeSet`.
+_AXES = {"rules": 2, "inputs": 2, "target": 1, "prediction": 1, "slot": 1, "problem": 1}
+
+
+def _as_bool(v: Any, name: str) -> np.ndarray:
+    """``v`` as a bool ``[N]`` array: bools, or integers that are all 0 or 1 (as the file reader
+    takes them); anything else (2, 0.5) is refused rather than read as True."""
+    a = np.asarray(v)
+    if a.dtype == np.bool_:
+        if a.ndim != 1:
+            raise InputError(f"`{name}` must have 1 axis, got shape {a.shape}")
+        return a
+    i = as_i64(a, name, 1)
+    if i.size and not np.isin(i, (0, 1)).all():
+        raise InputError(f"`{name}` holds values other than 0 and 1 (True and False)")
+    return i.astype(np.bool_)
+
+
+def _features(codes: np.ndarray, layer: Any) -> np.ndarray:
+    """The codes ``[N, L, H, Q, K]`` as a float64 feature matrix, of one layer or of all."""
+    n = codes.shape[0]
+    if layer is None:
+        return codes.reshape(n, -1).astype(np.float64)
+    layer = as_int(layer, "layer")
+    if layer >= codes.shape[1]:
+        raise InputError(f"`layer` {layer} is out of range: the codes have {codes.shape[1]} layers")
+    return codes[:, layer].reshape(n, -1).astype(np.float64)

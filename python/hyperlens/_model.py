@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 import numpy as np
 
 from . import _core
-from ._arrays import as_f32, as_i64
+from ._arrays import as_f32, as_i64, as_int, as_layers
 from ._codes import CodeSet, LogicCodeSet
 from ._errors import HookError, HyperlensError, InputError, NotFoundError
 from .tasks import LogicProblemSet, ProblemSet
@@ -277,12 +277,12 @@ class Model(_Hooked):
     def logits(self, x: Any, batch: int = 256) -> np.ndarray:
         """The logits of problems ``x`` ``[N, T, d_in]``: float32 ``[N, F, d_out]`` (SRAVEN:
         ``[N, 4, 8]``, one row of class scores per answer feature), in batches of ``batch``."""
-        return self._ev.logits(self._x(x), int(batch))
+        return self._ev.logits(self._x(x), as_int(batch, "batch", 1))
 
     def patterns(self, x: Any, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """The logits float32 ``[N, F, d_out]`` and every head's attention pattern float32
         ``[N, L, H, T, T]`` (query, key): the latent codes of every query-key pair."""
-        return self._ev.patterns(self._x(x), int(batch))
+        return self._ev.patterns(self._x(x), as_int(batch, "batch", 1))
 
     def evaluate(self, problems: Any, batch: int = 256) -> dict[str, Any]:
         """The dict that ``hyperlens eval --json`` prints for ``problems``.
@@ -294,13 +294,13 @@ class Model(_Hooked):
         when the problem set knows it."""
         if self.is_logic:
             lp = self._logic_problems(problems)
-            d = dict(self._ev.logic_evaluate(*lp._arrays(), int(batch)))
+            d = dict(self._ev.logic_evaluate(*lp._arrays(), as_int(batch, "batch", 1)))
             where = lp.meta.get("set", lp.meta.get("path"))
             if where is not None:
                 d["set"] = where
             return d
         p = self._problems(problems)
-        return dict(self._ev.evaluate(p.x, p.y, int(batch)))
+        return dict(self._ev.evaluate(p.x, p.y, as_int(batch, "batch", 1)))
 
     def latent_codes(
         self,
@@ -325,16 +325,17 @@ class Model(_Hooked):
         Errors: :class:`hyperlens.InputError` for a bad site or layer list, a ``ShapeError`` for
         arrays that do not fit the model, a ``BudgetError`` (``MemoryError``) for codes over the
         memory budget (before allocating); ``KeyboardInterrupt`` between batches."""
-        lay = None if layers is None else [int(l) for l in layers]
+        lay = as_layers(layers)
+        batch = as_int(batch, "batch", 1)
         if self.is_logic:
             lp = self._logic_problems(problems)
-            d = dict(self._ev.logic_latent_codes(*lp._arrays(), str(site), lay, int(batch)))
+            d = dict(self._ev.logic_latent_codes(*lp._arrays(), str(site), lay, batch))
             site_s, layers_l = d.pop("site"), d.pop("layers")
             return LogicCodeSet(**d, site=site_s, layers=layers_l)
         p = self._problems(problems)
         d = dict(
             self._ev.latent_codes(
-                p.x, p.y, p.rules, p.perms, str(site), lay, int(batch)
+                p.x, p.y, p.rules, p.perms, str(site), lay, batch
             )
         )
         site_s, layers_l = d.pop("site"), d.pop("layers")
@@ -401,7 +402,7 @@ def import_jax(
     ev = _core.Evaluator.import_jax(
         os.fspath(params_npz),
         str(mixer),
-        int(n_outputs),
+        as_int(n_outputs, "n_outputs", 1),
         None if out is None else os.fspath(out),
         bool(force),
         str(device),

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from . import _core
+from ._arrays import U64_MAX, as_int, as_seed
 from ._errors import InputError
 
 __all__ = ["train", "TrainResult", "report", "TRAIN_OPTIONS"]
@@ -87,8 +91,30 @@ def _apply(settings: dict, options: dict[str, Any]) -> dict:
         d = settings
         for part in path[:-1]:
             d = d[part]
-        d[path[-1]] = value
+        d[path[-1]] = _typed(key, value, d.get(path[-1]))
     return settings
+
+
+def _typed(key: str, value: Any, default: Any) -> Any:
+    """``value`` of the keyword ``key`` checked against the type of its default setting: a bool, an
+    integer in the core's range, a finite number or a string, else an ``InputError`` naming
+    ``key`` (the settings travel as JSON, whose parser could not name it)."""
+    if isinstance(default, bool):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InputError(f"`{key}` must be True or False, got {value!r}")
+        return bool(value)
+    if isinstance(default, int):
+        return as_int(value, key, 0, U64_MAX)
+    if isinstance(default, float):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InputError(f"`{key}` must be a number, got {value!r}")
+        if not math.isfinite(float(value)):
+            raise InputError(f"`{key}` must be a finite number, got {value!r}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise InputError(f"`{key}` must be a string, got {value!r}")
+    return value
 
 
 class _Bar:
@@ -178,8 +204,8 @@ def train(
     """
     out = Path(os.fspath(out))
     lists = {"lr": settings.get("lr"), "weight_decay": settings.get("weight_decay")}
-    lrs = [float(v) for v in lists["lr"]] if isinstance(lists["lr"], (list, tuple)) else []
-    wds = [float(v) for v in lists["weight_decay"]] if isinstance(lists["weight_decay"], (list, tuple)) else []
+    lrs = [_typed(f"lr[{i}]", v, 0.0) for i, v in enumerate(lists["lr"])] if isinstance(lists["lr"], (list, tuple)) else []
+    wds = [_typed(f"weight_decay[{i}]", v, 0.0) for i, v in enumerate(lists["weight_decay"])] if isinstance(lists["weight_decay"], (list, tuple)) else []
     for k, vals in (("lr", lrs), ("weight_decay", wds)):
         if vals:
             if len(vals) == 1:
@@ -198,8 +224,13 @@ def train(
             raise InputError(f"train: task {task!r}: the run in {out} trains {base['task']}")
         s = _apply(base, settings)
         if d_model is not None:
-            s["size"] = {"d_model": int(d_model), "n_heads": int(heads), "d_head": int(d_head), "d_mlp": int(d_mlp)}  # type: ignore[arg-type]
-        return json.dumps(s)
+            s["size"] = {
+                "d_model": as_int(d_model, "d_model", 1),
+                "n_heads": as_int(heads, "heads", 1),
+                "d_head": as_int(d_head, "d_head", 1),
+                "d_mlp": as_int(d_mlp, "d_mlp", 1),
+            }
+        return json.dumps(s, allow_nan=False)
 
     runs: list[tuple[Any, str]]
     group_runs = _core.train.group_runs(os.fspath(out)) if resume else None
@@ -214,7 +245,7 @@ def train(
             raise InputError(f"train: resume with lists: {out} has no group.json")
         base = edit(json.loads(_core.train.default_settings(task or "sraven")))
         runs = list(_core.train.plan_group(
-            os.fspath(out), base, [int(s) for s in seeds or []], [str(s) for s in splits or []], lrs, wds, bool(grid)
+            os.fspath(out), base, [as_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds or [])], [str(s) for s in splits or []], lrs, wds, bool(grid)
         ))
     else:
         base = json.loads(_core.train.run_settings(os.fspath(out)) if resume else _core.train.default_settings(task or "sraven"))
@@ -254,7 +285,7 @@ def report(
     checkpoints: Sequence[str | os.PathLike] = (),
     *,
     n: int = 2048,
-    split: str = "paper-seed0",
+    split: str | None = None,
     seed: int = 0,
     device: str = "cpu",
     batch: int = 256,
@@ -281,7 +312,7 @@ def report(
             print(f"report: {e['stage']} {what} {e.get('done', '')}/{e.get('total', '')}", file=sys.stderr)
     cb = progress if callable(progress) else None
     index, _n, _s = _core.report.report(
-        [os.fspath(c) for c in checkpoints], os.fspath(out), int(n), str(split), int(seed), str(device),
-        int(batch), int(causal_n), bool(aggregate), cb,
+        [os.fspath(c) for c in checkpoints], os.fspath(out), as_int(n, "n", 16), None if split is None else str(split), as_seed(seed), str(device),
+        as_int(batch, "batch", 1), as_int(causal_n, "causal_n"), bool(aggregate), cb,
     )
     return Path(index)

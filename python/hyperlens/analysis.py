@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import as_f64, as_i64
+from ._arrays import as_f64, as_i64, as_int, as_seed
 from ._codes import CodeSet
+from ._errors import InputError
 
 __all__ = ["pca", "decode", "kmeans", "silhouette", "tsne", "analyze", "term_decoding", "TermAnalysis", "PCAResult", "DecodeResult", "KMeansResult", "Analysis"]
 
@@ -48,7 +49,7 @@ class PCAResult:
 
 def pca(X: Any, n_components: int = 2) -> PCAResult:
     """PCA of ``X`` ``[N, D]`` on ``n_components`` components."""
-    d = _core.analysis.pca(as_f64(X, "X", 2), int(n_components))
+    d = _core.analysis.pca(as_f64(X, "X", 2), as_int(n_components, "n_components", 1))
     return PCAResult(**d)
 
 
@@ -106,10 +107,10 @@ def decode(
         as_f64(X_test, "X_test", 2),
         as_i64(y_test, "y_test", 1),
         float(C),
-        int(max_iter),
+        as_int(max_iter, "max_iter", 1),
         float(tol),
         bool(shuffled_control),
-        int(seed),
+        as_seed(seed),
     )
     return DecodeResult(**d)
 
@@ -132,7 +133,7 @@ class KMeansResult:
 
 def kmeans(X: Any, k: int, n_init: int = 3, *, seed: int = 0, max_iter: int = 300, tol: float = 1e-4) -> KMeansResult:
     """k-means of ``X`` ``[N, D]`` with ``n_init`` k-means++ restarts (the lowest inertia kept)."""
-    d = _core.analysis.kmeans(as_f64(X, "X", 2), int(k), int(n_init), int(seed), int(max_iter), float(tol))
+    d = _core.analysis.kmeans(as_f64(X, "X", 2), as_int(k, "k", 1), as_int(n_init, "n_init", 1), as_seed(seed), as_int(max_iter, "max_iter", 1), float(tol))
     return KMeansResult(**d)
 
 
@@ -144,7 +145,7 @@ def silhouette(X: Any, labels: Any) -> float:
 def tsne(X: Any, perplexity: float = 30.0, *, theta: float = 0.5, max_iter: int = 1000, seed: int = 0) -> np.ndarray:
     """A 2-D t-SNE embedding of ``X`` ``[N, D]``: float64 ``[N, 2]`` (``theta=0`` for the exact,
     deterministic algorithm)."""
-    return _core.analysis.tsne(as_f64(X, "X", 2), float(perplexity), float(theta), int(max_iter), int(seed))
+    return _core.analysis.tsne(as_f64(X, "X", 2), float(perplexity), float(theta), as_int(max_iter, "max_iter", 1), as_seed(seed))
 
 
 def _table(text: str) -> Any:
@@ -241,10 +242,10 @@ def analyze(
     d = _core.analysis.analyze(
         _codes_dict(train, "train"),
         _codes_dict(test, "test"),
-        int(seed),
-        int(n_components),
+        as_seed(seed),
+        as_int(n_components, "n_components", 1),
         bool(shuffled_control),
-        int(kmeans_runs),
+        as_int(kmeans_runs, "kmeans_runs", 1, 10_000),
         str(unsupervised_on),
     )
     names = ("decoding", "pca", "clusters", "similarity", "confusion")
@@ -274,22 +275,21 @@ def term_decoding(train: Any, test: Any, *, seed: int = 0, C: float = 1.0, max_i
     csv = _core.analysis.term_decoding(
         np.ascontiguousarray(train.codes, dtype=np.float32), as_i64(train.terms, "train.terms"), as_i64(train.term_ids, "train.term_ids"),
         np.ascontiguousarray(test.codes, dtype=np.float32), as_i64(test.terms, "test.terms"), as_i64(test.term_ids, "test.term_ids"),
-        int(seed), float(C), int(max_iter),
+        as_seed(seed), float(C), as_int(max_iter, "max_iter", 1),
     )
     return _table(csv)
 
 
 def _codes_dict(c: Any, name: str) -> dict[str, Any]:
-    if isinstance(c, CodeSet):
-        d = c.as_dict()
-    elif isinstance(c, dict):
-        d = dict(c)
-    else:
+    """The arrays of a code set (a :class:`CodeSet` or a dict of its arrays), converted as
+    :class:`CodeSet` converts them; the core validates them as the file reader does."""
+    if isinstance(c, dict):
+        try:
+            c = CodeSet(**c)
+        except InputError as e:
+            raise type(e)(f"`{name}`: {e}") from None
+        except TypeError as e:
+            raise InputError(f"`{name}`: {e}") from None
+    elif not isinstance(c, CodeSet):
         raise TypeError(f"`{name}` must be a CodeSet, got {type(c).__name__}")
-    d["codes"] = np.ascontiguousarray(d["codes"], dtype=np.float32)
-    for k in ("label", "rules", "inputs", "target", "prediction", "slot", "problem"):
-        if d.get(k) is not None:
-            d[k] = as_i64(d[k], f"{name}.{k}")
-    if d.get("correct") is not None:
-        d["correct"] = np.asarray(d["correct"], dtype=bool)
-    return d
+    return c.as_dict()

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from ._arrays import as_int, as_opt_int, as_seed
 from ._errors import InputError
 from .analysis import _table
 
@@ -111,8 +112,8 @@ def analyze(
     ev = _lm(model, "circuits.analyze")
     d = dict(
         _core.circuits.analyze(
-            ev, None if seq_len is None else int(seq_len), int(seed), int(n_seqs), None if bos is None else int(bos),
-            float(threshold), int(baseline_samples), int(top), bool(fold_norm), int(threads),
+            ev, as_opt_int(seq_len, "seq_len"), as_seed(seed), as_int(n_seqs, "n_seqs", 1), as_opt_int(bos, "bos", 0, 2**32 - 1),
+            float(threshold), as_int(baseline_samples, "baseline_samples"), as_int(top, "top"), bool(fold_norm), as_int(threads, "threads"),
         )
     )
     tables = dict(d["tables"])
@@ -169,7 +170,7 @@ class FactoredMatrix:
 
 def _circuit(model: Any, layer: int, head: int, kind: str, fold_norm: bool) -> FactoredMatrix:
     ev = _lm(model, f"circuits.{kind}_circuit")
-    d = _core.circuits.circuit(ev, int(layer), int(head), kind, bool(fold_norm))
+    d = _core.circuits.circuit(ev, as_int(layer, "layer"), as_int(head, "head"), kind, bool(fold_norm))
     return FactoredMatrix(d["a"], d["b"], d["eig_re"] + 1j * d["eig_im"], d["singular_values"], float(d["copying_score"]))
 
 

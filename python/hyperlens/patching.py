@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _core
+from ._arrays import as_int, as_seed
 from ._errors import InputError
 from .analysis import _table
 from .tasks import ProblemSet
@@ -92,7 +93,7 @@ def head_ablation(model: Any, problems: Any, ablation: str = "mean", batch: int 
     ``KeyboardInterrupt`` between batches. Source: ``hyperlens_probe::head_ablation``.
     """
     ev, p = _sraven(model, problems, "head_ablation")
-    d = _core.patching.head_ablation_report(ev, p.x, p.y, p.rules, p.perms, str(ablation), int(batch))
+    d = _core.patching.head_ablation_report(ev, p.x, p.y, p.rules, p.perms, str(ablation), as_int(batch, "batch", 1))
     return HeadAblation(d["ablation"], dict(d["base"]), d["accuracy"], d["loss"], _table(d["csv"]))
 
 
@@ -146,7 +147,7 @@ def activation_patching(model: Any, problems: Any, slot: int = 3, batch: int = 1
     pass) stops it. Source: ``hyperlens_probe::activation_patching``.
     """
     ev, p = _sraven(model, problems, "activation_patching")
-    d = dict(_core.patching.activation_patching_report(ev, p.x, p.y, p.rules, p.perms, int(slot), int(batch)))
+    d = dict(_core.patching.activation_patching_report(ev, p.x, p.y, p.rules, p.perms, as_int(slot, "slot"), as_int(batch, "batch", 1)))
     d["table"] = _table(d.pop("csv"))
     return ActivationPatching(**d)
 
@@ -221,8 +222,8 @@ def direct_logit_attribution(
     patch dla --problems FILE [--slot S] --batch BATCH`` writes. ``KeyboardInterrupt`` (Ctrl-C,
     checked after every batch) stops it. Source: ``hyperlens_probe::direct_logit_attribution``."""
     ev, p = _sraven(model, problems, "direct_logit_attribution")
-    sl = None if slots is None else [int(s) for s in slots]
-    d = dict(_core.patching.dla_report(ev, p.x, p.y, p.rules, p.perms, sl, int(batch)))
+    sl = None if slots is None else [as_int(s, f"slots[{i}]") for i, s in enumerate(slots)]
+    d = dict(_core.patching.dla_report(ev, p.x, p.y, p.rules, p.perms, sl, as_int(batch, "batch", 1)))
     d["table"] = _table(d.pop("csv"))
     return LogitAttribution(**d)
 
@@ -248,5 +249,5 @@ def latent_transplant(
     for name, p in (("id_problems", a), ("ood_problems", b)):
         if p.perms is not None and not np.array_equal(p.perms, np.broadcast_to(np.arange(p.perms.shape[2]), p.perms.shape)):
             raise InputError(f"`{name}` must be unpermuted (hl.tasks.sample(..., unpermuted=True))")
-    _rows, csv = _core.patching.transplant_rows(ev, a.x, a.y, a.rules, b.x, b.y, b.rules, int(slot), int(batch), int(seed))
+    _rows, csv = _core.patching.transplant_rows(ev, a.x, a.y, a.rules, b.x, b.y, b.rules, as_int(slot, "slot"), as_int(batch, "batch", 1), as_seed(seed))
     return _table(csv)

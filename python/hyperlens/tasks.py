@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import as_f32, as_i64, as_u8
+from ._arrays import as_f32, as_i64, as_int, as_opt_int, as_seed, as_u8, rows
 from ._errors import InputError
 
 __all__ = ["ProblemSet", "LogicProblemSet", "sample", "splits", "logic_split", "RULES"]
@@ -71,9 +71,9 @@ class ProblemSet:
         return int(self.x.shape[0])
 
     def __getitem__(self, idx: Any) -> "ProblemSet":
-        """Problems ``idx`` (a slice, an index array or a boolean mask) as a new set."""
-        if isinstance(idx, (int, np.integer)):
-            idx = slice(int(idx), int(idx) + 1 if int(idx) != -1 else None)
+        """Problems ``idx`` (an int, a slice, an index array or a boolean mask, by numpy's rules: an
+        index out of range raises ``IndexError``) as a new set; an int gives a set of one."""
+        idx = rows(idx, len(self), "problems")
         return ProblemSet(
             self.x[idx],
             self.y[idx],
@@ -98,7 +98,7 @@ class ProblemSet:
     @classmethod
     def load(cls, path: str | os.PathLike, *, features: int = 4, values: int = 8) -> "ProblemSet":
         """Reads a problem file written by ``hyperlens tasks sample`` (or numpy with its arrays)."""
-        d = _core.tasks.load_sraven(os.fspath(path), features, values)
+        d = _core.tasks.load_sraven(os.fspath(path), as_int(features, "features", 1), as_int(values, "values", 1))
         return cls(d["x"], d["y"], d["rules"], d["perms"], meta={"path": os.fspath(path)}, validate=False)
 
 
@@ -145,17 +145,14 @@ def sample(
     a negative ``seed``, or options of the other task; :class:`hyperlens.BudgetError` (a
     ``MemoryError``) for a size over the memory budget, before anything is allocated.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"`n` must be a positive integer, got {n!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"`seed` must be a non-negative integer, got {seed!r}")
+    n, seed = as_int(n, "n", 1), as_seed(seed)
     if task == "logic":
         if unpermuted:
             raise InputError("`unpermuted` applies to task \"sraven\"")
         split = "seed0" if split is None else split
         d = _core.tasks.sample_logic(
-            split, set, int(n), int(seed),
-            None if samples is None else int(samples),
+            split, set, n, seed,
+            as_opt_int(samples, "samples", 1),
             None if frac_test is None else float(frac_test),
             bool(fixed_query), bool(fixed_context),
         )
@@ -167,7 +164,7 @@ def sample(
     if samples is not None or frac_test is not None or fixed_query or fixed_context:
         raise InputError("`samples`, `frac_test`, `fixed_query` and `fixed_context` apply to task \"logic\"")
     split = "paper-seed0" if split is None else split
-    d = _core.tasks.sample_sraven(split, set, int(n), int(seed), bool(unpermuted))
+    d = _core.tasks.sample_sraven(split, set, n, seed, bool(unpermuted))
     meta = {"split": split, "set": set, "seed": int(seed), "unpermuted": bool(unpermuted)}
     return ProblemSet(d["x"], d["y"], d["rules"], d["perms"], meta=meta, validate=False)
 
@@ -176,7 +173,7 @@ def logic_split(split: str = "seed0", *, samples: int | None = None, frac_test: 
     """The task counts of the fuzzy-logic split ``seed{N}``: ``{"id": ..., "ood": ...,
     "unknown": ...}`` (pairs of terms; ``hyperlens_tasks::logic::LogicSplit``)."""
     n_id, n_ood, n_unknown = _core.tasks.logic_split(
-        split, None if samples is None else int(samples), None if frac_test is None else float(frac_test)
+        split, as_opt_int(samples, "samples", 1), None if frac_test is None else float(frac_test)
     )
     return {"id": n_id, "ood": n_ood, "unknown": n_unknown}
 
@@ -224,9 +221,9 @@ class LogicProblemSet:
         return int(self.x.shape[0])
 
     def __getitem__(self, idx: Any) -> "LogicProblemSet":
-        """Sequences ``idx`` (a slice, an index array or a boolean mask) as a new set."""
-        if isinstance(idx, (int, np.integer)):
-            idx = slice(int(idx), int(idx) + 1 if int(idx) != -1 else None)
+        """Sequences ``idx`` (an int, a slice, an index array or a boolean mask, by numpy's rules: an
+        index out of range raises ``IndexError``) as a new set; an int gives a set of one."""
+        idx = rows(idx, len(self), "sequences")
         return LogicProblemSet(
             self.x[idx], self.y[idx], self.targets[idx], self.terms[idx], self.term_ids[idx],
             meta=self.meta, validate=False,
@@ -254,5 +251,5 @@ class LogicProblemSet:
         """Reads a logic problem file written by ``hyperlens tasks sample --task logic`` (or numpy
         with its arrays), checked against the task's sizes (L ``variables``, K ``terms``, T
         ``samples``; the training defaults) by ``hyperlens_tasks::npz::load_logic``."""
-        d = _core.tasks.load_logic_file(os.fspath(path), int(variables), int(terms), int(samples))
+        d = _core.tasks.load_logic_file(os.fspath(path), as_int(variables, "variables", 1), as_int(terms, "terms", 1), as_int(samples, "samples", 1))
         return cls(d["x"], d["y"], d["targets"], d["terms"], d["term_ids"], meta={"task": "logic", "path": os.fspath(path)}, validate=False)

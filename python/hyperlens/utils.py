@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ._arrays import as_int
+
 __all__ = ["get_act_name"]
 
 _LAYER_TYPE_ALIAS = {
@@ -40,6 +42,8 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
     if match is not None:
         name, layer_s, layer_type = match.groups(0)  # type: ignore[assignment]
         layer = int(layer_s)
+    elif layer is not None:
+        layer = as_int(layer, "layer")
     name = _ACT_NAME_ALIAS.get(name, name)
     full = ""
     if layer is not None:

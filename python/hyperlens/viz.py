@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _core
+from ._arrays import as_f32, as_int, as_opt_int, as_seed
 from ._codes import CodeSet, LogicCodeSet
 from ._errors import InputError
 from .tasks import RULES, ProblemSet
@@ -187,8 +188,9 @@ def scatter(
         raise InputError(f"problems for unknown sets {sorted(unknown)} (code sets: {list(sets)})")
     first = next(iter(sets.values()))
     L = first.codes.shape[1]
-    if layer is not None and not 0 <= layer < L:
-        raise InputError(f"layer {layer} is not below the codes' {L} layers")
+    layer = as_opt_int(layer, "layer")
+    if layer is not None and layer >= L:
+        raise InputError(f"`layer` {layer} is not below the codes' {L} layers")
     layers = first.layers if getattr(first, "layers", None) and len(first.layers) == L else list(range(L))
     if isinstance(first, LogicCodeSet):
         if color not in ("term",):
@@ -217,7 +219,7 @@ def scatter(
                 s["colors"].reverse()
         title = title or f"latent codes (query {tok[q]}, keys {' and '.join(key_names)})"
     d = _core.viz.explorer(
-        title, payload, colorings, [str(l) for l in layers], key_names, projection=projection, layer=layer, seed=seed
+        title, payload, colorings, [str(l) for l in layers], key_names, projection=projection, layer=layer, seed=as_seed(seed)
     )
     return Figure("explorer", d["svg"], d["html"], d["png"])
 
@@ -227,13 +229,15 @@ def attention(model: Any, problems: ProblemSet | Any, layer: int | None = None, 
     :class:`ProblemSet`, or one-hot tokens ``[N, T, M]``), with a layer and a head selector and
     the value under the pointer (as CircuitsVis's ``attention_patterns``). ``layer`` is the layer
     shown first (the last by default)."""
-    x = problems.x if hasattr(problems, "x") else np.asarray(problems, np.float32)
-    if x.ndim != 3 or not 0 <= index < x.shape[0]:
+    x = problems.x if hasattr(problems, "x") else as_f32(problems, "problems", 3)
+    index = as_int(index, "index")
+    if x.ndim != 3 or not index < x.shape[0]:
         raise InputError(f"problem {index} of tokens of shape {x.shape}: need [N, T, M] with N > {index}")
     _, cache = model.run_with_cache(x[index : index + 1], names_filter="blocks.*.attn.hook_pattern")
     n_layers = model.cfg.n_layers
-    if layer is not None and not 0 <= layer < n_layers:
-        raise InputError(f"layer {layer} is not below the model's {n_layers} layers")
+    layer = as_opt_int(layer, "layer")
+    if layer is not None and layer >= n_layers:
+        raise InputError(f"`layer` {layer} is not below the model's {n_layers} layers")
     pattern = np.stack([np.asarray(cache["pattern", l])[0] for l in range(n_layers)]).astype(np.float64)
     tok = token_labels(x.shape[1], model.cfg.n_outputs)
     mixer = getattr(model.cfg, "mixer", None)

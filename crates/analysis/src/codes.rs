@@ -77,9 +77,22 @@ impl CodeSet {
     /// # Errors
     /// [`AnalysisError::InvalidInput`] if any axis of `codes` is empty,
     /// [`AnalysisError::NonFinite`] if `codes` holds NaN or infinity,
-    /// [`AnalysisError::Shape`] if `label` does not have N entries.
+    /// [`AnalysisError::Shape`] if `label` does not have N entries,
+    /// [`AnalysisError::InvalidInput`] for a label outside the rule indices `0..8`.
+    ///
+    /// This constructor and the `with_*` setters are the one validation of a code set: the file
+    /// reader ([`CodeSet::read_npz`]) and every writer build a set through them.
     pub fn new(codes: Array5<f32>, label: Array1<i64>) -> Result<Self> {
         Self::with_source(codes, label, "codes")
+    }
+
+    /// [`CodeSet::new`] with `source` as the set's name in errors and records (an argument's
+    /// name, say).
+    ///
+    /// # Errors
+    /// As [`CodeSet::new`], naming `source`.
+    pub fn named(source: &str, codes: Array5<f32>, label: Array1<i64>) -> Result<Self> {
+        Self::with_source(codes, label, source)
     }
 
     fn with_source(codes: Array5<f32>, label: Array1<i64>, source: &str) -> Result<Self> {
@@ -98,6 +111,7 @@ impl CodeSet {
             )));
         }
         check_len(source, "label", label.len(), n)?;
+        check_rule_range(source, keys::LABEL, label.iter())?;
         Ok(Self {
             codes,
             label,
@@ -123,9 +137,11 @@ impl CodeSet {
     /// `rules`: `[N, F]`.
     ///
     /// # Errors
-    /// [`AnalysisError::Shape`] if `rules` does not have N rows.
+    /// [`AnalysisError::Shape`] if `rules` does not have N rows, [`AnalysisError::InvalidInput`]
+    /// for a rule outside `0..8`.
     pub fn with_rules(mut self, rules: Array2<i64>) -> Result<Self> {
         check_len(&self.source, "rules", rules.nrows(), self.n_samples())?;
+        check_rule_range(&self.source, keys::RULES, rules.iter())?;
         self.rules = Some(rules);
         Ok(self)
     }
@@ -315,7 +331,6 @@ impl CodeSet {
             &shown,
             keys::LABEL,
         )?;
-        check_rule_range(&shown, keys::LABEL, label.iter())?;
         let mut set = Self::with_source(codes, label, &shown)?;
         if has(keys::RULES) {
             let a = to_2d(
@@ -323,7 +338,6 @@ impl CodeSet {
                 &shown,
                 keys::RULES,
             )?;
-            check_rule_range(&shown, keys::RULES, a.iter())?;
             set = set.with_rules(a)?;
         }
         if has(keys::INPUTS) {

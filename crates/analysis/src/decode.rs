@@ -50,6 +50,9 @@ impl Standardizer {
             )));
         }
         check_finite(x, "standardisation input")?;
+        // Row-major whatever the caller's layout (a copy only for another layout), so that the
+        // sums run in one order and a Fortran-order matrix gives the same bits.
+        let x = x.as_standard_layout();
         let mean = x
             .mean_axis(Axis(0))
             .ok_or_else(|| AnalysisError::InvalidInput("empty standardisation input".into()))?;
@@ -82,7 +85,8 @@ impl Standardizer {
             )));
         }
         check_finite(x, "standardisation input")?;
-        Ok((&x - &self.mean) / &self.scale)
+        // Row-major output whatever the caller's layout, for layout-independent products later.
+        Ok((&x.as_standard_layout() - &self.mean) / &self.scale)
     }
 
     /// Per-feature means. # Shapes: `[D]`.

@@ -68,11 +68,23 @@ pub fn tsne(x: ArrayView2<'_, f64>, params: &TsneParams) -> Result<Array2<f64>> 
             "t-SNE to 2 dimensions needs at least 2 features, got {d}"
         )));
     }
-    if !(params.perplexity > 0.0 && (n as f64 - 1.0) >= 3.0 * params.perplexity) {
+    if !(params.perplexity.is_finite() && params.perplexity > 0.0) {
         return Err(AnalysisError::InvalidInput(format!(
-            "t-SNE: perplexity {} needs at least {} points, got {n}",
+            "t-SNE: perplexity must be a positive number, got {}",
+            params.perplexity
+        )));
+    }
+    if 3.0 * params.perplexity > n as f64 - 1.0 {
+        return Err(AnalysisError::InvalidInput(format!(
+            "t-SNE: perplexity {} is too large for {n} points: it must be at most (N - 1) / 3 = {:.3}",
             params.perplexity,
-            (3.0 * params.perplexity).ceil() as usize + 1
+            (n as f64 - 1.0).max(0.0) / 3.0
+        )));
+    }
+    if !(params.theta.is_finite() && params.theta >= 0.0) {
+        return Err(AnalysisError::InvalidInput(format!(
+            "t-SNE: theta must be a number at least 0, got {}",
+            params.theta
         )));
     }
     if x.iter().any(|v| !v.is_finite()) {

@@ -88,6 +88,10 @@ pub enum ModelError {
     #[error(transparent)]
     Tasks(#[from] hyperlens_tasks::TasksError),
 
+    /// A request over the memory budget, refused before anything was allocated.
+    #[error(transparent)]
+    Budget(#[from] hyperlens_io::budget::BudgetError),
+
     /// An error from candle (tensor maths or device).
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

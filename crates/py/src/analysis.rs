@@ -1,6 +1,7 @@
 //! `hyperlens.analysis`: the analysis crate's PCA, decoding, k-means, silhouette, t-SNE and the
 //! whole latent-code analysis of `hyperlens analyze`, on numpy arrays.
 
+use crate::arrays::{check_finite_f64, out, In1, In2, InDyn};
 use hyperlens_analysis::cluster::{kmeans as kmeans_fit, silhouette_score, KMeansParams};
 use hyperlens_analysis::codes::report::CodeSplit;
 use hyperlens_analysis::decode::{
@@ -11,18 +12,16 @@ use hyperlens_analysis::pca::PcaParams;
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
 use hyperlens_io::keys::pca as pca_keys;
 use ndarray::{Array1, Ix5};
-use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrays::{check_finite_f64, out};
 use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 
 /// PCA of `x` float64 [N, D] on `n_components` components.
 #[pyfunction]
 fn pca<'py>(
     py: Python<'py>,
-    x: PyReadonlyArray2<'py, f64>,
+    x: In2<'py, f64>,
     n_components: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let xv = x.as_array();
@@ -54,10 +53,10 @@ fn pca<'py>(
 #[allow(clippy::too_many_arguments)]
 fn decode<'py>(
     py: Python<'py>,
-    x_train: PyReadonlyArray2<'py, f64>,
-    y_train: PyReadonlyArray1<'py, i64>,
-    x_test: PyReadonlyArray2<'py, f64>,
-    y_test: PyReadonlyArray1<'py, i64>,
+    x_train: In2<'py, f64>,
+    y_train: In1<'py, i64>,
+    x_test: In2<'py, f64>,
+    y_test: In1<'py, i64>,
     c: f64,
     max_iter: u64,
     tol: f64,
@@ -109,7 +108,7 @@ fn decode<'py>(
 #[pyo3(signature = (x, k, n_init=3, seed=0, max_iter=300, tol=1e-4))]
 fn kmeans<'py>(
     py: Python<'py>,
-    x: PyReadonlyArray2<'py, f64>,
+    x: In2<'py, f64>,
     k: usize,
     n_init: usize,
     seed: u64,
@@ -136,11 +135,7 @@ fn kmeans<'py>(
 
 /// The mean silhouette coefficient of `labels` on `x` (all points).
 #[pyfunction]
-fn silhouette(
-    py: Python<'_>,
-    x: PyReadonlyArray2<'_, f64>,
-    labels: PyReadonlyArray1<'_, i64>,
-) -> PyResult<f64> {
+fn silhouette(py: Python<'_>, x: In2<'_, f64>, labels: In1<'_, i64>) -> PyResult<f64> {
     let (xv, lv) = (x.as_array(), labels.as_array());
     check_finite_f64("X", &xv)?;
     detached(py, || silhouette_score(xv, lv).map_err(to_py))
@@ -151,7 +146,7 @@ fn silhouette(
 #[pyo3(signature = (x, perplexity=30.0, theta=0.5, max_iter=1000, seed=0))]
 fn tsne<'py>(
     py: Python<'py>,
-    x: PyReadonlyArray2<'py, f64>,
+    x: In2<'py, f64>,
     perplexity: f64,
     theta: f64,
     max_iter: usize,
@@ -180,44 +175,86 @@ fn item<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Option<Bound<'py, P
 /// An analysis crate code set of a Python code set's arrays.
 fn code_set(arg: &str, d: &Bound<'_, PyDict>) -> PyResult<CodeSet> {
     let get = |name: &str| item(d, name);
-    let codes: PyReadonlyArrayDyn<'_, f32> = get("codes")?
+    let codes: InDyn<'_, f32> = get("codes")?
         .ok_or_else(|| raise(Kind::Input, format!("`{arg}` has no `codes`")))?
         .extract()?;
+    let label: In1<'_, i64> = get("label")?
+        .ok_or_else(|| raise(Kind::Input, format!("`{arg}` has no `label`")))?
+        .extract()?;
+    let opt2 = |name: &str| -> PyResult<Option<In2<'_, i64>>> {
+        get(name)?.map(|v| v.extract()).transpose()
+    };
+    let opt1 = |name: &str| -> PyResult<Option<In1<'_, i64>>> {
+        get(name)?.map(|v| v.extract()).transpose()
+    };
+    let correct: Option<In1<'_, bool>> = get("correct")?.map(|v| v.extract()).transpose()?;
+    validated_code_set(
+        arg,
+        &codes,
+        &label,
+        CodeArrays {
+            rules: opt2("rules")?.as_ref(),
+            inputs: opt2("inputs")?.as_ref(),
+            target: opt1("target")?.as_ref(),
+            prediction: opt1("prediction")?.as_ref(),
+            correct: correct.as_ref(),
+        },
+    )
+}
+
+/// The optional arrays of a code set, as numpy arguments.
+pub(crate) struct CodeArrays<'a, 'py> {
+    /// int64 `[N, F]`.
+    pub rules: Option<&'a In2<'py, i64>>,
+    /// int64 `[N, K]`.
+    pub inputs: Option<&'a In2<'py, i64>>,
+    /// int64 `[N]`.
+    pub target: Option<&'a In1<'py, i64>>,
+    /// int64 `[N]`.
+    pub prediction: Option<&'a In1<'py, i64>>,
+    /// bool `[N]`.
+    pub correct: Option<&'a In1<'py, bool>>,
+}
+
+/// A code set of numpy arrays, validated by the analysis crate's one validation of a code set
+/// ([`CodeSet::named`] and its setters, which the file reader uses too); errors name `arg`.
+///
+/// # Errors
+/// `ShapeError` unless `codes` is `[N, L, H, Q, K]`; the analysis crate's errors (empty axes,
+/// non-finite codes, row counts, labels and rules outside `0..8`); `BudgetError` for the copies.
+pub(crate) fn validated_code_set(
+    arg: &str,
+    codes: &InDyn<'_, f32>,
+    label: &In1<'_, i64>,
+    more: CodeArrays<'_, '_>,
+) -> PyResult<CodeSet> {
     let shape = codes.as_array().shape().to_vec();
     let codes = codes
-        .as_array()
-        .to_owned()
+        .owned(&format!("{arg}.codes"))?
         .into_dimensionality::<Ix5>()
         .map_err(|_| {
             crate::arrays::shape_error(&format!("{arg}.codes"), "[N, L, H, Q, K]", &shape)
         })?;
-    let label: PyReadonlyArray1<'_, i64> = get("label")?
-        .ok_or_else(|| raise(Kind::Input, format!("`{arg}` has no `label`")))?
-        .extract()?;
-    let mut set = CodeSet::new(codes, label.as_array().to_owned())
-        .map_err(to_py)?
-        .with_source_name(arg);
-    if let Some(v) = get("rules")? {
-        let a: PyReadonlyArray2<'_, i64> = v.extract()?;
-        set = set.with_rules(a.as_array().to_owned()).map_err(to_py)?;
+    let name = |a: &str| format!("{arg}.{a}");
+    let mut set = CodeSet::named(arg, codes, label.owned(&name("label"))?).map_err(to_py)?;
+    if let Some(a) = more.rules {
+        set = set.with_rules(a.owned(&name("rules"))?).map_err(to_py)?;
     }
-    if let Some(v) = get("inputs")? {
-        let a: PyReadonlyArray2<'_, i64> = v.extract()?;
-        set = set.with_inputs(a.as_array().to_owned()).map_err(to_py)?;
+    if let Some(a) = more.inputs {
+        set = set.with_inputs(a.owned(&name("inputs"))?).map_err(to_py)?;
     }
-    if let Some(v) = get("target")? {
-        let a: PyReadonlyArray1<'_, i64> = v.extract()?;
-        set = set.with_target(a.as_array().to_owned()).map_err(to_py)?;
+    if let Some(a) = more.target {
+        set = set.with_target(a.owned(&name("target"))?).map_err(to_py)?;
     }
-    if let Some(v) = get("prediction")? {
-        let a: PyReadonlyArray1<'_, i64> = v.extract()?;
+    if let Some(a) = more.prediction {
         set = set
-            .with_prediction(a.as_array().to_owned())
+            .with_prediction(a.owned(&name("prediction"))?)
             .map_err(to_py)?;
     }
-    if let Some(v) = get("correct")? {
-        let a: PyReadonlyArray1<'_, bool> = v.extract()?;
-        set = set.with_correct(a.as_array().to_owned()).map_err(to_py)?;
+    if let Some(a) = more.correct {
+        set = set
+            .with_correct(a.owned(&name("correct"))?)
+            .map_err(to_py)?;
     }
     Ok(set)
 }
@@ -291,13 +328,12 @@ fn analyze<'py>(
 /// `[N, Kt, Lv]`, `term_ids` int64 `[N, Kt]`), checked by the analysis crate.
 fn term_codes(
     arg: &str,
-    codes: PyReadonlyArrayDyn<'_, f32>,
-    terms: PyReadonlyArrayDyn<'_, i64>,
-    term_ids: PyReadonlyArray2<'_, i64>,
+    codes: InDyn<'_, f32>,
+    terms: InDyn<'_, i64>,
+    term_ids: In2<'_, i64>,
 ) -> PyResult<hyperlens_analysis::terms::TermCodes> {
     let c = codes
-        .as_array()
-        .to_owned()
+        .owned(&format!("{arg}.codes"))?
         .into_dimensionality::<Ix5>()
         .map_err(|_| {
             crate::arrays::shape_error(
@@ -307,8 +343,7 @@ fn term_codes(
             )
         })?;
     let t = terms
-        .as_array()
-        .to_owned()
+        .owned(&format!("{arg}.terms"))?
         .into_dimensionality::<ndarray::Ix3>()
         .map_err(|_| {
             crate::arrays::shape_error(
@@ -317,7 +352,8 @@ fn term_codes(
                 terms.as_array().shape(),
             )
         })?;
-    hyperlens_analysis::terms::TermCodes::new(c, t, term_ids.as_array().to_owned()).map_err(to_py)
+    hyperlens_analysis::terms::TermCodes::new(c, t, term_ids.owned(&format!("{arg}.term_ids"))?)
+        .map_err(to_py)
 }
 
 /// `hyperlens analyze` on logic code sets: term decoding per layer and on all layers (ridge R² of
@@ -328,12 +364,12 @@ fn term_codes(
 #[allow(clippy::too_many_arguments)]
 fn term_decoding(
     py: Python<'_>,
-    train_codes: PyReadonlyArrayDyn<'_, f32>,
-    train_terms: PyReadonlyArrayDyn<'_, i64>,
-    train_term_ids: PyReadonlyArray2<'_, i64>,
-    test_codes: PyReadonlyArrayDyn<'_, f32>,
-    test_terms: PyReadonlyArrayDyn<'_, i64>,
-    test_term_ids: PyReadonlyArray2<'_, i64>,
+    train_codes: InDyn<'_, f32>,
+    train_terms: InDyn<'_, i64>,
+    train_term_ids: In2<'_, i64>,
+    test_codes: InDyn<'_, f32>,
+    test_terms: InDyn<'_, i64>,
+    test_term_ids: In2<'_, i64>,
     seed: u64,
     c: f64,
     max_iter: u64,

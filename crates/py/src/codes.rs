@@ -4,15 +4,15 @@
 use std::fs::File;
 use std::path::PathBuf;
 
+use crate::arrays::{out, In1, In2, In3, InDyn};
 use hyperlens_analysis::CodeSet;
 use hyperlens_io::keys::codes as keys;
 use ndarray::{Array1, Array2, ArrayD, Ix1};
 use ndarray_npy::NpzReader;
-use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrays::out;
+use crate::analysis::{validated_code_set, CodeArrays};
 use crate::errors::{detached, raise, to_py, Kind};
 
 /// Writes a code set as the probe's `.npz` (codes float32, integer arrays int64, `correct` bool),
@@ -23,55 +23,42 @@ use crate::errors::{detached, raise, to_py, Kind};
 fn save_codes(
     py: Python<'_>,
     path: PathBuf,
-    codes: PyReadonlyArrayDyn<'_, f32>,
-    label: PyReadonlyArray1<'_, i64>,
-    rules: Option<PyReadonlyArray2<'_, i64>>,
-    inputs: Option<PyReadonlyArray2<'_, i64>>,
-    target: Option<PyReadonlyArray1<'_, i64>>,
-    prediction: Option<PyReadonlyArray1<'_, i64>>,
-    correct: Option<PyReadonlyArray1<'_, bool>>,
-    slot: Option<PyReadonlyArray1<'_, i64>>,
-    problem: Option<PyReadonlyArray1<'_, i64>>,
+    codes: InDyn<'_, f32>,
+    label: In1<'_, i64>,
+    rules: Option<In2<'_, i64>>,
+    inputs: Option<In2<'_, i64>>,
+    target: Option<In1<'_, i64>>,
+    prediction: Option<In1<'_, i64>>,
+    correct: Option<In1<'_, bool>>,
+    slot: Option<In1<'_, i64>>,
+    problem: Option<In1<'_, i64>>,
 ) -> PyResult<()> {
+    // The reader's validation (the analysis crate's CodeSet), so that what is written can be read.
+    let set = validated_code_set(
+        "codes",
+        &codes,
+        &label,
+        CodeArrays {
+            rules: rules.as_ref(),
+            inputs: inputs.as_ref(),
+            target: target.as_ref(),
+            prediction: prediction.as_ref(),
+            correct: correct.as_ref(),
+        },
+    )?;
+    let n = set.n_samples();
+    for (name, a) in [("slot", &slot), ("problem", &problem)] {
+        if let Some(a) = a {
+            let rows = a.as_array().len();
+            if rows != n {
+                return Err(raise(
+                    Kind::Shape,
+                    format!("`{name}` has {rows} rows but `codes` has N = {n}"),
+                ));
+            }
+        }
+    }
     let c = codes.as_array();
-    if c.ndim() != 5 {
-        return Err(crate::arrays::shape_error(
-            "codes",
-            "[N, L, H, Q, K]",
-            c.shape(),
-        ));
-    }
-    let n = c.shape()[0];
-    let check = |name: &str, rows: usize| -> PyResult<()> {
-        if rows != n {
-            return Err(raise(
-                Kind::Shape,
-                format!("`{name}` has {rows} rows but `codes` has N = {n}"),
-            ));
-        }
-        Ok(())
-    };
-    check("label", label.as_array().len())?;
-    let views2 = [("rules", &rules), ("inputs", &inputs)];
-    for (name, a) in views2 {
-        if let Some(a) = a {
-            check(name, a.as_array().nrows())?;
-        }
-    }
-    let views1 = [
-        ("target", &target),
-        ("prediction", &prediction),
-        ("slot", &slot),
-        ("problem", &problem),
-    ];
-    for (name, a) in views1 {
-        if let Some(a) = a {
-            check(name, a.as_array().len())?;
-        }
-    }
-    if let Some(a) = &correct {
-        check("correct", a.as_array().len())?;
-    }
     let label = label.as_array();
     let (rules, inputs) = (
         rules.as_ref().map(|a| a.as_array()),
@@ -198,12 +185,12 @@ fn load_codes<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict
 fn save_logic_codes(
     py: Python<'_>,
     path: PathBuf,
-    codes: PyReadonlyArrayDyn<'_, f32>,
-    terms: PyReadonlyArray3<'_, i64>,
-    term_ids: PyReadonlyArray2<'_, i64>,
-    target: PyReadonlyArray1<'_, f32>,
-    prediction: PyReadonlyArray1<'_, f32>,
-    problem: PyReadonlyArray1<'_, i64>,
+    codes: InDyn<'_, f32>,
+    terms: In3<'_, i64>,
+    term_ids: In2<'_, i64>,
+    target: In1<'_, f32>,
+    prediction: In1<'_, f32>,
+    problem: In1<'_, i64>,
 ) -> PyResult<()> {
     let c = codes.as_array();
     if c.ndim() != 5 {
@@ -214,6 +201,18 @@ fn save_logic_codes(
         ));
     }
     let n = c.shape()[0];
+    // The reader's validation (TermCodes::new: bits, term indices, finite codes), so that what is
+    // written can be read.
+    let c5 = codes
+        .owned("codes")?
+        .into_dimensionality::<ndarray::Ix5>()
+        .map_err(|_| crate::arrays::shape_error("codes", "[N, L, H, Q, K]", c.shape()))?;
+    hyperlens_analysis::terms::TermCodes::new(
+        c5,
+        terms.owned("terms")?,
+        term_ids.owned("term_ids")?,
+    )
+    .map_err(to_py)?;
     let (terms, term_ids) = (terms.as_array(), term_ids.as_array());
     let (target, prediction, problem) =
         (target.as_array(), prediction.as_array(), problem.as_array());

@@ -137,6 +137,7 @@ impl Classify for ModelError {
             | ModelError::UnknownDevice(_)
             | ModelError::Input(_) => Kind::Input,
             ModelError::Tasks(e) => e.kind(),
+            ModelError::Budget(_) => Kind::Budget,
             _ => Kind::Other,
         }
     }
@@ -149,6 +150,7 @@ impl Classify for TasksError {
                 Kind::FileFormat
             }
             TasksError::File(e) => e.kind(),
+            TasksError::Budget(_) => Kind::Budget,
             _ => Kind::Input,
         }
     }

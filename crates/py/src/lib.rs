@@ -56,6 +56,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         return Err(errors::to_py(e));
     }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(arrays::check_alloc_py, m)?)?;
     model::register(m)?;
     lm::register(m)?;
     submodule(m, "tasks", tasks::register)?;

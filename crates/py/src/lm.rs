@@ -5,15 +5,14 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use crate::arrays::{out, shape_error, In2};
 use candle_core::Tensor;
 use hyperlens_model::lm::{load, LanguageModel};
 use hyperlens_model::ModelError;
 use ndarray::ArrayView2;
-use numpy::PyReadonlyArray2;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::arrays::{out, shape_error};
 use crate::errors::{detached, raise, to_py, Kind};
 use crate::model::{cache_arrays, cache_out, tensor_array, PyHooks};
 
@@ -117,11 +116,7 @@ impl PyLanguageModel {
     }
 
     /// The next-token logits, float32 [B, T, V].
-    fn logits<'py>(
-        &self,
-        py: Python<'py>,
-        tokens: PyReadonlyArray2<'py, i64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn logits<'py>(&self, py: Python<'py>, tokens: In2<'py, i64>) -> PyResult<Bound<'py, PyAny>> {
         let t = self.tokens(&tokens.as_array())?;
         let l = detached(py, || {
             let o = self.lm.forward(&t, false).map_err(to_py)?;
@@ -134,7 +129,7 @@ impl PyLanguageModel {
     fn patterns<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyReadonlyArray2<'py, i64>,
+        tokens: In2<'py, i64>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let t = self.tokens(&tokens.as_array())?;
         let (l, p) = detached(py, || {
@@ -155,7 +150,7 @@ impl PyLanguageModel {
     fn run_with_cache<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyReadonlyArray2<'py, i64>,
+        tokens: In2<'py, i64>,
         names: Vec<String>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
         let t = self.tokens(&tokens.as_array())?;
@@ -174,7 +169,7 @@ impl PyLanguageModel {
     fn run_with_hooks<'py>(
         &self,
         py: Python<'py>,
-        tokens: PyReadonlyArray2<'py, i64>,
+        tokens: In2<'py, i64>,
         hooks: Vec<(String, Py<PyAny>)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let t = self.tokens(&tokens.as_array())?;

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::arrays::{out, shape_error, shaped, In1, In2, In3};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::Evaluator;
 use hyperlens_probe::{logic_code_rows, LogicRows, LogicSite, ProbeParams, Site};
@@ -16,11 +17,9 @@ use hyperlens_tasks::logic::{
 use hyperlens_tasks::npz::{load_logic, save_logic};
 use hyperlens_train::LogicSettings;
 use ndarray::{s, Array1, IxDyn};
-use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrays::{out, shape_error, shaped};
 use crate::errors::{check_signals, detached, raise, to_py, Kind};
 
 /// The arrays of a logic problem set as numpy gives them (`x` float32 `[N, T, L + 1]`, `y`
@@ -28,15 +27,15 @@ use crate::errors::{check_signals, detached, raise, to_py, Kind};
 /// `[N, K]`).
 pub struct LogicArrays<'py> {
     /// Inputs.
-    pub x: PyReadonlyArray3<'py, f32>,
+    pub x: In3<'py, f32>,
     /// The last token's target.
-    pub y: PyReadonlyArray1<'py, f32>,
+    pub y: In1<'py, f32>,
     /// Every token's target.
-    pub targets: PyReadonlyArray2<'py, f32>,
+    pub targets: In2<'py, f32>,
     /// The terms' bits.
-    pub terms: PyReadonlyArray3<'py, u8>,
+    pub terms: In3<'py, u8>,
     /// The terms' indices.
-    pub term_ids: PyReadonlyArray2<'py, i64>,
+    pub term_ids: In2<'py, i64>,
 }
 
 /// Borrowed views of [`LogicArrays`] (what a call with the GIL released reads): the tasks
@@ -144,13 +143,6 @@ fn sample_logic<'py>(
     let set = parse_logic_set(set)?;
     let split_seed = split_seed(split)?;
     let params = params_of(samples, frac_test);
-    let (t, l, k) = (params.samples, params.variables, params.terms);
-    let per = bytes_of(4, &[t, l + 2]).saturating_add(bytes_of(1, &[k, l + 8]));
-    check_alloc(
-        format!("n = {n} (the whole problem set is held in memory)"),
-        per.saturating_mul(2 * n as u128),
-    )
-    .map_err(to_py)?;
     let problems = detached(py, || {
         let split = LogicSplit::new(params, split_seed).map_err(to_py)?;
         let mut problems = sample_logic_set(&split, set, n, seed).map_err(to_py)?;
@@ -277,11 +269,11 @@ impl LogicViews<'_> {
 /// [0, 1], term bits that are those of their indices).
 #[pyfunction]
 fn validate_logic(
-    x: PyReadonlyArray3<'_, f32>,
-    y: PyReadonlyArray1<'_, f32>,
-    targets: PyReadonlyArray2<'_, f32>,
-    terms: PyReadonlyArray3<'_, u8>,
-    term_ids: PyReadonlyArray2<'_, i64>,
+    x: In3<'_, f32>,
+    y: In1<'_, f32>,
+    targets: In2<'_, f32>,
+    terms: In3<'_, u8>,
+    term_ids: In2<'_, i64>,
 ) -> PyResult<()> {
     let a = LogicArrays {
         x,
@@ -307,11 +299,11 @@ fn validate_logic(
 fn save_logic_file(
     py: Python<'_>,
     path: PathBuf,
-    x: PyReadonlyArray3<'_, f32>,
-    y: PyReadonlyArray1<'_, f32>,
-    targets: PyReadonlyArray2<'_, f32>,
-    terms: PyReadonlyArray3<'_, u8>,
-    term_ids: PyReadonlyArray2<'_, i64>,
+    x: In3<'_, f32>,
+    y: In1<'_, f32>,
+    targets: In2<'_, f32>,
+    terms: In3<'_, u8>,
+    term_ids: In2<'_, i64>,
 ) -> PyResult<()> {
     let a = LogicArrays {
         x,

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use crate::arrays::{check_finite, out, shape_error, shaped, In1, In2, In3, InDyn};
 use candle_core::{DType, Tensor};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::eval::evaluate_stream;
@@ -15,11 +16,10 @@ use hyperlens_model::{Evaluator, ModelError};
 use hyperlens_probe::extract::{code_rows, selections_of, CodeRows};
 use hyperlens_probe::{ProbeParams, Site};
 use ndarray::{s, Array1, Array2, ArrayD, ArrayView3, IxDyn};
-use numpy::{PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3, PyReadonlyArrayDyn};
+use numpy::PyArrayDyn;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::arrays::{check_finite, out, shape_error, shaped};
 use crate::errors::{check_signals, detached, raise, to_py, Kind};
 use crate::logic::LogicArrays;
 
@@ -248,7 +248,7 @@ impl PyEvaluator {
     fn logits<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
+        x: In3<'py, f32>,
         batch: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         check_batch(batch)?;
@@ -277,7 +277,7 @@ impl PyEvaluator {
     fn patterns<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
+        x: In3<'py, f32>,
         batch: usize,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_batch(batch)?;
@@ -313,8 +313,8 @@ impl PyEvaluator {
     fn evaluate<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
-        y: PyReadonlyArray2<'py, i64>,
+        x: In3<'py, f32>,
+        y: In2<'py, i64>,
         batch: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         check_batch(batch)?;
@@ -385,10 +385,10 @@ impl PyEvaluator {
     fn latent_codes<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
-        y: PyReadonlyArray2<'py, i64>,
-        rules: PyReadonlyArray2<'py, i64>,
-        perms: Option<PyReadonlyArray3<'py, i64>>,
+        x: In3<'py, f32>,
+        y: In2<'py, i64>,
+        rules: In2<'py, i64>,
+        perms: Option<In3<'py, i64>>,
         site: &str,
         layers: Option<Vec<usize>>,
         batch: usize,
@@ -492,11 +492,11 @@ impl PyEvaluator {
     fn logic_evaluate<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
-        y: PyReadonlyArray1<'py, f32>,
-        targets: PyReadonlyArray2<'py, f32>,
-        terms: PyReadonlyArray3<'py, u8>,
-        term_ids: PyReadonlyArray2<'py, i64>,
+        x: In3<'py, f32>,
+        y: In1<'py, f32>,
+        targets: In2<'py, f32>,
+        terms: In3<'py, u8>,
+        term_ids: In2<'py, i64>,
         batch: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         check_batch(batch)?;
@@ -517,11 +517,11 @@ impl PyEvaluator {
     fn logic_latent_codes<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
-        y: PyReadonlyArray1<'py, f32>,
-        targets: PyReadonlyArray2<'py, f32>,
-        terms: PyReadonlyArray3<'py, u8>,
-        term_ids: PyReadonlyArray2<'py, i64>,
+        x: In3<'py, f32>,
+        y: In1<'py, f32>,
+        targets: In2<'py, f32>,
+        terms: In3<'py, u8>,
+        term_ids: In2<'py, i64>,
         site: &str,
         layers: Option<Vec<usize>>,
         batch: usize,
@@ -542,7 +542,7 @@ impl PyEvaluator {
     fn run_with_cache<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
+        x: In3<'py, f32>,
         names: Vec<String>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
         let xv = x.as_array();
@@ -571,7 +571,7 @@ impl PyEvaluator {
     fn run_with_hooks<'py>(
         &self,
         py: Python<'py>,
-        x: PyReadonlyArray3<'py, f32>,
+        x: In3<'py, f32>,
         hooks: Vec<(String, Py<PyAny>)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let xv = x.as_array();
@@ -625,7 +625,7 @@ impl HookFn for PyHooks<'_> {
                     continue;
                 }
                 let bound = ret.bind(py);
-                let a: PyReadonlyArrayDyn<'_, f32> = bound.extract().map_err(|_| {
+                let a: InDyn<'_, f32> = bound.extract().map_err(|_| {
                     raise(
                         Kind::Hook,
                         format!(

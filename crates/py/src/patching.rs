@@ -9,17 +9,16 @@
 
 use std::str::FromStr;
 
+use crate::arrays::{out, shaped, In2, In3};
 use hyperlens_probe::{
     ablation_csv, activation_patching, direct_logit_attribution, dla_csv, feature_swap_pairs,
     head_ablation, latent_transplant, patching_csv, transplant_csv, Ablation, ProbeError,
 };
 use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{Array1, Array2};
-use numpy::{PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::arrays::{out, shaped};
 use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 use crate::model::PyEvaluator;
 use crate::tasks::problem_set;
@@ -55,10 +54,10 @@ fn metrics_dict<'py>(
 fn head_ablation_report<'py>(
     py: Python<'py>,
     model: &PyEvaluator,
-    x: PyReadonlyArray3<'py, f32>,
-    y: PyReadonlyArray2<'py, i64>,
-    rules: PyReadonlyArray2<'py, i64>,
-    perms: Option<PyReadonlyArray3<'py, i64>>,
+    x: In3<'py, f32>,
+    y: In2<'py, i64>,
+    rules: In2<'py, i64>,
+    perms: Option<In3<'py, i64>>,
     ablation: &str,
     batch: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -115,10 +114,10 @@ fn head_ablation_report<'py>(
 fn activation_patching_report<'py>(
     py: Python<'py>,
     model: &PyEvaluator,
-    x: PyReadonlyArray3<'py, f32>,
-    y: PyReadonlyArray2<'py, i64>,
-    rules: PyReadonlyArray2<'py, i64>,
-    perms: Option<PyReadonlyArray3<'py, i64>>,
+    x: In3<'py, f32>,
+    y: In2<'py, i64>,
+    rules: In2<'py, i64>,
+    perms: Option<In3<'py, i64>>,
     slot: usize,
     batch: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -168,10 +167,10 @@ fn activation_patching_report<'py>(
 fn dla_report<'py>(
     py: Python<'py>,
     model: &PyEvaluator,
-    x: PyReadonlyArray3<'py, f32>,
-    y: PyReadonlyArray2<'py, i64>,
-    rules: PyReadonlyArray2<'py, i64>,
-    perms: Option<PyReadonlyArray3<'py, i64>>,
+    x: In3<'py, f32>,
+    y: In2<'py, i64>,
+    rules: In2<'py, i64>,
+    perms: Option<In3<'py, i64>>,
     slots: Option<Vec<usize>>,
     batch: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -225,12 +224,12 @@ fn dla_report<'py>(
 fn transplant_rows<'py>(
     py: Python<'py>,
     model: &PyEvaluator,
-    id_x: PyReadonlyArray3<'py, f32>,
-    id_y: PyReadonlyArray2<'py, i64>,
-    id_rules: PyReadonlyArray2<'py, i64>,
-    ood_x: PyReadonlyArray3<'py, f32>,
-    ood_y: PyReadonlyArray2<'py, i64>,
-    ood_rules: PyReadonlyArray2<'py, i64>,
+    id_x: In3<'py, f32>,
+    id_y: In2<'py, i64>,
+    id_rules: In2<'py, i64>,
+    ood_x: In3<'py, f32>,
+    ood_y: In2<'py, i64>,
+    ood_rules: In2<'py, i64>,
     slot: usize,
     batch: usize,
     seed: u64,

@@ -19,6 +19,7 @@ impl Classify for ReportError {
             ReportError::Unsupported { .. } => Kind::Checkpoint,
             ReportError::Model(e) => e.kind(),
             ReportError::Tasks(e) => e.kind(),
+            ReportError::Checkpoint { source, .. } => source.kind(),
             _ => Kind::Other,
         }
     }
@@ -91,14 +92,14 @@ fn progress_dict<'py>(py: Python<'py>, p: &Progress<'_>) -> PyResult<Bound<'py, 
 /// exception it raises, or Ctrl-C (checked at the same points), stops the report there and is
 /// raised: the staging directory is removed and a previous report at `out` stays whole.
 #[pyfunction]
-#[pyo3(signature = (checkpoints, out, n = 2048, split = "paper-seed0", seed = 0, device = "cpu", batch = 256, causal_n = 128, aggregate = false, on_progress = None))]
+#[pyo3(signature = (checkpoints, out, n = 2048, split = None, seed = 0, device = "cpu", batch = 256, causal_n = 128, aggregate = false, on_progress = None))]
 #[allow(clippy::too_many_arguments)]
 fn report(
     py: Python<'_>,
     checkpoints: Vec<PathBuf>,
     out: PathBuf,
     n: usize,
-    split: &str,
+    split: Option<String>,
     seed: u64,
     device: &str,
     batch: usize,
@@ -117,7 +118,7 @@ fn report(
         checkpoints,
         out,
         n,
-        split: split.to_string(),
+        split,
         seed,
         device,
         batch,

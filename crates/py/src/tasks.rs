@@ -2,14 +2,12 @@
 
 use std::path::PathBuf;
 
-use hyperlens_io::budget::check_alloc;
+use crate::arrays::{out, In2, In3};
 use hyperlens_tasks::npz::{load_problems, save_problems};
 use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
-use numpy::{PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrays::out;
 use crate::errors::{detached, raise, to_py, Kind};
 
 /// `id` or `ood`.
@@ -66,14 +64,6 @@ fn sample_sraven<'py>(
         return Err(raise(Kind::Input, "`n` must be at least 1"));
     }
     let split = Split::named(split).map_err(to_py)?;
-    let p = split.params;
-    // As the CLI: x [N, T, M] f32, y and rules [N, F] i64, perms [N, 3, F].
-    let per_problem = 4 * (p.n_tokens() * p.values) as u128 + 8 * 5 * p.features as u128;
-    check_alloc(
-        format!("n = {n} (the whole problem set is held in memory)"),
-        per_problem.saturating_mul(n as u128),
-    )
-    .map_err(to_py)?;
     let problems = detached(py, || {
         sample(&split, set, n, seed, unpermuted).map_err(to_py)
     })?;
@@ -83,25 +73,21 @@ fn sample_sraven<'py>(
 /// A [`ProblemSet`] of the arrays, validated (one-hot context, zero queries, values and rules in
 /// range, permutations).
 pub fn problem_set(
-    x: &PyReadonlyArray3<'_, f32>,
-    y: &PyReadonlyArray2<'_, i64>,
-    rules: &PyReadonlyArray2<'_, i64>,
-    perms: Option<&PyReadonlyArray3<'_, i64>>,
+    x: &In3<'_, f32>,
+    y: &In2<'_, i64>,
+    rules: &In2<'_, i64>,
+    perms: Option<&In3<'_, i64>>,
 ) -> PyResult<ProblemSet> {
-    let (x, y, rules) = (x.as_array(), y.as_array(), rules.as_array());
-    if y.ndim() != 2 || x.ndim() != 3 {
-        return Err(raise(Kind::Shape, "`x` must be [N, T, M], `y` [N, F]"));
-    }
     let params = SravenParams {
-        features: y.shape()[1],
-        values: x.shape()[2],
+        features: y.as_array().ncols(),
+        values: x.as_array().dim().2,
         ..Default::default()
     };
     let set = ProblemSet {
-        x: x.to_owned(),
-        y: y.to_owned(),
-        rules: rules.to_owned(),
-        perms: perms.map(|p| p.as_array().to_owned()),
+        x: x.owned("x")?,
+        y: y.owned("y")?,
+        rules: rules.owned("rules")?,
+        perms: perms.map(|p| p.owned("perms")).transpose()?,
         params,
     };
     set.validate().map_err(to_py)?;
@@ -112,10 +98,10 @@ pub fn problem_set(
 #[pyfunction]
 #[pyo3(signature = (x, y, rules, perms=None))]
 fn validate_problems(
-    x: PyReadonlyArray3<'_, f32>,
-    y: PyReadonlyArray2<'_, i64>,
-    rules: PyReadonlyArray2<'_, i64>,
-    perms: Option<PyReadonlyArray3<'_, i64>>,
+    x: In3<'_, f32>,
+    y: In2<'_, i64>,
+    rules: In2<'_, i64>,
+    perms: Option<In3<'_, i64>>,
 ) -> PyResult<()> {
     problem_set(&x, &y, &rules, perms.as_ref()).map(|_| ())
 }
@@ -126,10 +112,10 @@ fn validate_problems(
 fn save_sraven(
     py: Python<'_>,
     path: PathBuf,
-    x: PyReadonlyArray3<'_, f32>,
-    y: PyReadonlyArray2<'_, i64>,
-    rules: PyReadonlyArray2<'_, i64>,
-    perms: Option<PyReadonlyArray3<'_, i64>>,
+    x: In3<'_, f32>,
+    y: In2<'_, i64>,
+    rules: In2<'_, i64>,
+    perms: Option<In3<'_, i64>>,
 ) -> PyResult<()> {
     let set = problem_set(&x, &y, &rules, perms.as_ref())?;
     detached(py, || save_problems(&path, &set).map_err(to_py))

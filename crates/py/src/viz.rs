@@ -6,6 +6,7 @@
 //! every set projected on its axes, as the report does) or t-SNE (per set); the PNG is the viz
 //! crate's static figure of the same data.
 
+use crate::arrays::{shape_error, InDyn};
 use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
 use hyperlens_analysis::pca::PcaParams;
 use hyperlens_viz::{
@@ -14,11 +15,9 @@ use hyperlens_viz::{
     SravenProblems, VizError,
 };
 use ndarray::{s, Array1, Array2, Array3, Array4, Ix1, Ix2, Ix3, Ix4, Ix5};
-use numpy::PyReadonlyArrayDyn;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::arrays::shape_error;
 use crate::errors::{detached, raise, to_py, Classify, Kind};
 
 impl Classify for VizError {
@@ -52,7 +51,7 @@ where
     T: numpy::Element + Clone,
     D: ndarray::Dimension,
 {
-    let a: PyReadonlyArrayDyn<'_, T> = v.extract().map_err(|_| {
+    let a: InDyn<'_, T> = v.extract().map_err(|_| {
         raise(
             Kind::Input,
             format!(

@@ -28,8 +28,10 @@ pub struct ReportParams {
     pub out: PathBuf,
     /// Problems per set (ID and OOD), for the accuracy and for the codes; at least 16.
     pub n: usize,
-    /// The split of checkpoints whose run files do not name one.
-    pub split: String,
+    /// The split of checkpoints whose run files do not name one ([`DEFAULT_SPLIT`] when `None`).
+    /// A checkpoint that names its own split is evaluated on it; a `Some` that differs from it is
+    /// an error ([`ReportParams::split_for`]), never silently ignored.
+    pub split: Option<String>,
     /// Seed of the evaluation and probe problems.
     pub seed: u64,
     /// Compute device.
@@ -44,6 +46,34 @@ pub struct ReportParams {
     pub aggregate: bool,
 }
 
+/// The split of a checkpoint that names none, when [`ReportParams::split`] is `None`.
+pub const DEFAULT_SPLIT: &str = "paper-seed0";
+
+impl ReportParams {
+    /// The split to evaluate the checkpoint `dir` on, whose run files name `own` (or none): its
+    /// own, else the one given, else [`DEFAULT_SPLIT`].
+    ///
+    /// # Errors
+    /// [`crate::ReportError::InvalidInput`] when a split was given and the checkpoint names
+    /// another: its ID / OOD sets are those of its own split (another split's OOD set may hold
+    /// its training tasks), so the given one cannot apply.
+    pub fn split_for(&self, dir: &std::path::Path, own: Option<&str>) -> crate::Result<String> {
+        match (own, self.split.as_deref()) {
+            (Some(own), Some(given)) if own != given => {
+                Err(crate::ReportError::InvalidInput(format!(
+                    "split {given}: {} was trained on split {own} and is evaluated on it; the split \
+                     applies only to checkpoints whose train.json names none (leave it out, or \
+                     report this checkpoint on its own)",
+                    dir.display()
+                )))
+            }
+            (Some(own), _) => Ok(own.to_string()),
+            (None, Some(given)) => Ok(given.to_string()),
+            (None, None) => Ok(DEFAULT_SPLIT.to_string()),
+        }
+    }
+}
+
 impl Default for ReportParams {
     fn default() -> Self {
         Self {
@@ -51,7 +81,7 @@ impl Default for ReportParams {
             checkpoint_root: PathBuf::from("data/checkpoints"),
             out: PathBuf::from("reports/default"),
             n: 2048,
-            split: "paper-seed0".into(),
+            split: None,
             seed: 0,
             device: Device::Cpu,
             batch: 256,

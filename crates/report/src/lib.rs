@@ -65,7 +65,8 @@ pub use error::{ReportError, Result};
 ///
 /// # Errors
 /// [`ReportError::InvalidInput`] for `n < 16` or `batch == 0` (before any work), or an `out` that
-/// holds something other than a report; the errors of [`discover::checkpoints`]; any failure on a
+/// holds something other than a report; [`ReportError::Tasks`] for an unknown `split` or problem
+/// sets over the memory budget (before any work); the errors of [`discover::checkpoints`]; any failure on a
 /// checkpoint, as [`ReportError::Checkpoint`] naming it; a failed figure or write;
 /// [`ReportError::Interrupted`] when `progress` breaks (it is called at every stage, every batch of
 /// codes and every analysis and transplant step; the fuzzy-logic checkpoints, measured on a second
@@ -83,6 +84,21 @@ pub fn run(
     if params.batch == 0 {
         return Err(ReportError::InvalidInput("batch must be positive".into()));
     }
+    if let Some(split) = &params.split {
+        hyperlens_tasks::sraven::Split::named(split)?;
+    }
+    // Each SRAVEN checkpoint holds its n ID and n OOD problems at once (and the transplant test
+    // its causal_n of each): refused here, before any work, when they cannot fit the budget.
+    let task = hyperlens_tasks::sraven::SravenParams::default();
+    hyperlens_io::budget::check_alloc(
+        format!(
+            "the report's problem sets (n = {}, causal_n = {})",
+            params.n, params.causal_n
+        ),
+        task.set_bytes(params.n.max(params.causal_n))
+            .saturating_mul(2),
+    )
+    .map_err(hyperlens_tasks::error::TasksError::from)?;
     let target = params.out.clone();
     let staging = staging::prepare(&target)?;
     let staged = StagedParams {

@@ -273,10 +273,17 @@ impl Plan {
                 parts.join("_")
             };
             if let Some(&other) = names.get(&run_name) {
+                let show = |p: &[(String, Scalar)]| {
+                    p.iter()
+                        .map(|(k, v)| format!("{k} = {}", v.arg().unwrap_or_else(|| v.label())))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 return Err(SweepError::Spec(format!(
-                    "two runs would be named `{run_name}` ({:?} and {:?}): make the values differ \
+                    "two runs would be named `{run_name}` ({} and {}): make the values differ \
                      in letters or digits",
-                    runs[other].point, point
+                    show(&runs[other].point),
+                    show(&point)
                 )));
             }
             hyperlens_train::check_run_name(&run_name).map_err(|why| {

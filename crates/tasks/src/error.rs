@@ -77,6 +77,9 @@ pub enum TasksError {
         #[source]
         source: std::io::Error,
     },
+    /// A problem set too large for the memory budget, refused before it was allocated.
+    #[error(transparent)]
+    Budget(#[from] hyperlens_io::budget::BudgetError),
     /// Writing an output file failed (hyperlens-io); names the path and array.
     #[error(transparent)]
     File(#[from] hyperlens_io::IoError),

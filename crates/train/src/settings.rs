@@ -268,8 +268,15 @@ impl TrainSettings {
                     self.width
                 ));
             }
-            if z.d_model == 0 || z.n_heads == 0 || z.d_head == 0 || z.d_mlp == 0 {
-                return bad(format!("model sizes must be positive, got {z:?}"));
+            for (flag, v) in [
+                ("--d-model", z.d_model),
+                ("--heads", z.n_heads),
+                ("--d-head", z.d_head),
+                ("--d-mlp", z.d_mlp),
+            ] {
+                if v == 0 {
+                    return bad(format!("{flag} must be at least 1, got 0"));
+                }
             }
         }
         if self.attn_only && self.task != Task::Induction {

@@ -28,9 +28,10 @@ pub struct ReportArgs {
     /// Problems per set (ID and OOD, for accuracy and for the codes).
     #[arg(long, default_value_t = 2048)]
     pub n: usize,
-    /// Split used for checkpoints that do not name theirs in `train.json`.
-    #[arg(long, default_value = "paper-seed0")]
-    pub split: String,
+    /// Split used for checkpoints that do not name theirs in `train.json` [default: paper-seed0];
+    /// a checkpoint that names another is an error (it is evaluated on its own split).
+    #[arg(long)]
+    pub split: Option<String>,
     /// Seed of the evaluation and probe problems.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -10,7 +10,6 @@ use clap::{Args, Subcommand};
 
 pub use super::common::SetArg;
 use super::dispatch::{logic_inputs, logic_set, split_seed};
-use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::Task;
 use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::logic::{sample_logic_set, LogicParams, LogicSplit, LOGIC_SET_CHUNK};
@@ -138,14 +137,7 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
         SetArg::Ood => Set::Ood,
         SetArg::Unknown => bail!("--set unknown applies to --task logic (sraven has id and ood)"),
     };
-    let p = split.params;
-    // x [N, T, M] f32 while sampling and u8 when written, y and rules [N, F] i64, perms [N, 3, F].
-    let per_problem = 5 * (p.n_tokens() * p.values) as u128 + 8 * 5 * p.features as u128;
-    check_alloc(
-        format!("--n {} (the whole problem set is held in memory)", args.n),
-        per_problem.saturating_mul(args.n as u128),
-    )?;
-    let problems = sample(&split, set, args.n, args.seed, args.unpermuted)?;
+    let problems = sample(&split, set, args.n, args.seed, args.unpermuted).map_err(n_flag)?;
     super::common::create_parent("--out", &args.out)?;
     let answer = ambiguity_rate(&problems, Criterion::AnswerDiffers)?;
     let every = ambiguity_rate(&problems, Criterion::EveryFeatureDiffers)?;
@@ -192,13 +184,9 @@ fn sample_logic_to_file(args: &SampleArgs) -> Result<String> {
     let split = LogicSplit::new(params, seed).context("--split")?;
     let set = logic_set(args.set);
     let (t, l, k) = (params.samples, params.variables, params.terms);
-    let per = bytes_of(4, &[t, l + 2]).saturating_add(bytes_of(1, &[k, l + 8]));
-    check_alloc(
-        format!("--n {} (the whole problem set is held in memory)", args.n),
-        per.saturating_mul(2 * args.n as u128),
-    )?;
-    let mut problems =
-        sample_logic_set(&split, set, args.n, args.seed).with_context(|| format!("--set {set}"))?;
+    let mut problems = sample_logic_set(&split, set, args.n, args.seed)
+        .map_err(n_flag)
+        .with_context(|| format!("--set {set}"))?;
     let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, args.seed);
     inputs
         .apply(&mut problems)
@@ -295,6 +283,14 @@ fn summary(
         100.0 * every
     );
     out
+}
+
+/// A sampling error, with a refusal of the memory budget attributed to `--n`.
+fn n_flag(e: hyperlens_tasks::TasksError) -> anyhow::Error {
+    match e {
+        hyperlens_tasks::TasksError::Budget(b) => anyhow::Error::new(b).context("--n"),
+        e => e.into(),
+    }
 }
 
 #[cfg(test)]

@@ -101,9 +101,14 @@ impl Evaluator {
             .iter()
             .find(|s| s.query >= t || s.keys.len() != n_keys || s.keys.iter().any(|&k| k >= t));
         if n_keys == 0 || bad_site.is_some() {
+            let shown = reads
+                .sites
+                .iter()
+                .map(|s| format!("query {} keys {:?}", s.query, s.keys))
+                .collect::<Vec<_>>()
+                .join("; ");
             return Err(ModelError::Input(format!(
-                "code sites {:?}: give one or more sites, each a query and the same number (1 or more) of keys, all below the model's {t} tokens",
-                reads.sites
+                "code sites [{shown}]: give one or more sites, each a query and the same number (1 or more) of keys, all below the model's {t} tokens"
             )));
         }
         if let Some(l) = reads.layers.iter().find(|&&l| l >= cfg.n_layers) {

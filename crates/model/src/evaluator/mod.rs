@@ -150,7 +150,9 @@ impl Evaluator {
         Ok(Tensor::from_vec(data, (b, t, m), self.device())?)
     }
 
-    /// [`ModelError::Input`] unless `x` holds one or more problems of the model's shape.
+    /// [`ModelError::Input`] unless `x` holds one or more problems of the model's shape;
+    /// [`ModelError::Budget`] when a forward pass of that many problems would exceed the memory
+    /// budget ([`Evaluator::forward_bytes`]), before anything is allocated.
     fn check_input(&self, x: ArrayView3<'_, f32>) -> Result<()> {
         let cfg = self.config();
         let (b, t, m) = x.dim();
@@ -162,7 +164,28 @@ impl Evaluator {
                 x.shape()
             )));
         }
+        hyperlens_io::budget::check_alloc(
+            format!("a forward pass of a batch of {b} problems"),
+            self.forward_bytes(b),
+        )?;
         Ok(())
+    }
+
+    /// The memory a forward pass of `b` problems works in, estimated from above: twice one
+    /// layer's activations (residual stream and its normalisation, attention output, queries,
+    /// keys and values, scores and probabilities of every head, MLP hidden units) plus the input;
+    /// saturating.
+    ///
+    /// # Units
+    /// Bytes.
+    pub fn forward_bytes(&self, b: usize) -> u128 {
+        let c = self.config();
+        let per_token =
+            4 * c.d_model + 3 * c.n_heads * c.d_head + c.d_mlp + 2 * c.n_heads * c.n_tokens;
+        let per_problem = (c.n_tokens as u128)
+            .saturating_mul(2 * per_token as u128 + c.d_in as u128)
+            .saturating_mul(4);
+        per_problem.saturating_mul(b as u128)
     }
 
     /// The logits of a problem batch (evaluation mode: no dropout).

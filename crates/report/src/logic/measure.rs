@@ -47,6 +47,7 @@ pub(crate) fn analyse_logic_checkpoint(
         });
     }
     let task = settings.logic.params();
+    params.split_for(dir, Some(&settings.split))?;
     let split = LogicSplit::new(task, settings.split_seed()?)?;
     let device = params.device.to_candle()?;
     let model = Evaluator::load(dir, &device)?;

@@ -108,7 +108,7 @@ pub(crate) fn analyse_checkpoint(
         ..SravenParams::default()
     };
     let info = hyperlens_model::RunRecord::read(dir)?;
-    let split_name = info.split.clone().unwrap_or_else(|| params.split.clone());
+    let split_name = params.split_for(dir, info.split.as_deref())?;
     let split = Split::named_with(&split_name, task)?;
     let training = training_of(dir, &info)?;
     let mut metrics = Vec::new();

@@ -42,6 +42,23 @@ pub struct LogicParams {
     pub samples: usize,
 }
 
+impl LogicParams {
+    /// The bytes that a [`LogicBatch`] of `n` sequences holds (`x`, `y`, `targets` float32, `terms`
+    /// uint8, `term_ids` uint32); saturating, so that a hostile `n` cannot wrap around.
+    ///
+    /// # Units
+    /// Bytes.
+    pub fn set_bytes(&self, n: usize) -> u128 {
+        let (t, l, k) = (
+            self.samples as u128,
+            self.variables as u128,
+            self.terms as u128,
+        );
+        let per = 4 * (t * (l + 1) + 1 + t) + k * l + 4 * k;
+        per.saturating_mul(n as u128)
+    }
+}
+
 impl Default for LogicParams {
     fn default() -> Self {
         LogicParams {
@@ -577,6 +594,10 @@ pub fn sample_logic_set(
             "the problem set would be empty (n = 0)",
         ));
     }
+    hyperlens_io::budget::check_alloc(
+        format!("a fuzzy-logic problem set of n = {n} sequences"),
+        split.params.set_bytes(n).saturating_mul(2),
+    )?;
     let parts = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).collect::<Result<Vec<_>>>()?;
     let cat = |e: ndarray::ShapeError| TasksError::input("batch", e.to_string());
     let ax = ndarray::Axis(0);

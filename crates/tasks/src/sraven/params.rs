@@ -99,6 +99,18 @@ impl SravenParams {
         self.n_context_tokens() + self.features
     }
 
+    /// The bytes that a [`ProblemSet`](crate::sraven::ProblemSet) of `n` problems holds: `x` float32
+    /// [n, T, M], `y` and `rules` int64 [n, F], `perms` int64 [n, 3, F]; saturating, so that a
+    /// hostile `n` cannot wrap around into a small size.
+    ///
+    /// # Units
+    /// Bytes.
+    pub fn set_bytes(&self, n: usize) -> u128 {
+        let per_problem =
+            4 * (self.n_tokens() * self.values) as u128 + 8 * 5 * self.features as u128;
+        per_problem.saturating_mul(n as u128)
+    }
+
     /// Number of tasks: multisets of F rules out of 8, C(8 + F - 1, F) (330 for F = 4).
     pub fn n_tasks(&self) -> usize {
         // C(n, k) with n = 8 + F - 1, k = F, computed incrementally (exact in u128 for F <= 16).

@@ -300,7 +300,8 @@ pub(crate) fn generate(
 ///
 /// # Errors
 /// [`TasksError::InvalidSplit`] if the split is invalid or `set` has no task (e.g. OOD with a 0 %
-/// hold-out).
+/// hold-out); [`TasksError::Budget`] if the set would not fit the memory budget (checked before
+/// anything is allocated).
 pub fn sample(
     split: &Split,
     set: Set,
@@ -308,6 +309,10 @@ pub fn sample(
     seed: u64,
     unpermuted: bool,
 ) -> Result<ProblemSet> {
+    hyperlens_io::budget::check_alloc(
+        format!("a problem set of n = {n} problems"),
+        split.params.set_bytes(n),
+    )?;
     let mut stream = SampleStream::new(split, set, seed, unpermuted)?;
     Ok(stream.next_chunk(n))
 }
@@ -358,7 +363,8 @@ impl SampleStream {
     }
 
     /// An iterator over `n` problems in chunks of `batch` (the last one shorter), in the `Result`
-    /// form that streaming consumers take. A `batch` of 0 yields one error item.
+    /// form that streaming consumers take. A `batch` of 0, or a chunk too large for the memory
+    /// budget ([`TasksError::Budget`], checked before it is allocated), yields one error item.
     pub fn batches(mut self, n: usize, batch: usize) -> impl Iterator<Item = Result<ProblemSet>> {
         let mut done = 0usize;
         let mut failed = false;
@@ -374,6 +380,13 @@ impl SampleStream {
                 }));
             }
             let b = batch.min(n - done);
+            if let Err(e) = hyperlens_io::budget::check_alloc(
+                format!("a batch of {b} problems"),
+                self.params.set_bytes(b),
+            ) {
+                failed = true;
+                return Some(Err(e.into()));
+            }
             done += b;
             Some(Ok(self.next_chunk(b)))
         })
