@@ -79,7 +79,7 @@ class ProblemSet:
             self.y[idx],
             self.rules[idx],
             None if self.perms is None else self.perms[idx],
-            meta=self.meta,
+            meta=_subset_meta(self.meta, idx),
             validate=False,
         )
 
@@ -100,6 +100,14 @@ class ProblemSet:
         """Reads a problem file written by ``hyperlens tasks sample`` (or numpy with its arrays)."""
         d = _core.tasks.load_sraven(os.fspath(path), as_int(features, "features", 1), as_int(values, "values", 1))
         return cls(d["x"], d["y"], d["rules"], d["perms"], meta={"path": os.fspath(path)}, validate=False)
+
+
+def _subset_meta(meta: dict, idx: Any) -> dict:
+    """The ``meta`` of a set's rows ``idx``: a prefix (``[:k]``) is the set sampled with ``n = k``,
+    so it keeps how it was made; any other subset is marked ``subset`` (no command reproduces it)."""
+    if isinstance(idx, slice) and idx.start in (None, 0) and idx.step in (None, 1):
+        return dict(meta)
+    return {**meta, "subset": True}
 
 
 def splits() -> list[dict[str, Any]]:
@@ -226,7 +234,7 @@ class LogicProblemSet:
         idx = rows(idx, len(self), "sequences")
         return LogicProblemSet(
             self.x[idx], self.y[idx], self.targets[idx], self.terms[idx], self.term_ids[idx],
-            meta=self.meta, validate=False,
+            meta=_subset_meta(self.meta, idx), validate=False,
         )
 
     def __repr__(self) -> str:

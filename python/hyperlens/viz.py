@@ -95,7 +95,7 @@ def _as_sets(x: Any) -> dict[str, Any]:
 
 def _reproduce(p: ProblemSet | None, n: int) -> str:
     m = getattr(p, "meta", None) or {}
-    if {"split", "set", "seed"} <= set(m):
+    if {"split", "set", "seed"} <= set(m) and not m.get("subset"):
         unp = " --unpermuted" if m.get("unpermuted") else ""
         return f"hyperlens tasks sample --split {m['split']} --set {m['set']} --n {n} --seed {m['seed']}{unp} --out problems.npz"
     return ""

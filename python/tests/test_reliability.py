@@ -364,6 +364,8 @@ def test_set_indexing_follows_numpy(make):
     assert _equal(ps[-1].as_dict(), ps[4].as_dict()) and len(ps[-5]) == 1
     assert _equal(ps[np.array([0, -1])].x, ps.x[[0, 4]])
     assert len(ps[np.zeros(n, bool)]) == 0 and len(ps[2:100]) == 3
+    # A prefix is the set sampled with a smaller n; any other subset says it is one.
+    assert ps[:3].meta == ps.meta and ps[1:3].meta == {**ps.meta, "subset": True}
     for bad in (5, -6, 10**30, np.int64(7)):
         with raises(IndexError, match="out of range"):
             ps[bad]

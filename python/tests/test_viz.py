@@ -94,7 +94,7 @@ def test_bad_input_is_a_clear_error(sets):
     codes, problems = sets
     with pytest.raises(hl.InputError, match="color"):
         hl.viz.scatter(codes["OOD"], color="nope")
-    with pytest.raises(hl.InputError, match="layer 7"):
+    with pytest.raises(hl.InputError, match="`layer` 7"):
         hl.viz.scatter(codes["OOD"], layer=7)
     with pytest.raises(hl.InputError, match="projection"):
         hl.viz.scatter(codes["OOD"], projection="umap")
@@ -118,7 +118,7 @@ def test_attention_is_the_models_pattern(model, tmp_path):
     np.testing.assert_allclose(back, want, atol=(hi - lo) / 510 + 1e-5)
     fig.save(tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(hl.InputError, match="layer 9"):
+    with pytest.raises(hl.InputError, match="`layer` 9"):
         hl.viz.attention(model, ood, layer=9)
 
 

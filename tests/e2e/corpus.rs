@@ -1065,6 +1065,32 @@ fn flag_cases(root: &Path, cases: &mut Vec<Case>) {
             vec!["--save-logits", "--n"],
         ),
         (
+            "report-n-1e10",
+            vec![
+                "report".into(),
+                "--checkpoint".into(),
+                c.clone(),
+                "--n".into(),
+                "10000000000".into(),
+                "--out".into(),
+                o("report"),
+            ],
+            vec!["n = 10000000000", "memory budget"],
+        ),
+        (
+            "report-split-unknown",
+            vec![
+                "report".into(),
+                "--checkpoint".into(),
+                c.clone(),
+                "--split".into(),
+                "paper-seed9".into(),
+                "--out".into(),
+                o("report"),
+            ],
+            vec!["paper-seed9"],
+        ),
+        (
             "eval-n-0",
             vec![
                 "eval".into(),

@@ -29,7 +29,8 @@ mod commands;
 #[command(name = "hyperlens", version, about, long_about = None)]
 struct Cli {
     /// The most memory one allocation asked for by a file or a flag may take, e.g. 8G or 512M
-    /// (default: HYPERLENS_MEMORY_BUDGET, else half of this machine's memory). Larger sizes are
+    /// (default: HYPERLENS_MEMORY_BUDGET, else half of the least of this machine's memory, the
+    /// address space left under `ulimit -v` and the cgroup's memory limit). Larger sizes are
     /// refused up front with what they would have cost.
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_budget)]
     memory_budget: Option<u64>,
