@@ -1,7 +1,6 @@
 //! `hyperlens.analysis`: the analysis crate's PCA, decoding, k-means, silhouette, t-SNE and the
 //! whole latent-code analysis of `hyperlens analyze`, on numpy arrays.
 
-use crate::arrays::{check_finite_f64, out, In1, In2, InDyn};
 use hyperlens_analysis::cluster::{kmeans as kmeans_fit, silhouette_score, KMeansParams};
 use hyperlens_analysis::codes::report::CodeSplit;
 use hyperlens_analysis::decode::{
@@ -15,6 +14,7 @@ use ndarray::{Array1, Ix5};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::arrays::{check_finite_f64, out, In1, In2, InDyn};
 use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 
 /// PCA of `x` float64 [N, D] on `n_components` components.

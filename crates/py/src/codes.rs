@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::path::PathBuf;
 
-use crate::arrays::{out, In1, In2, In3, InDyn};
 use hyperlens_analysis::CodeSet;
 use hyperlens_io::keys::codes as keys;
 use ndarray::{Array1, Array2, ArrayD, Ix1};
@@ -13,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::analysis::{validated_code_set, CodeArrays};
+use crate::arrays::{out, In1, In2, In3, InDyn};
 use crate::errors::{detached, raise, to_py, Kind};
 
 /// Writes a code set as the probe's `.npz` (codes float32, integer arrays int64, `correct` bool),

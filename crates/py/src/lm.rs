@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::arrays::{out, shape_error, In2};
 use candle_core::Tensor;
 use hyperlens_model::lm::{load, LanguageModel};
 use hyperlens_model::ModelError;
@@ -13,6 +12,7 @@ use ndarray::ArrayView2;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::arrays::{out, shape_error, In2};
 use crate::errors::{detached, raise, to_py, Kind};
 use crate::model::{cache_arrays, cache_out, tensor_array, PyHooks};
 

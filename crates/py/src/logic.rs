@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 
-use crate::arrays::{out, shape_error, shaped, In1, In2, In3};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::Evaluator;
 use hyperlens_probe::{logic_code_rows, LogicRows, LogicSite, ProbeParams, Site};
@@ -20,6 +19,7 @@ use ndarray::{s, Array1, IxDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::arrays::{out, shape_error, shaped, In1, In2, In3};
 use crate::errors::{check_signals, detached, raise, to_py, Kind};
 
 /// The arrays of a logic problem set as numpy gives them (`x` float32 `[N, T, L + 1]`, `y`

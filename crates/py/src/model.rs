@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::arrays::{check_finite, out, shape_error, shaped, In1, In2, In3, InDyn};
 use candle_core::{DType, Tensor};
 use hyperlens_io::budget::{bytes_of, check_alloc};
 use hyperlens_model::eval::evaluate_stream;
@@ -20,6 +19,7 @@ use numpy::PyArrayDyn;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::arrays::{check_finite, out, shape_error, shaped, In1, In2, In3, InDyn};
 use crate::errors::{check_signals, detached, raise, to_py, Kind};
 use crate::logic::LogicArrays;
 

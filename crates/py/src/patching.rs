@@ -9,7 +9,6 @@
 
 use std::str::FromStr;
 
-use crate::arrays::{out, shaped, In2, In3};
 use hyperlens_probe::{
     ablation_csv, activation_patching, direct_logit_attribution, dla_csv, feature_swap_pairs,
     head_ablation, latent_transplant, patching_csv, transplant_csv, Ablation, ProbeError,
@@ -19,6 +18,7 @@ use ndarray::{Array1, Array2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::arrays::{out, shaped, In2, In3};
 use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 use crate::model::PyEvaluator;
 use crate::tasks::problem_set;

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use crate::arrays::{out, In2, In3};
 use hyperlens_tasks::npz::{load_problems, save_problems};
 use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::arrays::{out, In2, In3};
 use crate::errors::{detached, raise, to_py, Kind};
 
 /// `id` or `ood`.

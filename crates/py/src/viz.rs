@@ -6,7 +6,6 @@
 //! every set projected on its axes, as the report does) or t-SNE (per set); the PNG is the viz
 //! crate's static figure of the same data.
 
-use crate::arrays::{shape_error, InDyn};
 use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
 use hyperlens_analysis::pca::PcaParams;
 use hyperlens_viz::{
@@ -18,6 +17,7 @@ use ndarray::{s, Array1, Array2, Array3, Array4, Ix1, Ix2, Ix3, Ix4, Ix5};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use crate::arrays::{shape_error, InDyn};
 use crate::errors::{detached, raise, to_py, Classify, Kind};
 
 impl Classify for VizError {
