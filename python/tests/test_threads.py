@@ -4,6 +4,7 @@ import _thread
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import hyperlens as hl
@@ -169,10 +170,17 @@ def test_keyboard_interrupt_stops_the_analysis(model):
 
     small = codes(512)
     expected = _timed(lambda: hl.analysis.analyze(*small))
-    # the analysis grows faster than linearly with N (k-means, the silhouette): four times the
-    # codes take at least four times as long
-    big = codes(2048)
-    _interrupted_within(lambda: hl.analysis.analyze(*big), 4 * expected)
+    # the analysis grows at least linearly with N (k-means, the silhouette grow faster): the codes
+    # repeated `reps` times take at least `reps` times as long, sized so that the whole call would
+    # take about 6 s however fast the machine (2,048 codes took under the 0.3 s before Ctrl-C on a
+    # quiet machine, and the call ended before the signal)
+    reps = _scaled(expected / 512, lo=512 * 4, hi=512 * 64) // 512
+
+    def repeated(c):
+        return hl.CodeSet(**{k: np.concatenate([v] * reps) for k, v in c.as_dict().items()})
+
+    big = tuple(repeated(c) for c in small)
+    _interrupted_within(lambda: hl.analysis.analyze(*big), reps * expected)
 
 
 def test_ctrl_c_or_a_failing_callback_stops_the_report_and_leaves_no_files(tmp_path):
