@@ -143,11 +143,17 @@ pub fn set_memory_budget(bytes: u64) -> bool {
         .is_ok()
 }
 
-/// `MemTotal` of a `/proc/meminfo` text, in bytes.
-fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+/// The value of a `Key:  N kB` line of a `/proc` text (`/proc/meminfo`, `/proc/self/status`), in
+/// bytes.
+fn kib_line(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib.saturating_mul(1024))
+}
+
+/// `MemTotal` of a `/proc/meminfo` text, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    kib_line(meminfo, "MemTotal:")
 }
 
 /// The soft address-space limit (`Max address space`) of a `/proc/self/limits` text, in bytes;
@@ -165,9 +171,7 @@ fn address_space_limit(limits: &str) -> Option<u64> {
 
 /// `VmSize` (the address space mapped now) of a `/proc/self/status` text, in bytes.
 fn vm_size(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmSize:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib.saturating_mul(1024))
+    kib_line(status, "VmSize:")
 }
 
 /// A cgroup limit file's value: bytes, or `None` for `max` (v2) or v1's "no limit" (a value of
