@@ -90,7 +90,7 @@ class CodeSet:
         """Writes the CLI's ``codes.npz`` format (codes float32, integer arrays int64, ``correct``
         bool), atomically."""
         a = {name: getattr(self, name) for name in _OPTIONAL}
-        _core.codes.save_codes(os.fspath(path), np.ascontiguousarray(self.codes), self.label, **a)
+        _core.codes.save_codes(os.fspath(path), self.codes, self.label, **a)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CodeSet":
@@ -167,7 +167,7 @@ class LogicCodeSet:
     def save(self, path: str | os.PathLike) -> None:
         """Writes the CLI's logic ``codes.npz`` format, atomically."""
         _core.codes.save_logic_codes(
-            os.fspath(path), np.ascontiguousarray(self.codes), self.terms, self.term_ids,
+            os.fspath(path), self.codes, self.terms, self.term_ids,
             self.target, self.prediction, self.problem,
         )
 

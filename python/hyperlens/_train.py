@@ -312,7 +312,7 @@ def report(
             print(f"report: {e['stage']} {what} {e.get('done', '')}/{e.get('total', '')}", file=sys.stderr)
     cb = progress if callable(progress) else None
     index, _n, _s = _core.report.report(
-        [os.fspath(c) for c in checkpoints], os.fspath(out), as_int(n, "n", 16), None if split is None else str(split), as_seed(seed), str(device),
-        as_int(batch, "batch", 1), as_int(causal_n, "causal_n"), bool(aggregate), cb,
+        [os.fspath(c) for c in checkpoints], os.fspath(out), as_int(n, "n"), None if split is None else str(split), as_seed(seed), str(device),
+        as_int(batch, "batch"), as_int(causal_n, "causal_n"), bool(aggregate), cb,
     )
     return Path(index)

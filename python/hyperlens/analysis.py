@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import as_f64, as_i64, as_int, as_seed
+from ._arrays import as_f32, as_f64, as_i64, as_int, as_seed
 from ._codes import CodeSet
 from ._errors import InputError
 
@@ -273,8 +273,8 @@ def term_decoding(train: Any, test: Any, *, seed: int = 0, C: float = 1.0, max_i
         if not isinstance(c, LogicCodeSet):
             raise TypeError(f"`{name}` must be a LogicCodeSet, got {type(c).__name__}")
     csv = _core.analysis.term_decoding(
-        np.ascontiguousarray(train.codes, dtype=np.float32), as_i64(train.terms, "train.terms"), as_i64(train.term_ids, "train.term_ids"),
-        np.ascontiguousarray(test.codes, dtype=np.float32), as_i64(test.terms, "test.terms"), as_i64(test.term_ids, "test.term_ids"),
+        as_f32(train.codes, "train.codes", rounding=True), as_i64(train.terms, "train.terms"), as_i64(train.term_ids, "train.term_ids"),
+        as_f32(test.codes, "test.codes", rounding=True), as_i64(test.terms, "test.terms"), as_i64(test.term_ids, "test.term_ids"),
         as_seed(seed), float(C), as_int(max_iter, "max_iter", 1),
     )
     return _table(csv)

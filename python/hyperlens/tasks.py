@@ -216,7 +216,7 @@ class LogicProblemSet:
         meta: dict | None = None,
         validate: bool = True,
     ) -> None:
-        self.x = np.ascontiguousarray(as_f32(x, "x", 3))
+        self.x = as_f32(x, "x", 3)
         self.y = as_f32(y, "y", 1)
         self.targets = as_f32(targets, "targets", 2)
         self.terms = as_u8(terms, "terms", 3)

@@ -9,7 +9,7 @@ use hyperlens_report::{run as run_report, Progress, ReportError, ReportParams};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{detached, raise, to_py, Classify, Interrupt, Kind};
+use crate::errors::{detached, to_py, Classify, Interrupt, Kind};
 
 impl Classify for ReportError {
     fn kind(&self) -> Kind {
@@ -107,13 +107,8 @@ fn report(
     aggregate: bool,
     on_progress: Option<Py<PyAny>>,
 ) -> PyResult<(PathBuf, usize, f64)> {
+    // `n` and `batch` are checked by `hyperlens_report::run`, before any work.
     let device = hyperlens_model::Device::from_str(device).map_err(to_py)?;
-    if n < 16 || batch == 0 {
-        return Err(raise(
-            Kind::Input,
-            "`n` must be at least 16 and `batch` positive",
-        ));
-    }
     let params = ReportParams {
         checkpoints,
         out,
