@@ -7,8 +7,8 @@
 #       kernels off (HYPERLENS_FUSED_CUDA=0);
 #   (b) training model-steps/s of batched groups (`train --seeds`): HYLA for M = 1 2 4 8 16 32, softmax
 #       for M = 1 and 16 (train.json's steps_per_s and model_steps_per_s), with the fused CUDA
-#       kernels (the default); then HYLA for M = $FUSED_OFF_MS with them off (HYPERLENS_FUSED_CUDA=0:
-#       the composed candle operations, the rates before the kernels);
+#       kernels (opt-in, so the window exports HYPERLENS_FUSED_CUDA=1); then HYLA for M = $FUSED_OFF_MS
+#       with them off (HYPERLENS_FUSED_CUDA=0: the composed candle operations, the binary's default);
 #   (c) a batched group of 2 against its two single runs on the device: the largest relative difference
 #       of the losses (metrics.csv) and of the weights (model.safetensors) after $CHECK_STEPS steps;
 #   (d) `probe --n $PROBE_N` on the device and on the machine's CPU, codes compared, problems/s of both;
@@ -19,6 +19,7 @@
 # Dry run on the CPU machine before any device call (small sizes, the local binary):
 #   DEVICE=cpu HL=target/release/hyperlens SMALL=1 OUT=/tmp/window bash bench/gpu/window.sh
 set -uo pipefail
+export HYPERLENS_FUSED_CUDA=1  # the fused CUDA kernels are opt-in (docs/gpu.md); the runs marked =0 turn them off
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}  # with numpy
 OUT=${OUT:-/tmp/window}

@@ -1120,7 +1120,11 @@ fn rel_diff(reference: &Tensor, other: &Tensor) -> f32 {
 #[test]
 fn cuda_fused_kernels_match_the_cpu() {
     use candle_core::Var;
-    use hyperlens_model::ops::cuda::{adamw_scalars, FusedAdamW};
+    use hyperlens_model::ops::cuda::{adamw_scalars, fused_cuda_requested, FusedAdamW};
+    assert!(
+        fused_cuda_requested().unwrap(),
+        "the fused CUDA kernels are opt-in: run this test with HYPERLENS_FUSED_CUDA=1"
+    );
     let gpu = hyperlens_model::Device::Cuda(0)
         .to_candle()
         .expect("a CUDA device");

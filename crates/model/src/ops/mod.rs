@@ -42,7 +42,7 @@ pub enum Ops {
     Fused,
     /// [`Ops::Fused`] plus the CPU kernels in float32 on the CPU (single passes, products with
     /// ones for broadcasts) and, in a build with the feature `cuda`, the fused CUDA kernels of
-    /// [`cuda`] on CUDA devices (the HYLA mix; [`cuda::FUSED_CUDA_ENV`] `=0` turns them off). The
+    /// [`cuda`] on CUDA devices when asked for (the HYLA mix; opt-in, [`cuda::FUSED_CUDA_ENV`] `=1`). The
     /// default: on other devices it is [`Ops::Fused`].
     #[default]
     Fast,

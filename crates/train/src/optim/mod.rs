@@ -5,7 +5,7 @@
 //! run could be neither masked as the paper's recipe requires nor resumed exactly; this is the same
 //! update with both.
 //!
-//! On a CUDA device (in a build with the feature `cuda`, unless `HYPERLENS_FUSED_CUDA=0`) the
+//! On a CUDA device (in a build with the feature `cuda`, with the opt-in `HYPERLENS_FUSED_CUDA=1`) the
 //! update is one kernel, `hyperlens_model::ops::cuda::FusedAdamW`, with the same arithmetic; on
 //! every other device it is the composed candle update below.
 

@@ -33,10 +33,12 @@
 //! feature this module keeps only the host-side pieces (the scalars' packing, the launch sizes and
 //! the switch), and [`FusedAdamW::new`] answers `None`.
 //!
-//! [`FUSED_CUDA_ENV`] `=0` turns both kernels off at run time (the composed operations run, as
-//! before the kernels), so that one binary can measure both (`bench/gpu/window.sh`).
-//! `tests/model.rs` (`cuda_fused_kernels_match_the_cpu`, compiled with the feature, run on a GPU)
-//! checks them against the CPU.
+//! **Opt-in.** The kernels have been compiled (`--features cuda`) but never run on a GPU, so they
+//! are off unless [`FUSED_CUDA_ENV`] is `1` (read once per process): by default a CUDA device runs
+//! the composed candle operations, which have run on H100s (`docs/gpu.md`, `bench/gpu/README.md`).
+//! `tests/model.rs` (`cuda_fused_kernels_match_the_cpu`, compiled with the feature, run on a GPU
+//! with `HYPERLENS_FUSED_CUDA=1`) checks them against the CPU; once a GPU run has passed it, the
+//! default can change. One binary can time both (`bench/gpu/window.sh`).
 
 #[cfg(feature = "cuda")]
 mod adamw;
@@ -61,18 +63,19 @@ mod ptx {
 #[cfg(feature = "cuda")]
 const MODULE: &str = "hyperlens-fused";
 
-/// Environment variable that turns the fused CUDA kernels off when set to `0` (default `1`: on):
-/// the AdamW update and the HYLA mix then run as composed candle operations.
+/// Environment variable that turns the fused CUDA kernels on when set to `1` (default `0`: off,
+/// since they have not yet run on a GPU; module docs): off, the AdamW update and the HYLA mix run
+/// as composed candle operations.
 pub const FUSED_CUDA_ENV: &str = "HYPERLENS_FUSED_CUDA";
 
-/// A `0` / `1` switch from the value of [`FUSED_CUDA_ENV`] (unset or empty: on).
+/// A `0` / `1` switch from the value of [`FUSED_CUDA_ENV`] (unset or empty: off).
 ///
 /// # Errors
 /// [`ModelError::DeviceUnavailable`] for any other value.
 fn parse_switch(value: Option<&str>) -> Result<bool> {
     match value.map(str::trim) {
-        None | Some("") | Some("1") => Ok(true),
-        Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        None | Some("") | Some("0") => Ok(false),
         Some(other) => Err(ModelError::DeviceUnavailable {
             device: "cuda".into(),
             reason: format!("{FUSED_CUDA_ENV} must be 0 or 1, got `{other}`"),
@@ -80,7 +83,8 @@ fn parse_switch(value: Option<&str>) -> Result<bool> {
     }
 }
 
-/// Whether the fused CUDA kernels run (read from [`FUSED_CUDA_ENV`] once per process).
+/// Whether the fused CUDA kernels were asked for (read from [`FUSED_CUDA_ENV`] once per process;
+/// off unless it is `1`).
 ///
 /// # Errors
 /// [`ModelError::DeviceUnavailable`] for a value other than unset, `0` or `1`.
@@ -97,7 +101,7 @@ pub fn fused_cuda_requested() -> Result<bool> {
 }
 
 /// Whether the fused CUDA kernels run on `x`: a float32 tensor on a CUDA device, in a build with
-/// the feature `cuda`, and not turned off ([`fused_cuda_requested`]).
+/// the feature `cuda`, and asked for ([`fused_cuda_requested`]).
 ///
 /// # Errors
 /// As [`fused_cuda_requested`].
@@ -215,7 +219,7 @@ impl FusedAdamW {
     /// The fused update of `params` (one tensor per slot, `models * lens[s]` elements each: model
     /// `m`'s elements of slot `s` are `m * lens[s]..`), with each element's weight-decay
     /// coefficient `decay` and the constants `beta1`, `beta2`, `eps`; `None` where it does not
-    /// run: not a CUDA device, a build without the feature `cuda`, [`FUSED_CUDA_ENV`] `=0`, no
+    /// run: not a CUDA device, a build without the feature `cuda`, [`FUSED_CUDA_ENV`] not `1`, no
     /// parameters, a parameter that is not a whole contiguous float32 tensor, or more elements
     /// than 32-bit offsets hold.
     ///

@@ -88,14 +88,15 @@ fn mix_launch_sizes() {
     assert_eq!(mix_launch(0, 4, 4, 4), None);
 }
 
-/// `HYPERLENS_FUSED_CUDA`: unset, empty and `1` are on, `0` off, anything else an error naming
-/// the variable.
+/// `HYPERLENS_FUSED_CUDA`: opt-in. Unset, empty and `0` are off (the composed operations that have
+/// run on a GPU), `1` on, anything else an error naming the variable.
 #[test]
-fn the_switch_parses_0_and_1() {
-    assert!(parse_switch(None).unwrap());
-    assert!(parse_switch(Some("")).unwrap());
-    assert!(parse_switch(Some(" 1 ")).unwrap());
+fn the_switch_is_off_unless_1() {
+    assert!(!parse_switch(None).unwrap());
+    assert!(!parse_switch(Some("")).unwrap());
     assert!(!parse_switch(Some("0")).unwrap());
+    assert!(parse_switch(Some(" 1 ")).unwrap());
+    assert!(parse_switch(Some("1")).unwrap());
     let e = parse_switch(Some("off")).unwrap_err().to_string();
     assert!(e.contains(FUSED_CUDA_ENV) && e.contains("`off`"), "{e}");
 }
