@@ -1,7 +1,8 @@
 //! Hook points of the SRAVEN / fuzzy-logic transformer: every activation of the forward pass by its
 //! TransformerLens name, to read (a cache) or to replace (an intervention).
 //!
-//! [`Transformer::run_with_hooks`] runs the forward pass of [`Transformer::forward`] step by step and
+//! [`Transformer::run_with_hooks`] runs the forward pass of [`Transformer::forward`] (the same body,
+//! `crate::nn::Block::forward` with the hooks as its type parameter, `crate::nn::hook_point`) and
 //! calls a [`HookFn`] at each hook point, in this order (TransformerLens 3.x names and meanings, on
 //! this architecture; `docs/spec/models.md`):
 //!
@@ -34,7 +35,6 @@ use candle_core::Tensor;
 
 use crate::error::{ModelError, Result};
 use crate::mixer::ValueNetwork;
-use crate::nn::position::relative_position_bias;
 use crate::ops::reference::normalise;
 use crate::transformer::Transformer;
 use crate::Config;
@@ -339,54 +339,32 @@ pub(crate) fn at_heads(hooks: &mut dyn HookFn, name: &str, value: Tensor) -> Res
     Ok(out.transpose(1, 2)?.contiguous()?)
 }
 
-/// One block of the hooked pass (`blocks.{l}.*` hook points, module docs) on the stream `h`
-/// `[B, T, D]` entering it; `rel` is the relative-position bias `[H, T, T]` of blocks that have
-/// one, `mask` the causal mask of causal models. Shared by the SRAVEN transformer and hyperlens's
-/// token models, whose blocks are the same.
+/// The mix of block `l`'s attention (normalisation and value network, `ops::Mixer`) in its
+/// decomposed reference form, with the hook points `blocks.{l}.attn.hook_pattern`,
+/// `attn.hook_value_hidden` (value networks `mlp_relu` / `mlp_linear`) and `attn.hook_z`: what
+/// [`crate::nn::Attention::forward`] runs when a hook is attached, so that the pattern, the hidden
+/// units and `z` exist as tensors a hook may replace. Returns `(z, pattern)` as
+/// [`crate::Ops::mix`] returns `(o, pattern)`.
+///
+/// # Shapes
+/// `scores [B, H, Q, K]`, `v [B, H, K, d]`, `mask` broadcastable to `[B, H, Q, K]` -> `z [B, Q, H,
+/// d]`, `pattern [B, H, Q, K]`.
 ///
 /// # Errors
 /// Candle errors; a hook's error or a replacement of another shape.
-pub(crate) fn block_with_hooks(
+pub(crate) fn mix_hooked(
     ops: crate::Ops,
-    block: &crate::nn::block::Block,
-    mut h: Tensor,
-    l: usize,
-    rel: Option<&Tensor>,
+    scores: &Tensor,
+    v: &Tensor,
+    mixer: crate::Mixer,
     mask: Option<&Tensor>,
     hooks: &mut dyn HookFn,
-) -> Result<Tensor> {
-    let (bsz, t, _) = h.dims3()?;
+    l: usize,
+) -> Result<(Tensor, Tensor)> {
     let b = format!("blocks.{l}.");
-    h = at(hooks, &format!("{b}hook_resid_pre"), h)?;
-    let x1 = match &block.ln1 {
-        Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln1"))?,
-        None => h.clone(),
-    };
-    let a = &block.attn;
-    let (n_heads, d, dm) = a.w_o.dims3()?;
-    let q = at_heads(
-        hooks,
-        &format!("{b}attn.hook_q"),
-        ops.project_heads(&x1, &a.w_q, &a.b_q)?,
-    )?;
-    let k = at_heads(
-        hooks,
-        &format!("{b}attn.hook_k"),
-        ops.project_heads(&x1, &a.w_k, &a.b_k)?,
-    )?;
-    let v = at_heads(
-        hooks,
-        &format!("{b}attn.hook_v"),
-        ops.project_heads(&x1, &a.w_v, &a.b_v)?,
-    )?;
-    let mut scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-    if let Some(rel) = rel {
-        scores = ops.add_leading(&scores, rel)?;
-    }
-    let scores = at(hooks, &format!("{b}attn.hook_attn_scores"), scores)?;
-    let pattern = normalise(ops, &scores, a.mixer.normalisation(), mask)?;
+    let pattern = normalise(ops, scores, mixer.normalisation(), mask)?;
     let pattern = at(hooks, &format!("{b}attn.hook_pattern"), pattern)?;
-    let z = match a.mixer.value_network() {
+    let z = match mixer.value_network() {
         ValueNetwork::Default => pattern
             .matmul(&v.contiguous()?)?
             .transpose(1, 2)?
@@ -412,34 +390,7 @@ pub(crate) fn block_with_hooks(
         }
     };
     let z = at(hooks, &format!("{b}attn.hook_z"), z)?;
-    let attn_out = ops.linear(
-        &z.reshape((bsz, t, n_heads * d))?,
-        &a.w_o.reshape((n_heads * d, dm))?,
-        &a.b_o,
-    )?;
-    let attn_out = at(hooks, &format!("{b}hook_attn_out"), attn_out)?;
-    h = (h + attn_out)?;
-    if let Some(mlp) = &block.mlp {
-        h = at(hooks, &format!("{b}hook_resid_mid"), h)?;
-        let x2 = match &block.ln2 {
-            Some(ln) => layer_norm_hooked(ops, ln, &h, hooks, &format!("{b}ln2"))?,
-            None => h.clone(),
-        };
-        let pre = at(
-            hooks,
-            &format!("{b}mlp.hook_pre"),
-            mlp.input.forward(ops, &x2)?,
-        )?;
-        let post = at(hooks, &format!("{b}mlp.hook_post"), ops.gelu_tanh(&pre)?)?;
-        let out = at(
-            hooks,
-            &format!("{b}hook_mlp_out"),
-            mlp.output.forward(ops, &post)?,
-        )?;
-        h = (h + out)?;
-    }
-    h = at(hooks, &format!("{b}hook_resid_post"), h)?;
-    Ok(h)
+    Ok((z, pattern))
 }
 
 impl Transformer {
@@ -472,7 +423,7 @@ impl Transformer {
             )));
         }
         let h = at(hooks, "hook_embed", self.embed.forward(self.ops(), x)?)?;
-        self.blocks_with_hooks(h, 0, hooks)
+        Ok(self.blocks_from(h, 0, None, false, hooks)?.logits)
     }
 
     /// The hooked pass from the residual stream entering block `start` (the value of
@@ -505,30 +456,9 @@ impl Transformer {
                 resid.dims()
             )));
         }
-        self.blocks_with_hooks(resid.clone(), start, hooks)
-    }
-
-    /// Blocks `start..L`, the final LayerNorm and the unembedding, with hooks, from the stream `h`
-    /// `[B, T, D]` entering block `start`.
-    fn blocks_with_hooks(
-        &self,
-        mut h: Tensor,
-        start: usize,
-        hooks: &mut dyn HookFn,
-    ) -> Result<Tensor> {
-        let cfg = self.config().clone();
-        let ops = self.ops();
-        let t = h.dim(1)?;
-        for (l, block) in self.blocks.iter().enumerate().skip(start) {
-            let rel = match &block.attn.rel_pos {
-                Some(table) => Some(relative_position_bias(table, self.buckets())?),
-                None => None,
-            };
-            h = block_with_hooks(ops, block, h, l, rel.as_ref(), self.mask(), hooks)?;
-        }
-        let normed = layer_norm_hooked(ops, &self.ln_final, &h, hooks, "ln_final")?;
-        let last = normed.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;
-        self.unembed.forward(ops, &last)
+        Ok(self
+            .blocks_from(resid.clone(), start, None, false, hooks)?
+            .logits)
     }
 
     /// [`Transformer::run_with_hooks`] with a [`Cache`] of the hook points matching `patterns`:

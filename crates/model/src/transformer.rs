@@ -15,7 +15,9 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::nn::params::{check_var_count, seeded_tensors, varmap_from};
 use crate::nn::position::{bucket_matrix, causal_mask, dropout_mask};
-use crate::nn::{Block, BlockSpec, InitRule, LayerNorm, Linear, Params};
+use crate::nn::{
+    AttentionInputs, Block, BlockSpec, HookPoints, InitRule, LayerNorm, Linear, NoHooks, Params,
+};
 use crate::ops::Ops;
 
 /// LayerNorm epsilon of the reference (flax default).
@@ -176,16 +178,6 @@ impl Transformer {
         self.ops
     }
 
-    /// The relative-position bucket of every (query, key) pair, `[T, T]`.
-    pub(crate) fn buckets(&self) -> &Tensor {
-        &self.buckets
-    }
-
-    /// The attention mask `[T, T]` (a causal model), if any.
-    pub(crate) fn mask(&self) -> Option<&Tensor> {
-        self.mask.as_ref()
-    }
-
     /// The model's configuration.
     pub fn config(&self) -> &Config {
         &self.config
@@ -278,23 +270,57 @@ impl Transformer {
                 )));
             }
         }
-        let ops = self.ops;
-        let mut h = self.embed.forward(ops, x)?;
+        let h = self.embed.forward(self.ops, x)?;
+        self.blocks_from(h, 0, dropout, capture_attention, &mut NoHooks)
+    }
+
+    /// Blocks `start..L`, the final LayerNorm and the unembedding from the stream `h` `[B, T, D]`
+    /// entering block `start`, with the hook points of those blocks and of the final LayerNorm:
+    /// the one body of the plain pass ([`NoHooks`]) and of the hooked pass (`crate::hooks`). With a
+    /// hook attached the final LayerNorm runs at every position (its hook points are `[B, T, ..]`)
+    /// before the last `F` are kept; without, on the last `F` only.
+    ///
+    /// # Shapes
+    /// `h [B, T, D]`; `dropout` one mask per layer (indexed by layer, from 0). Returns as
+    /// [`Transformer::forward`].
+    ///
+    /// # Errors
+    /// Candle errors; a hook's error or a replacement of another shape.
+    pub(crate) fn blocks_from<P: HookPoints + ?Sized>(
+        &self,
+        mut h: Tensor,
+        start: usize,
+        dropout: Option<&[Tensor]>,
+        capture_attention: bool,
+        hooks: &mut P,
+    ) -> Result<ForwardOutput> {
+        let (cfg, ops) = (&self.config, self.ops);
+        let t = h.dim(1)?;
         let mut captured = capture_attention.then(|| Vec::with_capacity(cfg.n_layers));
-        for (l, block) in self.blocks.iter().enumerate() {
-            let drop = dropout.map(|m| &m[l]);
-            let out = block.forward(ops, &h, Some(&self.buckets), self.mask.as_ref(), drop)?;
+        for (l, block) in self.blocks.iter().enumerate().skip(start) {
+            let inputs = AttentionInputs {
+                buckets: Some(&self.buckets),
+                mask: self.mask.as_ref(),
+                dropout: dropout.map(|m| &m[l]),
+            };
+            let out = block.forward(ops, &h, l, inputs, hooks)?;
             h = out.resid;
             if let Some(c) = captured.as_mut() {
                 c.push(out.pattern);
             }
         }
-        let h = h.narrow(1, t - cfg.n_outputs, cfg.n_outputs)?;
-        let logits = self
-            .unembed
-            .forward(ops, &self.ln_final.forward(ops, &h)?)?;
+        let last = |h: &Tensor| h.narrow(1, t - cfg.n_outputs, cfg.n_outputs);
+        let normed = match hooks.hooks() {
+            None => self.ln_final.forward(ops, &last(&h)?)?,
+            Some(_) => last(&self.ln_final.forward_hooked(
+                ops,
+                &h,
+                || "ln_final".into(),
+                hooks,
+            )?)?,
+        };
         Ok(ForwardOutput {
-            logits,
+            logits: self.unembed.forward(ops, &normed)?,
             attention: captured,
         })
     }

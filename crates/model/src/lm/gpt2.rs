@@ -10,17 +10,16 @@ use candle_core::{Device, Tensor};
 use ndarray::{s, Array2};
 
 use super::hf::{read_weights, HfConfig};
+use super::layers::{causal_softmax, norm, Norm};
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, masked_scores, matmul, matmul_t, LmOutput};
+use super::{check_tokens, matmul, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
-use crate::hooks::{at, at_heads, lm_hook_names, norm_hooked, BlockHooks, HookFn};
-use crate::mixer::Normalisation;
+use crate::hooks::{at, lm_hook_names, BlockHooks, HookFn};
 use crate::nn::position::causal_mask;
-use crate::ops::reference::normalise;
-use crate::ops::Ops;
+use crate::nn::{HookPoints, NoHooks};
 
 /// The MLP non-linearity of a GPT-2 checkpoint (`activation_function` in `config.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,52 +190,7 @@ impl Gpt2 {
     /// [`ModelError::Input`] when `tokens` is not [B, T] u32, is empty, longer than `n_ctx`, or holds
     /// an id >= V.
     pub fn forward(&self, tokens: &Tensor, capture: bool) -> Result<LmOutput> {
-        let c = &self.config;
-        let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
-        let tokens = tokens.to_device(&self.device)?;
-        let (hh, d, dm) = (c.n_heads, c.d_model / c.n_heads, c.d_model);
-        let eps = c.ln_eps as f32;
-        let mask = causal_mask(t, &self.device)?;
-        let scale = 1.0 / (d as f64).sqrt();
-        let emb = self
-            .wte
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, dm))?;
-        let mut h = emb.broadcast_add(&self.wpe.narrow(0, 0, t)?)?;
-        let mut patterns = Vec::new();
-        for layer in &self.layers {
-            let x = candle_nn::ops::layer_norm(&h, &layer.ln1_w, &layer.ln1_b, eps)?;
-            let qkv = matmul(&x, &layer.c_attn_w)?.broadcast_add(&layer.c_attn_b)?;
-            let part = |i: usize| -> Result<Tensor> {
-                Ok(qkv
-                    .narrow(2, i * dm, dm)?
-                    .reshape((b, t, hh, d))?
-                    .transpose(1, 2)?
-                    .contiguous()?)
-            };
-            let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-            let scores = (q.matmul(&k.t()?)? * scale)?;
-            let a = normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(&mask))?;
-            let o = a.matmul(&v)?.transpose(1, 2)?.reshape((b, t, dm))?;
-            if capture {
-                patterns.push(a);
-            }
-            h = (h + matmul(&o, &layer.c_proj_w)?.broadcast_add(&layer.c_proj_b)?)?;
-            let x = candle_nn::ops::layer_norm(&h, &layer.ln2_w, &layer.ln2_b, eps)?;
-            let z = matmul(&x, &layer.fc_w)?.broadcast_add(&layer.fc_b)?;
-            let z = match c.activation {
-                Gpt2Activation::GeluTanh => z.gelu()?,
-                Gpt2Activation::GeluErf => z.gelu_erf()?,
-                Gpt2Activation::Relu => z.relu()?,
-            };
-            h = (h + matmul(&z, &layer.proj_w)?.broadcast_add(&layer.proj_b)?)?;
-        }
-        let h = candle_nn::ops::layer_norm(&h, &self.ln_f_w, &self.ln_f_b, eps)?;
-        let logits = matmul_t(&h, &self.lm_head)?;
-        Ok(LmOutput {
-            logits,
-            patterns: capture.then_some(patterns),
-        })
+        self.pass(tokens, capture, &mut NoHooks)
     }
 
     /// The hook points of [`Gpt2::run_with_hooks`], in pass order: `hook_embed`, `hook_pos_embed`,
@@ -271,6 +225,25 @@ impl Gpt2 {
     /// # Errors
     /// As [`Gpt2::forward`]; a hook's error; a replacement of another shape (naming the hook).
     pub fn run_with_hooks(&self, tokens: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
+        Ok(self.pass(tokens, false, hooks)?.logits)
+    }
+
+    /// The model's one forward body, generic over its hook points: [`NoHooks`] for
+    /// [`Gpt2::forward`], a [`HookFn`] for [`Gpt2::run_with_hooks`] (the norms and the attention's
+    /// softmax then take the decomposed forms whose intermediate tensors the hooks see,
+    /// `super::layers`).
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32. Returns [`LmOutput`] (the patterns after their hooks).
+    ///
+    /// # Errors
+    /// As [`Gpt2::forward`]; a hook's error; a replacement of another shape.
+    fn pass<P: HookPoints + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        capture: bool,
+        hooks: &mut P,
+    ) -> Result<LmOutput> {
         let c = &self.config;
         let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
         let tokens = tokens.to_device(&self.device)?;
@@ -282,27 +255,25 @@ impl Gpt2 {
             .wte
             .index_select(&tokens.flatten_all()?, 0)?
             .reshape((b, t, dm))?;
-        let emb = at(hooks, "hook_embed", emb)?;
-        let pos = self
-            .wpe
-            .narrow(0, 0, t)?
-            .unsqueeze(0)?
-            .broadcast_as((b, t, dm))?
-            .contiguous()?;
-        let pos = at(hooks, "hook_pos_embed", pos)?;
-        let mut h = (emb + pos)?;
+        let mut h = match hooks.hooks() {
+            None => emb.broadcast_add(&self.wpe.narrow(0, 0, t)?)?,
+            Some(hk) => {
+                let emb = at(hk, "hook_embed", emb)?;
+                let pos = self
+                    .wpe
+                    .narrow(0, 0, t)?
+                    .unsqueeze(0)?
+                    .broadcast_as((b, t, dm))?
+                    .contiguous()?;
+                let pos = at(hk, "hook_pos_embed", pos)?;
+                (emb + pos)?
+            }
+        };
+        let mut patterns = Vec::new();
         for (l, layer) in self.layers.iter().enumerate() {
-            let p = format!("blocks.{l}.");
-            h = at(hooks, &format!("{p}hook_resid_pre"), h)?;
-            let x = norm_hooked(
-                &h,
-                &layer.ln1_w,
-                Some(&layer.ln1_b),
-                eps,
-                false,
-                hooks,
-                &format!("{p}ln1"),
-            )?;
+            h = hooks.at_block(l, "hook_resid_pre", h)?;
+            let ln1 = Norm::Layer(&layer.ln1_w, &layer.ln1_b);
+            let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
             let qkv = matmul(&x, &layer.c_attn_w)?.broadcast_add(&layer.c_attn_b)?;
             let part = |i: usize| -> Result<Tensor> {
                 Ok(qkv
@@ -311,50 +282,40 @@ impl Gpt2 {
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let q = at_heads(hooks, &format!("{p}attn.hook_q"), part(0)?)?;
-            let k = at_heads(hooks, &format!("{p}attn.hook_k"), part(1)?)?;
-            let v = at_heads(hooks, &format!("{p}attn.hook_v"), part(2)?)?;
-            let scores = masked_scores(&q, &k, scale, &mask)?;
-            let scores = at(hooks, &format!("{p}attn.hook_attn_scores"), scores)?;
-            let a = candle_nn::ops::softmax_last_dim(&scores)?;
-            let a = at(hooks, &format!("{p}attn.hook_pattern"), a)?;
-            let z = at_heads(hooks, &format!("{p}attn.hook_z"), a.matmul(&v)?)?;
+            let q = hooks.at_block_heads(l, "attn.hook_q", part(0)?)?;
+            let k = hooks.at_block_heads(l, "attn.hook_k", part(1)?)?;
+            let v = hooks.at_block_heads(l, "attn.hook_v", part(2)?)?;
+            let a = causal_softmax(&q, &k, scale, &mask, l, hooks)?;
+            let z = hooks.at_block_heads(l, "attn.hook_z", a.matmul(&v)?)?;
+            if capture {
+                patterns.push(a);
+            }
             let o = z.transpose(1, 2)?.reshape((b, t, dm))?;
             let attn_out = matmul(&o, &layer.c_proj_w)?.broadcast_add(&layer.c_proj_b)?;
-            let attn_out = at(hooks, &format!("{p}hook_attn_out"), attn_out)?;
-            h = at(hooks, &format!("{p}hook_resid_mid"), (h + attn_out)?)?;
-            let x = norm_hooked(
-                &h,
-                &layer.ln2_w,
-                Some(&layer.ln2_b),
-                eps,
-                false,
-                hooks,
-                &format!("{p}ln2"),
-            )?;
+            let attn_out = hooks.at_block(l, "hook_attn_out", attn_out)?;
+            h = hooks.at_block(l, "hook_resid_mid", (h + attn_out)?)?;
+            let ln2 = Norm::Layer(&layer.ln2_w, &layer.ln2_b);
+            let x = norm(&h, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
             let pre = matmul(&x, &layer.fc_w)?.broadcast_add(&layer.fc_b)?;
-            let pre = at(hooks, &format!("{p}mlp.hook_pre"), pre)?;
+            let pre = hooks.at_block(l, "mlp.hook_pre", pre)?;
             let post = match c.activation {
                 Gpt2Activation::GeluTanh => pre.gelu()?,
                 Gpt2Activation::GeluErf => pre.gelu_erf()?,
                 Gpt2Activation::Relu => pre.relu()?,
             };
-            let post = at(hooks, &format!("{p}mlp.hook_post"), post)?;
+            let post = hooks.at_block(l, "mlp.hook_post", post)?;
             let out = matmul(&post, &layer.proj_w)?.broadcast_add(&layer.proj_b)?;
-            let out = at(hooks, &format!("{p}hook_mlp_out"), out)?;
-            h = at(hooks, &format!("{p}hook_resid_post"), (h + out)?)?;
+            let out = hooks.at_block(l, "hook_mlp_out", out)?;
+            h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
-        let h = norm_hooked(
-            &h,
-            &self.ln_f_w,
-            Some(&self.ln_f_b),
-            eps,
-            false,
-            hooks,
-            "ln_final",
-        )?;
-        let h = at(hooks, "unembed.hook_in", h)?;
-        at(hooks, "unembed.hook_out", matmul_t(&h, &self.lm_head)?)
+        let ln_f = Norm::Layer(&self.ln_f_w, &self.ln_f_b);
+        let h = norm(&h, ln_f, eps, || "ln_final".into(), hooks)?;
+        let h = hooks.at("unembed.hook_in", h)?;
+        let logits = hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?;
+        Ok(LmOutput {
+            logits,
+            patterns: capture.then_some(patterns),
+        })
     }
 
     /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] =

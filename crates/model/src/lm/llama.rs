@@ -12,17 +12,16 @@ use ndarray::Array1;
 
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
+use super::layers::{causal_softmax, norm, Norm};
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, masked_scores, matmul_t, LmOutput};
+use super::{check_tokens, matmul_t, LmOutput};
 use crate::error::{ModelError, Result};
-use crate::hooks::{at, at_heads, lm_hook_names, norm_hooked, BlockHooks, HookFn};
-use crate::mixer::Normalisation;
+use crate::hooks::{lm_hook_names, BlockHooks, HookFn};
 use crate::nn::position::causal_mask;
-use crate::ops::reference::normalise;
-use crate::ops::Ops;
+use crate::nn::{HookPoints, NoHooks};
 
 /// Hyper-parameters of a [`Llama`] model.
 #[derive(Debug, Clone, PartialEq)]
@@ -458,49 +457,7 @@ impl Llama {
     /// [`ModelError::Input`] when `tokens` is not [B, T] u32, is empty, longer than `max_seq_len`, or
     /// holds an id >= V.
     pub fn forward(&self, tokens: &Tensor, capture: bool) -> Result<LmOutput> {
-        let c = &self.config;
-        let (b, t) = check_tokens(tokens, c.vocab_size, c.max_seq_len)?;
-        let tokens = tokens.to_device(&self.device)?;
-        let (h_, hkv, d) = (c.n_heads, c.n_kv_heads, c.d_head);
-        let eps = c.rms_eps as f32;
-        let (cos, sin) = self.rope_tables(t)?;
-        let mask = causal_mask(t, &self.device)?;
-        let scale = 1.0 / (d as f64).sqrt();
-        let mut h = self
-            .embed
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, c.d_model))?;
-        let mut patterns = Vec::new();
-        for layer in &self.layers {
-            let x = candle_nn::ops::rms_norm(&h, &layer.attn_norm, eps)?;
-            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(matmul_t(&x, w)?
-                    .reshape((b, t, n, d))?
-                    .transpose(1, 2)?
-                    .contiguous()?)
-            };
-            let q = candle_nn::rotary_emb::rope(&heads(&layer.w_q, h_)?, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&heads(&layer.w_k, hkv)?, &cos, &sin)?;
-            let v = heads(&layer.w_v, hkv)?;
-            let (k, v) = (repeat_kv(&k, h_ / hkv)?, repeat_kv(&v, h_ / hkv)?);
-            let scores = (q.matmul(&k.t()?)? * scale)?;
-            let a = normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(&mask))?;
-            let o = a.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h_ * d))?;
-            if capture {
-                patterns.push(a);
-            }
-            h = (h + matmul_t(&o, &layer.w_o)?)?;
-            let x = candle_nn::ops::rms_norm(&h, &layer.mlp_norm, eps)?;
-            let g = candle_nn::ops::silu(&matmul_t(&x, &layer.w_gate)?)?;
-            let u = matmul_t(&x, &layer.w_up)?;
-            h = (h + matmul_t(&(g * u)?, &layer.w_down)?)?;
-        }
-        let h = candle_nn::ops::rms_norm(&h, &self.norm, eps)?;
-        let logits = matmul_t(&h, &self.lm_head)?;
-        Ok(LmOutput {
-            logits,
-            patterns: capture.then_some(patterns),
-        })
+        self.pass(tokens, capture, &mut NoHooks)
     }
 
     /// The hook points of [`Llama::run_with_hooks`], in pass order: `hook_embed`, per block the
@@ -537,6 +494,25 @@ impl Llama {
     /// # Errors
     /// As [`Llama::forward`]; a hook's error; a replacement of another shape (naming the hook).
     pub fn run_with_hooks(&self, tokens: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
+        Ok(self.pass(tokens, false, hooks)?.logits)
+    }
+
+    /// The model's one forward body, generic over its hook points: [`NoHooks`] for
+    /// [`Llama::forward`], a [`HookFn`] for [`Llama::run_with_hooks`] (the RMSNorms and the
+    /// attention's softmax then take the decomposed forms whose intermediate tensors the hooks
+    /// see, `super::layers`).
+    ///
+    /// # Shapes
+    /// `tokens` [B, T] u32. Returns [`LmOutput`] (the patterns after their hooks).
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; a hook's error; a replacement of another shape.
+    fn pass<P: HookPoints + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        capture: bool,
+        hooks: &mut P,
+    ) -> Result<LmOutput> {
         let c = &self.config;
         let (b, t) = check_tokens(tokens, c.vocab_size, c.max_seq_len)?;
         let tokens = tokens.to_device(&self.device)?;
@@ -549,89 +525,53 @@ impl Llama {
             .embed
             .index_select(&tokens.flatten_all()?, 0)?
             .reshape((b, t, c.d_model))?;
-        let mut h = at(hooks, "hook_embed", emb)?;
+        let mut h = hooks.at("hook_embed", emb)?;
+        let mut patterns = Vec::new();
         for (l, layer) in self.layers.iter().enumerate() {
-            let p = format!("blocks.{l}.");
-            h = at(hooks, &format!("{p}hook_resid_pre"), h)?;
-            let x = norm_hooked(
-                &h,
-                &layer.attn_norm,
-                None,
-                eps,
-                true,
-                hooks,
-                &format!("{p}ln1"),
-            )?;
+            h = hooks.at_block(l, "hook_resid_pre", h)?;
+            let ln1 = Norm::Rms(&layer.attn_norm);
+            let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
             let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
                 Ok(matmul_t(&x, w)?
                     .reshape((b, t, n, d))?
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let q = at_heads(hooks, &format!("{p}attn.hook_q"), heads(&layer.w_q, h_)?)?;
-            let k = at_heads(hooks, &format!("{p}attn.hook_k"), heads(&layer.w_k, hkv)?)?;
-            let v = at_heads(hooks, &format!("{p}attn.hook_v"), heads(&layer.w_v, hkv)?)?;
-            let q = at_heads(
-                hooks,
-                &format!("{p}attn.hook_rot_q"),
-                candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
-            )?;
-            let k = at_heads(
-                hooks,
-                &format!("{p}attn.hook_rot_k"),
-                candle_nn::rotary_emb::rope(&k, &cos, &sin)?,
-            )?;
-            let (k, v) = (repeat_kv(&k, h_ / hkv)?, repeat_kv(&v, h_ / hkv)?);
-            let scores = masked_scores(&q, &k.contiguous()?, scale, &mask)?;
-            let scores = at(hooks, &format!("{p}attn.hook_attn_scores"), scores)?;
-            let a = candle_nn::ops::softmax_last_dim(&scores)?;
-            let a = at(hooks, &format!("{p}attn.hook_pattern"), a)?;
-            let z = at_heads(
-                hooks,
-                &format!("{p}attn.hook_z"),
-                a.matmul(&v.contiguous()?)?,
-            )?;
+            let q = hooks.at_block_heads(l, "attn.hook_q", heads(&layer.w_q, h_)?)?;
+            let k = hooks.at_block_heads(l, "attn.hook_k", heads(&layer.w_k, hkv)?)?;
+            let v = hooks.at_block_heads(l, "attn.hook_v", heads(&layer.w_v, hkv)?)?;
+            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
+            let q = hooks.at_block_heads(l, "attn.hook_rot_q", q)?;
+            let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
+            let k = hooks.at_block_heads(l, "attn.hook_rot_k", k)?;
+            // Both are contiguous (the rotary embedding's output, the heads' copy, or
+            // `repeat_kv`'s), so `contiguous` copies nothing.
+            let k = repeat_kv(&k, h_ / hkv)?.contiguous()?;
+            let v = repeat_kv(&v, h_ / hkv)?.contiguous()?;
+            let a = causal_softmax(&q, &k, scale, &mask, l, hooks)?;
+            let z = hooks.at_block_heads(l, "attn.hook_z", a.matmul(&v)?)?;
+            if capture {
+                patterns.push(a);
+            }
             let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
-            let attn_out = at(
-                hooks,
-                &format!("{p}hook_attn_out"),
-                matmul_t(&o, &layer.w_o)?,
-            )?;
-            h = at(hooks, &format!("{p}hook_resid_mid"), (h + attn_out)?)?;
-            let x = norm_hooked(
-                &h,
-                &layer.mlp_norm,
-                None,
-                eps,
-                true,
-                hooks,
-                &format!("{p}ln2"),
-            )?;
-            let pre = at(
-                hooks,
-                &format!("{p}mlp.hook_pre"),
-                matmul_t(&x, &layer.w_gate)?,
-            )?;
-            let lin = at(
-                hooks,
-                &format!("{p}mlp.hook_pre_linear"),
-                matmul_t(&x, &layer.w_up)?,
-            )?;
-            let post = at(
-                hooks,
-                &format!("{p}mlp.hook_post"),
-                (candle_nn::ops::silu(&pre)? * lin)?,
-            )?;
-            let out = at(
-                hooks,
-                &format!("{p}hook_mlp_out"),
-                matmul_t(&post, &layer.w_down)?,
-            )?;
-            h = at(hooks, &format!("{p}hook_resid_post"), (h + out)?)?;
+            let attn_out = hooks.at_block(l, "hook_attn_out", matmul_t(&o, &layer.w_o)?)?;
+            h = hooks.at_block(l, "hook_resid_mid", (h + attn_out)?)?;
+            let ln2 = Norm::Rms(&layer.mlp_norm);
+            let x = norm(&h, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
+            let pre = hooks.at_block(l, "mlp.hook_pre", matmul_t(&x, &layer.w_gate)?)?;
+            let lin = hooks.at_block(l, "mlp.hook_pre_linear", matmul_t(&x, &layer.w_up)?)?;
+            let post = (candle_nn::ops::silu(&pre)? * lin)?;
+            let post = hooks.at_block(l, "mlp.hook_post", post)?;
+            let out = hooks.at_block(l, "hook_mlp_out", matmul_t(&post, &layer.w_down)?)?;
+            h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
-        let h = norm_hooked(&h, &self.norm, None, eps, true, hooks, "ln_final")?;
-        let h = at(hooks, "unembed.hook_in", h)?;
-        at(hooks, "unembed.hook_out", matmul_t(&h, &self.lm_head)?)
+        let h = norm(&h, Norm::Rms(&self.norm), eps, || "ln_final".into(), hooks)?;
+        let h = hooks.at("unembed.hook_in", h)?;
+        let logits = hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?;
+        Ok(LmOutput {
+            logits,
+            patterns: capture.then_some(patterns),
+        })
     }
 
     /// Exports per-head weights in TransformerLens layout ([`HeadWeights`]): `W_Q[l, h] = q_proj[h*d..(h+1)*d, :]^T`,

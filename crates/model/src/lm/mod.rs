@@ -18,6 +18,7 @@ pub mod ckpt;
 mod gguf;
 mod gpt2;
 mod hf;
+mod layers;
 mod llama;
 mod store;
 mod token;

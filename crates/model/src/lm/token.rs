@@ -20,12 +20,14 @@ use super::weights::{
 };
 use super::{check_tokens, LmOutput};
 use crate::error::{ModelError, Result};
-use crate::hooks::{at, block_with_hooks, layer_norm_hooked, lm_hook_names, BlockHooks, HookFn};
+use crate::hooks::{at, lm_hook_names, BlockHooks, HookFn};
 use crate::mixer::Mixer;
 use crate::mixer::ValueNetwork;
 use crate::nn::params::{check_var_count, seeded_tensors, varmap_from};
 use crate::nn::position::{causal_mask, dropout_mask};
-use crate::nn::{Block, BlockSpec, InitRule, LayerNorm, Linear, Params};
+use crate::nn::{
+    AttentionInputs, Block, BlockSpec, HookPoints, InitRule, LayerNorm, Linear, NoHooks, Params,
+};
 use crate::ops::Ops;
 
 /// The `model_type` written into a token model's `config.json` (how [`super::detect`] knows it).
@@ -469,32 +471,7 @@ impl TokenModel {
     /// # Errors
     /// As [`TokenModel::forward`]; a hook's error; a replacement of another shape.
     pub fn run_with_hooks(&self, tokens: &Tensor, hooks: &mut dyn HookFn) -> Result<Tensor> {
-        let c = &self.config;
-        let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
-        let tokens = tokens.to_device(&self.device)?;
-        let ops = self.ops;
-        let mask = causal_mask(t, &self.device)?;
-        let emb = self
-            .w_e
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, c.d_model))?;
-        let emb = at(hooks, "hook_embed", emb)?;
-        let pos = self
-            .w_pos
-            .narrow(0, 0, t)?
-            .unsqueeze(0)?
-            .broadcast_as((b, t, c.d_model))?
-            .contiguous()?;
-        let pos = at(hooks, "hook_pos_embed", pos)?;
-        let mut h = (emb + pos)?;
-        for (l, blk) in self.blocks.iter().enumerate() {
-            h = block_with_hooks(ops, blk, h, l, None, Some(&mask), hooks)?;
-        }
-        if let Some(ln) = &self.ln_final {
-            h = layer_norm_hooked(ops, ln, &h, hooks, "ln_final")?;
-        }
-        let h = at(hooks, "unembed.hook_in", h)?;
-        at(hooks, "unembed.hook_out", self.unembed.forward(ops, &h)?)
+        Ok(self.pass(tokens, None, false, hooks)?.logits)
     }
 
     /// Training-mode forward pass with attention dropout `p` (one mask per layer shared over batch
@@ -535,6 +512,26 @@ impl TokenModel {
         dropout: Option<&[Tensor]>,
         capture: bool,
     ) -> Result<LmOutput> {
+        self.pass(tokens, dropout, capture, &mut NoHooks)
+    }
+
+    /// The model's one forward body, generic over its hook points: [`NoHooks`] for the plain and
+    /// training passes, a [`HookFn`] for [`TokenModel::run_with_hooks`] (the blocks are
+    /// [`Block::forward`]; with a hook attached the positional sum and the final LayerNorm take
+    /// the forms whose intermediate tensors the hooks see).
+    ///
+    /// # Shapes
+    /// `tokens [B, T]` u32; `dropout` one mask per layer. Returns [`LmOutput`].
+    ///
+    /// # Errors
+    /// As [`TokenModel::forward`]; a hook's error; a replacement of another shape.
+    fn pass<P: HookPoints + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        dropout: Option<&[Tensor]>,
+        capture: bool,
+        hooks: &mut P,
+    ) -> Result<LmOutput> {
         let c = &self.config;
         let (b, t) = check_tokens(tokens, c.vocab_size, c.n_ctx)?;
         let tokens = tokens.to_device(&self.device)?;
@@ -544,21 +541,40 @@ impl TokenModel {
             .w_e
             .index_select(&tokens.flatten_all()?, 0)?
             .reshape((b, t, c.d_model))?;
-        let mut h = ops.add_leading(&emb, &self.w_pos.narrow(0, 0, t)?)?;
+        let mut h = match hooks.hooks() {
+            None => ops.add_leading(&emb, &self.w_pos.narrow(0, 0, t)?)?,
+            Some(hk) => {
+                let emb = at(hk, "hook_embed", emb)?;
+                let pos = self
+                    .w_pos
+                    .narrow(0, 0, t)?
+                    .unsqueeze(0)?
+                    .broadcast_as((b, t, c.d_model))?
+                    .contiguous()?;
+                let pos = at(hk, "hook_pos_embed", pos)?;
+                (emb + pos)?
+            }
+        };
         let mut patterns = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
-            let drop = dropout.and_then(|m| m.get(l));
-            let out = blk.forward(ops, &h, None, Some(&mask), drop)?;
+            let inputs = AttentionInputs {
+                buckets: None,
+                mask: Some(&mask),
+                dropout: dropout.and_then(|m| m.get(l)),
+            };
+            let out = blk.forward(ops, &h, l, inputs, hooks)?;
             h = out.resid;
             if capture {
                 patterns.push(out.pattern);
             }
         }
         if let Some(ln) = &self.ln_final {
-            h = ln.forward(ops, &h)?;
+            h = ln.forward_hooked(ops, &h, || "ln_final".into(), hooks)?;
         }
+        let h = hooks.at("unembed.hook_in", h)?;
+        let logits = hooks.at("unembed.hook_out", self.unembed.forward(ops, &h)?)?;
         Ok(LmOutput {
-            logits: self.unembed.forward(ops, &h)?,
+            logits,
             patterns: capture.then_some(patterns),
         })
     }

@@ -9,8 +9,10 @@
 
 use candle_core::Tensor;
 
+use super::hook_point::HookPoints;
 use super::position::relative_position_bias;
-use crate::error::Result;
+use crate::error::{ModelError, Result};
+use crate::hooks::mix_hooked;
 use crate::mixer::Mixer;
 use crate::ops::Ops;
 
@@ -40,6 +42,19 @@ pub struct Attention {
     pub mixer: Mixer,
 }
 
+/// The positional and masking inputs of an attention sub-layer, shared by the blocks of a pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttentionInputs<'a> {
+    /// `u32 [T, T]` relative-position buckets ([`super::position::bucket_matrix`]), used with the
+    /// relative-position table.
+    pub buckets: Option<&'a Tensor>,
+    /// `u8` mask broadcastable to `[B, H, T, T]` (1 = visible).
+    pub mask: Option<&'a Tensor>,
+    /// `f32` attention dropout broadcastable to `[B, H, T, T]` (training; the hooked pass has
+    /// none).
+    pub dropout: Option<&'a Tensor>,
+}
+
 /// What [`Attention::forward`] returns.
 #[derive(Debug, Clone)]
 pub struct AttentionOutput {
@@ -51,38 +66,52 @@ pub struct AttentionOutput {
 }
 
 impl Attention {
-    /// Runs the sub-layer on (normalised) input:
+    /// Runs the sub-layer of block `l` on (normalised) input:
     /// `s[b,h,i,j] = q[b,h,i] . k[b,h,j] / sqrt(d) + bias[h,i,j]`, then [`Ops::mix`], then
-    /// `out = sum_h o[h] W_O[h] + b_O`.
+    /// `out = sum_h o[h] W_O[h] + b_O`, with the hook points `blocks.{l}.attn.hook_q`, `hook_k`,
+    /// `hook_v`, `hook_attn_scores`, `hook_pattern` (and `hook_value_hidden`), `hook_z`. With
+    /// [`super::NoHooks`] they are the identity; with a hook attached the mix runs in its
+    /// decomposed reference form (`crate::hooks::mix_hooked`), where the pattern and `z` exist.
     ///
     /// # Shapes
-    /// `x [B, T, D]`; `buckets` `u32 [T, T]` ([`super::position::bucket_matrix`]), used with the
-    /// relative-position table; `mask` `u8` broadcastable to `[B, H, T, T]` (1 = visible);
-    /// `dropout` `f32` broadcastable to `[B, H, T, T]`. Returns [`AttentionOutput`].
+    /// `x [B, T, D]`; `inputs` as [`AttentionInputs`]. Returns [`AttentionOutput`].
     ///
     /// # Errors
-    /// Candle errors on shape mismatches.
-    pub fn forward(
+    /// Candle errors on shape mismatches; a hook's error or a replacement of another shape;
+    /// [`ModelError::Input`] for dropout in a hooked pass.
+    pub fn forward<P: HookPoints + ?Sized>(
         &self,
         ops: Ops,
         x: &Tensor,
-        buckets: Option<&Tensor>,
-        mask: Option<&Tensor>,
-        dropout: Option<&Tensor>,
+        l: usize,
+        inputs: AttentionInputs<'_>,
+        hooks: &mut P,
     ) -> Result<AttentionOutput> {
         let (bsz, t, _) = x.dims3()?;
         let (h, d, dm) = self.w_o.dims3()?;
         let q = ops.project_heads(x, &self.w_q, &self.b_q)?;
+        let q = hooks.at_block_heads(l, "attn.hook_q", q)?;
         let k = ops.project_heads(x, &self.w_k, &self.b_k)?;
+        let k = hooks.at_block_heads(l, "attn.hook_k", k)?;
         let v = ops.project_heads(x, &self.w_v, &self.b_v)?;
+        let v = hooks.at_block_heads(l, "attn.hook_v", v)?;
         let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-        let scores = match (&self.rel_pos, buckets) {
+        let scores = match (&self.rel_pos, inputs.buckets) {
             (Some(table), Some(buckets)) => {
                 ops.add_leading(&scores, &relative_position_bias(table, buckets)?)?
             }
             _ => scores,
         };
-        let (o, pattern) = ops.mix(&scores, &v, self.mixer, mask, dropout)?;
+        let scores = hooks.at_block(l, "attn.hook_attn_scores", scores)?;
+        let (o, pattern) = match hooks.hooks() {
+            None => ops.mix(&scores, &v, self.mixer, inputs.mask, inputs.dropout)?,
+            Some(_) if inputs.dropout.is_some() => {
+                return Err(ModelError::Input(
+                    "the hooked pass runs in evaluation mode, without attention dropout".into(),
+                ))
+            }
+            Some(hooks) => mix_hooked(ops, &scores, &v, self.mixer, inputs.mask, hooks, l)?,
+        };
         let out = ops.linear(
             &o.reshape((bsz, t, h * d))?,
             &self.w_o.reshape((h * d, dm))?,

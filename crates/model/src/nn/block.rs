@@ -1,11 +1,14 @@
-//! One pre-LayerNorm transformer block, shared by the SRAVEN transformer and the token models:
-//! `h += Attn(LN1(h))`, then with an MLP `h += MLP(LN2(h))` (`docs/spec/models.md`, "The block";
-//! TransformerLens `TransformerBlock` with `normalization_type = "LN"` or none).
+//! One pre-LayerNorm transformer block, shared by the SRAVEN transformer and hyperlens's token
+//! models: `h += Attn(LN1(h))`, then with an MLP `h += MLP(LN2(h))` (`docs/spec/models.md`, "The
+//! block"; TransformerLens `TransformerBlock` with `normalization_type = "LN"` or none). Written
+//! once, generic over its hook points ([`super::hook_point`]): the plain pass, training's pass and
+//! the hooked pass (`crate::hooks`) are this body.
 
 use candle_core::Tensor;
 
+use super::hook_point::HookPoints;
 use super::params::Params;
-use super::{Attention, LayerNorm, Linear, Mlp};
+use super::{Attention, AttentionInputs, LayerNorm, Linear, Mlp};
 use crate::error::Result;
 use crate::mixer::Mixer;
 use crate::ops::Ops;
@@ -43,14 +46,6 @@ pub struct BlockOutput {
     pub resid: Tensor,
     /// The attention pattern `[B, H, T, T]`: the latent codes (`blocks.{l}.attn.hook_pattern`).
     pub pattern: Tensor,
-}
-
-/// An optional LayerNorm: the identity without one.
-fn norm(ops: Ops, ln: Option<&LayerNorm>, x: &Tensor) -> Result<Tensor> {
-    match ln {
-        Some(ln) => ln.forward(ops, x),
-        None => Ok(x.clone()),
-    }
 }
 
 impl Block {
@@ -99,29 +94,43 @@ impl Block {
         })
     }
 
-    /// Runs the block on the residual stream `h`.
+    /// Runs block `l` on the residual stream `h`, with its hook points (`crate::hooks`'s module
+    /// docs: `blocks.{l}.hook_resid_pre`, `ln1.*`, the attention's, `hook_attn_out`,
+    /// `hook_resid_mid`, `ln2.*`, the MLP's, `hook_mlp_out`, `hook_resid_post`); with
+    /// [`super::NoHooks`] every point is the identity and this is the plain forward pass.
     ///
     /// # Shapes
-    /// `h [B, T, D]`; `buckets`, `mask`, `dropout` as [`Attention::forward`]. Returns
-    /// [`BlockOutput`].
+    /// `h [B, T, D]`; `inputs` as [`AttentionInputs`]. Returns [`BlockOutput`].
     ///
     /// # Errors
-    /// Candle errors on shape mismatches.
-    pub fn forward(
+    /// Candle errors on shape mismatches; a hook's error or a replacement of another shape.
+    pub fn forward<P: HookPoints + ?Sized>(
         &self,
         ops: Ops,
         h: &Tensor,
-        buckets: Option<&Tensor>,
-        mask: Option<&Tensor>,
-        dropout: Option<&Tensor>,
+        l: usize,
+        inputs: AttentionInputs<'_>,
+        hooks: &mut P,
     ) -> Result<BlockOutput> {
-        let x = norm(ops, self.ln1.as_ref(), h)?;
-        let attn = self.attn.forward(ops, &x, buckets, mask, dropout)?;
-        let mut resid = (h + attn.out)?;
+        let h = hooks.at_block(l, "hook_resid_pre", h.clone())?;
+        let x = match &self.ln1 {
+            Some(ln) => ln.forward_hooked(ops, &h, || format!("blocks.{l}.ln1"), hooks)?,
+            None => h.clone(),
+        };
+        let attn = self.attn.forward(ops, &x, l, inputs, hooks)?;
+        let attn_out = hooks.at_block(l, "hook_attn_out", attn.out)?;
+        let mut resid = (h + attn_out)?;
         if let Some(mlp) = &self.mlp {
-            let x = norm(ops, self.ln2.as_ref(), &resid)?;
-            resid = (&resid + mlp.forward(ops, &x)?)?;
+            resid = hooks.at_block(l, "hook_resid_mid", resid)?;
+            let x = match &self.ln2 {
+                Some(ln) => ln.forward_hooked(ops, &resid, || format!("blocks.{l}.ln2"), hooks)?,
+                None => resid.clone(),
+            };
+            let out = mlp.forward(ops, &x, l, hooks)?;
+            let out = hooks.at_block(l, "hook_mlp_out", out)?;
+            resid = (&resid + out)?;
         }
+        let resid = hooks.at_block(l, "hook_resid_post", resid)?;
         Ok(BlockOutput {
             resid,
             pattern: attn.pattern,

@@ -3,6 +3,7 @@
 
 use candle_core::Tensor;
 
+use super::hook_point::HookPoints;
 use super::Linear;
 use crate::error::Result;
 use crate::ops::Ops;
@@ -17,13 +18,23 @@ pub struct Mlp {
 }
 
 impl Mlp {
+    /// The MLP of block `l`, with its hook points `blocks.{l}.mlp.hook_pre` and `mlp.hook_post`
+    /// (the identity with [`super::NoHooks`]).
+    ///
     /// # Shapes
     /// `x [..., D]` -> `[..., D]`.
     ///
     /// # Errors
-    /// Candle errors on shape mismatches.
-    pub fn forward(&self, ops: Ops, x: &Tensor) -> Result<Tensor> {
-        let h = ops.gelu_tanh(&self.input.forward(ops, x)?)?;
-        self.output.forward(ops, &h)
+    /// Candle errors on shape mismatches; a hook's error or a replacement of another shape.
+    pub fn forward<P: HookPoints + ?Sized>(
+        &self,
+        ops: Ops,
+        x: &Tensor,
+        l: usize,
+        hooks: &mut P,
+    ) -> Result<Tensor> {
+        let pre = hooks.at_block(l, "mlp.hook_pre", self.input.forward(ops, x)?)?;
+        let post = hooks.at_block(l, "mlp.hook_post", ops.gelu_tanh(&pre)?)?;
+        self.output.forward(ops, &post)
     }
 }

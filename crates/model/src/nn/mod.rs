@@ -1,19 +1,23 @@
 //! The layers of the crate's models, in candle's style (plain structs of tensors, a `forward`
 //! taking the [`Ops`](crate::ops::Ops) choice): [`Linear`], [`LayerNorm`], [`Mlp`], [`Attention`]
 //! with its positions and masks ([`position`]), and the pre-LayerNorm [`Block`] that the SRAVEN
-//! [`crate::Transformer`] and the token models ([`crate::lm::TokenModel`]) share, with one
-//! construction and one initialisation path ([`params`]).
+//! [`crate::Transformer`] and hyperlens's token models ([`crate::lm::TokenModel`]) share, with one
+//! construction and one initialisation path ([`params`]). The block is written once, generic over
+//! its hook points ([`hook_point`]: [`NoHooks`] for the plain pass, a [`crate::HookFn`] for the
+//! hooked one).
 
 pub mod attention;
 pub mod block;
+pub mod hook_point;
 pub mod layer_norm;
 pub mod linear;
 pub mod mlp;
 pub mod params;
 pub mod position;
 
-pub use attention::{Attention, AttentionOutput};
+pub use attention::{Attention, AttentionInputs, AttentionOutput};
 pub use block::{Block, BlockOutput, BlockSpec};
+pub use hook_point::{HookPoints, NoHooks};
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use mlp::Mlp;

@@ -1,0 +1,82 @@
+//! The hook points of a pass as a type parameter of the layers, as TransformerLens's `HookPoint`:
+//! [`NoHooks`] is the identity at every point (the plain forward pass; after inlining nothing of
+//! the hooks is left), and a [`HookFn`] reads or replaces the activations by their TransformerLens
+//! names (`crate::hooks`, whose module docs list the points).
+//!
+//! The layers are written once, generic over [`HookPoints`]. Where a hook needs an activation that
+//! the fast form of an operation never makes (a LayerNorm's scale, the attention pattern inside
+//! the fused mix, HYLA's hidden units), the hooked pass computes that operation in its decomposed
+//! reference form (`crate::hooks::layer_norm_hooked`, `crate::hooks::mix_hooked`); without hooks
+//! the operation runs in the model's [`crate::Ops`], as it always has.
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+use crate::hooks::{at, at_heads, HookFn};
+
+/// The hook points of one pass: the identity ([`NoHooks`]) or a [`HookFn`] (`dyn HookFn`).
+pub trait HookPoints {
+    /// The hook function, or `None` when nothing is attached (every point is the identity and the
+    /// operations keep their fast forms).
+    fn hooks(&mut self) -> Option<&mut dyn HookFn>;
+
+    /// The activation `name` after its hook (module docs of `crate::hooks`).
+    ///
+    /// # Errors
+    /// A hook's error; a replacement of another shape or dtype.
+    #[inline]
+    fn at(&mut self, name: &str, value: Tensor) -> Result<Tensor> {
+        match self.hooks() {
+            None => Ok(value),
+            Some(h) => at(h, name, value),
+        }
+    }
+
+    /// The activation `blocks.{l}.{point}` after its hook (the name is formatted only when a hook is
+    /// attached).
+    ///
+    /// # Errors
+    /// As [`HookPoints::at`].
+    #[inline]
+    fn at_block(&mut self, l: usize, point: &str, value: Tensor) -> Result<Tensor> {
+        match self.hooks() {
+            None => Ok(value),
+            Some(h) => at(h, &format!("blocks.{l}.{point}"), value),
+        }
+    }
+
+    /// [`HookPoints::at_block`] for a tensor held as `[B, H, T, d]` whose hook shape is
+    /// `[B, T, H, d]` (`attn.hook_q`, `hook_k`, `hook_v`, `hook_z`).
+    ///
+    /// # Shapes
+    /// `value [B, H, T, d]` -> `[B, H, T, d]`.
+    ///
+    /// # Errors
+    /// As [`HookPoints::at`].
+    #[inline]
+    fn at_block_heads(&mut self, l: usize, point: &str, value: Tensor) -> Result<Tensor> {
+        match self.hooks() {
+            None => Ok(value),
+            Some(h) => at_heads(h, &format!("blocks.{l}.{point}"), value),
+        }
+    }
+}
+
+/// No hook attached: every hook point is the identity, and a pass generic over [`HookPoints`] is
+/// the plain forward pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl HookPoints for NoHooks {
+    #[inline(always)]
+    fn hooks(&mut self) -> Option<&mut dyn HookFn> {
+        None
+    }
+}
+
+impl<'a> HookPoints for dyn HookFn + 'a {
+    #[inline]
+    fn hooks(&mut self) -> Option<&mut dyn HookFn> {
+        Some(self)
+    }
+}
