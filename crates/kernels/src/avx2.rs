@@ -9,7 +9,7 @@
 //! compiled with those features after such an `Isa` chose it.
 
 use crate::portable::{self, PaddedTail, TSNE_LANES};
-use crate::{AttentionShape, LANES};
+use crate::{AttentionScratch, AttentionShape, CodesNorm, HylaShape, LANES};
 
 /// [`portable::layer_norm`] compiled with AVX2 and FMA.
 ///
@@ -349,4 +349,123 @@ pub fn tsne_gradient_row(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64])
         }
     }
     portable::row_sums(&lanes, n)
+}
+
+/// The HYLA value network of one problem in evaluation mode (no dropout), head width `D`, with the
+/// AVX2 intrinsics: the hidden units `hid[e, j] = act(sum_h a[h, i, j] vt[h, e, j])` over whole
+/// vectors of keys (a query's codes past `K` read as zero by masked loads), then the outputs
+/// `o[i, h, e] = dot(a[h, i, ..], hid[e, ..])` by [`dots`]. Every hidden unit is the same sum over
+/// the heads in the same order as `hyperlens-model`'s portable `value_from_codes`, and every output
+/// the same `dot` (eight lanes over the whole chunks of 8 keys, summed in lane order, plus the
+/// remaining keys summed in order), products and sums rounded apart (no FMA): the same bits. The
+/// portable loops, compiled for AVX2, spent most of their instructions on bounds checks and 4-key
+/// tails (`CHANGELOG.md`, performance history). [`crate::Isa::hyla_value`] calls it for `D` 1, 2,
+/// 4 and 8.
+///
+/// # Shapes
+/// `a [H, Q, K]`, `vt [H, D, Kp]` (`Kp` = `K` rounded up to a multiple of 8, zero past `K`),
+/// `o [Q, H, D]`, `hid_padded [D, Kp]` (scratch); the queries from `q0`.
+///
+/// # Panics
+/// If `p.d != D` or a slice is shorter than its shape.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)]
+pub fn hyla_value<const D: usize>(
+    p: &HylaShape,
+    q0: usize,
+    a: &[f32],
+    vt: &[f32],
+    o: &mut [f32],
+    hid_padded: &mut [f32],
+) {
+    use std::arch::x86_64::{
+        __m256, _mm256_add_ps, _mm256_cmpgt_epi32, _mm256_loadu_ps, _mm256_maskload_ps,
+        _mm256_max_ps, _mm256_mul_ps, _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_ps,
+        _mm256_storeu_ps,
+    };
+    const L: usize = 8;
+    let (h, q, k) = (p.h, p.q, p.k);
+    let (full, chunks) = (k / L, k.div_ceil(L));
+    let kp = chunks * L;
+    assert!(
+        p.d == D
+            && q0 <= q
+            && a.len() >= h * q * k
+            && vt.len() >= h * D * kp
+            && o.len() >= q * h * D
+            && hid_padded.len() >= D * kp,
+        "hyla_value: {h} heads, {q} queries, {k} keys and width {D} against {} codes, {} values, {} outputs",
+        a.len(),
+        vt.len(),
+        o.len()
+    );
+    // The lanes of the last, partial chunk that hold keys.
+    let tail_mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32((k - full * L) as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    let (ap, vp) = (a.as_ptr(), vt.as_ptr());
+    let zero = _mm256_setzero_ps();
+    for i in q0..q {
+        let hid = hid_padded.as_mut_ptr();
+        // The hidden units, chunk by chunk: `pre[e, j] = sum_h a[h, i, j] vt[h, e, j]`.
+        for c in 0..chunks {
+            let mut pre = [zero; D];
+            for hh in 0..h {
+                let at = (hh * q + i) * k + c * L;
+                // SAFETY: a whole chunk `c < full` ends at `(hh q + i) k + 8 c + 8 <= (hh q + i + 1)
+                // k <= a.len()`; the partial chunk loads only its `k - 8 full` keys.
+                let codes: __m256 = unsafe {
+                    if c < full {
+                        _mm256_loadu_ps(ap.add(at))
+                    } else {
+                        _mm256_maskload_ps(ap.add(at), tail_mask)
+                    }
+                };
+                for (e, pre) in pre.iter_mut().enumerate() {
+                    // SAFETY: `(hh D + e) Kp + 8 c + 8 <= h D Kp <= vt.len()`.
+                    let v = unsafe { _mm256_loadu_ps(vp.add((hh * D + e) * kp + c * L)) };
+                    *pre = _mm256_add_ps(*pre, _mm256_mul_ps(codes, v));
+                }
+            }
+            for (e, &pre) in pre.iter().enumerate() {
+                let y = if p.relu {
+                    _mm256_max_ps(pre, zero)
+                } else {
+                    pre
+                };
+                // SAFETY: `e Kp + 8 c + 8 <= D Kp <= hid_padded.len()`.
+                unsafe { _mm256_storeu_ps(hid.add(e * kp + c * L), y) };
+            }
+        }
+        // The outputs `o[i, h, e] = dot(a[h, i, ..], hid[e, ..])`.
+        for hh in 0..h {
+            dots::<D>(
+                &a[(hh * q + i) * k..][..k],
+                (&*hid_padded, kp),
+                &mut o[(i * h + hh) * D..][..D],
+            );
+        }
+    }
+}
+
+/// [`portable::attention_codes`] compiled with AVX2 and FMA, with the K/V transposes and the scores
+/// by [`transpose_kv`] and [`scores`]: the same bits.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn attention_codes(
+    shape: &AttentionShape,
+    norm: CodesNorm,
+    visible: Option<&[bool]>,
+    q0: usize,
+    qkv: &[f32],
+    bias: &[f32],
+    w: &mut AttentionScratch,
+) {
+    crate::attention::codes::<true>(shape, norm, visible, q0, qkv, bias, w);
 }

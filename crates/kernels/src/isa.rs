@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 use crate::{avx2, avx512};
-use crate::{portable, AttentionShape};
+use crate::{portable, AttentionScratch, AttentionShape, CodesNorm, HylaShape};
 
 /// The widest instruction set the kernels may use on this CPU.
 ///
@@ -154,6 +154,66 @@ impl Isa {
             return unsafe { avx2::default_value(shape, q0, att, vt, o) };
         }
         portable::default_value(shape, q0, att, vt, o)
+    }
+
+    /// [`portable::attention_codes`] (one problem's codes at one layer) with this instruction set.
+    ///
+    /// # Shapes
+    /// As [`portable::attention_codes`].
+    #[inline]
+    #[allow(unsafe_code, clippy::too_many_arguments)]
+    pub fn attention_codes(
+        self,
+        shape: &AttentionShape,
+        norm: CodesNorm,
+        visible: Option<&[bool]>,
+        q0: usize,
+        qkv: &[f32],
+        bias: &[f32],
+        w: &mut AttentionScratch,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::attention_codes(shape, norm, visible, q0, qkv, bias, w) };
+        }
+        portable::attention_codes(shape, norm, visible, q0, qkv, bias, w)
+    }
+
+    /// The HYLA value network of one problem by [`avx2::hyla_value`] where this instruction set has
+    /// AVX2 and the head width is 1, 2, 4 or 8; returns whether it ran. Where it does not, the
+    /// caller runs the portable form, `hyperlens-model`'s `ops::fast::mix::value_from_codes` (the
+    /// same bits), which belongs to the HYLA mix of training.
+    ///
+    /// # Shapes
+    /// As [`avx2::hyla_value`].
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn hyla_value(
+        self,
+        p: &HylaShape,
+        q0: usize,
+        a: &[f32],
+        vt: &[f32],
+        o: &mut [f32],
+        hid_padded: &mut [f32],
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            unsafe {
+                match p.d {
+                    1 => avx2::hyla_value::<1>(p, q0, a, vt, o, hid_padded),
+                    2 => avx2::hyla_value::<2>(p, q0, a, vt, o, hid_padded),
+                    4 => avx2::hyla_value::<4>(p, q0, a, vt, o, hid_padded),
+                    8 => avx2::hyla_value::<8>(p, q0, a, vt, o, hid_padded),
+                    _ => return false,
+                }
+            }
+            return true;
+        }
+        let _ = (p, q0, a, vt, o, hid_padded);
+        false
     }
 
     /// [`portable::squared_distances`] with this instruction set (AVX-512F, AVX2 or portable).

@@ -7,7 +7,8 @@
 //!   libm's `exp` for training's custom operation and with `exp_reduced` for the evaluation engine),
 //!   LayerNorm (the engine's forward, training's backward), the bias additions, the rows of the
 //!   attention (dot products, RMSHead's scales, the softmax of a row, masked or over padded keys,
-//!   and its gradient; the K/V transposes, the scores, the standard value network), the blocked
+//!   and its gradient; the K/V transposes, the scores, the standard value network; one problem's
+//!   codes for each normalisation, [`portable::attention_codes`]), the blocked
 //!   squared distances of the silhouette and k-means, and one row of the exact t-SNE gradient.
 //! - [`avx2`] (x86-64): the same operations with AVX2 and FMA, either the portable code compiled
 //!   again with those features or written with the intrinsics, in the portable code's operation
@@ -22,11 +23,14 @@
 //! Who calls what: `hyperlens-model`'s training operations (`ops/fast/`: the GELU, the LayerNorm and
 //! softmax gradients, the HYLA mix) and its evaluation engine (`infer/`) call the portable kernels
 //! and, through [`Isa`], their copies; `hyperlens-analysis` calls the distances and the t-SNE
-//! gradient. The kernels that need the model's own types (the HYLA mix's plan, the engine's
-//! per-problem attention pass, which picks the kernels for each normalisation) stay in
-//! `hyperlens-model` and call these. The crate depends on nothing but `std` (no candle, so that
+//! gradient. The engine's per-problem attention pass (which row kernels run for each
+//! normalisation, [`Isa::attention_codes`]) and the AVX2 form of its HYLA value network
+//! ([`Isa::hyla_value`]) are here too, on plain slices and sizes; the model keeps only the portable
+//! HYLA mix of training (`ops/fast/mix/`, which needs its plan with dropout and masks) and the
+//! choice of which kernel to call. The crate depends on nothing but `std` (no candle, so that
 //! `hyperlens-analysis` stays free of it).
 
+mod attention;
 mod isa;
 pub mod portable;
 
@@ -38,6 +42,7 @@ pub mod avx512;
 #[cfg(test)]
 mod tests;
 
+pub use attention::{AttentionScratch, CodesNorm};
 pub use isa::Isa;
 
 /// Lanes of the float32 kernels: one AVX2 register of eight floats. The attention's keys are
@@ -68,4 +73,20 @@ pub struct AttentionShape {
     pub d: usize,
     /// The score scale `1 / sqrt(d)`.
     pub scale: f32,
+}
+
+/// Sizes of one problem's HYLA value network ([`Isa::hyla_value`]): heads, queries, keys, head
+/// width, and whether the hidden units pass through a ReLU (else linear).
+#[derive(Debug, Clone, Copy)]
+pub struct HylaShape {
+    /// Heads.
+    pub h: usize,
+    /// Queries.
+    pub q: usize,
+    /// Keys.
+    pub k: usize,
+    /// Head width.
+    pub d: usize,
+    /// ReLU hidden units (else linear).
+    pub relu: bool,
 }

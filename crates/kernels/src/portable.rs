@@ -16,7 +16,7 @@
 //! - the analyses' kernels: the blocked squared distances ([`squared_distances`]) and one row of
 //!   the exact t-SNE gradient ([`tsne_gradient_row`]).
 
-use crate::{AttentionShape, DISTANCE_ROWS, LANES};
+use crate::{AttentionScratch, AttentionShape, CodesNorm, DISTANCE_ROWS, LANES};
 
 // ---------------------------------------------------------------------------------------------
 // The vectorisable exp
@@ -722,4 +722,23 @@ impl PaddedTail {
             (&self.x8, &self.z8, &self.p8)
         }
     }
+}
+
+/// One problem's attention codes at one layer for each normalisation (`attention`'s `codes`: the
+/// K/V transposes, the scores plus bias, the softmax or RMSHead), portable.
+///
+/// # Shapes
+/// `visible [T * T]` (none: every key visible), `qkv [T, 3 H d]`, `bias [H, T, Tp]`; the codes
+/// into `w.att [H, T, T]`, the queries from `q0` (earlier rows NaN).
+#[inline]
+pub fn attention_codes(
+    shape: &AttentionShape,
+    norm: CodesNorm,
+    visible: Option<&[bool]>,
+    q0: usize,
+    qkv: &[f32],
+    bias: &[f32],
+    w: &mut AttentionScratch,
+) {
+    crate::attention::codes::<false>(shape, norm, visible, q0, qkv, bias, w);
 }

@@ -2,7 +2,7 @@
 //! [`Scratch`]), sized for a chunk of [`CHUNK`] problems, lent from [`Inference`]'s pool
 //! ([`Pooled`]) and returned to it when dropped.
 
-use hyperlens_kernels::padded;
+use hyperlens_kernels::AttentionScratch;
 
 use super::{Inference, CHUNK};
 use crate::config::Config;
@@ -60,7 +60,7 @@ pub(super) struct Work {
     pub(super) hid: Vec<f32>,
     pub(super) last: Vec<f32>,
     /// One problem's attention buffers.
-    pub(super) one: Scratch,
+    pub(super) one: AttentionScratch,
     /// The HYLA value networks' scratch (mixers with one).
     pub(super) rows: Option<Rows>,
     /// The stream and the heads' outputs of the last block's computed queries, gathered.
@@ -69,22 +69,10 @@ pub(super) struct Work {
     pub(super) o_c: Vec<f32>,
 }
 
-/// One problem's attention buffers: a row of scores and its `exp` over the padded keys `[Tp]`, the
-/// codes `[H, T, T]`, RMSHead's scales `[T * T]`, keys and values transposed and padded
-/// `[H, d, Tp]` (the padding is zero).
-pub(super) struct Scratch {
-    pub(super) s: Vec<f32>,
-    pub(super) e: Vec<f32>,
-    pub(super) att: Vec<f32>,
-    pub(super) r: Vec<f32>,
-    pub(super) kt: Vec<f32>,
-    pub(super) vt: Vec<f32>,
-}
-
 impl Work {
     fn new(cfg: &Config, plan: Option<&Plan>) -> Work {
         let rows = CHUNK * cfg.n_tokens;
-        let (t, tp) = (cfg.n_tokens, padded(cfg.n_tokens));
+        let t = cfg.n_tokens;
         let (dm, hd) = (cfg.d_model, cfg.n_heads * cfg.d_head);
         Work {
             resid: vec![0.0; rows * dm],
@@ -94,14 +82,7 @@ impl Work {
             y: vec![0.0; rows * dm],
             hid: vec![0.0; rows * cfg.d_mlp],
             last: vec![0.0; CHUNK * cfg.n_outputs * dm],
-            one: Scratch {
-                s: vec![0.0; 2 * tp],
-                e: vec![0.0; 2 * tp],
-                att: vec![0.0; cfg.n_heads * t * t],
-                r: vec![0.0; t * t],
-                kt: vec![0.0; tp * hd],
-                vt: vec![0.0; tp * hd],
-            },
+            one: AttentionScratch::new(t, cfg.n_heads, cfg.d_head),
             rows: plan.map(|p| Rows::new(p, &vec![0.0; t * hd])),
             resid_c: vec![0.0; rows * dm],
             o_c: vec![0.0; rows * hd],

@@ -9,10 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use ndarray::ArrayView3;
 use rayon::prelude::*;
 
-use hyperlens_kernels::{padded, portable, AttentionShape, Isa};
+use hyperlens_kernels::{padded, portable, AttentionScratch, AttentionShape, Isa};
 
 use super::attention;
-use super::buffers::{Scratch, Work};
+use super::buffers::Work;
 use super::matmul::matmul;
 use super::{
     BlockState, Inference, InferenceHooks, InferenceOutput, LayerWeights, Start, TakeCodes, CHUNK,
@@ -547,7 +547,7 @@ impl Inference {
     /// pass and its row of `taken`), and the value network into `o [T, H d]`.
     fn attend<H: InferenceHooks>(
         &self,
-        (one, rows): (&mut Scratch, &mut Option<Rows>),
+        (one, rows): (&mut AttentionScratch, &mut Option<Rows>),
         (l, q0): (usize, usize),
         qkv: &[f32],
         (problem, row): (usize, &mut [f32]),
@@ -570,7 +570,7 @@ impl Inference {
 
     /// The value network of one problem's codes in `one` (its values too), for the queries from
     /// `q0`, into `o [T, H d]`.
-    fn value(&self, q0: usize, one: &mut Scratch, rows: &mut Option<Rows>, o: &mut [f32]) {
+    fn value(&self, q0: usize, one: &mut AttentionScratch, rows: &mut Option<Rows>, o: &mut [f32]) {
         match (&self.plan, rows) {
             (Some(plan), Some(rows)) => attention::mix_value(
                 self.isa,

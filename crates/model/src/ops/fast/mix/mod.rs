@@ -53,21 +53,20 @@
 //! decides for both). The standard value network, other devices and dtypes, and other mask shapes
 //! take the candle-operation forms.
 //!
-//! **This folder is the one home of the HYLA mix kernel, for training and for the evaluation
-//! engine**: training's custom operation runs [`kernel`]'s forward and backward passes, and
-//! [`crate::infer`] runs its value network from given codes (`value_from_codes`, and its AVX2 form
-//! `value_from_codes_avx2`), both on the same [`Plan`] and [`Rows`]. It stays in this crate rather
-//! than in `hyperlens-kernels` because it is built on the model's types (the mixer's
-//! normalisation and value network); the row primitives it calls (`dot`, `axpy`, RMSHead's scales,
-//! the masked softmax of a row, and the AVX2 `dots`) are `hyperlens-kernels`'s, shared with the
-//! engine's attention.
+//! **This folder is the one home of the portable HYLA mix kernel, for training and for the
+//! evaluation engine**: training's custom operation runs [`kernel`]'s forward and backward passes,
+//! and [`crate::infer`] runs its value network from given codes ([`value_from_codes_isa`]: the AVX2
+//! form, `hyperlens_kernels::avx2::hyla_value`, where the CPU has it, else the portable
+//! `value_from_codes`), both on the same [`Plan`] and [`Rows`]. The portable passes stay in this
+//! crate rather than in `hyperlens-kernels` because they are built on the model's types (the
+//! mixer's normalisation and value network, the plan with its masks and dropout); the row
+//! primitives they call (`dot`, `axpy`, RMSHead's scales, the masked softmax of a row) and the AVX2
+//! value network are `hyperlens-kernels`'s, and this crate holds no intrinsics.
 //!
-//! Files: the custom operation (`mix` and its gradient node) here; the plan and the scratch rows
-//! of one problem in [`rows`]; the portable per-problem passes in [`kernel`]; the AVX2 form of the
-//! evaluation-mode value network in `avx2`. What [`crate::infer`] calls is re-exported here.
+//! Files: the custom operation (`mix` and its gradient node) and the engine's dispatch here; the
+//! plan and the scratch rows of one problem in [`rows`]; the portable per-problem passes in
+//! [`kernel`]. What [`crate::infer`] calls is re-exported here.
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
 mod kernel;
 mod rows;
 #[cfg(test)]
@@ -81,10 +80,36 @@ use crate::error::Result;
 use crate::mixer::{Mixer, ValueNetwork};
 use kernel::{backward_one, forward_one};
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use avx2::value_from_codes_avx2;
 pub(crate) use kernel::value_from_codes;
 pub(crate) use rows::{Plan, Rows};
+
+/// The evaluation-mode value network of one problem ([`value_from_codes`]) with the instruction set
+/// `isa`: `hyperlens_kernels`'s AVX2 form where `isa` has AVX2 and the head width is 1, 2, 4 or 8
+/// ([`hyperlens_kernels::Isa::hyla_value`], the same bits), else the portable one.
+///
+/// # Shapes
+/// As [`value_from_codes`]: `a [H, Q, K]`, `vt [H, d, Kp]` with `Kp` = `vs` (the keys padded to a
+/// multiple of 8), `o [Q, H, d]`.
+pub(crate) fn value_from_codes_isa(
+    isa: hyperlens_kernels::Isa,
+    p: &Plan,
+    q0: usize,
+    a: &[f32],
+    (vt, vs): (&[f32], usize),
+    o: &mut [f32],
+    rows: &mut Rows,
+) {
+    let shape = hyperlens_kernels::HylaShape {
+        h: p.h,
+        q: p.q,
+        k: p.k,
+        d: p.d,
+        relu: p.relu,
+    };
+    if !isa.hyla_value(&shape, q0, a, vt, o, &mut rows.hid_padded) {
+        value_from_codes(p, q0, a, (vt, vs), o, rows);
+    }
+}
 
 /// How a per-pair tensor (mask or dropout multipliers) covers the `B` problems.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -84,9 +84,7 @@ pub(crate) struct Rows {
     /// See `pre`.
     pub(super) hid: Vec<f32>,
     /// The hidden units with the keys padded to a multiple of 8, `[d, Kp]`
-    /// ([`value_from_codes_avx2`]).
-    ///
-    /// [`value_from_codes_avx2`]: super::value_from_codes_avx2
+    /// ([`super::value_from_codes_isa`]'s AVX2 form).
     pub(super) hid_padded: Vec<f32>,
 }
 
