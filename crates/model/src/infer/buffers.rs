@@ -1,5 +1,5 @@
 //! The workers' buffers: one set per worker ([`Work`], with one problem's attention buffers in
-//! [`Scratch`]), sized for a chunk of [`CHUNK`] problems, lent from [`Inference`]'s pool
+//! `hyperlens_kernels`'s [`AttentionScratch`]), sized for a chunk of [`CHUNK`] problems, lent from [`Inference`]'s pool
 //! ([`Pooled`]) and returned to it when dropped.
 
 use hyperlens_kernels::AttentionScratch;

@@ -19,9 +19,10 @@
 //!   is `hyperlens_kernels::Isa`, detected once per process); their `exp` is a polynomial the
 //!   compiler vectorises (`hyperlens_kernels::portable::exp_reduced`) instead of a libm call. In
 //!   that copy the scores, the K/V transposes and the value sums are written with the AVX2
-//!   intrinsics (`hyperlens_kernels::avx2`'s `scores`, `transpose_kv`, `dots`, and
-//!   `ops::fast::mix::value_from_codes_avx2`), in the portable loops' order, so with their bits (a
-//!   unit test compares the two passes).
+//!   intrinsics (`hyperlens_kernels::avx2`'s `scores`, `transpose_kv`, `dots` and `hyla_value`),
+//!   in the portable loops' order, so with their bits (a unit test compares the two passes). The
+//!   per-problem attention pass itself is `hyperlens_kernels`'s (`Isa::attention_codes`, compiled
+//!   portable and with AVX2): the engine holds no hand-written kernel of its own.
 //! - **One chunk stays in the caches.** A chunk of 8 base-model problems (288 rows) needs about
 //!   1 MB of buffers.
 //! - **Hooks.** [`Inference::run`] hands each layer's codes to a function that keeps what it needs
