@@ -34,4 +34,4 @@ pub use patching::{
     DlaReport, PatchPairs, PatchingReport,
 };
 pub use site::{Selection, Site};
-pub use transplant::{latent_transplant, transplant_csv, TransplantRow};
+pub use transplant::{latent_transplant, transplant_csv, TransplantKind, TransplantRow};

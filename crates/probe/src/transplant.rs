@@ -22,7 +22,9 @@
 //! the code (a zero code; the mean ID code over all rules), which say how much the answer depends
 //! on the code at all.
 
+use std::fmt;
 use std::ops::ControlFlow;
+use std::str::FromStr;
 
 use hyperlens_model::{BlockStart, CodeSite, Evaluator, Reads};
 use hyperlens_tasks::sraven::{ProblemSet, Rule};
@@ -46,16 +48,97 @@ pub fn answer_under(rule: Rule, row0: [u8; 3], a: u8, b: u8, m: usize) -> Option
     rule.complete_row(a, b, m)
 }
 
+/// What a transplant writes at the site, named in files (`transplant.csv`'s `kind` column, the
+/// Python records) by [`TransplantKind::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransplantKind {
+    /// `mean_id`: the donor rule's mean ID code at the answer row.
+    MeanId,
+    /// `donor_problem`: the own code of one ID problem of the donor rule, at the answer row.
+    DonorProblem,
+    /// `off_row`: the mean donor code at the first row's keys.
+    OffRow,
+    /// `random`: a random code of the own code's norm.
+    Random,
+    /// `zero_ablation`: a zero code.
+    ZeroAblation,
+    /// `mean_ablation`: the mean ID code over all rules.
+    MeanAblation,
+    /// `identity`: the problem's own code (the logits must not change).
+    Identity,
+}
+
+impl TransplantKind {
+    /// Every kind, in the order of the rows of one layer in the result.
+    pub const ALL: [TransplantKind; 7] = [
+        TransplantKind::MeanId,
+        TransplantKind::DonorProblem,
+        TransplantKind::OffRow,
+        TransplantKind::Random,
+        TransplantKind::ZeroAblation,
+        TransplantKind::MeanAblation,
+        TransplantKind::Identity,
+    ];
+
+    /// The name in files: `mean_id`, `donor_problem`, `off_row`, `random`, `zero_ablation`,
+    /// `mean_ablation`, `identity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransplantKind::MeanId => "mean_id",
+            TransplantKind::DonorProblem => "donor_problem",
+            TransplantKind::OffRow => "off_row",
+            TransplantKind::Random => "random",
+            TransplantKind::ZeroAblation => "zero_ablation",
+            TransplantKind::MeanAblation => "mean_ablation",
+            TransplantKind::Identity => "identity",
+        }
+    }
+
+    /// Whether the kind writes a donor rule's code (`mean_id`, `donor_problem`, `off_row`), so
+    /// that its pairs can move to the donor's answer.
+    pub fn has_donor(self) -> bool {
+        matches!(
+            self,
+            TransplantKind::MeanId | TransplantKind::DonorProblem | TransplantKind::OffRow
+        )
+    }
+}
+
+impl fmt::Display for TransplantKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TransplantKind {
+    type Err = ProbeError;
+
+    /// Parses the name in files ([`TransplantKind::as_str`]).
+    ///
+    /// # Errors
+    /// [`ProbeError::InvalidInput`] naming the valid kinds.
+    fn from_str(s: &str) -> Result<TransplantKind> {
+        TransplantKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = TransplantKind::ALL.iter().map(|k| k.as_str()).collect();
+                ProbeError::InvalidInput(format!(
+                    "unknown transplant kind `{s}` (expected {})",
+                    valid.join(", ")
+                ))
+            })
+    }
+}
+
 /// One row of the result: a layer and a kind of transplant.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TransplantRow {
     /// The layer whose code was replaced.
     pub layer: usize,
-    /// `mean_id` (the donor rule's mean ID code at the answer row), `donor_problem` (the own code
-    /// of one ID problem of the donor rule, at the answer row), `off_row` (the mean donor code at
-    /// the first row's keys), `random` (a random code of the own code's norm), `zero_ablation` (a
-    /// zero code), `mean_ablation` (the mean ID code over all rules), `identity` (the own code).
-    pub kind: String,
+    /// What was written at the site.
+    pub kind: TransplantKind,
     /// (problem, donor) pairs scored.
     pub n: usize,
     /// Pairs whose prediction became the donor rule's answer (`mean_id`, `donor_problem`,
@@ -454,22 +537,11 @@ fn donor_targets(
     Ok((keep, expected, excluded))
 }
 
-/// Per layer, in the order of the result.
-const KINDS: [&str; 7] = [
-    "mean_id",
-    "donor_problem",
-    "off_row",
-    "random",
-    "zero_ablation",
-    "mean_ablation",
-    "identity",
-];
-
 /// An empty row of `layer` and `kind`.
-fn empty_row(layer: usize, kind: &str) -> TransplantRow {
+fn empty_row(layer: usize, kind: TransplantKind) -> TransplantRow {
     TransplantRow {
         layer,
-        kind: kind.into(),
+        kind,
         n: 0,
         to_donor: 0,
         elsewhere: 0,
@@ -493,7 +565,7 @@ fn transplant_with(
     let directions = random_directions(seed, at.n_layers, ood.len(), at.width());
     let donors = donors(ev, id, &at, batch, tick)?;
     let mut rows: Vec<[TransplantRow; 7]> = (0..at.n_layers)
-        .map(|l| KINDS.map(|k| empty_row(l, k)))
+        .map(|l| TransplantKind::ALL.map(|k| empty_row(l, k)))
         .collect();
     for s in (0..ood.len()).step_by(batch) {
         let part = ood.slice(s, s + batch);
@@ -679,7 +751,7 @@ mod tests {
             let counts = |r: &TransplantRow| {
                 (
                     r.layer,
-                    r.kind.clone(),
+                    r.kind,
                     r.n,
                     r.to_donor,
                     r.elsewhere,
@@ -693,11 +765,43 @@ mod tests {
                 "{a:?} {b:?}"
             );
             moved += usize::from(a.max_logit_change > 1e-3);
-            if a.kind == "identity" {
+            if a.kind == TransplantKind::Identity {
                 assert_eq!((a.max_logit_change, b.max_logit_change), (0.0, 0.0));
             }
         }
         assert!(moved >= 8, "the transplants hardly moved the logits");
+    }
+
+    #[test]
+    fn kinds_are_named_in_files_as_before() -> Result<()> {
+        let names: Vec<&str> = TransplantKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "mean_id",
+                "donor_problem",
+                "off_row",
+                "random",
+                "zero_ablation",
+                "mean_ablation",
+                "identity"
+            ]
+        );
+        for k in TransplantKind::ALL {
+            assert_eq!(k.as_str().parse::<TransplantKind>()?, k);
+            assert_eq!(k.to_string(), k.as_str());
+            assert_eq!(
+                serde_json::to_string(&k).map_err(|e| ProbeError::InvalidInput(e.to_string()))?,
+                format!("\"{k}\"")
+            );
+        }
+        assert!("Identity".parse::<TransplantKind>().is_err());
+        let donors: Vec<_> = TransplantKind::ALL
+            .iter()
+            .filter(|k| k.has_donor())
+            .collect();
+        assert_eq!(donors.len(), 3);
+        Ok(())
     }
 
     #[test]

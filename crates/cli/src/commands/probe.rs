@@ -119,7 +119,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             unpermuted,
         } => {
             meta.problems = "generated".into();
-            meta.split = Some(split.name.clone());
+            meta.split = Some(split.name.to_string());
             meta.set = Some(set.to_string());
             meta.seed = Some(seed);
             meta.unpermuted = Some(unpermuted);

@@ -1,5 +1,7 @@
 //! The causal section of the page.
 
+use hyperlens_probe::TransplantKind;
+
 use crate::causal::text::sentences;
 use crate::data::Entry;
 use crate::doc::{Document, FigureRef};
@@ -59,21 +61,23 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
     for e in entries {
         let Some(c) = &e.causal else { continue };
         for l in 0..c.layers() {
-            let get = |kind: &str, changed: bool| c.fraction(l, kind, changed);
+            let get = |kind: TransplantKind, changed: bool| c.fraction(l, kind, changed);
             rows.push(vec![
                 md_escape(&e.name),
                 l.to_string(),
-                pct(get("mean_id", false)),
-                pct(get("donor_problem", false)),
-                pct(get("mean_id", true)),
-                pct(get("off_row", true)),
-                pct(get("random", true)),
-                pct(get("zero_ablation", true)),
-                pct(get("mean_ablation", true)),
-                c.row(l, "mean_id").map_or(0, |r| r.n).to_string(),
+                pct(get(TransplantKind::MeanId, false)),
+                pct(get(TransplantKind::DonorProblem, false)),
+                pct(get(TransplantKind::MeanId, true)),
+                pct(get(TransplantKind::OffRow, true)),
+                pct(get(TransplantKind::Random, true)),
+                pct(get(TransplantKind::ZeroAblation, true)),
+                pct(get(TransplantKind::MeanAblation, true)),
+                c.row(l, TransplantKind::MeanId)
+                    .map_or(0, |r| r.n)
+                    .to_string(),
                 format!(
                     "{:.1e}",
-                    c.row(l, "identity")
+                    c.row(l, TransplantKind::Identity)
                         .map_or(f64::NAN, |r| r.max_logit_change)
                 ),
             ]);

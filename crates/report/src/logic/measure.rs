@@ -16,6 +16,7 @@ use hyperlens_probe::{extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta
 use hyperlens_tasks::logic::{
     fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
+use hyperlens_tasks::sraven::SplitName;
 use hyperlens_train::logic::evaluate_chunks;
 use hyperlens_train::SetMetrics;
 
@@ -47,8 +48,9 @@ pub(crate) fn analyse_logic_checkpoint(
         });
     }
     let task = settings.logic.params();
-    params.split_for(dir, Some(&settings.split))?;
-    let split = LogicSplit::new(task, settings.split_seed()?)?;
+    let split_seed = settings.split_seed()?;
+    let split_name = params.split_for(dir, Some(SplitName::Seed(split_seed)))?;
+    let split = LogicSplit::new(task, split_seed)?;
     let device = params.device.to_candle()?;
     let model = Evaluator::load(dir, &device)?;
     let cfg = model.config().clone();
@@ -73,8 +75,8 @@ pub(crate) fn analyse_logic_checkpoint(
     Ok(LogicEntry {
         name,
         dir: dir.to_path_buf(),
-        mixer: cfg.mixer.to_string(),
-        split: settings.split.clone(),
+        mixer: cfg.mixer,
+        split: split_name,
         sets,
         decoding: analysis.decoding,
         tsne_trustworthiness: analysis.trust,
