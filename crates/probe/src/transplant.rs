@@ -26,7 +26,7 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::str::FromStr;
 
-use hyperlens_model::{BlockStart, CodeSite, Evaluator, Reads};
+use hyperlens_model::{BlockStart, CodeSite, Config, Evaluator, Reads};
 use hyperlens_tasks::sraven::{ProblemSet, Rule};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -155,19 +155,14 @@ pub struct TransplantRow {
     pub max_logit_change: f64,
 }
 
-/// The site of the codes in a layer: query and the two keys.
-#[derive(Debug, Clone, Copy)]
-struct Site {
-    query: usize,
-    keys: [usize; 2],
-}
-
-impl Site {
-    fn code_site(&self) -> CodeSite {
-        CodeSite {
-            query: self.query,
-            keys: self.keys.to_vec(),
-        }
+/// The site the transplant test replaces, for a model with `cfg`'s shape and answer slot `slot`:
+/// the slot's query, and the slot's tokens in the answer's row (panels 6 and 7) as keys; that is
+/// `hyperlens_probe::Site::Slot(slot)` resolved for 9 panels (module docs).
+pub fn transplant_site(cfg: &Config, slot: usize) -> CodeSite {
+    let f = cfg.n_outputs;
+    CodeSite {
+        query: cfg.n_tokens - f + slot,
+        keys: vec![f * 6 + slot, f * 7 + slot],
     }
 }
 
@@ -187,21 +182,18 @@ fn slot_logits(logits: &[f32], f: usize, c: usize, slot: usize) -> Vec<Vec<f32>>
         .collect()
 }
 
-/// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at `query`
-/// and `keys` and (with `streams`) the stream entering the layer.
+/// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at `site`
+/// (two keys) and (with `streams`) the stream entering the layer.
 fn site_values(
     ev: &Evaluator,
     part: &ProblemSet,
-    (query, keys): (usize, [usize; 2]),
+    site: &CodeSite,
     slot: usize,
     streams: bool,
 ) -> Result<SiteValues> {
     let cfg = ev.config();
     let (h, nl) = (cfg.n_heads, cfg.n_layers);
-    let sites = [CodeSite {
-        query,
-        keys: keys.to_vec(),
-    }];
+    let sites = [site.clone()];
     let layers: Vec<usize> = (0..nl).collect();
     let read = ev.read(
         part.x.view(),
@@ -235,12 +227,12 @@ fn transplanted(
     ev: &Evaluator,
     from: &BlockStart,
     problems: &[usize],
-    site: Site,
+    site: &CodeSite,
     codes: &[f32],
     slot: usize,
 ) -> Result<Vec<Vec<f32>>> {
     let cfg = ev.config();
-    let logits = ev.run_with_site_codes(from, problems, &site.code_site(), codes)?;
+    let logits = ev.run_with_site_codes(from, problems, site, codes)?;
     Ok(slot_logits(&logits, cfg.n_outputs, cfg.d_out, slot))
 }
 
@@ -314,11 +306,10 @@ struct Layout {
     /// Heads and layers.
     h: usize,
     n_layers: usize,
-    /// The site's query position (`8 F + slot` for 9 panels).
-    query: usize,
-    /// The slot's tokens in the answer's row (panels 6 and 7) and in the first row (panels 0, 1).
-    answer_row: [usize; 2],
-    first_row: [usize; 2],
+    /// The site ([`transplant_site`]), and the control's site with the slot's tokens of the first
+    /// row (panels 0, 1) as keys.
+    answer_row: CodeSite,
+    first_row: CodeSite,
 }
 
 impl Layout {
@@ -326,23 +317,19 @@ impl Layout {
         let cfg = ev.config();
         let f = cfg.n_outputs;
         // Token `f p + slot` shows panel p's value of feature `slot`.
+        let answer_row = transplant_site(cfg, slot);
+        let first_row = CodeSite {
+            query: answer_row.query,
+            keys: vec![slot, f + slot],
+        };
         Layout {
             slot,
             f,
             m: cfg.d_in,
             h: cfg.n_heads,
             n_layers: cfg.n_layers,
-            query: cfg.n_tokens - f + slot,
-            answer_row: [f * 6 + slot, f * 7 + slot],
-            first_row: [slot, f + slot],
-        }
-    }
-
-    /// The site with the query and `keys`.
-    fn at(&self, keys: [usize; 2]) -> Site {
-        Site {
-            query: self.query,
-            keys,
+            answer_row,
+            first_row,
         }
     }
 
@@ -389,7 +376,7 @@ fn donors(
     let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; at.n_layers];
     for s in (0..id.len()).step_by(batch) {
         let part = id.slice(s, s + batch);
-        let plain = site_values(ev, &part, (at.query, at.answer_row), at.slot, false)?;
+        let plain = site_values(ev, &part, &at.answer_row, at.slot, false)?;
         for (l, codes) in plain.codes.iter().enumerate() {
             for (i, c) in codes.chunks_exact(at.width()).enumerate() {
                 let r = part.rules[[i, at.slot]] as usize;
@@ -571,7 +558,7 @@ fn transplant_with(
         let part = ood.slice(s, s + batch);
         // One plain pass: the baseline logits, and per layer the own codes [B, H, 2] and the
         // stream entering the block [B, T, D].
-        let plain = site_values(ev, &part, (at.query, at.answer_row), slot, true)?;
+        let plain = site_values(ev, &part, &at.answer_row, slot, true)?;
         let on = Receivers {
             part: &part,
             start: s,
@@ -629,7 +616,7 @@ fn layer_controls(
         (mean_all.as_deref(), mean_row),
     ] {
         let Some(codes) = codes else { continue };
-        let got = transplanted(ev, from, &all, at.at(at.answer_row), codes, at.slot)?;
+        let got = transplanted(ev, from, &all, &at.answer_row, codes, at.slot)?;
         score(row, &got, &all, None, on);
     }
     Ok(())
@@ -662,11 +649,11 @@ fn layer_donor(
         .flat_map(|&i| pool[(on.start + i) % pool.len()].iter().copied())
         .collect();
     for (keys, codes, row) in [
-        (at.answer_row, &codes, mean_id),
-        (at.answer_row, &problem_codes, donor_problem),
-        (at.first_row, &codes, off_row),
+        (&at.answer_row, &codes, mean_id),
+        (&at.answer_row, &problem_codes, donor_problem),
+        (&at.first_row, &codes, off_row),
     ] {
-        let got = transplanted(ev, from, &keep, at.at(keys), codes, at.slot)?;
+        let got = transplanted(ev, from, &keep, keys, codes, at.slot)?;
         score(row, &got, &keep, Some(&expected), on);
     }
     Ok(())

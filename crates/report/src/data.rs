@@ -265,10 +265,9 @@ pub struct CausalResult {
     pub n: usize,
     /// The answer slot whose site is transplanted (the paper's: the last).
     pub slot: usize,
-    /// The site's query position (`8 F + slot`).
-    pub query: usize,
-    /// The site's key positions, the slot's tokens in the answer's row (`6 F + slot`, `7 F + slot`).
-    pub keys: [usize; 2],
+    /// The site ([`hyperlens_probe::transplant_site`]): query `8 F + slot`, keys the slot's
+    /// tokens in the answer's row (`6 F + slot`, `7 F + slot`).
+    pub site: hyperlens_model::CodeSite,
     /// Values per feature (the chance level of a changed answer is `1 / (M - 1)`).
     pub values: usize,
     /// Per layer, one row per [`TransplantKind`] (in the order of [`TransplantKind::ALL`]).

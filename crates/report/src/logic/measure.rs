@@ -12,7 +12,7 @@ use hyperlens_analysis::terms::{
     term_decoding, term_decoding_csv, TermCodes, TermDecodingParams, TermDecodingRow,
 };
 use hyperlens_model::{Evaluator, RunRecord, Task};
-use hyperlens_probe::{extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta};
+use hyperlens_probe::{extract_logic_set, GeneratedLogicSet, ProbeMeta};
 use hyperlens_tasks::logic::{
     fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
@@ -122,7 +122,7 @@ fn extract_codes(
 ) -> Result<Vec<TermCodes>> {
     let out = &params.out;
     let cfg = model.config();
-    let site = LogicSite::paper(cfg.n_tokens);
+    let site = hyperlens_model::CodeSite::last_token(cfg.n_tokens);
     let layers: Vec<usize> = (0..cfg.n_layers).collect();
     let mut codes = Vec::new();
     for set in [LogicSet::Id, LogicSet::Ood] {

@@ -62,8 +62,8 @@ fn attention_sample(ev: &Evaluator, split: &Split, seed: u64) -> Result<Attentio
         target: problem.y.row(0).to_vec(),
         prediction,
         rules: problem.rules.row(0).to_vec(),
-        query: sel.query,
-        keys: sel.keys,
+        query: sel.site.query,
+        keys: sel.site.keys,
     })
 }
 
