@@ -206,10 +206,8 @@ pub struct AttentionSample {
     pub prediction: Vec<i64>,
     /// Rule per feature slot. # Shapes: `[F]`.
     pub rules: Vec<i64>,
-    /// The query position of the paper's site.
-    pub query: usize,
-    /// The key positions of the paper's site.
-    pub keys: Vec<usize>,
+    /// The paper's site (`Site::Paper` resolved for the checkpoint's task).
+    pub site: hyperlens_model::CodeSite,
 }
 
 /// Seconds spent on the stages of one checkpoint (not in the committed files: `timings.json`).

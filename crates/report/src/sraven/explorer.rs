@@ -130,7 +130,7 @@ fn set_data(e: &Entry, out: &Path, set: Set) -> Result<SetData> {
         correct,
         codes: flat,
         values,
-        slot: vec![(e.attention.query % features) as i64; n],
+        slot: vec![(e.attention.site.query % features) as i64; n],
         reproduce: format!(
             "hyperlens tasks sample --split {} --set {set} --n {n} --seed {seed} --unpermuted --out problems.npz",
             e.split
@@ -187,8 +187,9 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
     let title = format!(
         "{}: latent codes (query {}, keys {})",
         e.name,
-        tokens.get(a.query).map_or("?", String::as_str),
-        a.keys
+        tokens.get(a.site.query).map_or("?", String::as_str),
+        a.site
+            .keys
             .iter()
             .map(|&t| tokens.get(t).map_or("?", String::as_str))
             .collect::<Vec<_>>()
@@ -216,6 +217,7 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
         ],
         heads: (0..h).map(|i| format!("H{i}")).collect(),
         keys: a
+            .site
             .keys
             .iter()
             .map(|&t| tokens.get(t).cloned().unwrap_or_else(|| t.to_string()))
@@ -254,8 +256,8 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
                     values: d.values.view(),
                     slot: &d.slot,
                     prediction: &d.prediction,
-                    marked: a.keys.clone(),
-                    query: a.query,
+                    marked: a.site.keys.clone(),
+                    query: a.site.query,
                 }),
             })
             .collect(),

@@ -59,8 +59,9 @@ pub fn checkpoint_figures(e: &Entry, out: &Path) -> Result<(Vec<FigureRef>, Opti
     let a = &e.attention;
     let title = format!(
         "{name}: latent codes (query {}, keys {}) by rule, OOD",
-        a.query,
-        a.keys
+        a.site.query,
+        a.site
+            .keys
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()

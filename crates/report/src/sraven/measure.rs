@@ -62,8 +62,7 @@ fn attention_sample(ev: &Evaluator, split: &Split, seed: u64) -> Result<Attentio
         target: problem.y.row(0).to_vec(),
         prediction,
         rules: problem.rules.row(0).to_vec(),
-        query: sel.site.query,
-        keys: sel.site.keys,
+        site: sel.site,
     })
 }
 

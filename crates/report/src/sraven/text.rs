@@ -343,9 +343,9 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
     let (h, _, t) = pat.dim();
     let shares: Vec<f64> = (0..h)
         .map(|head| {
-            let row = pat.slice(ndarray::s![head, a.query, ..]);
+            let row = pat.slice(ndarray::s![head, a.site.query, ..]);
             let total: f64 = row.iter().map(|v| f64::from(v.abs())).sum();
-            let on: f64 = a.keys.iter().map(|&k| f64::from(row[k].abs())).sum();
+            let on: f64 = a.site.keys.iter().map(|&k| f64::from(row[k].abs())).sum();
             if total > 0.0 {
                 on / total
             } else {
@@ -360,7 +360,7 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
         .enumerate()
         .max_by(|x, y| x.1.total_cmp(&y.1))
         .unwrap_or((0, 0.0));
-    let keys: Vec<&str> = a.keys.iter().map(|&k| labels[k].as_str()).collect();
+    let keys: Vec<&str> = a.site.keys.iter().map(|&k| labels[k].as_str()).collect();
     let right = a
         .target
         .iter()
@@ -372,10 +372,10 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
         "On this problem (rules {}; the model gets {right} of {} answer features right), the answer query {} puts on average {} of its absolute attention weight on the paper's keys {} (uniform: {}); head {best_head} concentrates most ({}).",
         rules.join(", "),
         a.target.len(),
-        labels[a.query],
+        labels[a.site.query],
         pct(mean),
         keys.join(" and "),
-        pct(a.keys.len() as f64 / t as f64),
+        pct(a.site.keys.len() as f64 / t as f64),
         pct(best)
     )
 }
