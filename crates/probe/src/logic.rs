@@ -84,7 +84,7 @@ pub fn extract_logic_set<P: FnMut(usize) -> ControlFlow<()>>(
         )));
     }
     meta.problems = describe_inputs("generated", inputs, seed);
-    meta.split = Some(format!("seed{}", split.seed));
+    meta.split = Some(split.name().to_string());
     meta.set = Some(name.into());
     meta.seed = Some(seed);
     let chunks = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).map(|c| {

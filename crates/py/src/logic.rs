@@ -80,8 +80,9 @@ fn parse_logic_set(set: &str) -> PyResult<LogicSet> {
 
 /// The seed N of a logic split name `seed{N}`.
 fn split_seed(name: &str) -> PyResult<u64> {
-    name.strip_prefix("seed")
-        .and_then(|n| n.parse::<u64>().ok())
+    name.parse::<hyperlens_tasks::sraven::SplitName>()
+        .ok()
+        .and_then(hyperlens_tasks::sraven::SplitName::seed)
         .ok_or_else(|| {
             raise(
                 Kind::Input,
