@@ -333,3 +333,41 @@ def test_scatter_tsne_is_the_analysis_tsne(sets):
             back = lo + _decode(a[key]) * (hi - lo) / 65535
             np.testing.assert_allclose(back, want[:, axis], atol=(hi - lo) / 65535)
     assert hl.viz.scatter(sub, layer=3, method="tsne").svg == fig.svg
+
+
+# ---- the binary array format (issue 46, item 6) ----------------------------------------------
+
+
+def test_binary_arrays_round_trip_from_the_rust_encoder_to_the_browser(browser, tmp_path):  # noqa: F811
+    """Arrays encoded by the Rust encoder (``encode.rs``, its output kept in the fixture that
+    ``the_round_trip_fixture_is_the_encoders_output`` holds to the encoder) decode in chromium, with
+    the figures' own script, to the same values: every type, odd and empty lengths, negative values,
+    the extremes, NaN, the infinities, -0 and a subnormal. A bad type or length is an error."""
+    fixture = json.loads((ROOT / "crates" / "viz" / "tests" / "data" / "binary_arrays.json").read_text())
+    script = (ROOT / "crates" / "viz" / "src" / "interactive" / "interactive.js").read_text()
+    page_path = tmp_path / "arrays.html"
+    page_path.write_text(f"<!doctype html><html><body><script>{script}</script></body></html>")
+    ctx = browser.new_context()
+    errors: list[str] = []
+    page = ctx.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_path.as_uri())
+    decoded = page.evaluate(
+        """cases => cases.map(c => Array.from(window.hlViz.decodeArray(c.encoded), v =>
+            Number.isNaN(v) ? 'NaN' : v === Infinity ? 'Infinity' : v === -Infinity ? '-Infinity'
+            : Object.is(v, -0) ? '-0' : v))""",
+        fixture["cases"],
+    )
+    refused = page.evaluate(
+        """() => [{t: 'f64', n: 1, b: 'AAAAAAAAAAA='}, {t: 'f32', n: 2, b: 'AACAPw=='}, {t: 'u4', n: 3, b: 'AA=='}]
+            .map(a => { try { window.hlViz.decodeArray(a); return null; } catch (e) { return e.message; } })"""
+    )
+    ctx.close()
+    assert not errors, errors
+    assert len(fixture["cases"]) >= 10
+    for case, got in zip(fixture["cases"], decoded):
+        assert got == case["values"], case["name"]
+        assert len(got) == case["encoded"]["n"], case["name"]
+    assert "unknown array type f64" in refused[0]
+    assert "has 4 bytes, not 8" in refused[1]
+    assert "has 1 bytes, not 2" in refused[2]

@@ -207,13 +207,7 @@ pub fn code_rows(
     check_batch(cfg, batch)?;
     let b = batch.len();
     let f = cfg.n_outputs;
-    let sites: Vec<CodeSite> = selections
-        .iter()
-        .map(|sel| CodeSite {
-            query: sel.query,
-            keys: sel.keys.clone(),
-        })
-        .collect();
+    let sites: Vec<CodeSite> = selections.iter().map(|sel| sel.site.clone()).collect();
     let reads = Reads {
         sites: &sites,
         layers,
@@ -244,7 +238,7 @@ pub fn code_rows(
             };
             rows.label.push(batch.rules[[i, feature]]);
             rows.rules.extend(batch.rules.row(i).iter().copied());
-            for &k in &sel.keys {
+            for &k in &sel.site.keys {
                 let row = batch.x.slice(ndarray::s![i, k, ..]);
                 let v = row.iter().position(|&v| v > 0.5).map_or(-1, |p| p as i64);
                 rows.inputs.push(v);
@@ -337,7 +331,7 @@ where
     let cfg = ev.config().clone();
     let layers = params.check(cfg.n_layers)?;
     let selections = selections_of(&cfg, &params.site)?;
-    let n_keys = selections[0].keys.len();
+    let n_keys = selections[0].site.keys.len();
     let (h, f, s) = (cfg.n_heads, cfg.n_outputs, selections.len());
     let n_rows = n_problems * s;
 
@@ -392,15 +386,15 @@ fn complete_meta(
     layers: &[usize],
     n_problems: usize,
 ) {
-    let n_keys = selections[0].keys.len();
+    let n_keys = selections[0].site.keys.len();
     let (h, f) = (cfg.n_heads, cfg.n_outputs);
     let n_rows = n_problems * selections.len();
     meta.site = params.site.to_string();
     meta.selections = selections
         .iter()
         .map(|s| SelectionMeta {
-            query: s.query,
-            keys: s.keys.clone(),
+            query: s.site.query,
+            keys: s.site.keys.clone(),
             slot: s.slot,
         })
         .collect();

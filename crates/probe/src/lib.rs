@@ -22,7 +22,6 @@ pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use logic::{
     describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet, LogicProbeSummary,
-    LogicSite,
 };
 pub use logic_rows::{logic_code_rows, LogicRows};
 pub use patch_files::{
@@ -34,4 +33,6 @@ pub use patching::{
     DlaReport, PatchPairs, PatchingReport,
 };
 pub use site::{Selection, Site};
-pub use transplant::{latent_transplant, transplant_csv, TransplantRow};
+pub use transplant::{
+    latent_transplant, transplant_csv, transplant_site, TransplantKind, TransplantRow,
+};

@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::{Config, Evaluator};
+use hyperlens_model::{CodeSite, Config, Evaluator};
 use hyperlens_tasks::logic::{
     logic_chunks, LogicBatch, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
@@ -21,26 +21,6 @@ use crate::error::{ProbeError, Result};
 use crate::extract::{ProbeMeta, SelectionMeta};
 use crate::logic_rows::{logic_code_rows, LogicRows};
 use crate::npz_stream::{NpyDtype, NpzStream};
-
-/// Where a logic probe reads the codes: one query position and its keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogicSite {
-    /// The query position.
-    pub query: usize,
-    /// The key positions, in output order.
-    pub keys: Vec<usize>,
-}
-
-impl LogicSite {
-    /// The paper's site for a model of `n_tokens` positions: the last token's attention to itself.
-    pub fn paper(n_tokens: usize) -> LogicSite {
-        let last = n_tokens.saturating_sub(1);
-        LogicSite {
-            query: last,
-            keys: vec![last],
-        }
-    }
-}
 
 /// What [`extract_logic`] reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +62,7 @@ pub fn extract_logic_set<P: FnMut(usize) -> ControlFlow<()>>(
     source: GeneratedLogicSet<'_>,
     batch: usize,
     layers: &[usize],
-    site: &LogicSite,
+    site: &CodeSite,
     out: &Path,
     mut meta: ProbeMeta,
     progress: P,
@@ -104,7 +84,7 @@ pub fn extract_logic_set<P: FnMut(usize) -> ControlFlow<()>>(
         )));
     }
     meta.problems = describe_inputs("generated", inputs, seed);
-    meta.split = Some(format!("seed{}", split.seed));
+    meta.split = Some(split.name().to_string());
     meta.set = Some(name.into());
     meta.seed = Some(seed);
     let chunks = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).map(|c| {
@@ -157,7 +137,7 @@ pub fn extract_logic<I, P>(
     n_problems: usize,
     batch: usize,
     layers: &[usize],
-    site: &LogicSite,
+    site: &CodeSite,
     out: &Path,
     mut meta: ProbeMeta,
     mut progress: P,
@@ -175,7 +155,7 @@ where
     if batch == 0 {
         return Err(ProbeError::InvalidInput("--batch must be positive".into()));
     }
-    site.check(cfg.n_tokens)?;
+    check_site(site, cfg.n_tokens)?;
     let mut writer: Option<LogicCodeWriter> = None;
     let mut done = 0usize;
     let mut se = 0f64;
@@ -231,21 +211,19 @@ where
     })
 }
 
-impl LogicSite {
-    /// Checks that the site lies inside a sequence of `t` tokens and has a key.
-    ///
-    /// # Errors
-    /// [`ProbeError::InvalidInput`] naming the positions.
-    pub(crate) fn check(&self, t: usize) -> Result<()> {
-        if self.keys.is_empty() || self.query >= t || self.keys.iter().any(|&k| k >= t) {
-            return Err(ProbeError::InvalidInput(format!(
-                "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
-                 least one key",
-                self.query, self.keys
-            )));
-        }
-        Ok(())
+/// Checks that `site` lies inside a sequence of `t` tokens and has a key.
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] naming the positions.
+pub(crate) fn check_site(site: &CodeSite, t: usize) -> Result<()> {
+    if site.keys.is_empty() || site.query >= t || site.keys.iter().any(|&k| k >= t) {
+        return Err(ProbeError::InvalidInput(format!(
+            "site query {} keys {:?}: positions must be below the model's {t} tokens, with at \
+             least one key",
+            site.query, site.keys
+        )));
     }
+    Ok(())
 }
 
 /// Checks that a batch fits the model: `x [B, T, d_in]`, `y [B]`, terms `[B, Kt, Lv]` and
@@ -360,21 +338,13 @@ impl LogicCodeWriter {
 /// Completes the sidecar of the logic codes: the site, layers, heads, sizes, mixer and shapes.
 fn complete_meta(
     meta: &mut ProbeMeta,
-    site: &LogicSite,
+    site: &CodeSite,
     layers: Vec<usize>,
     cfg: &Config,
     shapes: Vec<(String, Vec<usize>)>,
 ) {
     let n = shapes[0].1[0];
-    meta.site = format!(
-        "query:{};keys:{}",
-        site.query,
-        site.keys
-            .iter()
-            .map(|k| k.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    meta.site = site.to_string();
     meta.selections = vec![SelectionMeta {
         query: site.query,
         keys: site.keys.clone(),

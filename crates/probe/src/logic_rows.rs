@@ -10,7 +10,7 @@ use hyperlens_tasks::logic::LogicBatch;
 use ndarray::s;
 
 use crate::error::{ProbeError, Result};
-use crate::logic::{check_fits, LogicSite};
+use crate::logic::{check_fits, check_site};
 
 /// The rows of a logic codes file for one batch of B sequences, flat in row-major order.
 ///
@@ -62,11 +62,11 @@ pub fn logic_code_rows(
     batch: &LogicBatch,
     rows: Range<usize>,
     layers: &[usize],
-    site: &LogicSite,
+    site: &CodeSite,
     first_problem: usize,
 ) -> Result<LogicRows> {
     let cfg = ev.config();
-    site.check(cfg.n_tokens)?;
+    check_site(site, cfg.n_tokens)?;
     check_fits(batch, cfg)?;
     let b = batch.x.dim().0;
     if rows.start > rows.end || rows.end > b {
@@ -75,10 +75,7 @@ pub fn logic_code_rows(
         )));
     }
     let (start, end) = (rows.start, rows.end);
-    let sites = [CodeSite {
-        query: site.query,
-        keys: site.keys.clone(),
-    }];
+    let sites = [site.clone()];
     let reads = Reads {
         sites: &sites,
         layers,

@@ -7,11 +7,14 @@
 use std::fmt;
 use std::str::FromStr;
 
+use hyperlens_model::CodeSite;
 use hyperlens_tasks::sraven::SravenParams;
 
 use crate::error::{ProbeError, Result};
 
-/// A probe site, parsed from and printed as its CLI form.
+/// A probe site, parsed from and printed as its CLI form: the parsed stage of the one site type,
+/// which [`Site::resolve`] (SRAVEN) or [`Site::logic`] (fuzzy logic) turns into resolved
+/// [`CodeSite`]s.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Site {
     /// `paper`: the paper's site, i.e. `slot:F-1` (query 35, keys 27 and 31 for SRAVEN defaults).
@@ -37,10 +40,11 @@ impl fmt::Display for Site {
             Site::Paper => write!(f, "paper"),
             Site::Slot(s) => write!(f, "slot:{s}"),
             Site::AllSlots => write!(f, "all-slots"),
-            Site::Explicit { query, keys } => {
-                let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-                write!(f, "query:{query};keys:{}", keys.join(","))
+            Site::Explicit { query, keys } => CodeSite {
+                query: *query,
+                keys: keys.clone(),
             }
+            .fmt(f),
         }
     }
 }
@@ -76,13 +80,11 @@ impl FromStr for Site {
     }
 }
 
-/// One resolved selection: a query position, key positions and the answer slot that labels it.
+/// One resolved SRAVEN site with the answer slot that labels its codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
-    /// Query position.
-    pub query: usize,
-    /// Key positions.
-    pub keys: Vec<usize>,
+    /// Query and key positions.
+    pub site: CodeSite,
     /// Answer slot (column-2 order) whose feature's rule labels the code, and whose target and
     /// prediction are saved.
     pub slot: usize,
@@ -110,8 +112,10 @@ impl Site {
                 ));
             }
             Ok(Selection {
-                query: n_ctx + s,
-                keys: vec![(panels - 2) * f + s, (panels - 1) * f + s],
+                site: CodeSite {
+                    query: n_ctx + s,
+                    keys: vec![(panels - 2) * f + s, (panels - 1) * f + s],
+                },
                 slot: s,
             })
         };
@@ -136,11 +140,29 @@ impl Site {
                     query % f
                 };
                 Ok(vec![Selection {
-                    query: *query,
-                    keys: keys.clone(),
+                    site: CodeSite {
+                        query: *query,
+                        keys: keys.clone(),
+                    },
                     slot,
                 }])
             }
+        }
+    }
+}
+
+impl Site {
+    /// The site of a fuzzy-logic sequence of `n_tokens`: `paper` is the last token's attention to
+    /// itself ([`CodeSite::last_token`]), an explicit site is itself; `None` for the SRAVEN sites
+    /// (`slot:F`, `all-slots`). Positions are checked where the codes are read.
+    pub fn logic(&self, n_tokens: usize) -> Option<CodeSite> {
+        match self {
+            Site::Paper => Some(CodeSite::last_token(n_tokens)),
+            Site::Explicit { query, keys } => Some(CodeSite {
+                query: *query,
+                keys: keys.clone(),
+            }),
+            Site::Slot(_) | Site::AllSlots => None,
         }
     }
 }
@@ -156,9 +178,11 @@ mod tests {
         assert_eq!(
             sel,
             vec![Selection {
-                query: 35,
-                keys: vec![27, 31],
-                slot: 3
+                site: CodeSite {
+                    query: 35,
+                    keys: vec![27, 31],
+                },
+                slot: 3,
             }]
         );
         // Positions by hand: panel 6 slot 3 = 6*4+3, panel 7 slot 3 = 7*4+3, query 32+3.
@@ -166,9 +190,11 @@ mod tests {
         assert_eq!(
             s1,
             vec![Selection {
-                query: 33,
-                keys: vec![25, 29],
-                slot: 1
+                site: CodeSite {
+                    query: 33,
+                    keys: vec![25, 29],
+                },
+                slot: 1,
             }]
         );
         let all = Site::AllSlots.resolve(&p)?;
@@ -176,17 +202,21 @@ mod tests {
         assert_eq!(
             all[0],
             Selection {
-                query: 32,
-                keys: vec![24, 28],
-                slot: 0
+                site: CodeSite {
+                    query: 32,
+                    keys: vec![24, 28],
+                },
+                slot: 0,
             }
         );
         assert_eq!(
             all[2],
             Selection {
-                query: 34,
-                keys: vec![26, 30],
-                slot: 2
+                site: CodeSite {
+                    query: 34,
+                    keys: vec![26, 30],
+                },
+                slot: 2,
             }
         );
         Ok(())
@@ -205,6 +235,21 @@ mod tests {
         assert!("query:36;keys:1".parse::<Site>()?.resolve(&p).is_err());
         let e = "query:6;keys:1,2".parse::<Site>()?.resolve(&p)?;
         assert_eq!(e[0].slot, 2);
+        assert_eq!(
+            Site::Paper.logic(7),
+            Some(CodeSite {
+                query: 6,
+                keys: vec![6]
+            })
+        );
+        assert_eq!(
+            "query:3;keys:1,2".parse::<Site>()?.logic(7),
+            Some(CodeSite {
+                query: 3,
+                keys: vec![1, 2]
+            })
+        );
+        assert_eq!(Site::AllSlots.logic(7), None);
         Ok(())
     }
 }

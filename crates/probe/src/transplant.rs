@@ -22,9 +22,11 @@
 //! the code (a zero code; the mean ID code over all rules), which say how much the answer depends
 //! on the code at all.
 
+use std::fmt;
 use std::ops::ControlFlow;
+use std::str::FromStr;
 
-use hyperlens_model::{BlockStart, CodeSite, Evaluator, Reads};
+use hyperlens_model::{BlockStart, CodeSite, Config, Evaluator, Reads};
 use hyperlens_tasks::sraven::{ProblemSet, Rule};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -46,16 +48,97 @@ pub fn answer_under(rule: Rule, row0: [u8; 3], a: u8, b: u8, m: usize) -> Option
     rule.complete_row(a, b, m)
 }
 
+/// What a transplant writes at the site, named in files (`transplant.csv`'s `kind` column, the
+/// Python records) by [`TransplantKind::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransplantKind {
+    /// `mean_id`: the donor rule's mean ID code at the answer row.
+    MeanId,
+    /// `donor_problem`: the own code of one ID problem of the donor rule, at the answer row.
+    DonorProblem,
+    /// `off_row`: the mean donor code at the first row's keys.
+    OffRow,
+    /// `random`: a random code of the own code's norm.
+    Random,
+    /// `zero_ablation`: a zero code.
+    ZeroAblation,
+    /// `mean_ablation`: the mean ID code over all rules.
+    MeanAblation,
+    /// `identity`: the problem's own code (the logits must not change).
+    Identity,
+}
+
+impl TransplantKind {
+    /// Every kind, in the order of the rows of one layer in the result.
+    pub const ALL: [TransplantKind; 7] = [
+        TransplantKind::MeanId,
+        TransplantKind::DonorProblem,
+        TransplantKind::OffRow,
+        TransplantKind::Random,
+        TransplantKind::ZeroAblation,
+        TransplantKind::MeanAblation,
+        TransplantKind::Identity,
+    ];
+
+    /// The name in files: `mean_id`, `donor_problem`, `off_row`, `random`, `zero_ablation`,
+    /// `mean_ablation`, `identity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransplantKind::MeanId => "mean_id",
+            TransplantKind::DonorProblem => "donor_problem",
+            TransplantKind::OffRow => "off_row",
+            TransplantKind::Random => "random",
+            TransplantKind::ZeroAblation => "zero_ablation",
+            TransplantKind::MeanAblation => "mean_ablation",
+            TransplantKind::Identity => "identity",
+        }
+    }
+
+    /// Whether the kind writes a donor rule's code (`mean_id`, `donor_problem`, `off_row`), so
+    /// that its pairs can move to the donor's answer.
+    pub fn has_donor(self) -> bool {
+        matches!(
+            self,
+            TransplantKind::MeanId | TransplantKind::DonorProblem | TransplantKind::OffRow
+        )
+    }
+}
+
+impl fmt::Display for TransplantKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TransplantKind {
+    type Err = ProbeError;
+
+    /// Parses the name in files ([`TransplantKind::as_str`]).
+    ///
+    /// # Errors
+    /// [`ProbeError::InvalidInput`] naming the valid kinds.
+    fn from_str(s: &str) -> Result<TransplantKind> {
+        TransplantKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = TransplantKind::ALL.iter().map(|k| k.as_str()).collect();
+                ProbeError::InvalidInput(format!(
+                    "unknown transplant kind `{s}` (expected {})",
+                    valid.join(", ")
+                ))
+            })
+    }
+}
+
 /// One row of the result: a layer and a kind of transplant.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TransplantRow {
     /// The layer whose code was replaced.
     pub layer: usize,
-    /// `mean_id` (the donor rule's mean ID code at the answer row), `donor_problem` (the own code
-    /// of one ID problem of the donor rule, at the answer row), `off_row` (the mean donor code at
-    /// the first row's keys), `random` (a random code of the own code's norm), `zero_ablation` (a
-    /// zero code), `mean_ablation` (the mean ID code over all rules), `identity` (the own code).
-    pub kind: String,
+    /// What was written at the site.
+    pub kind: TransplantKind,
     /// (problem, donor) pairs scored.
     pub n: usize,
     /// Pairs whose prediction became the donor rule's answer (`mean_id`, `donor_problem`,
@@ -72,19 +155,14 @@ pub struct TransplantRow {
     pub max_logit_change: f64,
 }
 
-/// The site of the codes in a layer: query and the two keys.
-#[derive(Debug, Clone, Copy)]
-struct Site {
-    query: usize,
-    keys: [usize; 2],
-}
-
-impl Site {
-    fn code_site(&self) -> CodeSite {
-        CodeSite {
-            query: self.query,
-            keys: self.keys.to_vec(),
-        }
+/// The site the transplant test replaces, for a model with `cfg`'s shape and answer slot `slot`:
+/// the slot's query, and the slot's tokens in the answer's row (panels 6 and 7) as keys; that is
+/// `hyperlens_probe::Site::Slot(slot)` resolved for 9 panels (module docs).
+pub fn transplant_site(cfg: &Config, slot: usize) -> CodeSite {
+    let f = cfg.n_outputs;
+    CodeSite {
+        query: cfg.n_tokens - f + slot,
+        keys: vec![f * 6 + slot, f * 7 + slot],
     }
 }
 
@@ -104,21 +182,18 @@ fn slot_logits(logits: &[f32], f: usize, c: usize, slot: usize) -> Vec<Vec<f32>>
         .collect()
 }
 
-/// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at `query`
-/// and `keys` and (with `streams`) the stream entering the layer.
+/// The plain pass over `part` (slot `slot`): its logits, and at every layer its codes at `site`
+/// (two keys) and (with `streams`) the stream entering the layer.
 fn site_values(
     ev: &Evaluator,
     part: &ProblemSet,
-    (query, keys): (usize, [usize; 2]),
+    site: &CodeSite,
     slot: usize,
     streams: bool,
 ) -> Result<SiteValues> {
     let cfg = ev.config();
     let (h, nl) = (cfg.n_heads, cfg.n_layers);
-    let sites = [CodeSite {
-        query,
-        keys: keys.to_vec(),
-    }];
+    let sites = [site.clone()];
     let layers: Vec<usize> = (0..nl).collect();
     let read = ev.read(
         part.x.view(),
@@ -152,12 +227,12 @@ fn transplanted(
     ev: &Evaluator,
     from: &BlockStart,
     problems: &[usize],
-    site: Site,
+    site: &CodeSite,
     codes: &[f32],
     slot: usize,
 ) -> Result<Vec<Vec<f32>>> {
     let cfg = ev.config();
-    let logits = ev.run_with_site_codes(from, problems, &site.code_site(), codes)?;
+    let logits = ev.run_with_site_codes(from, problems, site, codes)?;
     Ok(slot_logits(&logits, cfg.n_outputs, cfg.d_out, slot))
 }
 
@@ -231,11 +306,10 @@ struct Layout {
     /// Heads and layers.
     h: usize,
     n_layers: usize,
-    /// The site's query position (`8 F + slot` for 9 panels).
-    query: usize,
-    /// The slot's tokens in the answer's row (panels 6 and 7) and in the first row (panels 0, 1).
-    answer_row: [usize; 2],
-    first_row: [usize; 2],
+    /// The site ([`transplant_site`]), and the control's site with the slot's tokens of the first
+    /// row (panels 0, 1) as keys.
+    answer_row: CodeSite,
+    first_row: CodeSite,
 }
 
 impl Layout {
@@ -243,23 +317,19 @@ impl Layout {
         let cfg = ev.config();
         let f = cfg.n_outputs;
         // Token `f p + slot` shows panel p's value of feature `slot`.
+        let answer_row = transplant_site(cfg, slot);
+        let first_row = CodeSite {
+            query: answer_row.query,
+            keys: vec![slot, f + slot],
+        };
         Layout {
             slot,
             f,
             m: cfg.d_in,
             h: cfg.n_heads,
             n_layers: cfg.n_layers,
-            query: cfg.n_tokens - f + slot,
-            answer_row: [f * 6 + slot, f * 7 + slot],
-            first_row: [slot, f + slot],
-        }
-    }
-
-    /// The site with the query and `keys`.
-    fn at(&self, keys: [usize; 2]) -> Site {
-        Site {
-            query: self.query,
-            keys,
+            answer_row,
+            first_row,
         }
     }
 
@@ -306,7 +376,7 @@ fn donors(
     let mut by_rule: Vec<Vec<Vec<Vec<f32>>>> = vec![vec![Vec::new(); Rule::COUNT]; at.n_layers];
     for s in (0..id.len()).step_by(batch) {
         let part = id.slice(s, s + batch);
-        let plain = site_values(ev, &part, (at.query, at.answer_row), at.slot, false)?;
+        let plain = site_values(ev, &part, &at.answer_row, at.slot, false)?;
         for (l, codes) in plain.codes.iter().enumerate() {
             for (i, c) in codes.chunks_exact(at.width()).enumerate() {
                 let r = part.rules[[i, at.slot]] as usize;
@@ -454,22 +524,11 @@ fn donor_targets(
     Ok((keep, expected, excluded))
 }
 
-/// Per layer, in the order of the result.
-const KINDS: [&str; 7] = [
-    "mean_id",
-    "donor_problem",
-    "off_row",
-    "random",
-    "zero_ablation",
-    "mean_ablation",
-    "identity",
-];
-
 /// An empty row of `layer` and `kind`.
-fn empty_row(layer: usize, kind: &str) -> TransplantRow {
+fn empty_row(layer: usize, kind: TransplantKind) -> TransplantRow {
     TransplantRow {
         layer,
-        kind: kind.into(),
+        kind,
         n: 0,
         to_donor: 0,
         elsewhere: 0,
@@ -493,13 +552,13 @@ fn transplant_with(
     let directions = random_directions(seed, at.n_layers, ood.len(), at.width());
     let donors = donors(ev, id, &at, batch, tick)?;
     let mut rows: Vec<[TransplantRow; 7]> = (0..at.n_layers)
-        .map(|l| KINDS.map(|k| empty_row(l, k)))
+        .map(|l| TransplantKind::ALL.map(|k| empty_row(l, k)))
         .collect();
     for s in (0..ood.len()).step_by(batch) {
         let part = ood.slice(s, s + batch);
         // One plain pass: the baseline logits, and per layer the own codes [B, H, 2] and the
         // stream entering the block [B, T, D].
-        let plain = site_values(ev, &part, (at.query, at.answer_row), slot, true)?;
+        let plain = site_values(ev, &part, &at.answer_row, slot, true)?;
         let on = Receivers {
             part: &part,
             start: s,
@@ -557,7 +616,7 @@ fn layer_controls(
         (mean_all.as_deref(), mean_row),
     ] {
         let Some(codes) = codes else { continue };
-        let got = transplanted(ev, from, &all, at.at(at.answer_row), codes, at.slot)?;
+        let got = transplanted(ev, from, &all, &at.answer_row, codes, at.slot)?;
         score(row, &got, &all, None, on);
     }
     Ok(())
@@ -590,11 +649,11 @@ fn layer_donor(
         .flat_map(|&i| pool[(on.start + i) % pool.len()].iter().copied())
         .collect();
     for (keys, codes, row) in [
-        (at.answer_row, &codes, mean_id),
-        (at.answer_row, &problem_codes, donor_problem),
-        (at.first_row, &codes, off_row),
+        (&at.answer_row, &codes, mean_id),
+        (&at.answer_row, &problem_codes, donor_problem),
+        (&at.first_row, &codes, off_row),
     ] {
-        let got = transplanted(ev, from, &keep, at.at(keys), codes, at.slot)?;
+        let got = transplanted(ev, from, &keep, keys, codes, at.slot)?;
         score(row, &got, &keep, Some(&expected), on);
     }
     Ok(())
@@ -679,7 +738,7 @@ mod tests {
             let counts = |r: &TransplantRow| {
                 (
                     r.layer,
-                    r.kind.clone(),
+                    r.kind,
                     r.n,
                     r.to_donor,
                     r.elsewhere,
@@ -693,11 +752,43 @@ mod tests {
                 "{a:?} {b:?}"
             );
             moved += usize::from(a.max_logit_change > 1e-3);
-            if a.kind == "identity" {
+            if a.kind == TransplantKind::Identity {
                 assert_eq!((a.max_logit_change, b.max_logit_change), (0.0, 0.0));
             }
         }
         assert!(moved >= 8, "the transplants hardly moved the logits");
+    }
+
+    #[test]
+    fn kinds_are_named_in_files_as_before() -> Result<()> {
+        let names: Vec<&str> = TransplantKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "mean_id",
+                "donor_problem",
+                "off_row",
+                "random",
+                "zero_ablation",
+                "mean_ablation",
+                "identity"
+            ]
+        );
+        for k in TransplantKind::ALL {
+            assert_eq!(k.as_str().parse::<TransplantKind>()?, k);
+            assert_eq!(k.to_string(), k.as_str());
+            assert_eq!(
+                serde_json::to_string(&k).map_err(|e| ProbeError::InvalidInput(e.to_string()))?,
+                format!("\"{k}\"")
+            );
+        }
+        assert!("Identity".parse::<TransplantKind>().is_err());
+        let donors: Vec<_> = TransplantKind::ALL
+            .iter()
+            .filter(|k| k.has_donor())
+            .collect();
+        assert_eq!(donors.len(), 3);
+        Ok(())
     }
 
     #[test]

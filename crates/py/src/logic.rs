@@ -7,8 +7,9 @@
 use std::path::PathBuf;
 
 use hyperlens_io::budget::{bytes_of, check_alloc};
+use hyperlens_model::CodeSite;
 use hyperlens_model::Evaluator;
-use hyperlens_probe::{logic_code_rows, LogicRows, LogicSite, ProbeParams, Site};
+use hyperlens_probe::{logic_code_rows, LogicRows, ProbeParams, Site};
 use hyperlens_tasks::logic::{
     fixed_context, fixed_query, sample_logic_set, LogicBatch, LogicInputs, LogicParams, LogicSet,
     LogicSplit,
@@ -79,8 +80,9 @@ fn parse_logic_set(set: &str) -> PyResult<LogicSet> {
 
 /// The seed N of a logic split name `seed{N}`.
 fn split_seed(name: &str) -> PyResult<u64> {
-    name.strip_prefix("seed")
-        .and_then(|n| n.parse::<u64>().ok())
+    name.parse::<hyperlens_tasks::sraven::SplitName>()
+        .ok()
+        .and_then(hyperlens_tasks::sraven::SplitName::seed)
         .ok_or_else(|| {
             raise(
                 Kind::Input,
@@ -397,15 +399,14 @@ pub fn evaluate<'py>(
 
 /// The logic site of a `--site` string: `paper` (the last token's attention to itself) or
 /// `query:I;keys:J,K,...`; SRAVEN's sites are refused with the CLI's message.
-fn logic_site(site: &str, n_tokens: usize) -> PyResult<LogicSite> {
+fn logic_site(site: &str, n_tokens: usize) -> PyResult<CodeSite> {
     let parsed: Site = site.parse().map_err(to_py)?;
-    match parsed {
-        Site::Paper => Ok(LogicSite::paper(n_tokens)),
-        Site::Explicit { query, keys } => Ok(LogicSite { query, keys }),
-        other => Err(raise(
+    match parsed.logic(n_tokens) {
+        Some(site) => Ok(site),
+        None => Err(raise(
             Kind::Input,
             format!(
-                "site {other} is a SRAVEN site; a logic model takes `paper` (the last token's \
+                "site {parsed} is a SRAVEN site; a logic model takes `paper` (the last token's \
                  attention to itself) or `query:I;keys:J,K,...`"
             ),
         )),

@@ -427,7 +427,7 @@ impl PyEvaluator {
                 ));
             }
         }
-        let (s_n, h, k) = (selections.len(), cfg.n_heads, selections[0].keys.len());
+        let (s_n, h, k) = (selections.len(), cfg.n_heads, selections[0].site.keys.len());
         let rows_n = n * s_n;
         let per_row = bytes_of(4, &[layers.len(), h, k]) + bytes_of(8, &[6 + f + k]) + 1;
         check_alloc(

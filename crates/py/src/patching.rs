@@ -250,7 +250,7 @@ fn transplant_rows<'py>(
     for r in rows {
         let d = PyDict::new(py);
         d.set_item("layer", r.layer)?;
-        d.set_item("kind", r.kind)?;
+        d.set_item("kind", r.kind.as_str())?;
         d.set_item("n", r.n)?;
         d.set_item("to_donor", r.to_donor)?;
         d.set_item("elsewhere", r.elsewhere)?;

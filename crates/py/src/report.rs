@@ -109,6 +109,11 @@ fn report(
 ) -> PyResult<(PathBuf, usize, f64)> {
     // `n` and `batch` are checked by `hyperlens_report::run`, before any work.
     let device = hyperlens_model::Device::from_str(device).map_err(to_py)?;
+    let split = split
+        .as_deref()
+        .map(hyperlens_tasks::sraven::SplitName::from_str)
+        .transpose()
+        .map_err(to_py)?;
     let params = ReportParams {
         checkpoints,
         out,

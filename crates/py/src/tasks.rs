@@ -43,7 +43,7 @@ fn splits() -> PyResult<Vec<(String, usize, usize)>> {
         .iter()
         .map(|name| {
             let s = Split::named(name).map_err(to_py)?;
-            Ok((s.name.clone(), s.id_tasks.len(), s.ood_tasks.len()))
+            Ok((s.name.to_string(), s.id_tasks.len(), s.ood_tasks.len()))
         })
         .collect()
 }

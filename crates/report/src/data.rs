@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use hyperlens_analysis::terms::TermDecodingRow;
 use hyperlens_analysis::LatentReport;
-use hyperlens_model::{Device, EvalMetrics, Task};
-use hyperlens_probe::TransplantRow;
-use hyperlens_tasks::sraven::{Set, SravenParams};
+use hyperlens_model::{Device, EvalMetrics, Mixer, Task};
+use hyperlens_probe::{TransplantKind, TransplantRow};
+use hyperlens_tasks::sraven::{Set, SplitName, SravenParams};
 use hyperlens_train::SetMetrics;
 use ndarray::Array4;
 
@@ -31,7 +31,7 @@ pub struct ReportParams {
     /// The split of checkpoints whose run files do not name one ([`DEFAULT_SPLIT`] when `None`).
     /// A checkpoint that names its own split is evaluated on it; a `Some` that differs from it is
     /// an error ([`ReportParams::split_for`]), never silently ignored.
-    pub split: Option<String>,
+    pub split: Option<SplitName>,
     /// Seed of the evaluation and probe problems.
     pub seed: u64,
     /// Compute device.
@@ -47,7 +47,7 @@ pub struct ReportParams {
 }
 
 /// The split of a checkpoint that names none, when [`ReportParams::split`] is `None`.
-pub const DEFAULT_SPLIT: &str = "paper-seed0";
+pub const DEFAULT_SPLIT: SplitName = SplitName::Paper(0);
 
 impl ReportParams {
     /// The split to evaluate the checkpoint `dir` on, whose run files name `own` (or none): its
@@ -57,8 +57,12 @@ impl ReportParams {
     /// [`crate::ReportError::InvalidInput`] when a split was given and the checkpoint names
     /// another: its ID / OOD sets are those of its own split (another split's OOD set may hold
     /// its training tasks), so the given one cannot apply.
-    pub fn split_for(&self, dir: &std::path::Path, own: Option<&str>) -> crate::Result<String> {
-        match (own, self.split.as_deref()) {
+    pub fn split_for(
+        &self,
+        dir: &std::path::Path,
+        own: Option<SplitName>,
+    ) -> crate::Result<SplitName> {
+        match (own, self.split) {
             (Some(own), Some(given)) if own != given => {
                 Err(crate::ReportError::InvalidInput(format!(
                     "split {given}: {} was trained on split {own} and is evaluated on it; the split \
@@ -67,9 +71,9 @@ impl ReportParams {
                     dir.display()
                 )))
             }
-            (Some(own), _) => Ok(own.to_string()),
-            (None, Some(given)) => Ok(given.to_string()),
-            (None, None) => Ok(DEFAULT_SPLIT.to_string()),
+            (Some(own), _) => Ok(own),
+            (None, Some(given)) => Ok(given),
+            (None, None) => Ok(DEFAULT_SPLIT),
         }
     }
 }
@@ -202,10 +206,8 @@ pub struct AttentionSample {
     pub prediction: Vec<i64>,
     /// Rule per feature slot. # Shapes: `[F]`.
     pub rules: Vec<i64>,
-    /// The query position of the paper's site.
-    pub query: usize,
-    /// The key positions of the paper's site.
-    pub keys: Vec<usize>,
+    /// The paper's site (`Site::Paper` resolved for the checkpoint's task).
+    pub site: hyperlens_model::CodeSite,
 }
 
 /// Seconds spent on the stages of one checkpoint (not in the committed files: `timings.json`).
@@ -230,10 +232,10 @@ pub struct Entry {
     pub name: String,
     /// Checkpoint directory.
     pub dir: PathBuf,
-    /// Mixer (CLI name).
-    pub mixer: String,
+    /// Mixer.
+    pub mixer: Mixer,
     /// Split the checkpoint was trained (and is evaluated) on.
-    pub split: String,
+    pub split: SplitName,
     /// Task shape: feature slots `F` and values `M` (for the chance level).
     pub task: SravenParams,
     /// In-distribution accuracy and loss.
@@ -261,20 +263,18 @@ pub struct CausalResult {
     pub n: usize,
     /// The answer slot whose site is transplanted (the paper's: the last).
     pub slot: usize,
-    /// The site's query position (`8 F + slot`).
-    pub query: usize,
-    /// The site's key positions, the slot's tokens in the answer's row (`6 F + slot`, `7 F + slot`).
-    pub keys: [usize; 2],
+    /// The site ([`hyperlens_probe::transplant_site`]): query `8 F + slot`, keys the slot's
+    /// tokens in the answer's row (`6 F + slot`, `7 F + slot`).
+    pub site: hyperlens_model::CodeSite,
     /// Values per feature (the chance level of a changed answer is `1 / (M - 1)`).
     pub values: usize,
-    /// Per layer: `mean_id`, `donor_problem`, `off_row`, `random`, `zero_ablation`,
-    /// `mean_ablation`, `identity` ([`TransplantRow::kind`]).
+    /// Per layer, one row per [`TransplantKind`] (in the order of [`TransplantKind::ALL`]).
     pub rows: Vec<TransplantRow>,
 }
 
 impl CausalResult {
     /// The row of `layer` and `kind`.
-    pub fn row(&self, layer: usize, kind: &str) -> Option<&TransplantRow> {
+    pub fn row(&self, layer: usize, kind: TransplantKind) -> Option<&TransplantRow> {
         self.rows
             .iter()
             .find(|r| r.layer == layer && r.kind == kind)
@@ -287,7 +287,7 @@ impl CausalResult {
 
     /// The fraction of `kind`'s pairs at `layer` whose answer became the donor rule's, or with
     /// `changed` whose answer changed at all (NaN without the row or a pair).
-    pub fn fraction(&self, layer: usize, kind: &str, changed: bool) -> f64 {
+    pub fn fraction(&self, layer: usize, kind: TransplantKind, changed: bool) -> f64 {
         self.row(layer, kind).map_or(f64::NAN, |r| {
             let k = if changed {
                 r.to_donor + r.elsewhere
@@ -302,7 +302,7 @@ impl CausalResult {
     pub fn identity_change(&self) -> f64 {
         self.rows
             .iter()
-            .filter(|r| r.kind == "identity")
+            .filter(|r| r.kind == TransplantKind::Identity)
             .fold(0.0, |m, r| m.max(r.max_logit_change))
     }
 }
@@ -334,10 +334,10 @@ pub struct LogicEntry {
     pub name: String,
     /// Checkpoint directory.
     pub dir: PathBuf,
-    /// Mixer (CLI name).
-    pub mixer: String,
+    /// Mixer.
+    pub mixer: Mixer,
     /// The split it was trained and is evaluated on (`seed{N}`).
-    pub split: String,
+    pub split: SplitName,
     /// R² (`metric`) and MSE (`loss`) per set, in the order `id`, `ood`, `unknown` (a set without
     /// tasks in the split is left out).
     pub sets: Vec<(&'static str, SetMetrics)>,

@@ -74,8 +74,8 @@ pub fn summary(
                 "causal": e.causal.as_ref().map(|c| json!({
                     "n": c.n,
                     "slot": c.slot,
-                    "query": c.query,
-                    "keys": c.keys,
+                    "query": c.site.query,
+                    "keys": c.site.keys,
                     "rows": c.rows,
                 })),
             })

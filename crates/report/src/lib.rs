@@ -84,9 +84,6 @@ pub fn run(
     if params.batch == 0 {
         return Err(ReportError::InvalidInput("batch must be positive".into()));
     }
-    if let Some(split) = &params.split {
-        hyperlens_tasks::sraven::Split::named(split)?;
-    }
     // Each SRAVEN checkpoint holds its n ID and n OOD problems at once (and the transplant test
     // its causal_n of each): refused here, before any work, when they cannot fit the budget.
     let task = hyperlens_tasks::sraven::SravenParams::default();

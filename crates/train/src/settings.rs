@@ -216,8 +216,9 @@ impl TrainSettings {
     /// [`TrainError::InvalidParam`] naming `--split` if the name is not `seed{N}`.
     pub fn split_seed(&self) -> Result<u64> {
         self.split
-            .strip_prefix("seed")
-            .and_then(|n| n.parse::<u64>().ok())
+            .parse::<hyperlens_tasks::sraven::SplitName>()
+            .ok()
+            .and_then(hyperlens_tasks::sraven::SplitName::seed)
             .ok_or_else(|| {
                 TrainError::InvalidParam(format!(
                     "--split `{}`: the {} task takes a split `seed{{N}}`",

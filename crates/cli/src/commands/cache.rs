@@ -163,7 +163,7 @@ fn cache_logic(
     bar.finish_and_clear();
     Ok((
         s,
-        serde_json::json!({"problems": "generated", "split": format!("seed{}", split.seed),
+        serde_json::json!({"problems": "generated", "split": split.name(),
             "set": set.name(), "n": n, "seed": p.seed}),
     ))
 }

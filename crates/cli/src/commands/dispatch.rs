@@ -81,8 +81,9 @@ pub(crate) fn logic_inputs(
 /// # Errors
 /// A name that is not `seed{N}`, naming `--split`.
 pub(crate) fn split_seed(name: &str) -> Result<u64> {
-    name.strip_prefix("seed")
-        .and_then(|n| n.parse::<u64>().ok())
+    name.parse::<hyperlens_tasks::sraven::SplitName>()
+        .ok()
+        .and_then(hyperlens_tasks::sraven::SplitName::seed)
         .with_context(|| format!("--split {name}: the logic task takes a split seed{{N}}"))
 }
 

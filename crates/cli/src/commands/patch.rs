@@ -16,11 +16,13 @@ use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
 use hyperlens_probe::{
     activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
     latent_transplant, write_activation_patching, write_dla, write_head_ablation, write_transplant,
-    Ablation, AblationReport, DlaReport, PatchRun, PatchingReport, TransplantProblems,
-    TransplantRow,
+    Ablation, AblationReport, DlaReport, PatchRun, PatchingReport, TransplantKind,
+    TransplantProblems, TransplantRow,
 };
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, SampleStream, Set, Split, SravenParams};
+use hyperlens_tasks::sraven::{
+    sample, token_labels, ProblemSet, SampleStream, Set, Split, SravenParams,
+};
 use hyperlens_viz::{
     save_interactive_svg, save_png, BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapExplorer,
     HeatmapOptions, ValueFormat,
@@ -238,20 +240,6 @@ fn load_set(
     })
 }
 
-/// Tick labels of the SRAVEN token positions: `P{panel}F{feature}` for the context, `Q{feature}`
-/// for the query tokens.
-fn position_labels(t: usize, f: usize) -> Vec<String> {
-    (0..t)
-        .map(|p| {
-            if p + f >= t {
-                format!("Q{}", p + f - t)
-            } else {
-                format!("P{}F{}", p / f, p % f)
-            }
-        })
-        .collect()
-}
-
 /// The unpermuted problems of `patch acts` (`--problems`, or sampled) and their `source`.
 fn acts_problems(
     a: &ActsArgs,
@@ -341,7 +329,7 @@ fn patching_figures(
     cfg: &Config,
     r: &PatchingReport,
 ) -> anyhow::Result<()> {
-    let positions = position_labels(cfg.n_tokens, cfg.n_outputs);
+    let positions = token_labels(cfg.n_tokens, cfg.n_outputs);
     let layers: Vec<String> = (0..cfg.n_layers).map(|l| format!("L{l}")).collect();
     let mut grids = vec![
         ("resid_pre", "blocks.{l}.hook_resid_pre", &r.resid_pre),
@@ -355,7 +343,7 @@ fn patching_figures(
             grid.clone(),
             HeatmapOptions {
                 title: format!("{name}: patching {hook} per position (slot {})", r.slot),
-                x_label: "position (P panel F feature; Q query)".into(),
+                x_label: "position (P panel s slot; Q query)".into(),
                 y_label: "layer".into(),
                 x_ticks: positions.clone(),
                 y_ticks: layers.clone(),
@@ -506,7 +494,7 @@ fn transplant_figure(
     n_layers: usize,
     rows: &[TransplantRow],
 ) -> anyhow::Result<()> {
-    let frac = |kind: &str, changed: bool| -> Vec<f64> {
+    let frac = |kind: TransplantKind, changed: bool| -> Vec<f64> {
         (0..n_layers)
             .map(|l| {
                 rows.iter()
@@ -527,12 +515,12 @@ fn transplant_figure(
             .collect()
     };
     let (to_donor, changed, problem, off_row, random, zero) = (
-        frac("mean_id", false),
-        frac("mean_id", true),
-        frac("donor_problem", false),
-        frac("off_row", true),
-        frac("random", true),
-        frac("zero_ablation", true),
+        frac(TransplantKind::MeanId, false),
+        frac(TransplantKind::MeanId, true),
+        frac(TransplantKind::DonorProblem, false),
+        frac(TransplantKind::OffRow, true),
+        frac(TransplantKind::Random, true),
+        frac(TransplantKind::ZeroAblation, true),
     );
     let groups: Vec<String> = (0..n_layers).map(|l| format!("layer {l}")).collect();
     let mut fig = GroupedBars::accuracy(
@@ -575,10 +563,12 @@ fn transplant_figure(
 /// identity transplant's largest logit change.
 fn print_transplant(rows: &[TransplantRow], cfg: &Config, out: &Path) -> anyhow::Result<()> {
     let chance = 100.0 / (cfg.d_in as f64 - 1.0);
-    for r in rows
-        .iter()
-        .filter(|r| r.kind == "mean_id" || r.kind == "donor_problem")
-    {
+    for r in rows.iter().filter(|r| {
+        matches!(
+            r.kind,
+            TransplantKind::MeanId | TransplantKind::DonorProblem
+        )
+    }) {
         let changed = r.to_donor + r.elsewhere;
         let share = if changed > 0 {
             format!(
@@ -591,13 +581,13 @@ fn print_transplant(rows: &[TransplantRow], cfg: &Config, out: &Path) -> anyhow:
         outln!(
             "layer {} ({}): {} of {} answers become the donor rule's, {} change elsewhere, {} unchanged ({} pairs left out){share}",
             r.layer,
-            if r.kind == "mean_id" { "mean ID code" } else { "a donor problem's code" },
+            if r.kind == TransplantKind::MeanId { "mean ID code" } else { "a donor problem's code" },
             r.to_donor, r.n, r.elsewhere, r.unchanged, r.excluded
         )?;
     }
     let ident = rows
         .iter()
-        .filter(|r| r.kind == "identity")
+        .filter(|r| r.kind == TransplantKind::Identity)
         .fold(0.0f64, |m, r| m.max(r.max_logit_change));
     outln!(
         "identity transplant: largest logit change {ident:.1e}; wrote transplant.csv, transplant.json and transplant.png to {}",

@@ -9,7 +9,7 @@ use clap::Args;
 use hyperlens_model::{Device, Evaluator};
 use hyperlens_probe::{
     describe_inputs, extract, extract_logic, extract_logic_set, GeneratedLogicSet,
-    LogicProbeSummary, LogicSite, ProbeMeta, ProbeParams, Site,
+    LogicProbeSummary, ProbeMeta, ProbeParams, Site,
 };
 use hyperlens_tasks::npz::{load_logic, load_problems};
 use hyperlens_tasks::sraven::SampleStream;
@@ -119,7 +119,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             unpermuted,
         } => {
             meta.problems = "generated".into();
-            meta.split = Some(split.name.clone());
+            meta.split = Some(split.name.to_string());
             meta.set = Some(set.to_string());
             meta.seed = Some(seed);
             meta.unpermuted = Some(unpermuted);
@@ -161,16 +161,12 @@ fn probe_logic(
 ) -> anyhow::Result<LogicProbeSummary> {
     let params = settings.logic.params();
     let cfg = model.config();
-    let site = match &args.site {
-        Site::Paper => LogicSite::paper(cfg.n_tokens),
-        Site::Explicit { query, keys } => LogicSite {
-            query: *query,
-            keys: keys.clone(),
-        },
-        other => bail!(
-            "--site {other} is a SRAVEN site; a logic checkpoint takes `paper` (the last token's \
-             attention to itself) or `query:I;keys:J,K,...`"
-        ),
+    let Some(site) = args.site.logic(cfg.n_tokens) else {
+        bail!(
+            "--site {} is a SRAVEN site; a logic checkpoint takes `paper` (the last token's \
+             attention to itself) or `query:I;keys:J,K,...`",
+            args.site
+        );
     };
     let layers: Vec<usize> = args
         .layers

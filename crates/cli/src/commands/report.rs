@@ -53,21 +53,24 @@ pub struct ReportArgs {
 
 impl ReportArgs {
     /// The library's parameters.
-    fn params(&self) -> ReportParams {
-        ReportParams {
+    ///
+    /// # Errors
+    /// An unknown `--split`.
+    fn params(&self) -> anyhow::Result<ReportParams> {
+        Ok(ReportParams {
             checkpoints: self.checkpoint.clone(),
             out: self.out.clone().unwrap_or_else(|| match &self.sweep {
                 Some(dir) => dir.join("report"),
                 None => PathBuf::from("reports/default"),
             }),
             n: self.n,
-            split: self.split.clone(),
+            split: self.split.as_deref().map(str::parse).transpose()?,
             seed: self.seed,
             device: self.device,
             batch: self.batch,
             causal_n: self.causal_n,
             ..ReportParams::default()
-        }
+        })
     }
 }
 
@@ -147,7 +150,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     if args.n < 16 || args.batch == 0 {
         anyhow::bail!("--n must be at least 16 and --batch positive");
     }
-    let mut params = args.params();
+    let mut params = args.params()?;
     if let Some(dir) = &args.sweep {
         params.checkpoints = sweep_checkpoints(dir, args.verbose)?;
         params.aggregate = true;

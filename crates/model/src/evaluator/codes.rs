@@ -11,12 +11,37 @@ use crate::infer::InferenceHooks;
 /// One site of latent codes: a query position and the key positions whose attention scores
 /// (across all heads) are read, as in the paper's Fig. 3 (query 35, keys 27 and 31 of a SRAVEN
 /// problem).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The one site type of hyperlens, in its resolved stage: positions of a sequence. Its parsed
+/// stage is `hyperlens_probe::Site` (`paper`, `slot:F`, `all-slots`, `query:I;keys:J,K`), which
+/// resolves to `CodeSite`s for a task's shape; extraction (SRAVEN and fuzzy logic), the
+/// transplant test, the report's causal section and the Python front all hold this type.
+/// Printed in the explicit CLI form `query:I;keys:J,K,...`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CodeSite {
     /// The query position, `0..T`.
     pub query: usize,
     /// The key positions, each `0..T`.
     pub keys: Vec<usize>,
+}
+
+impl CodeSite {
+    /// The last token's attention to itself in a sequence of `n_tokens` (the paper's site of the
+    /// fuzzy-logic task).
+    pub fn last_token(n_tokens: usize) -> CodeSite {
+        let last = n_tokens.saturating_sub(1);
+        CodeSite {
+            query: last,
+            keys: vec![last],
+        }
+    }
+}
+
+impl std::fmt::Display for CodeSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<String> = self.keys.iter().map(|k| k.to_string()).collect();
+        write!(f, "query:{};keys:{}", self.query, keys.join(","))
+    }
 }
 
 /// What [`Evaluator::read`] keeps of a pass.

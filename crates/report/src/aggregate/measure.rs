@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use hyperlens_model::{RunRecord, Task};
+use hyperlens_model::{Mixer, RunRecord, Task};
 use hyperlens_train::TrainSettings;
 
 use crate::aggregate::text::num;
@@ -91,10 +91,10 @@ pub fn metric_names(task: Task, n_layers: usize) -> Vec<String> {
 
 /// The key of a checkpoint without training settings: its mixer, `source=imported`, and who
 /// trained it.
-fn imported_key(dir: &Path, mixer: &str, task: Task) -> Vec<(String, String)> {
+fn imported_key(dir: &Path, mixer: Mixer, task: Task) -> Vec<(String, String)> {
     vec![
         ("task".into(), task.to_string()),
-        ("mixer".into(), mixer.into()),
+        ("mixer".into(), mixer.to_string()),
         ("source".into(), "imported".into()),
         (
             "trained_by".into(),
@@ -127,7 +127,7 @@ pub fn points(entries: &[Entry], logic: &[LogicEntry]) -> Vec<RunPoint> {
             task: Task::Sraven,
             key: settings
                 .as_ref()
-                .map_or_else(|| imported_key(&e.dir, &e.mixer, Task::Sraven), key_fields),
+                .map_or_else(|| imported_key(&e.dir, e.mixer, Task::Sraven), key_fields),
             seed: settings.map(|s| s.seed),
             metrics,
         });
@@ -150,7 +150,7 @@ pub fn points(entries: &[Entry], logic: &[LogicEntry]) -> Vec<RunPoint> {
             task: Task::Logic,
             key: settings
                 .as_ref()
-                .map_or_else(|| imported_key(&e.dir, &e.mixer, Task::Logic), key_fields),
+                .map_or_else(|| imported_key(&e.dir, e.mixer, Task::Logic), key_fields),
             seed: settings.map(|s| s.seed),
             metrics,
         });
@@ -345,7 +345,7 @@ mod tests {
             task,
             key: vec![
                 ("task".into(), task.to_string()),
-                ("mixer".into(), mixer.into()),
+                ("mixer".into(), mixer.to_string()),
                 ("steps".into(), steps.into()),
             ],
             seed: Some(seed),

@@ -2,6 +2,8 @@
 
 use hyperlens_viz::{BarSeries, GroupedBars};
 
+use hyperlens_probe::TransplantKind;
+
 use crate::causal::text::sentences;
 use crate::data::{CausalResult, Entry};
 use crate::doc::FigureRef;
@@ -10,7 +12,7 @@ use crate::words::pct;
 
 /// The fraction of pairs whose answer became the donor rule's, per layer (`kind` `mean_id` or
 /// `donor_problem`), or whose answer changed (`changed`).
-fn per_layer(c: &CausalResult, kind: &str, changed: bool) -> Vec<f64> {
+fn per_layer(c: &CausalResult, kind: TransplantKind, changed: bool) -> Vec<f64> {
     (0..c.layers())
         .map(|l| c.fraction(l, kind, changed))
         .collect()
@@ -36,7 +38,7 @@ pub fn figures(entries: &[Entry], out: &std::path::Path) -> Result<Vec<FigureRef
     }
     let values: Vec<Vec<f64>> = tested
         .iter()
-        .map(|(_, c)| per_layer(c, "mean_id", false))
+        .map(|(_, c)| per_layer(c, TransplantKind::MeanId, false))
         .collect();
     let groups: Vec<String> = (0..layers).map(|l| format!("layer {l}")).collect();
     let series = tested
@@ -67,23 +69,32 @@ pub fn figures(entries: &[Entry], out: &std::path::Path) -> Result<Vec<FigureRef
     )?];
     // The last layer, with the controls.
     let last = layers - 1;
-    let at = |kind: &str, changed: bool| -> Vec<f64> {
+    let at = |kind: TransplantKind, changed: bool| -> Vec<f64> {
         tested
             .iter()
             .map(|(_, c)| c.fraction(last, kind, changed))
             .collect()
     };
     let cols = [
-        ("answer becomes the donor rule's", at("mean_id", false)),
-        ("answer changes: mean donor code", at("mean_id", true)),
-        ("answer changes: random code, same norm", at("random", true)),
+        (
+            "answer becomes the donor rule's",
+            at(TransplantKind::MeanId, false),
+        ),
+        (
+            "answer changes: mean donor code",
+            at(TransplantKind::MeanId, true),
+        ),
+        (
+            "answer changes: random code, same norm",
+            at(TransplantKind::Random, true),
+        ),
         (
             "answer changes: donor code at the first row",
-            at("off_row", true),
+            at(TransplantKind::OffRow, true),
         ),
         (
             "answer changes: zero code (ablation)",
-            at("zero_ablation", true),
+            at(TransplantKind::ZeroAblation, true),
         ),
     ];
     let names: Vec<String> = tested.iter().map(|(e, _)| e.name.clone()).collect();

@@ -3,7 +3,7 @@
 use std::ops::ControlFlow;
 
 use hyperlens_model::Evaluator;
-use hyperlens_probe::latent_transplant;
+use hyperlens_probe::{latent_transplant, transplant_site};
 use hyperlens_tasks::sraven::{sample, Set, Split};
 
 use crate::data::CausalResult;
@@ -28,12 +28,10 @@ pub(crate) fn run(
     let id = sample(split, Set::Id, n, seed, true)?;
     let ood = sample(split, Set::Ood, n, seed, true)?;
     let rows = latent_transplant(model, &id, &ood, slot, batch, seed, progress)?;
-    let f = cfg.n_outputs;
     Ok(CausalResult {
         n,
         slot,
-        query: 8 * f + slot,
-        keys: [6 * f + slot, 7 * f + slot],
+        site: transplant_site(cfg, slot),
         values: cfg.d_in,
         rows,
     })

@@ -1,5 +1,7 @@
 //! The causal section of the page.
 
+use hyperlens_probe::TransplantKind;
+
 use crate::causal::text::sentences;
 use crate::data::Entry;
 use crate::doc::{Document, FigureRef};
@@ -16,9 +18,9 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
         "On {n} unpermuted OOD problems, the latent code at the paper's site of one layer (query {q}; keys {k1} and {k2}: slot {slot} in the answer's row) is replaced by the mean code of another rule at that site over {n} unpermuted ID problems, and the predicted value of slot {slot} is read: does it become what the donor rule gives on the problem's own panels? Pairs where the donor rule gives no value from the panels, or gives the original answer or the model's own prediction, are left out. Controls: the problem's own code (identity), a random code of the same norm, the donor code at the slot's keys in the first row, outside the answer's row, and the zero and mean ablations of the code (a zero code; the mean ID code over all rules), which show how much the answer depends on the code at all (`hyperlens patch transplant` runs the same test with more problems).",
         n = first.n,
         slot = first.slot,
-        q = first.query,
-        k1 = first.keys[0],
-        k2 = first.keys[1],
+        q = first.site.query,
+        k1 = first.site.keys[0],
+        k2 = first.site.keys[1],
     ));
     let text = sentences(entries);
     if !figs.is_empty() {
@@ -59,21 +61,23 @@ pub fn section(doc: &mut Document, entries: &[Entry], figs: &[FigureRef]) {
     for e in entries {
         let Some(c) = &e.causal else { continue };
         for l in 0..c.layers() {
-            let get = |kind: &str, changed: bool| c.fraction(l, kind, changed);
+            let get = |kind: TransplantKind, changed: bool| c.fraction(l, kind, changed);
             rows.push(vec![
                 md_escape(&e.name),
                 l.to_string(),
-                pct(get("mean_id", false)),
-                pct(get("donor_problem", false)),
-                pct(get("mean_id", true)),
-                pct(get("off_row", true)),
-                pct(get("random", true)),
-                pct(get("zero_ablation", true)),
-                pct(get("mean_ablation", true)),
-                c.row(l, "mean_id").map_or(0, |r| r.n).to_string(),
+                pct(get(TransplantKind::MeanId, false)),
+                pct(get(TransplantKind::DonorProblem, false)),
+                pct(get(TransplantKind::MeanId, true)),
+                pct(get(TransplantKind::OffRow, true)),
+                pct(get(TransplantKind::Random, true)),
+                pct(get(TransplantKind::ZeroAblation, true)),
+                pct(get(TransplantKind::MeanAblation, true)),
+                c.row(l, TransplantKind::MeanId)
+                    .map_or(0, |r| r.n)
+                    .to_string(),
                 format!(
                     "{:.1e}",
-                    c.row(l, "identity")
+                    c.row(l, TransplantKind::Identity)
                         .map_or(f64::NAN, |r| r.max_logit_change)
                 ),
             ]);

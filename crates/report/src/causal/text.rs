@@ -1,5 +1,7 @@
 //! The causal section's sentences, generated from the transplant test's numbers.
 
+use hyperlens_probe::TransplantKind;
+
 use crate::data::{frac, Entry};
 use crate::words::{md_escape, pct};
 
@@ -18,17 +20,17 @@ pub fn sentences(entries: &[Entry]) -> Sentences {
         let Some(c) = &e.causal else { continue };
         ident = ident.max(c.identity_change());
         let top = (0..c.layers())
-            .filter_map(|l| c.row(l, "mean_id").map(|r| (l, r)))
+            .filter_map(|l| c.row(l, TransplantKind::MeanId).map(|r| (l, r)))
             .max_by(|a, b| frac(a.1.to_donor, a.1.n).total_cmp(&frac(b.1.to_donor, b.1.n)));
         let Some((l, r)) = top else { continue };
         let f = frac(r.to_donor, r.n);
         let changed = r.to_donor + r.elsewhere;
         let chance = 1.0 / (c.values as f64 - 1.0);
         best.push((&e.name, f, frac(r.to_donor, changed), chance, changed));
-        if c.row(l, "zero_ablation").is_some() {
-            zero.push(c.fraction(l, "zero_ablation", true));
+        if c.row(l, TransplantKind::ZeroAblation).is_some() {
+            zero.push(c.fraction(l, TransplantKind::ZeroAblation, true));
         }
-        let ctrl = |kind: &str| c.fraction(l, kind, true);
+        let ctrl = |kind: TransplantKind| c.fraction(l, kind, true);
         let share = if changed > 0 {
             format!(
                 "; {} of the changed answers are the donor rule's, where a change to a random other value would give {}",
@@ -38,7 +40,7 @@ pub fn sentences(entries: &[Entry]) -> Sentences {
         } else {
             String::new()
         };
-        let problem = c.fraction(l, "donor_problem", false);
+        let problem = c.fraction(l, TransplantKind::DonorProblem, false);
         out.push(format!(
             "**{}**, layer {l}: the answer becomes the donor rule's in {} of {} pairs ({}; {} with one donor problem's own code instead of the mean) and changes at all in {}{share}. Controls at that layer: a random code of the same norm changes {}, the mean donor code at the first row's keys {}, a zero code {}.",
             md_escape(&e.name),
@@ -47,9 +49,9 @@ pub fn sentences(entries: &[Entry]) -> Sentences {
             pct(f),
             pct(problem),
             pct(frac(changed, r.n)),
-            pct(ctrl("random")),
-            pct(ctrl("off_row")),
-            pct(ctrl("zero_ablation")),
+            pct(ctrl(TransplantKind::Random)),
+            pct(ctrl(TransplantKind::OffRow)),
+            pct(ctrl(TransplantKind::ZeroAblation)),
         ));
     }
     if best.is_empty() {

@@ -12,10 +12,11 @@ use hyperlens_analysis::terms::{
     term_decoding, term_decoding_csv, TermCodes, TermDecodingParams, TermDecodingRow,
 };
 use hyperlens_model::{Evaluator, RunRecord, Task};
-use hyperlens_probe::{extract_logic_set, GeneratedLogicSet, LogicSite, ProbeMeta};
+use hyperlens_probe::{extract_logic_set, GeneratedLogicSet, ProbeMeta};
 use hyperlens_tasks::logic::{
     fixed_query, logic_chunks, LogicInputs, LogicSet, LogicSplit, LOGIC_SET_CHUNK,
 };
+use hyperlens_tasks::sraven::SplitName;
 use hyperlens_train::logic::evaluate_chunks;
 use hyperlens_train::SetMetrics;
 
@@ -47,8 +48,9 @@ pub(crate) fn analyse_logic_checkpoint(
         });
     }
     let task = settings.logic.params();
-    params.split_for(dir, Some(&settings.split))?;
-    let split = LogicSplit::new(task, settings.split_seed()?)?;
+    let split_seed = settings.split_seed()?;
+    let split_name = params.split_for(dir, Some(SplitName::Seed(split_seed)))?;
+    let split = LogicSplit::new(task, split_seed)?;
     let device = params.device.to_candle()?;
     let model = Evaluator::load(dir, &device)?;
     let cfg = model.config().clone();
@@ -73,8 +75,8 @@ pub(crate) fn analyse_logic_checkpoint(
     Ok(LogicEntry {
         name,
         dir: dir.to_path_buf(),
-        mixer: cfg.mixer.to_string(),
-        split: settings.split.clone(),
+        mixer: cfg.mixer,
+        split: split_name,
         sets,
         decoding: analysis.decoding,
         tsne_trustworthiness: analysis.trust,
@@ -120,7 +122,7 @@ fn extract_codes(
 ) -> Result<Vec<TermCodes>> {
     let out = &params.out;
     let cfg = model.config();
-    let site = LogicSite::paper(cfg.n_tokens);
+    let site = hyperlens_model::CodeSite::last_token(cfg.n_tokens);
     let layers: Vec<usize> = (0..cfg.n_layers).collect();
     let mut codes = Vec::new();
     for set in [LogicSet::Id, LogicSet::Ood] {

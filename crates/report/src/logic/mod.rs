@@ -35,10 +35,10 @@ pub use text::{decoding_text, paper_paragraphs};
 /// The paper's OOD R² of the fuzzy-logic task per mixer: `(mixer, mean %, standard error %)` over
 /// three seeds (Schug et al. 2025, Table A1: sequences of 32, 70 % of the known-term pairs held
 /// out, 2 layers, D 128, H 8, 50,000 steps).
-pub const PAPER_LOGIC_OOD_R2: [(&str, f64, f64); 3] = [
-    ("hyla", 81.1, 7.8),
-    ("softmax", 63.3, 2.3),
-    ("linear", 59.9, 5.2),
+pub const PAPER_LOGIC_OOD_R2: [(hyperlens_model::Mixer, f64, f64); 3] = [
+    (hyperlens_model::Mixer::Hyla, 81.1, 7.8),
+    (hyperlens_model::Mixer::Softmax, 63.3, 2.3),
+    (hyperlens_model::Mixer::Linear, 59.9, 5.2),
 ];
 
 /// The paper's training budget of the fuzzy-logic task, in updates.

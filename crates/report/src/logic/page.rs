@@ -1,6 +1,8 @@
 //! The fuzzy-logic section of the page: the R² table beside Table A1, the comparison paragraphs,
 //! and one subsection per checkpoint with its term-decoding table and figures.
 
+use hyperlens_model::Mixer;
+
 use crate::data::LogicEntry;
 use crate::doc::{Document, FigureRef};
 use crate::logic::text::{paper_paragraphs, r2_text};
@@ -21,7 +23,7 @@ pub fn section(
         "{} on the fuzzy-logic task (f(x) = max over the task's terms of the min over their literals): the paper's R² (per sequence 1 - (prediction - target)² / var(targets), averaged) on {n} sequences per set (seed {seed}) of the ID tasks, of held-out pairs of known terms (OOD) and of pairs of unknown terms; latent codes of the paper's site (the last token's attention to itself, one value per layer and head) on {n} ID and {n} OOD sequences that all share one fixed query (seed {seed}), labelled by the task's terms.",
         crate::words::count(entries.len(), "checkpoint")
     ));
-    let paper = |mixer: &str| {
+    let paper = |mixer: Mixer| {
         PAPER_LOGIC_OOD_R2
             .iter()
             .find(|(m, _, _)| *m == mixer)
@@ -45,13 +47,13 @@ pub fn section(
         .map(|e| {
             vec![
                 md_escape(&e.name),
-                e.mixer.clone(),
-                md_escape(&e.split),
+                e.mixer.to_string(),
+                md_escape(&e.split.to_string()),
                 steps_text(e.steps),
                 r2_text(e.r2("id")),
                 r2_text(e.r2("ood")),
                 r2_text(e.r2("unknown")),
-                paper(&e.mixer),
+                paper(e.mixer),
                 e.all_layers().map_or_else(
                     || "-".into(),
                     |r| format!("{:.3} ({:.3})", r.f1_mean, r.f1_base_rate),

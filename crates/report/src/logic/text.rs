@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use hyperlens_analysis::terms::TermDecodingRow;
+use hyperlens_model::Mixer;
 use hyperlens_train::metrics::MetricsRow;
 
 use crate::data::LogicEntry;
@@ -139,7 +140,7 @@ pub(super) fn training_text(rows: &[MetricsRow]) -> String {
 /// the training budget, and whether HYLA leads as in the paper.
 pub fn paper_paragraphs(entries: &[LogicEntry]) -> Vec<String> {
     let mut out = Vec::new();
-    let mean_of = |mixer: &str| {
+    let mean_of = |mixer: Mixer| {
         let v: Vec<f64> = entries
             .iter()
             .filter(|e| e.mixer == mixer)
@@ -177,8 +178,8 @@ pub fn paper_paragraphs(entries: &[LogicEntry]) -> Vec<String> {
         thousands(PAPER_LOGIC_STEPS),
         budgets.join(", ")
     ));
-    if let Some(hyla) = mean_of("hyla") {
-        let others: Vec<(&str, f64)> = ["softmax", "linear"]
+    if let Some(hyla) = mean_of(Mixer::Hyla) {
+        let others: Vec<(Mixer, f64)> = [Mixer::Softmax, Mixer::Linear]
             .into_iter()
             .filter_map(|m| mean_of(m).map(|v| (m, v)))
             .collect();
@@ -213,8 +214,8 @@ mod tests {
         LogicEntry {
             name: "x".into(),
             dir: PathBuf::from("x"),
-            mixer: "hyla".into(),
-            split: "seed0".into(),
+            mixer: Mixer::Hyla,
+            split: hyperlens_tasks::sraven::SplitName::Seed(0),
             sets: Vec::new(),
             decoding: rows
                 .iter()

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use hyperlens_analysis::codes::report::LayerSel;
 use hyperlens_analysis::CodeSet;
-use hyperlens_tasks::sraven::{sample, Set, Split};
+use hyperlens_tasks::sraven::{sample, token_labels, Set, Split};
 use hyperlens_viz::{
     save_interactive_svg, CodeExplorer, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
     HeatmapExplorer, InteractiveFigure, PatternExplorer, SravenProblems,
@@ -23,7 +23,7 @@ use ndarray::{s, Array3, Array4, Axis};
 use crate::data::Entry;
 use crate::doc::Interactive;
 use crate::error::{ReportError, Result};
-use crate::sraven::text::{per_layer, rule_names, token_labels};
+use crate::sraven::text::{per_layer, rule_names};
 
 /// What one set of the explorer holds, owned (the figure borrows it).
 struct SetData {
@@ -109,7 +109,7 @@ fn set_data(e: &Entry, out: &Path, set: Set) -> Result<SetData> {
     let correct = codes.correct().ok_or_else(|| missing("correct"))?.to_vec();
     let class =
         |v: &[i64]| -> Vec<usize> { v.iter().map(|&x| usize::try_from(x).unwrap_or(0)).collect() };
-    let split = Split::named_with(&e.split, e.task)?;
+    let split = Split::of(e.split, e.task)?;
     let problems = sample(&split, set, n, seed, true)?;
     let values = panel_values(problems.x.view(), problems.y.view());
     let features = problems.y.ncols().max(1);
@@ -130,7 +130,7 @@ fn set_data(e: &Entry, out: &Path, set: Set) -> Result<SetData> {
         correct,
         codes: flat,
         values,
-        slot: vec![(e.attention.query % features) as i64; n],
+        slot: vec![(e.attention.site.query % features) as i64; n],
         reproduce: format!(
             "hyperlens tasks sample --split {} --set {set} --n {n} --seed {seed} --unpermuted --out problems.npz",
             e.split
@@ -187,8 +187,9 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
     let title = format!(
         "{}: latent codes (query {}, keys {})",
         e.name,
-        tokens.get(a.query).map_or("?", String::as_str),
-        a.keys
+        tokens.get(a.site.query).map_or("?", String::as_str),
+        a.site
+            .keys
             .iter()
             .map(|&t| tokens.get(t).map_or("?", String::as_str))
             .collect::<Vec<_>>()
@@ -216,6 +217,7 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
         ],
         heads: (0..h).map(|i| format!("H{i}")).collect(),
         keys: a
+            .site
             .keys
             .iter()
             .map(|&t| tokens.get(t).cloned().unwrap_or_else(|| t.to_string()))
@@ -254,8 +256,8 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
                     values: d.values.view(),
                     slot: &d.slot,
                     prediction: &d.prediction,
-                    marked: a.keys.clone(),
-                    query: a.query,
+                    marked: a.site.keys.clone(),
+                    query: a.site.query,
                 }),
             })
             .collect(),

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use hyperlens_analysis::codes::report::LayerSel;
+use hyperlens_tasks::sraven::{panel_labels, token_labels};
 use hyperlens_train::metrics::METRICS_FILE;
 use hyperlens_viz::{
     save_svg, AttentionGrid, BarSeries, ColorMap, GroupedBars, Heatmap, LayerAccuracy, PcaScatter,
@@ -18,9 +19,8 @@ use crate::doc::FigureRef;
 use crate::error::Result;
 use crate::plots::{save, training_curves_figure};
 use crate::sraven::text::{
-    attention_text, confusion_text, decoding_text, majority, panel_labels, pca_rule_text,
-    pca_target_text, per_layer, rule_name, rule_names, similarity_text, token_labels,
-    training_text,
+    attention_text, confusion_text, decoding_text, majority, pca_rule_text, pca_target_text,
+    per_layer, rule_name, rule_names, similarity_text, training_text,
 };
 use crate::sraven::verdict::best_layer;
 use crate::words::{md_escape, pct};
@@ -59,8 +59,9 @@ pub fn checkpoint_figures(e: &Entry, out: &Path) -> Result<(Vec<FigureRef>, Opti
     let a = &e.attention;
     let title = format!(
         "{name}: latent codes (query {}, keys {}) by rule, OOD",
-        a.query,
-        a.keys
+        a.site.query,
+        a.site
+            .keys
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()

@@ -62,8 +62,7 @@ fn attention_sample(ev: &Evaluator, split: &Split, seed: u64) -> Result<Attentio
         target: problem.y.row(0).to_vec(),
         prediction,
         rules: problem.rules.row(0).to_vec(),
-        query: sel.query,
-        keys: sel.keys,
+        site: sel.site,
     })
 }
 
@@ -108,8 +107,9 @@ pub(crate) fn analyse_checkpoint(
         ..SravenParams::default()
     };
     let info = hyperlens_model::RunRecord::read(dir)?;
-    let split_name = params.split_for(dir, info.split.as_deref())?;
-    let split = Split::named_with(&split_name, task)?;
+    let own = info.split.as_deref().map(str::parse).transpose()?;
+    let split_name = params.split_for(dir, own)?;
+    let split = Split::of(split_name, task)?;
     let training = training_of(dir, &info)?;
     let mut metrics = Vec::new();
     for set in [Set::Id, Set::Ood] {
@@ -129,7 +129,7 @@ pub(crate) fn analyse_checkpoint(
         let meta = ProbeMeta {
             checkpoint: dir.display().to_string(),
             problems: "generated".into(),
-            split: Some(split_name.clone()),
+            split: Some(split_name.to_string()),
             set: Some(set.to_string()),
             seed: Some(params.seed),
             unpermuted: Some(true),
@@ -210,7 +210,7 @@ pub(crate) fn analyse_checkpoint(
     Ok(Entry {
         name,
         dir: dir.to_path_buf(),
-        mixer: cfg.mixer.to_string(),
+        mixer: cfg.mixer,
         split: split_name,
         task,
         id,

@@ -43,8 +43,8 @@ pub(crate) fn sraven_part(
             };
             vec![
                 name,
-                e.mixer.clone(),
-                md_escape(&e.split),
+                e.mixer.to_string(),
+                md_escape(&e.split.to_string()),
                 crate::words::steps_text(e.steps),
                 pct(e.id.accuracy),
                 pct(e.ood.accuracy),

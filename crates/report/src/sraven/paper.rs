@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use hyperlens_model::Mixer;
 use hyperlens_tasks::sraven::Rule;
 
 use crate::data::Entry;
@@ -14,15 +15,15 @@ use crate::words::{md_escape, pct, thousands};
 
 /// The paper's SRAVEN OOD accuracy per mixer: `(mixer, mean %, standard error %)` over three seeds
 /// (Schug et al. 2025, Table A1: 4 layers, width 1, 20M problems; docs/spec/models.md).
-pub const PAPER_OOD_ACCURACY: [(&str, f64, f64); 3] = [
-    ("softmax", 56.56, 1.05),
-    ("linear", 56.30, 1.11),
-    ("hyla", 69.13, 1.90),
+pub const PAPER_OOD_ACCURACY: [(Mixer, f64, f64); 3] = [
+    (Mixer::Softmax, 56.56, 1.05),
+    (Mixer::Linear, 56.30, 1.11),
+    (Mixer::Hyla, 69.13, 1.90),
 ];
 
 /// The mean of `f` over the checkpoints of `mixer` that are not at chance; `None` if there are
 /// none.
-fn mixer_mean(entries: &[Entry], mixer: &str, f: impl Fn(&Entry) -> Option<f64>) -> Option<f64> {
+fn mixer_mean(entries: &[Entry], mixer: Mixer, f: impl Fn(&Entry) -> Option<f64>) -> Option<f64> {
     let v: Vec<f64> = entries
         .iter()
         .filter(|e| e.mixer == mixer && !at_chance(e))
@@ -79,14 +80,17 @@ pub fn paragraphs(entries: &[Entry]) -> Vec<String> {
         .filter(|e| at_chance(e))
         .map(|e| md_escape(&e.name))
         .collect();
-    let acc = |m: &str| mixer_mean(entries, m, |e| Some(e.ood.accuracy));
-    let dec = |m: &str| mixer_mean(entries, m, last_layer_decoding);
-    let paper = |m: &str| PAPER_OOD_ACCURACY.iter().find(|p| p.0 == m).copied();
+    let acc = |m: Mixer| mixer_mean(entries, m, |e| Some(e.ood.accuracy));
+    let dec = |m: Mixer| mixer_mean(entries, m, last_layer_decoding);
+    let paper = |m: Mixer| PAPER_OOD_ACCURACY.iter().find(|p| p.0 == m).copied();
 
     // Accuracy and the order of HYLA and softmax.
-    if let (Some(h), Some(s), Some(ph), Some(ps)) =
-        (acc("hyla"), acc("softmax"), paper("hyla"), paper("softmax"))
-    {
+    if let (Some(h), Some(s), Some(ph), Some(ps)) = (
+        acc(Mixer::Hyla),
+        acc(Mixer::Softmax),
+        paper(Mixer::Hyla),
+        paper(Mixer::Softmax),
+    ) {
         let mut p = format!(
             "**Generalisation.** The paper reports that HYLA generalises better OOD than softmax attention ({:.2} ± {:.2} % against {:.2} ± {:.2} %, Table A1, mean ± s.e. over three seeds). Here the HYLA checkpoints reach {} and the softmax checkpoints {} on average: {}",
             ph.1,
@@ -101,19 +105,19 @@ pub fn paragraphs(entries: &[Entry]) -> Vec<String> {
                 "the opposite order"
             }
         );
-        if let Some(l) = acc("linear") {
+        if let Some(l) = acc(Mixer::Linear) {
             let _ = write!(
                 p,
                 "; linear attention reaches {} (paper: {:.2} %).",
                 pct(l),
-                paper("linear").map_or(f64::NAN, |x| x.1)
+                paper(Mixer::Linear).map_or(f64::NAN, |x| x.1)
             );
         } else {
             p.push('.');
         }
         out.push(p);
         // Rule decoding against generalisation.
-        if let (Some(dh), Some(ds)) = (dec("hyla"), dec("softmax")) {
+        if let (Some(dh), Some(ds)) = (dec(Mixer::Hyla), dec(Mixer::Softmax)) {
             let codes_agree = (dh > ds) == (h > s);
             out.push(format!(
                 "**Codes and generalisation.** The rule decodes {} from HYLA's last-layer codes than from softmax's ({} against {} on OOD problems){}",

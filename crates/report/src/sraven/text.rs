@@ -49,39 +49,6 @@ pub fn majority(e: &Entry) -> f64 {
         .map_or(f64::NAN, |a| a.decoding.majority_baseline)
 }
 
-/// Token labels of a SRAVEN sequence: `P{panel}s{slot}` for the context tokens, `Q{slot}` for the
-/// `F` query tokens (docs/spec/sraven.md, "Tokens, targets, metrics").
-pub fn token_labels(n_tokens: usize, features: usize) -> Vec<String> {
-    let f = features.max(1);
-    let n_ctx = n_tokens.saturating_sub(features);
-    (0..n_tokens)
-        .map(|t| {
-            if t < n_ctx {
-                format!("P{}s{}", t / f, t % f)
-            } else {
-                format!("Q{}", t - n_ctx)
-            }
-        })
-        .collect()
-}
-
-/// Tick labels of a SRAVEN sequence, one per panel: `P{panel}` for the context panels, `Q` for
-/// the query tokens, repeated over the panel's `features` slots (the figure labels each group
-/// once).
-pub fn panel_labels(n_tokens: usize, features: usize) -> Vec<String> {
-    let f = features.max(1);
-    let n_ctx = n_tokens.saturating_sub(features);
-    (0..n_tokens)
-        .map(|t| {
-            if t < n_ctx {
-                format!("P{}", t / f)
-            } else {
-                "Q".to_string()
-            }
-        })
-        .collect()
-}
-
 /// Pearson correlation of two equally long series; NaN if either is constant.
 pub fn pearson(a: impl Iterator<Item = f64> + Clone, b: impl Iterator<Item = f64> + Clone) -> f64 {
     let n = a.clone().count() as f64;
@@ -376,9 +343,9 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
     let (h, _, t) = pat.dim();
     let shares: Vec<f64> = (0..h)
         .map(|head| {
-            let row = pat.slice(ndarray::s![head, a.query, ..]);
+            let row = pat.slice(ndarray::s![head, a.site.query, ..]);
             let total: f64 = row.iter().map(|v| f64::from(v.abs())).sum();
-            let on: f64 = a.keys.iter().map(|&k| f64::from(row[k].abs())).sum();
+            let on: f64 = a.site.keys.iter().map(|&k| f64::from(row[k].abs())).sum();
             if total > 0.0 {
                 on / total
             } else {
@@ -393,7 +360,7 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
         .enumerate()
         .max_by(|x, y| x.1.total_cmp(&y.1))
         .unwrap_or((0, 0.0));
-    let keys: Vec<&str> = a.keys.iter().map(|&k| labels[k].as_str()).collect();
+    let keys: Vec<&str> = a.site.keys.iter().map(|&k| labels[k].as_str()).collect();
     let right = a
         .target
         .iter()
@@ -405,10 +372,10 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
         "On this problem (rules {}; the model gets {right} of {} answer features right), the answer query {} puts on average {} of its absolute attention weight on the paper's keys {} (uniform: {}); head {best_head} concentrates most ({}).",
         rules.join(", "),
         a.target.len(),
-        labels[a.query],
+        labels[a.site.query],
         pct(mean),
         keys.join(" and "),
-        pct(a.keys.len() as f64 / t as f64),
+        pct(a.site.keys.len() as f64 / t as f64),
         pct(best)
     )
 }
@@ -416,25 +383,6 @@ pub fn attention_text(a: &AttentionSample, layer: usize, labels: &[String]) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn labels_name_panels_slots_and_queries() {
-        let l = token_labels(36, 4);
-        assert_eq!(l.len(), 36);
-        assert_eq!((l[0].as_str(), l[27].as_str()), ("P0s0", "P6s3"));
-        assert_eq!(
-            (l[31].as_str(), l[32].as_str(), l[35].as_str()),
-            ("P7s3", "Q0", "Q3")
-        );
-        let l = token_labels(10, 1);
-        assert_eq!((l[8].as_str(), l[9].as_str()), ("P8s0", "Q0"));
-        let p = panel_labels(36, 4);
-        assert_eq!(
-            (p[0].as_str(), p[5].as_str(), p[31].as_str()),
-            ("P0", "P1", "P7")
-        );
-        assert!(p[32..].iter().all(|s| s == "Q"));
-    }
 
     #[test]
     fn pearson_matches_hand_values() {

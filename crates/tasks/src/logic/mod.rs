@@ -213,6 +213,13 @@ pub struct LogicSplit {
     pub unknown: Vec<Vec<usize>>,
 }
 
+impl LogicSplit {
+    /// The split's name, `seed{N}`.
+    pub fn name(&self) -> crate::sraven::SplitName {
+        crate::sraven::SplitName::Seed(self.seed)
+    }
+}
+
 /// K-combinations of `items` in lexicographic order.
 fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
     let n = items.len();

@@ -338,7 +338,7 @@ impl SampleStream {
         let tasks = split.tasks(set);
         if tasks.is_empty() {
             return Err(TasksError::InvalidSplit {
-                split: split.name.clone(),
+                split: split.name.to_string(),
                 reason: format!("the {set} set has no task"),
             });
         }

@@ -84,14 +84,89 @@ impl FromStr for Set {
     }
 }
 
+/// The seeds of the paper's splits, `paper-seed{N}` ([`Split::paper_names`]).
+const PAPER_SEEDS: [u64; 4] = [0, 1, 2, 2024];
+
+/// The name of a split, parsed from and printed as the name the CLI, `train.json` and the
+/// sidecars use: `paper-seed{N}` (the paper's held-out lists, N in 0, 1, 2, 2024) or `seed{N}` (our
+/// own seeded permutation; the only form the fuzzy-logic task takes). The one parser of split names:
+/// [`FromStr`], also behind its serde form (the name as a string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SplitName {
+    /// `paper-seed{N}`: the paper's held-out task list of the reference code's seed N.
+    Paper(u64),
+    /// `seed{N}`: tasks held out by our permutation with seed N (SRAVEN), or the fuzzy-logic
+    /// split of seed N.
+    Seed(u64),
+}
+
+impl SplitName {
+    /// The seed of a `seed{N}` split (`None` for a paper split), as the fuzzy-logic task takes it.
+    pub fn seed(self) -> Option<u64> {
+        match self {
+            SplitName::Seed(n) => Some(n),
+            SplitName::Paper(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for SplitName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SplitName::Paper(n) => write!(f, "paper-seed{n}"),
+            SplitName::Seed(n) => write!(f, "seed{n}"),
+        }
+    }
+}
+
+impl FromStr for SplitName {
+    type Err = TasksError;
+
+    /// Parses `paper-seed{0,1,2,2024}` (exactly) or `seed{N}` (N as [`u64`]'s [`FromStr`] reads it).
+    ///
+    /// # Errors
+    /// [`TasksError::UnknownSplit`] listing the valid names.
+    fn from_str(s: &str) -> Result<SplitName> {
+        if let Some(rest) = s.strip_prefix("paper-seed") {
+            return PAPER_SEEDS
+                .into_iter()
+                .find(|n| rest == n.to_string())
+                .map(SplitName::Paper)
+                .ok_or_else(|| unknown_split(s));
+        }
+        match s.strip_prefix("seed").map(str::parse::<u64>) {
+            Some(Ok(n)) => Ok(SplitName::Seed(n)),
+            _ => Err(unknown_split(s)),
+        }
+    }
+}
+
+impl serde::Serialize for SplitName {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SplitName {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A split of all tasks into in-distribution and held-out (OOD) tasks.
 ///
 /// `ood_tasks` keeps the order in which the split's permutation lists them (for the paper splits, the
 /// order of `paper-splits.json`); `id_tasks` are the remaining tasks in lexicographic order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Split {
-    /// The split's name: "paper-seed0" ... or "seed{N}".
-    pub name: String,
+    /// The split's name: `paper-seed0` ... or `seed{N}`.
+    pub name: SplitName,
     /// The sizes the tasks are for.
     pub params: SravenParams,
     /// In-distribution tasks (248 for the defaults).
@@ -137,7 +212,7 @@ impl Split {
         let mut id_tasks = perm[n_ood..].to_vec();
         id_tasks.sort_unstable();
         Ok(Split {
-            name: format!("seed{seed}"),
+            name: SplitName::Seed(seed),
             params,
             id_tasks,
             ood_tasks,
@@ -162,31 +237,41 @@ impl Split {
     /// paper split.
     pub fn named_with(name: &str, params: SravenParams) -> Result<Split> {
         params.check()?;
-        if PAPER_NAMES.contains(&name) {
-            let default = SravenParams::default();
-            if params.features != default.features || params.n_ood_tasks() != default.n_ood_tasks()
-            {
-                return Err(TasksError::param(
-                    "features/holdout_fraction",
-                    format!("the paper split `{name}` exists only for F = 4 features with 25 % held out"),
-                ));
+        Split::of(name.parse()?, params)
+    }
+
+    /// The split `name` for the sizes `params` (see [`Split::named_with`]).
+    ///
+    /// # Errors
+    /// [`TasksError::InvalidParam`] if `params` fail `check()` or do not fit a paper split;
+    /// [`TasksError::InvalidSplit`] if the embedded data were corrupt.
+    pub fn of(name: SplitName, params: SravenParams) -> Result<Split> {
+        params.check()?;
+        match name {
+            SplitName::Seed(seed) => Split::seeded(params, seed),
+            SplitName::Paper(_) => {
+                let default = SravenParams::default();
+                if params.features != default.features
+                    || params.n_ood_tasks() != default.n_ood_tasks()
+                {
+                    return Err(TasksError::param(
+                        "features/holdout_fraction",
+                        format!("the paper split `{name}` exists only for F = 4 features with 25 % held out"),
+                    ));
+                }
+                let ood_tasks = paper_split(&name.to_string())?;
+                let held: HashSet<&Task> = ood_tasks.iter().collect();
+                let id_tasks = all_tasks(&params)
+                    .into_iter()
+                    .filter(|t| !held.contains(t))
+                    .collect();
+                Ok(Split {
+                    name,
+                    params,
+                    id_tasks,
+                    ood_tasks,
+                })
             }
-            let ood_tasks = paper_split(name)?;
-            let held: HashSet<&Task> = ood_tasks.iter().collect();
-            let id_tasks = all_tasks(&params)
-                .into_iter()
-                .filter(|t| !held.contains(t))
-                .collect();
-            return Ok(Split {
-                name: name.to_string(),
-                params,
-                id_tasks,
-                ood_tasks,
-            });
-        }
-        match name.strip_prefix("seed").map(str::parse::<u64>) {
-            Some(Ok(seed)) => Split::seeded(params, seed),
-            _ => Err(unknown_split(name)),
         }
     }
 
@@ -216,7 +301,7 @@ impl Split {
     pub fn check(&self) -> Result<()> {
         self.params.check()?;
         let bad = |reason: String| TasksError::InvalidSplit {
-            split: self.name.clone(),
+            split: self.name.to_string(),
             reason,
         };
         for (list, which) in [(&self.id_tasks, "id"), (&self.ood_tasks, "ood")] {
@@ -354,5 +439,41 @@ mod tests {
             let e = parse_paper_splits(&bad).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
         }
+    }
+
+    #[test]
+    fn split_names_parse_print_and_serialise_as_their_strings() -> Result<()> {
+        for (text, name) in [
+            ("paper-seed0", SplitName::Paper(0)),
+            ("paper-seed2024", SplitName::Paper(2024)),
+            ("seed0", SplitName::Seed(0)),
+            ("seed17", SplitName::Seed(17)),
+        ] {
+            assert_eq!(text.parse::<SplitName>()?, name);
+            assert_eq!(name.to_string(), text);
+            let json = serde_json::to_string(&name)
+                .map_err(|e| TasksError::param("json", e.to_string()))?;
+            assert_eq!(json, format!("\"{text}\""));
+            let back: SplitName = serde_json::from_str(&json)
+                .map_err(|e| TasksError::param("json", e.to_string()))?;
+            assert_eq!(back, name);
+            assert_eq!(Split::named(text)?.name, name);
+        }
+        assert_eq!(SplitName::Seed(3).seed(), Some(3));
+        assert_eq!(SplitName::Paper(1).seed(), None);
+        for bad in [
+            "paper-seed3",
+            "paper-seed01",
+            "seedx",
+            "seed",
+            "",
+            "Seed0",
+            "paper",
+        ] {
+            let e = bad.parse::<SplitName>().unwrap_err().to_string();
+            assert!(e.contains("paper-seed2024"), "{bad}: {e}");
+        }
+        assert!(serde_json::from_str::<SplitName>("\"paper-seed5\"").is_err());
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@
 use ndarray::ArrayView4;
 use serde_json::json;
 
-use super::encode::{array, check_finite, quantised, safe_json};
+use super::encode::{check_finite, floats, quantised, safe_json};
 use super::explorer::hex;
 use super::{InteractiveFigure, EXACT_CELLS};
 use crate::colour::ColorMap;
@@ -167,11 +167,7 @@ impl InteractiveFigure for PatternExplorer<'_> {
         let (lo, hi) = self.check()?;
         let flat: Vec<f64> = self.values.iter().copied().collect();
         let values = if flat.len() <= EXACT_CELLS {
-            let b: Vec<u8> = flat
-                .iter()
-                .flat_map(|&v| (v as f32).to_le_bytes())
-                .collect();
-            json!({"exact": array("f32", flat.len(), &b)})
+            json!({"exact": floats(flat.iter().copied())})
         } else {
             let (q, r) = quantised(&flat, 8);
             json!({"q": q, "r": r})

@@ -35,11 +35,65 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// An encoded array: `{"t": type, "n": length, "b": base64}`, the type one of `u4` (two values
-/// 0..=15 per byte, the low nibble first), `u8`, `u16`, `i32`, `f32` (the JS side views the bytes
-/// as the matching typed array, unpacking `u4`).
-pub fn array(t: &str, n: usize, bytes: &[u8]) -> Value {
-    json!({"t": t, "n": n, "b": base64(bytes)})
+/// The element type of a binary array: the one definition of the format that `interactive.js`
+/// decodes (its `ARRAY_TYPES` and `dec`, the same table). An array is the JSON object
+/// `{"t": name, "n": length, "b": base64}`, `b` the standard base64 of the `n` values in
+/// little-endian byte order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrayType {
+    /// `u4`: values 0..=15, two per byte, the low nibble first (an odd count leaves the last high
+    /// nibble 0).
+    U4,
+    /// `u8`: one byte per value.
+    U8,
+    /// `u16`: unsigned 16-bit.
+    U16,
+    /// `i32`: signed 32-bit, two's complement.
+    I32,
+    /// `f32`: IEEE 754 single precision (NaN and the infinities kept).
+    F32,
+}
+
+impl ArrayType {
+    /// The name in the data object (`u4`, `u8`, `u16`, `i32`, `f32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ArrayType::U4 => "u4",
+            ArrayType::U8 => "u8",
+            ArrayType::U16 => "u16",
+            ArrayType::I32 => "i32",
+            ArrayType::F32 => "f32",
+        }
+    }
+
+    /// The bytes of `n` values.
+    pub fn byte_len(self, n: usize) -> usize {
+        match self {
+            ArrayType::U4 => n.div_ceil(2),
+            ArrayType::U8 => n,
+            ArrayType::U16 => 2 * n,
+            ArrayType::I32 | ArrayType::F32 => 4 * n,
+        }
+    }
+}
+
+/// An encoded array of `n` values of type `t` from their bytes ([`ArrayType`]).
+///
+/// # Shapes
+/// `bytes`: `[t.byte_len(n)]`.
+///
+/// # Panics
+/// In debug builds, when `bytes` is not `t.byte_len(n)` long (a bug of this module's callers).
+pub fn array(t: ArrayType, n: usize, bytes: &[u8]) -> Value {
+    debug_assert_eq!(bytes.len(), t.byte_len(n), "{} array of {n}", t.name());
+    json!({"t": t.name(), "n": n, "b": base64(bytes)})
+}
+
+/// Values as an `f32` array (rounded to single precision; NaN and the infinities kept).
+pub fn floats(v: impl ExactSizeIterator<Item = f64>) -> Value {
+    let n = v.len();
+    let b: Vec<u8> = v.flat_map(|x| (x as f32).to_le_bytes()).collect();
+    array(ArrayType::F32, n, &b)
 }
 
 /// Values 0..=15 packed two per byte, the low nibble first (an odd count leaves the last high
@@ -61,16 +115,16 @@ pub fn ints(what: &str, v: impl ExactSizeIterator<Item = i64> + Clone) -> Result
         .clone()
         .fold((0i64, 0i64), |(a, b), x| (a.min(x), b.max(x)));
     if lo >= 0 && hi <= 15 {
-        Ok(array("u4", n, &nibbles(v.map(|x| x as u8))))
+        Ok(array(ArrayType::U4, n, &nibbles(v.map(|x| x as u8))))
     } else if lo >= 0 && hi <= i64::from(u8::MAX) {
         let b: Vec<u8> = v.map(|x| x as u8).collect();
-        Ok(array("u8", n, &b))
+        Ok(array(ArrayType::U8, n, &b))
     } else if lo >= 0 && hi <= i64::from(u16::MAX) {
         let b: Vec<u8> = v.flat_map(|x| (x as u16).to_le_bytes()).collect();
-        Ok(array("u16", n, &b))
+        Ok(array(ArrayType::U16, n, &b))
     } else if lo >= i64::from(i32::MIN) && hi <= i64::from(i32::MAX) {
         let b: Vec<u8> = v.flat_map(|x| (x as i32).to_le_bytes()).collect();
-        Ok(array("i32", n, &b))
+        Ok(array(ArrayType::I32, n, &b))
     } else {
         let bad = if lo < i64::from(i32::MIN) { lo } else { hi };
         Err(VizError::OutOfRange {
@@ -102,16 +156,20 @@ pub fn quantised(v: &[f64], bits: u32) -> (Value, [f64; 2]) {
     let top = f64::from((1u32 << bits) - 1);
     let q = |x: f64| ((x - lo) / (hi - lo) * top).round().clamp(0.0, top);
     let value = if bits == 4 {
-        array("u4", v.len(), &nibbles(v.iter().map(|&x| q(x) as u8)))
+        array(
+            ArrayType::U4,
+            v.len(),
+            &nibbles(v.iter().map(|&x| q(x) as u8)),
+        )
     } else if bits == 8 {
         let b: Vec<u8> = v.iter().map(|&x| q(x) as u8).collect();
-        array("u8", v.len(), &b)
+        array(ArrayType::U8, v.len(), &b)
     } else {
         let b: Vec<u8> = v
             .iter()
             .flat_map(|&x| (q(x) as u16).to_le_bytes())
             .collect();
-        array("u16", v.len(), &b)
+        array(ArrayType::U16, v.len(), &b)
     };
     (value, [lo, hi])
 }
@@ -201,5 +259,107 @@ mod tests {
         );
         let back: Value = serde_json::from_str(&s).unwrap();
         assert_eq!(back["a"], "</script><![CDATA[ & ]]>");
+    }
+
+    /// A value as the browser test compares it: a number, or `"NaN"`, `"Infinity"`,
+    /// `"-Infinity"`, `"-0"` (JSON has none of these).
+    fn plain(x: f64) -> Value {
+        if x.is_nan() {
+            json!("NaN")
+        } else if x.is_infinite() {
+            json!(if x > 0.0 { "Infinity" } else { "-Infinity" })
+        } else if x == 0.0 && x.is_sign_negative() {
+            json!("-0")
+        } else {
+            json!(x)
+        }
+    }
+
+    /// The round-trip cases of the binary array format: every type, odd and empty lengths, the
+    /// extremes of each type, negative values, NaN, the infinities, -0 and a subnormal; each with
+    /// the values the browser's decoder must give back.
+    fn round_trip_cases() -> Value {
+        let mut cases = Vec::new();
+        let mut int_case = |name: &str, v: &[i64], t: &str| {
+            let enc = ints(name, v.iter().copied()).unwrap();
+            assert_eq!(enc["t"], t, "{name}");
+            cases.push(json!({"name": name, "encoded": enc, "values": v}));
+        };
+        int_case("u4, odd length", &[0, 15, 7, 1, 9], "u4");
+        int_case("u4, empty", &[], "u4");
+        int_case("u8", &[0, 255, 16, 128], "u8");
+        int_case("u16", &[0, 65_535, 256, 1], "u16");
+        int_case(
+            "i32, negative and extremes",
+            &[-1, i64::from(i32::MIN), i64::from(i32::MAX), 0, -300],
+            "i32",
+        );
+        let f = [
+            1.5,
+            -2.25,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -0.0,
+            1e-40,
+            f64::from(f32::MAX),
+            0.1,
+        ];
+        // Each value as f32 gives it back (0.1 as the f32 nearest it).
+        let back: Vec<Value> = f.iter().map(|&x| plain(f64::from(x as f32))).collect();
+        cases.push(json!({"name": "f32, non-finite, -0, subnormal", "encoded": floats(f.iter().copied()), "values": back}));
+        cases.push(json!({"name": "f32, empty", "encoded": floats([].into_iter()), "values": []}));
+        for bits in [4u32, 8, 16] {
+            let (enc, r) = quantised(&[-1.5, 0.0, 0.3, 2.5, 1.0], bits);
+            let top = f64::from((1u32 << bits) - 1);
+            let codes: Vec<f64> = [-1.5, 0.0, 0.3, 2.5, 1.0]
+                .iter()
+                .map(|x| ((x - r[0]) / (r[1] - r[0]) * top).round())
+                .collect();
+            cases.push(
+                json!({"name": format!("quantised, {bits} bits"), "encoded": enc, "values": codes}),
+            );
+        }
+        json!({
+            "about": "Binary arrays encoded by crates/viz/src/interactive/encode.rs, with the values interactive.js must decode (python/tests/test_viz.py checks them in chromium; this file is checked by encode.rs's test `the_round_trip_fixture_is_the_encoders_output`, HYPERLENS_BLESS=1 rewrites it).",
+            "cases": cases,
+        })
+    }
+
+    #[test]
+    fn the_round_trip_fixture_is_the_encoders_output() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/binary_arrays.json");
+        let text = serde_json::to_string_pretty(&round_trip_cases()).unwrap() + "\n";
+        if std::env::var_os("HYPERLENS_BLESS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            committed,
+            text,
+            "{} is stale: HYPERLENS_BLESS=1 rewrites it",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn array_types_name_their_bytes() {
+        let all = [
+            ArrayType::U4,
+            ArrayType::U8,
+            ArrayType::U16,
+            ArrayType::I32,
+            ArrayType::F32,
+        ];
+        let lens: Vec<usize> = all.iter().map(|t| t.byte_len(3)).collect();
+        assert_eq!(lens, [2, 3, 6, 12, 12]);
+        let names: Vec<&str> = all.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["u4", "u8", "u16", "i32", "f32"]);
+        let v = floats([1.0, f64::NAN].into_iter());
+        assert_eq!(v["t"], "f32");
+        let mut b = 1f32.to_le_bytes().to_vec();
+        b.extend(f32::NAN.to_le_bytes());
+        assert_eq!(v["b"], base64(&b));
     }
 }

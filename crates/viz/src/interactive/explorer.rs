@@ -5,7 +5,7 @@
 use ndarray::{ArrayView3, ArrayView4, Axis};
 use serde_json::{json, Value};
 
-use super::encode::{check_finite, ints, quantised, safe_json};
+use super::encode::{check_finite, floats, ints, quantised, safe_json};
 use super::InteractiveFigure;
 use crate::colour::categorical;
 use crate::error::{Result, VizError};
@@ -311,8 +311,7 @@ impl CodeExplorer<'_> {
                     json!({"kind": "bool", "v": ints(&f.name, v.iter().map(|&b| i64::from(b)))?})
                 }
                 FieldValues::Float(v) => {
-                    let bytes: Vec<u8> = v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect();
-                    json!({"kind": "float", "v": super::encode::array("f32", v.len(), &bytes)})
+                    json!({"kind": "float", "v": floats(v.iter().copied())})
                 }
                 FieldValues::Text(v) => json!({"kind": "text", "v": v}),
             };

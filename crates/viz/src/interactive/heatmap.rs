@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::encode::{array, ints, quantised, safe_json};
+use super::encode::{floats, ints, quantised, safe_json};
 use super::explorer::hex;
 use super::{InteractiveFigure, EXACT_CELLS};
 use crate::error::{Result, VizError};
@@ -172,11 +172,7 @@ impl<'a> HeatmapExplorer<'a> {
             None => h.values.iter().copied().collect(),
         };
         let values = if exact {
-            let b: Vec<u8> = flat
-                .iter()
-                .flat_map(|&v| (v as f32).to_le_bytes())
-                .collect();
-            json!({"exact": array("f32", flat.len(), &b)})
+            json!({"exact": floats(flat.iter().copied())})
         } else {
             let (q, r) = quantised(&flat, 8);
             json!({"q": q, "r": r})

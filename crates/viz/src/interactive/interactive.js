@@ -19,21 +19,29 @@
       return e;
     };
     var clear = function (g) { while (g.firstChild) g.removeChild(g.firstChild); };
-    // A binary array {t, n, b} of the data object as a typed array.
+    // The binary array format, the decoder of `encode::array` (crates/viz/src/interactive/encode.rs,
+    // `ArrayType`, which defines it): {t, n, b}, b the base64 of n little-endian values of type t;
+    // u4 packs two values 0..=15 per byte, the low nibble first. Returns a typed array of n values.
+    var ARRAY_TYPES = { u4: [Uint8Array, 0], u8: [Uint8Array, 1], u16: [Uint16Array, 2], i32: [Int32Array, 4], f32: [Float32Array, 4] };
     var dec = function (a) {
-      var s = atob(a.b), u = new Uint8Array(s.length);
+      var type = ARRAY_TYPES.hasOwnProperty(a.t) ? ARRAY_TYPES[a.t] : null;
+      if (!type) throw new Error('hyperlens figure: unknown array type ' + a.t);
+      var s = atob(a.b), bytes = type[1] ? a.n * type[1] : (a.n + 1) >> 1;
+      if (s.length !== bytes) throw new Error('hyperlens figure: a ' + a.t + ' array of ' + a.n + ' values has ' + s.length + ' bytes, not ' + bytes);
+      var u = new Uint8Array(s.length);
       for (var i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
-      if (a.t === 'u4') {
+      if (!type[1]) {
         var o = new Uint8Array(a.n);
         for (var j = 0; j < a.n; j++) o[j] = (u[j >> 1] >> ((j & 1) * 4)) & 15;
         return o;
       }
-      if (a.t === 'u8') return u;
-      if (a.t === 'u16') return new Uint16Array(u.buffer);
-      if (a.t === 'i32') return new Int32Array(u.buffer);
-      if (a.t === 'f32') return new Float32Array(u.buffer);
-      throw new Error('hyperlens figure: unknown array type ' + a.t);
+      if (type[1] === 1) return u;
+      var out = new type[0](a.n), view = new DataView(u.buffer);
+      var read = a.t === 'u16' ? 'getUint16' : a.t === 'i32' ? 'getInt32' : 'getFloat32';
+      for (var k = 0; k < a.n; k++) out[k] = view[read](k * type[1], true);
+      return out;
     };
+    hl.decodeArray = dec;
     var fmt = function (v) {
       if (v === 0) return '0';
       var a = Math.abs(v);
@@ -105,11 +113,14 @@
     };
 
     // ---- the latent-space explorer ------------------------------------------------------
-    var explorer = function (svg, D) {
-      var W = +svg.getAttribute('width');
-      var uid = svg.id;
-      var PX = 64, PY = 76, PS = 440; // plot frame
-      var sets = D.sets.map(function (s) {
+    // One explorer is a context object E (made by explorerContext) that the steps below share:
+    // the data D, the decoded sets, the state st, the SVG groups g and the points' circles.
+    var PX = 64, PY = 76, PS = 440; // the plot frame
+    var DETAIL_X = 700; // the left edge of the clicked point's detail
+
+    // The sets of D with their binary arrays decoded.
+    var decodeSets = function (D) {
+      return D.sets.map(function (s) {
         return {
           raw: s,
           n: s.n,
@@ -121,221 +132,257 @@
           problems: s.problems ? { values: dec(s.problems.values), F: s.problems.features, slot: dec(s.problems.slot), prediction: dec(s.problems.prediction), marked: s.problems.marked, query: s.problems.query } : null
         };
       });
-      var st = { set: sets.length - 1, layer: D.start, proj: 0, color: 0, sel: -1, view: null, hidden: D.colorings.map(function () { return {}; }) };
-      var tip = tooltip(svg);
+    };
+    // The explorer's context: its data, state and the SVG groups in drawing order.
+    var explorerContext = function (svg, D) {
+      var sets = decodeSets(D);
+      var E = {
+        svg: svg, D: D, sets: sets, W: +svg.getAttribute('width'), circles: [], tip: tooltip(svg),
+        st: { set: sets.length - 1, layer: D.start, proj: 0, color: 0, sel: -1, view: null, hidden: D.colorings.map(function () { return {}; }) }
+      };
       el(svg, 'text', { x: 12, y: 22, class: 'hl-title' }, D.title);
-      var controls = el(svg, 'g', { class: 'hl-controls' });
-      var defs = el(svg, 'defs');
-      var clip = el(defs, 'clipPath', { id: uid + '-clip' });
+      var g = E.g = {};
+      g.controls = el(svg, 'g', { class: 'hl-controls' });
+      var clip = el(el(svg, 'defs'), 'clipPath', { id: svg.id + '-clip' });
       el(clip, 'rect', { x: PX, y: PY, width: PS, height: PS });
-      var axes = el(svg, 'g', { class: 'hl-axes' });
-      var bg = el(svg, 'rect', { x: PX, y: PY, width: PS, height: PS, fill: '#fff', class: 'hl-plot', cursor: 'move' });
-      var pts = el(svg, 'g', { class: 'hl-points', 'clip-path': 'url(#' + uid + '-clip)' });
+      g.axes = el(svg, 'g', { class: 'hl-axes' });
+      g.bg = el(svg, 'rect', { x: PX, y: PY, width: PS, height: PS, fill: '#fff', class: 'hl-plot', cursor: 'move' });
+      g.pts = el(svg, 'g', { class: 'hl-points', 'clip-path': 'url(#' + svg.id + '-clip)' });
       el(svg, 'rect', { x: PX, y: PY, width: PS, height: PS, class: 'hl-frame' });
-      var legend = el(svg, 'g', { class: 'hl-legend' });
-      var detail = el(svg, 'g', { class: 'hl-detail' });
-      var circles = [];
+      g.legend = el(svg, 'g', { class: 'hl-legend' });
+      g.detail = el(svg, 'g', { class: 'hl-detail' });
+      return E;
+    };
 
-      var cur = function () { return sets[st.set]; };
-      var xyOf = function (s, i) {
-        var a = s.xy[st.proj][st.layer];
-        return [a.rx[0] + a.x[i] * (a.rx[1] - a.rx[0]) / 65535, a.ry[0] + a.y[i] * (a.ry[1] - a.ry[0]) / 65535];
-      };
-      var fullView = function () {
-        var a = cur().xy[st.proj][st.layer], px = (a.rx[1] - a.rx[0]) * 0.05, py = (a.ry[1] - a.ry[0]) * 0.05;
-        return { x0: a.rx[0] - px, x1: a.rx[1] + px, y0: a.ry[0] - py, y1: a.ry[1] + py };
-      };
-      var sx = function (x) { return PX + (x - st.view.x0) / (st.view.x1 - st.view.x0) * PS; };
-      var sy = function (y) { return PY + PS - (y - st.view.y0) / (st.view.y1 - st.view.y0) * PS; };
-      var fieldText = function (s, f, i) {
-        if (f.kind === 'cat') return f.names[f.v[i]];
-        if (f.kind === 'bool') return f.v[i] ? 'yes' : 'no';
-        if (f.kind === 'float') return fmt(f.v[i]);
-        return String(f.v[i]);
-      };
-      var hoverLines = function (i) {
-        var s = cur();
-        var lines = [s.raw.name + ' problem ' + s.index[i], 'layer ' + D.layers[st.layer]];
-        s.fields.forEach(function (f) { lines.push(f.name + ': ' + fieldText(s, f, i)); });
-        return lines;
-      };
+    // Positions: the current set, a point's data coordinates, the whole view, screen coordinates.
+    var curSet = function (E) { return E.sets[E.st.set]; };
+    var xyOf = function (E, s, i) {
+      var a = s.xy[E.st.proj][E.st.layer];
+      return [a.rx[0] + a.x[i] * (a.rx[1] - a.rx[0]) / 65535, a.ry[0] + a.y[i] * (a.ry[1] - a.ry[0]) / 65535];
+    };
+    var fullView = function (E) {
+      var a = curSet(E).xy[E.st.proj][E.st.layer], px = (a.rx[1] - a.rx[0]) * 0.05, py = (a.ry[1] - a.ry[0]) * 0.05;
+      return { x0: a.rx[0] - px, x1: a.rx[1] + px, y0: a.ry[0] - py, y1: a.ry[1] + py };
+    };
+    var sx = function (E, x) { var v = E.st.view; return PX + (x - v.x0) / (v.x1 - v.x0) * PS; };
+    var sy = function (E, y) { var v = E.st.view; return PY + PS - (y - v.y0) / (v.y1 - v.y0) * PS; };
 
-      var drawAxes = function () {
-        clear(axes);
-        var v = st.view, p = D.projections[st.proj];
-        nice(v.x0, v.x1, 6).forEach(function (t) {
-          var x = sx(t);
-          el(axes, 'line', { x1: x, x2: x, y1: PY, y2: PY + PS, class: 'hl-grid' });
-          el(axes, 'text', { x: x, y: PY + PS + 15, 'text-anchor': 'middle', class: 'hl-small' }, fmt(t));
-        });
-        nice(v.y0, v.y1, 6).forEach(function (t) {
-          var y = sy(t);
-          el(axes, 'line', { x1: PX, x2: PX + PS, y1: y, y2: y, class: 'hl-grid' });
-          el(axes, 'text', { x: PX - 5, y: y + 4, 'text-anchor': 'end', class: 'hl-small' }, fmt(t));
-        });
-        el(axes, 'text', { x: PX + PS / 2, y: PY + PS + 34, 'text-anchor': 'middle' }, p.axes[0]);
-        el(axes, 'text', { x: 16, y: PY + PS / 2, 'text-anchor': 'middle', transform: 'rotate(-90 16 ' + (PY + PS / 2) + ')' }, p.axes[1]);
-      };
-      var place = function () {
-        var s = cur();
-        circles.forEach(function (c, i) {
-          var p = xyOf(s, i);
-          c.setAttribute('cx', sx(p[0]).toFixed(1));
-          c.setAttribute('cy', sy(p[1]).toFixed(1));
-        });
-        drawAxes();
-      };
-      var paint = function () {
-        var s = cur(), lab = s.colors[st.color], C = D.colorings[st.color], hid = st.hidden[st.color];
-        circles.forEach(function (c, i) {
-          var k = lab[i];
-          c.setAttribute('fill', C.colors[k]);
-          c.setAttribute('data-class', k);
-          c.setAttribute('display', hid[k] ? 'none' : 'inline');
-        });
-      };
-      var drawPoints = function () {
-        clear(pts);
-        circles = [];
-        var s = cur();
-        for (var i = 0; i < s.n; i++) {
-          circles.push(el(pts, 'circle', { r: 3, class: 'hl-pt' + (i === st.sel ? ' sel' : ''), 'fill-opacity': 0.75, 'data-i': i, 'data-index': s.index[i] }));
-        }
-        paint();
-        place();
-      };
-      var drawLegend = function () {
-        clear(legend);
-        var C = D.colorings[st.color], hid = st.hidden[st.color], s = cur(), lab = s.colors[st.color];
-        var counts = C.classes.map(function () { return 0; });
-        for (var i = 0; i < s.n; i++) counts[lab[i]]++;
-        var x = PX + PS + 16, y = PY + 6;
-        el(legend, 'text', { x: x, y: y + 8, 'font-weight': 'bold' }, C.name);
-        el(legend, 'text', { x: x, y: y + 22, class: 'hl-small' }, '(click to hide / show)');
-        C.classes.forEach(function (name, k) {
-          if (!counts[k]) return;
-          y += 19;
-          var g = el(legend, 'g', { class: 'hl-leg' + (hid[k] ? ' off' : ''), 'data-class': k, transform: 'translate(' + x + ',' + (y + 16) + ')' });
-          el(g, 'circle', { cx: 5, cy: 0, r: 5, fill: C.colors[k] });
-          el(g, 'text', { x: 15, y: 4 }, name + ' (' + counts[k] + ')');
-          g.addEventListener('click', function () {
-            hid[k] = !hid[k];
-            g.setAttribute('class', 'hl-leg' + (hid[k] ? ' off' : ''));
-            paint();
-          });
-        });
-      };
-      var drawControls = function () {
-        clear(controls);
-        var x = 12, y = 34;
-        x = switcher(controls, x, y, 'set', sets.map(function (s) { return s.raw.name; }), st.set, function (k) { st.set = k; st.sel = -1; st.view = fullView(); redraw(); });
-        x = switcher(controls, x, y, 'layer', D.layers, st.layer, function (k) { st.layer = k; st.view = fullView(); redraw(); });
-        if (D.projections.length > 1) x = switcher(controls, x, y, 'projection', D.projections.map(function (p) { return p.name; }), st.proj, function (k) { st.proj = k; st.view = fullView(); redraw(); });
-        if (D.colorings.length > 1) switcher(controls, x, y, 'colour', D.colorings.map(function (c) { return c.name; }), st.color, function (k) { st.color = k; redraw(); });
-        el(controls, 'text', { x: PX, y: PY + PS + 52, class: 'hl-small' }, 'wheel: zoom, drag: pan, double-click: reset; click a point for its problem');
-      };
-      var drawDetail = function () {
-        clear(detail);
-        var X = 700, s = cur(), i = st.sel;
-        if (i < 0) {
-          el(detail, 'text', { x: X, y: PY + 14, class: 'hl-small' }, 'Click a point to see its problem and its code.');
-          return;
-        }
-        var y = PY + 10;
-        el(detail, 'text', { x: X, y: y, 'font-weight': 'bold', class: 'hl-detail-title' }, s.raw.name + ' problem ' + s.index[i] + ', layer ' + D.layers[st.layer]);
-        y += 10;
-        var P = s.problems;
-        if (P) {
-          var F = P.F, cw = 106, ch = 30 + 0, fw = (cw - 10) / F;
-          var base = i * 9 * F;
-          for (var p = 0; p < 9; p++) {
-            var gx = X + (p % 3) * (cw + 4), gy = y + Math.floor(p / 3) * (ch + 22);
-            el(detail, 'text', { x: gx, y: gy + 11, class: 'hl-small' }, p < 8 ? 'panel ' + p : 'answer');
-            var g = el(detail, 'g', { class: 'hl-panel', 'data-panel': p, transform: 'translate(' + gx + ',' + (gy + 14) + ')' });
-            el(g, 'rect', { width: cw, height: ch, fill: p < 8 ? '#fafafa' : '#fff7e6', stroke: '#bbb' });
-            for (var f = 0; f < F; f++) {
-              var v = P.values[base + p * F + f], t = p * F + f;
-              var cell = el(g, 'g', { class: 'hl-feat', 'data-feature': f, 'data-value': v, transform: 'translate(' + (5 + f * fw) + ',5)' });
-              el(cell, 'rect', { width: fw - 3, height: ch - 10, fill: D.colorings[0].colors[v % D.colorings[0].colors.length] || '#ccc', 'fill-opacity': 0.35 });
-              el(cell, 'text', { x: (fw - 3) / 2, y: 15, 'text-anchor': 'middle' }, String(v));
-              if (P.marked.indexOf(t) >= 0 || t === P.query) el(cell, 'rect', { x: -1, y: -1, width: fw - 1, height: ch - 8, class: 'hl-mark' });
-            }
-          }
-          y += 3 * (ch + 22) + 6;
-          var slot = P.slot[i], pred = P.prediction[i], truth = P.values[base + 8 * F + slot];
-          el(detail, 'text', { x: X, y: y, class: 'hl-answer' }, 'slot ' + slot + ': true ' + truth + ', model ' + pred + (pred === truth ? ' (right)' : ' (wrong)'));
-          y += 14;
-          el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'red: the site\'s query and key tokens');
-          y += 10;
-        }
-        if (s.codes && D.heads.length) {
-          var c = s.codes[st.layer], H = D.heads.length, K = D.keys.length, hk = H * K;
-          var cs = Math.max(6, Math.min(20, Math.floor((W - X - 44) / H)));
-          y += 10;
-          el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'its code at layer ' + D.layers[st.layer] + ' (query to keys, per head):');
-          y += 6;
-          for (var k = 0; k < K; k++) {
-            el(detail, 'text', { x: X + 30, y: y + k * cs + cs / 2 + 4, 'text-anchor': 'end', class: 'hl-small' }, D.keys[k]);
-            for (var h = 0; h < H; h++) {
-              var val = c.r[0] + c.q[i * hk + h * K + k] * (c.r[1] - c.r[0]) / c.top;
-              var r = el(detail, 'rect', { x: X + 34 + h * cs, y: y + k * cs, width: cs - 1, height: cs - 1, fill: ramp(val, c.r), class: 'hl-code', 'data-head': h, 'data-key': k });
-              (function (h, k, val) {
-                r.addEventListener('pointermove', function (ev) {
-                  var q = local(svg, ev);
-                  tip.show(q.x, q.y, [D.heads[h] + ' -> ' + D.keys[k], 'code \u2248 ' + fmt(val)]);
-                });
-                r.addEventListener('pointerleave', tip.hide);
-              })(h, k, val);
-            }
-          }
-          // Heads of one layer are labelled H<h>; heads of several layers keep their L<l> prefix.
-          var layerOf = function (name) { var m = /^L\d+/.exec(name); return m ? m[0] : ''; };
-          var oneLayer = D.heads.every(function (name) { return layerOf(name) === layerOf(D.heads[0]); });
-          D.heads.forEach(function (name, h) {
-            if (cs >= 22 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, oneLayer ? name.replace(/^L\d+/, '') : name);
-          });
-          y += K * cs + 24;
-        }
-        s.fields.forEach(function (f) {
-          el(detail, 'text', { x: X, y: y, class: 'hl-field' }, f.name + ': ' + fieldText(s, f, i));
-          y += 15;
-        });
-        // The command that reproduces the problem set, wrapped at spaces.
-        var words = (s.raw.reproduce + ' (problem ' + s.index[i] + ')').split(' '), line = '';
-        y += 4;
-        words.forEach(function (w) {
-          if ((line + ' ' + w).length > 52 && line) { el(detail, 'text', { x: X, y: y, class: 'hl-small hl-repro' }, line); y += 13; line = w; } else line = line ? line + ' ' + w : w;
-        });
-        if (line) el(detail, 'text', { x: X, y: y, class: 'hl-small hl-repro' }, line);
-      };
-      var redraw = function () { drawControls(); drawPoints(); drawLegend(); drawDetail(); };
+    // Texts: a field's value of point i, and the tooltip of point i.
+    var fieldText = function (f, i) {
+      if (f.kind === 'cat') return f.names[f.v[i]];
+      if (f.kind === 'bool') return f.v[i] ? 'yes' : 'no';
+      if (f.kind === 'float') return fmt(f.v[i]);
+      return String(f.v[i]);
+    };
+    var hoverLines = function (E, i) {
+      var s = curSet(E);
+      var lines = [s.raw.name + ' problem ' + s.index[i], 'layer ' + E.D.layers[E.st.layer]];
+      s.fields.forEach(function (f) { lines.push(f.name + ': ' + fieldText(f, i)); });
+      return lines;
+    };
 
+    // The axes' grid, ticks and titles of the current view.
+    var drawAxes = function (E) {
+      var axes = E.g.axes, v = E.st.view, p = E.D.projections[E.st.proj];
+      clear(axes);
+      nice(v.x0, v.x1, 6).forEach(function (t) {
+        var x = sx(E, t);
+        el(axes, 'line', { x1: x, x2: x, y1: PY, y2: PY + PS, class: 'hl-grid' });
+        el(axes, 'text', { x: x, y: PY + PS + 15, 'text-anchor': 'middle', class: 'hl-small' }, fmt(t));
+      });
+      nice(v.y0, v.y1, 6).forEach(function (t) {
+        var y = sy(E, t);
+        el(axes, 'line', { x1: PX, x2: PX + PS, y1: y, y2: y, class: 'hl-grid' });
+        el(axes, 'text', { x: PX - 5, y: y + 4, 'text-anchor': 'end', class: 'hl-small' }, fmt(t));
+      });
+      el(axes, 'text', { x: PX + PS / 2, y: PY + PS + 34, 'text-anchor': 'middle' }, p.axes[0]);
+      el(axes, 'text', { x: 16, y: PY + PS / 2, 'text-anchor': 'middle', transform: 'rotate(-90 16 ' + (PY + PS / 2) + ')' }, p.axes[1]);
+    };
+    // The points moved to the current view, and the axes redrawn.
+    var place = function (E) {
+      var s = curSet(E);
+      E.circles.forEach(function (c, i) {
+        var p = xyOf(E, s, i);
+        c.setAttribute('cx', sx(E, p[0]).toFixed(1));
+        c.setAttribute('cy', sy(E, p[1]).toFixed(1));
+      });
+      drawAxes(E);
+    };
+    // The points' colours and visibility under the current colouring.
+    var paint = function (E) {
+      var st = E.st, lab = curSet(E).colors[st.color], C = E.D.colorings[st.color], hid = st.hidden[st.color];
+      E.circles.forEach(function (c, i) {
+        var k = lab[i];
+        c.setAttribute('fill', C.colors[k]);
+        c.setAttribute('data-class', k);
+        c.setAttribute('display', hid[k] ? 'none' : 'inline');
+      });
+    };
+    // One circle per point of the current set.
+    var drawPoints = function (E) {
+      clear(E.g.pts);
+      E.circles = [];
+      var s = curSet(E);
+      for (var i = 0; i < s.n; i++) {
+        E.circles.push(el(E.g.pts, 'circle', { r: 3, class: 'hl-pt' + (i === E.st.sel ? ' sel' : ''), 'fill-opacity': 0.75, 'data-i': i, 'data-index': s.index[i] }));
+      }
+      paint(E);
+      place(E);
+    };
+    // The legend of the current colouring: its classes present in the set, each a hide / show toggle.
+    var drawLegend = function (E) {
+      var legend = E.g.legend, C = E.D.colorings[E.st.color], hid = E.st.hidden[E.st.color], s = curSet(E), lab = s.colors[E.st.color];
+      clear(legend);
+      var counts = C.classes.map(function () { return 0; });
+      for (var i = 0; i < s.n; i++) counts[lab[i]]++;
+      var x = PX + PS + 16, y = PY + 6;
+      el(legend, 'text', { x: x, y: y + 8, 'font-weight': 'bold' }, C.name);
+      el(legend, 'text', { x: x, y: y + 22, class: 'hl-small' }, '(click to hide / show)');
+      C.classes.forEach(function (name, k) {
+        if (!counts[k]) return;
+        y += 19;
+        var g = el(legend, 'g', { class: 'hl-leg' + (hid[k] ? ' off' : ''), 'data-class': k, transform: 'translate(' + x + ',' + (y + 16) + ')' });
+        el(g, 'circle', { cx: 5, cy: 0, r: 5, fill: C.colors[k] });
+        el(g, 'text', { x: 15, y: 4 }, name + ' (' + counts[k] + ')');
+        g.addEventListener('click', function () {
+          hid[k] = !hid[k];
+          g.setAttribute('class', 'hl-leg' + (hid[k] ? ' off' : ''));
+          paint(E);
+        });
+      });
+    };
+    // The switchers of set, layer, projection and colouring, and the usage line.
+    var drawControls = function (E) {
+      var controls = E.g.controls, st = E.st, D = E.D;
+      clear(controls);
+      var x = 12, y = 34;
+      x = switcher(controls, x, y, 'set', E.sets.map(function (s) { return s.raw.name; }), st.set, function (k) { st.set = k; st.sel = -1; st.view = fullView(E); redraw(E); });
+      x = switcher(controls, x, y, 'layer', D.layers, st.layer, function (k) { st.layer = k; st.view = fullView(E); redraw(E); });
+      if (D.projections.length > 1) x = switcher(controls, x, y, 'projection', D.projections.map(function (p) { return p.name; }), st.proj, function (k) { st.proj = k; st.view = fullView(E); redraw(E); });
+      if (D.colorings.length > 1) switcher(controls, x, y, 'colour', D.colorings.map(function (c) { return c.name; }), st.color, function (k) { st.color = k; redraw(E); });
+      el(controls, 'text', { x: PX, y: PY + PS + 52, class: 'hl-small' }, 'wheel: zoom, drag: pan, double-click: reset; click a point for its problem');
+    };
+    // The detail of point i: its SRAVEN problem as nine panels (the site's tokens marked) and its
+    // answer; returns the y below it.
+    var drawProblem = function (E, i, y) {
+      var detail = E.g.detail, X = DETAIL_X, P = curSet(E).problems, D = E.D;
+      var F = P.F, cw = 106, ch = 30, fw = (cw - 10) / F;
+      var base = i * 9 * F;
+      for (var p = 0; p < 9; p++) {
+        var gx = X + (p % 3) * (cw + 4), gy = y + Math.floor(p / 3) * (ch + 22);
+        el(detail, 'text', { x: gx, y: gy + 11, class: 'hl-small' }, p < 8 ? 'panel ' + p : 'answer');
+        var g = el(detail, 'g', { class: 'hl-panel', 'data-panel': p, transform: 'translate(' + gx + ',' + (gy + 14) + ')' });
+        el(g, 'rect', { width: cw, height: ch, fill: p < 8 ? '#fafafa' : '#fff7e6', stroke: '#bbb' });
+        for (var f = 0; f < F; f++) {
+          var v = P.values[base + p * F + f], t = p * F + f;
+          var cell = el(g, 'g', { class: 'hl-feat', 'data-feature': f, 'data-value': v, transform: 'translate(' + (5 + f * fw) + ',5)' });
+          el(cell, 'rect', { width: fw - 3, height: ch - 10, fill: D.colorings[0].colors[v % D.colorings[0].colors.length] || '#ccc', 'fill-opacity': 0.35 });
+          el(cell, 'text', { x: (fw - 3) / 2, y: 15, 'text-anchor': 'middle' }, String(v));
+          if (P.marked.indexOf(t) >= 0 || t === P.query) el(cell, 'rect', { x: -1, y: -1, width: fw - 1, height: ch - 8, class: 'hl-mark' });
+        }
+      }
+      y += 3 * (ch + 22) + 6;
+      var slot = P.slot[i], pred = P.prediction[i], truth = P.values[base + 8 * F + slot];
+      el(detail, 'text', { x: X, y: y, class: 'hl-answer' }, 'slot ' + slot + ': true ' + truth + ', model ' + pred + (pred === truth ? ' (right)' : ' (wrong)'));
+      y += 14;
+      el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'red: the site\'s query and key tokens');
+      return y + 10;
+    };
+    // The detail of point i: its code at the current layer, heads by keys, each cell hoverable;
+    // returns the y below it.
+    var drawCode = function (E, i, y) {
+      var detail = E.g.detail, X = DETAIL_X, D = E.D, svg = E.svg, tip = E.tip;
+      var c = curSet(E).codes[E.st.layer], H = D.heads.length, K = D.keys.length, hk = H * K;
+      var cs = Math.max(6, Math.min(20, Math.floor((E.W - X - 44) / H)));
+      y += 10;
+      el(detail, 'text', { x: X, y: y, class: 'hl-small' }, 'its code at layer ' + D.layers[E.st.layer] + ' (query to keys, per head):');
+      y += 6;
+      for (var k = 0; k < K; k++) {
+        el(detail, 'text', { x: X + 30, y: y + k * cs + cs / 2 + 4, 'text-anchor': 'end', class: 'hl-small' }, D.keys[k]);
+        for (var h = 0; h < H; h++) {
+          var val = c.r[0] + c.q[i * hk + h * K + k] * (c.r[1] - c.r[0]) / c.top;
+          var r = el(detail, 'rect', { x: X + 34 + h * cs, y: y + k * cs, width: cs - 1, height: cs - 1, fill: ramp(val, c.r), class: 'hl-code', 'data-head': h, 'data-key': k });
+          (function (h, k, val) {
+            r.addEventListener('pointermove', function (ev) {
+              var q = local(svg, ev);
+              tip.show(q.x, q.y, [D.heads[h] + ' -> ' + D.keys[k], 'code \u2248 ' + fmt(val)]);
+            });
+            r.addEventListener('pointerleave', tip.hide);
+          })(h, k, val);
+        }
+      }
+      // Heads of one layer are labelled H<h>; heads of several layers keep their L<l> prefix.
+      var layerOf = function (name) { var m = /^L\d+/.exec(name); return m ? m[0] : ''; };
+      var oneLayer = D.heads.every(function (name) { return layerOf(name) === layerOf(D.heads[0]); });
+      D.heads.forEach(function (name, h) {
+        if (cs >= 22 || h % 2 === 0) el(detail, 'text', { x: X + 34 + h * cs + cs / 2, y: y + K * cs + 11, 'text-anchor': 'middle', class: 'hl-small' }, oneLayer ? name.replace(/^L\d+/, '') : name);
+      });
+      return y + K * cs + 24;
+    };
+    // The detail of point i: its fields, and the command that reproduces its problem set wrapped
+    // at spaces.
+    var drawFields = function (E, i, y) {
+      var detail = E.g.detail, X = DETAIL_X, s = curSet(E);
+      s.fields.forEach(function (f) {
+        el(detail, 'text', { x: X, y: y, class: 'hl-field' }, f.name + ': ' + fieldText(f, i));
+        y += 15;
+      });
+      var words = (s.raw.reproduce + ' (problem ' + s.index[i] + ')').split(' '), line = '';
+      y += 4;
+      words.forEach(function (w) {
+        if ((line + ' ' + w).length > 52 && line) { el(detail, 'text', { x: X, y: y, class: 'hl-small hl-repro' }, line); y += 13; line = w; } else line = line ? line + ' ' + w : w;
+      });
+      if (line) el(detail, 'text', { x: X, y: y, class: 'hl-small hl-repro' }, line);
+    };
+    // The detail of the selected point (or the hint to click one).
+    var drawDetail = function (E) {
+      var detail = E.g.detail, s = curSet(E), i = E.st.sel;
+      clear(detail);
+      if (i < 0) {
+        el(detail, 'text', { x: DETAIL_X, y: PY + 14, class: 'hl-small' }, 'Click a point to see its problem and its code.');
+        return;
+      }
+      var y = PY + 10;
+      el(detail, 'text', { x: DETAIL_X, y: y, 'font-weight': 'bold', class: 'hl-detail-title' }, s.raw.name + ' problem ' + s.index[i] + ', layer ' + E.D.layers[E.st.layer]);
+      y += 10;
+      if (s.problems) y = drawProblem(E, i, y);
+      if (s.codes && E.D.heads.length) y = drawCode(E, i, y);
+      drawFields(E, i, y);
+    };
+    var redraw = function (E) { drawControls(E); drawPoints(E); drawLegend(E); drawDetail(E); };
+
+    // Hover shows a point's tooltip; a click selects it and shows its detail.
+    var bindPoints = function (E) {
+      var pts = E.g.pts, st = E.st;
       pts.addEventListener('pointerover', function (ev) {
         var i = ev.target.getAttribute && ev.target.getAttribute('data-i');
         if (i === null || i === undefined) return;
-        var q = local(svg, ev);
-        tip.show(q.x, q.y, hoverLines(+i));
+        var q = local(E.svg, ev);
+        E.tip.show(q.x, q.y, hoverLines(E, +i));
       });
-      pts.addEventListener('pointerout', tip.hide);
+      pts.addEventListener('pointerout', E.tip.hide);
       pts.addEventListener('click', function (ev) {
         var i = ev.target.getAttribute && ev.target.getAttribute('data-i');
         if (i === null || i === undefined) return;
-        if (st.sel >= 0 && circles[st.sel]) circles[st.sel].setAttribute('class', 'hl-pt');
+        if (st.sel >= 0 && E.circles[st.sel]) E.circles[st.sel].setAttribute('class', 'hl-pt');
         st.sel = +i;
-        circles[st.sel].setAttribute('class', 'hl-pt sel');
-        pts.appendChild(circles[st.sel]);
-        drawDetail();
+        E.circles[st.sel].setAttribute('class', 'hl-pt sel');
+        pts.appendChild(E.circles[st.sel]);
+        drawDetail(E);
       });
-      var drag = null;
+    };
+    // The wheel zooms about the pointer, a drag of the background pans, a double click resets.
+    var bindZoomPan = function (E) {
+      var svg = E.svg, bg = E.g.bg, st = E.st, drag = null;
       var zoomAt = function (ev, f) {
         var q = local(svg, ev), v = st.view;
         var cx = v.x0 + (q.x - PX) / PS * (v.x1 - v.x0), cy = v.y0 + (PY + PS - q.y) / PS * (v.y1 - v.y0);
         st.view = { x0: cx + (v.x0 - cx) * f, x1: cx + (v.x1 - cx) * f, y0: cy + (v.y0 - cy) * f, y1: cy + (v.y1 - cy) * f };
-        place();
+        place(E);
       };
-      [bg, pts].forEach(function (t) {
+      [bg, E.g.pts].forEach(function (t) {
         t.addEventListener('wheel', function (ev) { ev.preventDefault(); zoomAt(ev, ev.deltaY > 0 ? 1.2 : 1 / 1.2); }, { passive: false });
-        t.addEventListener('dblclick', function () { st.view = fullView(); place(); });
+        t.addEventListener('dblclick', function () { st.view = fullView(E); place(E); });
       });
       bg.addEventListener('pointerdown', function (ev) { drag = { p: local(svg, ev), v: st.view }; bg.setPointerCapture && bg.setPointerCapture(ev.pointerId); });
       bg.addEventListener('pointermove', function (ev) {
@@ -343,12 +390,17 @@
         var q = local(svg, ev), v = drag.v;
         var dx = (q.x - drag.p.x) / PS * (v.x1 - v.x0), dy = (q.y - drag.p.y) / PS * (v.y1 - v.y0);
         st.view = { x0: v.x0 - dx, x1: v.x1 - dx, y0: v.y0 + dy, y1: v.y1 + dy };
-        place();
+        place(E);
       });
       bg.addEventListener('pointerup', function () { drag = null; });
-      st.view = fullView();
-      redraw();
-      svg.hlState = st;
+    };
+    var explorer = function (svg, D) {
+      var E = explorerContext(svg, D);
+      bindPoints(E);
+      bindZoomPan(E);
+      E.st.view = fullView(E);
+      redraw(E);
+      svg.hlState = E.st;
     };
 
     // ---- the cell grid of the pattern viewer and the heatmap ---------------------------
