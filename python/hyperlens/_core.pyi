@@ -13,6 +13,9 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 
+def run_record(dir: str) -> dict[str, Any]: ...
+def language_model_kind(path: str) -> str | None: ...
+
 class Evaluator:
     @staticmethod
     def load(path: str, device: str = "cpu") -> Evaluator: ...

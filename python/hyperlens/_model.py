@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,8 @@ def find_checkpoint(path_or_name: str | os.PathLike) -> Path:
 
 @dataclass(frozen=True)
 class Config:
-    """A model's configuration (``config.json``, the task and split of ``train.json``).
+    """A model's configuration (``config.json``; the task and split that the run files record,
+    read by the model crate's ``RunRecord``).
 
     ``n_ctx`` (= ``n_tokens``) and ``d_vocab`` (= ``d_in``) are TransformerLens's names.
     """
@@ -205,12 +205,7 @@ class Model(_Hooked):
         self._ev = ev
         self.path = path
         c = dict(ev.config())
-        train: dict = {}
-        try:
-            with open(path / "train.json", encoding="utf-8") as f:
-                train = json.load(f)
-        except (OSError, ValueError):
-            pass
+        record = _core.run_record(os.fspath(path))
         self.cfg = Config(
             n_layers=c["n_layers"],
             n_heads=c["n_heads"],
@@ -226,8 +221,8 @@ class Model(_Hooked):
             mixer=c["mixer"],
             normalisation=c["normalisation"],
             n_params=c["n_params"],
-            task=str(train.get("task", "sraven")),
-            split=train.get("split"),
+            task=record["task"],
+            split=record["split"],
             path=str(path),
             engine=c["engine"],
         )
@@ -247,7 +242,7 @@ class Model(_Hooked):
 
     @property
     def is_logic(self) -> bool:
-        """Whether the model is a fuzzy-logic one (its ``train.json`` says ``task: logic``)."""
+        """Whether the model is a fuzzy-logic one (its run files record ``task: logic``)."""
         return self.cfg.task == "logic"
 
     def _logic_problems(self, problems: Any) -> LogicProblemSet:
@@ -411,16 +406,9 @@ def import_jax(
 
 
 def _is_language_model(path: Path) -> bool:
-    """A ``.gguf`` file, or a directory whose ``config.json`` names a model type (Hugging Face
-    GPT-2 / Llama, hyperlens token models); SRAVEN / fuzzy-logic configs name none."""
-    if path.is_file():
-        return True
-    try:
-        with open(path / "config.json", encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and ("model_type" in cfg or "architectures" in cfg)
+    """Whether ``path`` is a token language model (a hyperlens token model, a Hugging Face GPT-2
+    or Llama directory, a ``.gguf`` file), as the model crate's ``lm::detect`` tells it."""
+    return _core.language_model_kind(os.fspath(path)) is not None
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,12 @@
 //! - [`inspect_npz`]: checks an `.npz` archive's headers against the bytes present and the memory
 //!   [`budget`] before anything is read ([`inspect_npz_arrays`]: only the arrays a reader reads).
 //! - [`keys`]: the names of the arrays that writers and readers share.
+//! - [`sidecars`]: the sidecars of the outputs that no crate of their own writes (`cache`,
+//!   `attention`) and the `source` of every output computed over problems, as serde structs.
 //! - [`read_regular`] and [`is_special`]: state files read only when they are regular files (a FIFO
-//!   left in their place would block a reader for ever).
+//!   left in their place would block a reader for ever); [`real_dir_or_absent`] and
+//!   [`regular_file_or_absent`]: the directories and logs written inside a sweep or group are
+//!   never links.
 //!
 //! Depends on neither candle nor any other hyperlens crate, so that every crate can use it.
 
@@ -24,6 +28,7 @@ mod json;
 pub mod keys;
 mod npz;
 mod read;
+pub mod sidecars;
 
 pub use atomic::{pid_alive, sweep_stale, sync_dir, write_atomic, write_atomic_with, AtomicFile};
 pub use error::{IoError, Result};
@@ -32,4 +37,6 @@ pub use json::{
     json_bytes, legacy_sidecar_path, read_sidecar, sidecar_path, write_json, write_sidecar,
 };
 pub use npz::{write_npz, NpzArchive};
-pub use read::{is_special, read_regular, read_regular_string};
+pub use read::{
+    is_special, read_regular, read_regular_string, real_dir_or_absent, regular_file_or_absent,
+};

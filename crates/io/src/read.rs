@@ -36,9 +36,80 @@ pub fn is_special(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| !m.is_file())
 }
 
+/// Checks that `path`, if it exists, is a real directory and not a symbolic link (a run directory
+/// that is a link could lead out of the sweep or group that holds it).
+///
+/// # Errors
+/// [`std::io::ErrorKind::InvalidInput`] for a link or anything but a directory, naming the path.
+pub fn real_dir_or_absent(path: &Path) -> std::io::Result<()> {
+    let refuse = |what: &str| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} {what}", path.display()),
+        ))
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            refuse("is a symbolic link; it must be a directory inside the sweep or group")
+        }
+        Ok(m) if !m.is_dir() => refuse("is not a directory"),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that `path`, if it exists, is a regular file and not a symbolic link (appending to a
+/// link could write outside the directory hyperlens was given; opening a FIFO would wait).
+///
+/// # Errors
+/// [`std::io::ErrorKind::InvalidInput`] for a link or anything but a regular file, naming the
+/// path.
+pub fn regular_file_or_absent(path: &Path) -> std::io::Result<()> {
+    let refuse = |what: &str| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} {what}", path.display()),
+        ))
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            refuse("is a symbolic link; it must be a regular file")
+        }
+        Ok(m) if !m.is_file() => refuse("is not a regular file"),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_and_other_kinds_are_refused_where_a_directory_or_file_is_expected() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let file = d.join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let link = d.join("l");
+        std::os::unix::fs::symlink(d, &link).unwrap();
+        assert!(real_dir_or_absent(d).is_ok());
+        assert!(real_dir_or_absent(&d.join("none")).is_ok());
+        let e = real_dir_or_absent(&link).unwrap_err().to_string();
+        assert!(
+            e.ends_with("l is a symbolic link; it must be a directory inside the sweep or group"),
+            "{e}"
+        );
+        let e = real_dir_or_absent(&file).unwrap_err().to_string();
+        assert!(e.ends_with("f is not a directory"), "{e}");
+        assert!(regular_file_or_absent(&file).is_ok());
+        assert!(regular_file_or_absent(&d.join("none")).is_ok());
+        let e = regular_file_or_absent(&link).unwrap_err().to_string();
+        assert!(
+            e.ends_with("l is a symbolic link; it must be a regular file"),
+            "{e}"
+        );
+        let e = regular_file_or_absent(d).unwrap_err().to_string();
+        assert!(e.ends_with(" is not a regular file"), "{e}");
+    }
 
     #[test]
     fn only_regular_files_are_read() {

@@ -194,7 +194,7 @@ impl Classify for AnalysisError {
 impl Classify for TrainError {
     fn kind(&self) -> Kind {
         match self {
-            TrainError::InvalidParam(_) => Kind::Input,
+            TrainError::InvalidParam(_) | TrainError::SettingsJson(_) => Kind::Input,
             TrainError::Resume(_) => Kind::Checkpoint,
             TrainError::Interrupted(_) => Kind::Other,
             TrainError::Diverged { .. } => Kind::Numerical,

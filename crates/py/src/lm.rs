@@ -191,5 +191,16 @@ impl PyLanguageModel {
 
 /// Registers the class.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyLanguageModel>()
+    m.add_class::<PyLanguageModel>()?;
+    m.add_function(wrap_pyfunction!(language_model_kind, m)?)
+}
+
+/// The kind of the token language model at `path` (`hyperlens-token`, `gpt2`, `llama`, `gguf`),
+/// as `hyperlens_model::lm::detect` tells it; `None` when `path` is not one (a SRAVEN or
+/// fuzzy-logic checkpoint, or nothing that loads): what `hyperlens.load` dispatches on.
+#[pyfunction]
+fn language_model_kind(path: PathBuf) -> Option<String> {
+    hyperlens_model::lm::detect(&path)
+        .ok()
+        .map(|k| k.to_string())
 }

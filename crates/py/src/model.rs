@@ -672,8 +672,26 @@ impl HookFn for PyHooks<'_> {
     }
 }
 
-/// Registers the class.
+/// What the run files of the checkpoint `dir` record ([`hyperlens_model::RunRecord::read`], the
+/// one reader of `train.json` and `train_state.json`): a dict with `task` (`sraven` when none is
+/// recorded, as for the imported paper checkpoints), `split`, `trained_by`, `steps` and
+/// `planned_steps` (`None` when not recorded). Run files that cannot be read record nothing here:
+/// the weights were loaded, and the files only describe how they were trained.
+#[pyfunction]
+fn run_record(py: Python<'_>, dir: PathBuf) -> PyResult<Bound<'_, PyDict>> {
+    let r = hyperlens_model::RunRecord::read(&dir).unwrap_or_default();
+    let d = PyDict::new(py);
+    d.set_item("task", r.task_or_sraven().name())?;
+    d.set_item("split", r.split)?;
+    d.set_item("trained_by", r.trained_by)?;
+    d.set_item("steps", r.steps.map(|s| s.done))?;
+    d.set_item("planned_steps", r.steps.and_then(|s| s.planned))?;
+    Ok(d)
+}
+
+/// Registers the class and the run-record reader.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEvaluator>()?;
+    m.add_function(wrap_pyfunction!(run_record, m)?)?;
     Ok(())
 }

@@ -19,46 +19,9 @@ use pyo3::types::PyDict;
 
 use crate::errors::{detached, raise, to_py, Kind};
 
-/// A [`TrainSettings`] from its JSON, checked; a value of the wrong type is named by its field.
+/// A [`TrainSettings`] from its JSON, checked ([`TrainSettings::from_json`]).
 fn parse_settings(json: &str) -> PyResult<TrainSettings> {
-    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| {
-        raise(
-            Kind::Input,
-            format!("training settings are not JSON (NaN and infinity are not JSON numbers): {e}"),
-        )
-    })?;
-    let s: TrainSettings = serde_json::from_value(value.clone()).map_err(|e| {
-        raise(
-            Kind::Input,
-            format!("training settings: {}", field_error(&value, e)),
-        )
-    })?;
-    s.check().map_err(to_py)?;
-    Ok(s)
-}
-
-/// serde's error for settings `value`, prefixed with the first field that fails on its own: each
-/// field of `value` is put in turn into the task's default settings and parsed.
-fn field_error(value: &serde_json::Value, e: serde_json::Error) -> String {
-    let task = value
-        .get("task")
-        .and_then(|t| t.as_str())
-        .and_then(|t| Task::from_str(t).ok())
-        .unwrap_or(Task::Sraven);
-    let (Ok(base), Some(fields)) = (
-        serde_json::to_value(TrainSettings::for_task(task)),
-        value.as_object(),
-    ) else {
-        return e.to_string();
-    };
-    for (key, v) in fields {
-        let mut one = base.clone();
-        one[key.as_str()] = v.clone();
-        if let Err(e) = serde_json::from_value::<TrainSettings>(one) {
-            return format!("`{key}`: {e}");
-        }
-    }
-    e.to_string()
+    TrainSettings::from_json(json).map_err(to_py)
 }
 
 /// The JSON of settings.

@@ -27,6 +27,18 @@ pub enum SweepError {
         #[source]
         source: std::io::Error,
     },
+    /// Starting, waiting for or logging a job's process failed; says which job and what was done.
+    #[error("{what}")]
+    Process {
+        /// What was being done (`starting job 3`).
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A setting of an executor is out of range; names it.
+    #[error("{0}")]
+    InvalidParam(String),
     /// Writing a file atomically failed.
     #[error(transparent)]
     File(#[from] hyperlens_io::IoError),

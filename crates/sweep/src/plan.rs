@@ -231,6 +231,65 @@ fn combinations(spec: &SweepSpec) -> Vec<Vec<(String, Scalar)>> {
 }
 
 impl Plan {
+    /// The name of the sweep planned into the directory `out`: the directory's name with letters,
+    /// digits, `_`, `-`, `+` and `.` kept and anything else (white space, quotes, control
+    /// characters) as `-`, at most 200 characters, so that it can stand in a Slurm script's
+    /// `#SBATCH --job-name`; `sweep` when nothing is left.
+    pub fn name_for(out: &Path) -> String {
+        let name: String = out
+            .file_name()
+            .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().into_owned())
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.') {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(200)
+            .collect();
+        if name.is_empty() {
+            "sweep".into()
+        } else {
+            name
+        }
+    }
+
+    /// Checks every run of the plan, to be written into `out`, as `train` would check it, and
+    /// every job's models (the runs it trains together) against the memory budget, before the
+    /// sweep directory is made: `settings_of(run, run_dir)` gives a run's checked settings from
+    /// its arguments.
+    ///
+    /// # Errors
+    /// The first error of `settings_of`; [`hyperlens_train::check_memory`]'s for a job over the
+    /// budget, naming the job and its runs (`job_error(job, runs, error)` words it).
+    pub fn check_runs<E, S, J>(
+        &self,
+        out: &Path,
+        mut settings_of: S,
+        job_error: J,
+    ) -> std::result::Result<(), E>
+    where
+        S: FnMut(&PlannedRun, &Path) -> std::result::Result<hyperlens_train::TrainSettings, E>,
+        J: Fn(usize, usize, hyperlens_train::TrainError) -> E,
+    {
+        let mut firsts: Vec<Option<hyperlens_train::TrainSettings>> = vec![None; self.jobs.len()];
+        for run in &self.runs {
+            let s = settings_of(run, &Plan::run_dir(out, &run.name))?;
+            if firsts[run.job].is_none() {
+                firsts[run.job] = Some(s);
+            }
+        }
+        for (job, first) in self.jobs.iter().zip(&firsts) {
+            if let Some(s) = first {
+                hyperlens_train::check_memory(s, job.runs.len())
+                    .map_err(|e| job_error(job.index, job.runs.len(), e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Expands `spec` into runs and jobs. Run names list `key-value` for every axis with more than
     /// one value (`_` between them, `-` for `_` in keys). With `spec.batch`, runs whose arguments
     /// differ only in [`BATCHABLE_KEYS`] share a job, at most `spec.max_batch` per job, except

@@ -232,6 +232,38 @@ pub fn submissions(dir: &Path) -> Result<Vec<Submission>> {
     })
 }
 
+/// The array task ids of `job_id` still in Slurm's queue (pending or running), as `squeue`
+/// lists them; empty when squeue cannot be run.
+pub fn queued_tasks(job_id: &str) -> Vec<usize> {
+    let Ok(out) = Command::new("squeue")
+        .args(["-h", "-r", "-j", job_id, "-o", "%K"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse::<usize>().ok())
+        .collect()
+}
+
+/// The jobs of the sweep in `dir` to submit: those with work ([`crate::jobs_to_run`]; with
+/// `resubmit_failed`, failed runs count as work) that none of the sweep's earlier submissions
+/// still has in Slurm's queue ([`queued_tasks`]).
+///
+/// # Errors
+/// As [`submissions`] and [`crate::jobs_to_run`].
+pub fn to_submit(dir: &Path, plan: &Plan, resubmit_failed: bool) -> Result<Vec<usize>> {
+    let queued: Vec<usize> = submissions(dir)?
+        .iter()
+        .flat_map(|s| queued_tasks(&s.job_id))
+        .collect();
+    Ok(crate::jobs_to_run(dir, plan, resubmit_failed)?
+        .into_iter()
+        .filter(|i| !queued.contains(i))
+        .collect())
+}
+
 /// Writes the script of `indices` as `slurm/array-<n>.sbatch` and submits it with
 /// `sbatch --parsable` (the `sbatch` on PATH); records the submission and returns it.
 ///

@@ -12,9 +12,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use hyperlens_model::RunRecord;
 use hyperlens_train::metrics::{read_metrics, METRICS_FILE};
-use hyperlens_train::state::{RECORD_FILE, STATE_FILE};
-use hyperlens_train::FAILED_FILE;
+use hyperlens_train::state::{FailedRecord, RECORD_FILE};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SweepError};
@@ -308,12 +308,9 @@ pub struct RunStatus {
     pub error: Option<String>,
 }
 
-/// A JSON file of a run, if present, a regular file and valid (a run's own files are checked by
-/// `train` when it resumes; here a damaged one only shows as missing).
-fn json_of(path: &Path) -> Option<serde_json::Value> {
-    hyperlens_io::read_regular(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+/// Whether `path` is a regular file (not a link, a FIFO or a directory).
+fn is_regular(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
 }
 
 /// The state of `run` of the sweep in `dir`.
@@ -330,23 +327,15 @@ pub fn run_status(dir: &Path, run: &PlannedRun) -> Result<RunStatus> {
 /// The state of `run`, whose directory is `rd`, given its job's record and whether its job's
 /// lock is held.
 fn status_of(rd: &Path, run: &PlannedRun, record: Option<JobRecord>, held: bool) -> RunStatus {
-    let state_file = json_of(&rd.join(STATE_FILE));
-    let train = json_of(&rd.join(RECORD_FILE));
-    let failed = json_of(&rd.join(FAILED_FILE));
-    let step = state_file
-        .as_ref()
-        .and_then(|s| s.get("step"))
-        .and_then(serde_json::Value::as_u64)
-        .or_else(|| {
-            train
-                .as_ref()
-                .and_then(|t| t.get("steps"))
-                .and_then(serde_json::Value::as_u64)
-        });
-    let planned = state_file
-        .as_ref()
-        .and_then(|s| s.pointer("/settings/steps"))
-        .and_then(serde_json::Value::as_u64)
+    // The run files, read as their readers read them: a damaged file only shows as missing here
+    // (`train` checks a run's own files when it resumes).
+    let files = RunRecord::read(rd).ok();
+    let finished = files.is_some() && is_regular(&rd.join(RECORD_FILE));
+    let failed = FailedRecord::read(rd).ok().flatten();
+    let steps = files.and_then(|f| f.steps);
+    let step = steps.map(|s| s.done);
+    let planned = steps
+        .and_then(|s| s.planned)
         .or_else(|| run.arg("steps").and_then(|v| v.as_f64()).map(|v| v as u64));
     let last_eval = read_metrics(&rd.join(METRICS_FILE)).ok().and_then(|rows| {
         rows.iter()
@@ -359,13 +348,10 @@ fn status_of(rd: &Path, run: &PlannedRun, record: Option<JobRecord>, held: bool)
             })
     });
     let mut error = None;
-    let state = if train.is_some() {
+    let state = if finished {
         RunState::Finished
     } else if let Some(f) = failed {
-        error = f
-            .get("error")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_string);
+        error = Some(f.error);
         RunState::Failed
     } else if held {
         RunState::Running
@@ -500,7 +486,13 @@ mod tests {
         std::fs::write(r1.join(RECORD_FILE), r#"{"steps": 40}"#).unwrap();
         let r0 = Plan::run_dir(d, "seed-0");
         std::fs::create_dir_all(&r0).unwrap();
-        std::fs::write(r0.join(FAILED_FILE), r#"{"error": "diverged at step 3"}"#).unwrap();
+        FailedRecord {
+            error: "diverged at step 3".into(),
+            last_checkpoint_step: 2,
+            step: 3,
+        }
+        .write(&r0)
+        .unwrap();
         let s = sweep_status(d, &plan).unwrap();
         assert_eq!(
             (s[0].state, s[1].state),

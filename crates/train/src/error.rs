@@ -8,6 +8,10 @@ pub enum TrainError {
     /// A training parameter is out of range; names the parameter.
     #[error("invalid training parameter: {0}")]
     InvalidParam(String),
+    /// Settings given as JSON (the form of the run files, which the Python front hands over) are
+    /// not JSON or not settings; names the first field that fails.
+    #[error("{0}")]
+    SettingsJson(String),
     /// A run directory cannot be resumed (missing or inconsistent state); names the file.
     #[error("cannot resume: {0}")]
     Resume(String),

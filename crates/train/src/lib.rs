@@ -54,3 +54,4 @@ pub use run::{
 };
 pub use schedule::WarmupCosine;
 pub use settings::{LogicSettings, ModelSize, SravenSettings, TrainSettings};
+pub use state::{FailedRecord, TrainState};

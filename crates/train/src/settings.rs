@@ -155,6 +155,53 @@ pub struct TrainSettings {
 }
 
 impl TrainSettings {
+    /// Settings from their JSON (the form of the run files' `settings`), checked ([`Self::check`]).
+    ///
+    /// # Errors
+    /// [`TrainError::SettingsJson`] for text that is not JSON (NaN and infinity are not JSON
+    /// numbers), or whose fields are not the settings', naming the first field that fails on its
+    /// own; the errors of [`Self::check`].
+    pub fn from_json(text: &str) -> Result<TrainSettings> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            TrainError::SettingsJson(format!(
+                "training settings are not JSON (NaN and infinity are not JSON numbers): {e}"
+            ))
+        })?;
+        let s: TrainSettings = serde_json::from_value(value.clone()).map_err(|e| {
+            TrainError::SettingsJson(format!(
+                "training settings: {}",
+                Self::field_error(&value, e)
+            ))
+        })?;
+        s.check()?;
+        Ok(s)
+    }
+
+    /// serde's error for the settings `value`, prefixed with the first field that fails on its
+    /// own: each field of `value` is put in turn into the task's default settings and parsed (a
+    /// struct's error names no field).
+    fn field_error(value: &serde_json::Value, e: serde_json::Error) -> String {
+        let task = value
+            .get("task")
+            .and_then(|t| t.as_str())
+            .and_then(|t| t.parse::<Task>().ok())
+            .unwrap_or(Task::Sraven);
+        let (Ok(base), Some(fields)) = (
+            serde_json::to_value(TrainSettings::for_task(task)),
+            value.as_object(),
+        ) else {
+            return e.to_string();
+        };
+        for (key, v) in fields {
+            let mut one = base.clone();
+            one[key.as_str()] = v.clone();
+            if let Err(e) = serde_json::from_value::<TrainSettings>(one) {
+                return format!("`{key}`: {e}");
+            }
+        }
+        e.to_string()
+    }
+
     /// The paper's recipe for `task` (`docs/spec/models.md`, "Training recipe"): SRAVEN HYLA, 4 layers,
     /// width 1, 156,250 steps of batch 128, lr 1e-3, wd 0.1, warm-up 1000, dropout 0.1; logic 2 layers,
     /// 50,000 steps, warm-up 100; induction a 2-layer softmax token model, 3,000 steps of batch 32,

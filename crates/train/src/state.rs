@@ -147,6 +147,52 @@ impl TrainState {
     }
 }
 
+/// `failed.json` ([`crate::FAILED_FILE`]): why a run of a group stopped alone (its loss stopped
+/// being finite) and where it can resume. `train` writes it; `train --resume` removes it; the
+/// sweep's status reads it. The fields are in the order of the file (alphabetical, as earlier
+/// versions wrote it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedRecord {
+    /// The reason, as the error reads ([`TrainError::Diverged`]).
+    pub error: String,
+    /// The step of the run's last committed checkpoint, from which it resumes.
+    pub last_checkpoint_step: u64,
+    /// The update at which the run was found diverged.
+    pub step: u64,
+}
+
+impl FailedRecord {
+    /// Writes the record into the run directory `dir` (pretty JSON, atomically).
+    ///
+    /// # Errors
+    /// [`TrainError::File`] naming the path.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(crate::FAILED_FILE), self)
+    }
+
+    /// Reads the record of the run directory `dir`; `None` when it has none.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] when the file exists but cannot be read (or is not a regular file);
+    /// [`TrainError::Json`] when it is malformed.
+    pub fn read(dir: &Path) -> Result<Option<FailedRecord>> {
+        let path = dir.join(crate::FAILED_FILE);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(None);
+        }
+        let bytes = hyperlens_io::read_regular(&path).map_err(|source| TrainError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| TrainError::Json {
+                path: path.display().to_string(),
+                source,
+            })
+    }
+}
+
 /// Saves model `member`'s optimiser state atomically (moments plus the update count as an i64
 /// tensor `step`).
 ///
@@ -213,6 +259,27 @@ mod tests {
         let mut init = ChaCha8Rng::seed_from_u64(3);
         let v: Vec<u32> = (0..8).map(|_| init.gen()).collect();
         assert_ne!(draw(3, 0), v);
+    }
+
+    #[test]
+    fn the_failed_record_round_trips_in_the_files_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(FailedRecord::read(dir.path()).unwrap(), None);
+        let r = FailedRecord {
+            error: "diverged at step 7".into(),
+            last_checkpoint_step: 5,
+            step: 7,
+        };
+        r.write(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(crate::FAILED_FILE)).unwrap();
+        assert_eq!(
+            text,
+            "{\n  \"error\": \"diverged at step 7\",\n  \"last_checkpoint_step\": 5,\n  \"step\": 7\n}\n"
+        );
+        assert_eq!(FailedRecord::read(dir.path()).unwrap(), Some(r));
+        std::fs::write(dir.path().join(crate::FAILED_FILE), "{\"error\": 3}").unwrap();
+        let e = FailedRecord::read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("failed.json"), "{e}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::Args;
 use hyperlens_io::keys::attention as keys;
+use hyperlens_io::sidecars::{AttentionArrays, AttentionSidecar};
 use hyperlens_model::lm;
 use hyperlens_model::Device;
 use ndarray::{Array1, Array4};
@@ -76,16 +77,19 @@ pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
     let fwd_s = t1.elapsed().as_secs_f64();
     super::common::create_parent("--out", &args.out)?;
     write_npz(&args.out, &pattern, &tokens)?;
-    let meta = serde_json::json!({
-        "producer": format!("hyperlens {} attention", env!("CARGO_PKG_VERSION")),
-        "checkpoint": args.checkpoint,
-        "checkpoint_kind": kind.to_string(),
-        "tokens": tokens,
-        "arrays": {"pattern": "[layer, head, query, key] float32, softmax (or mixer) attention, causal",
-                   "tokens": "[T] int64"},
-        "shape": pattern.shape(),
-        "device": args.device.to_string(),
-    });
+    let meta = AttentionSidecar {
+        arrays: AttentionArrays {
+            pattern: "[layer, head, query, key] float32, softmax (or mixer) attention, causal"
+                .into(),
+            tokens: "[T] int64".into(),
+        },
+        checkpoint: args.checkpoint.display().to_string(),
+        checkpoint_kind: kind.to_string(),
+        device: args.device.to_string(),
+        producer: format!("hyperlens {} attention", env!("CARGO_PKG_VERSION")),
+        shape: pattern.shape().to_vec(),
+        tokens: tokens.clone(),
+    };
     hyperlens_io::write_sidecar(&args.out, &meta)?;
     let s = pattern.shape();
     outln!(

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
+use hyperlens_io::sidecars::{CacheSidecar, CacheSource, ProblemsSource};
 use hyperlens_model::{Device, Evaluator};
 use hyperlens_probe::{cache_activations, CacheParams, CacheSummary};
 use hyperlens_tasks::logic::{logic_chunks, LOGIC_SET_CHUNK};
@@ -87,15 +88,16 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         Checkpoint::Sraven => cache_sraven(&args, &ev, &params, &out)?,
     };
     let summary = summary.with_context(|| format!("caching {}", args.checkpoint.display()))?;
-    let sidecar = serde_json::json!({
-        "producer": format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
-        "checkpoint": args.checkpoint.display().to_string(),
-        "mixer": cfg.mixer.to_string(),
-        "source": source,
-        "hooks": args.hooks,
-        "positions": args.positions,
-        "arrays": summary.arrays.iter().map(|(n, s)| (n.clone(), serde_json::json!(s))).collect::<serde_json::Map<_, _>>(),
-    });
+    let sidecar = CacheSidecar {
+        arrays: summary.arrays.iter().cloned().collect(),
+        checkpoint: args.checkpoint.display().to_string(),
+        checkpoint_kind: None,
+        hooks: args.hooks.clone(),
+        mixer: Some(cfg.mixer.to_string()),
+        positions: args.positions.clone(),
+        producer: format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
+        source: CacheSource::Problems(source),
+    };
     let side = hyperlens_io::write_sidecar(&out, &sidecar)?;
     outln!(
         "wrote {} ({} problems, {} arrays) and {}",
@@ -109,7 +111,7 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
 
 /// What caching returned, and the `source` of the sidecar. The caching error is handed back rather
 /// than raised so that the caller names the checkpoint; errors of reading the problems are raised.
-type Cached = (hyperlens_probe::Result<CacheSummary>, serde_json::Value);
+type Cached = (hyperlens_probe::Result<CacheSummary>, ProblemsSource);
 
 /// The rows `s..s + batch` (at most `n`) of `x`.
 ///
@@ -137,10 +139,7 @@ fn cache_logic(
         let batches = (0..n).step_by(batch).map(|s| Ok(rows(&set.x, s, batch, n)));
         let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
         bar.finish_and_clear();
-        return Ok((
-            s,
-            serde_json::json!({"problems": path.display().to_string()}),
-        ));
+        return Ok((s, ProblemsSource::file(path.display())));
     }
     let split = resolve_split(p, settings, &args.checkpoint)?;
     let set = logic_set(p.set.unwrap_or(SetArg::Ood));
@@ -163,8 +162,7 @@ fn cache_logic(
     bar.finish_and_clear();
     Ok((
         s,
-        serde_json::json!({"problems": "generated", "split": split.name(),
-            "set": set.name(), "n": n, "seed": p.seed}),
+        ProblemsSource::sampled(split.name().to_string(), set.name(), n, p.seed, None),
     ))
 }
 
@@ -180,7 +178,7 @@ fn cache_sraven(
     let batch = args.batch;
     let sraven = sraven_params(&args.checkpoint, ev.config())?;
     let source = p.resolve(&args.checkpoint, sraven)?;
-    let describe = source.describe();
+    let describe = source.source();
     let s = match source {
         ProblemSource::File(path) => {
             let set = load_problems(&path, &sraven)?;
@@ -231,15 +229,18 @@ fn run_lm(args: &CacheArgs, tokens: &str, device: &candle_core::Device) -> anyho
     };
     let summary = hyperlens_probe::cache_lm_activations(&model, &ids, &params, &out)
         .with_context(|| format!("caching {}", args.checkpoint.display()))?;
-    let sidecar = serde_json::json!({
-        "producer": format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
-        "checkpoint": args.checkpoint.display().to_string(),
-        "checkpoint_kind": hyperlens_model::lm::detect(&args.checkpoint)?.to_string(),
-        "source": {"tokens": ids},
-        "hooks": args.hooks,
-        "positions": args.positions,
-        "arrays": summary.arrays.iter().map(|(n, s)| (n.clone(), serde_json::json!(s))).collect::<serde_json::Map<_, _>>(),
-    });
+    let sidecar = CacheSidecar {
+        arrays: summary.arrays.iter().cloned().collect(),
+        checkpoint: args.checkpoint.display().to_string(),
+        checkpoint_kind: Some(hyperlens_model::lm::detect(&args.checkpoint)?.to_string()),
+        hooks: args.hooks.clone(),
+        mixer: None,
+        positions: args.positions.clone(),
+        producer: format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
+        source: CacheSource::Tokens {
+            tokens: ids.clone(),
+        },
+    };
     let side = hyperlens_io::write_sidecar(&out, &sidecar)?;
     outln!(
         "wrote {} ({} tokens, {} arrays) and {}",

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
+use hyperlens_io::sidecars::ProblemsSource;
 use hyperlens_model::checkpoint::CONFIG_FILE;
 use hyperlens_model::{Config, RunRecord, Task};
 use hyperlens_tasks::sraven::{Set, Split, SravenParams};
@@ -88,22 +89,31 @@ pub enum ProblemSource {
 }
 
 impl ProblemSource {
-    /// The source as the `source` object of an output's JSON: `problems` (the file, or
+    /// The source as the `source` object of an output's sidecar: `problems` (the file, or
     /// `generated`), and for a sampled set `split`, `set`, `n`, `seed`, `unpermuted`.
-    pub fn describe(&self) -> serde_json::Value {
+    pub fn source(&self) -> ProblemsSource {
         match self {
-            ProblemSource::File(path) => {
-                serde_json::json!({"problems": path.display().to_string()})
-            }
+            ProblemSource::File(path) => ProblemsSource::file(path.display()),
             ProblemSource::Sampled {
                 split,
                 set,
                 n,
                 seed,
                 unpermuted,
-            } => serde_json::json!({"problems": "generated", "split": split.name,
-                "set": set.to_string(), "n": n, "seed": seed, "unpermuted": unpermuted}),
+            } => ProblemsSource::sampled(
+                split.name.to_string(),
+                set.to_string(),
+                *n,
+                *seed,
+                Some(*unpermuted),
+            ),
         }
+    }
+
+    /// [`ProblemSource::source`] as a JSON value (for the summaries that hold it beside fields of
+    /// their own).
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(self.source()).unwrap_or_default()
     }
 }
 
@@ -225,41 +235,6 @@ pub fn create_parent(flag: &str, path: &Path) -> anyhow::Result<()> {
         })?;
     }
     Ok(())
-}
-
-/// Checks that `path`, if it exists, is a real directory and not a symbolic link: the directories
-/// that a sweep or a group trains into are inside it, and a link there could lead the training
-/// (or the clearing of an unstarted run) outside.
-///
-/// # Errors
-/// A link or anything but a directory, naming the path.
-pub fn real_dir_or_absent(path: &Path) -> anyhow::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => bail!(
-            "{} is a symbolic link; it must be a directory inside the sweep or group",
-            path.display()
-        ),
-        Ok(m) if !m.is_dir() => bail!("{} is not a directory", path.display()),
-        _ => Ok(()),
-    }
-}
-
-/// Checks that `path`, if it exists, is a regular file and not a symbolic link (appending to a
-/// link could write outside the directory hyperlens was given; opening a FIFO would wait).
-///
-/// # Errors
-/// A link or anything but a regular file, naming the path.
-pub fn regular_file_or_absent(path: &Path) -> anyhow::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            bail!(
-                "{} is a symbolic link; it must be a regular file",
-                path.display()
-            )
-        }
-        Ok(m) if !m.is_file() => bail!("{} is not a regular file", path.display()),
-        _ => Ok(()),
-    }
 }
 
 /// A progress bar over `len` items with a short label, drawn on stderr (hidden when not a terminal).

@@ -120,13 +120,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let m = &out.metrics;
     let mut stdout = std::io::stdout().lock();
     if args.json {
-        let obj = serde_json::json!({
-            "accuracy": m.accuracy,
-            "per_feature_accuracy": m.per_feature_accuracy,
-            "loss": m.loss,
-            "n": m.n,
-        });
-        writeln!(stdout, "{obj}")?;
+        let line = SravenLine {
+            accuracy: m.accuracy,
+            loss: m.loss,
+            n: m.n,
+            per_feature_accuracy: &m.per_feature_accuracy,
+        };
+        writeln!(stdout, "{}", serde_json::to_string(&line)?)?;
     } else {
         writeln!(
             stdout,
@@ -154,6 +154,29 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The line `hyperlens eval --json` prints for a SRAVEN checkpoint (the fields in the order they
+/// have always been printed).
+#[derive(serde::Serialize)]
+struct SravenLine<'a> {
+    accuracy: f64,
+    loss: f64,
+    n: usize,
+    per_feature_accuracy: &'a [f64],
+}
+
+/// The line `hyperlens eval --json` prints per set for a fuzzy-logic checkpoint: `n`, the
+/// sequences the MSE averages; `n_r2`, those the R² averages (a sequence whose targets are all
+/// equal has no R²).
+#[derive(serde::Serialize)]
+struct LogicLine<'a> {
+    mse: f64,
+    n: usize,
+    n_r2: usize,
+    r2: f64,
+    set: &'a str,
+    task: Task,
 }
 
 /// Checks that `--save-logits` for `n` problems fits the memory budget: logits `[N, F, C]` f32
@@ -217,12 +240,15 @@ fn eval_logic(args: &EvalArgs, model: &Evaluator, settings: &TrainSettings) -> a
     for (set, m, n_r2) in rows {
         let (r2, mse, n) = (m.metric, m.loss, m.n);
         if args.json {
-            // `n`: the sequences the MSE averages; `n_r2`: those the R² averages (a sequence whose
-            // targets are all equal has no R²).
-            let obj = serde_json::json!({
-                "task": Task::Logic, "set": set, "r2": r2, "mse": mse, "n": n, "n_r2": n_r2,
-            });
-            writeln!(stdout, "{obj}")?;
+            let line = LogicLine {
+                mse,
+                n,
+                n_r2,
+                r2,
+                set: &set,
+                task: Task::Logic,
+            };
+            writeln!(stdout, "{}", serde_json::to_string(&line)?)?;
         } else if n_r2 == n {
             writeln!(stdout, "{set:<8} R² {r2:.4}  MSE {mse:.6}  ({n} sequences)")?;
         } else {

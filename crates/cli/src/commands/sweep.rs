@@ -5,19 +5,15 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use hyperlens_sweep::slurm::{self, SlurmOptions};
-use hyperlens_sweep::state::LOGS_DIR;
 use hyperlens_sweep::{
-    jobs_to_run, sweep_status, Executor, JobLock, JobRecord, JobStatus, Plan, PlannedRun, RunState,
+    sweep_status, threads_per_job, JobEvent, LocalEvent, LocalParams, Plan, PlannedRun, RunState,
     SweepSpec,
 };
-use hyperlens_train::state::RECORD_FILE;
-use hyperlens_train::{GroupRun, RunOptions, FAILED_FILE};
+use hyperlens_train::TrainSettings;
 
 use super::train::{parse_train_args, settings, train_together};
 
@@ -144,32 +140,21 @@ fn plan(a: PlanArgs) -> anyhow::Result<()> {
     let text = String::from_utf8(text)
         .with_context(|| format!("the spec {} is not UTF-8 text", a.spec.display()))?;
     let spec = SweepSpec::parse(&text, &a.spec.display().to_string())?;
-    let plan = Plan::expand(&sweep_name(&a.out), &spec)?;
-    // Every run's arguments as `train` checks them, and every job's models (the runs it trains
-    // together) against the memory budget, before the sweep directory is made.
-    let mut firsts: Vec<Option<hyperlens_train::TrainSettings>> = vec![None; plan.jobs.len()];
-    for run in &plan.runs {
-        let dir = Plan::run_dir(&a.out, &run.name);
-        let args = parse_train_args(&run.train_args(), &dir, false)
-            .with_context(|| format!("{}: run `{}`", a.spec.display(), run.name))?;
-        let s = settings(&args, &dir)
-            .with_context(|| format!("{}: run `{}`", a.spec.display(), run.name))?;
-        if firsts[run.job].is_none() {
-            firsts[run.job] = Some(s);
-        }
-    }
-    for (job, first) in plan.jobs.iter().zip(&firsts) {
-        if let Some(s) = first {
-            hyperlens_train::check_memory(s, job.runs.len()).with_context(|| {
-                format!(
-                    "{}: job {} ({} runs trained together)",
-                    a.spec.display(),
-                    job.index,
-                    job.runs.len()
-                )
-            })?;
-        }
-    }
+    let plan = Plan::expand(&Plan::name_for(&a.out), &spec)?;
+    let spec_name = a.spec.display();
+    plan.check_runs(
+        &a.out,
+        |run, dir| {
+            run_settings(run, dir, false)
+                .map(|(s, _)| s)
+                .with_context(|| format!("{spec_name}: run `{}`", run.name))
+        },
+        |job, runs, e| {
+            anyhow::Error::new(e).context(format!(
+                "{spec_name}: job {job} ({runs} runs trained together)"
+            ))
+        },
+    )?;
     plan.write(&a.out, &text)?;
     outln!(
         "planned {} runs in {} jobs -> {}",
@@ -187,345 +172,147 @@ fn plan(a: PlanArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The sweep's name from its directory's name: letters, digits, `_`, `-`, `+` and `.` kept,
-/// anything else (white space, quotes, control characters) as `-`, so that it can stand in a
-/// Slurm script's `#SBATCH --job-name`.
-fn sweep_name(out: &Path) -> String {
-    let name: String = out
-        .file_name()
-        .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().into_owned())
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(200)
-        .collect();
-    if name.is_empty() {
-        "sweep".into()
-    } else {
-        name
-    }
-}
-
-/// The step of the committed checkpoint of the run in `dir`, if it has one: from its
-/// `train_state.json`, else from its checkpoint manifest (a run whose state file is damaged still
-/// has its checkpoint, and `train --resume` repairs the run directory from it).
-///
-/// # Errors
-/// A manifest that is present but cannot be read: the run is neither cleared nor trained afresh.
-fn resumable(dir: &Path) -> anyhow::Result<Option<u64>> {
-    let from_state = || -> Option<u64> {
-        hyperlens_train::read_settings(dir).ok()?;
-        let state =
-            hyperlens_io::read_regular(&dir.join(hyperlens_train::state::STATE_FILE)).ok()?;
-        serde_json::from_slice::<serde_json::Value>(&state)
-            .ok()?
-            .get("step")?
-            .as_u64()
-    };
-    if let Some(step) = from_state() {
-        return Ok(Some(step));
-    }
-    let manifest = dir.join(hyperlens_train::checkpoint::MANIFEST_FILE);
-    if std::fs::symlink_metadata(&manifest).is_err() {
-        return Ok(None);
-    }
-    match hyperlens_train::checkpoint::read_manifest(dir) {
-        Ok(Some((m, _))) => Ok(Some(m.step)),
-        Ok(None) => Ok(None),
-        Err(e) => bail!(
-            "{}: the run has a checkpoint manifest that cannot be read ({e}); its work is kept: \
-             repair or remove the run's directory",
-            dir.display()
-        ),
-    }
-}
-
-/// The runs of a job still to train, as [`GroupRun`]s with whether each resumes; a run directory
-/// left without a committed checkpoint (killed before its first) is cleared first.
-fn job_runs(
+/// A planned run's settings and device, from its arguments parsed as `hyperlens train` parses
+/// them (with `--resume` when it resumes), for the run directory `dir`.
+fn run_settings(
+    run: &PlannedRun,
     dir: &Path,
-    runs: &[&PlannedRun],
-) -> anyhow::Result<Vec<(GroupRun, Option<u64>, hyperlens_model::Device)>> {
-    let mut out = Vec::new();
-    for run in runs {
-        // The plan's names and `runs/` were checked when it was read (one directory inside
-        // `runs/`); a run directory that is a link could still lead out of the sweep.
-        let rd = Plan::run_dir(dir, &run.name);
-        super::common::real_dir_or_absent(&rd)?;
-        if rd.join(RECORD_FILE).exists() {
-            continue;
-        }
-        let step = resumable(&rd)?;
-        if step.is_none() && rd.exists() {
-            std::fs::remove_dir_all(&rd)
-                .with_context(|| format!("clearing the unstarted run {}", rd.display()))?;
-        }
-        if step.is_some() {
-            // A retried run that diverged: its failed.json is stale once it resumes.
-            let _ = std::fs::remove_file(rd.join(FAILED_FILE));
-        }
-        let args = parse_train_args(&run.train_args(), &rd, step.is_some())
-            .with_context(|| format!("run `{}`", run.name))?;
-        let device = args.device;
-        out.push((
-            GroupRun {
-                settings: settings(&args, &rd).with_context(|| format!("run `{}`", run.name))?,
-                out: rd,
-            },
-            step,
-            device,
-        ));
-    }
-    Ok(out)
+    resume: bool,
+) -> anyhow::Result<(TrainSettings, hyperlens_model::Device)> {
+    let args = parse_train_args(&run.train_args(), dir, resume)?;
+    Ok((settings(&args, dir)?, args.device))
 }
 
-/// Trains the unfinished runs of one job: together when they all start fresh or all resume from
-/// the same step, else one after the other.
-fn train_job(dir: &Path, plan: &Plan, index: usize) -> anyhow::Result<()> {
-    let runs = plan.job_runs(index)?;
-    let todo = job_runs(dir, &runs)?;
-    if todo.is_empty() {
-        outln!("job {index}: every run is finished")?;
-        return Ok(());
-    }
-    let steps: Vec<Option<u64>> = todo.iter().map(|(_, s, _)| *s).collect();
-    let device = todo[0].2;
-    let together = steps.iter().all(|s| *s == steps[0]);
-    let label = dir.join(hyperlens_sweep::RUNS_DIR);
-    if together {
-        let options = RunOptions {
-            device,
-            resume: steps[0].is_some(),
-        };
-        let runs: Vec<GroupRun> = todo.into_iter().map(|(r, _, _)| r).collect();
-        return train_together(&runs, &options, true, None, &label);
-    }
-    for (run, step, device) in todo {
-        let options = RunOptions {
-            device,
-            resume: step.is_some(),
-        };
-        train_together(std::slice::from_ref(&run), &options, true, None, &run.out)?;
-    }
-    Ok(())
-}
-
-/// `sweep run-one`: takes the job's lock, records the attempt, trains the job, records how it
-/// ended.
+/// `sweep run-one`: the job's lock and record around its training (`hyperlens_sweep::run_one`),
+/// each session trained as `hyperlens train` trains a group.
 fn run_one(dir: &Path, index: usize) -> anyhow::Result<()> {
-    let plan = Plan::read(dir)?;
-    plan.job_runs(index)?;
-    let _lock = JobLock::acquire(dir, index)?;
-    let attempt = JobRecord::read(dir, index)?.map_or(1, |r| r.attempt + 1);
-    let mut record = JobRecord {
+    hyperlens_sweep::run_one(
+        dir,
         index,
-        executor: Executor::current(),
-        status: JobStatus::Running,
-        started_unix: hyperlens_sweep::state::now_unix(),
-        ended_unix: None,
-        error: None,
-        attempt,
-    };
-    record.write(dir)?;
-    outln!(
-        "sweep {} job {index} (attempt {attempt}, {}): {}",
-        plan.name,
-        record.executor.describe(),
-        plan.jobs[index].runs.join(", ")
-    )?;
-    let result = train_job(dir, &plan, index);
-    record.ended_unix = Some(hyperlens_sweep::state::now_unix());
-    match &result {
-        Ok(()) => record.status = JobStatus::Finished,
-        Err(e) => {
-            record.status = JobStatus::Failed;
-            record.error = Some(format!("{e:#}"));
-        }
-    }
-    record.write(dir)?;
-    result
+        |run, rd, resume| {
+            run_settings(run, rd, resume).with_context(|| format!("run `{}`", run.name))
+        },
+        |runs, options, label| train_together(runs, options, true, None, label),
+        |event| {
+            match event {
+                JobEvent::Started {
+                    sweep,
+                    index,
+                    attempt,
+                    executor,
+                    runs,
+                } => outln!(
+                    "sweep {sweep} job {index} (attempt {attempt}, {}): {}",
+                    executor.describe(),
+                    runs.join(", ")
+                )?,
+                JobEvent::AllFinished { index } => {
+                    outln!("job {index}: every run is finished")?;
+                }
+            }
+            Ok(())
+        },
+    )
 }
 
-/// The threads each of `jobs` child processes gets: this process's share of `RAYON_NUM_THREADS`
-/// (set by `main` when the user did not), at least 1.
-fn threads_per_job(jobs: usize) -> usize {
-    let total = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    (total / jobs.max(1)).max(1)
-}
-
-/// `sweep run`: the local executor.
+/// `sweep run`: the local executor (`hyperlens_sweep::run_local`), with its progress printed.
 fn run_local(a: RunArgs) -> anyhow::Result<()> {
     if a.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
     let dir = &a.dir;
-    let plan = Plan::read(dir)?;
-    let todo = jobs_to_run(dir, &plan, a.retry_failed)?;
-    let status = sweep_status(dir, &plan)?;
-    let count = |s: RunState| status.iter().filter(|r| r.state == s).count();
-    outln!(
-        "sweep {}: {} runs ({} finished, {} failed, {} running elsewhere); {} of {} jobs to run, {} at a time",
-        plan.name,
-        plan.runs.len(),
-        count(RunState::Finished),
-        count(RunState::Failed),
-        count(RunState::Running),
-        todo.len(),
-        plan.jobs.len(),
-        a.jobs
-    )?;
-    if count(RunState::Failed) > 0 && !a.retry_failed {
-        outln!("failed runs are not retried without --retry-failed")?;
-    }
-    let exe = std::env::current_exe().context("finding this binary")?;
-    let logs = dir.join(LOGS_DIR);
-    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-    let threads = threads_per_job(a.jobs);
-    let bar = if std::io::stderr().is_terminal() {
-        super::common::progress_bar(todo.len() as u64, "sweep", "jobs")
-    } else {
-        indicatif::ProgressBar::hidden()
+    // `main` sets RAYON_NUM_THREADS when the user did not.
+    let total = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let params = LocalParams {
+        jobs: a.jobs,
+        retry_failed: a.retry_failed,
+        exe: std::env::current_exe().context("finding this binary")?,
+        threads: threads_per_job(total, a.jobs),
     };
-    let mut queue = todo.into_iter();
-    let mut running: Vec<(usize, Child, Instant)> = Vec::new();
-    let mut failed: Vec<String> = Vec::new();
+    let mut bar = indicatif::ProgressBar::hidden();
     let mut done = 0u64;
-    loop {
-        while running.len() < a.jobs {
-            let Some(index) = queue.next() else { break };
-            // Another executor may have taken the job since the queue was made.
-            if JobLock::is_held(dir, index)? {
-                bar.suspend(|| {
-                    let _ = outln!("job {index} is running in another process; skipped");
-                });
-                continue;
-            }
-            let log = logs.join(format!("job-{index}.log"));
-            // Appending to a link would write outside the sweep, and opening a FIFO would wait.
-            super::common::regular_file_or_absent(&log)?;
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log)
-                .with_context(|| format!("opening {}", log.display()))?;
-            let child = Command::new(&exe)
-                .arg("sweep")
-                .arg("run-one")
-                .arg(dir)
-                .arg("--index")
-                .arg(index.to_string())
-                .env("RAYON_NUM_THREADS", threads.to_string())
-                .stdin(Stdio::null())
-                .stdout(file.try_clone().context("log file")?)
-                .stderr(file)
-                .spawn()
-                .with_context(|| format!("starting job {index}"))?;
-            bar.suspend(|| {
-                let _ = outln!(
-                    "job {index} started (pid {}): {}; log {}",
-                    child.id(),
-                    plan.jobs[index].runs.join(", "),
-                    log.display()
-                );
-            });
-            running.push((index, child, Instant::now()));
-        }
-        if running.is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        let mut i = 0;
-        while i < running.len() {
-            let exited = running[i]
-                .1
-                .try_wait()
-                .with_context(|| format!("waiting for job {}", running[i].0))?;
-            let Some(code) = exited else {
-                i += 1;
-                continue;
-            };
-            let (index, _, t0) = running.swap_remove(i);
+    let mut name = String::new();
+    let outcome = hyperlens_sweep::run_local(dir, &params, |event| {
+        if event.ends_a_job() {
             done += 1;
             bar.set_position(done);
-            let secs = t0.elapsed().as_secs_f64();
-            if code.success() {
-                bar.suspend(|| {
-                    let _ = outln!("job {index} finished in {secs:.1} s");
-                });
-            } else if JobLock::is_held(dir, index)? {
-                // It lost the race for the job's lock: another process runs the job.
-                bar.suspend(|| {
-                    let _ = outln!("job {index} is running in another process; skipped");
-                });
-            } else {
-                // A job killed before it could record its end still says `running` (unless
-                // another process holds the job now: then the record is that process's).
-                let stale = JobRecord::read(dir, index)?
-                    .filter(|r| r.status == JobStatus::Running)
-                    .filter(|_| !JobLock::is_held(dir, index).unwrap_or(true));
-                if let Some(mut r) = stale {
-                    r.status = JobStatus::Failed;
-                    r.ended_unix = Some(hyperlens_sweep::state::now_unix());
-                    r.error = Some(format!("the job's process ended with {code}"));
-                    r.write(dir)?;
-                }
-                let why = JobRecord::read(dir, index)?
-                    .and_then(|r| r.error)
-                    .unwrap_or_else(|| code.to_string());
-                bar.suspend(|| {
-                    let _ = outln!(
-                        "job {index} failed after {secs:.1} s: {why} (log {})",
-                        logs.join(format!("job-{index}.log")).display()
-                    );
-                });
-                failed.push(format!("job {index} ({why})"));
+        }
+        let _ = bar.suspend(|| print_local(&event, &a));
+        if let LocalEvent::Found { sweep, todo, .. } = event {
+            name = sweep.to_string();
+            if std::io::stderr().is_terminal() {
+                bar = super::common::progress_bar(todo as u64, "sweep", "jobs");
             }
         }
-    }
+    })?;
     bar.finish_and_clear();
-    let status = sweep_status(dir, &plan)?;
-    let finished = status
-        .iter()
-        .filter(|r| r.state == RunState::Finished)
-        .count();
     outln!(
-        "sweep {}: {finished} of {} runs finished",
-        plan.name,
-        plan.runs.len()
+        "sweep {name}: {} of {} runs finished",
+        outcome.finished,
+        outcome.runs
     )?;
-    if !failed.is_empty() {
+    if !outcome.failed.is_empty() {
         bail!(
             "{} job(s) failed: {}; see `hyperlens sweep status {}`",
-            failed.len(),
-            failed.join("; "),
+            outcome.failed.len(),
+            outcome.failed.join("; "),
             dir.display()
         );
     }
     Ok(())
 }
 
-/// The array task ids of `job_id` still in Slurm's queue (pending or running); empty when squeue
-/// cannot be run.
-fn queued_tasks(job_id: &str) -> Vec<usize> {
-    let Ok(out) = Command::new("squeue")
-        .args(["-h", "-r", "-j", job_id, "-o", "%K"])
-        .output()
-    else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse::<usize>().ok())
-        .collect()
+/// The line(s) `sweep run` prints for `event`.
+fn print_local(event: &LocalEvent, a: &RunArgs) -> anyhow::Result<()> {
+    match *event {
+        LocalEvent::Found {
+            sweep,
+            runs,
+            finished,
+            failed,
+            running,
+            todo,
+            jobs,
+        } => {
+            outln!(
+                "sweep {sweep}: {runs} runs ({finished} finished, {failed} failed, {running} running elsewhere); {todo} of {jobs} jobs to run, {} at a time",
+                a.jobs
+            )?;
+            if failed > 0 && !a.retry_failed {
+                outln!("failed runs are not retried without --retry-failed")?;
+            }
+        }
+        LocalEvent::Skipped { index } | LocalEvent::Lost { index } => {
+            outln!("job {index} is running in another process; skipped")?;
+        }
+        LocalEvent::Started {
+            index,
+            pid,
+            runs,
+            log,
+        } => outln!(
+            "job {index} started (pid {pid}): {}; log {}",
+            runs.join(", "),
+            log.display()
+        )?,
+        LocalEvent::Finished { index, secs } => {
+            outln!("job {index} finished in {secs:.1} s")?;
+        }
+        LocalEvent::Failed {
+            index,
+            secs,
+            why,
+            log,
+        } => outln!(
+            "job {index} failed after {secs:.1} s: {why} (log {})",
+            log.display()
+        )?,
+    }
+    Ok(())
 }
 
 /// `sweep submit --slurm`.
@@ -533,14 +320,7 @@ fn submit(a: SubmitArgs) -> anyhow::Result<()> {
     let dir = std::fs::canonicalize(&a.dir)
         .with_context(|| format!("the sweep directory {}", a.dir.display()))?;
     let plan = Plan::read(&dir)?;
-    let queued: Vec<usize> = slurm::submissions(&dir)?
-        .iter()
-        .flat_map(|s| queued_tasks(&s.job_id))
-        .collect();
-    let indices: Vec<usize> = jobs_to_run(&dir, &plan, a.resubmit_failed)?
-        .into_iter()
-        .filter(|i| !queued.contains(i))
-        .collect();
+    let indices = slurm::to_submit(&dir, &plan, a.resubmit_failed)?;
     if indices.is_empty() {
         outln!(
             "nothing to submit: every job of {} is finished, failed (see --resubmit-failed), running or queued",

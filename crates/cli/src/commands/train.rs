@@ -383,7 +383,7 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
             for name in &file.runs {
                 // The names were checked when group.json was read; a link could still lead out.
                 let dir = out.join(name);
-                super::common::real_dir_or_absent(&dir)?;
+                hyperlens_io::real_dir_or_absent(&dir)?;
                 if dir.join(RECORD_FILE).exists() {
                     let _ = outln!("{name}: complete ({})", dir.join(RECORD_FILE).display());
                     continue;

@@ -15,11 +15,12 @@ use crate::optim::AdamWParams;
 use crate::schedule::WarmupCosine;
 use crate::settings::TrainSettings;
 use crate::state::{
-    file_hash, save_optimizer, write_json, Session, TrainState, RECORD_FILE, STATE_FILE, VERSION,
+    file_hash, save_optimizer, write_json, FailedRecord, Session, TrainState, RECORD_FILE,
+    STATE_FILE, VERSION,
 };
 use crate::Task;
 
-use super::{GroupRun, TrainRecord, Updates, FAILED_FILE};
+use super::{GroupRun, TrainRecord, Updates};
 
 /// One run's side of a group: its files, state and running sums.
 pub(super) struct Member<'a> {
@@ -125,7 +126,7 @@ impl<'a> Member<'a> {
     }
 
     /// Marks the run diverged at update `step`, whose interval's mean loss `loss` is not finite:
-    /// it gets [`FAILED_FILE`] with the reason and its last checkpoint's step, and takes no
+    /// it gets [`super::FAILED_FILE`] with the reason and its last checkpoint's step, and takes no
     /// further part.
     ///
     /// # Errors
@@ -135,14 +136,12 @@ impl<'a> Member<'a> {
             step,
             loss: loss as f32,
         };
-        write_json(
-            &self.out.join(FAILED_FILE),
-            &serde_json::json!({
-                "error": err.to_string(),
-                "step": step,
-                "last_checkpoint_step": self.state.step,
-            }),
-        )?;
+        FailedRecord {
+            error: err.to_string(),
+            step,
+            last_checkpoint_step: self.state.step,
+        }
+        .write(self.out)?;
         self.failed = Some(err);
         Ok(())
     }

@@ -157,6 +157,23 @@ pub struct TrainRecord {
     pub sessions: Vec<Session>,
 }
 
+impl TrainRecord {
+    /// The `settings` of a `train.json`'s text, the one field a checkpoint's settings are read
+    /// from when it has no `train_state.json` (a shipped checkpoint may keep only a record, which
+    /// may hold fields of its own beside the writer's).
+    ///
+    /// # Errors
+    /// serde's error when the text is not JSON or its `settings` are missing or malformed.
+    pub fn settings_of(bytes: &[u8]) -> serde_json::Result<TrainSettings> {
+        /// The field of [`TrainRecord`] that is read.
+        #[derive(Deserialize)]
+        struct Settings {
+            settings: TrainSettings,
+        }
+        serde_json::from_slice::<Settings>(bytes).map(|r| r.settings)
+    }
+}
+
 /// The result of [`train`].
 #[derive(Debug, Clone)]
 pub struct TrainOutcome {
@@ -460,9 +477,7 @@ pub fn run_settings(dir: &Path) -> Result<TrainSettings> {
             dir.display()
         ))
     })?;
-    let record: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| TrainError::Resume(format!("{}: {e}", path.display())))?;
-    serde_json::from_value(record["settings"].clone())
+    TrainRecord::settings_of(&bytes)
         .map_err(|e| TrainError::Resume(format!("{}: field `settings`: {e}", path.display())))
 }
 

@@ -1,0 +1,165 @@
+//! The JSON sidecars of the command outputs that no library crate of their own writes (`hyperlens
+//! cache` and `hyperlens attention`), and the `source` object that every sidecar of an output
+//! computed over problems holds. One struct per file, shared by the writer and any reader.
+//!
+//! The fields are declared in alphabetical order: the order in which hyperlens has always written
+//! them, so that the files stay byte for byte what they were.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the problems of an output came from: a problem file (`problems` is its path), or sampled
+/// (`problems` is `generated`, with the split, set, count, seed, and for SRAVEN whether the
+/// features were left unpermuted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProblemsSource {
+    /// Problems sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<usize>,
+    /// The problem file's path, or `generated`.
+    pub problems: String,
+    /// The sample's seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The set sampled (`id`, `ood`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<String>,
+    /// The split's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
+    /// Whether the features were left unpermuted (SRAVEN samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unpermuted: Option<bool>,
+}
+
+/// The `problems` of a sampled [`ProblemsSource`].
+pub const GENERATED: &str = "generated";
+
+impl ProblemsSource {
+    /// Problems read from the file `path` (as displayed).
+    pub fn file(path: impl std::fmt::Display) -> ProblemsSource {
+        ProblemsSource {
+            n: None,
+            problems: path.to_string(),
+            seed: None,
+            set: None,
+            split: None,
+            unpermuted: None,
+        }
+    }
+
+    /// `n` problems sampled from set `set` of split `split` with seed `seed`; `unpermuted` for a
+    /// SRAVEN sample (`None` for a task without feature permutations).
+    pub fn sampled(
+        split: impl Into<String>,
+        set: impl Into<String>,
+        n: usize,
+        seed: u64,
+        unpermuted: Option<bool>,
+    ) -> ProblemsSource {
+        ProblemsSource {
+            n: Some(n),
+            problems: GENERATED.into(),
+            seed: Some(seed),
+            set: Some(set.into()),
+            split: Some(split.into()),
+            unpermuted,
+        }
+    }
+}
+
+/// What the activations of a cache file were computed on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CacheSource {
+    /// A language model's prompt, as token ids.
+    Tokens {
+        /// The ids.
+        tokens: Vec<u32>,
+    },
+    /// Problems of a SRAVEN or fuzzy-logic checkpoint.
+    Problems(ProblemsSource),
+}
+
+/// The sidecar of a cache file (`hyperlens cache --out X.npz` writes `X.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheSidecar {
+    /// Each array's shape, by its name (the hook's).
+    pub arrays: BTreeMap<String, Vec<usize>>,
+    /// The checkpoint's path.
+    pub checkpoint: String,
+    /// The kind of a language model's checkpoint (`hyperlens-token`, `gpt2`, `llama`, `gguf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_kind: Option<String>,
+    /// The hook-name patterns asked for.
+    pub hooks: Vec<String>,
+    /// The mixer of a SRAVEN or fuzzy-logic checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixer: Option<String>,
+    /// The positions kept (`null`: all).
+    pub positions: Option<Vec<usize>>,
+    /// `hyperlens <version> cache`.
+    pub producer: String,
+    /// What the activations were computed on.
+    pub source: CacheSource,
+}
+
+/// The `arrays` of an [`AttentionSidecar`]: what each array of the file holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttentionArrays {
+    /// The pattern's layout.
+    pub pattern: String,
+    /// The tokens' layout.
+    pub tokens: String,
+}
+
+/// The sidecar of an attention file (`hyperlens attention --out X.npz` writes `X.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttentionSidecar {
+    /// What each array holds.
+    pub arrays: AttentionArrays,
+    /// The checkpoint's path.
+    pub checkpoint: String,
+    /// The kind of the checkpoint (`hyperlens-token`, `gpt2`, `llama`, `gguf`).
+    pub checkpoint_kind: String,
+    /// The device it ran on.
+    pub device: String,
+    /// `hyperlens <version> attention`.
+    pub producer: String,
+    /// The pattern's shape `[layer, head, query, key]`.
+    pub shape: Vec<usize>,
+    /// The token ids.
+    pub tokens: Vec<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_written_in_the_files_layout() {
+        let f = serde_json::to_string(&ProblemsSource::file("p.npz")).unwrap();
+        assert_eq!(f, r#"{"problems":"p.npz"}"#);
+        let s = ProblemsSource::sampled("seed3", "ood", 12, 7, Some(false));
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            text,
+            r#"{"n":12,"problems":"generated","seed":7,"set":"ood","split":"seed3","unpermuted":false}"#
+        );
+        assert_eq!(serde_json::from_str::<ProblemsSource>(&text).unwrap(), s);
+        let logic = ProblemsSource::sampled("seed3", "ood", 12, 7, None);
+        assert!(!serde_json::to_string(&logic)
+            .unwrap()
+            .contains("unpermuted"));
+        let t = CacheSource::Tokens { tokens: vec![3, 1] };
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(text, r#"{"tokens":[3,1]}"#);
+        assert_eq!(serde_json::from_str::<CacheSource>(&text).unwrap(), t);
+        let p: CacheSource = serde_json::from_str(r#"{"problems":"generated","n":2}"#).unwrap();
+        assert!(matches!(
+            p,
+            CacheSource::Problems(ProblemsSource { n: Some(2), .. })
+        ));
+    }
+}
