@@ -67,7 +67,7 @@ impl CircuitRunParams {
         if let Some(n) = self.seq_len {
             if n < 2 {
                 return Err(ProbeError::InvalidInput(format!(
-                    "seq_len {n} (--seq-len) must be at least 2"
+                    "--seq-len must be at least 2 (seq_len {n})"
                 )));
             }
         }
@@ -92,7 +92,7 @@ impl CircuitRunParams {
         if let Some(b) = self.bos {
             if b as usize >= vocab {
                 return bad(format!(
-                    "bos {b} (--bos) is outside the vocabulary of {vocab} tokens"
+                    "--bos {b} (bos) is outside the vocabulary of {vocab} tokens"
                 ));
             }
         }
@@ -102,8 +102,8 @@ impl CircuitRunParams {
         let seq_len = match self.seq_len {
             Some(n) if 2 * n + p > max_len => {
                 return bad(format!(
-                    "seq_len {n} (--seq-len): {p} + 2 x {n} tokens exceed the model's {max_len} \
-                     positions (at most {room})"
+                    "seq_len {n} (--seq-len {n}): {p} + 2 x {n} tokens exceed the model's \
+                     {max_len} positions (at most --seq-len {room})"
                 ))
             }
             Some(n) => n,
@@ -388,7 +388,7 @@ mod tests {
         assert_eq!(n(Some(10), Some(1), 64).unwrap(), 10);
         let e = n(Some(32), Some(1), 64).unwrap_err().to_string();
         assert!(
-            e.contains("seq_len 32 (--seq-len)") && e.contains("at most 31"),
+            e.contains("seq_len 32") && e.contains("at most --seq-len 31"),
             "{e}"
         );
         assert!(n(None, None, 3).is_err());
