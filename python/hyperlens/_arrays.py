@@ -198,3 +198,15 @@ def rows(idx: Any, n: int, what: str = "problems") -> Any:
     if bad.any():
         raise IndexError(f"index {int(a[bad][0])} is out of range for a set of {n} {what}")
     return a
+
+
+def table(columns: Any) -> Any:
+    """A table that the core hands over as its columns (a dict of numpy arrays and lists of
+    ``str``, in order, each value as the CSV file prints it) as a pandas DataFrame, or without
+    pandas as a dict of numpy columns (text as an object array)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        pd = None
+    cols = {name: (np.array(v, dtype=object) if isinstance(v, list) else v) for name, v in dict(columns).items()}
+    return pd.DataFrame(cols) if pd is not None else cols

@@ -7,15 +7,13 @@ Feature matrices are float64 ``[N, D]`` (any real dtype is converted), labels in
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from . import _core
-from ._arrays import as_f32, as_f64, as_i64, as_int, as_seed
+from ._arrays import as_f32, as_f64, as_i64, as_int, as_seed, table
 from ._codes import CodeSet
 from ._errors import InputError
 
@@ -148,37 +146,6 @@ def tsne(X: Any, perplexity: float = 30.0, *, theta: float = 0.5, max_iter: int 
     return _core.analysis.tsne(as_f64(X, "X", 2), float(perplexity), float(theta), as_int(max_iter, "max_iter", 1), as_seed(seed))
 
 
-def _table(text: str) -> Any:
-    """A CSV table as a pandas DataFrame, or without pandas as a dict of numpy columns."""
-    try:
-        import pandas as pd
-    except ImportError:
-        pd = None
-    if pd is not None:
-        return pd.read_csv(io.StringIO(text))
-    lines = [ln for ln in text.splitlines() if ln]
-    header = lines[0].split(",")
-    rows = [ln.split(",") for ln in lines[1:]]
-    out: dict[str, np.ndarray] = {}
-    for j, name in enumerate(header):
-        col = [r[j] if j < len(r) else "" for r in rows]
-        out[name] = _column(col)
-    return out
-
-
-def _column(col: list[str]) -> np.ndarray:
-    if all(v in ("true", "false", "True", "False") for v in col):
-        return np.array([v.lower() == "true" for v in col], dtype=bool)
-    try:
-        return np.array([int(v) for v in col], dtype=np.int64)
-    except ValueError:
-        pass
-    try:
-        return np.array([float(v) if v != "" else np.nan for v in col], dtype=np.float64)
-    except ValueError:
-        return np.array(col, dtype=object)
-
-
 @dataclass
 class Analysis:
     """The result of :func:`analyze`: the tables that ``hyperlens analyze`` writes, as pandas
@@ -250,10 +217,10 @@ def analyze(
     )
     names = ("decoding", "pca", "clusters", "similarity", "confusion")
     return Analysis(
-        **{n: _table(d[n]) for n in names},
-        summary=json.loads(d["summary"]),
+        **{n: table(d[n]) for n in names},
+        summary=dict(d["summary"]),
         projections=dict(d["pca_arrays"]),
-        csv={f"{n}.csv": d[n] for n in names},
+        csv=dict(d["csv"]),
     )
 
 
@@ -272,12 +239,12 @@ def term_decoding(train: Any, test: Any, *, seed: int = 0, C: float = 1.0, max_i
     for name, c in (("train", train), ("test", test)):
         if not isinstance(c, LogicCodeSet):
             raise TypeError(f"`{name}` must be a LogicCodeSet, got {type(c).__name__}")
-    csv = _core.analysis.term_decoding(
+    columns = _core.analysis.term_decoding(
         as_f32(train.codes, "train.codes", rounding=True), as_i64(train.terms, "train.terms"), as_i64(train.term_ids, "train.term_ids"),
         as_f32(test.codes, "test.codes", rounding=True), as_i64(test.terms, "test.terms"), as_i64(test.term_ids, "test.term_ids"),
         as_seed(seed), float(C), as_int(max_iter, "max_iter", 1),
     )
-    return _table(csv)
+    return table(columns)
 
 
 def _codes_dict(c: Any, name: str) -> dict[str, Any]:

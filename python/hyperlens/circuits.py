@@ -15,16 +15,14 @@ Every number comes from ``hyperlens_analysis::circuits`` (in float64), as the CL
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from . import _core
-from ._arrays import as_int, as_opt_int, as_seed
+from ._arrays import as_int, as_opt_int, as_seed, table
 from ._errors import InputError
-from .analysis import _table
 
 __all__ = ["analyze", "CircuitReport", "FactoredMatrix", "ov_circuit", "qk_circuit", "copying_scores"]
 
@@ -127,10 +125,10 @@ def analyze(
         rep_induction=d["rep_induction"],
         rep_previous=d["rep_previous"],
         rep_duplicate=d["rep_duplicate"],
-        copying=_table(tables["copying.csv"]),
-        composition_top=_table(tables["composition_top.csv"]),
-        heads=_table(tables["heads.csv"]),
-        summary=json.loads(d["summary"]),
+        copying=table(tables["copying.csv"]),
+        composition_top=table(tables["composition_top.csv"]),
+        heads=table(tables["heads.csv"]),
+        summary=dict(d["summary"]),
         seq_len=int(d["seq_len"]),
     )
 

@@ -27,9 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _core
-from ._arrays import as_int, as_seed
+from ._arrays import as_int, as_seed, table
 from ._errors import InputError
-from .analysis import _table
 from .tasks import ProblemSet
 
 __all__ = [
@@ -94,7 +93,7 @@ def head_ablation(model: Any, problems: Any, ablation: str = "mean", batch: int 
     """
     ev, p = _sraven(model, problems, "head_ablation")
     d = _core.patching.head_ablation_report(ev, p.x, p.y, p.rules, p.perms, str(ablation), as_int(batch, "batch", 1))
-    return HeadAblation(d["ablation"], dict(d["base"]), d["accuracy"], d["loss"], _table(d["csv"]))
+    return HeadAblation(d["ablation"], dict(d["base"]), d["accuracy"], d["loss"], table(d["table"]))
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def activation_patching(model: Any, problems: Any, slot: int = 3, batch: int = 1
     """
     ev, p = _sraven(model, problems, "activation_patching")
     d = dict(_core.patching.activation_patching_report(ev, p.x, p.y, p.rules, p.perms, as_int(slot, "slot"), as_int(batch, "batch", 1)))
-    d["table"] = _table(d.pop("csv"))
+    d["table"] = table(d["table"])
     return ActivationPatching(**d)
 
 
@@ -224,7 +223,7 @@ def direct_logit_attribution(
     ev, p = _sraven(model, problems, "direct_logit_attribution")
     sl = None if slots is None else [as_int(s, f"slots[{i}]") for i, s in enumerate(slots)]
     d = dict(_core.patching.dla_report(ev, p.x, p.y, p.rules, p.perms, sl, as_int(batch, "batch", 1)))
-    d["table"] = _table(d.pop("csv"))
+    d["table"] = table(d["table"])
     return LogitAttribution(**d)
 
 
@@ -249,5 +248,5 @@ def latent_transplant(
     for name, p in (("id_problems", a), ("ood_problems", b)):
         if p.perms is not None and not np.array_equal(p.perms, np.broadcast_to(np.arange(p.perms.shape[2]), p.perms.shape)):
             raise InputError(f"`{name}` must be unpermuted (hl.tasks.sample(..., unpermuted=True))")
-    _rows, csv = _core.patching.transplant_rows(ev, a.x, a.y, a.rules, b.x, b.y, b.rules, as_int(slot, "slot"), as_int(batch, "batch", 1), as_seed(seed))
-    return _table(csv)
+    _rows, columns = _core.patching.transplant_rows(ev, a.x, a.y, a.rules, b.x, b.y, b.rules, as_int(slot, "slot"), as_int(batch, "batch", 1), as_seed(seed))
+    return table(columns)

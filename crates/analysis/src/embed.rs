@@ -43,6 +43,83 @@ impl Default for TsneParams {
     }
 }
 
+impl TsneParams {
+    /// The one deterministic setting of hyperlens's code embeddings (`analyze --tsne`, the logic
+    /// `analyze` and the report's projections, Python's `viz` t-SNE figures): exact gradients
+    /// (`theta` 0, the only t-SNE that gives the same embedding on every run, since bhtsne draws
+    /// its Barnes-Hut tree with an unseeded generator), `seed`, 1000 iterations, and perplexity 30
+    /// (scikit-learn's default), or for fewer than 91 points the largest whole perplexity that
+    /// `n_points` admits, `(n_points - 1) / 3`.
+    pub fn deterministic(seed: u64, n_points: usize) -> Self {
+        TsneParams {
+            seed,
+            perplexity: TsneParams::default()
+                .perplexity
+                .min(((n_points.max(4) - 1) / 3) as f64),
+            theta: 0.0,
+            ..TsneParams::default()
+        }
+    }
+}
+
+/// A t-SNE embedding of a code set's all-layer codes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeEmbedding {
+    /// The embedding `[n, 2]` of the first `n` problems.
+    pub embedding: Array2<f64>,
+    /// Their labels `[n]`.
+    pub label: ndarray::Array1<i64>,
+    /// Trustworthiness (k = 5) of the embedding.
+    pub trustworthiness: f64,
+}
+
+impl CodeEmbedding {
+    /// The embedding of the all-layer codes of the first `min(N, max_points)` problems of `set`
+    /// ([`TsneParams::deterministic`] with `seed`), with their labels and its trustworthiness
+    /// (k = 5).
+    ///
+    /// # Shapes
+    /// Codes `[N, L, H, Q, K]` -> features `[n, L * H * Q * K]` -> embedding `[n, 2]`.
+    ///
+    /// # Errors
+    /// As [`tsne`] and [`trustworthiness`] (too few problems, fewer than 2 features).
+    pub fn of_codes(set: &crate::CodeSet, max_points: usize, seed: u64) -> Result<Self> {
+        let codes = set.codes();
+        let n = codes.dim().0.min(max_points);
+        let width = codes.len() / codes.dim().0.max(1);
+        let x = codes
+            .slice(ndarray::s![..n, .., .., .., ..])
+            .mapv(f64::from)
+            .into_shape_with_order((n, width))
+            .map_err(|e| AnalysisError::Shape(format!("t-SNE features: {e}")))?;
+        let embedding = tsne(x.view(), &TsneParams::deterministic(seed, n))?;
+        let trustworthiness = trustworthiness(x.view(), embedding.view(), 5)?;
+        Ok(Self {
+            embedding,
+            label: set.label().slice(ndarray::s![..n]).to_owned(),
+            trustworthiness,
+        })
+    }
+
+    /// The number of embedded problems.
+    pub fn n(&self) -> usize {
+        self.embedding.nrows()
+    }
+
+    /// Writes `tsne.npz` (`hyperlens_io::keys::tsne`: `tsne_all`, `label`).
+    ///
+    /// # Errors
+    /// [`AnalysisError::File`] naming the file.
+    pub fn write_npz(&self, path: &std::path::Path) -> Result<()> {
+        use hyperlens_io::keys::tsne as keys;
+        hyperlens_io::write_npz::<hyperlens_io::IoError, _>(path, |z| {
+            z.add(keys::TSNE_ALL, &self.embedding)?;
+            z.add(keys::LABEL, &self.label)
+        })?;
+        Ok(())
+    }
+}
+
 /// A two-dimensional t-SNE embedding of the rows of `x` (module docs).
 ///
 /// With `theta > 0` this is linfa-tsne's Barnes-Hut t-SNE. The seed fixes the initial embedding,

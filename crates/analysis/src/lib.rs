@@ -18,6 +18,7 @@ mod kmeanspp;
 mod multinomial;
 pub mod pca;
 pub mod similarity;
+pub mod table;
 pub mod terms;
 
 pub use codes::report::{analyze_pair, LatentAnalysisParams, LatentReport};

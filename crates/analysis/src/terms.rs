@@ -32,6 +32,7 @@ use serde::Serialize;
 
 use crate::decode::{LogisticParams, Standardizer};
 use crate::error::{AnalysisError, Result};
+use crate::table::{Column, Table};
 
 /// A named two-dimensional projection of codes, `(name, [N, 2])`.
 pub type NamedProjection = (String, Array2<f64>);
@@ -602,18 +603,39 @@ pub fn term_decoding(
         .collect()
 }
 
-/// `term_decoding.csv`: the columns `layer,ridge_r2,f1_mean,f1_base_rate,f1_shuffled,n_terms`,
-/// one row per layer and `all`.
-pub fn term_decoding_csv(rows: &[TermDecodingRow]) -> String {
-    let mut s = String::from("layer,ridge_r2,f1_mean,f1_base_rate,f1_shuffled,n_terms\n");
-    for r in rows {
-        let layer = r.layer.map_or_else(|| "all".to_string(), |l| l.to_string());
-        s.push_str(&format!(
-            "{layer},{},{},{},{},{}\n",
-            r.ridge_r2, r.f1_mean, r.f1_base_rate, r.f1_shuffled, r.n_terms
-        ));
-    }
-    s
+/// `term_decoding.csv`: `layer,ridge_r2,f1_mean,f1_base_rate,f1_shuffled,n_terms`, one row per
+/// layer and one for all layers (`layer` `all`), floats in Rust's shortest round-trip text.
+///
+/// # Errors
+/// None in practice (every column has one value per row).
+pub fn term_decoding_table(rows: &[TermDecodingRow]) -> Result<Table> {
+    let f = |g: &dyn Fn(&TermDecodingRow) -> f64| Column::shortest(rows.iter().map(g).collect());
+    let mut t = Table::new();
+    t.push(
+        "layer",
+        Column::Text(
+            rows.iter()
+                .map(|r| r.layer.map_or_else(|| "all".to_string(), |l| l.to_string()))
+                .collect(),
+        ),
+    )?;
+    t.push("ridge_r2", f(&|r| r.ridge_r2))?;
+    t.push("f1_mean", f(&|r| r.f1_mean))?;
+    t.push("f1_base_rate", f(&|r| r.f1_base_rate))?;
+    t.push("f1_shuffled", f(&|r| r.f1_shuffled))?;
+    t.push(
+        "n_terms",
+        Column::Int(rows.iter().map(|r| r.n_terms as i64).collect()),
+    )?;
+    Ok(t)
+}
+
+/// [`term_decoding_table`] as CSV text, as `term_decoding.csv` holds it.
+///
+/// # Errors
+/// As [`term_decoding_table`].
+pub fn term_decoding_csv(rows: &[TermDecodingRow]) -> Result<String> {
+    Ok(term_decoding_table(rows)?.to_csv())
 }
 
 #[cfg(test)]

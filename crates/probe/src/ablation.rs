@@ -14,6 +14,7 @@ use ndarray::Array3;
 use serde::Serialize;
 
 use crate::error::{step, ProbeError, Result};
+use hyperlens_analysis::table::{Column, Table};
 
 /// What replaces an ablated head's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -253,21 +254,33 @@ fn mean_fills<'a>(ev: &Evaluator, problems: &mut Problems<'a>) -> Result<Vec<Ten
 }
 
 /// `head_ablation.csv`: `layer,head,label,accuracy,loss,delta_accuracy,delta_loss` (deltas: ablated
-/// minus the model's own), one row per head.
-pub fn ablation_csv(r: &AblationReport) -> String {
-    let mut s = String::from("layer,head,label,accuracy,loss,delta_accuracy,delta_loss\n");
-    for h in &r.heads {
-        s.push_str(&format!(
-            "{},{},L{}H{},{:.6},{:.6},{:.6},{:.6}\n",
-            h.layer,
-            h.head,
-            h.layer,
-            h.head,
-            h.accuracy,
-            h.loss,
-            h.accuracy - r.base.accuracy,
-            h.loss - r.base.loss
-        ));
-    }
-    s
+/// minus the model's own; floats with 6 decimals), one row per head.
+///
+/// # Errors
+/// None in practice (every column has one value per head).
+pub fn ablation_table(r: &AblationReport) -> Result<Table> {
+    let hs = &r.heads;
+    let f = |g: &dyn Fn(&HeadAblation) -> f64| Column::float(hs.iter().map(g).collect(), 6);
+    let mut t = Table::new();
+    t.push(
+        "layer",
+        Column::Int(hs.iter().map(|h| h.layer as i64).collect()),
+    )?;
+    t.push(
+        "head",
+        Column::Int(hs.iter().map(|h| h.head as i64).collect()),
+    )?;
+    t.push(
+        "label",
+        Column::Text(
+            hs.iter()
+                .map(|h| format!("L{}H{}", h.layer, h.head))
+                .collect(),
+        ),
+    )?;
+    t.push("accuracy", f(&|h| h.accuracy))?;
+    t.push("loss", f(&|h| h.loss))?;
+    t.push("delta_accuracy", f(&|h| h.accuracy - r.base.accuracy))?;
+    t.push("delta_loss", f(&|h| h.loss - r.base.loss))?;
+    Ok(t)
 }

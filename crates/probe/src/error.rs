@@ -28,6 +28,9 @@ pub enum ProbeError {
     /// The model crate reported an error.
     #[error(transparent)]
     Model(#[from] hyperlens_model::ModelError),
+    /// The analyses (of the circuits run) reported an error.
+    #[error(transparent)]
+    Analysis(#[from] hyperlens_analysis::AnalysisError),
     /// The task generators reported an error.
     #[error(transparent)]
     Tasks(#[from] hyperlens_tasks::error::TasksError),

@@ -6,6 +6,7 @@
 
 pub mod ablation;
 pub mod cache;
+pub mod circuits;
 pub mod error;
 pub mod extract;
 pub mod logic;
@@ -16,7 +17,7 @@ pub mod patching;
 pub mod site;
 pub mod transplant;
 
-pub use ablation::{ablation_csv, head_ablation, Ablation, AblationReport, HeadAblation};
+pub use ablation::{ablation_table, head_ablation, Ablation, AblationReport, HeadAblation};
 pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
@@ -25,14 +26,12 @@ pub use logic::{
 };
 pub use logic_rows::{logic_code_rows, LogicRows};
 pub use patch_files::{
-    write_activation_patching, write_dla, write_head_ablation, write_transplant, PatchRun,
-    TransplantProblems,
+    transplant_fraction, transplant_table, write_activation_patching, write_dla,
+    write_head_ablation, write_transplant, PatchRun, TransplantFractions, TransplantProblems,
 };
 pub use patching::{
-    activation_patching, direct_logit_attribution, dla_csv, feature_swap_pairs, patching_csv,
+    activation_patching, direct_logit_attribution, dla_table, feature_swap_pairs, patching_table,
     DlaReport, PatchPairs, PatchingReport,
 };
 pub use site::{Selection, Site};
-pub use transplant::{
-    latent_transplant, transplant_csv, transplant_site, TransplantKind, TransplantRow,
-};
+pub use transplant::{latent_transplant, transplant_site, TransplantKind, TransplantRow};

@@ -1,7 +1,9 @@
 //! The data files of `hyperlens patch` (`docs/outputs.md`): each intervention's table (CSV), its
 //! JSON summary and, for activation patching, its arrays (`activation_patching.npz`, named by
 //! [`hyperlens_io::keys::activation_patching`]), each written atomically into an existing
-//! directory. The figures are drawn by the binary: `hyperlens-viz` sits above this crate.
+//! directory; and the numbers of their figures that are not a report's field (the transplant's
+//! fractions per layer, [`TransplantFractions`]). `hyperlens-viz` draws the figures
+//! (`hyperlens_viz::interventions`).
 
 use std::path::Path;
 
@@ -10,10 +12,11 @@ use hyperlens_model::Mixer;
 use ndarray::{Array1, Array2};
 use serde_json::{json, Value};
 
-use crate::ablation::{ablation_csv, AblationReport};
+use crate::ablation::{ablation_table, AblationReport};
 use crate::error::{ProbeError, Result};
-use crate::patching::{dla_csv, patching_csv, DlaReport, PatchPairs, PatchingReport};
-use crate::transplant::{transplant_csv, TransplantRow};
+use crate::patching::{dla_table, patching_table, DlaReport, PatchPairs, PatchingReport};
+use crate::transplant::{TransplantKind, TransplantRow};
+use hyperlens_analysis::table::{Column, Table};
 
 /// What every `patch` JSON file says about the run that wrote it.
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +42,7 @@ pub struct TransplantProblems<'a> {
     pub slot: usize,
 }
 
-/// Writes `head_ablation.csv` ([`ablation_csv`]) and `head_ablation.json` (the run, the hook,
+/// Writes `head_ablation.csv` ([`ablation_table`]) and `head_ablation.json` (the run, the hook,
 /// `source` and the whole report) into the directory `out`.
 ///
 /// # Errors
@@ -52,7 +55,7 @@ pub fn write_head_ablation(
 ) -> Result<()> {
     hyperlens_io::write_atomic(
         &out.join("head_ablation.csv"),
-        ablation_csv(report).as_bytes(),
+        ablation_table(report)?.to_csv().as_bytes(),
     )?;
     let summary = json!({
         "producer": run.producer,
@@ -66,7 +69,7 @@ pub fn write_head_ablation(
     Ok(())
 }
 
-/// Writes `activation_patching.csv` ([`patching_csv`]), `activation_patching.npz` (the scores and
+/// Writes `activation_patching.csv` ([`patching_table`]), `activation_patching.npz` (the scores and
 /// the pairs, under the names of [`hyperlens_io::keys::activation_patching`]) and
 /// `activation_patching.json` (the run, `source`, the method and the mean logit differences) into
 /// the directory `out`.
@@ -86,7 +89,7 @@ pub fn write_activation_patching(
 ) -> Result<()> {
     hyperlens_io::write_atomic(
         &out.join("activation_patching.csv"),
-        patching_csv(report).as_bytes(),
+        patching_table(report)?.to_csv().as_bytes(),
     )?;
     write_patching_arrays(&out.join("activation_patching.npz"), pairs, report)?;
     hyperlens_io::write_json(
@@ -144,7 +147,7 @@ fn write_patching_arrays(path: &Path, pairs: &PatchPairs, report: &PatchingRepor
     })
 }
 
-/// Writes `dla.csv` ([`dla_csv`]) and `dla.json` (the run, `source`, the method and every
+/// Writes `dla.csv` ([`dla_table`]) and `dla.json` (the run, `source`, the method and every
 /// attribution) into the directory `out`.
 ///
 /// # Shapes
@@ -154,7 +157,7 @@ fn write_patching_arrays(path: &Path, pairs: &PatchPairs, report: &PatchingRepor
 /// [`ProbeError::File`] naming a file that could not be written.
 pub fn write_dla(out: &Path, run: &PatchRun<'_>, source: &Value, report: &DlaReport) -> Result<()> {
     let r = report;
-    hyperlens_io::write_atomic(&out.join("dla.csv"), dla_csv(r).as_bytes())?;
+    hyperlens_io::write_atomic(&out.join("dla.csv"), dla_table(r)?.to_csv().as_bytes())?;
     let grid = |m: &Array2<f64>| -> Vec<Vec<f64>> { m.outer_iter().map(|r| r.to_vec()).collect() };
     hyperlens_io::write_json(
         &out.join("dla.json"),
@@ -183,7 +186,7 @@ pub fn write_dla(out: &Path, run: &PatchRun<'_>, source: &Value, report: &DlaRep
     Ok(())
 }
 
-/// Writes `transplant.csv` ([`transplant_csv`]) and `transplant.json` (the run, the problems and
+/// Writes `transplant.csv` ([`transplant_table`]) and `transplant.json` (the run, the problems and
 /// the rows) into the directory `out`.
 ///
 /// # Errors
@@ -194,7 +197,10 @@ pub fn write_transplant(
     problems: &TransplantProblems<'_>,
     rows: &[TransplantRow],
 ) -> Result<()> {
-    hyperlens_io::write_atomic(&out.join("transplant.csv"), transplant_csv(rows).as_bytes())?;
+    hyperlens_io::write_atomic(
+        &out.join("transplant.csv"),
+        transplant_table(rows)?.to_csv().as_bytes(),
+    )?;
     hyperlens_io::write_json(
         &out.join("transplant.json"),
         &json!({
@@ -209,4 +215,106 @@ pub fn write_transplant(
         }),
     )?;
     Ok(())
+}
+
+/// `transplant.csv`: `layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`,
+/// one row per layer and kind (the fractions of the `n` counted problems, with 6 decimals, NaN
+/// where none was counted; the largest logit change in exponent notation).
+///
+/// # Errors
+/// None in practice (every column has one value per row).
+pub fn transplant_table(rows: &[TransplantRow]) -> Result<Table> {
+    let ints = |f: &dyn Fn(&TransplantRow) -> usize| {
+        Column::Int(rows.iter().map(|r| f(r) as i64).collect())
+    };
+    let frac = |f: &dyn Fn(&TransplantRow) -> usize| {
+        let v = rows.iter().map(|r| {
+            if r.n > 0 {
+                f(r) as f64 / r.n as f64
+            } else {
+                f64::NAN
+            }
+        });
+        Column::float(v.collect(), 6)
+    };
+    let mut t = Table::new();
+    t.push("layer", ints(&|r| r.layer))?;
+    t.push(
+        "kind",
+        Column::Text(rows.iter().map(|r| r.kind.to_string()).collect()),
+    )?;
+    t.push("n", ints(&|r| r.n))?;
+    t.push("to_donor", ints(&|r| r.to_donor))?;
+    t.push("elsewhere", ints(&|r| r.elsewhere))?;
+    t.push("unchanged", ints(&|r| r.unchanged))?;
+    t.push("excluded", ints(&|r| r.excluded))?;
+    t.push("frac_to_donor", frac(&|r| r.to_donor))?;
+    t.push("frac_changed", frac(&|r| r.to_donor + r.elsewhere))?;
+    t.push(
+        "max_logit_change",
+        Column::Exp(rows.iter().map(|r| r.max_logit_change).collect()),
+    )?;
+    Ok(t)
+}
+
+/// The fraction of `kind`'s counted problems at `layer` whose answer became the donor rule's, or
+/// with `changed` whose answer changed at all: NaN without the row or without a counted problem
+/// (as the report's causal section counts).
+pub fn transplant_fraction(
+    rows: &[TransplantRow],
+    layer: usize,
+    kind: TransplantKind,
+    changed: bool,
+) -> f64 {
+    rows.iter()
+        .find(|r| r.layer == layer && r.kind == kind)
+        .map_or(f64::NAN, |r| {
+            let k = if changed {
+                r.to_donor + r.elsewhere
+            } else {
+                r.to_donor
+            };
+            if r.n > 0 {
+                k as f64 / r.n as f64
+            } else {
+                f64::NAN
+            }
+        })
+}
+
+/// The series of `hyperlens patch transplant`'s figure, one fraction per layer
+/// ([`transplant_fraction`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransplantFractions {
+    /// `mean_id`: answers that become the donor rule's.
+    pub to_donor: Vec<f64>,
+    /// `mean_id`: answers that change.
+    pub changed: Vec<f64>,
+    /// `donor_problem`: answers that become the donor rule's.
+    pub donor_problem: Vec<f64>,
+    /// `off_row`: answers that change.
+    pub off_row: Vec<f64>,
+    /// `random`: answers that change.
+    pub random: Vec<f64>,
+    /// `zero_ablation`: answers that change.
+    pub zero: Vec<f64>,
+}
+
+impl TransplantFractions {
+    /// The series of `rows` over layers `0..n_layers`.
+    pub fn new(rows: &[TransplantRow], n_layers: usize) -> Self {
+        let f = |kind: TransplantKind, changed: bool| -> Vec<f64> {
+            (0..n_layers)
+                .map(|l| transplant_fraction(rows, l, kind, changed))
+                .collect()
+        };
+        Self {
+            to_donor: f(TransplantKind::MeanId, false),
+            changed: f(TransplantKind::MeanId, true),
+            donor_problem: f(TransplantKind::DonorProblem, false),
+            off_row: f(TransplantKind::OffRow, true),
+            random: f(TransplantKind::Random, true),
+            zero: f(TransplantKind::ZeroAblation, true),
+        }
+    }
 }

@@ -659,36 +659,6 @@ fn layer_donor(
     Ok(())
 }
 
-/// `transplant.csv`: `layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`.
-pub fn transplant_csv(rows: &[TransplantRow]) -> String {
-    let mut s = String::from(
-        "layer,kind,n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change\n",
-    );
-    for r in rows {
-        let frac = |k: usize| {
-            if r.n > 0 {
-                k as f64 / r.n as f64
-            } else {
-                f64::NAN
-            }
-        };
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{:.6},{:.6},{:e}\n",
-            r.layer,
-            r.kind,
-            r.n,
-            r.to_donor,
-            r.elsewhere,
-            r.unchanged,
-            r.excluded,
-            frac(r.to_donor),
-            frac(r.to_donor + r.elsewhere),
-            r.max_logit_change
-        ));
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -360,7 +360,7 @@ fn transplants_move_the_logits_and_the_identity_does_not() {
 fn activation_patching_scores_follow_the_forward_pass() {
     use hyperlens_model::hooks::HookFn;
     use hyperlens_model::Config;
-    use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_csv};
+    use hyperlens_probe::{activation_patching, feature_swap_pairs, patching_table};
     let cfg = Config {
         n_layers: 2,
         d_model: 24,
@@ -465,7 +465,7 @@ fn activation_patching_scores_follow_the_forward_pass() {
         "{} vs {by_hand}",
         mlp[[1, 34]]
     );
-    let csv = patching_csv(&r);
+    let csv = patching_table(&r).unwrap().to_csv();
     assert_eq!(csv.lines().count(), 1 + 3 * 2 * 36 + 2 * 3);
     // Errors: a permuted set, a slot outside the answer.
     let permuted = sample(&split, Set::Ood, 8, 2, false).unwrap();
@@ -478,7 +478,7 @@ fn activation_patching_scores_follow_the_forward_pass() {
 /// checkpoint; and the trained model's right answer sits above the mean logit.
 #[test]
 fn direct_logit_attributions_add_up_to_the_answer_logit() {
-    use hyperlens_probe::{direct_logit_attribution, dla_csv};
+    use hyperlens_probe::{direct_logit_attribution, dla_table};
     let dir = manifest_dir().join("../../data/checkpoints/sraven-softmax");
     let model = Transformer::load(&dir, &Device::Cpu).unwrap();
     let split = Split::named("paper-seed0").unwrap();
@@ -510,7 +510,10 @@ fn direct_logit_attributions_add_up_to_the_answer_logit() {
         .sum::<f64>()
         / 96.0;
     assert!((mean - r.logit).abs() < 1e-4, "{mean} vs {}", r.logit);
-    assert_eq!(dla_csv(&r).lines().count(), 1 + 1 + 16 * 4 + 2 * 4 + 1);
+    assert_eq!(
+        dla_table(&r).unwrap().to_csv().lines().count(),
+        1 + 1 + 16 * 4 + 2 * 4 + 1
+    );
     assert!(direct_logit_attribution(&ev, &set, &[4], 10, go).is_err());
     assert!(direct_logit_attribution(&ev, &set.slice(0, 0), &[0], 10, go).is_err());
 }
@@ -578,7 +581,7 @@ fn activation_patching_files_use_the_shared_array_names() {
     assert_eq!(meta["producer"], "test");
     assert!(meta["arrays"][keys::CORRUPTED_ANSWER].is_string());
     let csv = std::fs::read_to_string(tmp.path().join("activation_patching.csv")).unwrap();
-    assert_eq!(csv, hyperlens_probe::patching_csv(&r));
+    assert_eq!(csv, hyperlens_probe::patching_table(&r).unwrap().to_csv());
 }
 
 /// `cache_activations` through the evaluator: one array per matched hook and the logits, cut to

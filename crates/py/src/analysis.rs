@@ -16,6 +16,7 @@ use pyo3::types::PyDict;
 
 use crate::arrays::{check_finite_f64, out, In1, In2, InDyn};
 use crate::errors::{detached, raise, to_py, Interrupt, Kind};
+use crate::records;
 
 /// PCA of `x` float64 [N, D] on `n_components` components.
 #[pyfunction]
@@ -259,8 +260,9 @@ pub(crate) fn validated_code_set(
     Ok(set)
 }
 
-/// The latent-code analysis of `hyperlens analyze` on two code sets (dicts of arrays): the CSV
-/// tables and `summary.json` as text, and `pca.npz`'s arrays.
+/// The latent-code analysis of `hyperlens analyze` on two code sets (dicts of arrays): the tables
+/// by name (`decoding`, `pca`, `clusters`, `similarity`, `confusion`) as dicts of columns, their
+/// files' text (`csv`, by file name), `summary.json` as a dict, and `pca.npz`'s arrays.
 #[pyfunction]
 #[pyo3(signature = (train, test, seed=0, n_components=2, shuffled_control=true, kmeans_runs=3, unsupervised_on="test"))]
 #[allow(clippy::too_many_arguments)]
@@ -290,12 +292,14 @@ fn analyze<'py>(
         stop.finish(r)
     })?;
     let d = PyDict::new(py);
-    d.set_item("decoding", rep.decoding_csv())?;
-    d.set_item("pca", rep.pca_csv())?;
-    d.set_item("clusters", rep.clusters_csv())?;
-    d.set_item("similarity", rep.similarity_csv())?;
-    d.set_item("confusion", rep.confusion_csv())?;
-    d.set_item("summary", rep.summary().to_string())?;
+    let csv = PyDict::new(py);
+    for (file, table) in rep.tables().map_err(to_py)? {
+        let name = file.trim_end_matches(".csv");
+        d.set_item(name, records::table(py, &table)?)?;
+        csv.set_item(file, table.to_csv())?;
+    }
+    d.set_item("csv", csv)?;
+    d.set_item("summary", records::record(py, &rep.summary())?)?;
     let arrays = PyDict::new(py);
     for a in &rep.layers {
         let sel = a.layer.index();
@@ -358,12 +362,14 @@ fn term_codes(
 
 /// `hyperlens analyze` on logic code sets: term decoding per layer and on all layers (ridge R² of
 /// the terms on the test set's halves, per-term logistic F1 trained on `train`, with the base-rate
-/// and shuffled-label controls): `term_decoding.csv` as text.
+/// and shuffled-label controls): `term_decoding.csv` as a dict of its columns (`layer` a list of
+/// `str`, `0`... and `all`; `ridge_r2`, `f1_mean`, `f1_base_rate`, `f1_shuffled` float64;
+/// `n_terms` int64).
 #[pyfunction]
 #[pyo3(signature = (train_codes, train_terms, train_term_ids, test_codes, test_terms, test_term_ids, seed = 0, c = 1.0, max_iter = 100))]
 #[allow(clippy::too_many_arguments)]
-fn term_decoding(
-    py: Python<'_>,
+fn term_decoding<'py>(
+    py: Python<'py>,
     train_codes: InDyn<'_, f32>,
     train_terms: InDyn<'_, i64>,
     train_term_ids: In2<'_, i64>,
@@ -373,9 +379,9 @@ fn term_decoding(
     seed: u64,
     c: f64,
     max_iter: u64,
-) -> PyResult<String> {
+) -> PyResult<Bound<'py, PyDict>> {
     use hyperlens_analysis::terms::{
-        term_decoding as decode_terms, term_decoding_csv, TermDecodingParams,
+        term_decoding as decode_terms, term_decoding_table, TermDecodingParams,
     };
     let train = term_codes("train", train_codes, train_terms, train_term_ids)?;
     let test = term_codes("test", test_codes, test_terms, test_term_ids)?;
@@ -388,10 +394,11 @@ fn term_decoding(
         },
         ..TermDecodingParams::default()
     };
-    detached(py, || {
+    let table = detached(py, || {
         let rows = decode_terms(&train, &test, &params).map_err(to_py)?;
-        Ok(term_decoding_csv(&rows))
-    })
+        term_decoding_table(&rows).map_err(to_py)
+    })?;
+    records::table(py, &table)
 }
 
 /// Registers the functions.

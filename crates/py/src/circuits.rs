@@ -1,20 +1,19 @@
 //! `hyperlens.circuits`: the weights-based circuit analyses of a loaded token language model
-//! (Elhage et al. 2021; `docs/spec/circuits.md`), through `hyperlens_analysis::circuits`: the
-//! whole analysis that `hyperlens circuits` runs ([`analyze_circuits`] on the head scores of
-//! repeated random tokens), and one head's factored OV / QK circuit with its eigenvalues.
+//! (Elhage et al. 2021; `docs/spec/circuits.md`): the whole analysis that `hyperlens circuits`
+//! runs (`hyperlens_probe::circuits::run`), and one head's factored OV / QK circuit with its
+//! eigenvalues (`hyperlens_analysis::circuits`).
 
-use hyperlens_analysis::circuits::{
-    analyze_circuits, AttnWeights, CircuitParams, CompositionKind, FactoredMatrix, HeadScorer,
-};
+use hyperlens_analysis::circuits::{AttnWeights, CircuitParams, CompositionKind, FactoredMatrix};
 use hyperlens_model::lm::LanguageModel;
-use hyperlens_tasks::induction::repeated_random_tokens;
+use hyperlens_probe::circuits::{self, CircuitRunParams};
 use ndarray::{Array1, Array2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::out;
-use crate::errors::{check_signals, detached, raise, to_py, Kind};
+use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 use crate::lm::PyLanguageModel;
+use crate::records;
 
 /// The attention weights of `lm` (norm gains folded in when `fold`), with `W_E`, `W_U`, `b_U`.
 fn weights(lm: &LanguageModel, fold: bool) -> PyResult<AttnWeights<f32>> {
@@ -24,40 +23,15 @@ fn weights(lm: &LanguageModel, fold: bool) -> PyResult<AttnWeights<f32>> {
         .map_err(to_py)
 }
 
-/// Default length of the repeated random segment (TransformerLens / ARENA induction demo), as
-/// `hyperlens circuits`.
-const DEFAULT_SEQ_LEN: usize = 50;
-
-/// The random segment length: `seq_len` or the default, checked against the model's context (the
-/// CLI's `--seq-len` rule).
-fn resolve_seq_len(seq_len: Option<usize>, max_len: usize, prefix: usize) -> PyResult<usize> {
-    let room = max_len.saturating_sub(prefix) / 2;
-    match seq_len {
-        Some(n) if n < 2 => Err(raise(Kind::Input, "`seq_len` must be at least 2")),
-        Some(n) if 2 * n + prefix > max_len => Err(raise(
-            Kind::Input,
-            format!(
-                "seq_len {n}: {prefix} + 2 x {n} tokens exceed the model's {max_len} positions \
-                 (at most seq_len {room})"
-            ),
-        )),
-        Some(n) => Ok(n),
-        None if room < 2 => Err(raise(
-            Kind::Input,
-            format!("the model's {max_len} positions leave no room for a repeated sequence"),
-        )),
-        None => Ok(DEFAULT_SEQ_LEN.min(room)),
-    }
-}
-
-/// `hyperlens circuits` on the loaded model, in memory: OV and full-OV eigenvalues and copying
-/// scores, Q/K/V composition scores of every head pair with the random-matrix baseline, head
-/// scores on `n_seqs` repeated random sequences (one at a time, Ctrl-C checked between them), the
-/// named heads. Returns a dict of arrays (`ov_re`, `ov_im`, `full_ov_re`, `full_ov_im` float64
-/// `[L, H, d_head]`; `ov_copying`, `full_ov_copying`, `rep_induction`, `rep_previous`,
-/// `rep_duplicate` float64 `[L, H]`; `composition_{q,k,v}` float64 `[L, H, L, H]`;
-/// `baseline_{q,k,v}` float64 `[samples]` sorted), the CSV tables by file name (`tables`) and the
-/// findings of `summary.json` as JSON text (`summary`).
+/// `hyperlens circuits` on the loaded model, in memory (`hyperlens_probe::circuits::run`, the
+/// CLI's function): OV and full-OV eigenvalues and copying scores, Q/K/V composition scores of
+/// every head pair with the random-matrix baseline, head scores on `n_seqs` repeated random
+/// sequences (one at a time, Ctrl-C checked between them), the named heads. Returns a dict of
+/// arrays (`ov_re`, `ov_im`, `full_ov_re`, `full_ov_im` float64 `[L, H, d_head]`; `ov_copying`,
+/// `full_ov_copying`, `rep_induction`, `rep_previous`, `rep_duplicate` float64 `[L, H]`;
+/// `composition_{q,k,v}` float64 `[L, H, L, H]`; `baseline_{q,k,v}` float64 `[samples]` sorted),
+/// the tables by file name as dicts of columns (`tables`), the findings of `summary.json` as a
+/// dict (`summary`) and the repeated segment's length (`seq_len`).
 #[pyfunction]
 #[pyo3(signature = (model, seq_len = None, seed = 0, n_seqs = 8, bos = None, threshold = 0.4, baseline_samples = 1000, top = 20, fold_norm = true, threads = 0))]
 #[allow(clippy::too_many_arguments)]
@@ -74,48 +48,26 @@ fn analyze<'py>(
     fold_norm: bool,
     threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = CircuitParams {
-        threshold,
-        baseline_samples,
-        seed,
-        top,
-        threads,
+    let params = CircuitRunParams {
+        seq_len,
+        n_seqs,
+        bos,
+        fold_norm,
+        analysis: CircuitParams {
+            threshold,
+            baseline_samples,
+            seed,
+            top,
+            threads,
+        },
     };
-    params.check().map_err(to_py)?;
-    if n_seqs == 0 {
-        return Err(raise(Kind::Input, "`n_seqs` must be at least 1"));
-    }
     let lm = model.lm();
-    let (nl, nh, vocab) = (lm.n_layers(), lm.n_heads(), lm.vocab_size());
-    if nl == 0 {
-        return Err(raise(
-            Kind::Input,
-            "a model without attention layers has no heads to analyse",
-        ));
-    }
-    if let Some(b) = bos {
-        if b as usize >= vocab {
-            return Err(raise(
-                Kind::Input,
-                format!("bos {b} is outside the vocabulary of {vocab} tokens"),
-            ));
-        }
-    }
-    let prefix: Vec<u32> = bos.into_iter().collect();
-    let n = resolve_seq_len(seq_len, lm.max_seq_len(), prefix.len())?;
-    let report = detached(py, || {
-        let toks = repeated_random_tokens(vocab, n, n_seqs, seed).map_err(to_py)?;
-        let mut scorer = HeadScorer::new(nl, nh, n, prefix.len()).map_err(to_py)?;
-        for row in toks.rows() {
-            let seq: Vec<u32> = prefix.iter().copied().chain(row.iter().copied()).collect();
-            let pattern = lm.attention_patterns(&seq).map_err(to_py)?;
-            scorer.add(pattern, &seq).map_err(to_py)?;
-            check_signals()?;
-        }
-        let heads = scorer.finish().map_err(to_py)?;
-        let w = weights(lm, fold_norm)?;
-        analyze_circuits(&w, heads, &params, &mut |_| {}).map_err(to_py)
+    let run = detached(py, || {
+        let stop = Interrupt::default();
+        let r = circuits::run(lm, &params, &mut |_| stop.check());
+        stop.finish(r)
     })?;
+    let report = &run.report;
     let d = PyDict::new(py);
     d.set_item("ov_re", out(py, report.ov.re.clone()))?;
     d.set_item("ov_im", out(py, report.ov.im.clone()))?;
@@ -134,12 +86,15 @@ fn analyze<'py>(
         d.set_item(format!("baseline_{k}"), out(py, b))?;
     }
     let tables = PyDict::new(py);
-    for (name, text) in report.csv_tables().map_err(to_py)? {
-        tables.set_item(name, text)?;
+    for (name, t) in report.tables().map_err(to_py)? {
+        tables.set_item(name, records::table(py, &t)?)?;
     }
     d.set_item("tables", tables)?;
-    d.set_item("summary", report.summary().map_err(to_py)?.to_string())?;
-    d.set_item("seq_len", n)?;
+    d.set_item(
+        "summary",
+        records::record(py, &report.summary().map_err(to_py)?)?,
+    )?;
+    d.set_item("seq_len", run.plan.seq_len)?;
     Ok(d)
 }
 

@@ -173,6 +173,7 @@ impl Classify for ProbeError {
             ProbeError::File(e) => e.kind(),
             ProbeError::Model(e) => e.kind(),
             ProbeError::Tasks(e) => e.kind(),
+            ProbeError::Analysis(e) => e.kind(),
             _ => Kind::Other,
         }
     }

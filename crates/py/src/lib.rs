@@ -22,6 +22,7 @@ pub mod lm;
 pub mod logic;
 pub mod model;
 pub mod patching;
+pub mod records;
 pub mod report;
 pub mod tasks;
 pub mod train;

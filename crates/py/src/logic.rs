@@ -11,8 +11,8 @@ use hyperlens_model::CodeSite;
 use hyperlens_model::Evaluator;
 use hyperlens_probe::{logic_code_rows, LogicRows, ProbeParams, Site};
 use hyperlens_tasks::logic::{
-    fixed_context, fixed_query, sample_logic_set, LogicBatch, LogicInputs, LogicParams, LogicSet,
-    LogicSplit,
+    sample_problem_set, InputsVariant, LogicBatch, LogicParams, LogicSet, LogicSplit,
+    ProblemSetParams,
 };
 use hyperlens_tasks::npz::{load_logic, save_logic};
 use hyperlens_train::LogicSettings;
@@ -94,14 +94,9 @@ fn split_seed(name: &str) -> PyResult<u64> {
 /// The task's parameters: the training defaults (`train --task logic`, as `tasks sample --task
 /// logic` uses them) with `samples` and `frac_test` when given.
 fn params_of(samples: Option<usize>, frac_test: Option<f64>) -> LogicParams {
-    let mut settings = LogicSettings::default();
-    if let Some(n) = samples {
-        settings.samples = n;
-    }
-    if let Some(f) = frac_test {
-        settings.frac_test = f;
-    }
-    settings.params()
+    LogicSettings::default()
+        .params()
+        .with_overrides(samples, frac_test)
 }
 
 /// A logic problem set's arrays as a dict (`x`, `y`, `targets` float32, `terms` uint8,
@@ -133,39 +128,16 @@ fn sample_logic<'py>(
     fixed_query: bool,
     fixed_context: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    if n == 0 {
-        return Err(raise(Kind::Input, "`n` must be at least 1"));
-    }
-    if fixed_query && fixed_context {
-        return Err(raise(
-            Kind::Input,
-            "`fixed_query` and `fixed_context` exclude each other",
-        ));
-    }
-    let set = parse_logic_set(set)?;
-    let split_seed = split_seed(split)?;
-    let params = params_of(samples, frac_test);
-    let problems = detached(py, || {
-        let split = LogicSplit::new(params, split_seed).map_err(to_py)?;
-        let mut problems = sample_logic_set(&split, set, n, seed).map_err(to_py)?;
-        inputs_of(fixed_query, fixed_context, &params, seed)
-            .apply(&mut problems)
-            .map_err(to_py)?;
-        Ok(problems)
-    })?;
-    logic_dict(py, problems)
-}
-
-/// The inputs of a logic set (the CLI's `logic_inputs`): one query or one context of seed `seed`
-/// for every sequence, else uniform.
-fn inputs_of(fq: bool, fc: bool, params: &LogicParams, seed: u64) -> LogicInputs {
-    if fq {
-        LogicInputs::FixedQuery(fixed_query(params, seed))
-    } else if fc {
-        LogicInputs::FixedContext(fixed_context(params, seed))
-    } else {
-        LogicInputs::Uniform
-    }
+    let p = ProblemSetParams {
+        params: params_of(samples, frac_test),
+        split_seed: split_seed(split)?,
+        set: parse_logic_set(set)?,
+        n,
+        seed,
+        inputs: InputsVariant::from_flags(fixed_query, fixed_context).map_err(to_py)?,
+    };
+    let set = detached(py, || sample_problem_set(&p).map_err(to_py))?;
+    logic_dict(py, set.problems)
 }
 
 /// The logic split's task counts: `(id, ood, unknown)` of split `seed{N}`.

@@ -10,8 +10,8 @@
 use std::str::FromStr;
 
 use hyperlens_probe::{
-    ablation_csv, activation_patching, direct_logit_attribution, dla_csv, feature_swap_pairs,
-    head_ablation, latent_transplant, patching_csv, transplant_csv, Ablation, ProbeError,
+    ablation_table, activation_patching, direct_logit_attribution, dla_table, feature_swap_pairs,
+    head_ablation, latent_transplant, patching_table, transplant_table, Ablation, ProbeError,
 };
 use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{Array1, Array2};
@@ -21,6 +21,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::arrays::{out, shaped, In2, In3};
 use crate::errors::{detached, raise, to_py, Interrupt, Kind};
 use crate::model::PyEvaluator;
+use crate::records;
 use crate::tasks::problem_set;
 
 /// An `InputError` unless `batch` is positive.
@@ -95,7 +96,10 @@ fn head_ablation_report<'py>(
     }
     let d = PyDict::new(py);
     d.set_item("ablation", report.ablation.to_string())?;
-    d.set_item("csv", ablation_csv(&report))?;
+    d.set_item(
+        "table",
+        records::table(py, &ablation_table(&report).map_err(to_py)?)?,
+    )?;
     d.set_item("base", metrics_dict(py, &report.base)?)?;
     d.set_item("accuracy", out(py, acc))?;
     d.set_item("loss", out(py, loss))?;
@@ -132,7 +136,10 @@ fn activation_patching_report<'py>(
         Ok((pairs, stop.finish(r)?))
     })?;
     let d = PyDict::new(py);
-    d.set_item("csv", patching_csv(&r))?;
+    d.set_item(
+        "table",
+        records::table(py, &patching_table(&r).map_err(to_py)?)?,
+    )?;
     d.set_item("n", r.n)?;
     d.set_item("slot", r.slot)?;
     d.set_item("clean_logit_diff", r.clean_logit_diff)?;
@@ -192,7 +199,7 @@ fn dla_report<'py>(
         stop.finish(r)
     })?;
     let d = PyDict::new(py);
-    d.set_item("csv", dla_csv(&r))?;
+    d.set_item("table", records::table(py, &dla_table(&r).map_err(to_py)?)?)?;
     d.set_item("n", r.n)?;
     d.set_item("slots", r.slots)?;
     d.set_item("logit", r.logit)?;
@@ -217,7 +224,7 @@ fn dla_report<'py>(
 /// `patch transplant`: the mean ID code of another rule transplanted into OOD problems at the
 /// slot's site, layer by layer, with the controls: one dict per row of `transplant.csv` (`layer`,
 /// `kind`, `n`, `to_donor`, `elsewhere`, `unchanged`, `excluded`, `max_logit_change`), and the
-/// table itself. Ctrl-C is checked after every batch (every layer of an OOD batch).
+/// table as a dict of its columns. Ctrl-C is checked after every batch (every layer of an OOD batch).
 #[pyfunction]
 #[pyo3(signature = (model, id_x, id_y, id_rules, ood_x, ood_y, ood_rules, slot = 3, batch = 128, seed = 0))]
 #[allow(clippy::too_many_arguments)]
@@ -233,7 +240,7 @@ fn transplant_rows<'py>(
     slot: usize,
     batch: usize,
     seed: u64,
-) -> PyResult<(Bound<'py, PyList>, String)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
     check_batch(batch)?;
     let id = problem_set(&id_x, &id_y, &id_rules, None)?;
     let ood = problem_set(&ood_x, &ood_y, &ood_rules, None)?;
@@ -246,7 +253,7 @@ fn transplant_rows<'py>(
         stop.finish(r)
     })?;
     let list = PyList::empty(py);
-    let csv = transplant_csv(&rows);
+    let table = records::table(py, &transplant_table(&rows).map_err(to_py)?)?;
     for r in rows {
         let d = PyDict::new(py);
         d.set_item("layer", r.layer)?;
@@ -259,7 +266,7 @@ fn transplant_rows<'py>(
         d.set_item("max_logit_change", r.max_logit_change)?;
         list.append(d)?;
     }
-    Ok((list, csv))
+    Ok((list, table))
 }
 
 /// Registers the submodule's functions.

@@ -214,17 +214,8 @@ fn project(sets: &[SetIn], tsne: bool, seed: u64) -> PyResult<Projections> {
         if tsne {
             for (s, o) in sets.iter().zip(out.iter_mut()) {
                 let x = features(s, layer)?;
-                // As the report's logic projections: perplexity 30, or the largest that fits
-                // fewer than 91 codes, and exact gradients (theta = 0), the only t-SNE that gives
-                // the same embedding, and so the same figure, on every run.
-                let params = TsneParams {
-                    seed,
-                    perplexity: TsneParams::default()
-                        .perplexity
-                        .min(((x.nrows().max(4) - 1) / 3) as f64),
-                    theta: 0.0,
-                    ..TsneParams::default()
-                };
+                // The report's deterministic setting (exact gradients, seeded).
+                let params = TsneParams::deterministic(seed, x.nrows());
                 let emb = tsne_fit(x.view(), &params).map_err(to_py)?;
                 o.slice_mut(s![0, layer, .., ..]).assign(&emb);
             }

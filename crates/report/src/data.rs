@@ -286,16 +286,10 @@ impl CausalResult {
     }
 
     /// The fraction of `kind`'s pairs at `layer` whose answer became the donor rule's, or with
-    /// `changed` whose answer changed at all (NaN without the row or a pair).
+    /// `changed` whose answer changed at all (NaN without the row or a pair), by
+    /// [`hyperlens_probe::transplant_fraction`].
     pub fn fraction(&self, layer: usize, kind: TransplantKind, changed: bool) -> f64 {
-        self.row(layer, kind).map_or(f64::NAN, |r| {
-            let k = if changed {
-                r.to_donor + r.elsewhere
-            } else {
-                r.to_donor
-            };
-            frac(k, r.n)
-        })
+        hyperlens_probe::transplant_fraction(&self.rows, layer, kind, changed)
     }
 
     /// The largest logit change of the identity transplant over all layers.

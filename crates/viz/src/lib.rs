@@ -36,6 +36,7 @@ mod font;
 mod glyph;
 mod heatmap;
 pub mod interactive;
+pub mod interventions;
 mod lines;
 mod panels;
 mod scatter;

@@ -45,6 +45,10 @@ pub use pipeline::{
     analyze_circuits, head_label, CircuitParams, CircuitReport, CircuitStage, HeadScorer,
     HeadScores, InductionPair, NamedHead, TopPair,
 };
+pub use tables::{
+    CircuitFindings, CompositionFinding, Cut, DetectionOptions, HeadFinding, PairFinding,
+    Thresholds, TopInductionFinding,
+};
 
 /// A floating-point element accepted as input (`f32` or `f64`); everything is computed in `f64`.
 pub trait Real: Copy + Into<f64> + Send + Sync + 'static {}

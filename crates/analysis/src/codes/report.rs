@@ -55,11 +55,6 @@ impl LayerSel {
             Self::All => ALL_LAYERS_INDEX,
         }
     }
-
-    /// The first two columns of every table row, `layer,all_layers` (see [`LatentReport::FILES`]).
-    pub(crate) fn table_columns(self) -> String {
-        format!("{},{}", self.table_index(), self == Self::All)
-    }
 }
 
 /// The `layer` value of the rows for all layers concatenated. The tables keep `layer` an integer

@@ -15,14 +15,18 @@ use serde_json::json;
 use super::report::ALL_LAYERS_INDEX;
 use super::report::{LatentReport, LayerSel};
 use crate::error::{AnalysisError, Result};
+use crate::table::{Column, Table};
 
-/// Formats a float for CSV: shortest round-trip decimal, `NaN` for NaN.
-fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".to_string()
-    } else {
-        format!("{v}")
-    }
+/// The rows' `layer` and `all_layers` columns (see [`LatentReport::FILES`]).
+fn layer_columns(t: &mut Table, rows: &[LayerSel]) -> Result<()> {
+    t.push(
+        "layer",
+        Column::Int(rows.iter().map(|l| l.table_index()).collect()),
+    )?;
+    t.push(
+        "all_layers",
+        Column::Bool(rows.iter().map(|&l| l == LayerSel::All).collect()),
+    )
 }
 
 impl LatentReport {
@@ -45,113 +49,166 @@ impl LatentReport {
     /// `decoding.csv`: one row per layer and one for all layers, columns
     /// `layer,all_layers,accuracy,balanced_accuracy,majority_baseline,shuffled_control,train_accuracy,majority_class,n_train,n_test`
     /// (`shuffled_control` empty when not run).
-    pub fn decoding_csv(&self) -> String {
-        let mut s = String::from(
-            "layer,all_layers,accuracy,balanced_accuracy,majority_baseline,shuffled_control,train_accuracy,majority_class,n_train,n_test\n",
-        );
-        for l in &self.layers {
-            let d = &l.decoding;
-            s += &format!(
-                "{},{},{},{},{},{},{},{},{}\n",
-                l.layer.table_columns(),
-                num(d.accuracy),
-                num(d.balanced_accuracy),
-                num(d.majority_baseline),
-                d.shuffled_control.map(num).unwrap_or_default(),
-                num(d.train_accuracy),
-                d.majority_class,
-                d.n_train,
-                d.n_test
-            );
-        }
-        s
+    ///
+    /// # Errors
+    /// None in practice (the columns have one row per layer).
+    pub fn decoding_table(&self) -> Result<Table> {
+        let rows: Vec<LayerSel> = self.layers.iter().map(|l| l.layer).collect();
+        let d = |f: &dyn Fn(&crate::decode::DecodeResult) -> f64| {
+            Column::shortest(self.layers.iter().map(|l| f(&l.decoding)).collect())
+        };
+        let n = |f: &dyn Fn(&crate::decode::DecodeResult) -> i64| {
+            Column::Int(self.layers.iter().map(|l| f(&l.decoding)).collect())
+        };
+        let mut t = Table::new();
+        layer_columns(&mut t, &rows)?;
+        t.push("accuracy", d(&|d| d.accuracy))?;
+        t.push("balanced_accuracy", d(&|d| d.balanced_accuracy))?;
+        t.push("majority_baseline", d(&|d| d.majority_baseline))?;
+        t.push(
+            "shuffled_control",
+            Column::MaybeFloat(
+                self.layers
+                    .iter()
+                    .map(|l| l.decoding.shuffled_control)
+                    .collect(),
+            ),
+        )?;
+        t.push("train_accuracy", d(&|d| d.train_accuracy))?;
+        t.push("majority_class", n(&|d| d.majority_class))?;
+        t.push("n_train", n(&|d| d.n_train as i64))?;
+        t.push("n_test", n(&|d| d.n_test as i64))?;
+        Ok(t)
     }
 
     /// `pca.csv`: `layer,all_layers,component,explained_variance_ratio,explained_variance`, one row per
     /// component (0-based, in decreasing order of variance) over ALL components.
-    pub fn pca_csv(&self) -> String {
-        let mut s = String::from(
-            "layer,all_layers,component,explained_variance_ratio,explained_variance\n",
-        );
+    ///
+    /// # Errors
+    /// None in practice.
+    pub fn pca_table(&self) -> Result<Table> {
+        let (mut rows, mut comp, mut ratio, mut var) = (vec![], vec![], vec![], vec![]);
         for l in &self.layers {
-            let ratio = l.pca.explained_variance_ratio();
-            let var = l.pca.explained_variance();
-            for c in 0..ratio.len() {
-                s += &format!(
-                    "{},{c},{},{}\n",
-                    l.layer.table_columns(),
-                    num(ratio[c]),
-                    num(var[c])
-                );
+            let (r, v) = (l.pca.explained_variance_ratio(), l.pca.explained_variance());
+            for c in 0..r.len() {
+                rows.push(l.layer);
+                comp.push(c as i64);
+                ratio.push(r[c]);
+                var.push(v[c]);
             }
         }
-        s
+        let mut t = Table::new();
+        layer_columns(&mut t, &rows)?;
+        t.push("component", Column::Int(comp))?;
+        t.push("explained_variance_ratio", Column::shortest(ratio))?;
+        t.push("explained_variance", Column::shortest(var))?;
+        Ok(t)
     }
 
     /// `clusters.csv`: `layer,all_layers,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia`
     /// (`silhouette` partitions the codes by label, `silhouette_kmeans` by k-means cluster; a
-    /// layer without clustering, because the set has one label, has NaN scores).
-    pub fn clusters_csv(&self) -> String {
-        let mut s = String::from(
-            "layer,all_layers,ari,nmi,silhouette,silhouette_kmeans,k,silhouette_points,inertia\n",
-        );
-        for l in &self.layers {
-            match &l.clusters {
-                Some(c) => {
-                    s += &format!(
-                        "{},{},{},{},{},{},{},{}\n",
-                        l.layer.table_columns(),
-                        num(c.ari),
-                        num(c.nmi),
-                        num(c.silhouette),
-                        num(c.silhouette_kmeans),
-                        c.k,
-                        c.silhouette_points,
-                        num(c.inertia)
-                    )
-                }
-                None => s += &format!("{},NaN,NaN,NaN,NaN,1,0,NaN\n", l.layer.table_columns()),
-            }
-        }
-        s
+    /// layer without clustering, because the set has one label, has NaN scores, k 1 and 0
+    /// silhouette points).
+    ///
+    /// # Errors
+    /// None in practice.
+    pub fn clusters_table(&self) -> Result<Table> {
+        let rows: Vec<LayerSel> = self.layers.iter().map(|l| l.layer).collect();
+        let f = |g: &dyn Fn(&crate::cluster::ClusterReport) -> f64| {
+            Column::shortest(
+                self.layers
+                    .iter()
+                    .map(|l| l.clusters.as_ref().map_or(f64::NAN, g))
+                    .collect(),
+            )
+        };
+        let mut t = Table::new();
+        layer_columns(&mut t, &rows)?;
+        t.push("ari", f(&|c| c.ari))?;
+        t.push("nmi", f(&|c| c.nmi))?;
+        t.push("silhouette", f(&|c| c.silhouette))?;
+        t.push("silhouette_kmeans", f(&|c| c.silhouette_kmeans))?;
+        let ints = |g: &dyn Fn(Option<&crate::cluster::ClusterReport>) -> usize| {
+            Column::Int(
+                self.layers
+                    .iter()
+                    .map(|l| g(l.clusters.as_ref()) as i64)
+                    .collect(),
+            )
+        };
+        t.push("k", ints(&|c| c.map_or(1, |c| c.k)))?;
+        t.push(
+            "silhouette_points",
+            ints(&|c| c.map_or(0, |c| c.silhouette_points)),
+        )?;
+        t.push("inertia", f(&|c| c.inertia))?;
+        Ok(t)
     }
 
     /// `similarity.csv`: `layer,all_layers,label_a,label_b,cosine`, every ordered pair of labels (NaN for a
     /// label without samples in the set).
-    pub fn similarity_csv(&self) -> String {
-        let mut s = String::from("layer,all_layers,label_a,label_b,cosine\n");
+    ///
+    /// # Errors
+    /// None in practice.
+    pub fn similarity_table(&self) -> Result<Table> {
+        let (mut rows, mut a_col, mut b_col, mut cos) = (vec![], vec![], vec![], vec![]);
         for l in &self.layers {
             let sim = &l.similarity;
-            for (i, a) in sim.labels.iter().enumerate() {
-                for (j, b) in sim.labels.iter().enumerate() {
-                    s += &format!(
-                        "{},{a},{b},{}\n",
-                        l.layer.table_columns(),
-                        num(sim.cosine[[i, j]])
-                    );
+            for (i, &a) in sim.labels.iter().enumerate() {
+                for (j, &b) in sim.labels.iter().enumerate() {
+                    rows.push(l.layer);
+                    a_col.push(a);
+                    b_col.push(b);
+                    cos.push(sim.cosine[[i, j]]);
                 }
             }
         }
-        s
+        let mut t = Table::new();
+        layer_columns(&mut t, &rows)?;
+        t.push("label_a", Column::Int(a_col))?;
+        t.push("label_b", Column::Int(b_col))?;
+        t.push("cosine", Column::shortest(cos))?;
+        Ok(t)
     }
 
     /// `confusion.csv`: `layer,all_layers,true_label,predicted_label,count`, every pair of the union of
     /// train and test labels.
-    pub fn confusion_csv(&self) -> String {
-        let mut s = String::from("layer,all_layers,true_label,predicted_label,count\n");
+    ///
+    /// # Errors
+    /// None in practice.
+    pub fn confusion_table(&self) -> Result<Table> {
+        let (mut rows, mut t_col, mut p_col, mut count) = (vec![], vec![], vec![], vec![]);
         for l in &self.layers {
             let d = &l.decoding;
-            for (i, t) in d.classes.iter().enumerate() {
-                for (j, p) in d.classes.iter().enumerate() {
-                    s += &format!(
-                        "{},{t},{p},{}\n",
-                        l.layer.table_columns(),
-                        d.confusion[[i, j]]
-                    );
+            for (i, &tl) in d.classes.iter().enumerate() {
+                for (j, &pl) in d.classes.iter().enumerate() {
+                    rows.push(l.layer);
+                    t_col.push(tl);
+                    p_col.push(pl);
+                    count.push(d.confusion[[i, j]] as i64);
                 }
             }
         }
-        s
+        let mut t = Table::new();
+        layer_columns(&mut t, &rows)?;
+        t.push("true_label", Column::Int(t_col))?;
+        t.push("predicted_label", Column::Int(p_col))?;
+        t.push("count", Column::Int(count))?;
+        Ok(t)
+    }
+
+    /// The CSV tables by file name, in [`LatentReport::FILES`]' order.
+    ///
+    /// # Errors
+    /// None in practice.
+    pub fn tables(&self) -> Result<Vec<(&'static str, Table)>> {
+        Ok(vec![
+            ("decoding.csv", self.decoding_table()?),
+            ("pca.csv", self.pca_table()?),
+            ("clusters.csv", self.clusters_table()?),
+            ("similarity.csv", self.similarity_table()?),
+            ("confusion.csv", self.confusion_table()?),
+        ])
     }
 
     /// `summary.json`: provenance (sources, sizes, code axes, parameters, version) and every
@@ -258,16 +315,9 @@ impl LatentReport {
             source,
         })?;
         let mut written = Vec::new();
-        let texts = [
-            ("decoding.csv", self.decoding_csv()),
-            ("pca.csv", self.pca_csv()),
-            ("clusters.csv", self.clusters_csv()),
-            ("similarity.csv", self.similarity_csv()),
-            ("confusion.csv", self.confusion_csv()),
-        ];
-        for (name, text) in texts {
+        for (name, table) in self.tables()? {
             let path = dir.join(name);
-            hyperlens_io::write_atomic(&path, text.as_bytes())?;
+            hyperlens_io::write_atomic(&path, table.to_csv().as_bytes())?;
             written.push(path);
         }
         let path = dir.join("pca.npz");

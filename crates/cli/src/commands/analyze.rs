@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use hyperlens_analysis::codes::report::{CodeSplit, Progress};
 use hyperlens_analysis::decode::LogisticParams;
+use hyperlens_analysis::embed::{CodeEmbedding, TsneParams};
 use hyperlens_analysis::terms::{term_decoding, term_decoding_csv, TermCodes, TermDecodingParams};
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
 use hyperlens_io::keys;
@@ -56,7 +57,8 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub quiet: bool,
     /// The t-SNE embeddings use at most this many codes of the set they run on (the first ones;
-    /// Barnes-Hut t-SNE by linfa-tsne, perplexity 30).
+    /// exact t-SNE seeded with --seed, perplexity 30 or the largest that fewer codes admit: the
+    /// report's setting, the same embedding on every run).
     #[arg(long, default_value_t = 2_000)]
     pub tsne_points: usize,
     /// SRAVEN codes: also write tsne.npz, a t-SNE embedding of the all-layer codes of the
@@ -140,24 +142,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             CodeSplit::Train => &train,
             _ => &test,
         };
-        let codes = set.codes();
-        let n = codes.dim().0.min(args.tsne_points);
-        let x = codes
-            .slice(ndarray::s![..n, .., .., .., ..])
-            .mapv(f64::from)
-            .into_shape_with_order((n, codes.len() / codes.dim().0.max(1)))
-            .context("t-SNE features")?;
-        let params = hyperlens_analysis::embed::TsneParams {
-            seed: args.seed,
-            ..Default::default()
-        };
-        let emb = hyperlens_analysis::embed::tsne(x.view(), &params)?;
-        let trust = hyperlens_analysis::embed::trustworthiness(x.view(), emb.view(), 5)?;
-        let label = set.label().slice(ndarray::s![..n]).to_owned();
-        hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&args.out.join("tsne.npz"), |z| {
-            z.add(keys::tsne::TSNE_ALL, &emb)?;
-            z.add(keys::tsne::LABEL, &label)
-        })?;
+        let e = CodeEmbedding::of_codes(set, args.tsne_points, args.seed)?;
+        e.write_npz(&args.out.join("tsne.npz"))?;
+        let (n, trust) = (e.n(), e.trustworthiness);
         outln!(
             "t-SNE of {n} codes (all layers): trustworthiness (k = 5) {trust:.3}; wrote tsne.npz"
         )?;
@@ -217,7 +204,7 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
     hyperlens_io::write_atomic(
         &args.out.join("term_decoding.csv"),
-        term_decoding_csv(&rows).as_bytes(),
+        term_decoding_csv(&rows)?.as_bytes(),
     )?;
     let summary = serde_json::json!({
         "task": "logic",
@@ -228,14 +215,9 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
         "params": params,
         "term_decoding": rows,
     });
-    let (projections, trust) = test.projections(
-        args.tsne_points,
-        &hyperlens_analysis::embed::TsneParams {
-            seed: args.seed,
-            ..Default::default()
-        },
-    )?;
     let n_tsne = args.tsne_points.min(test.n_samples());
+    let (projections, trust) =
+        test.projections(n_tsne, &TsneParams::deterministic(args.seed, n_tsne))?;
     let with_target = hyperlens_report::logic::write_projection_figures(
         &test,
         &projections,

@@ -16,17 +16,14 @@ use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
 use hyperlens_probe::{
     activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
     latent_transplant, write_activation_patching, write_dla, write_head_ablation, write_transplant,
-    Ablation, AblationReport, DlaReport, PatchRun, PatchingReport, TransplantKind,
-    TransplantProblems, TransplantRow,
+    Ablation, AblationReport, DlaReport, PatchRun, PatchingReport, TransplantFractions,
+    TransplantKind, TransplantProblems, TransplantRow,
 };
 use hyperlens_tasks::npz::load_problems;
 use hyperlens_tasks::sraven::{
     sample, token_labels, ProblemSet, SampleStream, Set, Split, SravenParams,
 };
-use hyperlens_viz::{
-    save_interactive_svg, save_png, BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapExplorer,
-    HeatmapOptions, ValueFormat,
-};
+use hyperlens_viz::{interventions, save_interactive_svg, save_png, HeatmapExplorer};
 use ndarray::Array2;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
@@ -330,39 +327,15 @@ fn patching_figures(
     r: &PatchingReport,
 ) -> anyhow::Result<()> {
     let positions = token_labels(cfg.n_tokens, cfg.n_outputs);
-    let layers: Vec<String> = (0..cfg.n_layers).map(|l| format!("L{l}")).collect();
-    let mut grids = vec![
-        ("resid_pre", "blocks.{l}.hook_resid_pre", &r.resid_pre),
-        ("attn_out", "blocks.{l}.hook_attn_out", &r.attn_out),
-    ];
+    let mut grids = vec![("resid_pre", &r.resid_pre), ("attn_out", &r.attn_out)];
     if let Some(m) = &r.mlp_out {
-        grids.push(("mlp_out", "blocks.{l}.hook_mlp_out", m));
+        grids.push(("mlp_out", m));
     }
-    for (file, hook, grid) in grids {
-        let fig = Heatmap::new(
-            grid.clone(),
-            HeatmapOptions {
-                title: format!("{name}: patching {hook} per position (slot {})", r.slot),
-                x_label: "position (P panel s slot; Q query)".into(),
-                y_label: "layer".into(),
-                x_ticks: positions.clone(),
-                y_ticks: layers.clone(),
-                value_format: ValueFormat::Hidden,
-                color_map: ColorMap::BlueWhiteRed,
-                range: Some((-1.0, 1.0)),
-                color_bar_label: "logit difference restored".into(),
-                ..HeatmapOptions::default()
-            },
-        );
-        save_png(out.join(format!("patching_{file}.png")), &fig)?;
+    for (activation, grid) in grids {
+        let fig = interventions::patching_positions(name, activation, r.slot, grid, &positions);
+        save_png(out.join(format!("patching_{activation}.png")), &fig)?;
     }
-    let fig = Heatmap::head_scores(
-        &format!("{name}: patching each head's output (hook_z, all positions)"),
-        r.head_out.view(),
-        "logit difference restored",
-        ColorMap::BlueWhiteRed,
-        Some((-1.0, 1.0)),
-    )?;
+    let fig = interventions::patching_heads(name, r.head_out.view())?;
     save_png(out.join("patching_heads.png"), &fig)?;
     Ok(())
 }
@@ -422,26 +395,7 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
 
 /// `dla.png`: the centred attributions per [layer, head], the last column the layer's MLP.
 fn dla_figure(out: &Path, name: &str, r: &DlaReport) -> anyhow::Result<()> {
-    let (l_n, h_n) = r.heads_centred.dim();
-    let with_mlp = Array2::from_shape_fn((l_n, h_n + 1), |(l, j)| {
-        if j < h_n {
-            r.heads_centred[[l, j]]
-        } else {
-            r.mlp_centred[l]
-        }
-    });
-    let span = with_mlp.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-    let mut fig = Heatmap::head_scores(
-        &format!("{name}: direct logit attribution to the answer (centred logit, nats)"),
-        with_mlp.view(),
-        "nats",
-        ColorMap::BlueWhiteRed,
-        Some((-span, span)),
-    )?;
-    if let Some(last) = fig.options.x_ticks.last_mut() {
-        *last = "MLP".into();
-    }
-    fig.options.x_label = "head (last column: the layer's MLP)".into();
+    let fig = interventions::dla_heads(name, r.heads_centred.view(), &r.mlp_centred)?;
     save_png(out.join("dla.png"), &fig)?;
     Ok(())
 }
@@ -494,68 +448,17 @@ fn transplant_figure(
     n_layers: usize,
     rows: &[TransplantRow],
 ) -> anyhow::Result<()> {
-    let frac = |kind: TransplantKind, changed: bool| -> Vec<f64> {
-        (0..n_layers)
-            .map(|l| {
-                rows.iter()
-                    .find(|r| r.layer == l && r.kind == kind)
-                    .map_or(0.0, |r| {
-                        let k = if changed {
-                            r.to_donor + r.elsewhere
-                        } else {
-                            r.to_donor
-                        };
-                        if r.n > 0 {
-                            k as f64 / r.n as f64
-                        } else {
-                            0.0
-                        }
-                    })
-            })
-            .collect()
+    let f = TransplantFractions::new(rows, n_layers);
+    let series = interventions::TransplantSeries {
+        to_donor: &f.to_donor,
+        changed: &f.changed,
+        donor_problem: &f.donor_problem,
+        off_row: &f.off_row,
+        random: &f.random,
+        zero: &f.zero,
     };
-    let (to_donor, changed, problem, off_row, random, zero) = (
-        frac(TransplantKind::MeanId, false),
-        frac(TransplantKind::MeanId, true),
-        frac(TransplantKind::DonorProblem, false),
-        frac(TransplantKind::OffRow, true),
-        frac(TransplantKind::Random, true),
-        frac(TransplantKind::ZeroAblation, true),
-    );
-    let groups: Vec<String> = (0..n_layers).map(|l| format!("layer {l}")).collect();
-    let mut fig = GroupedBars::accuracy(
-        &format!("{name}: transplanting another rule's mean code at the answer's site"),
-        &groups,
-        vec![
-            BarSeries {
-                name: "answer becomes the donor rule's".into(),
-                values: &to_donor,
-            },
-            BarSeries {
-                name: "answer changes (any)".into(),
-                values: &changed,
-            },
-            BarSeries {
-                name: "answer becomes the donor rule's (one donor problem's code)".into(),
-                values: &problem,
-            },
-            BarSeries {
-                name: "control: donor at the first row's keys".into(),
-                values: &off_row,
-            },
-            BarSeries {
-                name: "control: random code, same norm".into(),
-                values: &random,
-            },
-            BarSeries {
-                name: "control: zero code (ablation)".into(),
-                values: &zero,
-            },
-        ],
-    );
-    fig.y_label = "fraction of problems".into();
-    fig.x_label = "layer transplanted".into();
-    save_png(out.join("transplant.png"), &fig)?;
+    let bars = interventions::TransplantBars::new(&series);
+    save_png(out.join("transplant.png"), &bars.figure(name))?;
     Ok(())
 }
 
@@ -696,17 +599,7 @@ fn heads_figure(
     let deltas = Array2::from_shape_fn((cfg.n_layers, cfg.n_heads), |(l, h)| {
         report.heads[l * cfg.n_heads + h].accuracy - report.base.accuracy
     });
-    let span = deltas.iter().fold(0.01f64, |m, v| m.max(v.abs()));
-    let fig = Heatmap::head_scores(
-        &format!(
-            "{name}: change in accuracy with each head {}-ablated",
-            report.ablation
-        ),
-        deltas.view(),
-        "accuracy change",
-        ColorMap::BlueWhiteRed,
-        Some((-span, span)),
-    )?;
+    let fig = interventions::head_ablation(name, &report.ablation.to_string(), deltas.view())?;
     save_png(out.join("head_ablation.png"), &fig)?;
     let mut hover = HeatmapExplorer::single(&fig);
     (hover.row_name, hover.col_name) = ("layer".into(), "head".into());

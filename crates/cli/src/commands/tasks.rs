@@ -9,10 +9,12 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
 pub use super::common::SetArg;
-use super::dispatch::{logic_inputs, logic_set, split_seed};
+use super::dispatch::{logic_set, split_seed};
 use hyperlens_model::Task;
 use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
-use hyperlens_tasks::logic::{sample_logic_set, LogicParams, LogicSplit, LOGIC_SET_CHUNK};
+use hyperlens_tasks::logic::{
+    sample_problem_set, InputsVariant, LogicSetSidecar, ProblemSetParams,
+};
 use hyperlens_tasks::npz::{save_logic, save_problems};
 use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
 
@@ -166,60 +168,47 @@ fn sample_logic_to_file(args: &SampleArgs) -> Result<String> {
     if args.unpermuted {
         bail!("--unpermuted applies to --task sraven");
     }
-    if args.n == 0 {
-        bail!("--n must be at least 1");
-    }
     let name = args.split.as_deref().unwrap_or("seed0");
-    let seed = split_seed(name)?;
     // The training defaults (`train --task logic`): a set sampled with the same flags fits a
     // model trained with them.
-    let mut settings = hyperlens_train::LogicSettings::default();
-    if let Some(n) = args.logic_samples {
-        settings.samples = n;
-    }
-    if let Some(f) = args.logic_frac_test {
-        settings.frac_test = f;
-    }
-    let params: LogicParams = settings.params();
-    let split = LogicSplit::new(params, seed).context("--split")?;
-    let set = logic_set(args.set);
-    let (t, l, k) = (params.samples, params.variables, params.terms);
-    let mut problems = sample_logic_set(&split, set, args.n, args.seed)
+    let p = ProblemSetParams {
+        params: hyperlens_train::LogicSettings::default()
+            .params()
+            .with_overrides(args.logic_samples, args.logic_frac_test),
+        split_seed: split_seed(name)?,
+        set: logic_set(args.set),
+        n: args.n,
+        seed: args.seed,
+        inputs: InputsVariant::from_flags(args.fixed_query, args.fixed_context)?,
+    };
+    let set = sample_problem_set(&p)
         .map_err(n_flag)
-        .with_context(|| format!("--set {set}"))?;
-    let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, args.seed);
-    inputs
-        .apply(&mut problems)
-        .with_context(|| format!("--{}", inputs.name().replace('_', "-")))?;
+        .with_context(|| format!("--split {name} --set {}", p.set))?;
     super::common::create_parent("--out", &args.out)?;
-    save_logic(&args.out, &problems)?;
-    let sidecar = serde_json::json!({
-        "producer": format!("hyperlens {} tasks sample", env!("CARGO_PKG_VERSION")),
-        "task": Task::Logic,
-        "split": name,
-        "set": set.name(),
-        "n": args.n,
-        "seed": args.seed,
-        "inputs": inputs.name(),
-        "stream_chunk": LOGIC_SET_CHUNK,
-        "params": {
-            "variables": l, "terms": k, "samples": t,
-            "unknown_fraction": params.unknown_fraction, "frac_test": params.frac_test,
-        },
-        "arrays": {"x": "float32 [N, T, L + 1]", "y": "float32 [N]", "targets": "float32 [N, T]",
-                   "terms": "uint8 [N, K, L]", "term_ids": "int64 [N, K]"},
-    });
+    save_logic(&args.out, &set.problems)?;
+    let producer = format!("hyperlens {} tasks sample", env!("CARGO_PKG_VERSION"));
+    let sidecar = LogicSetSidecar::new(&set, &p, name, producer);
     let side = hyperlens_io::write_sidecar(&args.out, &sidecar)?;
-    let tasks: BTreeSet<Vec<u32>> = problems.term_ids.outer_iter().map(|r| r.to_vec()).collect();
+    let tasks: BTreeSet<Vec<u32>> = set
+        .problems
+        .term_ids
+        .outer_iter()
+        .map(|r| r.to_vec())
+        .collect();
+    let q = &p.params;
     Ok(format!(
-        "wrote {} logic problems ({name}, {set} set, seed {}) to {} (+ {})\n\
-         tasks covered: {} of {} in the set; L {l} variables, K {k} terms, T {t} tokens\n",
+        "wrote {} logic problems ({name}, {} set, seed {}) to {} (+ {})\n\
+         tasks covered: {} of {} in the set; L {} variables, K {} terms, T {} tokens\n",
         args.n,
+        p.set,
         args.seed,
         args.out.display(),
         side.display(),
         tasks.len(),
-        split.tasks(set).len(),
+        set.split.tasks(p.set).len(),
+        q.variables,
+        q.terms,
+        q.samples,
     ))
 }
 

@@ -13,6 +13,7 @@ use ndarray::{Array2, Array3};
 
 use super::cached;
 use crate::error::{step, ProbeError, Result};
+use hyperlens_analysis::table::{Column, Table};
 
 /// The result of [`direct_logit_attribution`]: each component's mean direct contribution to the
 /// answer logit, through the final LayerNorm with its scale frozen (TransformerLens
@@ -485,33 +486,77 @@ struct Direction {
     kc: f64,
 }
 
+/// One row of `dla.csv`: component, layer, head, label, attribution, centred attribution.
+type DlaRow = (&'static str, Option<usize>, Option<usize>, String, f64, f64);
+
 /// `dla.csv`: `component,layer,head,label,logit_attr,centred_logit_attr` (nats, means over the
-/// problems and slots), one row per head, attention bias, MLP, the embedding and the constant.
-pub fn dla_csv(r: &DlaReport) -> String {
-    let mut s = String::from("component,layer,head,label,logit_attr,centred_logit_attr\n");
-    s.push_str(&format!(
-        "embed,,,embed,{:.6},{:.6}\n",
-        r.embed, r.embed_centred
+/// problems and slots, 6 decimals), one row per head, attention bias, MLP, the embedding and the
+/// constant (`layer` and `head` empty where they do not apply).
+///
+/// # Errors
+/// None in practice (every column has one value per row).
+pub fn dla_table(r: &DlaReport) -> Result<Table> {
+    let mut rows: Vec<DlaRow> = Vec::new();
+    rows.push((
+        "embed",
+        None,
+        None,
+        "embed".into(),
+        r.embed,
+        r.embed_centred,
     ));
-    for ((l, h), v) in r.heads.indexed_iter() {
-        s.push_str(&format!(
-            "head,{l},{h},L{l}H{h},{v:.6},{:.6}\n",
-            r.heads_centred[[l, h]]
+    for ((l, h), &v) in r.heads.indexed_iter() {
+        rows.push((
+            "head",
+            Some(l),
+            Some(h),
+            format!("L{l}H{h}"),
+            v,
+            r.heads_centred[[l, h]],
         ));
     }
     for l in 0..r.mlp.len() {
-        s.push_str(&format!(
-            "attn_bias,{l},,L{l}.b_O,{:.6},{:.6}\n",
-            r.attn_bias[l], r.attn_bias_centred[l]
-        ));
-        s.push_str(&format!(
-            "mlp,{l},,L{l}.mlp,{:.6},{:.6}\n",
-            r.mlp[l], r.mlp_centred[l]
+        let (b, bc) = (r.attn_bias[l], r.attn_bias_centred[l]);
+        rows.push(("attn_bias", Some(l), None, format!("L{l}.b_O"), b, bc));
+        rows.push((
+            "mlp",
+            Some(l),
+            None,
+            format!("L{l}.mlp"),
+            r.mlp[l],
+            r.mlp_centred[l],
         ));
     }
-    s.push_str(&format!(
-        "constant,,,ln_final.b+b_U,{:.6},{:.6}\n",
-        r.constant, r.constant_centred
+    let label = "ln_final.b+b_U".to_string();
+    rows.push((
+        "constant",
+        None,
+        None,
+        label,
+        r.constant,
+        r.constant_centred,
     ));
-    s
+    let opt = |f: &dyn Fn(&DlaRow) -> Option<usize>| {
+        Column::MaybeInt(rows.iter().map(|x| f(x).map(|v| v as i64)).collect())
+    };
+    let mut t = Table::new();
+    t.push(
+        "component",
+        Column::Text(rows.iter().map(|x| x.0.to_string()).collect()),
+    )?;
+    t.push("layer", opt(&|x| x.1))?;
+    t.push("head", opt(&|x| x.2))?;
+    t.push(
+        "label",
+        Column::Text(rows.iter().map(|x| x.3.clone()).collect()),
+    )?;
+    t.push(
+        "logit_attr",
+        Column::float(rows.iter().map(|x| x.4).collect(), 6),
+    )?;
+    t.push(
+        "centred_logit_attr",
+        Column::float(rows.iter().map(|x| x.5).collect(), 6),
+    )?;
+    Ok(t)
 }

@@ -27,10 +27,11 @@ use hyperlens_tasks::sraven::ProblemSet;
 use ndarray::{s, Array2, Array3};
 
 use crate::error::{step, ProbeError, Result};
+use hyperlens_analysis::table::{Column, Table};
 
 mod dla;
 
-pub use dla::{direct_logit_attribution, dla_csv, DlaReport};
+pub use dla::{direct_logit_attribution, dla_table, DlaReport};
 
 /// Whether every problem of `set` is unpermuted (slot `f` is feature `f` in every panel).
 pub(crate) fn unpermuted(set: &ProblemSet) -> bool {
@@ -473,12 +474,20 @@ fn normalised_patching_report(
 }
 
 /// `activation_patching.csv`: `activation,layer,index,label,score` (index = position for
-/// `resid_pre` / `attn_out` / `mlp_out`, head for `head_out`).
-pub fn patching_csv(r: &PatchingReport) -> String {
-    let mut s = String::from("activation,layer,index,label,score\n");
-    let mut grid = |kind: &str, a: &Array2<f64>, label: &dyn Fn(usize, usize) -> String| {
-        for ((l, i), v) in a.indexed_iter() {
-            s.push_str(&format!("{kind},{l},{i},{},{v:.6}\n", label(l, i)));
+/// `resid_pre` / `attn_out` / `mlp_out`, head for `head_out`; scores with 6 decimals).
+///
+/// # Errors
+/// None in practice (every column has one value per row).
+pub fn patching_table(r: &PatchingReport) -> Result<Table> {
+    let (mut kind, mut layer, mut index, mut label, mut score) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut grid = |k: &str, a: &Array2<f64>, name: &dyn Fn(usize, usize) -> String| {
+        for ((l, i), &v) in a.indexed_iter() {
+            kind.push(k.to_string());
+            layer.push(l as i64);
+            index.push(i as i64);
+            label.push(name(l, i));
+            score.push(v);
         }
     };
     grid("resid_pre", &r.resid_pre, &|_, i| format!("pos{i}"));
@@ -487,5 +496,11 @@ pub fn patching_csv(r: &PatchingReport) -> String {
         grid("mlp_out", m, &|_, i| format!("pos{i}"));
     }
     grid("head_out", &r.head_out, &|l, h| format!("L{l}H{h}"));
-    s
+    let mut t = Table::new();
+    t.push("activation", Column::Text(kind))?;
+    t.push("layer", Column::Int(layer))?;
+    t.push("index", Column::Int(index))?;
+    t.push("label", Column::Text(label))?;
+    t.push("score", Column::float(score, 6))?;
+    Ok(t)
 }

@@ -194,18 +194,9 @@ fn analyse_codes(
     )?;
     let test = &codes[1];
     let tsne_points = TSNE_POINTS.min(test.n_samples());
-    // Perplexity 30 (scikit-learn's default) needs 91 points; fewer get the largest that fits.
-    let tsne_perplexity = TsneParams::default()
-        .perplexity
-        .min(((tsne_points.max(4) - 1) / 3) as f64);
-    let tsne = TsneParams {
-        seed: params.seed,
-        perplexity: tsne_perplexity,
-        // Exact gradients: bhtsne draws its Barnes-Hut tree with an unseeded generator, so only
-        // theta = 0 gives the same embedding on every run (and the report the same bytes).
-        theta: 0.0,
-        ..TsneParams::default()
-    };
+    // The one deterministic setting (exact gradients, seeded; perplexity 30 or what fits).
+    let tsne = TsneParams::deterministic(params.seed, tsne_points);
+    let tsne_perplexity = tsne.perplexity;
     // The probes and the t-SNE (one thread) side by side.
     let (decoding, projected) = rayon::join(
         || {
@@ -236,7 +227,7 @@ fn analyse_codes(
     })?;
     hyperlens_io::write_atomic(
         &tables.join("term_decoding.csv"),
-        term_decoding_csv(&decoding).as_bytes(),
+        term_decoding_csv(&decoding)?.as_bytes(),
     )?;
     hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&tables.join("projections.npz"), |z| {
         for (name, a) in &projections {

@@ -23,7 +23,11 @@ use crate::error::{Result, TasksError};
 use crate::rng::{self, Domain};
 
 mod arrays;
+pub mod problem_set;
 pub use arrays::LogicArrays;
+pub use problem_set::{
+    sample_problem_set, InputsVariant, LogicSetSidecar, ProblemSet, ProblemSetParams,
+};
 
 /// Sizes of the fuzzy-logic task. Defaults: L = 4 variables, K = 2 terms, 25 % unknown terms,
 /// 30 % of the known-term tasks held out, N = 16 samples per sequence.

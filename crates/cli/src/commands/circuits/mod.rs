@@ -13,23 +13,25 @@
 //!   K-composition between them;
 //! - figures of all of these.
 //!
-//! The analyses are `hyperlens_analysis::circuits::pipeline` ([`analyze_circuits`] and the tables
-//! of its [`CircuitReport`](hyperlens_analysis::circuits::CircuitReport)); this module loads the
-//! model, runs it on the sequences, and draws (`figures.rs`). Memory stays bounded on real models:
-//! circuits are factored (rank `d_head`),
-//! no `[vocab, vocab]` product is formed, and attention patterns are held for one sequence at a time.
+//! The work is `hyperlens_probe::circuits::run` (the inputs' rules, the forward passes on the
+//! sequences, then `hyperlens_analysis::circuits::analyze_circuits`); this module parses the flags,
+//! reports progress, writes the report's tables, draws (`figures.rs`) and writes the
+//! `CircuitSummary`. Memory stays bounded on real models: circuits are factored (rank `d_head`),
+//! no `[vocab, vocab]` product is formed, attention patterns are held for one sequence at a time,
+//! and the model is dropped once its head weights are read.
 
 mod figures;
 mod summary;
 
-use std::path::PathBuf;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Args;
-use hyperlens_analysis::circuits::{analyze_circuits, AttnWeights, CircuitParams, HeadScorer};
+use hyperlens_analysis::circuits::CircuitParams;
 use hyperlens_model::{lm, Device};
-use hyperlens_tasks::induction::repeated_random_tokens;
+use hyperlens_probe::circuits::{self, CircuitRunParams, CircuitStep, CircuitSummary};
 
 use super::common::{progress_bar, Stage};
 
@@ -78,68 +80,82 @@ pub struct CircuitsArgs {
 }
 
 impl CircuitsArgs {
-    fn params(&self) -> CircuitParams {
-        CircuitParams {
-            threshold: self.threshold,
-            baseline_samples: self.baseline_samples,
-            seed: self.seed,
-            top: self.top,
-            threads: self.threads,
+    fn params(&self) -> CircuitRunParams {
+        CircuitRunParams {
+            seq_len: self.seq_len,
+            n_seqs: self.n_seqs,
+            bos: self.bos,
+            fold_norm: !self.no_fold_norm,
+            analysis: CircuitParams {
+                threshold: self.threshold,
+                baseline_samples: self.baseline_samples,
+                seed: self.seed,
+                top: self.top,
+                threads: self.threads,
+            },
         }
-    }
-
-    fn check(&self) -> anyhow::Result<()> {
-        if self.n_seqs == 0 {
-            bail!("--n-seqs must be at least 1");
-        }
-        if self.seq_len == Some(0) || self.seq_len == Some(1) {
-            bail!("--seq-len must be at least 2");
-        }
-        Ok(self.params().check()?)
     }
 }
 
-/// Default length of the repeated random segment (TransformerLens / ARENA induction demo).
-const DEFAULT_SEQ_LEN: usize = 50;
-
-/// The random segment length `n`: `--seq-len` or the default, checked against the model's context.
-fn resolve_seq_len(args: &CircuitsArgs, max_len: usize, prefix: usize) -> anyhow::Result<usize> {
-    let room = max_len.saturating_sub(prefix) / 2;
-    match args.seq_len {
-        Some(n) if 2 * n + prefix > max_len => bail!(
-            "--seq-len {n}: {prefix} + 2 x {n} tokens exceed the model's {max_len} positions \
-             (at most --seq-len {room})"
-        ),
-        Some(n) => Ok(n),
-        None if room < 2 => {
-            bail!("the model's {max_len} positions leave no room for a repeated sequence")
-        }
-        None => Ok(DEFAULT_SEQ_LEN.min(room)),
-    }
+/// The progress of a run: a bar over the sequences, then one timed stage per step.
+struct Progress {
+    timings: Vec<(&'static str, f64)>,
+    bar: Option<indicatif::ProgressBar>,
+    t_sequences: Instant,
+    stage: Option<Stage>,
 }
 
-/// Runs the model on `n_seqs` repeated random sequences, one at a time, and scores every head.
-fn score_heads(
-    model: &lm::LanguageModel,
-    n: usize,
-    prefix: &[u32],
-    n_seqs: usize,
-    seed: u64,
-) -> anyhow::Result<hyperlens_analysis::circuits::HeadScores> {
-    let toks = repeated_random_tokens(model.vocab_size(), n, n_seqs, seed)
-        .context("sampling repeated random tokens")?;
-    let mut scorer = HeadScorer::new(model.n_layers(), model.n_heads(), n, prefix.len())?;
-    let bar = progress_bar(n_seqs as u64, "attention on repeated tokens", "seqs");
-    for row in toks.rows() {
-        let seq: Vec<u32> = prefix.iter().copied().chain(row.iter().copied()).collect();
-        let pattern = model
-            .attention_patterns(&seq)
-            .context("forward pass on repeated random tokens")?;
-        scorer.add(pattern, &seq)?;
-        bar.inc(1);
+impl Progress {
+    /// Reports `step`; `model` names the checkpoint, its kind and sizes (layers, heads, vocabulary).
+    fn step(&mut self, step: CircuitStep<'_>, model: (&Path, &str, [usize; 3])) {
+        match step {
+            CircuitStep::Planned(plan) => {
+                let (checkpoint, kind, [nl, nh, vocab]) = model;
+                eprintln!(
+                    "{} ({kind}): {nl} layers x {nh} heads, vocabulary {vocab}; {} sequences of {} + 2 x {} tokens",
+                    checkpoint.display(),
+                    plan.n_seqs,
+                    plan.prefix.len(),
+                    plan.seq_len
+                );
+                self.t_sequences = Instant::now();
+            }
+            CircuitStep::Sequences { done: 0, total } => {
+                self.bar = Some(progress_bar(
+                    total as u64,
+                    "attention on repeated tokens",
+                    "seqs",
+                ));
+            }
+            CircuitStep::Sequences { .. } => {
+                if let Some(b) = &self.bar {
+                    b.inc(1);
+                }
+            }
+            CircuitStep::HeadWeights => {
+                if let Some(b) = self.bar.take() {
+                    b.finish_and_clear();
+                }
+                let s = self.t_sequences.elapsed().as_secs_f64();
+                eprintln!("  {:<28} {s:>8.2} s", "attention on repeated tokens");
+                self.timings.push(("attention on repeated tokens", s));
+                self.next(Stage::start("head weights"));
+            }
+            CircuitStep::Analysis(next) => self.next(Stage::start(next.name())),
+        }
     }
-    bar.finish_and_clear();
-    Ok(scorer.finish()?)
+
+    /// Ends the running stage, if any, and starts `stage`.
+    fn next(&mut self, stage: Stage) {
+        self.finish();
+        self.stage = Some(stage);
+    }
+
+    fn finish(&mut self) {
+        if let Some(s) = self.stage.take() {
+            s.done(&mut self.timings);
+        }
+    }
 }
 
 /// Runs `hyperlens circuits`.
@@ -149,125 +165,50 @@ fn score_heads(
 /// `--seq-len` the model's context cannot hold, token ids out of the vocabulary, numerical failure
 /// of an eigen-solve, a failed write.
 pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
-    args.check()?;
+    let params = args.params();
+    params.check()?;
     let t_all = Instant::now();
-    let mut timings: Vec<(&'static str, f64)> = Vec::new();
-    let kind = lm::detect(&args.checkpoint)?;
+    let kind = lm::detect(&args.checkpoint)?.to_string();
     let device = args.device.to_candle()?;
     let figures = args.out.join("figures");
     std::fs::create_dir_all(&figures).with_context(|| format!("creating {}", figures.display()))?;
 
-    let stage = Stage::start("load checkpoint");
+    let mut progress = Progress {
+        timings: Vec::new(),
+        bar: None,
+        t_sequences: Instant::now(),
+        stage: Some(Stage::start("load checkpoint")),
+    };
     let model = lm::load(&args.checkpoint, &device)?;
-    stage.done(&mut timings);
-    let (nl, nh, vocab) = (model.n_layers(), model.n_heads(), model.vocab_size());
-    if nl == 0 {
-        bail!(
-            "{}: a model without attention layers has no heads to analyse",
-            args.checkpoint.display()
-        );
-    }
-    if let Some(b) = args.bos {
-        if b as usize >= vocab {
-            bail!("--bos {b} is outside the vocabulary of {vocab} tokens");
-        }
-    }
-    let prefix: Vec<u32> = args.bos.into_iter().collect();
-    let n = resolve_seq_len(&args, model.max_seq_len(), prefix.len())?;
-    eprintln!(
-        "{} ({kind}): {nl} layers x {nh} heads, vocabulary {vocab}; {} sequences of {} + 2 x {n} tokens",
-        args.checkpoint.display(),
-        args.n_seqs,
-        prefix.len()
-    );
-
-    let t0 = Instant::now();
-    let heads = score_heads(&model, n, &prefix, args.n_seqs, args.seed)?;
-    let s = t0.elapsed().as_secs_f64();
-    eprintln!("  {:<28} {s:>8.2} s", "attention on repeated tokens");
-    timings.push(("attention on repeated tokens", s));
-
-    let stage = Stage::start("head weights");
-    let fold = !args.no_fold_norm;
-    let hw = model.head_weights(fold)?;
-    drop(model);
-    let w = AttnWeights::new(hw.w_q, hw.w_k, hw.w_v, hw.w_o)?.with_embeddings(
-        Some(hw.w_e),
-        Some(hw.w_u),
-        Some(hw.b_u),
-    )?;
-    let mut stage = Some(stage);
-    let report = analyze_circuits(&w, heads, &args.params(), &mut |next| {
-        if let Some(s) = stage.take() {
-            s.done(&mut timings);
-        }
-        stage = Some(Stage::start(next.name()));
+    progress.finish();
+    let sizes = [model.n_layers(), model.n_heads(), model.vocab_size()];
+    let run = circuits::run(model, &params, &mut |step| {
+        progress.step(step, (&args.checkpoint, &kind, sizes));
+        ControlFlow::Continue(())
     })?;
-    if let Some(s) = stage.take() {
-        s.done(&mut timings);
-    }
+    progress.finish();
 
     let stage = Stage::start("write tables");
-    report.write_tables(&args.out)?;
-    stage.done(&mut timings);
+    run.report.write_tables(&args.out)?;
+    stage.done(&mut progress.timings);
     let stage = Stage::start("figures");
-    figures::draw(&report, &figures)?;
-    stage.done(&mut timings);
+    figures::draw(&run.report, &figures)?;
+    stage.done(&mut progress.timings);
 
-    let inputs = summary::Inputs {
-        args: &args,
-        kind: kind.to_string(),
-        vocab,
-        repeated: n,
-        prefix: &prefix,
-        fold,
-    };
-    let summary = summary::summary(&inputs, &report, &timings, t_all.elapsed().as_secs_f64())?;
-    hyperlens_io::write_json(&args.out.join("summary.json"), &summary)?;
-    summary::print_findings(&report)?;
+    let summary = CircuitSummary::new(
+        &run,
+        &params,
+        args.checkpoint.clone(),
+        kind,
+        &progress.timings,
+        t_all.elapsed().as_secs_f64(),
+    )?;
+    hyperlens_io::write_json(&args.out.join("summary.json"), &summary.to_json()?)?;
+    summary::print_findings(&run.report)?;
     outln!(
         "wrote {} in {:.1} s",
         args.out.display(),
         t_all.elapsed().as_secs_f64()
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(seq_len: Option<usize>) -> CircuitsArgs {
-        CircuitsArgs {
-            checkpoint: PathBuf::from("x"),
-            out: PathBuf::from("y"),
-            seq_len,
-            seed: 0,
-            n_seqs: 1,
-            bos: None,
-            threshold: 0.4,
-            baseline_samples: 100,
-            top: 5,
-            no_fold_norm: false,
-            threads: 1,
-            device: Device::Cpu,
-        }
-    }
-
-    #[test]
-    fn seq_len_fits_the_context() {
-        assert_eq!(resolve_seq_len(&args(None), 64, 0).unwrap(), 32);
-        assert_eq!(resolve_seq_len(&args(None), 64, 1).unwrap(), 31);
-        assert_eq!(resolve_seq_len(&args(None), 8192, 1).unwrap(), 50);
-        assert_eq!(resolve_seq_len(&args(Some(10)), 64, 1).unwrap(), 10);
-        let e = resolve_seq_len(&args(Some(32)), 64, 1)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("at most --seq-len 31"), "{e}");
-        assert!(resolve_seq_len(&args(None), 3, 0).is_err());
-        assert!(args(Some(1)).check().is_err());
-        let mut a = args(None);
-        a.threshold = 1.5;
-        assert!(a.check().unwrap_err().to_string().contains("--threshold"));
-    }
 }
