@@ -73,7 +73,9 @@ enum Command {
     /// Activations of hook points (TransformerLens names, e.g. `blocks.*.hook_resid_post`) over a
     /// problem set, one array per hook, to a .npz file.
     Cache(Box<commands::cache::CacheArgs>),
-    /// Interventions through the hook points: `patch heads` ablates each attention head in turn.
+    /// Interventions through the hook points: `heads` ablates each attention head in turn,
+    /// `transplant` moves another rule's latent code into the answer's site, `acts` patches clean
+    /// activations into corrupted problems, `dla` attributes the answer logit to each component.
     #[command(subcommand)]
     Patch(commands::patch::PatchCommand),
     /// Many training runs from one spec: plan them, run them here or on Slurm, follow them.
