@@ -42,17 +42,12 @@ pub fn is_special(path: &Path) -> bool {
 /// # Errors
 /// [`std::io::ErrorKind::InvalidInput`] for a link or anything but a directory, naming the path.
 pub fn real_dir_or_absent(path: &Path) -> std::io::Result<()> {
-    let refuse = |what: &str| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{} {what}", path.display()),
-        ))
-    };
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            refuse("is a symbolic link; it must be a directory inside the sweep or group")
-        }
-        Ok(m) if !m.is_dir() => refuse("is not a directory"),
+        Ok(m) if m.file_type().is_symlink() => refuse(
+            path,
+            "is a symbolic link; it must be a directory inside the sweep or group",
+        ),
+        Ok(m) if !m.is_dir() => refuse(path, "is not a directory"),
         _ => Ok(()),
     }
 }
@@ -64,19 +59,22 @@ pub fn real_dir_or_absent(path: &Path) -> std::io::Result<()> {
 /// [`std::io::ErrorKind::InvalidInput`] for a link or anything but a regular file, naming the
 /// path.
 pub fn regular_file_or_absent(path: &Path) -> std::io::Result<()> {
-    let refuse = |what: &str| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{} {what}", path.display()),
-        ))
-    };
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => {
-            refuse("is a symbolic link; it must be a regular file")
+            refuse(path, "is a symbolic link; it must be a regular file")
         }
-        Ok(m) if !m.is_file() => refuse("is not a regular file"),
+        Ok(m) if !m.is_file() => refuse(path, "is not a regular file"),
         _ => Ok(()),
     }
+}
+
+/// The error of [`real_dir_or_absent`] and [`regular_file_or_absent`]: `path` and what is wrong with
+/// it, as [`std::io::ErrorKind::InvalidInput`].
+fn refuse(path: &Path, what: &str) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{} {what}", path.display()),
+    ))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use hyperlens_io::sidecars::ProblemsSource;
 use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
 use hyperlens_probe::{
     activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
@@ -246,7 +247,7 @@ fn acts_problems(
     if let Some(path) = &a.problems {
         return Ok((
             load_problems(path, &params)?,
-            serde_json::json!({"problems": path.display().to_string()}),
+            serde_json::to_value(ProblemsSource::file(path.display()))?,
         ));
     }
     let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
@@ -266,8 +267,13 @@ fn acts_problems(
     )?;
     Ok((
         sample(&split, which, a.n, a.seed, true)?,
-        serde_json::json!({"problems": "generated", "split": split_name,
-            "set": which.to_string(), "n": a.n, "seed": a.seed, "unpermuted": true}),
+        serde_json::to_value(ProblemsSource::sampled(
+            split_name.to_string(),
+            which.to_string(),
+            a.n,
+            a.seed,
+            Some(true),
+        ))?,
     ))
 }
 
