@@ -10,7 +10,8 @@
 use crate::LANES;
 use crate::{padded, portable, AttentionShape};
 
-/// How [`codes`] turns a row of scores into codes (the model's normalisations).
+/// How [`attention_codes`](crate::portable::attention_codes) turns a row of scores into codes (the
+/// model's normalisations).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CodesNorm {
     /// Softmax over the visible keys.
@@ -22,9 +23,10 @@ pub enum CodesNorm {
     RmsHead(f32),
 }
 
-/// One problem's attention buffers for [`codes`]: a row of scores and its `exp` over the padded
-/// keys, two rows each `[2 Tp]`; the codes `[H, T, T]`; RMSHead's scales `[T * T]`; keys and values
-/// transposed and padded `[H, d, Tp]` (the padding stays zero).
+/// One problem's attention buffers for [`attention_codes`](crate::portable::attention_codes): a row
+/// of scores and its `exp` over the padded keys, two rows each `[2 Tp]`; the codes `[H, T, T]`;
+/// RMSHead's scales `[T * T]`; keys and values transposed and padded `[H, d, Tp]` (the padding stays
+/// zero).
 #[derive(Debug, Clone)]
 pub struct AttentionScratch {
     /// Scores of one or two rows over the padded keys.
