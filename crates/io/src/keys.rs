@@ -33,6 +33,41 @@ pub mod codes {
     pub const PROBLEM: &str = "problem";
 }
 
+/// `codes.npz` of a language model on a prompt file (`hyperlens probe --prompts`, `lm.latent_codes`
+/// streamed): one row per prompt, the sidecar [`crate::sidecars::LmCodesSidecar`] beside it.
+/// `codes` and `label` keep the names (and meaning) of [`codes`], so the code-set readers and the
+/// explorer take these files too.
+pub mod lm_codes {
+    /// float32 `[N, L, H, Q, K]`: the latent code of each (query, key) site pair, over the query
+    /// heads `H` of each selected layer (the form the sidecar names: the attention probabilities,
+    /// the pre-softmax scores, or the probabilities renormalised without position 0).
+    pub const CODES: &str = "codes";
+    /// int64 `[N]`: the value index of the sidecar's `label_factor` (as a column of `factors`).
+    pub const LABEL: &str = "label";
+    /// int64 `[N, F]`: per prompt, the index of its value of each factor, in the sidecar's
+    /// `factors` order (values sorted; -1 when the prompt has no such label).
+    pub const FACTORS: &str = "factors";
+    /// int64 `[N]`: the prompt's split, 0 = train (seen combinations), 1 = test (held out).
+    pub const SPLIT: &str = "split";
+    /// int64 `[N]`: the prompt's index (0-based line) in the prompt file.
+    pub const PROMPT: &str = "prompt";
+    /// int64 `[N]`: the prompt's length in tokens (special tokens included).
+    pub const LENGTH: &str = "length";
+    /// int64 `[N, Q]`: the token position of each query site.
+    pub const QUERY_POS: &str = "query_pos";
+    /// int64 `[N, K]`: the token position of each key site.
+    pub const KEY_POS: &str = "key_pos";
+    /// int64 `[N]`: the first token of the prompt's answer (-1 when it has none).
+    pub const TARGET: &str = "target";
+    /// int64 `[N]`: the model's next-token prediction (argmax) after the prompt's last token.
+    pub const PREDICTION: &str = "prediction";
+    /// bool `[N]`: `prediction == target` (false when the prompt has no answer).
+    pub const CORRECT: &str = "correct";
+    /// float32 `[N, L, Q, D]` (only with `--resid`): the residual stream after each selected
+    /// layer (`blocks.{l}.hook_resid_post`) at each query site.
+    pub const RESID: &str = "resid";
+}
+
 /// SRAVEN problem sets (`hyperlens tasks sample`, read by `eval --problems` and the task crate).
 pub mod problems {
     /// uint8 `[N, T, M]` (float32 / float64 accepted on read): one-hot input tokens.

@@ -163,3 +163,55 @@ mod tests {
         ));
     }
 }
+
+/// One labelled factor of a prompt file (`operation`, `domain`, `relation`, ...) and its values,
+/// sorted: a value's index is its position here (the `factors` / `label` arrays of
+/// [`crate::keys::lm_codes`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LmFactor {
+    /// The factor's name.
+    pub name: String,
+    /// Its values, sorted.
+    pub values: Vec<String>,
+}
+
+/// `codes.json`, the sidecar of a language model's code file ([`crate::keys::lm_codes`]): what
+/// the codes are and where they came from. Written by the probe crate's prompt extraction, read by
+/// the analyses and the explorer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LmCodesSidecar {
+    /// The factors of the prompt file, in the column order of `factors`.
+    pub factors: Vec<LmFactor>,
+    /// The form of the code: `pattern` (attention probabilities, `hook_pattern`), `scores`
+    /// (pre-softmax, `hook_attn_scores`) or `no-sink` (probabilities renormalised without
+    /// position 0).
+    pub form: String,
+    /// Whether the file holds `resid`.
+    pub has_resid: bool,
+    /// Per query head, the key/value head it reads (`h / (H / H_kv)`; `h` without grouping).
+    pub kv_group: Vec<usize>,
+    /// The factor whose value indices are the `label` array.
+    pub label_factor: String,
+    /// The selected layers, in the order of the codes' layer axis.
+    pub layers: Vec<usize>,
+    /// The model's checkpoint path, as given.
+    pub model: String,
+    /// The model's kind (`gguf`, `hf-llama`, `hf-gpt2`, `token-model`).
+    pub model_kind: String,
+    /// Query heads per layer.
+    pub n_heads: usize,
+    /// Rows of the file.
+    pub n_prompts: usize,
+    /// Whether a beginning-of-sequence token was prepended.
+    pub prepend_bos: bool,
+    /// The prompt file's path, as given (the explorer reads the prompts' text from it).
+    pub prompts: String,
+    /// When the codes are those of the model with its weights shuffled within each tensor (the
+    /// control of the lens), the shuffle's seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffled_weights_seed: Option<u64>,
+    /// The sites, as written (`query: last; keys: demo_output, query_input`).
+    pub sites: String,
+    /// Where the tokenizer came from (a `tokenizer.json` path or the GGUF's metadata).
+    pub tokenizer: String,
+}
