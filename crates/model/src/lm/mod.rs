@@ -10,6 +10,8 @@
 //!   mixers, causal), with the attention-only 0/1/2-layer presets of the circuits paper
 //!   ([`TokenConfig::attn_only`]) and checked checkpoints ([`ckpt`]).
 //! - [`LanguageModel`] / [`load`]: any of them, the kind detected from the path ([`detect`]).
+//! - [`LmTokenizer`] / [`load_tokenizer`]: their text in and out (a `tokenizer.json` or a GGUF
+//!   file's `tokenizer.ggml.*` metadata).
 //!
 //! Every model exports its per-head weights in TransformerLens layout as `ndarray` arrays
 //! ([`HeadWeights`]).
@@ -22,6 +24,7 @@ mod layers;
 mod llama;
 mod store;
 mod token;
+mod tokenizer;
 mod weights;
 
 use std::io::Read;
@@ -34,6 +37,9 @@ pub use gguf::{permute_qk_rows, unpermute_qk_rows};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
 pub use llama::{Llama, LlamaConfig};
 pub use token::{TokenConfig, TokenModel, TOKEN_LN_EPS, TOKEN_MODEL_TYPE};
+pub use tokenizer::{
+    load_tokenizer, missing_tokenizer, no_tokenizer_error, require_tokenizer, LmTokenizer,
+};
 pub use weights::HeadWeights;
 
 use crate::error::{ModelError, Result};
