@@ -193,3 +193,79 @@ fn attention_usage_errors() {
     ])
     .usage_error(&["invalid value 'tpu' for '--device <DEVICE>'"]);
 }
+
+/// `--text` tokenizes with the model's own tokenizer (the tiny Llama fixture's `tokenizer.json`,
+/// whose Hugging Face ids are in `tokenizer_ids.json`: `<s>` = 1 first) and then runs as
+/// `--tokens` with those ids; it excludes `--tokens`; a model without a tokenizer says so in one
+/// line.
+#[test]
+fn attention_text_runs_as_its_token_ids() {
+    let tmp = tempdir();
+    let model = crate::util::manifest_dir().join("crates/model/tests/fixtures/lm/tiny-llama-hf");
+    let m = s(&model);
+    let by_text = tmp.path().join("text.npz");
+    let by_ids = tmp.path().join("ids.npz");
+    let text = "the cat sat on the mat .";
+    let ids = [1i64, 3, 4, 5, 6, 3, 7, 58];
+    hyperlens(&[
+        "attention",
+        "--checkpoint",
+        m,
+        "--text",
+        text,
+        "--out",
+        s(&by_text),
+    ])
+    .success();
+    let list: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    hyperlens(&[
+        "attention",
+        "--checkpoint",
+        m,
+        "--tokens",
+        &list.join(","),
+        "--out",
+        s(&by_ids),
+    ])
+    .success();
+    let toks: ArrayD<i64> = array(&by_text, "tokens");
+    assert_eq!(toks.iter().copied().collect::<Vec<_>>(), ids);
+    let a: ArrayD<f32> = array(&by_text, "pattern");
+    let b: ArrayD<f32> = array(&by_ids, "pattern");
+    assert_eq!(a, b);
+    assert_eq!(
+        json(&tmp.path().join("text.json"))["tokens"],
+        serde_json::json!(ids)
+    );
+
+    hyperlens(&[
+        "attention",
+        "--checkpoint",
+        m,
+        "--text",
+        "a",
+        "--tokens",
+        "1",
+        "--out",
+        s(&by_text),
+    ])
+    .usage_error(&["--tokens", "--text"]);
+    let induction = repo_path("data/induction/attn-only-2l");
+    let e = hyperlens(&[
+        "attention",
+        "--checkpoint",
+        s(&induction),
+        "--text",
+        "hello",
+        "--out",
+        s(&by_text),
+    ])
+    .failure(&[
+        "--text",
+        "this model has no tokenizer",
+        "no tokenizer.json in",
+        "pass token ids",
+    ])
+    .to_string();
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+}

@@ -161,3 +161,38 @@ fn a_language_models_cache_matches_transformer_lens() {
     ])
     .failure(&["token id 64"]);
 }
+
+/// `cache --text` caches the activations of the text's token ids (the tiny Llama fixture's
+/// tokenizer), records those ids in the sidecar as `--tokens` does, and excludes `--tokens`.
+#[test]
+fn cache_text_equals_cache_of_its_token_ids() {
+    let tmp = tempdir();
+    let ck = crate::util::manifest_dir().join("crates/model/tests/fixtures/lm/tiny-llama-hf");
+    let (a, b) = (tmp.path().join("a.npz"), tmp.path().join("b.npz"));
+    let base = [
+        "cache",
+        "--checkpoint",
+        s(&ck),
+        "--hooks",
+        "blocks.*.attn.hook_pattern",
+    ];
+    let mut by_text = base.to_vec();
+    by_text.extend(["--text", "Q: one two A: three", "--out", s(&a)]);
+    assert!(hyperlens(&by_text).success().contains("6 tokens"));
+    let mut by_ids = base.to_vec();
+    by_ids.extend(["--tokens", "1,62,42,43,63,44", "--out", s(&b)]);
+    hyperlens(&by_ids).success();
+    for name in ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"] {
+        let x: ArrayD<f32> = array(&a, name);
+        let y: ArrayD<f32> = array(&b, name);
+        assert_eq!(x, y, "{name}");
+    }
+    let (sa, sb) = (
+        json(&tmp.path().join("a.json")),
+        json(&tmp.path().join("b.json")),
+    );
+    assert_eq!(sa["source"], sb["source"]);
+    let mut both = base.to_vec();
+    both.extend(["--text", "one", "--tokens", "1", "--out", s(&a)]);
+    hyperlens(&both).usage_error(&["--text", "--tokens"]);
+}

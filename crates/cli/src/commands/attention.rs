@@ -1,7 +1,8 @@
 //! `hyperlens attention`: the attention patterns of a token language model on one token sequence,
 //! written as `pattern` [layer, head, query, key] (float32) to a `.npz` file.
 //!
-//! The checkpoint kind is detected: a hyperlens token-model directory, a Hugging Face Llama or
+//! `--text` instead of `--tokens` tokenizes with the model's own tokenizer
+//! (`hyperlens_model::lm::LmTokenizer`). The checkpoint kind is detected: a hyperlens token-model directory, a Hugging Face Llama or
 //! GPT-2 directory, or a llama.cpp `.gguf` file (`hyperlens_model::lm::detect`).
 
 use std::path::{Path, PathBuf};
@@ -21,8 +22,13 @@ pub struct AttentionArgs {
     #[arg(long)]
     pub checkpoint: PathBuf,
     /// Token ids, comma-separated (e.g. `1,2,3`).
+    #[arg(long, required_unless_present = "text", conflicts_with = "text")]
+    pub tokens: Option<String>,
+    /// Text instead of token ids, tokenized by the model's own tokenizer (its tokenizer.json, or a
+    /// .gguf file's tokenizer.ggml.* metadata) with Hugging Face's default for the BOS token; the
+    /// ids are recorded as `--tokens` would be.
     #[arg(long)]
-    pub tokens: String,
+    pub text: Option<String>,
     /// Output `.npz` file: `pattern` [layer, head, query, key] float32 and `tokens` of shape (T) int64; a
     /// JSON sidecar beside it (`attention.npz` -> `attention.json`) says what produced it.
     #[arg(long)]
@@ -51,6 +57,33 @@ pub fn parse_tokens(s: &str) -> anyhow::Result<Vec<u32>> {
     Ok(out)
 }
 
+/// The token ids of `--tokens` or `--text` (one of them; clap makes them exclusive): `--text`
+/// tokenized by the checkpoint's tokenizer (`hyperlens_model::lm::LmTokenizer::encode`, Hugging
+/// Face's default for the BOS).
+///
+/// # Errors
+/// Bad `--tokens` ([`parse_tokens`]); for `--text`, a model without a tokenizer (one line), an
+/// unreadable tokenizer, or a text that gives no token.
+pub fn input_ids(
+    checkpoint: &Path,
+    tokens: Option<&str>,
+    text: Option<&str>,
+) -> anyhow::Result<Vec<u32>> {
+    match (tokens, text) {
+        (Some(t), _) => parse_tokens(t),
+        (None, Some(text)) => {
+            let ids = lm::require_tokenizer(checkpoint)
+                .and_then(|tok| tok.encode(text, None))
+                .context("--text")?;
+            if ids.is_empty() {
+                bail!("--text: the text gives no tokens");
+            }
+            Ok(ids)
+        }
+        (None, None) => bail!("give --tokens or --text"),
+    }
+}
+
 fn write_npz(path: &Path, pattern: &Array4<f32>, tokens: &[u32]) -> anyhow::Result<()> {
     let toks: Array1<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
     hyperlens_io::write_npz(path, |npz| -> anyhow::Result<()> {
@@ -66,14 +99,23 @@ fn write_npz(path: &Path, pattern: &Array4<f32>, tokens: &[u32]) -> anyhow::Resu
 /// An unknown or invalid checkpoint (named with the file and tensor), bad `--tokens` (ids out of
 /// the vocabulary, too long), an unavailable device, a failed write.
 pub fn run(args: AttentionArgs) -> anyhow::Result<()> {
-    let tokens = parse_tokens(&args.tokens)?;
     let kind = lm::detect(&args.checkpoint)?;
+    let tokens = input_ids(
+        &args.checkpoint,
+        args.tokens.as_deref(),
+        args.text.as_deref(),
+    )?;
     let device = args.device.to_candle()?;
     let t0 = std::time::Instant::now();
     let model = lm::load(&args.checkpoint, &device)?;
     let load_s = t0.elapsed().as_secs_f64();
     let t1 = std::time::Instant::now();
-    let pattern = model.attention_patterns(&tokens).context("--tokens")?;
+    let flag = if args.text.is_some() {
+        "--text"
+    } else {
+        "--tokens"
+    };
+    let pattern = model.attention_patterns(&tokens).context(flag)?;
     let fwd_s = t1.elapsed().as_secs_f64();
     super::common::create_parent("--out", &args.out)?;
     write_npz(&args.out, &pattern, &tokens)?;

@@ -26,8 +26,12 @@ pub struct CacheArgs {
     #[arg(long)]
     pub checkpoint: PathBuf,
     /// A language model's input: comma-separated token ids (one sequence; instead of problems).
-    #[arg(long, conflicts_with_all = ["problems", "split", "set", "seed", "unpermuted", "other_split"])]
+    #[arg(long, conflicts_with_all = ["problems", "split", "set", "seed", "unpermuted", "other_split", "text"])]
     pub tokens: Option<String>,
+    /// A language model's input as text, tokenized by the model's own tokenizer (Hugging Face's
+    /// default for the BOS; the ids are recorded as `--tokens` would be).
+    #[arg(long, conflicts_with_all = ["problems", "split", "set", "seed", "unpermuted", "other_split"])]
+    pub text: Option<String>,
     /// Where the problems come from.
     #[command(flatten)]
     pub problems: ProblemArgs,
@@ -63,8 +67,8 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         bail!("--batch must be positive");
     }
     let device = args.device.to_candle()?;
-    if let Some(tokens) = &args.tokens {
-        return run_lm(&args, tokens, &device);
+    if args.tokens.is_some() || args.text.is_some() {
+        return run_lm(&args, &device);
     }
     let ev = Evaluator::load(&args.checkpoint, &device)?;
     let cfg = ev.config().clone();
@@ -209,9 +213,13 @@ fn cache_sraven(
     Ok((s, describe))
 }
 
-/// `hyperlens cache --tokens`: a language model's activations on one token sequence.
-fn run_lm(args: &CacheArgs, tokens: &str, device: &candle_core::Device) -> anyhow::Result<()> {
-    let ids = super::attention::parse_tokens(tokens)?;
+/// `hyperlens cache --tokens / --text`: a language model's activations on one token sequence.
+fn run_lm(args: &CacheArgs, device: &candle_core::Device) -> anyhow::Result<()> {
+    let ids = super::attention::input_ids(
+        &args.checkpoint,
+        args.tokens.as_deref(),
+        args.text.as_deref(),
+    )?;
     let model = hyperlens_model::lm::load(&args.checkpoint, device)?;
     if args.list_hooks {
         for name in model.hook_names() {
