@@ -12,7 +12,7 @@ import numpy as np
 from . import _core
 from ._arrays import as_f32, as_i64, as_int, as_layers
 from ._codes import CodeSet, LogicCodeSet
-from ._errors import HookError, HyperlensError, InputError, NotFoundError
+from ._errors import HookError, HyperlensError, InputError, NotFoundError, ShapeError
 from .tasks import LogicProblemSet, ProblemSet
 from .utils import get_act_name
 
@@ -424,10 +424,31 @@ class LMConfig:
     path: str
 
 
+def _is_text(x: Any) -> bool:
+    """A ``str``, or a non-empty list or tuple of ``str``."""
+    return isinstance(x, str) or (isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(t, str) for t in x))
+
+
+def _texts(x: Any) -> list[str]:
+    if isinstance(x, str):
+        return [x]
+    if isinstance(x, (list, tuple)) and all(isinstance(t, str) for t in x):
+        if not x:
+            raise InputError("no text to tokenize (an empty list)")
+        return list(x)
+    raise InputError(f"expected a str or a list of str, got {type(x).__name__}")
+
+
 class LanguageModel(_Hooked):
     """A token language model (:func:`load` of a hyperlens token model, a Hugging Face GPT-2 or
     Llama directory, or a ``.gguf`` file) on token ids: int64 ``[B, T]`` (any integer dtype;
-    a 1-D sequence is one batch row), ids below ``cfg.d_vocab``, ``T <= cfg.n_ctx``."""
+    a 1-D sequence is one batch row), ids below ``cfg.d_vocab``, ``T <= cfg.n_ctx``.
+
+    Every call that takes tokens also takes text, a ``str`` or a list of ``str``, tokenized by
+    :meth:`to_tokens` with its default BOS (a batch of texts right-padded with the pad id). The
+    tokenizer is the model's own: the ``tokenizer.json`` of a directory, or the ``tokenizer.ggml.*``
+    metadata of a ``.gguf`` file; a model without one raises :class:`InputError` when given text.
+    """
 
     def __init__(self, ev: Any, path: Path) -> None:
         self._ev = ev
@@ -440,20 +461,89 @@ class LanguageModel(_Hooked):
         return f"LanguageModel({c.path!r}: {c.kind}, {c.n_layers} layers, {c.n_heads} heads, vocabulary {c.d_vocab})"
 
     def _x(self, tokens: Any) -> np.ndarray:
+        if _is_text(tokens):
+            return self.to_tokens(tokens)
         t = np.asarray(tokens)
         if t.ndim == 1:
             t = t[None, :]
         return as_i64(t, "tokens", 2)
 
     def __call__(self, tokens: Any) -> np.ndarray:
-        """The next-token logits, float32 ``[B, T, d_vocab]``."""
+        """The next-token logits, float32 ``[B, T, d_vocab]``, of token ids or text."""
         return self.logits(tokens)
 
     def logits(self, tokens: Any) -> np.ndarray:
-        """The next-token logits, float32 ``[B, T, d_vocab]``."""
+        """The next-token logits, float32 ``[B, T, d_vocab]``, of token ids or text."""
         return self._ev.logits(self._x(tokens))
 
     def patterns(self, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
         """The logits float32 ``[B, T, d_vocab]`` and every head's attention pattern float32
-        ``[B, L, H, T, T]`` (query, key)."""
+        ``[B, L, H, T, T]`` (query, key), of token ids or text."""
         return self._ev.patterns(self._x(tokens))
+
+    # ------------------------------------------------------------------ text (TransformerLens names)
+
+    def to_tokens(self, input: str | Sequence[str], prepend_bos: bool | None = None, return_lengths: bool = False) -> Any:
+        """Tokenizes text with the model's tokenizer (TransformerLens ``to_tokens``).
+
+        ``input``: a ``str`` or a list of ``str`` (N texts). ``prepend_bos``: ``None`` = the
+        Hugging Face default (``add_special_tokens=True``: what the tokenizer adds, e.g. ``<s>`` for
+        Llama, ``[CLS]``/``[SEP]`` for BERT, nothing for GPT-2 or SmolLM2; TransformerLens would
+        prepend a BOS), ``True`` = a BOS first, ``False`` = no BOS.
+
+        Returns the ids int64 ``[N, T]`` (T the longest, shorter rows right-padded with the pad id:
+        the pad token, else EOS, else 0), and with ``return_lengths=True`` also the lengths int64
+        ``[N]``. Raises :class:`InputError` if the model has no tokenizer, or ``prepend_bos=True``
+        and it has no BOS.
+        """
+        texts = _texts(input)
+        ids, lengths = self._ev.to_tokens(texts, None if prepend_bos is None else bool(prepend_bos))
+        return (ids, lengths) if return_lengths else ids
+
+    def to_str_tokens(self, input: Any, prepend_bos: bool | None = None) -> Any:
+        """Each token as a string, decoded alone (TransformerLens ``to_str_tokens``): of a text
+        (tokenized as :meth:`to_tokens`) or of token ids ``[T]`` or ``[1, T]``, a ``list[str]``; of a
+        list of texts, a list of those. A token holding part of a UTF-8 character gives ``"\ufffd"``."""
+        if isinstance(input, str):
+            ids, n = self.to_tokens(input, prepend_bos, return_lengths=True)
+            return self._ev.to_str_tokens(ids[0, : n[0]])
+        if _is_text(input):
+            return [self.to_str_tokens(t, prepend_bos) for t in input]
+        t = as_i64(input, "tokens")
+        if t.ndim == 2 and t.shape[0] == 1:
+            t = t[0]
+        if t.ndim != 1:
+            raise ShapeError(f"`tokens` must have shape [T] or [1, T], got {list(t.shape)}")
+        return self._ev.to_str_tokens(t)
+
+    def to_string(self, tokens: Any) -> Any:
+        """Token ids decoded to text (TransformerLens ``to_string``): ``[T]`` -> ``str``,
+        ``[N, T]`` -> ``list[str]`` (padding included: cut each row to its length first)."""
+        t = as_i64(tokens, "tokens")
+        if t.ndim == 1:
+            return self._ev.to_string(t)
+        if t.ndim == 2:
+            return [self._ev.to_string(row) for row in t]
+        raise ShapeError(f"`tokens` must have shape [T] or [N, T], got {list(t.shape)}")
+
+    @property
+    def tokenizer_source(self) -> str | None:
+        """Where the tokenizer comes from (a ``tokenizer.json`` path, or ``FILE.gguf
+        (tokenizer.ggml.* metadata)``); ``None`` when the model has none."""
+        return self._ev.tokenizer_source()
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The tokenizer's beginning-of-sequence id, ``None`` if it has none."""
+        return self._ev.special_ids()[0]
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id that pads a batch of texts: the pad token, else EOS, else 0."""
+        return self._ev.special_ids()[1]
+
+    def single_token_words(self, min_len: int = 1) -> list[str]:
+        """The words of ASCII lowercase letters (at least ``min_len``) that are one token after a
+        space, each with its leading space (``" house"``), sorted: a word list from the model's own
+        vocabulary."""
+        return self._ev.single_token_words(int(min_len))

@@ -1,18 +1,20 @@
 //! `hyperlens.LanguageModel`'s engine: a token language model (a hyperlens token model, a Hugging
 //! Face GPT-2 or Llama directory, a Llama-family `.gguf` file) with logits, attention patterns and
-//! the hooked pass with TransformerLens 3.x names, on token ids.
+//! the hooked pass with TransformerLens 3.x names, on token ids; and its tokenizer
+//! (`hyperlens_model::lm::LmTokenizer`, loaded on first use) for text in and out.
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use candle_core::Tensor;
-use hyperlens_model::lm::{load, LanguageModel};
+use hyperlens_model::lm::{load, load_tokenizer, LanguageModel, LmTokenizer};
 use hyperlens_model::ModelError;
-use ndarray::ArrayView2;
+use ndarray::{ArrayView1, ArrayView2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::arrays::{out, shape_error, In2};
+use crate::arrays::{out, shape_error, In1, In2};
 use crate::errors::{detached, raise, to_py, Kind};
 use crate::model::{cache_arrays, cache_out, tensor_array, PyHooks};
 
@@ -21,6 +23,8 @@ use crate::model::{cache_arrays, cache_out, tensor_array, PyHooks};
 pub struct PyLanguageModel {
     lm: LanguageModel,
     device: candle_core::Device,
+    path: PathBuf,
+    tokenizer: OnceLock<LmTokenizer>,
 }
 
 impl PyLanguageModel {
@@ -54,6 +58,33 @@ impl PyLanguageModel {
         Tensor::from_vec(data, (b, n), &self.device).map_err(to_py)
     }
 
+    /// The model's tokenizer, read on first use; `InputError` (one line) when it has none.
+    fn tok(&self) -> PyResult<&LmTokenizer> {
+        if let Some(t) = self.tokenizer.get() {
+            return Ok(t);
+        }
+        let t = load_tokenizer(&self.path).map_err(to_py)?.ok_or_else(|| {
+            to_py(hyperlens_model::lm::no_tokenizer_error(
+                &hyperlens_model::lm::missing_tokenizer(&self.path),
+            ))
+        })?;
+        Ok(self.tokenizer.get_or_init(|| t))
+    }
+
+    /// Token ids given by Python (int64) as u32, checked non-negative.
+    fn ids(t: &ArrayView1<'_, i64>) -> PyResult<Vec<u32>> {
+        t.iter()
+            .map(|&id| {
+                u32::try_from(id).map_err(|_| {
+                    raise(
+                        Kind::Input,
+                        format!("`tokens` holds the id {id}, outside the vocabulary"),
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// `InputError` naming the first of `names` that is not a hook point.
     fn check_names<'a>(&self, names: impl IntoIterator<Item = &'a String>) -> PyResult<()> {
         let known = self.lm.hook_names();
@@ -85,7 +116,12 @@ impl PyLanguageModel {
         detached(py, || {
             let dev = device.to_candle().map_err(to_py)?;
             let lm = load(&path, &dev).map_err(to_py)?;
-            Ok(PyLanguageModel { lm, device: dev })
+            Ok(PyLanguageModel {
+                lm,
+                device: dev,
+                path: path.clone(),
+                tokenizer: OnceLock::new(),
+            })
         })
     }
 
@@ -103,6 +139,60 @@ impl PyLanguageModel {
         d.set_item("d_vocab", self.lm.vocab_size())?;
         d.set_item("n_ctx", self.lm.max_seq_len())?;
         Ok(d)
+    }
+
+    /// The texts as token ids int64 [N, T], right-padded with the pad id, and the lengths int64
+    /// [N] (`LmTokenizer::encode_batch`; `prepend_bos` None = Hugging Face's default).
+    #[pyo3(signature = (texts, prepend_bos = None))]
+    fn to_tokens<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        prepend_bos: Option<bool>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let tok = self.tok()?;
+        let (ids, lengths) = detached(py, || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            tok.encode_batch(&refs, prepend_bos).map_err(to_py)
+        })?;
+        let lengths = ndarray::Array1::from_iter(lengths.into_iter().map(|n| n as i64));
+        Ok((out(py, ids.mapv(i64::from)), out(py, lengths)))
+    }
+
+    /// Each id decoded alone (`LmTokenizer::str_tokens`, TransformerLens's `to_str_tokens`).
+    fn to_str_tokens(&self, tokens: In1<'_, i64>) -> PyResult<Vec<String>> {
+        let ids = Self::ids(&tokens.as_array())?;
+        self.tok()?.str_tokens(&ids).map_err(to_py)
+    }
+
+    /// The ids decoded to one text (`LmTokenizer::decode`).
+    fn to_string(&self, tokens: In1<'_, i64>) -> PyResult<String> {
+        let ids = Self::ids(&tokens.as_array())?;
+        self.tok()?.decode(&ids).map_err(to_py)
+    }
+
+    /// Where the tokenizer came from; `None` when the model has none.
+    fn tokenizer_source(&self) -> PyResult<Option<String>> {
+        if let Some(t) = self.tokenizer.get() {
+            return Ok(Some(t.source()));
+        }
+        Ok(load_tokenizer(&self.path)
+            .map_err(to_py)?
+            .map(|t| self.tokenizer.get_or_init(|| t).source()))
+    }
+
+    /// The tokenizer's BOS id (None if it has none), the pad id, and whether Hugging Face's
+    /// default adds the BOS.
+    fn special_ids(&self) -> PyResult<(Option<u32>, u32, bool)> {
+        let t = self.tok()?;
+        Ok((t.bos_id(), t.pad_id(), t.adds_bos_by_default()))
+    }
+
+    /// The single-token words of the vocabulary (`LmTokenizer::single_token_words`).
+    #[pyo3(signature = (min_len = 1))]
+    fn single_token_words(&self, py: Python<'_>, min_len: usize) -> PyResult<Vec<String>> {
+        let t = self.tok()?;
+        detached(py, || Ok(t.single_token_words(min_len)))
     }
 
     /// Every hook point's TransformerLens name, in pass order.
