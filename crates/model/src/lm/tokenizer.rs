@@ -251,7 +251,7 @@ impl LmTokenizer {
     /// [`LmTokenizer::encode`], right-padded with [`LmTokenizer::pad_id`] to the longest.
     ///
     /// # Shapes
-    /// `texts` N -> ids u32 [N, T] (T the longest length) and the lengths [N].
+    /// `texts` N -> ids u32 `[N, T]` (T the longest length) and the lengths `[N]`.
     ///
     /// # Errors
     /// [`ModelError::Input`] for an empty batch, and as [`LmTokenizer::encode`] (naming the text's
