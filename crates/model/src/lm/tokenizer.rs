@@ -505,23 +505,50 @@ fn bytes_to_unicode() -> [char; 256] {
 /// `tokenizer.json` `Split`), as transformers' GGUF converter applies it.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// An error in the metadata entry `key` of a GGUF file.
+fn meta_err(meta: &GgufMeta<'_>, key: &str, msg: String) -> ModelError {
+    ModelError::Checkpoint {
+        path: meta.path.to_path_buf(),
+        msg: format!("metadata `{key}`: {msg}"),
+    }
+}
+
+/// A boolean metadata entry; `None` when absent.
+fn meta_flag(meta: &GgufMeta<'_>, key: &str) -> Result<Option<bool>> {
+    match meta.map.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(meta_err(meta, key, "expected a boolean".into())),
+    }
+}
+
+/// The parts of a `tokenizer.json` that depend on the tokenizer's kind.
+struct KindParts {
+    /// The vocabulary as the model spells it (id order).
+    tokens: Vec<String>,
+    model: Json,
+    pre_tokenizer: Json,
+    decoder: Json,
+    /// Whether the BOS is added by default when the file does not say.
+    add_bos_default: bool,
+}
+
 /// The tokenizer of a GGUF file's `tokenizer.ggml.*` metadata, assembled as a `tokenizer.json`
 /// document and read by the `tokenizers` crate.
 fn gguf_tokenizer(meta: &GgufMeta<'_>) -> Result<LmTokenizer> {
     let path = meta.path;
-    let err = |key: &str, msg: String| ModelError::Checkpoint {
-        path: path.to_path_buf(),
-        msg: format!("metadata `{key}`: {msg}"),
-    };
     let kind = meta.str_opt("tokenizer.ggml.model")?.unwrap_or_default();
     let tokens = string_array(meta, "tokenizer.ggml.tokens")?
-        .ok_or_else(|| err("tokenizer.ggml.tokens", "missing".into()))?;
+        .ok_or_else(|| meta_err(meta, "tokenizer.ggml.tokens", "missing".into()))?;
     let n = tokens.len();
-    let types = int_array(meta, "tokenizer.ggml.token_type")?;
     let id_of = |key: &str| -> Result<Option<u32>> {
         match meta.usize_opt(key)? {
             Some(id) if id < n => Ok(Some(id as u32)),
-            Some(id) => Err(err(key, format!("id {id} outside the {n} tokens"))),
+            Some(id) => Err(meta_err(
+                meta,
+                key,
+                format!("id {id} outside the {n} tokens"),
+            )),
             None => Ok(None),
         }
     };
@@ -529,147 +556,36 @@ fn gguf_tokenizer(meta: &GgufMeta<'_>) -> Result<LmTokenizer> {
     let eos = id_of("tokenizer.ggml.eos_token_id")?;
     let unk = id_of("tokenizer.ggml.unknown_token_id")?;
     let pad = id_of("tokenizer.ggml.padding_token_id")?;
-    let flag = |key: &str| -> Result<Option<bool>> {
-        match meta.map.get(key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(err(key, "expected a boolean".into())),
-        }
-    };
-    let add_eos = flag("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-    let pre = meta.str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
-
-    let (vocab_tokens, model, pre_tokenizer, decoder, add_bos) = match kind {
-        "gpt2" => {
-            let spelling = bytes_to_unicode();
-            let alphabet: std::collections::HashSet<char> = spelling.iter().copied().collect();
-            // Tokens written outside the byte alphabet are respelled byte by byte, as
-            // transformers' `byte_level_tokenizer` does.
-            let spelled: Vec<String> = tokens
-                .iter()
-                .map(|t| {
-                    if t.chars().all(|c| alphabet.contains(&c)) {
-                        t.clone()
-                    } else {
-                        t.bytes().map(|b| spelling[b as usize]).collect()
-                    }
-                })
-                .collect();
-            let merges = string_array(meta, "tokenizer.ggml.merges")?
-                .ok_or_else(|| err("tokenizer.ggml.merges", "missing (byte-level BPE)".into()))?;
-            let merges: Vec<Json> = merges
-                .iter()
-                .map(|m| {
-                    m.split_once(' ')
-                        .map(|(a, b)| json!([a, b]))
-                        .ok_or_else(|| err("tokenizer.ggml.merges", format!("`{m}` is not `a b`")))
-                })
-                .collect::<Result<_>>()?;
-            let byte_level = |use_regex: bool| {
-                json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
-                       "use_regex": use_regex})
-            };
-            let pre_tok = match pre {
-                "default" | "gpt2" | "gpt-2" => byte_level(true),
-                "smollm" => json!({"type": "Sequence", "pretokenizers": [
-                    {"type": "Digits", "individual_digits": true}, byte_level(true)]}),
-                "llama3" | "llama-v3" | "llama-bpe" => json!({"type": "Sequence", "pretokenizers": [
-                    {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated",
-                     "invert": false},
-                    byte_level(false)]}),
-                other => {
-                    return Err(err(
-                        "tokenizer.ggml.pre",
-                        format!(
-                            "pre-tokenizer `{other}` is not supported (supported: default, gpt2, \
-                             smollm, llama3, llama-bpe): pass token ids"
-                        ),
-                    ))
-                }
-            };
-            let model = json!({"type": "BPE", "dropout": null, "unk_token": null,
-                "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
-                "byte_fallback": false, "ignore_merges": false,
-                "vocab": vocab_json(&spelled), "merges": merges});
-            let decoder = json!({"type": "ByteLevel", "add_prefix_space": true,
-                "trim_offsets": true, "use_regex": true});
-            let add_bos = flag("tokenizer.ggml.add_bos_token")?.unwrap_or(false);
-            (spelled, model, pre_tok, decoder, add_bos)
-        }
-        "llama" => {
-            let scores = float_array(meta, "tokenizer.ggml.scores")?
-                .ok_or_else(|| err("tokenizer.ggml.scores", "missing (SentencePiece)".into()))?;
-            if scores.len() != n {
-                return Err(err(
-                    "tokenizer.ggml.scores",
-                    format!("{} scores for {n} tokens", scores.len()),
-                ));
-            }
-            let merges = match string_array(meta, "tokenizer.ggml.merges")? {
-                Some(m) => m
-                    .iter()
-                    .filter_map(|m| m.split_once(' ').map(|(a, b)| json!([a, b])))
-                    .collect(),
-                None => sentencepiece_merges(&tokens, &scores),
-            };
-            let prefix = flag("tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
-            let pre_tok = json!({"type": "Metaspace", "replacement": "▁",
-                "prepend_scheme": if prefix { "first" } else { "never" }, "split": false});
-            let mut decoders = vec![
-                json!({"type": "Replace", "pattern": {"String": "▁"}, "content": " "}),
-                json!({"type": "ByteFallback"}),
-                json!({"type": "Fuse"}),
-            ];
-            if prefix {
-                decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
-            }
-            let model = json!({"type": "BPE", "dropout": null, "unk_token": null,
-                "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": true,
-                "byte_fallback": true, "ignore_merges": false,
-                "vocab": vocab_json(&tokens), "merges": merges});
-            let add_bos = flag("tokenizer.ggml.add_bos_token")?.unwrap_or(true);
-            (
-                tokens.clone(),
-                model,
-                pre_tok,
-                json!({"type": "Sequence", "decoders": decoders}),
-                add_bos,
-            )
-        }
+    let parts = match kind {
+        "gpt2" => byte_level_parts(meta, tokens)?,
+        "llama" => sentencepiece_parts(meta, tokens)?,
         other => {
-            return Err(err(
+            return Err(meta_err(
+                meta,
                 "tokenizer.ggml.model",
-                format!("tokenizer kind `{other}` is not supported (supported: gpt2, llama): pass token ids"),
+                format!(
+                    "tokenizer kind `{other}` is not supported (supported: gpt2, llama): pass token ids"
+                ),
             ))
         }
     };
-
-    // Added tokens: control tokens and the named special ones as special, user-defined as plain.
-    let byte_alphabet: Option<std::collections::HashSet<char>> =
-        (kind == "gpt2").then(|| bytes_to_unicode().into_iter().collect());
-    let mut added = Vec::new();
-    let named = [bos, eos, unk, pad];
-    for (i, t) in vocab_tokens.iter().enumerate() {
-        let ty = types.as_ref().and_then(|v| v.get(i)).copied();
-        let in_alphabet = byte_alphabet
-            .as_ref()
-            .is_none_or(|a| t.chars().all(|c| a.contains(&c)));
-        let special = (ty == Some(3) && in_alphabet) || named.contains(&Some(i as u32));
-        if special || ty == Some(4) {
-            added.push(
-                json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": special}),
-            );
-        }
-    }
+    let add_bos = meta_flag(meta, "tokenizer.ggml.add_bos_token")?.unwrap_or(parts.add_bos_default);
+    let add_eos = meta_flag(meta, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+    let types = int_array(meta, "tokenizer.ggml.token_type")?;
+    let added = added_tokens(
+        &parts.tokens,
+        types.as_deref(),
+        &[bos, eos, unk, pad],
+        kind == "gpt2",
+    );
     let post = template(
-        &vocab_tokens,
+        &parts.tokens,
         bos.filter(|_| add_bos),
         eos.filter(|_| add_eos),
     );
     let doc = json!({"version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": added, "normalizer": null, "pre_tokenizer": pre_tokenizer,
-        "post_processor": post, "decoder": decoder, "model": model});
+        "added_tokens": added, "normalizer": null, "pre_tokenizer": parts.pre_tokenizer,
+        "post_processor": post, "decoder": parts.decoder, "model": parts.model});
     let tok: Tokenizer = serde_json::from_value(doc).map_err(|e| ModelError::Checkpoint {
         path: path.to_path_buf(),
         msg: format!("cannot build a tokenizer from its tokenizer.ggml.* metadata: {e}"),
@@ -681,6 +597,142 @@ fn gguf_tokenizer(meta: &GgufMeta<'_>) -> Result<LmTokenizer> {
         pad,
         format!("{} (tokenizer.ggml.* metadata)", path.display()),
     )
+}
+
+/// Byte-level BPE (`tokenizer.ggml.model = gpt2`), as transformers' `byte_level_tokenizer` and
+/// `set_split_regex`: tokens written outside the byte alphabet respelled byte by byte, BPE from the
+/// merges, GPT-2's `ByteLevel` pre-tokenizer (after SmolLM's digit split for `pre = smollm`, or
+/// Llama 3's split for `llama3` / `llama-bpe`) and decoder.
+fn byte_level_parts(meta: &GgufMeta<'_>, tokens: Vec<String>) -> Result<KindParts> {
+    let spelling = bytes_to_unicode();
+    let alphabet: std::collections::HashSet<char> = spelling.iter().copied().collect();
+    let spelled: Vec<String> = tokens
+        .into_iter()
+        .map(|t| {
+            if t.chars().all(|c| alphabet.contains(&c)) {
+                t
+            } else {
+                t.bytes().map(|b| spelling[b as usize]).collect()
+            }
+        })
+        .collect();
+    let key = "tokenizer.ggml.merges";
+    let merges: Vec<Json> = string_array(meta, key)?
+        .ok_or_else(|| meta_err(meta, key, "missing (byte-level BPE)".into()))?
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| json!([a, b]))
+                .ok_or_else(|| meta_err(meta, key, format!("`{m}` is not `a b`")))
+        })
+        .collect::<Result<_>>()?;
+    let byte_level = |use_regex: bool| {
+        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+               "use_regex": use_regex})
+    };
+    let pre_tokenizer = match meta.str_opt("tokenizer.ggml.pre")?.unwrap_or("default") {
+        "default" | "gpt2" | "gpt-2" => byte_level(true),
+        "smollm" => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+        "llama3" | "llama-v3" | "llama-bpe" => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated",
+             "invert": false},
+            byte_level(false)]}),
+        other => {
+            return Err(meta_err(
+                meta,
+                "tokenizer.ggml.pre",
+                format!(
+                    "pre-tokenizer `{other}` is not supported (supported: default, gpt2, smollm, \
+                     llama3, llama-bpe): pass token ids"
+                ),
+            ))
+        }
+    };
+    let model = json!({"type": "BPE", "dropout": null, "unk_token": null,
+        "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
+        "byte_fallback": false, "ignore_merges": false,
+        "vocab": vocab_json(&spelled), "merges": merges});
+    Ok(KindParts {
+        tokens: spelled,
+        model,
+        pre_tokenizer,
+        decoder: json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
+            "use_regex": true}),
+        add_bos_default: false,
+    })
+}
+
+/// SentencePiece BPE (`tokenizer.ggml.model = llama`), as transformers' `LlamaTokenizer`: BPE with
+/// byte fallback from the merges, or from the merges the scores imply, the `Metaspace`
+/// pre-tokenizer (`▁` before the first word unless `add_space_prefix` is false) and its decoder.
+fn sentencepiece_parts(meta: &GgufMeta<'_>, tokens: Vec<String>) -> Result<KindParts> {
+    let key = "tokenizer.ggml.scores";
+    let scores = float_array(meta, key)?
+        .ok_or_else(|| meta_err(meta, key, "missing (SentencePiece)".into()))?;
+    if scores.len() != tokens.len() {
+        return Err(meta_err(
+            meta,
+            key,
+            format!("{} scores for {} tokens", scores.len(), tokens.len()),
+        ));
+    }
+    let merges = match string_array(meta, "tokenizer.ggml.merges")? {
+        Some(m) => m
+            .iter()
+            .filter_map(|m| m.split_once(' ').map(|(a, b)| json!([a, b])))
+            .collect(),
+        None => sentencepiece_merges(&tokens, &scores),
+    };
+    let prefix = meta_flag(meta, "tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
+    let mut decoders = vec![
+        json!({"type": "Replace", "pattern": {"String": "▁"}, "content": " "}),
+        json!({"type": "ByteFallback"}),
+        json!({"type": "Fuse"}),
+    ];
+    if prefix {
+        decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    }
+    let model = json!({"type": "BPE", "dropout": null, "unk_token": null,
+        "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": true,
+        "byte_fallback": true, "ignore_merges": false,
+        "vocab": vocab_json(&tokens), "merges": merges});
+    Ok(KindParts {
+        tokens,
+        model,
+        pre_tokenizer: json!({"type": "Metaspace", "replacement": "▁",
+            "prepend_scheme": if prefix { "first" } else { "never" }, "split": false}),
+        decoder: json!({"type": "Sequence", "decoders": decoders}),
+        add_bos_default: true,
+    })
+}
+
+/// The added tokens, as transformers' `add_gguf_special_tokens` and its special-token arguments:
+/// control tokens (`token_type` 3; in a byte-level vocabulary only those spelled in the byte
+/// alphabet) and the `named` ones (BOS, EOS, UNK, PAD) as special, user-defined ones (4) as plain.
+fn added_tokens(
+    tokens: &[String],
+    types: Option<&[i64]>,
+    named: &[Option<u32>],
+    byte_level: bool,
+) -> Vec<Json> {
+    let alphabet: Option<std::collections::HashSet<char>> =
+        byte_level.then(|| bytes_to_unicode().into_iter().collect());
+    let mut added = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let ty = types.and_then(|v| v.get(i)).copied();
+        let spelled = alphabet
+            .as_ref()
+            .is_none_or(|a| t.chars().all(|c| a.contains(&c)));
+        let special = (ty == Some(3) && spelled) || named.contains(&Some(i as u32));
+        if special || ty == Some(4) {
+            added.push(
+                json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": special}),
+            );
+        }
+    }
+    added
 }
 
 /// `{token: id}`; a token listed twice keeps its last id, as a Python dict built in order.
