@@ -1,0 +1,41 @@
+//! The project's own short word list for the `relations` generator (written here, never
+//! downloaded): common lowercase English nouns and verbs, most of them one token in GPT-2- and
+//! Llama-style vocabularies when preceded by a space.
+
+/// 64 common English nouns and verbs, lowercase, distinct.
+pub const COMMON_WORDS: &[&str] = &[
+    "apple", "house", "water", "river", "stone", "paper", "glass", "chair", "table", "horse",
+    "bread", "light", "music", "money", "night", "plant", "train", "world", "field", "heart",
+    "dog", "cat", "bird", "tree", "door", "book", "ship", "road", "fish", "milk", "rain", "wind",
+    "sun", "moon", "star", "hand", "king", "city", "game", "song", "run", "walk", "jump", "sing",
+    "read", "write", "swim", "cook", "build", "throw", "catch", "climb", "drive", "sleep", "speak",
+    "teach", "learn", "paint", "dance", "laugh", "bring", "carry", "open", "close",
+];
+
+/// Checks a word list handed in by a caller: no empty word, no whitespace inside a word, no
+/// bracket or quote character (the `relations` generator uses them as its own symbols), no
+/// duplicate.
+///
+/// # Errors
+/// The reason, naming the first offending word (by index).
+pub fn check_words<S: AsRef<str>>(words: &[S]) -> std::result::Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, w) in words.iter().enumerate() {
+        let w = w.as_ref();
+        if w.is_empty() {
+            return Err(format!("word {i} is empty"));
+        }
+        if w.chars().any(char::is_whitespace) {
+            return Err(format!("word {i} ({w:?}) contains whitespace"));
+        }
+        if w.chars().any(|c| "()[]\"".contains(c)) {
+            return Err(format!(
+                "word {i} ({w:?}) contains a bracket or a double quote"
+            ));
+        }
+        if !seen.insert(w) {
+            return Err(format!("word {i} ({w:?}) is a duplicate"));
+        }
+    }
+    Ok(())
+}
