@@ -361,6 +361,43 @@ impl SiteSpec {
     }
 }
 
+impl SiteSpec {
+    /// Checks the spec on a set before tokenization: every role it names exists in every prompt,
+    /// every `#J` is in range, and every prompt gives the same numbers of positions. Token
+    /// indices (`[I]`) need the tokens and are not checked. Returns `(Q, K)`.
+    ///
+    /// # Errors
+    /// [`SiteSpec::resolve_set`]'s, naming the first bad prompt and item.
+    pub fn check_segments(&self, set: &PromptSet) -> Result<(usize, usize)> {
+        let strip = |items: &[Item]| {
+            items
+                .iter()
+                .map(|it| match it {
+                    Item::Role { role, pick, .. } => Item::Role {
+                        role: role.clone(),
+                        pick: *pick,
+                        index: None,
+                    },
+                    Item::Last => Item::Last,
+                })
+                .collect()
+        };
+        let segments_only = SiteSpec {
+            query: strip(&self.query),
+            keys: strip(&self.keys),
+        };
+        // One token per segment.
+        let spans: Vec<Vec<Range<usize>>> = set
+            .prompts
+            .iter()
+            .map(|p| (0..p.segments.len()).map(|s| s..s + 1).collect())
+            .collect();
+        let n_tokens: Vec<usize> = set.prompts.iter().map(|p| p.segments.len()).collect();
+        let r = segments_only.resolve_set(set, &spans, &n_tokens)?;
+        Ok((r.query.ncols(), r.keys.ncols()))
+    }
+}
+
 impl FromStr for SiteSpec {
     type Err = TasksError;
 

@@ -831,3 +831,56 @@ fn the_word_list_is_64_distinct_lowercase_words() {
         .iter()
         .all(|w| w.chars().all(|c| c.is_ascii_lowercase())));
 }
+
+#[test]
+fn sites_are_checked_on_segments_before_tokenization() {
+    let set = icl(&IclParams::default()).unwrap();
+    let spec =
+        SiteSpec::parse("query: last, query_input[5]; keys: demo_output, separator#0").unwrap();
+    assert_eq!(spec.check_segments(&set).unwrap(), (2, 6));
+    let e = SiteSpec::parse("query: last; keys: demo_output#5")
+        .unwrap()
+        .check_segments(&set)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("prompt 0, site `demo_output#5`") && e.contains("out of range"),
+        "{e}"
+    );
+    let e = SiteSpec::parse("query: last; keys: answer")
+        .unwrap()
+        .check_segments(&set)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown role `answer`; the prompt's roles: separator, demo_input, demo_output, query_input"),
+        "{e}"
+    );
+}
+
+#[test]
+fn word_files_are_read_and_checked_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "w.txt", " apple\n\nbanana \ncherry\n");
+    assert_eq!(
+        words::read_words(&p).unwrap(),
+        ["apple", "banana", "cherry"]
+    );
+    let p = write(dir.path(), "bad.txt", "apple\nbanana\n\nto be\n");
+    let e = words::read_words(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("bad.txt: line 4:") && e.contains("whitespace"),
+        "{e}"
+    );
+    let p = write(dir.path(), "dup.txt", "apple\napple\n");
+    let e = words::read_words(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("dup.txt: line 2:") && e.contains("duplicate"),
+        "{e}"
+    );
+    let p = write(dir.path(), "empty.txt", "\n");
+    assert!(words::read_words(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("line 0"));
+}

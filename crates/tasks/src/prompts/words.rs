@@ -39,3 +39,38 @@ pub fn check_words<S: AsRef<str>>(words: &[S]) -> std::result::Result<(), String
     }
     Ok(())
 }
+
+/// Reads a word list: one word per line, surrounding whitespace trimmed, blank lines skipped,
+/// then checked ([`check_words`]).
+///
+/// # Errors
+/// [`crate::TasksError::Io`] if the file cannot be read; [`crate::TasksError::PromptLine`]
+/// naming the file and the line of a word that [`check_words`] refuses (whitespace inside, a
+/// bracket or quote, a duplicate), or line 0 for a file without a word.
+pub fn read_words(path: &std::path::Path) -> crate::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).map_err(|source| crate::TasksError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut words: Vec<String> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let w = line.trim();
+        if w.is_empty() {
+            continue;
+        }
+        words.push(w.to_string());
+        check_words(&words).map_err(|reason| crate::TasksError::PromptLine {
+            path: path.to_path_buf(),
+            line: i + 1,
+            reason,
+        })?;
+    }
+    if words.is_empty() {
+        return Err(crate::TasksError::PromptLine {
+            path: path.to_path_buf(),
+            line: 0,
+            reason: "the file holds no word (one word per line expected)".into(),
+        });
+    }
+    Ok(words)
+}
