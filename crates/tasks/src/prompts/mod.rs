@@ -3,7 +3,7 @@
 //!
 //! This module works on text and on token ranges handed to it; it has no tokenizer and no model.
 //! The probe extraction tokenizes each prompt's segments in order, so that each segment's token
-//! range is known, resolves the sites on those ranges ([`SiteSpec::resolve_set`]), and reads the
+//! range is known ([`segment_spans`]), resolves the sites on those ranges ([`SiteSpec::resolve_set`]), and reads the
 //! lens there.
 //!
 //! # The prompt file (JSONL)
@@ -99,4 +99,4 @@ pub use icl::{icl, IclDomain, IclParams, Operation, ICL_SITES};
 pub use relations::{
     relations, vocabulary_halves, Relation, RelationsParams, BRACKETS, RELATIONS_SITES,
 };
-pub use sites::{ResolvedSites, SiteSpec};
+pub use sites::{segment_spans, ResolvedSites, SiteSpec};

@@ -398,6 +398,21 @@ impl SiteSpec {
     }
 }
 
+/// The token ranges of a prompt's segments tokenized in order: segment `s` covers `counts[s]`
+/// tokens, after the `offset` tokens before the first segment (1 for a prepended
+/// beginning-of-sequence token, 0 otherwise). The prompt then has `offset + sum(counts)` tokens.
+pub fn segment_spans(counts: &[usize], offset: usize) -> Vec<Range<usize>> {
+    let mut at = offset;
+    counts
+        .iter()
+        .map(|&c| {
+            let r = at..at + c;
+            at += c;
+            r
+        })
+        .collect()
+}
+
 impl FromStr for SiteSpec {
     type Err = TasksError;
 

@@ -192,17 +192,9 @@ fn prompt_of_roles(roles: &[&str]) -> Prompt {
     }
 }
 
-/// Spans tiling `0..` from per-segment token counts, after `offset` tokens (a BOS).
+/// Spans tiling `offset..` from per-segment token counts.
 fn spans(offset: usize, counts: &[usize]) -> Vec<Range<usize>> {
-    let mut at = offset;
-    counts
-        .iter()
-        .map(|&c| {
-            let r = at..at + c;
-            at += c;
-            r
-        })
-        .collect()
+    segment_spans(counts, offset)
 }
 
 #[test]
@@ -225,6 +217,8 @@ fn sites_resolve_to_the_positions_computed_by_hand() {
     ];
     let p = prompt_of_roles(&roles);
     let s = spans(1, &[1, 2, 1, 3, 2, 1, 1, 2, 2, 2, 1]);
+    assert_eq!(s[0], 1..2);
+    assert_eq!(s[3], 5..8);
     assert_eq!(s[10], 18..19);
     let n = 19;
     let r = |spec: &str| {
