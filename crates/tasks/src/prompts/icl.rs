@@ -286,6 +286,11 @@ fn icl_prompt(domain: IclDomain, op: Operation, demos: &[usize], query: usize) -
 /// `seed`, every operation and every domain still seen in training) and [`apply_hold_out`] sets
 /// the splits. The set's sites are [`ICL_SITES`].
 ///
+/// Tokenizers that split digits (SmolLM2's, Llama's: their vocabularies have no ` 4`) make a
+/// `digits` answer two tokens, the space and the digit, so a check of the answer's first token
+/// should skip a token that is only whitespace; the other domains' values are single tokens with
+/// their leading space in SmolLM2-135M's vocabulary.
+///
 /// # Errors
 /// [`TasksError::InvalidParam`] for `n` smaller than the 30 combinations, `shots` 0, or a
 /// `hold_out` outside `[0, 1)` or too large to keep every value seen.

@@ -1,6 +1,7 @@
 //! The project's own short word list for the `relations` generator (written here, never
-//! downloaded): common lowercase English nouns and verbs, most of them one token in GPT-2- and
-//! Llama-style vocabularies when preceded by a space.
+//! downloaded): common lowercase English nouns and verbs. Each of the 64 is one token of
+//! SmolLM2-135M's vocabulary when preceded by a space (`Ġword` is in the GGUF's
+//! `tokenizer.ggml.tokens`; checked once with the `gguf` Python package).
 
 /// 64 common English nouns and verbs, lowercase, distinct.
 pub const COMMON_WORDS: &[&str] = &[
