@@ -261,3 +261,173 @@ class LogicProblemSet:
         ``samples``; the training defaults) by ``hyperlens_tasks::npz::load_logic``."""
         d = _core.tasks.load_logic_file(os.fspath(path), as_int(variables, "variables", 1), as_int(terms, "terms", 1), as_int(samples, "samples", 1))
         return cls(d["x"], d["y"], d["targets"], d["terms"], d["term_ids"], meta={"task": "logic", "path": os.fspath(path)}, validate=False)
+
+
+# --- Prompt sets for language models (``hyperlens_tasks::prompts``) -----------------------------
+
+import json as _json  # noqa: E402
+
+__all__ += ["PromptSet", "prompts", "load_prompts", "icl", "relations"]
+
+
+class PromptSet:
+    """A validated set of text prompts for a language model, as in a JSONL prompt file
+    (``hyperlens tasks prompts``; the format is documented in ``hyperlens_tasks::prompts``).
+
+    Each prompt is a dict ``{"segments": [{"text": str, "role": str}, ...], "labels": {str: str},
+    "answer": str, "split": "train" | "test"}`` (``labels``, ``answer`` and ``split`` optional).
+    ``len(ps)`` is the number of prompts, ``ps[i]`` prompt ``i`` as such a dict (a copy).
+
+    Attributes:
+        factors: ``{name: [values sorted]}``, names sorted; a value's index is its position in its
+            list (the ``factors`` of ``codes.json``).
+        splits: every prompt's split, ``"train"``, ``"test"`` or None.
+        sites: the recommended site spec (e.g. ``"query: last; keys: demo_output, query_input"``)
+            of a generated set, None for a loaded or built one.
+        texts: every prompt's text (its segments joined).
+        origin: where the prompts came from (a path, or the generator call).
+    """
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+
+    def __len__(self) -> int:
+        return len(self._core)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        n = len(self)
+        k = as_int(i, "index", -n, n - 1) if n else as_int(i, "index")
+        return _json.loads(self._core.prompt_json(k + n if k < 0 else k))
+
+    def __iter__(self) -> Any:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        f = ", ".join(f"{k} ({len(v)})" for k, v in self.factors.items())
+        return f"PromptSet({len(self)} prompts, factors: {f or 'none'}, from {self.origin})"
+
+    @property
+    def factors(self) -> dict[str, list[str]]:
+        return {name: list(values) for name, values in self._core.factors}
+
+    @property
+    def splits(self) -> list[str | None]:
+        return list(self._core.splits)
+
+    @property
+    def sites(self) -> str | None:
+        return self._core.sites
+
+    @property
+    def texts(self) -> list[str]:
+        return list(self._core.texts())
+
+    @property
+    def origin(self) -> str:
+        return self._core.origin
+
+    def factor_matrix(self) -> np.ndarray:
+        """int64 ``[N, F]``: each prompt's value index for each factor of :attr:`factors` (in its
+        order), -1 where the prompt lacks the label."""
+        return self._core.factor_matrix()
+
+    def unseen_in_training(self) -> list[str]:
+        """The label values (``"vocab=b"``) and value pairs (``"domain=digits,operation=next"``)
+        that test prompts have and no training prompt has."""
+        return list(self._core.unseen_in_training())
+
+    def check_sites(self, sites: str) -> tuple[int, int]:
+        """Checks a site spec against the prompts' roles before tokenization (unknown role,
+        ``#j`` out of range, unequal counts; token indices ``[i]`` need the tokens) and returns
+        ``(Q, K)``, the numbers of query and key positions per prompt. Raises
+        :class:`hyperlens.InputError` naming the prompt and the item."""
+        return tuple(self._core.check_sites(str(sites)))  # type: ignore[return-value]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the set as a JSONL prompt file, atomically; :func:`load_prompts` gives it back."""
+        self._core.save(os.fspath(path))
+
+
+def prompts(items: Any) -> PromptSet:
+    """A :class:`PromptSet` from a list of prompt dicts, validated by the same code that reads a
+    prompt file: unknown keys, a split other than ``"train"``/``"test"``, no segment, an empty
+    role or an empty text raise :class:`hyperlens.InputError` naming the prompt by index.
+
+    >>> ps = hl.tasks.prompts([{"segments": [{"text": "The cat", "role": "context"},
+    ...                                       {"text": " sat", "role": "query"}],
+    ...                         "labels": {"relation": "none"}}])
+    """
+    if isinstance(items, (dict, str, bytes)) or not hasattr(items, "__iter__"):
+        raise InputError(f"`items` must be a list of prompt dicts, got {type(items).__name__}")
+    texts = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InputError(f"prompt {i}: must be a dict, got {type(item).__name__}")
+        try:
+            texts.append(_json.dumps(item, ensure_ascii=False))
+        except (TypeError, ValueError) as e:
+            raise InputError(f"prompt {i}: not JSON-serialisable: {e}") from None
+    return PromptSet(_core.prompts.from_json_items(texts))
+
+
+def load_prompts(path: str | os.PathLike) -> PromptSet:
+    """Reads a JSONL prompt file; a bad line raises an error naming the file and the line."""
+    return PromptSet(_core.prompts.load(os.fspath(path)))
+
+
+def icl(
+    n: int | None = None,
+    seed: int = 0,
+    shots: int | None = None,
+    *,
+    hold_out: float | None = None,
+) -> PromptSet:
+    """The ``icl`` generator (``hyperlens tasks prompts --generator icl``): few-shot prompts
+    ``Q: x\\nA: y\\n\\n ... Q: x\\nA:`` of an operation (``copy``, ``next``, ``previous``,
+    ``skip_forward``, ``skip_back``) on a domain (``lower``, ``upper``, ``digits``,
+    ``number_words``, ``weekdays``, ``months``), labels ``operation`` and ``domain``, the answer in
+    ``answer``, a quarter of the combinations held out (``split``). Defaults (None): 300 prompts,
+    5 shots, ``hold_out=0.25``. ``sites`` is ``"query: last; keys: demo_output, query_input"``."""
+    return PromptSet(
+        _core.prompts.icl_set(
+            as_opt_int(n, "n", 1),
+            as_seed(seed),
+            as_opt_int(shots, "shots", 1),
+            None if hold_out is None else float(hold_out),
+        )
+    )
+
+
+def relations(
+    n: int | None = None,
+    seed: int = 0,
+    words: Any = None,
+    *,
+    min_len: int | None = None,
+    max_len: int | None = None,
+    test_fraction: float | None = None,
+) -> PromptSet:
+    """The ``relations`` generator (``hyperlens tasks prompts --generator relations``): prompts of
+    space-separated words whose ``key`` word stands in one relation to the last (``query``) word,
+    label ``relation`` (``previous``, ``induction``, ``duplicate``, ``bracket``, ``none``); the
+    vocabulary (``words``, e.g. a model's single-token words; None = the project's 64 common
+    words) split in two disjoint halves, ``a`` for training and ``b`` for test prompts (label
+    ``vocab``). Defaults (None): 500 prompts of 8 to 16 words, half of them test.
+    ``sites`` is ``"query: query; keys: key"``."""
+    if words is not None:
+        if isinstance(words, (str, bytes)):
+            raise InputError("`words` must be a list of words, got a string")
+        words = list(words)
+        for i, w in enumerate(words):
+            if not isinstance(w, str):
+                raise InputError(f"`words`: word {i} must be a string, got {type(w).__name__}")
+    return PromptSet(
+        _core.prompts.relations_set(
+            as_opt_int(n, "n", 1),
+            as_seed(seed),
+            words,
+            as_opt_int(min_len, "min_len", 1),
+            as_opt_int(max_len, "max_len", 1),
+            None if test_fraction is None else float(test_fraction),
+        )
+    )

@@ -24,6 +24,7 @@ mod import;
 mod info;
 mod patch;
 mod probe;
+mod prompts;
 mod report;
 mod sweep;
 mod tasks;

@@ -22,6 +22,7 @@ pub mod lm;
 pub mod logic;
 pub mod model;
 pub mod patching;
+pub mod prompts;
 pub mod records;
 pub mod report;
 pub mod tasks;
@@ -61,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     model::register(m)?;
     lm::register(m)?;
     submodule(m, "tasks", tasks::register)?;
+    submodule(m, "prompts", prompts::register)?;
     submodule(m, "codes", codes::register)?;
     submodule(m, "analysis", analysis::register)?;
     submodule(m, "patching", patching::register)?;

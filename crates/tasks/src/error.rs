@@ -68,6 +68,17 @@ pub enum TasksError {
         /// What is wrong.
         reason: String,
     },
+    /// A line of a JSONL prompt file ([`crate::prompts`]) that is not a valid prompt, or a file
+    /// with no prompt (`line` 0).
+    #[error("{path}: line {line}: {reason}")]
+    PromptLine {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line number (0 when the whole file is at fault).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// An I/O error on a file.
     #[error("{path}: {source}")]
     Io {

@@ -9,6 +9,7 @@ pub mod error;
 pub mod induction;
 pub mod logic;
 pub mod npz;
+pub mod prompts;
 mod rng;
 pub mod sraven;
 

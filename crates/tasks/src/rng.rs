@@ -35,6 +35,12 @@ pub(crate) enum Domain {
     InductionSeq = 0x696e_6475_6300_0002,
     /// Repeated random tokens.
     RepeatedTokens = 0x696e_6475_6300_0003,
+    /// Prompt files: held-out factor combinations.
+    PromptHoldOut = 0x7072_6f6d_7074_0001,
+    /// Prompt files: the `relations` generator.
+    PromptRelations = 0x7072_6f6d_7074_0002,
+    /// Prompt files: the `icl` generator.
+    PromptIcl = 0x7072_6f6d_7074_0003,
 }
 
 /// A ChaCha8 generator keyed by `(seed, domain, sub)` and positioned at stream `stream`.

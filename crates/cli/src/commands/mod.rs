@@ -11,6 +11,7 @@ pub mod import;
 pub mod info;
 pub mod patch;
 pub mod probe;
+pub mod prompts;
 pub mod report;
 pub mod sweep;
 pub mod tasks;

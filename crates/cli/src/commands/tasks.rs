@@ -25,6 +25,12 @@ pub enum TasksCommand {
     Splits,
     /// Sample a problem set and write it as .npz (arrays x uint8 of shape (N, T, M), y, rules, perms int64).
     Sample(SampleArgs),
+    /// Generate a JSONL prompt file for a language model (icl or relations) and print its
+    /// factors, held-out part and recommended --sites.
+    Prompts(super::prompts::PromptsArgs),
+    /// Validate a JSONL prompt file: print its factors and its counts per split and per label
+    /// combination; --sites checks a site spec against the prompts' roles.
+    CheckPrompts(super::prompts::CheckPromptsArgs),
 }
 
 /// Arguments of `hyperlens tasks sample`.
@@ -84,6 +90,14 @@ pub fn run(c: TasksCommand) -> Result<()> {
                 Task::Sraven | Task::Induction => sample_to_file(&args)?,
             };
             out!("{summary}")?;
+            Ok(())
+        }
+        TasksCommand::Prompts(args) => {
+            out!("{}", super::prompts::generate(&args)?)?;
+            Ok(())
+        }
+        TasksCommand::CheckPrompts(args) => {
+            out!("{}", super::prompts::check(&args)?)?;
             Ok(())
         }
     }
