@@ -19,6 +19,7 @@ mod gguf;
 mod gpt2;
 mod hf;
 mod layers;
+mod lens;
 mod llama;
 mod store;
 mod token;
@@ -32,6 +33,7 @@ use ndarray::Array4;
 
 pub use gguf::{permute_qk_rows, unpermute_qk_rows};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
+pub use lens::{CodeBatch, CodeForm, CodeRequest};
 pub use llama::{Llama, LlamaConfig};
 pub use token::{TokenConfig, TokenModel, TOKEN_LN_EPS, TOKEN_MODEL_TYPE};
 pub use weights::HeadWeights;

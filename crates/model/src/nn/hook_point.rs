@@ -45,6 +45,25 @@ pub trait HookPoints {
         }
     }
 
+    /// How many of the model's `n_layers` blocks the pass runs (default: all of them). A reader
+    /// that needs only the first blocks' activations (the lens of `crate::lm::lens`) stops the
+    /// pass early; a pass that stops early computes no logits (see [`HookPoints::logit_rows`]).
+    #[inline]
+    fn blocks_to_run(&self, n_layers: usize) -> usize {
+        n_layers
+    }
+
+    /// The rows of the final residual stream, flattened to `[B·T, D]`, at which the pass
+    /// computes logits: `None` (default) at every position, `Some(rows)` only at those (the
+    /// final norm and the unembedding then read `R` rows, not `B·T`; no rows computes nothing).
+    ///
+    /// # Shapes
+    /// `rows` u32 `[R]`; the pass's logits are then `[1, R, V]` (`[1, 0, V]` for no rows).
+    #[inline]
+    fn logit_rows(&self) -> Option<&Tensor> {
+        None
+    }
+
     /// [`HookPoints::at_block`] for a tensor held as `[B, H, T, d]` whose hook shape is
     /// `[B, T, H, d]` (`attn.hook_q`, `hook_k`, `hook_v`, `hook_z`).
     ///
