@@ -344,8 +344,8 @@ impl LanguageModel {
     /// the sequence's end, a key after its query (every model here is causal), a key at position 0
     /// in the `no-sink` form, or another number of queries or keys than sequence 0's; naming the
     /// layer for one out of range or repeated; `no-sink` on a token model without softmax
-    /// attention; a batch whose attention of one layer exceeds the memory budget
-    /// (`hyperlens_io::budget`).
+    /// attention. [`ModelError::Budget`] for a batch whose attention of one layer (three
+    /// `[N, H, T, T]` float32 tensors at most) exceeds the memory budget (`hyperlens_io::budget`).
     pub fn latent_codes(&self, req: &CodeRequest<'_>) -> Result<CodeBatch> {
         let plan = self.plan(req)?;
         let (n, t, q, k, h, d) = (
@@ -362,8 +362,7 @@ impl LanguageModel {
         hyperlens_io::budget::check_alloc(
             format!("the attention of one layer for {n} sequences of {t} tokens ({h} heads)"),
             per_layer.saturating_mul(3),
-        )
-        .map_err(|e| ModelError::Input(e.to_string()))?;
+        )?;
         let dev = self.device();
         let site_index = site_index(&plan, req, h, dev)?;
         let resid_rows = req
