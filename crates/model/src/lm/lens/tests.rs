@@ -644,3 +644,89 @@ fn smollm2_codes_equal_its_hooked_pattern() {
     // than in the two-layer fixtures.
     assert!(worst <= 1e-5, "largest difference {worst}");
 }
+
+/// The lens against the full forward pass with patterns on SmolLM2-135M, batch 8 x 64 tokens,
+/// the last position as query and 8 keys (issue 47's speed check), interleaved; prints the median
+/// wall times, their ratio and the fraction of the GEMM bound (measured here with a matrix product
+/// of the model's shapes). Run with `--ignored --nocapture` and `HYPERLENS_SMOLLM2_GGUF`.
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn smollm2_speed_of_the_lens_against_the_full_forward() {
+    let Ok(path) = std::env::var("HYPERLENS_SMOLLM2_GGUF") else {
+        println!("skipped: set HYPERLENS_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf");
+        return;
+    };
+    let lm = load(std::path::Path::new(&path), &Device::Cpu).unwrap();
+    let (n, t) = (8usize, 64usize);
+    let toks: Vec<Vec<u32>> = (0..n)
+        .map(|i| random_tokens(&lm, t, 50 + i as u64))
+        .collect();
+    let query = vec![vec![t - 1]; n];
+    let keys = vec![vec![1, 8, 16, 24, 32, 40, 48, 56]; n];
+    let flat: Vec<u32> = toks.concat();
+    let x = Tensor::from_slice(&flat, (n, t), &Device::Cpu).unwrap();
+    let time = |f: &mut dyn FnMut()| {
+        let s = std::time::Instant::now();
+        f();
+        s.elapsed().as_secs_f64()
+    };
+    let (mut full, mut lens, mut lens_logits) = (Vec::new(), Vec::new(), Vec::new());
+    for rep in 0..6 {
+        let a = time(&mut || {
+            let o = lm.forward(&x, true).unwrap();
+            std::hint::black_box(o.patterns.unwrap().len());
+        });
+        let b = time(&mut || {
+            let r = request(&toks, &query, &keys, CodeForm::Pattern);
+            std::hint::black_box(lm.latent_codes(&r).unwrap().codes.len());
+        });
+        let c = time(&mut || {
+            let r = CodeRequest {
+                last_logits: true,
+                ..request(&toks, &query, &keys, CodeForm::Pattern)
+            };
+            std::hint::black_box(lm.latent_codes(&r).unwrap().codes.len());
+        });
+        if rep > 0 {
+            full.push(a);
+            lens.push(b);
+            lens_logits.push(c);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (f, l, ll) = (
+        median(&mut full),
+        median(&mut lens),
+        median(&mut lens_logits),
+    );
+    // GEMM rate: [512, 576] x [576, 1536] (the MLP's up projection of the batch), median of 5.
+    let a = Tensor::randn(0f32, 1.0, (n * t, 576), &Device::Cpu).unwrap();
+    let w = Tensor::randn(0f32, 1.0, (576, 1536), &Device::Cpu).unwrap();
+    let mut g: Vec<f64> = (0..5)
+        .map(|_| time(&mut || drop(std::hint::black_box(a.matmul(&w).unwrap()))))
+        .collect();
+    let gemm = 2.0 * (n * t * 576 * 1536) as f64 / median(&mut g);
+    let wt = w.t().unwrap().contiguous().unwrap();
+    let mut g2: Vec<f64> = (0..5)
+        .map(|_| time(&mut || drop(std::hint::black_box(a.matmul(&wt.t().unwrap()).unwrap()))))
+        .collect();
+    println!(
+        "GEMM with the [out, in] layout: {:.1} GFLOP/s",
+        2.0 * (n * t * 576 * 1536) as f64 / median(&mut g2) / 1e9
+    );
+    let work = 13.6e9 * n as f64; // the forward's GEMM work without the unembedding
+    println!(
+        "SmolLM2 batch {n} x {t}: forward(capture) {:.1} ms, lens {:.1} ms ({:.2}x), lens with \
+         last logits {:.1} ms ({:.2}x); GEMM {:.1} GFLOP/s: lens at {:.0}% of the GEMM bound",
+        f * 1e3,
+        l * 1e3,
+        f / l,
+        ll * 1e3,
+        f / ll,
+        gemm / 1e9,
+        100.0 * work / l / gemm
+    );
+}
