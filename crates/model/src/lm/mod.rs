@@ -10,6 +10,9 @@
 //!   mixers, causal), with the attention-only 0/1/2-layer presets of the circuits paper
 //!   ([`TokenConfig::attn_only`]) and checked checkpoints ([`ckpt`]).
 //! - [`LanguageModel`] / [`load`]: any of them, the kind detected from the path ([`detect`]).
+//! - [`LanguageModel::latent_codes`]: the lens, the codes of chosen (query, key) pairs of a batch
+//!   in three forms ([`CodeForm`]), computing only what they need (`lens`); with
+//!   [`LanguageModel::with_shuffled_weights`], its control.
 //!
 //! Every model exports its per-head weights in TransformerLens layout as `ndarray` arrays
 //! ([`HeadWeights`]).

@@ -8,6 +8,12 @@
 //! the fused mix, HYLA's hidden units), the hooked pass computes that operation in its decomposed
 //! reference form (`crate::hooks::layer_norm_hooked`, `crate::hooks::mix_hooked`); without hooks
 //! the operation runs in the model's [`crate::Ops`], as it always has.
+//!
+//! A reader that attaches no hook function (`hooks()` is `None`, so the fast forms stay) may still
+//! override [`HookPoints::at_block`] to see the activations the fast forms make (the attention's
+//! scores and pattern, the residual stream), and stop the pass early or ask for the logits of a
+//! few rows only ([`HookPoints::blocks_to_run`], [`HookPoints::logit_rows`]): the lens of
+//! `crate::lm::LanguageModel::latent_codes`.
 
 use candle_core::Tensor;
 
