@@ -547,3 +547,63 @@ class LanguageModel(_Hooked):
         space, each with its leading space (``" house"``), sorted: a word list from the model's own
         vocabulary."""
         return self._ev.single_token_words(int(min_len))
+
+    # ---- issue 47: the latent-code lens ----
+
+    def latent_codes(
+        self,
+        tokens: Any,
+        query: Any,
+        keys: Any,
+        form: str = "pattern",
+        layers: Sequence[int] | int | None = None,
+        lengths: Any = None,
+        return_logits: bool = False,
+        return_resid: bool = False,
+    ) -> "np.ndarray | tuple[np.ndarray, ...]":
+        """The latent codes of chosen (query, key) pairs of token positions: per row, layer, query
+        head, query and key, the attention of the query to the key
+        (``hyperlens_model::lm::LanguageModel::latent_codes``).
+
+        ``tokens`` int ``[N, T]`` (a 1-D sequence is one row), or text (a str or a list of str,
+        tokenized as :meth:`to_tokens` does, with their lengths), row ``i`` being ``lengths[i]``
+        tokens long (int ``[N]``; all ``T`` without it, the rest of a row is ignored); ``query``
+        int ``[N, Q]`` and ``keys`` int ``[N, K]`` token positions, every key at or before every
+        query of its row (the models are causal). ``form``: ``"pattern"`` (the attention
+        probabilities, ``blocks.{l}.attn.hook_pattern``), ``"scores"`` (pre-softmax,
+        ``hook_attn_scores``) or ``"no-sink"`` (the probabilities renormalised without position
+        0, keys >= 1). ``layers``: the layers to read, in the order of the result's layer axis
+        (all by default).
+
+        Returns the codes float32 ``[N, L, H, Q, K]`` (``H`` the query heads; the layout of
+        ``codes.npz``), or, with ``return_logits`` and/or ``return_resid``, a tuple of the codes
+        followed by those asked, in this order: the next-token logits after each row's last token
+        float32 ``[N, d_vocab]``, the residual stream after each selected layer at each query
+        (``hook_resid_post``) float32 ``[N, L, Q, d_model]``. Rows of unequal lengths are batched
+        without changing the codes; only the needed positions and layers are computed.
+
+        Errors: :class:`hyperlens.InputError` naming the row for an empty row, a position past its
+        end, a key after its query, a key at 0 with ``"no-sink"``, a token id out of range, a bad
+        layer or form; :class:`hyperlens.ShapeError` for arrays of the wrong shape;
+        :class:`hyperlens.BudgetError` when one layer's attention of the batch exceeds the memory
+        budget."""
+        if _is_text(tokens):
+            tokens, text_lengths = self.to_tokens(tokens, return_lengths=True)
+            lengths = text_lengths if lengths is None else lengths
+        t = np.asarray(tokens)
+        q, k = np.asarray(query), np.asarray(keys)
+        if t.ndim == 1:
+            t, q, k = t[None, :], q.reshape(1, -1), k.reshape(1, -1)
+        n = None if lengths is None else as_i64(np.atleast_1d(np.asarray(lengths)), "lengths", 1)
+        codes, logits, resid = self._ev.latent_codes(
+            as_i64(t, "tokens", 2),
+            as_i64(q, "query", 2),
+            as_i64(k, "keys", 2),
+            str(form),
+            as_layers(layers),
+            n,
+            bool(return_logits),
+            bool(return_resid),
+        )
+        extra = [a for a, want in ((logits, return_logits), (resid, return_resid)) if want]
+        return (codes, *extra) if extra else codes

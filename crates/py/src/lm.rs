@@ -17,6 +17,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::arrays::{out, shape_error, In1, In2};
 use crate::errors::{detached, raise, to_py, Kind};
 use crate::model::{cache_arrays, cache_out, tensor_array, PyHooks};
+use hyperlens_model::lm::{CodeForm, CodeRequest};
 
 /// One loaded token language model.
 #[pyclass(name = "LanguageModel", module = "hyperlens._core", frozen)]
@@ -277,7 +278,99 @@ impl PyLanguageModel {
         })?;
         Ok(out(py, logits))
     }
+
+    // ---- issue 47: the latent-code lens (`LanguageModel::latent_codes`) ----
+
+    /// The codes float32 `[N, L, H, Q, K]` of the (query, key) pairs of each row, with the logits
+    /// after each row's last token `[N, V]` and the residual stream at the queries
+    /// `[N, L, Q, D]` when asked (`hyperlens_model::lm::LanguageModel::latent_codes`); `tokens`
+    /// int `[N, T]` of which row `i` is `lengths[i]` long (all `T` without `lengths`), `query`
+    /// int `[N, Q]`, `keys` int `[N, K]`.
+    #[pyo3(signature = (tokens, query, keys, form, layers, lengths, return_logits, return_resid))]
+    #[allow(clippy::too_many_arguments)]
+    fn latent_codes<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: In2<'py, i64>,
+        query: In2<'py, i64>,
+        keys: In2<'py, i64>,
+        form: &str,
+        layers: Option<Vec<usize>>,
+        lengths: Option<In1<'py, i64>>,
+        return_logits: bool,
+        return_resid: bool,
+    ) -> LensOut<'py> {
+        let form = CodeForm::from_str(form).map_err(to_py)?;
+        let t = tokens.as_array();
+        let (n, width) = t.dim();
+        let lens: Vec<i64> = match &lengths {
+            Some(l) => l.as_array().to_vec(),
+            None => vec![width as i64; n],
+        };
+        if lens.len() != n {
+            return Err(shape_error("lengths", &format!("[{n}]"), &[lens.len()]));
+        }
+        let mut seqs = Vec::with_capacity(n);
+        for (i, (row, &len)) in t.outer_iter().zip(&lens).enumerate() {
+            if len < 0 || len as usize > width {
+                return Err(raise(
+                    Kind::Input,
+                    format!("`lengths[{i}]` is {len}, outside 0..={width} (the tokens' width)"),
+                ));
+            }
+            let row = row.slice(ndarray::s![..len as usize]);
+            if let Some(&bad) = row.iter().find(|&&id| id < 0 || id > i64::from(u32::MAX)) {
+                return Err(raise(
+                    Kind::Input,
+                    format!("`tokens` row {i} holds the id {bad}, not a token id"),
+                ));
+            }
+            seqs.push(row.iter().map(|&id| id as u32).collect::<Vec<u32>>());
+        }
+        let positions = |a: &ArrayView2<'_, i64>, name: &str| -> PyResult<Vec<Vec<usize>>> {
+            if a.nrows() != n {
+                return Err(shape_error(name, &format!("[{n}, _]"), a.shape()));
+            }
+            if let Some(&bad) = a.iter().find(|&&p| p < 0) {
+                return Err(raise(
+                    Kind::Input,
+                    format!("`{name}` holds the position {bad}; positions are >= 0"),
+                ));
+            }
+            Ok(a.outer_iter()
+                .map(|r| r.iter().map(|&p| p as usize).collect())
+                .collect())
+        };
+        let query = positions(&query.as_array(), "query")?;
+        let keys = positions(&keys.as_array(), "keys")?;
+        let batch = detached(py, || {
+            let req = CodeRequest {
+                tokens: &seqs,
+                query: &query,
+                keys: &keys,
+                layers: layers.as_deref(),
+                form,
+                last_logits: return_logits,
+                resid: return_resid,
+                first_index: 0,
+            };
+            self.lm.latent_codes(&req).map_err(to_py)
+        })?;
+        Ok((
+            out(py, batch.codes),
+            batch.last_logits.map(|a| out(py, a)),
+            batch.resid.map(|a| out(py, a)),
+        ))
+    }
 }
+
+/// What `latent_codes` returns to Python: the codes, the logits and the residual stream (`None`
+/// when not asked).
+type LensOut<'py> = PyResult<(
+    Bound<'py, PyAny>,
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+)>;
 
 /// Registers the class.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

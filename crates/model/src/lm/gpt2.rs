@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use ndarray::{s, Array2};
 
 use super::hf::{read_weights, HfConfig};
-use super::layers::{causal_softmax, norm, Norm};
+use super::layers::{causal_softmax, no_logits, norm, readout_input, Norm};
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
@@ -228,6 +228,64 @@ impl Gpt2 {
         Ok(self.pass(tokens, false, hooks)?.logits)
     }
 
+    /// The forward body with the hook-point reader `hooks` (`super::lens`); returns the logits.
+    ///
+    /// # Errors
+    /// As [`Gpt2::forward`]; the reader's error.
+    pub(crate) fn pass_with<P: HookPoints + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        hooks: &mut P,
+    ) -> Result<Tensor> {
+        Ok(self.pass(tokens, false, hooks)?.logits)
+    }
+
+    /// The same model with every weight tensor `w` replaced by `f(w)`, in a fixed order (token
+    /// and position embeddings, per layer its tensors in declaration order, the final norm, the
+    /// unembedding unless tied to the token embedding, which then stays tied).
+    ///
+    /// # Errors
+    /// `f`'s errors.
+    pub(crate) fn map_weights(&self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<Self> {
+        let wte = f(&self.wte)?;
+        let wpe = f(&self.wpe)?;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            layers.push(Gpt2Layer {
+                ln1_w: f(&l.ln1_w)?,
+                ln1_b: f(&l.ln1_b)?,
+                c_attn_w: f(&l.c_attn_w)?,
+                c_attn_b: f(&l.c_attn_b)?,
+                c_proj_w: f(&l.c_proj_w)?,
+                c_proj_b: f(&l.c_proj_b)?,
+                ln2_w: f(&l.ln2_w)?,
+                ln2_b: f(&l.ln2_b)?,
+                fc_w: f(&l.fc_w)?,
+                fc_b: f(&l.fc_b)?,
+                proj_w: f(&l.proj_w)?,
+                proj_b: f(&l.proj_b)?,
+            });
+        }
+        let ln_f_w = f(&self.ln_f_w)?;
+        let ln_f_b = f(&self.ln_f_b)?;
+        let lm_head = if self.lm_head.id() == self.wte.id() {
+            wte.clone()
+        } else {
+            f(&self.lm_head)?
+        };
+        Ok(Self {
+            config: self.config.clone(),
+            wte,
+            wpe,
+            layers,
+            ln_f_w,
+            ln_f_b,
+            lm_head,
+            device: self.device.clone(),
+            source: self.source.clone(),
+        })
+    }
+
     /// The model's one forward body, generic over its hook points: [`NoHooks`] for
     /// [`Gpt2::forward`], a [`HookFn`] for [`Gpt2::run_with_hooks`] (the norms and the attention's
     /// softmax then take the decomposed forms whose intermediate tensors the hooks see,
@@ -270,7 +328,8 @@ impl Gpt2 {
             }
         };
         let mut patterns = Vec::new();
-        for (l, layer) in self.layers.iter().enumerate() {
+        let ran = hooks.blocks_to_run(c.n_layers).min(c.n_layers);
+        for (l, layer) in self.layers.iter().enumerate().take(ran) {
             h = hooks.at_block(l, "hook_resid_pre", h)?;
             let ln1 = Norm::Layer(&layer.ln1_w, &layer.ln1_b);
             let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
@@ -308,10 +367,15 @@ impl Gpt2 {
             let out = hooks.at_block(l, "hook_mlp_out", out)?;
             h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
-        let ln_f = Norm::Layer(&self.ln_f_w, &self.ln_f_b);
-        let h = norm(&h, ln_f, eps, || "ln_final".into(), hooks)?;
-        let h = hooks.at("unembed.hook_in", h)?;
-        let logits = hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?;
+        let logits = match readout_input(h, ran, c.n_layers, hooks)? {
+            None => no_logits(c.vocab_size, &self.device)?,
+            Some(h) => {
+                let ln_f = Norm::Layer(&self.ln_f_w, &self.ln_f_b);
+                let h = norm(&h, ln_f, eps, || "ln_final".into(), hooks)?;
+                let h = hooks.at("unembed.hook_in", h)?;
+                hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?
+            }
+        };
         Ok(LmOutput {
             logits,
             patterns: capture.then_some(patterns),

@@ -7,10 +7,10 @@
 //! operation runs in that fused form; with a hook attached, in the decomposed form whose
 //! intermediate tensors TransformerLens names (`crate::hooks::norm_hooked`, [`masked_scores`]).
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::masked_scores;
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::hooks::{at, norm_hooked};
 use crate::mixer::Normalisation;
 use crate::nn::HookPoints;
@@ -53,7 +53,8 @@ pub(crate) fn norm<P: HookPoints + ?Sized>(
 /// The causal softmax attention of block `l`, `softmax(q k^T * scale + mask)`, with the hook
 /// points `blocks.{l}.attn.hook_attn_scores` (with a hook attached: the scores with `-inf` above
 /// the diagonal, [`masked_scores`], then candle-nn's softmax) and `attn.hook_pattern`; without
-/// hooks the masked softmax of `ops::reference::normalise`.
+/// hooks the masked softmax of `ops::reference::normalise` (its scores, unmasked, still pass
+/// through [`HookPoints::at_block`], which a reader without a hook function may override).
 ///
 /// # Shapes
 /// `q [B, H, Q, d]`, `k [B, H, K, d]`, `mask` `u8 [Q, K]` -> pattern `[B, H, Q, K]`.
@@ -70,7 +71,10 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
 ) -> Result<Tensor> {
     let pattern = match hooks.hooks() {
         None => {
+            // Unmasked here (the mask enters the fused softmax); a reader of the point sees the
+            // same values as the hooked pass's at every allowed (query, key) pair.
             let scores = (q.matmul(&k.t()?)? * scale)?;
+            let scores = hooks.at_block(l, "attn.hook_attn_scores", scores)?;
             normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(mask))?
         }
         Some(h) => {
@@ -80,4 +84,51 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
         }
     };
     hooks.at_block(l, "attn.hook_pattern", pattern)
+}
+
+/// The input of the final norm and the unembedding: the residual stream `h` at every position, or
+/// only at the rows [`HookPoints::logit_rows`] asks for; `None` when no row is wanted (the pass
+/// then returns [`no_logits`]).
+///
+/// # Shapes
+/// `h [B, T, D]` -> `[B, T, D]` (every position) or `[1, R, D]` (`R` chosen rows of `[B·T, D]`).
+///
+/// # Errors
+/// [`ModelError::Input`] when logits are wanted from a pass that ran only `ran` of its `n_layers`
+/// blocks ([`HookPoints::blocks_to_run`]); candle errors for a row out of range.
+pub(crate) fn readout_input<P: HookPoints + ?Sized>(
+    h: Tensor,
+    ran: usize,
+    n_layers: usize,
+    hooks: &P,
+) -> Result<Option<Tensor>> {
+    let rows = hooks.logit_rows();
+    if rows.is_some_and(|r| r.elem_count() == 0) {
+        return Ok(None);
+    }
+    if ran < n_layers {
+        return Err(ModelError::Input(format!(
+            "logits need all {n_layers} blocks, but the pass ran only {ran}"
+        )));
+    }
+    match rows {
+        None => Ok(Some(h)),
+        Some(rows) => {
+            let (b, t, d) = h.dims3()?;
+            Ok(Some(
+                h.reshape((b * t, d))?.index_select(rows, 0)?.unsqueeze(0)?,
+            ))
+        }
+    }
+}
+
+/// The logits of a pass that computes none ([`readout_input`] returned `None`).
+///
+/// # Shapes
+/// `[1, 0, V]` float32.
+///
+/// # Errors
+/// Candle errors.
+pub(crate) fn no_logits(vocab: usize, device: &candle_core::Device) -> Result<Tensor> {
+    Ok(Tensor::zeros((1, 0, vocab), DType::F32, device)?)
 }

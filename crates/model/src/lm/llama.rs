@@ -12,7 +12,7 @@ use ndarray::Array1;
 
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
-use super::layers::{causal_softmax, norm, Norm};
+use super::layers::{causal_softmax, no_logits, norm, readout_input, Norm};
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
@@ -497,6 +497,57 @@ impl Llama {
         Ok(self.pass(tokens, false, hooks)?.logits)
     }
 
+    /// The forward body with the hook-point reader `hooks` (`super::lens`); returns the logits.
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; the reader's error.
+    pub(crate) fn pass_with<P: HookPoints + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        hooks: &mut P,
+    ) -> Result<Tensor> {
+        Ok(self.pass(tokens, false, hooks)?.logits)
+    }
+
+    /// The same model with every weight tensor `w` replaced by `f(w)`, in a fixed order (the
+    /// embedding, per layer its norms and matrices in declaration order, the final norm, the
+    /// unembedding unless tied to the embedding, which then stays tied).
+    ///
+    /// # Errors
+    /// `f`'s errors.
+    pub(crate) fn map_weights(&self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<Self> {
+        let embed = f(&self.embed)?;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            layers.push(LlamaLayer {
+                attn_norm: f(&l.attn_norm)?,
+                w_q: f(&l.w_q)?,
+                w_k: f(&l.w_k)?,
+                w_v: f(&l.w_v)?,
+                w_o: f(&l.w_o)?,
+                mlp_norm: f(&l.mlp_norm)?,
+                w_gate: f(&l.w_gate)?,
+                w_up: f(&l.w_up)?,
+                w_down: f(&l.w_down)?,
+            });
+        }
+        let norm = f(&self.norm)?;
+        let lm_head = if self.lm_head.id() == self.embed.id() {
+            embed.clone()
+        } else {
+            f(&self.lm_head)?
+        };
+        Ok(Self {
+            config: self.config.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            device: self.device.clone(),
+            source: self.source.clone(),
+        })
+    }
+
     /// The model's one forward body, generic over its hook points: [`NoHooks`] for
     /// [`Llama::forward`], a [`HookFn`] for [`Llama::run_with_hooks`] (the RMSNorms and the
     /// attention's softmax then take the decomposed forms whose intermediate tensors the hooks
@@ -527,7 +578,8 @@ impl Llama {
             .reshape((b, t, c.d_model))?;
         let mut h = hooks.at("hook_embed", emb)?;
         let mut patterns = Vec::new();
-        for (l, layer) in self.layers.iter().enumerate() {
+        let ran = hooks.blocks_to_run(c.n_layers).min(c.n_layers);
+        for (l, layer) in self.layers.iter().enumerate().take(ran) {
             h = hooks.at_block(l, "hook_resid_pre", h)?;
             let ln1 = Norm::Rms(&layer.attn_norm);
             let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
@@ -565,9 +617,14 @@ impl Llama {
             let out = hooks.at_block(l, "hook_mlp_out", matmul_t(&post, &layer.w_down)?)?;
             h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
-        let h = norm(&h, Norm::Rms(&self.norm), eps, || "ln_final".into(), hooks)?;
-        let h = hooks.at("unembed.hook_in", h)?;
-        let logits = hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?;
+        let logits = match readout_input(h, ran, c.n_layers, hooks)? {
+            None => no_logits(c.vocab_size, &self.device)?,
+            Some(h) => {
+                let h = norm(&h, Norm::Rms(&self.norm), eps, || "ln_final".into(), hooks)?;
+                let h = hooks.at("unembed.hook_in", h)?;
+                hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?
+            }
+        };
         Ok(LmOutput {
             logits,
             patterns: capture.then_some(patterns),

@@ -12,6 +12,9 @@
 //! - [`LanguageModel`] / [`load`]: any of them, the kind detected from the path ([`detect`]).
 //! - [`LmTokenizer`] / [`load_tokenizer`]: their text in and out (a `tokenizer.json` or a GGUF
 //!   file's `tokenizer.ggml.*` metadata).
+//! - [`LanguageModel::latent_codes`]: the lens, the codes of chosen (query, key) pairs of a batch
+//!   in three forms ([`CodeForm`]), computing only what they need (`lens`); with
+//!   [`LanguageModel::with_shuffled_weights`], its control.
 //!
 //! Every model exports its per-head weights in TransformerLens layout as `ndarray` arrays
 //! ([`HeadWeights`]).
@@ -21,6 +24,7 @@ mod gguf;
 mod gpt2;
 mod hf;
 mod layers;
+mod lens;
 mod llama;
 mod store;
 mod token;
@@ -35,6 +39,7 @@ use ndarray::Array4;
 
 pub use gguf::{permute_qk_rows, unpermute_qk_rows};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
+pub use lens::{CodeBatch, CodeForm, CodeRequest};
 pub use llama::{Llama, LlamaConfig};
 pub use token::{TokenConfig, TokenModel, TOKEN_LN_EPS, TOKEN_MODEL_TYPE};
 pub use tokenizer::{

@@ -15,6 +15,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::ckpt::{load_dir, read_config_json, save_dir};
+use super::layers::{no_logits, readout_input};
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
@@ -515,6 +516,32 @@ impl TokenModel {
         self.pass(tokens, dropout, capture, &mut NoHooks)
     }
 
+    /// The forward body in evaluation mode with the hook-point reader `hooks` (`super::lens`);
+    /// returns the logits.
+    ///
+    /// # Errors
+    /// As [`TokenModel::forward`]; the reader's error.
+    pub(crate) fn pass_with<P: HookPoints + ?Sized>(
+        &self,
+        tokens: &Tensor,
+        hooks: &mut P,
+    ) -> Result<Tensor> {
+        Ok(self.pass(tokens, None, false, hooks)?.logits)
+    }
+
+    /// The same model (and [`Ops`]) with every parameter `w` replaced by `f(w)`, in canonical
+    /// order ([`TokenModel::named_tensors`]).
+    ///
+    /// # Errors
+    /// `f`'s errors; as [`TokenModel::from_tensors`].
+    pub(crate) fn map_weights(&self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<Self> {
+        let mut tensors = HashMap::with_capacity(self.params.len());
+        for (name, t) in &self.params {
+            tensors.insert(name.clone(), f(t)?);
+        }
+        Ok(Self::from_tensors(&self.config, tensors, &self.device)?.with_ops(self.ops))
+    }
+
     /// The model's one forward body, generic over its hook points: [`NoHooks`] for the plain and
     /// training passes, a [`HookFn`] for [`TokenModel::run_with_hooks`] (the blocks are
     /// [`Block::forward`]; with a hook attached the positional sum and the final LayerNorm take
@@ -556,7 +583,8 @@ impl TokenModel {
             }
         };
         let mut patterns = Vec::new();
-        for (l, blk) in self.blocks.iter().enumerate() {
+        let ran = hooks.blocks_to_run(c.n_layers).min(c.n_layers);
+        for (l, blk) in self.blocks.iter().enumerate().take(ran) {
             let inputs = AttentionInputs {
                 buckets: None,
                 mask: Some(&mask),
@@ -568,11 +596,16 @@ impl TokenModel {
                 patterns.push(out.pattern);
             }
         }
-        if let Some(ln) = &self.ln_final {
-            h = ln.forward_hooked(ops, &h, || "ln_final".into(), hooks)?;
-        }
-        let h = hooks.at("unembed.hook_in", h)?;
-        let logits = hooks.at("unembed.hook_out", self.unembed.forward(ops, &h)?)?;
+        let logits = match readout_input(h, ran, c.n_layers, hooks)? {
+            None => no_logits(c.vocab_size, &self.device)?,
+            Some(mut h) => {
+                if let Some(ln) = &self.ln_final {
+                    h = ln.forward_hooked(ops, &h, || "ln_final".into(), hooks)?;
+                }
+                let h = hooks.at("unembed.hook_in", h)?;
+                hooks.at("unembed.hook_out", self.unembed.forward(ops, &h)?)?
+            }
+        };
         Ok(LmOutput {
             logits,
             patterns: capture.then_some(patterns),

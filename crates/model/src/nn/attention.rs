@@ -104,7 +104,10 @@ impl Attention {
         };
         let scores = hooks.at_block(l, "attn.hook_attn_scores", scores)?;
         let (o, pattern) = match hooks.hooks() {
-            None => ops.mix(&scores, &v, self.mixer, inputs.mask, inputs.dropout)?,
+            None => {
+                let (o, pattern) = ops.mix(&scores, &v, self.mixer, inputs.mask, inputs.dropout)?;
+                (o, hooks.at_block(l, "attn.hook_pattern", pattern)?)
+            }
             Some(_) if inputs.dropout.is_some() => {
                 return Err(ModelError::Input(
                     "the hooked pass runs in evaluation mode, without attention dropout".into(),

@@ -8,6 +8,12 @@
 //! the fused mix, HYLA's hidden units), the hooked pass computes that operation in its decomposed
 //! reference form (`crate::hooks::layer_norm_hooked`, `crate::hooks::mix_hooked`); without hooks
 //! the operation runs in the model's [`crate::Ops`], as it always has.
+//!
+//! A reader that attaches no hook function (`hooks()` is `None`, so the fast forms stay) may still
+//! override [`HookPoints::at_block`] to see the activations the fast forms make (the attention's
+//! scores and pattern, the residual stream), and stop the pass early or ask for the logits of a
+//! few rows only ([`HookPoints::blocks_to_run`], [`HookPoints::logit_rows`]): the lens of
+//! `crate::lm::LanguageModel::latent_codes`.
 
 use candle_core::Tensor;
 
@@ -43,6 +49,25 @@ pub trait HookPoints {
             None => Ok(value),
             Some(h) => at(h, &format!("blocks.{l}.{point}"), value),
         }
+    }
+
+    /// How many of the model's `n_layers` blocks the pass runs (default: all of them). A reader
+    /// that needs only the first blocks' activations (the lens of `crate::lm::lens`) stops the
+    /// pass early; a pass that stops early computes no logits (see [`HookPoints::logit_rows`]).
+    #[inline]
+    fn blocks_to_run(&self, n_layers: usize) -> usize {
+        n_layers
+    }
+
+    /// The rows of the final residual stream, flattened to `[B·T, D]`, at which the pass
+    /// computes logits: `None` (default) at every position, `Some(rows)` only at those (the
+    /// final norm and the unembedding then read `R` rows, not `B·T`; no rows computes nothing).
+    ///
+    /// # Shapes
+    /// `rows` u32 `[R]`; the pass's logits are then `[1, R, V]` (`[1, 0, V]` for no rows).
+    #[inline]
+    fn logit_rows(&self) -> Option<&Tensor> {
+        None
     }
 
     /// [`HookPoints::at_block`] for a tensor held as `[B, H, T, d]` whose hook shape is
