@@ -14,6 +14,7 @@ pub mod logic_rows;
 pub mod npz_stream;
 pub mod patch_files;
 pub mod patching;
+pub mod prompts;
 pub mod site;
 pub mod transplant;
 
@@ -32,6 +33,10 @@ pub use patch_files::{
 pub use patching::{
     activation_patching, direct_logit_attribution, dla_table, feature_swap_pairs, patching_table,
     DlaReport, PatchPairs, PatchingReport,
+};
+pub use prompts::{
+    extract_prompts, prompt_inputs, run_prompt_file, PromptFileRun, PromptInputs,
+    PromptProbeParams, PromptProbeSources, PromptProbeSummary,
 };
 pub use site::{Selection, Site};
 pub use transplant::{latent_transplant, transplant_site, TransplantKind, TransplantRow};
