@@ -1,8 +1,8 @@
 //! The analyses of a language model's code files (issue 47, items 5 and 6): the model's
-//! behaviour per factor combination and the combinations kept ([`behaviour`]), the decoding of a
+//! behaviour per factor combination and the combinations kept ([`mod@behaviour`]), the decoding of a
 //! factor seen -> held-out per layer and on all layers with its controls ([`decoding`]: shuffled
 //! labels, query-key distances only, shuffled-weights codes, residual stream) and bootstrap
-//! intervals ([`bootstrap`]), and PCA / k-means of the codes ([`structure`]). [`analyze`] runs
+//! intervals ([`bootstrap`]), and PCA / k-means of the codes ([`mod@structure`]). [`analyze`] runs
 //! them all from the files and [`LmAnalysis::write`] writes the tables `hyperlens analyze
 //! --lm-codes` writes.
 //!
