@@ -23,7 +23,7 @@ use crate::error::{AnalysisError, Result};
 /// non-empty axes and finite values; every per-prompt array has N rows; `factors` has one column
 /// per sidecar factor, each entry `-1` or an index into that factor's values; `label` is the
 /// column of the sidecar's `label_factor`; `split` is 0 or 1; the sidecar's `layers` and
-/// `n_heads` match the codes' L and H.
+/// `n_heads` and `n_prompts` match the codes' L, H and N.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LmCodeSet {
     codes: Array5<f32>,
@@ -65,9 +65,10 @@ impl LmCodeSet {
     ///
     /// # Errors
     /// [`AnalysisError::InvalidInput`] for an empty axis, a factor index outside its values, a
-    /// split other than 0/1, a `label_factor` not among the factors, or a sidecar whose `layers`
-    /// / `n_heads` disagree with the codes; [`AnalysisError::NonFinite`] for NaN/infinite codes;
-    /// [`AnalysisError::Shape`] for arrays of the wrong length. Each names the set and the array.
+    /// split other than 0/1, a `label_factor` not among the factors;
+    /// [`AnalysisError::NonFinite`] for NaN/infinite codes;
+    /// [`AnalysisError::Shape`] for arrays of the wrong length or a sidecar whose `layers`,
+    /// `n_heads` or `n_prompts` disagree with the codes. Each names the set and the array.
     pub fn new(
         codes: Array5<f32>,
         sidecar: LmCodesSidecar,
@@ -122,6 +123,12 @@ impl LmCodeSet {
                 "{source}: the sidecar lists {} layers {:?} but `codes` has L = {l}",
                 sidecar.layers.len(),
                 sidecar.layers
+            )));
+        }
+        if sidecar.n_prompts != n {
+            return Err(AnalysisError::Shape(format!(
+                "{source}: the sidecar says n_prompts = {} but `codes` has N = {n}",
+                sidecar.n_prompts
             )));
         }
         if sidecar.n_heads != h {

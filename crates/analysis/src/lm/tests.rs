@@ -458,6 +458,22 @@ fn files_round_trip_and_bad_input_is_named() {
         .to_string();
     assert!(err.contains("no test rows"), "{err}");
 
+    // a sidecar of another file
+    let mut side = set.sidecar().clone();
+    side.n_prompts = 47;
+    let err = LmCodeSet::new(
+        set.codes().clone(),
+        side,
+        set.factors().clone(),
+        set.split().clone(),
+        set.prompt().clone(),
+        set.query_pos().clone(),
+        set.key_pos().clone(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("n_prompts = 47"), "{err}");
+
     // a missing sidecar
     std::fs::rename(dir.path().join("codes.json"), dir.path().join("x.json")).unwrap();
     let err = LmCodeSet::read(&path).unwrap_err().to_string();
