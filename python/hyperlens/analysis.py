@@ -270,7 +270,8 @@ class LmAnalysis:
     Attributes:
         decoding: ``decoding.csv``, one row per layer (``layer`` the model layer) and one for the
             layers together (``layer`` -1, ``all_layers`` True): ``n_train``, ``n_test``,
-            ``chance``, then per probe (``codes``, ``shuffled_labels``, ``distance``,
+            ``chance`` (the test frequency of the training majority class), ``chance_max``
+            (the largest test class frequency), then per probe (``codes``, ``shuffled_labels``, ``distance``,
             ``shuffled_weights``, ``resid``) its held-out accuracy and 95% bootstrap interval
             (``<probe>_ci_low``, ``<probe>_ci_high``; NaN for a probe not run), float64.
         behaviour: ``behaviour.csv``, one row per factor combination: a text column per factor,

@@ -103,6 +103,9 @@ pub struct LmDecoding {
     pub majority_class: String,
     /// Chance: the test frequency of `majority_class`.
     pub chance: f64,
+    /// The largest test frequency of any class: no prediction made without the features scores
+    /// above it in expectation (a probe that guesses can beat `chance` up to here).
+    pub chance_max: f64,
     /// The distance baseline (one probe, no layer).
     pub distance: ProbeScore,
     /// One row per selected layer, then the row of the layers together.
@@ -346,6 +349,12 @@ pub fn decode_factor(
     }
     let chance =
         rows.test_y.iter().filter(|&&c| c == majority).count() as f64 / rows.test_y.len() as f64;
+    let mut test_counts: BTreeMap<i64, usize> = BTreeMap::new();
+    for &c in &rows.test_y {
+        *test_counts.entry(c).or_default() += 1;
+    }
+    let chance_max =
+        test_counts.values().copied().max().unwrap_or(0) as f64 / rows.test_y.len() as f64;
     let unseen: Vec<i64> = {
         let mut u: Vec<i64> = rows
             .test_y
@@ -372,6 +381,7 @@ pub fn decode_factor(
         unseen_classes: unseen.into_iter().map(name).collect(),
         majority_class: name(majority),
         chance,
+        chance_max,
         distance,
         rows: out_rows,
         n_bootstrap: params.n_bootstrap,
@@ -382,7 +392,8 @@ pub fn decode_factor(
 
 impl LmDecoding {
     /// The table `decoding.csv`: one row per layer (`layer` the model layer; the selected layers
-    /// together have `layer` -1 and `all_layers` true), with `n_train`, `n_test`, `chance`, then
+    /// together have `layer` -1 and `all_layers` true), with `n_train`, `n_test`, `chance`,
+    /// `chance_max`, then
     /// for each probe (`codes`, `shuffled_labels`, `distance`, `shuffled_weights`, `resid`) its
     /// accuracy and interval as `<probe>`, `<probe>_ci_low`, `<probe>_ci_high` (empty cells for a
     /// probe not run), and `codes_train_accuracy`. The distance baseline has no layer: its row
@@ -409,6 +420,7 @@ impl LmDecoding {
         t.push("n_train", Column::Int(vec![self.n_train as i64; n]))?;
         t.push("n_test", Column::Int(vec![self.n_test as i64; n]))?;
         t.push("chance", Column::shortest(vec![self.chance; n]))?;
+        t.push("chance_max", Column::shortest(vec![self.chance_max; n]))?;
         let probes: [(&str, Vec<Option<ProbeScore>>); 5] = [
             ("codes", self.rows.iter().map(|r| Some(r.codes)).collect()),
             (

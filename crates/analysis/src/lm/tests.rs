@@ -147,6 +147,7 @@ fn planted_signal_is_decoded_at_its_layer_only() {
     assert_eq!((d.n_train, d.n_test), (240, 80));
     // balanced test split, training tie broken to op0: chance is 20 / 80
     assert_eq!(d.chance, 0.25);
+    assert_eq!(d.chance_max, 0.25);
     assert_eq!(d.majority_class, "op0");
     assert_eq!(d.n_unseen_test, 0);
     assert_eq!(
@@ -370,6 +371,8 @@ fn classes_seen_only_in_test_count_as_errors() {
     let a = run(&set, &params());
     let d = &a.decoding;
     assert_eq!(d.unseen_classes, vec!["op3"]);
+    // test: op3 in 4 combinations (40 prompts), each other op in one held-out combination
+    assert_eq!(d.chance_max, 40.0 / 70.0);
     assert_eq!(d.n_unseen_test, 40);
     // at most the seen test prompts can be right
     let seen = (d.n_test - d.n_unseen_test) as f64 / d.n_test as f64;

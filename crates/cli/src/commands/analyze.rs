@@ -356,11 +356,13 @@ fn run_lm(args: &AnalyzeArgs, codes: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
     let d = &a.decoding;
     outln!(
-        "decoding `{}` seen -> held-out: {} train, {} test prompts; chance {:.3}; {}",
+        "decoding `{}` seen -> held-out: {} train, {} test prompts; chance {:.3} (largest test \
+         class {:.3}); {}",
         d.factor,
         d.n_train,
         d.n_test,
         d.chance,
+        d.chance_max,
         a.behaviour.note
     )?;
     if d.n_unseen_test > 0 {
