@@ -327,8 +327,10 @@ def analyze_lm(
     never seen in training count as errors (``summary["decoding"]["n_unseen_test"]``).
 
     Raises ``InputError`` for an unknown factor (listing the file's factors) or layer, no kept
-    train or test rows, or a shuffled file of other prompts; ``FileFormatError`` for a missing
-    or malformed file or sidecar. Source: ``hyperlens_analysis::lm::analyze``.
+    train or test rows, a shuffled file of other prompts, or a missing or foreign sidecar;
+    ``ShapeError`` for arrays whose shapes disagree; ``FileFormatError`` for a missing file,
+    a missing array or a wrong dtype. Every message names the file and the array. Source:
+    ``hyperlens_analysis::lm::analyze``.
     """
     import os
 
