@@ -328,8 +328,8 @@ def analyze_lm(
 
     Raises ``InputError`` for an unknown factor (listing the file's factors) or layer, no kept
     train or test rows, a shuffled file of other prompts, or a missing or foreign sidecar;
-    ``ShapeError`` for arrays whose shapes disagree; ``FileFormatError`` for a missing file,
-    a missing array or a wrong dtype. Every message names the file and the array. Source:
+    ``ShapeError`` for arrays whose shapes disagree; ``NotFoundError`` for a missing file;
+    ``FileFormatError`` for a missing array or a wrong dtype. Every message names the file and the array. Source:
     ``hyperlens_analysis::lm::analyze``.
     """
     import os
