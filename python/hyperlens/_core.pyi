@@ -260,10 +260,19 @@ class _Viz(ModuleType):
     ) -> dict[str, Any]: ...
     def write(self, path: str, data: bytes) -> None: ...
 
+class _LmAnalysis(ModuleType):
+    def analyze_lm(
+        self, codes: str, factor: str | None = None, shuffled_codes: str | None = None,
+        min_accuracy: float | None = None, layers: list[int] | None = None, seed: int = 0,
+        n_bootstrap: int = 1000, ci_level: float = 0.95, c: float = 1.0, max_iter: int = 100,
+        n_components: int = 3, kmeans_runs: int = 3, unsupervised_on: str = "test",
+    ) -> dict[str, Any]: ...
+
 tasks: _Tasks
 prompts: _Prompts
 codes: _Codes
 analysis: _Analysis
+lm_analysis: _LmAnalysis
 patching: _Patching
 circuits: _Circuits
 train: _Train

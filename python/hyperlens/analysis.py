@@ -260,3 +260,113 @@ def _codes_dict(c: Any, name: str) -> dict[str, Any]:
     elif not isinstance(c, CodeSet):
         raise TypeError(f"`{name}` must be a CodeSet, got {type(c).__name__}")
     return c.as_dict()
+
+
+@dataclass(frozen=True)
+class LmAnalysis:
+    """The result of :func:`analyze_lm`: the tables ``hyperlens analyze --lm-codes`` writes, as
+    pandas DataFrames (dicts of numpy columns without pandas).
+
+    Attributes:
+        decoding: ``decoding.csv``, one row per layer (``layer`` the model layer) and one for the
+            layers together (``layer`` -1, ``all_layers`` True): ``n_train``, ``n_test``,
+            ``chance`` (the test frequency of the training majority class), ``chance_max``
+            (the largest test class frequency), then per probe (``codes``, ``shuffled_labels``, ``distance``,
+            ``shuffled_weights``, ``resid``) its held-out accuracy and 95% bootstrap interval
+            (``<probe>_ci_low``, ``<probe>_ci_high``; NaN for a probe not run), float64.
+        behaviour: ``behaviour.csv``, one row per factor combination: a text column per factor,
+            ``n_prompts``, ``n_train``, ``n_test`` int64, ``n_correct``, ``accuracy`` float64
+            (NaN without ``correct``), ``kept`` bool.
+        structure: ``structure.csv``: per layer ``n_rows``, ``pc1``.. (explained-variance
+            ratios), ``k``, ``ari``, ``nmi``, ``silhouette``.
+        summary: ``summary.json`` as a dict (every probe, the behaviour note, the settings).
+        projections: ``layer{l}`` / ``all`` float64 ``[N_u, n_components]``, the PCA projections
+            of the rows ``structure`` ran on.
+        structure_prompt: int64 ``[N_u]``, the prompt index of those rows.
+        structure_label: int64 ``[N_u]``, their value index of the factor.
+    """
+
+    decoding: Any
+    behaviour: Any
+    structure: Any
+    summary: dict
+    projections: dict[str, np.ndarray]
+    structure_prompt: np.ndarray
+    structure_label: np.ndarray
+
+
+def analyze_lm(
+    codes: Any,
+    factor: str | None = None,
+    shuffled_codes: Any = None,
+    min_accuracy: float | None = None,
+    layers: Any = None,
+    *,
+    seed: int = 0,
+    n_bootstrap: int = 1000,
+    ci_level: float = 0.95,
+    C: float = 1.0,
+    max_iter: int = 100,
+    n_components: int = 3,
+    kmeans_runs: int = 3,
+    unsupervised_on: str = "test",
+) -> LmAnalysis:
+    """The analyses of a language model's code file (``codes.npz`` with its ``codes.json``
+    beside it, as ``hyperlens probe`` writes it from a prompt file): ``hyperlens analyze
+    --lm-codes CODES``.
+
+    Keeps the factor combinations the model answers with accuracy ``>= min_accuracy`` (all
+    without a threshold or without a ``correct`` array), then decodes ``factor`` (default: the
+    file's label factor) with a logistic probe (scikit-learn's ``StandardScaler`` +
+    ``LogisticRegression(C=C)``) trained on the seen combinations (``split`` 0) and tested on the
+    held-out ones (``split`` 1), per layer in ``layers`` (model layer numbers; default all) and
+    on them together, with the controls: shuffled training labels, the query-key distances only,
+    the codes of ``shuffled_codes`` (the same prompts from the model with its weights shuffled)
+    and the residual stream at the query (when the file holds ``resid``). Intervals: percentile
+    bootstrap over the test prompts (``n_bootstrap`` resamples, seeded). Test prompts of a value
+    never seen in training count as errors (``summary["decoding"]["n_unseen_test"]``).
+
+    Raises ``InputError`` for an unknown factor (listing the file's factors) or layer, no kept
+    train or test rows, a shuffled file of other prompts, or a missing or foreign sidecar;
+    ``ShapeError`` for arrays whose shapes disagree; ``NotFoundError`` for a missing file;
+    ``FileFormatError`` for a missing array or a wrong dtype. Every message names the file and the array. Source:
+    ``hyperlens_analysis::lm::analyze``.
+    """
+    import os
+
+    def path(v: Any, name: str) -> str:
+        if not isinstance(v, (str, os.PathLike)):
+            raise TypeError(f"`{name}` must be a path, got {type(v).__name__}")
+        return os.fspath(v)
+
+    if factor is not None and not isinstance(factor, str):
+        raise TypeError(f"`factor` must be a str, got {type(factor).__name__}")
+    if layers is not None:
+        layers = [as_int(layer, "layers") for layer in np.atleast_1d(np.asarray(layers)).tolist()]
+    d = _core.lm_analysis.analyze_lm(
+        path(codes, "codes"),
+        factor,
+        None if shuffled_codes is None else path(shuffled_codes, "shuffled_codes"),
+        None if min_accuracy is None else float(min_accuracy),
+        layers,
+        as_seed(seed),
+        as_int(n_bootstrap, "n_bootstrap", 1),
+        float(ci_level),
+        float(C),
+        as_int(max_iter, "max_iter", 1),
+        as_int(n_components, "n_components", 1),
+        as_int(kmeans_runs, "kmeans_runs", 1, 10_000),
+        str(unsupervised_on),
+    )
+    return LmAnalysis(
+        decoding=table(d["decoding"]),
+        behaviour=table(d["behaviour"]),
+        structure=table(d["structure"]),
+        summary=dict(d["summary"]),
+        projections=dict(d["projections"]),
+        structure_prompt=d["structure_prompt"],
+        structure_label=d["structure_label"],
+    )
+
+
+__all__ += ["analyze_lm", "LmAnalysis"]

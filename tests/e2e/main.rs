@@ -12,6 +12,7 @@
 mod util;
 
 mod analyze;
+mod analyze_lm;
 mod attention;
 mod cache;
 mod circuits;

@@ -514,7 +514,7 @@ pub(crate) fn read_int(npz: &mut NpzReader<File>, path: &str, name: &str) -> Res
 }
 
 /// Reads a boolean array stored as bool or as 0/1 integers.
-fn read_bool(npz: &mut NpzReader<File>, path: &str, name: &str) -> Result<ArrayD<bool>> {
+pub(crate) fn read_bool(npz: &mut NpzReader<File>, path: &str, name: &str) -> Result<ArrayD<bool>> {
     match npz.by_name::<OwnedRepr<bool>, IxDyn>(name) {
         Ok(a) => return Ok(a),
         Err(ReadNpzError::Npy(ReadNpyError::WrongDescriptor(_))) => {}
@@ -530,7 +530,7 @@ fn read_bool(npz: &mut NpzReader<File>, path: &str, name: &str) -> Result<ArrayD
     Ok(ints.mapv(|v| v == 1))
 }
 
-fn to_1d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array1<T>> {
+pub(crate) fn to_1d<T>(a: ArrayD<T>, path: &str, name: &str) -> Result<Array1<T>> {
     let ndim = a.ndim();
     a.into_dimensionality().map_err(|_| {
         AnalysisError::Npz(format!(

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod embed;
 pub mod error;
 mod kmeanspp;
+pub mod lm;
 mod multinomial;
 pub mod pca;
 pub mod similarity;

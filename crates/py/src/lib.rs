@@ -19,6 +19,7 @@ pub mod circuits;
 pub mod codes;
 pub mod errors;
 pub mod lm;
+pub mod lm_analysis;
 pub mod logic;
 pub mod model;
 pub mod patching;
@@ -65,6 +66,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     submodule(m, "prompts", prompts::register)?;
     submodule(m, "codes", codes::register)?;
     submodule(m, "analysis", analysis::register)?;
+    submodule(m, "lm_analysis", lm_analysis::register)?;
     submodule(m, "patching", patching::register)?;
     submodule(m, "circuits", circuits::register)?;
     submodule(m, "train", train::register)?;

@@ -3,6 +3,12 @@
 //! all layers, PCA, rule decoding with its controls, k-means scores and mean-code similarity
 //! (`docs/spec/latent-codes.md`). Writes `decoding.csv`, `pca.csv`, `pca.npz`, `clusters.csv`,
 //! `similarity.csv`, `confusion.csv` and `summary.json` into `--out`.
+//!
+//! With `--lm-codes` (a language model's code file written by `probe` from a prompt file, with
+//! its `codes.json` beside it) it decodes a factor trained on the seen combinations and tested
+//! on the held-out ones, per layer and on all layers, with its controls and bootstrap intervals,
+//! and runs PCA and k-means per layer (`hyperlens_analysis::lm`): `decoding.csv`,
+//! `behaviour.csv`, `structure.csv` and `summary.json`.
 
 use std::path::PathBuf;
 
@@ -11,6 +17,7 @@ use clap::Args;
 use hyperlens_analysis::codes::report::{CodeSplit, Progress};
 use hyperlens_analysis::decode::LogisticParams;
 use hyperlens_analysis::embed::{CodeEmbedding, TsneParams};
+use hyperlens_analysis::lm::{self, LmAnalysisParams, LmProgress};
 use hyperlens_analysis::terms::{term_decoding, term_decoding_csv, TermCodes, TermDecodingParams};
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
 use hyperlens_io::keys;
@@ -20,11 +27,40 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Debug, Args)]
 pub struct AnalyzeArgs {
     /// Codes to train the rule decoder on (in-distribution), a `.npz` written by the probe.
-    #[arg(long)]
-    pub train: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "lm_codes",
+        conflicts_with = "lm_codes"
+    )]
+    pub train: Option<PathBuf>,
     /// Codes to test the decoder on (OOD), a `.npz` written by the probe.
+    #[arg(
+        long,
+        required_unless_present = "lm_codes",
+        conflicts_with = "lm_codes"
+    )]
+    pub test: Option<PathBuf>,
+    /// A language model's code file (`codes.npz` with its `codes.json`), instead of --train and
+    /// --test: its split array says which prompts are seen (train) and held out (test).
     #[arg(long)]
-    pub test: PathBuf,
+    pub lm_codes: Option<PathBuf>,
+    /// With --lm-codes: the factor to decode (default: the sidecar's label factor).
+    #[arg(long, requires = "lm_codes")]
+    pub factor: Option<String>,
+    /// With --lm-codes: the codes of the same prompts from the model with its weights shuffled
+    /// within each tensor (the control of the lens).
+    #[arg(long, requires = "lm_codes")]
+    pub shuffled_codes: Option<PathBuf>,
+    /// With --lm-codes: keep only the factor combinations the model answers with at least this
+    /// accuracy (from the file's `correct` array).
+    #[arg(long, requires = "lm_codes")]
+    pub min_accuracy: Option<f64>,
+    /// With --lm-codes: the model layers to analyse, comma-separated (default: all in the file).
+    #[arg(long, requires = "lm_codes", value_delimiter = ',')]
+    pub layers: Option<Vec<usize>>,
+    /// With --lm-codes: bootstrap resamples of the test prompts behind each 95% interval.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub bootstrap: u64,
     /// Output directory for the tables (created if missing).
     #[arg(long)]
     pub out: PathBuf,
@@ -78,13 +114,19 @@ fn parse_split(s: &str) -> Result<CodeSplit, String> {
 /// Unreadable or inconsistent code files (naming the file and array), invalid flags, a training
 /// set with a single label, or failing writes (naming the path).
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
-    if TermCodes::is_logic_file(&args.train) || TermCodes::is_logic_file(&args.test) {
-        return run_terms(&args);
+    if let Some(codes) = &args.lm_codes {
+        return run_lm(&args, codes);
     }
-    let train = CodeSet::read_npz(&args.train)
-        .with_context(|| format!("reading --train {}", args.train.display()))?;
-    let test = CodeSet::read_npz(&args.test)
-        .with_context(|| format!("reading --test {}", args.test.display()))?;
+    let (Some(train_path), Some(test_path)) = (&args.train, &args.test) else {
+        anyhow::bail!("give --train and --test (or --lm-codes)");
+    };
+    if TermCodes::is_logic_file(train_path) || TermCodes::is_logic_file(test_path) {
+        return run_terms(&args, train_path, test_path);
+    }
+    let train = CodeSet::read_npz(train_path)
+        .with_context(|| format!("reading --train {}", train_path.display()))?;
+    let test = CodeSet::read_npz(test_path)
+        .with_context(|| format!("reading --test {}", test_path.display()))?;
     let params = LatentAnalysisParams {
         seed: args.seed,
         n_components: args.components,
@@ -185,11 +227,15 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
 /// # Errors
 /// Unreadable or inconsistent code files (naming the file and array), no scorable term, failing
 /// writes.
-fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
-    let train = TermCodes::read_npz(&args.train)
-        .with_context(|| format!("reading --train {}", args.train.display()))?;
-    let test = TermCodes::read_npz(&args.test)
-        .with_context(|| format!("reading --test {}", args.test.display()))?;
+fn run_terms(
+    args: &AnalyzeArgs,
+    train_path: &std::path::Path,
+    test_path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let train = TermCodes::read_npz(train_path)
+        .with_context(|| format!("reading --train {}", train_path.display()))?;
+    let test = TermCodes::read_npz(test_path)
+        .with_context(|| format!("reading --test {}", test_path.display()))?;
     let params = TermDecodingParams {
         seed: args.seed,
         logistic: LogisticParams {
@@ -208,8 +254,8 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
     )?;
     let summary = serde_json::json!({
         "task": "logic",
-        "train": args.train.display().to_string(),
-        "test": args.test.display().to_string(),
+        "train": train_path.display().to_string(),
+        "test": test_path.display().to_string(),
         "n_train": train.n_samples(),
         "n_test": test.n_samples(),
         "params": params,
@@ -262,6 +308,99 @@ fn run_terms(args: &AnalyzeArgs) -> anyhow::Result<()> {
     outln!("t-SNE of {n_tsne} codes: trustworthiness (k = 5) {trust:.3}; figures {figures}")?;
     outln!(
         "wrote term_decoding.csv, projections.npz and summary.json to {} in {:.1} s",
+        args.out.display(),
+        start.elapsed().as_secs_f64()
+    )?;
+    Ok(())
+}
+
+/// `hyperlens analyze --lm-codes`: [`hyperlens_analysis::lm::analyze`] on a language model's
+/// code file, its tables written into `--out` and the decoding table printed.
+///
+/// # Errors
+/// Unreadable or inconsistent code files (naming the file and array), an unknown factor or
+/// layer, no kept train or test rows, a shuffled-weights file of other prompts, failing writes.
+fn run_lm(args: &AnalyzeArgs, codes: &std::path::Path) -> anyhow::Result<()> {
+    let params = LmAnalysisParams {
+        shuffled_codes: args.shuffled_codes.clone(),
+        factor: args.factor.clone(),
+        min_accuracy: args.min_accuracy,
+        layers: args.layers.clone(),
+        seed: args.seed,
+        n_bootstrap: args.bootstrap as usize,
+        logistic: LogisticParams {
+            c: args.c,
+            max_iterations: args.max_iter,
+            ..LogisticParams::default()
+        },
+        n_components: args.components,
+        kmeans_runs: args.kmeans_runs as usize,
+        unsupervised_on: args.unsupervised_on,
+        ..LmAnalysisParams::new(codes)
+    };
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    let start = std::time::Instant::now();
+    let a = lm::analyze(&params, &mut |p: &LmProgress| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.stage);
+        std::ops::ControlFlow::Continue(())
+    })?;
+    bar.finish_and_clear();
+    let written = a
+        .write(&args.out)
+        .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
+    let d = &a.decoding;
+    outln!(
+        "decoding `{}` seen -> held-out: {} train, {} test prompts; chance {:.3} (largest test \
+         class {:.3}); {}",
+        d.factor,
+        d.n_train,
+        d.n_test,
+        d.chance,
+        d.chance_max,
+        a.behaviour.note
+    )?;
+    if d.n_unseen_test > 0 {
+        outln!(
+            "{} test prompts have a value never seen in training ({}): counted as errors",
+            d.n_unseen_test,
+            d.unseen_classes.join(", ")
+        )?;
+    }
+    let ci = |s: Option<lm::ProbeScore>| {
+        s.map_or_else(
+            || "-".to_string(),
+            |s| format!("{:.3} [{:.3}, {:.3}]", s.accuracy, s.ci_low, s.ci_high),
+        )
+    };
+    outln!(
+        "{:<6} {:<21} {:<21} {:<21} {:<21} {:<21}",
+        "layer",
+        "codes",
+        "shuffled_labels",
+        "distance",
+        "shuffled_weights",
+        "resid"
+    )?;
+    for r in &d.rows {
+        outln!(
+            "{:<6} {:<21} {:<21} {:<21} {:<21} {:<21}",
+            r.layer.map_or_else(|| "all".to_string(), |l| l.to_string()),
+            ci(Some(r.codes)),
+            ci(Some(r.shuffled_labels)),
+            ci(Some(d.distance)),
+            ci(r.shuffled_weights),
+            ci(r.resid)
+        )?;
+    }
+    outln!(
+        "wrote {} files to {} in {:.1} s",
+        written.len(),
         args.out.display(),
         start.elapsed().as_secs_f64()
     )?;
