@@ -607,3 +607,65 @@ class LanguageModel(_Hooked):
         )
         extra = [a for a, want in ((logits, return_logits), (resid, return_resid)) if want]
         return (codes, *extra) if extra else codes
+
+    def probe(
+        self,
+        prompts: Any,
+        out: str | os.PathLike,
+        sites: str | None = None,
+        *,
+        layers: Sequence[int] | int | None = None,
+        form: str = "pattern",
+        batch: int = 32,
+        prepend_bos: bool | None = None,
+        label: str | None = None,
+        resid: bool = False,
+        shuffle_weights: int | None = None,
+        on_progress: Callable[[int, int], Any] | None = None,
+    ) -> dict[str, Any]:
+        """Streams the latent codes of every prompt of a prompt set to a code file, as
+        ``hyperlens probe --prompts`` does (``hyperlens_probe::extract_prompts``).
+
+        ``prompts``: a :class:`hyperlens.tasks.PromptSet` (``hl.tasks.icl(...)``,
+        ``hl.tasks.prompts([...])``) or the path of a JSONL prompt file. ``sites``: the sites by role,
+        e.g. ``"query: last; keys: demo_output, query_input"`` (default: the set's recommended
+        ``sites``). Each prompt is tokenized segment by segment; its codes are those of
+        :meth:`latent_codes` at its sites, in the ``form`` asked, of the ``layers`` asked (all by
+        default); its behaviour is the model's greedy next token against its answer's first token.
+        With ``resid`` the residual stream after each layer at the queries is kept; with
+        ``shuffle_weights=seed`` the codes are those of the model with its weights shuffled within
+        each tensor (the control of the lens). ``on_progress(done, total)`` after each batch of
+        ``batch`` prompts; Ctrl-C stops it and leaves no file.
+
+        Writes ``out`` (``.npz``: ``codes`` float32 ``[N, L, H, Q, K]``, ``label``, ``factors``
+        int64 ``[N, F]``, ``split``, ``prompt``, ``length``, ``query_pos`` ``[N, Q]``, ``key_pos``
+        ``[N, K]``, ``target``, ``prediction``, ``correct``, and ``resid`` float32
+        ``[N, L, Q, d_model]``) and its sidecar ``codes.json`` beside it; read them with
+        :func:`hyperlens.analysis.analyze_lm` or ``numpy.load``. Returns ``{"path", "n_prompts",
+        "n_answered", "accuracy"}``.
+
+        Errors: :class:`hyperlens.InputError` for sites that do not resolve (naming the prompt), an
+        unknown role or label factor, a model without a tokenizer; :class:`hyperlens.NotFoundError`
+        for a missing prompt file."""
+        from .tasks import PromptSet, load_prompts
+
+        if not isinstance(prompts, PromptSet):
+            prompts = load_prompts(prompts)
+        spec = sites if sites is not None else prompts.sites
+        if spec is None:
+            raise InputError("the prompts recommend no sites: pass sites=, e.g. \"query: last; keys: ROLE\"")
+        path = Path(os.fspath(out))
+        n, answered, acc = self._ev.probe(
+            prompts._core,
+            str(spec),
+            path,
+            as_layers(layers),
+            str(form),
+            as_int(batch, "batch", 1),
+            None if prepend_bos is None else bool(prepend_bos),
+            None if label is None else str(label),
+            bool(resid),
+            None if shuffle_weights is None else as_int(shuffle_weights, "shuffle_weights"),
+            on_progress,
+        )
+        return {"path": path, "n_prompts": n, "n_answered": answered, "accuracy": acc}

@@ -45,6 +45,9 @@ pub struct PromptProbeParams {
     pub label_factor: Option<String>,
     /// Whether to keep the residual stream at the queries (`resid`, `[N, L, Q, D]`).
     pub resid: bool,
+    /// With a seed, the codes of the model with its weights shuffled within each tensor by it
+    /// (the lens's control, `LanguageModel::with_shuffled_weights`).
+    pub shuffle_weights: Option<u64>,
 }
 
 /// What an extraction reports.
@@ -70,8 +73,6 @@ pub struct PromptProbeSources {
     pub model_kind: String,
     /// The prompt file's path, as given (or where the prompts came from).
     pub prompts: String,
-    /// When the model's weights were shuffled within each tensor (the lens's control), the seed.
-    pub shuffled_weights_seed: Option<u64>,
 }
 
 /// A prompt set tokenized and its sites resolved: the model's input.
@@ -278,7 +279,10 @@ fn append_batch(
     prediction: &[u32],
 ) -> Result<usize> {
     let (a, b) = (rows.start, rows.end);
-    w.append_f32(arrays.codes, &batch.codes.iter().copied().collect::<Vec<_>>())?;
+    w.append_f32(
+        arrays.codes,
+        &batch.codes.iter().copied().collect::<Vec<_>>(),
+    )?;
     let lab: Vec<i64> = rows
         .clone()
         .map(|i| label.map_or(-1, |c| factors[[i, c]]))
@@ -295,9 +299,21 @@ fn append_batch(
     w.append_i64(arrays.prompt, &ids)?;
     let len: Vec<i64> = inputs.lengths[a..b].iter().map(|&l| l as i64).collect();
     w.append_i64(arrays.length, &len)?;
-    let qp: Vec<i64> = inputs.sites.query.slice(s![a..b, ..]).iter().copied().collect();
+    let qp: Vec<i64> = inputs
+        .sites
+        .query
+        .slice(s![a..b, ..])
+        .iter()
+        .copied()
+        .collect();
     w.append_i64(arrays.query_pos, &qp)?;
-    let kp: Vec<i64> = inputs.sites.keys.slice(s![a..b, ..]).iter().copied().collect();
+    let kp: Vec<i64> = inputs
+        .sites
+        .keys
+        .slice(s![a..b, ..])
+        .iter()
+        .copied()
+        .collect();
     w.append_i64(arrays.key_pos, &kp)?;
     let target = &inputs.target[a..b];
     w.append_i64(arrays.target, target)?;
@@ -318,7 +334,8 @@ fn append_batch(
 /// Extracts the latent codes of `model` over `prompts` at `params.sites` and writes them to `out`
 /// (`.npz`, `hyperlens_io::keys::lm_codes`) with the sidecar `codes.json` beside it
 /// (`LmCodesSidecar`). `progress(done, total)` after each batch; its `ControlFlow::Break` stops the
-/// extraction and leaves no file.
+/// extraction and leaves no file. With `params.shuffle_weights`, the model's weights are shuffled
+/// within each tensor first (the lens's control).
 ///
 /// Rows are the prompts in file order; `label` is the value index of `params.label_factor` (the
 /// first factor by default; -1 without factors); `split` is 1 for prompts marked `test`, 0
@@ -354,6 +371,14 @@ where
         ));
     }
     let layers = check_layers(params.layers.as_deref(), model.n_layers())?;
+    let shuffled;
+    let model = match params.shuffle_weights {
+        Some(seed) => {
+            shuffled = model.with_shuffled_weights(seed)?;
+            &shuffled
+        }
+        None => model,
+    };
     let factors = prompts.factors();
     let label = label_column(&factors, params.label_factor.as_deref())?;
     let factor_matrix = prompts.factor_matrix();
@@ -418,7 +443,7 @@ where
             .prepend_bos
             .unwrap_or_else(|| tok.adds_bos_by_default()),
         prompts: sources.prompts.clone(),
-        shuffled_weights_seed: sources.shuffled_weights_seed,
+        shuffled_weights_seed: params.shuffle_weights,
         sites: params.sites.to_string(),
         tokenizer: tok.source(),
     };
@@ -441,9 +466,6 @@ pub struct PromptFileRun {
     pub prompts: PathBuf,
     /// The extraction's settings.
     pub params: PromptProbeParams,
-    /// With a seed, the codes of the model with its weights shuffled within each tensor (the
-    /// lens's control, `LanguageModel::with_shuffled_weights`).
-    pub shuffle_weights: Option<u64>,
     /// The output `.npz`; the sidecar goes beside it.
     pub out: PathBuf,
 }
@@ -464,15 +486,11 @@ where
     let prompts = PromptSet::load(&run.prompts)?;
     let kind = hyperlens_model::lm::detect(&run.checkpoint)?;
     let tok = hyperlens_model::lm::require_tokenizer(&run.checkpoint)?;
-    let mut model = hyperlens_model::lm::load(&run.checkpoint, device)?;
-    if let Some(seed) = run.shuffle_weights {
-        model = model.with_shuffled_weights(seed)?;
-    }
+    let model = hyperlens_model::lm::load(&run.checkpoint, device)?;
     let sources = PromptProbeSources {
         model: run.checkpoint.display().to_string(),
         model_kind: kind.to_string(),
         prompts: run.prompts.display().to_string(),
-        shuffled_weights_seed: run.shuffle_weights,
     };
     extract_prompts(
         &model,

@@ -731,3 +731,188 @@ fn a_breaking_progress_callback_stops_each_long_function() {
         "an interrupted extraction leaves no file"
     );
 }
+
+/// The tiny Llama fixture (word-level tokenizer.json that prepends `<s>`) with a hand-made prompt
+/// set: two labelled factors, answers, both splits.
+fn tiny_llama_prompts() -> (
+    PathBuf,
+    hyperlens_model::lm::LanguageModel,
+    hyperlens_model::lm::LmTokenizer,
+    hyperlens_tasks::prompts::PromptSet,
+) {
+    let dir = manifest_dir().join("../model/tests/fixtures/lm/tiny-llama-hf");
+    let model = hyperlens_model::lm::load(&dir, &Device::Cpu).expect("tiny llama");
+    let tok = hyperlens_model::lm::require_tokenizer(&dir).expect("its tokenizer.json");
+    let line = |x: &str, y: &str, x2: &str, op: &str, answer: &str, split: &str| {
+        format!(
+            r#"{{"segments": [{{"text": "Q:", "role": "sep"}}, {{"text": "{x}", "role": "x"}}, {{"text": "A:", "role": "sep"}}, {{"text": "{y}", "role": "y"}}, {{"text": "Q:", "role": "sep"}}, {{"text": "{x2}", "role": "x"}}, {{"text": "A:", "role": "sep"}}], "labels": {{"op": "{op}", "size": "s"}}, "answer": "{answer}", "split": "{split}"}}"#
+        )
+    };
+    let items = [
+        line("cat", "dog", "sun big", "copy", "moon", "train"),
+        line("one", "two", "three", "next", "four", "train"),
+        line("red", "blue", "the small tree", "copy", "sky", "test"),
+        line("up", "down", "left", "next", "right", "test"),
+        line("I", "you", "we", "copy", "they", "train"),
+    ];
+    let set =
+        hyperlens_tasks::prompts::PromptSet::from_json_items(&items, "test").expect("prompts");
+    (dir, model, tok, set)
+}
+
+#[test]
+fn prompt_codes_are_the_lens_at_the_resolved_sites_with_the_behaviour() {
+    use hyperlens_io::keys::lm_codes as k;
+    use hyperlens_model::lm::{CodeForm, CodeRequest};
+    use hyperlens_probe::{extract_prompts, PromptProbeParams, PromptProbeSources};
+
+    let (dir, model, tok, set) = tiny_llama_prompts();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("codes.npz");
+    let params = PromptProbeParams {
+        sites: "query: last; keys: x, y#0".parse().expect("sites"),
+        layers: None,
+        form: CodeForm::Pattern,
+        batch: 2,
+        prepend_bos: None,
+        label_factor: Some("op".into()),
+        resid: true,
+        shuffle_weights: None,
+    };
+    let sources = PromptProbeSources {
+        model: dir.display().to_string(),
+        model_kind: "hf-llama".into(),
+        prompts: "test".into(),
+    };
+    let s = extract_prompts(&model, &tok, &set, &params, &sources, &out, go).expect("extract");
+    assert_eq!((s.n_prompts, s.n_answered), (5, 5));
+    let mut z = NpzReader::new(File::open(&out).unwrap()).unwrap();
+    let codes: Array5<f32> = z.by_name(k::CODES).unwrap();
+    let qp: Array2<i64> = z.by_name(k::QUERY_POS).unwrap();
+    let kp: Array2<i64> = z.by_name(k::KEY_POS).unwrap();
+    let label: Array1<i64> = z.by_name(k::LABEL).unwrap();
+    let split: Array1<i64> = z.by_name(k::SPLIT).unwrap();
+    let target: Array1<i64> = z.by_name(k::TARGET).unwrap();
+    let pred: Array1<i64> = z.by_name(k::PREDICTION).unwrap();
+    let correct: Array1<bool> = z.by_name(k::CORRECT).unwrap();
+    let resid: ndarray::Array4<f32> = z.by_name(k::RESID).unwrap();
+    // <s> Q: cat A: dog Q: sun big A:  -> query 8 (last), keys: x's last tokens 2 and 7, y#0's 4.
+    assert_eq!(qp.row(0).to_vec(), vec![8]);
+    assert_eq!(kp.row(0).to_vec(), vec![2, 7, 4]);
+    // <s> Q: red A: blue Q: the small tree A: -> query 9, keys 2, 8, 4.
+    assert_eq!(qp.row(2).to_vec(), vec![9]);
+    assert_eq!(kp.row(2).to_vec(), vec![2, 8, 4]);
+    assert_eq!(label.to_vec(), vec![0, 1, 0, 1, 0]);
+    assert_eq!(split.to_vec(), vec![0, 0, 1, 1, 0]);
+    let (l, h) = (model.n_layers(), model.n_heads());
+    assert_eq!(codes.dim(), (5, l, h, 1, 3));
+    let mut n_correct = 0;
+    for (i, p) in set.prompts.iter().enumerate() {
+        let texts: Vec<&str> = p.segments.iter().map(|s| s.text.as_str()).collect();
+        let (ids, _) = tok.encode_segments(&texts, None).unwrap();
+        let q = vec![qp[[i, 0]] as usize];
+        let kk: Vec<usize> = kp.row(i).iter().map(|&x| x as usize).collect();
+        // The prompt alone, through the lens: the file's row (batched with another) equals it.
+        let one = model
+            .latent_codes(&CodeRequest {
+                tokens: std::slice::from_ref(&ids),
+                query: std::slice::from_ref(&q),
+                keys: std::slice::from_ref(&kk),
+                layers: None,
+                form: CodeForm::Pattern,
+                last_logits: false,
+                resid: true,
+                first_index: 0,
+            })
+            .unwrap();
+        let row = codes.index_axis(ndarray::Axis(0), i);
+        let diff = (&row - &one.codes.index_axis(ndarray::Axis(0), 0)).mapv(f32::abs);
+        assert!(diff.iter().all(|&d| d < 1e-6), "prompt {i}: codes differ");
+        let rd = (&resid.index_axis(ndarray::Axis(0), i)
+            - &one.resid.as_ref().unwrap().index_axis(ndarray::Axis(0), 0))
+            .mapv(f32::abs);
+        assert!(rd.iter().all(|&d| d < 1e-4), "prompt {i}: resid differs");
+        // The behaviour: the full forward's argmax after the last token, against the answer.
+        let x = candle_core::Tensor::from_slice(&ids, (1, ids.len()), &Device::Cpu).unwrap();
+        let logits = model.forward(&x, false).unwrap().logits;
+        let last = logits
+            .i((0, ids.len() - 1))
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let argmax = hyperlens_probe::extract::argmax_rows(&last, last.len())[0];
+        assert_eq!(pred[i], i64::from(argmax), "prompt {i}");
+        let answer = tok
+            .encode(p.answer.as_deref().unwrap(), Some(false))
+            .unwrap();
+        assert_eq!(target[i], i64::from(answer[0]), "prompt {i}");
+        assert_eq!(correct[i], target[i] == pred[i]);
+        n_correct += usize::from(correct[i]);
+    }
+    assert_eq!(s.accuracy, Some(n_correct as f64 / 5.0));
+    let side: hyperlens_io::sidecars::LmCodesSidecar =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("codes.json")).unwrap())
+            .unwrap();
+    assert_eq!(side.label_factor, "op");
+    assert_eq!(side.factors[0].values, vec!["copy", "next"]);
+    assert_eq!(side.sites, "query: last; keys: x, y#0");
+    assert!(side.prepend_bos && side.has_resid);
+    assert_eq!(side.layers, (0..l).collect::<Vec<_>>());
+}
+
+#[test]
+fn prompt_extraction_refuses_bad_sites_and_stops_leaving_no_file() {
+    use hyperlens_model::lm::CodeForm;
+    use hyperlens_probe::{extract_prompts, ProbeError, PromptProbeParams, PromptProbeSources};
+
+    let (dir, model, tok, set) = tiny_llama_prompts();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("codes.npz");
+    let sources = PromptProbeSources {
+        model: dir.display().to_string(),
+        model_kind: "hf-llama".into(),
+        prompts: "test".into(),
+    };
+    let params = |sites: &str| PromptProbeParams {
+        sites: sites.parse().expect("sites"),
+        layers: None,
+        form: CodeForm::Pattern,
+        batch: 2,
+        prepend_bos: None,
+        label_factor: None,
+        resid: false,
+        shuffle_weights: None,
+    };
+    let err = |p: &PromptProbeParams| {
+        extract_prompts(&model, &tok, &set, p, &sources, &out, go)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err(&params("query: last; keys: demo_output"));
+    assert!(e.contains("prompt 0") && e.contains("demo_output"), "{e}");
+    // A key after its query: the model is causal.
+    let e = err(&params("query: x#0; keys: last"));
+    assert!(e.contains("0") && e.contains("after"), "{e}");
+    let mut p = params("query: last; keys: x");
+    p.label_factor = Some("colour".into());
+    let e = err(&p);
+    assert!(e.contains("colour") && e.contains("op, size"), "{e}");
+    // Stopped after the first batch: an error, and no file at all.
+    let r = extract_prompts(
+        &model,
+        &tok,
+        &set,
+        &params("query: last; keys: x"),
+        &sources,
+        &out,
+        |d, _| {
+            if d >= 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    );
+    assert!(matches!(r, Err(ProbeError::Interrupted)));
+    assert!(!out.exists() && !tmp.path().join("codes.json").exists());
+}

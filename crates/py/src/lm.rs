@@ -362,6 +362,75 @@ impl PyLanguageModel {
             batch.resid.map(|a| out(py, a)),
         ))
     }
+
+    /// Streams the codes of every prompt of `prompts` at `sites` to `out` (`.npz` + `codes.json`;
+    /// `hyperlens_probe::extract_prompts`); returns `(n_prompts, n_answered, accuracy)`.
+    /// `on_progress(done, total)` after each batch; Ctrl-C stops it and leaves no file.
+    #[pyo3(signature = (prompts, sites, out, layers, form, batch, prepend_bos, label, resid, shuffle_weights, on_progress))]
+    #[allow(clippy::too_many_arguments)]
+    fn probe(
+        &self,
+        py: Python<'_>,
+        prompts: &crate::prompts::PyPromptSet,
+        sites: &str,
+        out: PathBuf,
+        layers: Option<Vec<usize>>,
+        form: &str,
+        batch: usize,
+        prepend_bos: Option<bool>,
+        label: Option<String>,
+        resid: bool,
+        shuffle_weights: Option<u64>,
+        on_progress: Option<Py<PyAny>>,
+    ) -> PyResult<(usize, usize, Option<f64>)> {
+        let params = hyperlens_probe::PromptProbeParams {
+            sites: sites.parse().map_err(to_py)?,
+            layers,
+            form: form.parse().map_err(to_py)?,
+            batch,
+            prepend_bos,
+            label_factor: label,
+            resid,
+            shuffle_weights,
+        };
+        let tok = self.tok()?;
+        let sources = hyperlens_probe::PromptProbeSources {
+            model: self.path.display().to_string(),
+            model_kind: hyperlens_model::lm::detect(&self.path)
+                .map_err(to_py)?
+                .to_string(),
+            prompts: prompts.set().origin.clone(),
+        };
+        let s = detached(py, || {
+            let stop = crate::errors::Interrupt::default();
+            let mut failed: Option<PyErr> = None;
+            let r = hyperlens_probe::extract_prompts(
+                &self.lm,
+                tok,
+                prompts.set(),
+                &params,
+                &sources,
+                &out,
+                |done, total| {
+                    if failed.is_some() || stop.check().is_break() {
+                        return std::ops::ControlFlow::Break(());
+                    }
+                    if let Some(f) = &on_progress {
+                        if let Err(e) = Python::attach(|py| f.call1(py, (done, total))) {
+                            failed = Some(e);
+                            return std::ops::ControlFlow::Break(());
+                        }
+                    }
+                    std::ops::ControlFlow::Continue(())
+                },
+            );
+            match failed {
+                Some(e) => Err(e),
+                None => stop.finish(r),
+            }
+        })?;
+        Ok((s.n_prompts, s.n_answered, s.accuracy))
+    }
 }
 
 /// What `latent_codes` returns to Python: the codes, the logits and the residual stream (`None`

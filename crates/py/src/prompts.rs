@@ -18,6 +18,13 @@ pub struct PyPromptSet {
     set: PromptSet,
 }
 
+impl PyPromptSet {
+    /// The set.
+    pub(crate) fn set(&self) -> &PromptSet {
+        &self.set
+    }
+}
+
 #[pymethods]
 impl PyPromptSet {
     /// The number of prompts.

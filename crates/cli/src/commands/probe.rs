@@ -1,17 +1,20 @@
 //! `hyperlens probe`: extract the latent codes of a checkpoint at a site over a problem set, streamed
-//! in batches to an `.npz` with labels and a JSON sidecar (docs/spec/latent-codes.md).
+//! in batches to an `.npz` with labels and a JSON sidecar (docs/spec/latent-codes.md); on a language
+//! model, over a prompt file (`--prompts`, `hyperlens_probe::run_prompt_file`; docs/lm-lens.md).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use hyperlens_model::lm::CodeForm;
 use hyperlens_model::{Device, Evaluator};
 use hyperlens_probe::{
-    describe_inputs, extract, extract_logic, extract_logic_set, GeneratedLogicSet,
-    LogicProbeSummary, ProbeMeta, ProbeParams, Site,
+    describe_inputs, extract, extract_logic, extract_logic_set, run_prompt_file, GeneratedLogicSet,
+    LogicProbeSummary, ProbeMeta, ProbeParams, PromptFileRun, PromptProbeParams, Site,
 };
 use hyperlens_tasks::npz::{load_logic, load_problems};
+use hyperlens_tasks::prompts::SiteSpec;
 use hyperlens_tasks::sraven::SampleStream;
 use hyperlens_train::TrainSettings;
 
@@ -22,9 +25,36 @@ use super::dispatch::{logic_inputs, logic_set, resolve_split, Checkpoint};
 /// logic`) the codes are labelled by the task's terms ([`probe_logic`]).
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// The checkpoint directory (config.json + model.safetensors).
+    /// The checkpoint directory (config.json + model.safetensors); with `--prompts`, a language
+    /// model (a GGUF file, a Hugging Face GPT-2 / Llama directory, a hyperlens token model).
     #[arg(long)]
     pub checkpoint: PathBuf,
+    /// A language model's prompt file (JSONL: segments with roles, labels, answer, split; see
+    /// `hyperlens tasks prompts` and docs/lm-lens.md): the codes of every prompt at `--sites`.
+    #[arg(long, requires = "sites", conflicts_with_all = ["problems", "split", "set", "unpermuted", "other_split", "fixed_query", "fixed_context"])]
+    pub prompts: Option<PathBuf>,
+    /// With --prompts: the sites by role, e.g. `query: last; keys: demo_output, query_input`.
+    #[arg(long, requires = "prompts")]
+    pub sites: Option<SiteSpec>,
+    /// With --prompts: the form of the code: `pattern` (attention probabilities), `scores`
+    /// (pre-softmax) or `no-sink` (probabilities renormalised without position 0).
+    #[arg(long, requires = "prompts", default_value = "pattern")]
+    pub form: CodeForm,
+    /// With --prompts: the factor whose values label the rows (default: the first).
+    #[arg(long, requires = "prompts")]
+    pub label: Option<String>,
+    /// With --prompts: prepend the beginning-of-sequence token, or not (default: the tokenizer's
+    /// own default, as Hugging Face's).
+    #[arg(long, requires = "prompts")]
+    pub prepend_bos: Option<bool>,
+    /// With --prompts: keep the residual stream after each layer at the queries (`resid`, the
+    /// decoding's upper bound).
+    #[arg(long, requires = "prompts")]
+    pub resid: bool,
+    /// With --prompts: the model with its weights shuffled within each tensor by this seed (the
+    /// lens's control).
+    #[arg(long, requires = "prompts")]
+    pub shuffle_weights: Option<u64>,
     /// Where the problems come from.
     #[command(flatten)]
     pub problems: ProblemArgs,
@@ -66,6 +96,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         bail!("--batch must be positive");
     }
     let device = args.device.to_candle()?;
+    if let Some(prompts) = &args.prompts {
+        return probe_prompts(&args, prompts, &device);
+    }
     let model = Evaluator::load(&args.checkpoint, &device)?;
     let cfg = model.config().clone();
     if let Checkpoint::Logic(settings) = super::dispatch::checkpoint(&args.checkpoint)? {
@@ -142,6 +175,61 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         args.site,
         cfg.mixer,
         100.0 * summary.slot_accuracy
+    )?;
+    Ok(())
+}
+
+/// `hyperlens probe --prompts`: a language model's codes over a prompt file.
+///
+/// # Errors
+/// A bad prompt file, sites, layers or model; a model without a tokenizer; a failed write.
+fn probe_prompts(
+    args: &ProbeArgs,
+    prompts: &std::path::Path,
+    device: &candle_core::Device,
+) -> anyhow::Result<()> {
+    let Some(sites) = args.sites.clone() else {
+        bail!("--prompts needs --sites");
+    };
+    super::common::create_parent("--out", &args.out)?;
+    let run = PromptFileRun {
+        checkpoint: args.checkpoint.clone(),
+        prompts: prompts.to_path_buf(),
+        params: PromptProbeParams {
+            sites,
+            layers: args.layers.clone(),
+            form: args.form,
+            batch: args.batch,
+            prepend_bos: args.prepend_bos,
+            label_factor: args.label.clone(),
+            resid: args.resid,
+            shuffle_weights: args.shuffle_weights,
+        },
+        out: args.out.clone(),
+    };
+    let bar = progress_bar(0, "probe", "prompts");
+    let summary = run_prompt_file(&run, device, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        ControlFlow::Continue(())
+    });
+    bar.finish_and_clear();
+    let s = summary.with_context(|| format!("probing {}", args.checkpoint.display()))?;
+    let [l, h, q, k] = s.code_shape;
+    let behaviour = match s.accuracy {
+        Some(a) => format!(
+            "next-token accuracy {:.2} % on {} prompts with an answer",
+            100.0 * a,
+            s.n_answered
+        ),
+        None => "no prompt has an answer".into(),
+    };
+    outln!(
+        "wrote {} ({} prompts, codes [{}, {l}, {h}, {q}, {k}], form {}); {behaviour}",
+        args.out.display(),
+        s.n_prompts,
+        s.n_prompts,
+        args.form
     )?;
     Ok(())
 }
