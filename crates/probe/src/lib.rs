@@ -35,8 +35,8 @@ pub use patching::{
     DlaReport, PatchPairs, PatchingReport,
 };
 pub use prompts::{
-    extract_prompts, prompt_inputs, run_prompt_file, PromptFileRun, PromptInputs,
-    PromptProbeParams, PromptProbeSources, PromptProbeSummary,
+    extract_prompts, extract_rows, prompt_inputs, run_prompt_file, PromptFileRun, PromptInputs,
+    PromptProbeParams, PromptProbeSources, PromptProbeSummary, PromptRows,
 };
 pub use site::{Selection, Site};
 pub use transplant::{latent_transplant, transplant_site, TransplantKind, TransplantRow};

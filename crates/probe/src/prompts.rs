@@ -157,6 +157,65 @@ pub fn prompt_inputs(
     })
 }
 
+/// A prompt set made ready for the model: its inputs ([`PromptInputs`]), its factors, each
+/// prompt's factor values and split, and the label column. It holds no prompt text, so the set
+/// can be dropped before the model is loaded (what [`run_prompt_file`] does: the memory of a long
+/// prompt file then does not add to the model's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptRows {
+    /// The tokens, sites and targets.
+    pub inputs: PromptInputs,
+    /// The prompts' factors, values sorted (the sidecar's `factors`).
+    pub factors: Vec<LmFactor>,
+    /// Each prompt's value index per factor, int64 `[N, F]` (-1 where it has none).
+    pub factor_matrix: Array2<i64>,
+    /// Each prompt's split, 1 for `test`, 0 otherwise, `[N]`.
+    pub split: Vec<i64>,
+    /// The column of `factors` whose values are the `label` array (`None` without factors).
+    pub label: Option<usize>,
+}
+
+impl PromptRows {
+    /// Tokenizes `prompts` and resolves their sites ([`prompt_inputs`]) with `params`' sites and
+    /// BOS setting, and picks `params.label_factor`.
+    ///
+    /// # Shapes
+    /// `N` prompts -> `factor_matrix` `[N, F]`, `split` `[N]`, `inputs` as [`prompt_inputs`].
+    ///
+    /// # Errors
+    /// [`ProbeError::InvalidInput`] for an empty set or an unknown label factor (listing the
+    /// factors); the errors of [`prompt_inputs`].
+    pub fn new(tok: &LmTokenizer, prompts: &PromptSet, params: &PromptProbeParams) -> Result<Self> {
+        if prompts.is_empty() {
+            return Err(ProbeError::InvalidInput("the prompt set is empty".into()));
+        }
+        let factors = prompts.factors();
+        let label = label_column(&factors, params.label_factor.as_deref())?;
+        let split = prompts
+            .splits()
+            .iter()
+            .map(|s| i64::from(*s == Some(PromptSplit::Test)))
+            .collect();
+        Ok(PromptRows {
+            inputs: prompt_inputs(tok, prompts, &params.sites, params.prepend_bos)?,
+            factor_matrix: prompts.factor_matrix(),
+            factors,
+            split,
+            label,
+        })
+    }
+
+    /// Number of prompts.
+    pub fn len(&self) -> usize {
+        self.split.len()
+    }
+
+    /// Whether there is no prompt (never, for a set made by [`PromptRows::new`]).
+    pub fn is_empty(&self) -> bool {
+        self.split.is_empty()
+    }
+}
+
 /// The arrays of a language model's code file, declared up front (`keys::lm_codes`).
 struct LmArrays {
     codes: ArrayId,
@@ -270,15 +329,13 @@ fn positions(a: &Array2<i64>, rows: std::ops::Range<usize>) -> Vec<Vec<usize>> {
 fn append_batch(
     w: &mut NpzStream,
     arrays: &LmArrays,
-    inputs: &PromptInputs,
-    factors: &Array2<i64>,
-    label: Option<usize>,
-    splits: &[Option<PromptSplit>],
+    prepared: &PromptRows,
     rows: std::ops::Range<usize>,
     batch: &hyperlens_model::lm::CodeBatch,
     prediction: &[u32],
 ) -> Result<usize> {
     let (a, b) = (rows.start, rows.end);
+    let (inputs, factors, label) = (&prepared.inputs, &prepared.factor_matrix, prepared.label);
     w.append_f32(
         arrays.codes,
         &batch.codes.iter().copied().collect::<Vec<_>>(),
@@ -290,11 +347,7 @@ fn append_batch(
     w.append_i64(arrays.label, &lab)?;
     let f: Vec<i64> = factors.slice(s![a..b, ..]).iter().copied().collect();
     w.append_i64(arrays.factors, &f)?;
-    let split: Vec<i64> = splits[a..b]
-        .iter()
-        .map(|s| i64::from(*s == Some(PromptSplit::Test)))
-        .collect();
-    w.append_i64(arrays.split, &split)?;
+    w.append_i64(arrays.split, &prepared.split[a..b])?;
     let ids: Vec<i64> = rows.clone().map(|i| i as i64).collect();
     w.append_i64(arrays.prompt, &ids)?;
     let len: Vec<i64> = inputs.lengths[a..b].iter().map(|&l| l as i64).collect();
@@ -356,15 +409,35 @@ pub fn extract_prompts<P>(
     params: &PromptProbeParams,
     sources: &PromptProbeSources,
     out: &Path,
+    progress: P,
+) -> Result<PromptProbeSummary>
+where
+    P: FnMut(usize, usize) -> ControlFlow<()>,
+{
+    let rows = PromptRows::new(tok, prompts, params)?;
+    extract_rows(model, tok, &rows, params, sources, out, progress)
+}
+
+/// [`extract_prompts`] on prompts made ready ([`PromptRows::new`] with the same `params`).
+///
+/// # Shapes
+/// As [`extract_prompts`].
+///
+/// # Errors
+/// As [`extract_prompts`].
+pub fn extract_rows<P>(
+    model: &LanguageModel,
+    tok: &LmTokenizer,
+    prepared: &PromptRows,
+    params: &PromptProbeParams,
+    sources: &PromptProbeSources,
+    out: &Path,
     mut progress: P,
 ) -> Result<PromptProbeSummary>
 where
     P: FnMut(usize, usize) -> ControlFlow<()>,
 {
-    let n = prompts.len();
-    if n == 0 {
-        return Err(ProbeError::InvalidInput("the prompt set is empty".into()));
-    }
+    let n = prepared.len();
     if params.batch == 0 {
         return Err(ProbeError::InvalidInput(
             "the batch must be positive".into(),
@@ -379,16 +452,12 @@ where
         }
         None => model,
     };
-    let factors = prompts.factors();
-    let label = label_column(&factors, params.label_factor.as_deref())?;
-    let factor_matrix = prompts.factor_matrix();
-    let splits = prompts.splits();
-    let inputs = prompt_inputs(tok, prompts, &params.sites, params.prepend_bos)?;
+    let inputs = &prepared.inputs;
     let (q, k) = (inputs.sites.query.ncols(), inputs.sites.keys.ncols());
     let code_shape = [layers.len(), model.n_heads(), q, k];
     let mut w = NpzStream::create(out)?;
     let d_model = params.resid.then(|| model.d_model());
-    let arrays = LmArrays::declare(&mut w, n, code_shape, factors.len(), d_model)?;
+    let arrays = LmArrays::declare(&mut w, n, code_shape, prepared.factors.len(), d_model)?;
     let mut n_correct = 0usize;
     step(&mut progress, 0, n)?;
     for start in (0..n).step_by(params.batch) {
@@ -414,23 +483,16 @@ where
         let logits = logits.as_standard_layout();
         let flat = logits.as_slice().unwrap_or_default();
         let prediction = argmax_rows(flat, logits.ncols());
-        n_correct += append_batch(
-            &mut w,
-            &arrays,
-            &inputs,
-            &factor_matrix,
-            label,
-            &splits,
-            start..end,
-            &batch,
-            &prediction,
-        )?;
+        n_correct += append_batch(&mut w, &arrays, prepared, start..end, &batch, &prediction)?;
         step(&mut progress, end, n)?;
     }
     let n_answered = inputs.target.iter().filter(|&&t| t >= 0).count();
     let sidecar = LmCodesSidecar {
-        label_factor: label.map(|c| factors[c].name.clone()).unwrap_or_default(),
-        factors,
+        label_factor: prepared
+            .label
+            .map(|c| prepared.factors[c].name.clone())
+            .unwrap_or_default(),
+        factors: prepared.factors.clone(),
         form: params.form.to_string(),
         has_resid: params.resid,
         kv_group: model.kv_groups(),
@@ -470,7 +532,8 @@ pub struct PromptFileRun {
     pub out: PathBuf,
 }
 
-/// Loads the prompt file, the model and its tokenizer of `run`, and runs [`extract_prompts`].
+/// Loads the tokenizer and the prompt file of `run`, makes the prompts ready ([`PromptRows`]) and
+/// drops their text, then loads the model and runs [`extract_rows`].
 ///
 /// # Errors
 /// A bad prompt file (naming its line), a checkpoint that is not a language model or has no
@@ -483,19 +546,19 @@ pub fn run_prompt_file<P>(
 where
     P: FnMut(usize, usize) -> ControlFlow<()>,
 {
-    let prompts = PromptSet::load(&run.prompts)?;
     let kind = hyperlens_model::lm::detect(&run.checkpoint)?;
     let tok = hyperlens_model::lm::require_tokenizer(&run.checkpoint)?;
+    let rows = PromptRows::new(&tok, &PromptSet::load(&run.prompts)?, &run.params)?;
     let model = hyperlens_model::lm::load(&run.checkpoint, device)?;
     let sources = PromptProbeSources {
         model: run.checkpoint.display().to_string(),
         model_kind: kind.to_string(),
         prompts: run.prompts.display().to_string(),
     };
-    extract_prompts(
+    extract_rows(
         &model,
         &tok,
-        &prompts,
+        &rows,
         &run.params,
         &sources,
         &run.out,
