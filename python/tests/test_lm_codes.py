@@ -84,3 +84,57 @@ def test_bad_input_is_a_clear_error(lm):
         lm.latent_codes(tokens, query[:1], keys, lengths=lengths)
     with pytest.raises(hl.ShapeError):
         lm.latent_codes(tokens, query, keys, lengths=[6])
+
+
+def _own_task():
+    """A researcher's own task on the tiny Llama's word-level vocabulary."""
+    rows = []
+    for i, (x, y) in enumerate([("cat", "dog"), ("sun", "moon"), ("red", "blue"), ("one", "two")]):
+        for op in ("same", "swap"):
+            rows.append(
+                {
+                    "segments": [{"text": "Q:", "role": "sep"}, {"text": x, "role": "x"}, {"text": "A:", "role": "sep"}],
+                    "labels": {"op": op},
+                    "answer": x if op == "same" else y,
+                    "split": "test" if (i < 2 and op == "swap") else "train",
+                }
+            )
+    return hl.tasks.prompts(rows)
+
+
+def test_probe_streams_the_lens_codes_of_a_prompt_set(tmp_path):
+    lm = hl.load(FIXTURES / "tiny-llama-hf")
+    ps = _own_task()
+    seen = []
+    r = lm.probe(ps, tmp_path / "codes.npz", "query: last; keys: x, sep#0", batch=3, resid=True, on_progress=lambda d, t: seen.append((d, t)))
+    assert r["n_prompts"] == 8 and r["n_answered"] == 8
+    assert seen[-1] == (8, 8)
+    z = np.load(tmp_path / "codes.npz")
+    # <s> Q: x A: -> query 3, keys 2 and 1
+    assert (z["query_pos"] == 3).all() and (z["key_pos"] == [2, 1]).all()
+    assert list(z["split"]) == [0, 1, 0, 1, 0, 0, 0, 0]
+    assert list(z["label"]) == [0, 1] * 4
+    tokens = lm.to_tokens([p["segments"][0]["text"] + " " + p["segments"][1]["text"] + " " + p["segments"][2]["text"] for p in ps])
+    codes, logits, resid = lm.latent_codes(tokens, z["query_pos"], z["key_pos"], return_logits=True, return_resid=True)
+    np.testing.assert_allclose(z["codes"], codes, atol=1e-6)
+    np.testing.assert_allclose(z["resid"], resid, atol=1e-4)
+    assert (z["prediction"] == logits.argmax(axis=1)).all()
+    target = [lm.to_tokens(p["answer"], prepend_bos=False)[0, 0] for p in ps]
+    assert list(z["target"]) == target
+    assert r["accuracy"] == pytest.approx(float((z["prediction"] == z["target"]).mean()))
+    a = hl.analysis.analyze_lm(tmp_path / "codes.npz", factor="op")
+    assert len(a.decoding) == lm.cfg.n_layers + 1
+
+
+def test_probe_refuses_bad_sites_and_models_without_a_tokenizer(tmp_path):
+    lm = hl.load(FIXTURES / "tiny-llama-hf")
+    ps = _own_task()
+    with pytest.raises(hl.InputError, match="sites"):
+        lm.probe(ps, tmp_path / "c.npz")  # a built set recommends no sites
+    with pytest.raises(hl.InputError, match="prompt 0.*demo_output|demo_output.*prompt 0"):
+        lm.probe(ps, tmp_path / "c.npz", "query: last; keys: demo_output")
+    with pytest.raises(hl.InputError, match="after"):
+        lm.probe(ps, tmp_path / "c.npz", "query: x; keys: last")
+    with pytest.raises(hl.InputError, match="tokenizer"):
+        hl.load(ROOT / "data/induction/attn-only-2l").probe(ps, tmp_path / "c.npz", "query: last; keys: x")
+    assert not (tmp_path / "c.npz").exists()

@@ -457,3 +457,75 @@ fn logic_probe_labels_codes_with_the_tasks_terms() {
     ])
     .usage_error(&["--fixed-query", "--fixed-context"]);
 }
+
+/// A ten-line prompt file of a researcher's own task on the tiny Llama fixture (word-level
+/// tokenizer that prepends `<s>`): `probe --prompts` then `analyze --lm-codes`, and the prompt
+/// errors, each one line naming what is wrong.
+#[test]
+fn probe_prompts_writes_the_codes_of_a_written_task_and_refuses_bad_prompts() {
+    let tmp = tempdir();
+    let model = crate::util::repo_path("crates/model/tests/fixtures/lm/tiny-llama-hf");
+    let m = s(&model);
+    let words = [
+        ("cat", "dog"),
+        ("sun", "moon"),
+        ("red", "blue"),
+        ("one", "two"),
+        ("up", "down"),
+    ];
+    let mut lines = Vec::new();
+    for (i, (x, y)) in words.iter().enumerate() {
+        for (op, split) in [("same", "train"), ("swap", if i < 2 { "test" } else { "train" })] {
+            let answer = if op == "same" { x } else { y };
+            lines.push(format!(
+                r#"{{"segments": [{{"text": "Q:", "role": "sep"}}, {{"text": "{x}", "role": "x"}}, {{"text": "A:", "role": "sep"}}], "labels": {{"op": "{op}"}}, "answer": "{answer}", "split": "{split}"}}"#
+            ));
+        }
+    }
+    let prompts = tmp.path().join("task.jsonl");
+    std::fs::write(&prompts, lines.join("\n") + "\n").unwrap();
+    let out = tmp.path().join("codes.npz");
+    let p = s(&prompts);
+    let line = hyperlens(&[
+        "probe", "--checkpoint", m, "--prompts", p, "--sites", "query: last; keys: x, sep#0",
+        "--out", s(&out), "--batch", "3",
+    ])
+    .success()
+    .to_string();
+    assert!(
+        line.contains("10 prompts") && line.contains(", 1, 2]") && line.contains("form pattern"),
+        "{line}"
+    );
+    // <s> Q: x A: -> query 3, keys 2 (x) and 1 (the first `sep`).
+    let kp: ArrayD<i64> = array(&out, "key_pos");
+    let qp: ArrayD<i64> = array(&out, "query_pos");
+    assert!(kp.outer_iter().all(|r| r.iter().copied().eq([2, 1])));
+    assert!(qp.iter().all(|&q| q == 3));
+    let split: ArrayD<i64> = array(&out, "split");
+    assert_eq!(split.iter().sum::<i64>(), 2);
+    let side = json(&tmp.path().join("codes.json"));
+    assert_eq!(side["label_factor"], "op");
+    assert_eq!(side["sites"], "query: last; keys: x, sep#0");
+    let an = tmp.path().join("an");
+    hyperlens(&["analyze", "--lm-codes", s(&out), "--factor", "op", "--out", s(&an)]).success();
+    assert!(an.join("decoding.csv").is_file());
+
+    let run = |file: &std::path::Path, sites: &str| {
+        hyperlens(&[
+            "probe", "--checkpoint", m, "--prompts", s(file), "--sites", sites, "--out",
+            s(&tmp.path().join("bad.npz")),
+        ])
+    };
+    run(&prompts, "query: last; keys: demo_output").failure(&["prompt 0", "demo_output"]);
+    run(&prompts, "query: x; keys: last").failure(&["after"]);
+    let empty = tmp.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    run(&empty, "query: last; keys: x").failure(&["empty.jsonl"]);
+    let no_tok = crate::util::repo_path("data/induction/attn-only-2l");
+    hyperlens(&[
+        "probe", "--checkpoint", s(&no_tok), "--prompts", p, "--sites", "query: last; keys: x",
+        "--out", s(&tmp.path().join("bad.npz")),
+    ])
+    .failure(&["no tokenizer"]);
+    assert!(!tmp.path().join("bad.npz").exists());
+}
