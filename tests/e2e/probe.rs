@@ -475,7 +475,10 @@ fn probe_prompts_writes_the_codes_of_a_written_task_and_refuses_bad_prompts() {
     ];
     let mut lines = Vec::new();
     for (i, (x, y)) in words.iter().enumerate() {
-        for (op, split) in [("same", "train"), ("swap", if i < 2 { "test" } else { "train" })] {
+        for (op, split) in [
+            ("same", "train"),
+            ("swap", if i < 2 { "test" } else { "train" }),
+        ] {
             let answer = if op == "same" { x } else { y };
             lines.push(format!(
                 r#"{{"segments": [{{"text": "Q:", "role": "sep"}}, {{"text": "{x}", "role": "x"}}, {{"text": "A:", "role": "sep"}}], "labels": {{"op": "{op}"}}, "answer": "{answer}", "split": "{split}"}}"#
@@ -487,8 +490,17 @@ fn probe_prompts_writes_the_codes_of_a_written_task_and_refuses_bad_prompts() {
     let out = tmp.path().join("codes.npz");
     let p = s(&prompts);
     let line = hyperlens(&[
-        "probe", "--checkpoint", m, "--prompts", p, "--sites", "query: last; keys: x, sep#0",
-        "--out", s(&out), "--batch", "3",
+        "probe",
+        "--checkpoint",
+        m,
+        "--prompts",
+        p,
+        "--sites",
+        "query: last; keys: x, sep#0",
+        "--out",
+        s(&out),
+        "--batch",
+        "3",
     ])
     .success()
     .to_string();
@@ -507,12 +519,28 @@ fn probe_prompts_writes_the_codes_of_a_written_task_and_refuses_bad_prompts() {
     assert_eq!(side["label_factor"], "op");
     assert_eq!(side["sites"], "query: last; keys: x, sep#0");
     let an = tmp.path().join("an");
-    hyperlens(&["analyze", "--lm-codes", s(&out), "--factor", "op", "--out", s(&an)]).success();
+    hyperlens(&[
+        "analyze",
+        "--lm-codes",
+        s(&out),
+        "--factor",
+        "op",
+        "--out",
+        s(&an),
+    ])
+    .success();
     assert!(an.join("decoding.csv").is_file());
 
     let run = |file: &std::path::Path, sites: &str| {
         hyperlens(&[
-            "probe", "--checkpoint", m, "--prompts", s(file), "--sites", sites, "--out",
+            "probe",
+            "--checkpoint",
+            m,
+            "--prompts",
+            s(file),
+            "--sites",
+            sites,
+            "--out",
             s(&tmp.path().join("bad.npz")),
         ])
     };
@@ -523,8 +551,15 @@ fn probe_prompts_writes_the_codes_of_a_written_task_and_refuses_bad_prompts() {
     run(&empty, "query: last; keys: x").failure(&["empty.jsonl"]);
     let no_tok = crate::util::repo_path("data/induction/attn-only-2l");
     hyperlens(&[
-        "probe", "--checkpoint", s(&no_tok), "--prompts", p, "--sites", "query: last; keys: x",
-        "--out", s(&tmp.path().join("bad.npz")),
+        "probe",
+        "--checkpoint",
+        s(&no_tok),
+        "--prompts",
+        p,
+        "--sites",
+        "query: last; keys: x",
+        "--out",
+        s(&tmp.path().join("bad.npz")),
     ])
     .failure(&["no tokenizer"]);
     assert!(!tmp.path().join("bad.npz").exists());
