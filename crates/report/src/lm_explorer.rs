@@ -609,17 +609,18 @@ fn shown(text: &str) -> String {
 /// The tokenizer's, for an id outside its vocabulary.
 pub fn token_pieces(tok: &LmTokenizer, ids: &[u32]) -> Result<Vec<String>> {
     let mut out = Vec::with_capacity(ids.len());
+    let mut prev = String::new();
     for (t, &id) in ids.iter().enumerate() {
         let alone = tok.decode(&[id])?;
         let piece = if t == 0 {
-            alone
+            alone.clone()
         } else {
-            let prev = tok.decode(&[ids[t - 1]])?;
             let pair = tok.decode(&[ids[t - 1], id])?;
             pair.strip_prefix(prev.as_str())
-                .map_or(alone, ToString::to_string)
+                .map_or_else(|| alone.clone(), ToString::to_string)
         };
         out.push(shown(&piece));
+        prev = alone;
     }
     Ok(out)
 }

@@ -228,3 +228,27 @@ fn seen_and_held_out_sets_and_a_missing_or_changed_prompt_file() {
     assert_eq!(d["sets"][0]["reproduce"], note.as_str());
     assert!(e.sets[0].target[0].starts_with("id "));
 }
+
+/// Each token's text in context, joined, is the decoded text (byte-level BPE: spaces inside the
+/// tokens, newlines shown as `⏎`); on the word-level tiny Llama, whose tokens decode alone
+/// without their spaces, they are the words with one space between them.
+#[test]
+fn token_pieces_join_to_the_decoded_text() {
+    use hyperlens_report::lm_explorer::token_pieces;
+    let tok = hyperlens_model::lm::require_tokenizer(&model_dir()).unwrap();
+    let ids = tok.encode("Q: the small tree A:", Some(true)).unwrap();
+    assert_eq!(
+        token_pieces(&tok, &ids).unwrap(),
+        ["<s>", " Q:", " the", " small", " tree", " A:"]
+    );
+    let Ok(path) = std::env::var("HYPERLENS_SMOLLM2_GGUF") else {
+        eprintln!("skipped the SmolLM2 half: set HYPERLENS_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf");
+        return;
+    };
+    let tok = hyperlens_model::lm::require_tokenizer(Path::new(&path)).unwrap();
+    let text = "Q: Monday\nA: Tuesday\n\nQ: März → ½, 12345 héllo\nA:";
+    let ids = tok.encode(text, None).unwrap();
+    let pieces = token_pieces(&tok, &ids).unwrap();
+    assert_eq!(pieces.len(), ids.len());
+    assert_eq!(pieces.concat(), text.replace('\n', "⏎"));
+}
