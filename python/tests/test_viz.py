@@ -459,3 +459,26 @@ def test_lm_explorer_hover_shows_the_marked_prompt_in_a_browser(lm_explorer_file
     assert seen, "no point could be hovered"
     page.close()
     assert errors == []
+
+
+def test_lm_explorer_without_or_with_a_changed_prompt_file(lm_explorer_files, tmp_path):
+    """A code file whose prompt file is not there: the figure without the text, saying why; a
+    prompt file that changed since the probe: InputError naming the prompt."""
+    import shutil
+
+    for f in ("codes.npz", "codes.json"):
+        shutil.copy(lm_explorer_files / f, tmp_path / f)
+    side = json.loads((tmp_path / "codes.json").read_text())
+    side["prompts"] = str(tmp_path / "gone.jsonl")
+    (tmp_path / "codes.json").write_text(json.dumps(side))
+    fig = hl.viz.lm_explorer(tmp_path / "codes.npz", n_bootstrap=20)
+    s = _data(fig.svg)["sets"][0]
+    assert "text" not in [f["name"] for f in s["fields"]]
+    assert "no prompt text" in s["reproduce"] and "gone.jsonl" in s["reproduce"]
+    lines = (lm_explorer_files / "prompts.jsonl").read_text().splitlines()
+    lines[3] = lines[3].replace('"left"', '"the small tree"')
+    (tmp_path / "gone.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(hl.InputError, match="prompt 3: .*changed since the probe"):
+        hl.viz.lm_explorer(tmp_path / "codes.npz", n_bootstrap=20)
+    with pytest.raises(TypeError, match="LmAnalysis or a path"):
+        hl.viz.lm_explorer(3)
