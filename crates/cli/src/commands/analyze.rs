@@ -319,12 +319,15 @@ fn run_terms(
     Ok(())
 }
 
-/// `hyperlens analyze --lm-codes`: [`hyperlens_analysis::lm::analyze`] on a language model's
-/// code file, its tables written into `--out` and the decoding table printed.
+/// `hyperlens analyze --lm-codes`: [`hyperlens_report::lm_explorer::analyze_lm_to_dir`] (the
+/// analysis of a language model's code file, its tables and, unless `--no-explorer`,
+/// `explorer.html` written into `--out`), then the decoding table printed.
 ///
 /// # Errors
 /// Unreadable or inconsistent code files (naming the file and array), an unknown factor or
-/// layer, no kept train or test rows, a shuffled-weights file of other prompts, failing writes.
+/// layer, no kept train or test rows, a shuffled-weights file of other prompts, a prompt file
+/// that changed since the probe or a model without a tokenizer (for the explorer), failing
+/// writes.
 fn run_lm(args: &AnalyzeArgs, codes: &std::path::Path) -> anyhow::Result<()> {
     let params = LmAnalysisParams {
         shuffled_codes: args.shuffled_codes.clone(),
