@@ -252,3 +252,58 @@ fn token_pieces_join_to_the_decoded_text() {
     assert_eq!(pieces.len(), ids.len());
     assert_eq!(pieces.concat(), text.replace('\n', "⏎"));
 }
+
+/// Rows of both splits (a caller's own projection of every prompt): a `seen` and a `held out`
+/// set, each point at its own row's coordinates, in every view.
+#[test]
+fn rows_of_both_splits_make_a_seen_and_a_held_out_set() {
+    use hyperlens_analysis::lm::LmProjection;
+    use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
+    let tmp = tempfile::tempdir().unwrap();
+    let (codes, _, _) = setup(tmp.path(), "test");
+    // Prompts in a shuffled order; coordinates (10 p + v, -p) identify prompt p in view v.
+    let prompts: Vec<i64> = vec![5, 0, 7, 2, 1, 6, 3, 4];
+    let projections: Vec<LmProjection> = [Some(0), Some(1), None]
+        .into_iter()
+        .enumerate()
+        .map(|(v, layer)| LmProjection {
+            layer,
+            projection: Array2::from_shape_fn((8, 2), |(i, c)| {
+                if c == 0 {
+                    10.0 * prompts[i] as f64 + v as f64
+                } else {
+                    -(prompts[i] as f64)
+                }
+            }),
+        })
+        .collect();
+    let e = lm_explorer_of(
+        &codes,
+        &LmProjected {
+            factor: "size",
+            projections: &projections,
+            prompts: &prompts,
+        },
+    )
+    .unwrap();
+    let names: Vec<&str> = e.sets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["seen", "held out"]);
+    assert_eq!(e.sets[0].prompt, [0, 7, 1, 4]);
+    assert_eq!(e.sets[1].prompt, [5, 2, 6, 3]);
+    for s in &e.sets {
+        for (j, &p) in s.prompt.iter().enumerate() {
+            for v in 0..3 {
+                assert_eq!(s.points[[0, v, j, 0]], 10.0 * p as f64 + v as f64);
+                assert_eq!(s.points[[0, v, j, 1]], -(p as f64));
+            }
+            // `size` decoded: coloured first ("l" = 0 for the long third question).
+            let long = ROWS[p as usize].2.len() >= 5;
+            assert_eq!(s.colors[0][j], usize::from(!long), "prompt {p}");
+        }
+    }
+    assert_eq!(e.colorings[0].name, "size");
+    assert_eq!(
+        e.sets[1].marked[1],
+        "<s> Q: [[red]] A: [[blue]] Q: the small [[tree]] <<A:>>"
+    );
+}
