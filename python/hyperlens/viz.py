@@ -357,3 +357,54 @@ def heatmap(
     start = names.index(panel) if panel is not None else 0
     d = _core.viz.heatmap(panels, rows, cols, row_name, col_name, masked, start)
     return Figure("heatmap", d["svg"], d["html"], d["png"])
+
+
+def lm_explorer(analysis: Any, factor: str | None = None, **analyze_kwargs: Any) -> Figure:
+    """The latent-space explorer of a language model's code file: the same figure as the
+    ``explorer.html`` that ``hyperlens analyze --lm-codes`` writes.
+
+    >>> a = hl.analysis.analyze_lm("codes.npz", factor="operation")
+    >>> hl.viz.lm_explorer(a)              # or hl.viz.lm_explorer("codes.npz", factor="operation")
+
+    The points are the rows the analysis projected (the kept, labelled prompts of its
+    ``unsupervised_on`` split, as ``seen`` / ``held out``) on its PCA per layer and on the layers
+    together (``all``), coloured by each factor (the decoded one first) and by ``correct``. Hover
+    shows the prompt index, each factor's value, the target and prediction as token text,
+    ``correct`` and ``text``: the prompt's tokens in order, each key token as ``[[tok]]`` and
+    each query token as ``<<tok>>`` (shortened around the sites past 72 characters, ``…`` where
+    tokens are left out). A click draws the point's code (heads by keys) at the shown layer (at
+    ``all``, the mean over the analysed layers). The text comes from the prompt file and the
+    model's tokenizer named in ``codes.json``; when either is not there, the figure has no text
+    and says which file was missing.
+
+    Args:
+        analysis: an :class:`hyperlens.analysis.LmAnalysis` (from ``analyze_lm``), or the path of
+            a code file, which is then analysed with ``analyze_lm(path, factor, **analyze_kwargs)``.
+        factor: with a path, the factor to decode (default: the file's label factor).
+
+    Raises ``InputError`` (a prompt file whose tokens no longer fit the code file, naming the
+    prompt; a model without a tokenizer) and ``analyze_lm``'s errors. Source:
+    ``hyperlens_report::lm_explorer::lm_explorer_of``.
+    """
+    from .analysis import LmAnalysis, analyze_lm
+
+    if not isinstance(analysis, LmAnalysis):
+        if not isinstance(analysis, (str, os.PathLike)):
+            raise TypeError(f"`analysis` must be an LmAnalysis or a path, got {type(analysis).__name__}")
+        analysis = analyze_lm(analysis, factor, **analyze_kwargs)
+    elif factor is not None or analyze_kwargs:
+        raise InputError("factor and analyze_lm's arguments go with a path, not with an LmAnalysis")
+    projections = [
+        (None if name == "all" else int(name[len("layer"):]), np.ascontiguousarray(p, dtype=np.float64))
+        for name, p in analysis.projections.items()
+    ]
+    d = _core.viz.lm_explorer(
+        str(analysis.summary["codes"]),
+        str(analysis.summary["factor"]),
+        projections,
+        np.ascontiguousarray(analysis.structure_prompt, dtype=np.int64),
+    )
+    return Figure("explorer", d["svg"], d["html"], d["png"])
+
+
+__all__ += ["lm_explorer"]

@@ -371,3 +371,114 @@ def test_binary_arrays_round_trip_from_the_rust_encoder_to_the_browser(browser, 
     assert "unknown array type f64" in refused[0]
     assert "has 4 bytes, not 8" in refused[1]
     assert "has 1 bytes, not 2" in refused[2]
+
+
+# ---- the explorer of a language model's code file (issue 47, item 6) -----------------------
+
+TINY_LLAMA = ROOT / "crates" / "model" / "tests" / "fixtures" / "lm" / "tiny-llama-hf"
+# (x, y, x2, op, split) of `Q: x A: y Q: x2 A:`; the held-out prompts' texts with the sites
+# (keys: the x segments' last token and y's first; query: the last token) marked, by hand.
+LM_ROWS = [
+    ("cat", "dog", "sun big", "copy", "train"),
+    ("one", "two", "three", "next", "train"),
+    ("red", "blue", "the small tree", "copy", "test"),
+    ("up", "down", "left", "next", "test"),
+    ("big", "small", "cat dog", "next", "test"),
+]
+LM_MARKED = {
+    2: "<s> Q: [[red]] A: [[blue]] Q: the small [[tree]] <<A:>>",
+    3: "<s> Q: [[up]] A: [[down]] Q: [[left]] <<A:>>",
+    4: "<s> Q: [[big]] A: [[small]] Q: cat [[dog]] <<A:>>",
+}
+
+
+@pytest.fixture(scope="module")
+def lm_explorer_files(cli, tmp_path_factory):
+    """``hyperlens probe --prompts`` on the tiny Llama, then ``analyze --lm-codes``: the folder."""
+    d = tmp_path_factory.mktemp("lm_explorer")
+    lines = []
+    for x, y, x2, op, split in LM_ROWS:
+        segs = [("Q:", "sep"), (x, "x"), ("A:", "sep"), (y, "y"), ("Q:", "sep"), (x2, "x"), ("A:", "sep")]
+        lines.append(json.dumps({
+            "segments": [{"text": t, "role": r} for t, r in segs],
+            "labels": {"op": op}, "answer": "sky", "split": split,
+        }))
+    (d / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    run_cli(cli, "probe", "--checkpoint", str(TINY_LLAMA), "--prompts", str(d / "prompts.jsonl"),
+            "--sites", "query: last; keys: x, y#0", "--out", str(d / "codes.npz"))
+    run_cli(cli, "analyze", "--lm-codes", str(d / "codes.npz"), "--bootstrap", "20", "--out", str(d / "an"), "--quiet")
+    return d
+
+
+def test_lm_explorer_is_the_clis_with_the_marked_prompts(lm_explorer_files, tmp_path):
+    d = lm_explorer_files
+    a = hl.analysis.analyze_lm(d / "codes.npz", n_bootstrap=20, n_components=2)
+    fig = hl.viz.lm_explorer(a)
+    fig.save(tmp_path / "x.html")
+    # The notebook's figure is the CLI's page, byte for byte.
+    assert (tmp_path / "x.html").read_bytes() == (d / "an" / "explorer.html").read_bytes()
+    assert fig.png[:4] == b"\x89PNG"
+    data = _data(fig.svg)
+    s = data["sets"][0]
+    assert s["name"] == "held out" and s["n"] == 3
+    index = _decode(s["index"]).astype(int).tolist()
+    assert index == a.structure_prompt.tolist() == [2, 3, 4]
+    text = next(f for f in s["fields"] if f["name"] == "text")
+    assert text["v"] == [LM_MARKED[p] for p in index]
+    assert [c["name"] for c in data["colorings"]] == ["op", "correct"]
+    assert _decode(s["colors"][0]).astype(int)[:3].tolist() == a.structure_label.tolist()
+    # A path is analysed first: the same figure.
+    assert hl.viz.lm_explorer(d / "codes.npz", n_bootstrap=20, n_components=2).svg == fig.svg
+    with pytest.raises(hl.InputError, match="with a path"):
+        hl.viz.lm_explorer(a, factor="op")
+
+
+def test_lm_explorer_hover_shows_the_marked_prompt_in_a_browser(lm_explorer_files, browser):  # noqa: F811
+    """The CLI's explorer.html in chromium: hovering a point shows its prompt's text with the
+    query and keys marked."""
+    from test_report_browser import _topmost_point
+
+    page = browser.new_page(viewport={"width": 1100, "height": 700})
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((lm_explorer_files / "an" / "explorer.html").as_uri())
+    page.wait_for_selector("svg.hl-fig circle.hl-pt", state="attached")
+    seen = set()
+    for start in range(3):
+        i = _topmost_point(page, start)
+        if i is None or i < 0:
+            continue
+        page.locator(f'circle.hl-pt[data-i="{i}"]').hover()
+        lines = page.locator(".hl-tip text").all_text_contents()
+        head = lines[0]
+        assert head.startswith("held out problem "), lines
+        p = int(head.split()[-1])
+        assert f"text: {LM_MARKED[p]}" in lines, lines
+        seen.add(p)
+    assert seen, "no point could be hovered"
+    page.close()
+    assert errors == []
+
+
+def test_lm_explorer_without_or_with_a_changed_prompt_file(lm_explorer_files, tmp_path):
+    """A code file whose prompt file is not there: the figure without the text, saying why; a
+    prompt file that changed since the probe: InputError naming the prompt."""
+    import shutil
+
+    for f in ("codes.npz", "codes.json"):
+        shutil.copy(lm_explorer_files / f, tmp_path / f)
+    side = json.loads((tmp_path / "codes.json").read_text())
+    side["prompts"] = str(tmp_path / "gone.jsonl")
+    (tmp_path / "codes.json").write_text(json.dumps(side))
+    fig = hl.viz.lm_explorer(tmp_path / "codes.npz", n_bootstrap=20)
+    s = _data(fig.svg)["sets"][0]
+    assert "text" not in [f["name"] for f in s["fields"]]
+    assert "no prompt text" in s["reproduce"] and "gone.jsonl" in s["reproduce"]
+    lines = (lm_explorer_files / "prompts.jsonl").read_text().splitlines()
+    lines[3] = lines[3].replace('"left"', '"the small tree"')
+    (tmp_path / "gone.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(hl.InputError, match="prompt 3: .*changed since the probe"):
+        hl.viz.lm_explorer(tmp_path / "codes.npz", n_bootstrap=20)
+    with pytest.raises(TypeError, match="LmAnalysis or a path"):
+        hl.viz.lm_explorer(3)

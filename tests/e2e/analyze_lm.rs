@@ -241,3 +241,88 @@ fn analyze_lm_codes_tables_and_errors() {
     hyperlens(&["analyze", "--factor", "x", "--out", s(&out)]).usage_error(&["--lm-codes"]);
     hyperlens(&args(&["--train", s(&codes)])).usage_error(&["--train"]);
 }
+
+/// `hyperlens probe --prompts` on the tiny Llama, then `analyze --lm-codes`: `explorer.html`, a
+/// self-contained page whose hover text is each held-out prompt with its query and keys marked;
+/// `--no-explorer` skips it and the tables stay the same.
+#[test]
+fn analyze_lm_codes_writes_the_explorer_with_the_prompts_text() {
+    let tmp = tempdir();
+    let model = crate::util::repo_path("crates/model/tests/fixtures/lm/tiny-llama-hf");
+    let line = |x: &str, y: &str, x2: &str, op: &str, split: &str| {
+        format!(
+            r#"{{"segments": [{{"text": "Q:", "role": "sep"}}, {{"text": "{x}", "role": "x"}}, {{"text": "A:", "role": "sep"}}, {{"text": "{y}", "role": "y"}}, {{"text": "Q:", "role": "sep"}}, {{"text": "{x2}", "role": "x"}}, {{"text": "A:", "role": "sep"}}], "labels": {{"op": "{op}"}}, "answer": "sky", "split": "{split}"}}"#
+        )
+    };
+    let lines = [
+        line("cat", "dog", "sun big", "copy", "train"),
+        line("one", "two", "three", "next", "train"),
+        line("red", "blue", "the small tree", "copy", "test"),
+        line("up", "down", "left", "next", "test"),
+    ];
+    let prompts = tmp.path().join("prompts.jsonl");
+    std::fs::write(&prompts, lines.join("\n") + "\n").unwrap();
+    let codes = tmp.path().join("codes.npz");
+    hyperlens(&[
+        "probe",
+        "--checkpoint",
+        s(&model),
+        "--prompts",
+        s(&prompts),
+        "--sites",
+        "query: last; keys: x, y#0",
+        "--out",
+        s(&codes),
+    ])
+    .success();
+    let out = tmp.path().join("an");
+    let r = hyperlens(&[
+        "analyze",
+        "--lm-codes",
+        s(&codes),
+        "--bootstrap",
+        "20",
+        "--out",
+        s(&out),
+        "--quiet",
+    ]);
+    let stdout = r.success().to_string();
+    assert!(stdout.contains("wrote 5 files"), "{stdout}");
+    let page = std::fs::read_to_string(out.join("explorer.html")).unwrap();
+    // Self-contained: nothing fetched (the SVG namespace is its only URL).
+    assert!(
+        page.starts_with("<!DOCTYPE html>") && !page.contains("src=") && !page.contains("https://")
+    );
+    for text in [
+        "<s> Q: [[red]] A: [[blue]] Q: the small [[tree]] <<A:>>",
+        "<s> Q: [[up]] A: [[down]] Q: [[left]] <<A:>>",
+    ] {
+        // The payload is JSON in the page, with `<` and `>` escaped.
+        let escaped = serde_json::to_string(text)
+            .unwrap()
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e");
+        assert!(page.contains(&escaped), "{escaped} not in explorer.html");
+    }
+    let bare = tmp.path().join("bare");
+    hyperlens(&[
+        "analyze",
+        "--lm-codes",
+        s(&codes),
+        "--bootstrap",
+        "20",
+        "--out",
+        s(&bare),
+        "--quiet",
+        "--no-explorer",
+    ])
+    .success();
+    assert!(!bare.join("explorer.html").exists());
+    for f in ["decoding.csv", "behaviour.csv", "structure.csv"] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(bare.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+}

@@ -7,7 +7,9 @@
 //! crate's static figure of the same data.
 
 use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
+use hyperlens_analysis::lm::LmProjection;
 use hyperlens_analysis::pca::PcaParams;
+use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
 use hyperlens_viz::{
     render_png, CodeExplorer, ColorMap, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
     HeatmapExplorer, HeatmapOptions, InteractiveFigure, PatternExplorer, PcaScatter, ScatterPanel,
@@ -580,9 +582,54 @@ fn write(py: Python<'_>, path: std::path::PathBuf, data: Vec<u8>) -> PyResult<()
     })
 }
 
+/// The latent-space explorer of a language model's code file `codes`
+/// (`hyperlens_report::lm_explorer::lm_explorer_of`, as `hyperlens analyze --lm-codes` writes
+/// `explorer.html`): `{"svg", "html", "png"}`. `projections`: `(layer or None, float64
+/// [N_u, C])` in the analysis's order (the analysed layers, then all); `prompts`: int64 `[N_u]`,
+/// the projected rows' prompt indices; `factor`: the decoded factor.
+#[pyfunction]
+#[pyo3(signature = (codes, factor, projections, prompts))]
+fn lm_explorer<'py>(
+    py: Python<'py>,
+    codes: std::path::PathBuf,
+    factor: String,
+    projections: Vec<(Option<usize>, Bound<'py, PyAny>)>,
+    prompts: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let projections: Vec<LmProjection> = projections
+        .iter()
+        .map(|(layer, v)| {
+            Ok(LmProjection {
+                layer: *layer,
+                projection: array::<f64, Ix2>("projections", v)?,
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let prompts = array::<i64, Ix1>("prompts", &prompts)?.to_vec();
+    let (svg, html, png) = detached(py, || {
+        let e = lm_explorer_of(
+            &codes,
+            &LmProjected {
+                factor: &factor,
+                projections: &projections,
+                prompts: &prompts,
+            },
+        )
+        .map_err(to_py)?;
+        let fig = e.figure();
+        Ok((
+            fig.svg_document().map_err(to_py)?,
+            fig.html().map_err(to_py)?,
+            e.png().map_err(to_py)?,
+        ))
+    })?;
+    figure_dict(py, svg, html, &png)
+}
+
 /// Registers `hyperlens._core.viz`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(explorer, m)?)?;
+    m.add_function(wrap_pyfunction!(lm_explorer, m)?)?;
     m.add_function(wrap_pyfunction!(patterns, m)?)?;
     m.add_function(wrap_pyfunction!(heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;

@@ -32,6 +32,7 @@ pub mod doc;
 pub mod error;
 pub mod files;
 pub mod html;
+pub mod lm_explorer;
 pub mod logic;
 pub mod page;
 pub mod plots;

@@ -8,7 +8,8 @@
 //! its `codes.json` beside it) it decodes a factor trained on the seen combinations and tested
 //! on the held-out ones, per layer and on all layers, with its controls and bootstrap intervals,
 //! and runs PCA and k-means per layer (`hyperlens_analysis::lm`): `decoding.csv`,
-//! `behaviour.csv`, `structure.csv` and `summary.json`.
+//! `behaviour.csv`, `structure.csv`, `summary.json` and `explorer.html`, the latent-space explorer
+//! with each prompt's text on hover (`hyperlens_report::lm_explorer`; `--no-explorer` skips it).
 
 use std::path::PathBuf;
 
@@ -97,6 +98,10 @@ pub struct AnalyzeArgs {
     /// report's setting, the same embedding on every run).
     #[arg(long, default_value_t = 2_000)]
     pub tsne_points: usize,
+    /// With --lm-codes: do not write explorer.html (the latent-space explorer, which re-reads the
+    /// prompt file and the model's tokenizer named in codes.json).
+    #[arg(long, requires = "lm_codes")]
+    pub no_explorer: bool,
     /// SRAVEN codes: also write tsne.npz, a t-SNE embedding of the all-layer codes of the
     /// --unsupervised-on set with their rule labels (logic codes always get one).
     #[arg(long)]
@@ -314,12 +319,15 @@ fn run_terms(
     Ok(())
 }
 
-/// `hyperlens analyze --lm-codes`: [`hyperlens_analysis::lm::analyze`] on a language model's
-/// code file, its tables written into `--out` and the decoding table printed.
+/// `hyperlens analyze --lm-codes`: [`hyperlens_report::lm_explorer::analyze_lm_to_dir`] (the
+/// analysis of a language model's code file, its tables and, unless `--no-explorer`,
+/// `explorer.html` written into `--out`), then the decoding table printed.
 ///
 /// # Errors
 /// Unreadable or inconsistent code files (naming the file and array), an unknown factor or
-/// layer, no kept train or test rows, a shuffled-weights file of other prompts, failing writes.
+/// layer, no kept train or test rows, a shuffled-weights file of other prompts, a prompt file
+/// that changed since the probe or a model without a tokenizer (for the explorer), failing
+/// writes.
 fn run_lm(args: &AnalyzeArgs, codes: &std::path::Path) -> anyhow::Result<()> {
     let params = LmAnalysisParams {
         shuffled_codes: args.shuffled_codes.clone(),
@@ -344,16 +352,19 @@ fn run_lm(args: &AnalyzeArgs, codes: &std::path::Path) -> anyhow::Result<()> {
         ProgressBar::new(0)
     };
     let start = std::time::Instant::now();
-    let a = lm::analyze(&params, &mut |p: &LmProgress| {
-        bar.set_length(p.total as u64);
-        bar.set_position(p.done as u64);
-        bar.set_message(p.stage);
-        std::ops::ControlFlow::Continue(())
-    })?;
+    let files = hyperlens_report::lm_explorer::analyze_lm_to_dir(
+        &params,
+        &args.out,
+        !args.no_explorer,
+        &mut |p: &LmProgress| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(p.stage);
+            std::ops::ControlFlow::Continue(())
+        },
+    )?;
     bar.finish_and_clear();
-    let written = a
-        .write(&args.out)
-        .with_context(|| format!("writing tables to --out {}", args.out.display()))?;
+    let (a, written) = (&files.analysis, &files.written);
     let d = &a.decoding;
     outln!(
         "decoding `{}` seen -> held-out: {} train, {} test prompts; chance {:.3} (largest test \
