@@ -22,8 +22,22 @@ pub(crate) struct GgufMeta<'a> {
     pub(crate) map: HashMap<String, Value>,
 }
 
-impl GgufMeta<'_> {
-    fn err(&self, key: &str, msg: &str) -> ModelError {
+impl<'a> GgufMeta<'a> {
+    /// The metadata of the GGUF file at `path` (its tensors are not read).
+    ///
+    /// # Errors
+    /// [`ModelError::Io`] / [`ModelError::Checkpoint`] naming the file when it cannot be opened or
+    /// parsed.
+    pub(crate) fn read(path: &'a Path) -> Result<GgufMeta<'a>> {
+        let content = read_content(path, &mut open(path)?)?;
+        Ok(GgufMeta {
+            path,
+            map: content.metadata,
+        })
+    }
+
+    /// An error in the metadata entry `key`, naming the file.
+    pub(crate) fn err(&self, key: &str, msg: &str) -> ModelError {
         ModelError::Checkpoint {
             path: self.path.to_path_buf(),
             msg: format!("metadata `{key}`: {msg}"),
@@ -87,6 +101,104 @@ impl GgufMeta<'_> {
             Some(_) => Err(self.err(key, "expected a string")),
         }
     }
+
+    /// A boolean value; `None` when absent.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] when present but not a boolean.
+    pub(crate) fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.err(key, "expected a boolean")),
+        }
+    }
+
+    /// An array value, each item converted by `item` (`None` for an item of another type, named
+    /// `what` in the error); `None` when absent.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] when present but not an array, or an item is not `what`.
+    fn array_opt<T>(
+        &self,
+        key: &str,
+        what: &str,
+        item: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<Vec<T>>> {
+        let v = match self.map.get(key) {
+            None => return Ok(None),
+            Some(Value::Array(v)) => v,
+            Some(_) => return Err(self.err(key, "expected an array")),
+        };
+        v.iter()
+            .enumerate()
+            .map(|(i, x)| item(x).ok_or_else(|| self.err(key, &format!("item {i} is not {what}"))))
+            .collect::<Result<Vec<T>>>()
+            .map(Some)
+    }
+
+    /// An array of strings; `None` when absent.
+    ///
+    /// # Errors
+    /// As [`GgufMeta::array_opt`].
+    pub(crate) fn strings_opt(&self, key: &str) -> Result<Option<Vec<String>>> {
+        self.array_opt(key, "a string", |x| match x {
+            Value::String(s) => Some(s.clone()),
+            _ => None,
+        })
+    }
+
+    /// An array of floats (float32 or float64); `None` when absent.
+    ///
+    /// # Errors
+    /// As [`GgufMeta::array_opt`].
+    pub(crate) fn floats_opt(&self, key: &str) -> Result<Option<Vec<f64>>> {
+        self.array_opt(key, "a float", |x| match x {
+            Value::F32(f) => Some(f64::from(*f)),
+            Value::F64(f) => Some(*f),
+            _ => None,
+        })
+    }
+
+    /// An array of integers of any width up to 32 bits, or int64; `None` when absent.
+    ///
+    /// # Errors
+    /// As [`GgufMeta::array_opt`].
+    pub(crate) fn ints_opt(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        self.array_opt(key, "an integer", |x| match x {
+            Value::I32(n) => Some(i64::from(*n)),
+            Value::U32(n) => Some(i64::from(*n)),
+            Value::I8(n) => Some(i64::from(*n)),
+            Value::U8(n) => Some(i64::from(*n)),
+            Value::I16(n) => Some(i64::from(*n)),
+            Value::U16(n) => Some(i64::from(*n)),
+            Value::I64(n) => Some(*n),
+            _ => None,
+        })
+    }
+}
+
+/// Opens `path` for reading.
+///
+/// # Errors
+/// [`ModelError::Io`] naming the file.
+fn open(path: &Path) -> Result<BufReader<File>> {
+    let file = File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(BufReader::new(file))
+}
+
+/// The header (metadata and tensor table) of the GGUF file `path`, read from `reader`.
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] naming the file when it is not a readable GGUF file.
+fn read_content(path: &Path, reader: &mut BufReader<File>) -> Result<Content> {
+    Content::read(reader).map_err(|e| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        msg: format!("not a readable GGUF file: {e}"),
+    })
 }
 
 /// Reads a GGUF file: its metadata and every tensor dequantised to float32 on the host.
@@ -98,15 +210,8 @@ impl GgufMeta<'_> {
 /// [`ModelError::Checkpoint`] naming the file when it cannot be opened or parsed;
 /// [`ModelError::Tensor`] naming the file and tensor when a tensor cannot be read or dequantised.
 pub(crate) fn read_gguf(path: &Path) -> Result<(GgufMeta<'_>, TensorStore)> {
-    let file = File::open(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut reader = BufReader::new(file);
-    let content = Content::read(&mut reader).map_err(|e| ModelError::Checkpoint {
-        path: path.to_path_buf(),
-        msg: format!("not a readable GGUF file: {e}"),
-    })?;
+    let mut reader = open(path)?;
+    let content = read_content(path, &mut reader)?;
     let mut store = TensorStore::new(path);
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
