@@ -13,7 +13,7 @@ from . import _core
 from ._arrays import as_f32, as_i64, as_int, as_layers
 from ._codes import CodeSet, LogicCodeSet
 from ._errors import HookError, HyperlensError, InputError, NotFoundError, ShapeError
-from .tasks import LogicProblemSet, ProblemSet
+from .tasks import LogicProblemSet, ProblemSet, PromptSet, load_prompts
 from .utils import get_act_name
 
 __all__ = ["load", "import_jax", "Model", "Config", "LanguageModel", "LMConfig", "ActivationCache", "find_checkpoint"]
@@ -647,8 +647,6 @@ class LanguageModel(_Hooked):
         Errors: :class:`hyperlens.InputError` for sites that do not resolve (naming the prompt), an
         unknown role or label factor, a model without a tokenizer; :class:`hyperlens.NotFoundError`
         for a missing prompt file."""
-        from .tasks import PromptSet, load_prompts
-
         if not isinstance(prompts, PromptSet):
             prompts = load_prompts(prompts)
         spec = sites if sites is not None else prompts.sites

@@ -34,29 +34,39 @@ impl ProbeParams {
     /// # Errors
     /// [`ProbeError::InvalidInput`] for an empty, repeated or out-of-range layer list.
     pub fn check(&self, n_layers: usize) -> Result<Vec<usize>> {
-        let layers = match &self.layers {
-            None => (0..n_layers).collect::<Vec<_>>(),
-            Some(l) => l.clone(),
-        };
-        if layers.is_empty() {
-            return Err(ProbeError::InvalidInput(
-                "the layer selection is empty".into(),
-            ));
-        }
-        for (i, &l) in layers.iter().enumerate() {
-            if l >= n_layers {
-                return Err(ProbeError::InvalidInput(format!(
-                    "layer {l} out of range: the model has {n_layers} layers"
-                )));
-            }
-            if layers[..i].contains(&l) {
-                return Err(ProbeError::InvalidInput(format!(
-                    "layer {l} selected twice"
-                )));
-            }
-        }
-        Ok(layers)
+        checked_layers(self.layers.as_deref(), n_layers)
     }
+}
+
+/// The layers to read: `layers` (non-empty, each below `n_layers`, none twice) or all
+/// `n_layers`, in the order given (the codes' layer axis).
+///
+/// # Errors
+/// [`ProbeError::InvalidInput`] naming the layer out of range or selected twice, or an empty
+/// selection.
+pub fn checked_layers(layers: Option<&[usize]>, n_layers: usize) -> Result<Vec<usize>> {
+    let layers = match layers {
+        None => (0..n_layers).collect::<Vec<_>>(),
+        Some(l) => l.to_vec(),
+    };
+    if layers.is_empty() {
+        return Err(ProbeError::InvalidInput(
+            "the layer selection is empty".into(),
+        ));
+    }
+    for (i, &l) in layers.iter().enumerate() {
+        if l >= n_layers {
+            return Err(ProbeError::InvalidInput(format!(
+                "layer {l} out of range: the model has {n_layers} layers"
+            )));
+        }
+        if layers[..i].contains(&l) {
+            return Err(ProbeError::InvalidInput(format!(
+                "layer {l} selected twice"
+            )));
+        }
+    }
+    Ok(layers)
 }
 
 /// The JSON sidecar written next to the codes (`codes.npz` -> `codes.json`,

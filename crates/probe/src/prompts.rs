@@ -24,7 +24,7 @@ use hyperlens_tasks::prompts::{PromptSet, PromptSplit, ResolvedSites, SiteSpec};
 use ndarray::{s, Array2};
 
 use crate::error::{step, ProbeError, Result};
-use crate::extract::argmax_rows;
+use crate::extract::{argmax_rows, checked_layers};
 use crate::npz_stream::{ArrayId, NpyDtype, NpzStream};
 
 /// The settings of a prompt file's extraction.
@@ -263,33 +263,6 @@ impl LmArrays {
     }
 }
 
-/// The checked layer list: `layers` (in range, none twice) or all `n_layers`.
-///
-/// # Errors
-/// [`ProbeError::InvalidInput`] naming the layer.
-fn check_layers(layers: Option<&[usize]>, n_layers: usize) -> Result<Vec<usize>> {
-    let Some(layers) = layers else {
-        return Ok((0..n_layers).collect());
-    };
-    if layers.is_empty() {
-        return Err(ProbeError::InvalidInput("no layer selected".into()));
-    }
-    for (i, &l) in layers.iter().enumerate() {
-        if l >= n_layers {
-            return Err(ProbeError::InvalidInput(format!(
-                "layer {l} does not exist: the model has layers 0..={}",
-                n_layers.saturating_sub(1)
-            )));
-        }
-        if layers[..i].contains(&l) {
-            return Err(ProbeError::InvalidInput(format!(
-                "layer {l} is selected twice"
-            )));
-        }
-    }
-    Ok(layers.to_vec())
-}
-
 /// The column of `name` among `factors` (the first one by default); `None` when the prompts have
 /// no factor and none is asked for.
 ///
@@ -321,6 +294,11 @@ fn positions(a: &Array2<i64>, rows: std::ops::Range<usize>) -> Vec<Vec<usize>> {
         .collect()
 }
 
+/// The elements of an array in standard (C) layout, in order: a view of its buffer, no copy.
+fn standard<'a, D: ndarray::Dimension>(a: &'a ndarray::CowArray<'_, f32, D>) -> &'a [f32] {
+    a.as_slice().unwrap_or_default()
+}
+
 /// One batch of rows as the file's arrays hold them, appended to `w`.
 ///
 /// # Errors
@@ -336,10 +314,7 @@ fn append_batch(
 ) -> Result<usize> {
     let (a, b) = (rows.start, rows.end);
     let (inputs, factors, label) = (&prepared.inputs, &prepared.factor_matrix, prepared.label);
-    w.append_f32(
-        arrays.codes,
-        &batch.codes.iter().copied().collect::<Vec<_>>(),
-    )?;
+    w.append_f32(arrays.codes, standard(&batch.codes.as_standard_layout()))?;
     let lab: Vec<i64> = rows
         .clone()
         .map(|i| label.map_or(-1, |c| factors[[i, c]]))
@@ -379,7 +354,7 @@ fn append_batch(
         .collect();
     w.append_bool(arrays.correct, &correct)?;
     if let (Some(id), Some(r)) = (arrays.resid, batch.resid.as_ref()) {
-        w.append_f32(id, &r.iter().copied().collect::<Vec<_>>())?;
+        w.append_f32(id, standard(&r.as_standard_layout()))?;
     }
     Ok(correct.iter().filter(|&&c| c).count())
 }
@@ -443,7 +418,7 @@ where
             "the batch must be positive".into(),
         ));
     }
-    let layers = check_layers(params.layers.as_deref(), model.n_layers())?;
+    let layers = checked_layers(params.layers.as_deref(), model.n_layers())?;
     let shuffled;
     let model = match params.shuffle_weights {
         Some(seed) => {
