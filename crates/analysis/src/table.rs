@@ -180,6 +180,29 @@ impl Table {
     }
 }
 
+/// Writes each `(file name, table)` as CSV into `dir` (created if missing), each atomically, and
+/// returns the paths written, in order.
+///
+/// # Errors
+/// [`AnalysisError::Io`] if `dir` cannot be created; [`AnalysisError::File`] naming the path if a
+/// write fails.
+pub fn write_tables(
+    dir: &std::path::Path,
+    tables: Vec<(&'static str, Table)>,
+) -> Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|source| AnalysisError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut written = Vec::with_capacity(tables.len());
+    for (name, table) in tables {
+        let path = dir.join(name);
+        hyperlens_io::write_atomic(&path, table.to_csv().as_bytes())?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use serde_json::json;
 #[cfg(doc)]
 use super::report::ALL_LAYERS_INDEX;
 use super::report::{LatentReport, LayerSel};
-use crate::error::{AnalysisError, Result};
+use crate::error::Result;
 use crate::table::{Column, Table};
 
 /// The rows' `layer` and `all_layers` columns (see [`LatentReport::FILES`]).
@@ -310,16 +310,7 @@ impl LatentReport {
     /// # Errors
     /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path that failed.
     pub fn write_tables(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir).map_err(|source| AnalysisError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let mut written = Vec::new();
-        for (name, table) in self.tables()? {
-            let path = dir.join(name);
-            hyperlens_io::write_atomic(&path, table.to_csv().as_bytes())?;
-            written.push(path);
-        }
+        let mut written = crate::table::write_tables(dir, self.tables()?)?;
         let path = dir.join("pca.npz");
         self.write_pca_npz(&path)?;
         written.push(path);

@@ -366,16 +366,7 @@ impl LmAnalysis {
     /// [`AnalysisError::Io`] if `dir` cannot be created; [`AnalysisError::File`] naming the path
     /// if a write fails; the errors of [`LmAnalysis::tables`].
     pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir).map_err(|source| AnalysisError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let mut written = Vec::new();
-        for (name, table) in self.tables()? {
-            let path = dir.join(name);
-            hyperlens_io::write_atomic(&path, table.to_csv().as_bytes())?;
-            written.push(path);
-        }
+        let mut written = crate::table::write_tables(dir, self.tables()?)?;
         let path = dir.join("summary.json");
         hyperlens_io::write_json(&path, &self.summary())?;
         written.push(path);
