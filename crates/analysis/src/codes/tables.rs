@@ -280,7 +280,7 @@ impl LatentReport {
     /// `[N_u]` of the unsupervised set; the names are [`hyperlens_io::keys::pca`].
     ///
     /// # Errors
-    /// [`AnalysisError::File`] naming the path and array.
+    /// [`AnalysisError::File`](crate::error::AnalysisError::File) naming the path and array.
     pub fn write_pca_npz(&self, path: &Path) -> Result<()> {
         hyperlens_io::write_npz(path, |npz| -> Result<()> {
             for a in &self.layers {
@@ -308,7 +308,8 @@ impl LatentReport {
     /// atomically. Returns the paths written.
     ///
     /// # Errors
-    /// [`AnalysisError::Io`] / [`AnalysisError::Npz`] naming the path that failed.
+    /// [`AnalysisError::Io`](crate::error::AnalysisError::Io) / [`AnalysisError::Npz`](crate::error::AnalysisError::Npz)
+    /// naming the path that failed.
     pub fn write_tables(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         let mut written = crate::table::write_tables(dir, self.tables()?)?;
         let path = dir.join("pca.npz");
