@@ -33,6 +33,7 @@ from ._model import ActivationCache, Config, LanguageModel, LMConfig, Model, fin
 from . import analysis, circuits, patching, tasks, utils, viz
 from .tasks import LogicProblemSet, ProblemSet
 from ._train import TrainResult, report, train
+from ._study import StudyResult, lm_study
 
 __version__: str = _core.__version__
 
@@ -53,6 +54,8 @@ __all__ = [
     "train",
     "TrainResult",
     "report",
+    "lm_study",
+    "StudyResult",
     "analysis",
     "patching",
     "circuits",

@@ -62,6 +62,9 @@ enum Command {
     Probe(commands::probe::ProbeArgs),
     /// The main job: accuracy, latent codes and their analyses for every shipped checkpoint, as a report.
     Report(commands::report::ReportArgs),
+    /// The latent-code study of a language model: structural relations (the positive control),
+    /// in-context operations on held-out combinations, the transplant, and a verdict, as a report.
+    Study(commands::study::StudyArgs),
     /// Latent-code analyses of an ID / OOD pair of code sets: PCA, rule decoding, k-means, similarity.
     Analyze(commands::analyze::AnalyzeArgs),
     /// Attention patterns [layer, head, query, key] of a token language model (token model, Hugging
@@ -92,6 +95,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Train(a) => commands::train::run(*a),
         Command::Probe(a) => commands::probe::run(a),
         Command::Report(a) => commands::report::run(a),
+        Command::Study(a) => commands::study::run(a),
         Command::Analyze(a) => commands::analyze::run(a),
         Command::Attention(a) => commands::attention::run(a),
         Command::Circuits(a) => commands::circuits::run(*a),

@@ -1,5 +1,7 @@
 //! `hyperlens.report`: the main job (`hyperlens report`) through `hyperlens_report::run`: accuracy,
-//! latent codes and their analyses for every checkpoint, figures, and a Markdown + HTML page.
+//! latent codes and their analyses for every checkpoint, figures, and a Markdown + HTML page; and
+//! the latent-code study of a language model (`hyperlens study`) through
+//! `hyperlens_report::lm_study::run`.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -153,8 +155,77 @@ fn report(
     Ok((s.index_html, s.checkpoints, s.elapsed_s))
 }
 
-/// Registers the function.
+/// `hyperlens study MODEL --out OUT ...`: the latent-code study of a language model, written into
+/// `out`; returns `(index.html path, verdict sentence, seconds, peak resident bytes or None)`.
+/// `on_progress(dict)` receives `stage`, `done`, `total` and `unit` at every batch and analysis
+/// step; an exception it raises, or Ctrl-C, stops the study there and is raised: a previous
+/// report at `out` stays whole.
+#[pyfunction]
+#[pyo3(signature = (model, out, n_relations = 500, n_icl = 600, shots = 5, seed = 0, split_seeds = vec![0, 1, 2], batch = 16, n_bootstrap = 1000, transplant_n = 200, device = "cpu", on_progress = None))]
+#[allow(clippy::too_many_arguments)]
+fn lm_study(
+    py: Python<'_>,
+    model: PathBuf,
+    out: PathBuf,
+    n_relations: usize,
+    n_icl: usize,
+    shots: usize,
+    seed: u64,
+    split_seeds: Vec<u64>,
+    batch: usize,
+    n_bootstrap: usize,
+    transplant_n: usize,
+    device: &str,
+    on_progress: Option<Py<PyAny>>,
+) -> PyResult<(PathBuf, String, f64, Option<u64>)> {
+    use hyperlens_report::lm_study::{run as run_study, LmStudyParams};
+    let params = LmStudyParams {
+        n_relations,
+        n_icl,
+        shots,
+        seed,
+        split_seeds,
+        batch,
+        n_bootstrap,
+        transplant_n,
+        device: hyperlens_model::Device::from_str(device).map_err(to_py)?,
+        ..LmStudyParams::new(model, out)
+    };
+    let s = detached(py, || {
+        let stop = Interrupt::default();
+        let mut failed: Option<PyErr> = None;
+        let outcome = run_study(&params, &mut |p| {
+            if failed.is_some() || stop.check().is_break() {
+                return ControlFlow::Break(());
+            }
+            if let Some(f) = &on_progress {
+                let called = Python::attach(|py| -> PyResult<()> {
+                    let d = PyDict::new(py);
+                    d.set_item("stage", p.stage)?;
+                    d.set_item("done", p.done)?;
+                    d.set_item("total", p.total)?;
+                    d.set_item("unit", p.unit)?;
+                    f.call1(py, (d,))?;
+                    Ok(())
+                });
+                if let Err(e) = called {
+                    failed = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => stop.finish(outcome),
+        }
+    })?;
+    Ok((s.index_html, s.verdict, s.elapsed_s, s.peak_rss_bytes))
+}
+
+/// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report, m)?)?;
+    m.add_function(wrap_pyfunction!(lm_study, m)?)?;
     Ok(())
 }

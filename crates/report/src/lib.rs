@@ -33,6 +33,7 @@ pub mod error;
 pub mod files;
 pub mod html;
 pub mod lm_explorer;
+pub mod lm_study;
 pub mod logic;
 pub mod page;
 pub mod plots;

@@ -242,20 +242,38 @@ impl LmExplorer {
 /// As [`lm_explorer_of`].
 pub fn lm_explorer(codes: &Path, analysis: &LmAnalysis) -> Result<LmExplorer> {
     let mut e = lm_explorer_of(codes, &LmProjected::from(analysis))?;
-    e.explained = Some(
-        analysis
-            .structure
-            .iter()
-            .map(|r| {
-                let v = &r.explained_variance_ratio;
-                [
-                    v.first().copied().unwrap_or(0.0),
-                    v.get(1).copied().unwrap_or(0.0),
-                ]
-            })
-            .collect(),
-    );
+    e.explained = Some(explained(analysis));
     Ok(e)
+}
+
+/// [`build`] on the projections of `analysis`, which must have run on `set`, with the variance
+/// its first two components explain on each view (what [`lm_explorer`] shows, without files).
+///
+/// # Errors
+/// As [`build`].
+pub fn build_for_analysis(
+    set: &LmCodeSet,
+    text: Option<(&PromptSet, &LmTokenizer)>,
+    analysis: &LmAnalysis,
+) -> Result<LmExplorer> {
+    let mut e = build(set, text, &LmProjected::from(analysis), None)?;
+    e.explained = Some(explained(analysis));
+    Ok(e)
+}
+
+/// The variance ratio of PC1 and PC2 on each view of `analysis` (0 for a missing component).
+fn explained(analysis: &LmAnalysis) -> Vec<[f64; 2]> {
+    analysis
+        .structure
+        .iter()
+        .map(|r| {
+            let v = &r.explained_variance_ratio;
+            [
+                v.first().copied().unwrap_or(0.0),
+                v.get(1).copied().unwrap_or(0.0),
+            ]
+        })
+        .collect()
 }
 
 /// The explorer of the code file `codes` (its `codes.json` beside it) on the projections of

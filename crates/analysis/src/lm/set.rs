@@ -291,6 +291,68 @@ impl LmCodeSet {
         Ok(self)
     }
 
+    /// Replaces each prompt's split (0 train, 1 test): another hold-out of the same codes, such as
+    /// the SmolLM2 study's second and third splits of the operation x domain combinations.
+    ///
+    /// # Shapes
+    /// `split`: `[N]`.
+    ///
+    /// # Errors
+    /// [`AnalysisError::Shape`] if it does not have N entries; [`AnalysisError::InvalidInput`] for
+    /// a value other than 0 and 1 (naming the row).
+    pub fn with_split(mut self, split: Array1<i64>) -> Result<Self> {
+        check_rows(&self.source, keys::SPLIT, split.len(), self.n_prompts())?;
+        if let Some((i, &v)) = split.iter().enumerate().find(|(_, &v)| v != 0 && v != 1) {
+            return Err(invalid(format!(
+                "{}: array `split` row {i} is {v}; a split is 0 (train) or 1 (test)",
+                self.source
+            )));
+        }
+        self.split = split;
+        Ok(self)
+    }
+
+    /// The set of the prompt rows `rows` (in that order; a row may repeat), with every per-prompt
+    /// array and the sidecar's `n_prompts` cut to them. The `prompt` array keeps each row's
+    /// prompt index in the original file.
+    ///
+    /// # Shapes
+    /// `rows`: `[M]` indices into `0..N` -> a set of M prompts.
+    ///
+    /// # Errors
+    /// [`AnalysisError::InvalidInput`] for no row or a row outside `0..N`.
+    pub fn select(&self, rows: &[usize]) -> Result<Self> {
+        let n = self.n_prompts();
+        if rows.is_empty() {
+            return Err(invalid(format!("{}: no prompt row selected", self.source)));
+        }
+        if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+            return Err(invalid(format!(
+                "{}: prompt row {r} is outside the {n} prompts",
+                self.source
+            )));
+        }
+        let mut sidecar = self.sidecar.clone();
+        sidecar.n_prompts = rows.len();
+        let opt1 = |a: &Option<Array1<i64>>| a.as_ref().map(|a| a.select(Axis(0), rows));
+        Ok(Self {
+            codes: self.codes.select(Axis(0), rows),
+            sidecar,
+            label: self.label.select(Axis(0), rows),
+            factors: self.factors.select(Axis(0), rows),
+            split: self.split.select(Axis(0), rows),
+            prompt: self.prompt.select(Axis(0), rows),
+            query_pos: self.query_pos.select(Axis(0), rows),
+            key_pos: self.key_pos.select(Axis(0), rows),
+            length: opt1(&self.length),
+            target: opt1(&self.target),
+            prediction: opt1(&self.prediction),
+            correct: self.correct.as_ref().map(|a| a.select(Axis(0), rows)),
+            resid: self.resid.as_ref().map(|a| a.select(Axis(0), rows)),
+            source: self.source.clone(),
+        })
+    }
+
     /// Reads a code file and the sidecar beside it ([`hyperlens_io::sidecar_path`]:
     /// `codes.npz` -> `codes.json`).
     ///

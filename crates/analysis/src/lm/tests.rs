@@ -539,3 +539,29 @@ fn files_round_trip_and_bad_input_is_named() {
     assert!(err.contains("m.npz") && err.contains("`prompt`"), "{err}");
     assert!(analyze(&p, &mut |_| ControlFlow::Break(())).is_err());
 }
+
+#[test]
+fn select_and_with_split_keep_rows_aligned() {
+    let set = synthetic(3, Signal::Layer1, 5);
+    let rows = [7usize, 2, 2, 40];
+    let sub = set.select(&rows).unwrap();
+    assert_eq!(sub.n_prompts(), 4);
+    assert_eq!(sub.sidecar().n_prompts, 4);
+    for (j, &r) in rows.iter().enumerate() {
+        assert_eq!(sub.prompt()[j], r as i64);
+        assert_eq!(sub.factors().row(j), set.factors().row(r));
+        assert_eq!(sub.key_pos().row(j), set.key_pos().row(r));
+        assert_eq!(
+            sub.codes().index_axis(ndarray::Axis(0), j),
+            set.codes().index_axis(ndarray::Axis(0), r)
+        );
+    }
+    assert!(set.select(&[]).is_err());
+    let err = set.select(&[set.n_prompts()]).unwrap_err().to_string();
+    assert!(err.contains("outside"), "{err}");
+    let flipped = sub.clone().with_split(Array1::from(vec![1, 0, 1, 0])).unwrap();
+    assert_eq!(flipped.split().to_vec(), vec![1, 0, 1, 0]);
+    let err = sub.clone().with_split(Array1::from(vec![0, 2, 0, 0])).unwrap_err();
+    assert!(err.to_string().contains("row 1 is 2"), "{err}");
+    assert!(sub.with_split(Array1::from(vec![0, 1])).is_err());
+}

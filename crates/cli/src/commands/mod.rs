@@ -13,6 +13,7 @@ pub mod patch;
 pub mod probe;
 pub mod prompts;
 pub mod report;
+pub mod study;
 pub mod sweep;
 pub mod tasks;
 pub mod train;
