@@ -9,6 +9,7 @@ pub mod cache;
 pub mod circuits;
 pub mod error;
 pub mod extract;
+pub mod lm_transplant;
 pub mod logic;
 pub mod logic_rows;
 pub mod npz_stream;
@@ -22,6 +23,10 @@ pub use ablation::{ablation_table, head_ablation, Ablation, AblationReport, Head
 pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
+pub use lm_transplant::{
+    lm_transplant, lm_transplant_table, write_lm_transplant, LmTransplant, LmTransplantKind,
+    LmTransplantParams, LmTransplantRow,
+};
 pub use logic::{
     describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet, LogicProbeSummary,
 };

@@ -95,7 +95,7 @@ pub struct PromptInputs {
 /// # Errors
 /// [`ProbeError::InvalidInput`] naming prompt `i` when the answer has no token that is not
 /// whitespace; tokenizer errors.
-fn answer_target(tok: &LmTokenizer, i: usize, answer: &str) -> Result<(i64, Vec<u32>)> {
+pub(crate) fn answer_target(tok: &LmTokenizer, i: usize, answer: &str) -> Result<(i64, Vec<u32>)> {
     let ids = tok.encode(answer, Some(false))?;
     let mut lead = Vec::new();
     for &id in &ids {

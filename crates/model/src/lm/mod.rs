@@ -39,7 +39,7 @@ use ndarray::Array4;
 
 pub use gguf::{permute_qk_rows, unpermute_qk_rows};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
-pub use lens::{CodeBatch, CodeForm, CodeRequest};
+pub use lens::{CodeBatch, CodeForm, CodeRequest, CodeSites};
 pub use llama::{Llama, LlamaConfig};
 pub use token::{TokenConfig, TokenModel, TOKEN_LN_EPS, TOKEN_MODEL_TYPE};
 pub use tokenizer::{

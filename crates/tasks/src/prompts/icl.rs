@@ -225,6 +225,31 @@ fn apply(domain: IclDomain, op: Operation, i: usize) -> &'static str {
     domain.values()[(i as i64 + op.offset()) as usize]
 }
 
+/// The answer `prompt` would have under the operation named `operation` (an [`Operation::as_str`]
+/// name): the value of its `query_input` segment (without its leading space) moved by that
+/// operation's offset in the domain of its `domain` label, with the leading space of the
+/// generator's answers (` y`). The transplant test's expected answer when another operation's
+/// code is written (`hyperlens_probe::lm_transplant`).
+///
+/// `None` where it is not defined: an unknown operation or domain, a prompt without a `domain`
+/// label or without exactly one `query_input` segment, a query value that is not in its domain,
+/// or an answer outside the domain (no wrapping, as the generator).
+pub fn icl_answer_under(prompt: &Prompt, operation: &str) -> Option<String> {
+    let op = Operation::ALL
+        .into_iter()
+        .find(|o| o.as_str() == operation)?;
+    let domain = prompt.labels.get("domain")?;
+    let domain = IclDomain::ALL.into_iter().find(|d| d.as_str() == domain)?;
+    let mut inputs = prompt.segments.iter().filter(|s| s.role == "query_input");
+    let (query, None) = (inputs.next()?, inputs.next()) else {
+        return None;
+    };
+    let value = query.text.strip_prefix(' ')?;
+    let i = domain.values().iter().position(|v| *v == value)?;
+    let j = usize::try_from(i as i64 + op.offset()).ok()?;
+    domain.values().get(j).map(|v| format!(" {v}"))
+}
+
 /// The demonstration inputs of a prompt whose test input is `query`: distinct and other than the
 /// query when the domain has enough valid inputs, otherwise drawn with replacement among the
 /// valid inputs other than the query.

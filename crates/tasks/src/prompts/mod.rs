@@ -95,7 +95,7 @@ mod tests;
 
 pub use format::{Prompt, PromptSet, PromptSplit, Segment};
 pub use holdout::{apply_hold_out, hold_out_combinations, n_held_out, DEFAULT_HOLD_OUT};
-pub use icl::{icl, IclDomain, IclParams, Operation, ICL_SITES};
+pub use icl::{icl, icl_answer_under, IclDomain, IclParams, Operation, ICL_SITES};
 pub use relations::{
     relations, vocabulary_halves, Relation, RelationsParams, BRACKETS, RELATIONS_SITES,
 };

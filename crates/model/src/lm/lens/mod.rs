@@ -38,6 +38,9 @@ use crate::nn::HookPoints;
 
 #[cfg(test)]
 mod tests;
+mod transplant;
+
+pub use transplant::CodeSites;
 
 /// The form of a latent code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -389,3 +389,59 @@ fn word_files_are_read_and_checked_by_line() {
         .to_string()
         .contains("line 0"));
 }
+
+#[test]
+fn icl_answer_under_another_operation_follows_the_domain() {
+    let set = icl(&IclParams::default()).unwrap();
+    let mut defined = 0;
+    for p in &set.prompts {
+        let dom = p.labels["domain"].as_str();
+        let q = p.segments.iter().find(|s| s.role == "query_input").unwrap();
+        let input = q.text.strip_prefix(' ').unwrap();
+        // Its own operation gives its own answer.
+        assert_eq!(
+            icl_answer_under(p, &p.labels["operation"]),
+            p.answer.clone()
+        );
+        for op in Operation::ALL {
+            let want = icl_answer(op.as_str(), dom, input).map(|a| format!(" {a}"));
+            defined += usize::from(want.is_some());
+            assert_eq!(icl_answer_under(p, op.as_str()), want, "{op} {dom} {input}");
+        }
+        assert_eq!(icl_answer_under(p, "twice"), None);
+    }
+    // Some answers fall outside their domain (no wrapping), most do not.
+    assert!(defined > 1000 && defined < 1500, "{defined}");
+    // By hand: `c` under skip_back is `a`; `b` has none; July under next is August.
+    let mut p = icl(&IclParams::default()).unwrap().prompts[0].clone();
+    let seg = p
+        .segments
+        .iter_mut()
+        .find(|s| s.role == "query_input")
+        .unwrap();
+    seg.text = " c".into();
+    p.labels.insert("domain".into(), "lower".into());
+    assert_eq!(icl_answer_under(&p, "skip_back").as_deref(), Some(" a"));
+    assert_eq!(icl_answer_under(&p, "copy").as_deref(), Some(" c"));
+    p.segments
+        .iter_mut()
+        .find(|s| s.role == "query_input")
+        .unwrap()
+        .text = " b".into();
+    assert_eq!(icl_answer_under(&p, "skip_back"), None);
+    p.segments
+        .iter_mut()
+        .find(|s| s.role == "query_input")
+        .unwrap()
+        .text = " July".into();
+    p.labels.insert("domain".into(), "months".into());
+    assert_eq!(icl_answer_under(&p, "next").as_deref(), Some(" August"));
+    // Not defined: a value outside the domain, an unknown domain, no domain label.
+    assert_eq!(icl_answer_under(&p, "previous").as_deref(), Some(" June"));
+    p.labels.insert("domain".into(), "digits".into());
+    assert_eq!(icl_answer_under(&p, "next"), None);
+    p.labels.insert("domain".into(), "colours".into());
+    assert_eq!(icl_answer_under(&p, "next"), None);
+    p.labels.remove("domain");
+    assert_eq!(icl_answer_under(&p, "next"), None);
+}
