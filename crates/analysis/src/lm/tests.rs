@@ -559,9 +559,15 @@ fn select_and_with_split_keep_rows_aligned() {
     assert!(set.select(&[]).is_err());
     let err = set.select(&[set.n_prompts()]).unwrap_err().to_string();
     assert!(err.contains("outside"), "{err}");
-    let flipped = sub.clone().with_split(Array1::from(vec![1, 0, 1, 0])).unwrap();
+    let flipped = sub
+        .clone()
+        .with_split(Array1::from(vec![1, 0, 1, 0]))
+        .unwrap();
     assert_eq!(flipped.split().to_vec(), vec![1, 0, 1, 0]);
-    let err = sub.clone().with_split(Array1::from(vec![0, 2, 0, 0])).unwrap_err();
+    let err = sub
+        .clone()
+        .with_split(Array1::from(vec![0, 2, 0, 0]))
+        .unwrap_err();
     assert!(err.to_string().contains("row 1 is 2"), "{err}");
     assert!(sub.with_split(Array1::from(vec![0, 1])).is_err());
 }

@@ -2,6 +2,7 @@
 //! `hyperlens_report::lm_study::run`. This file turns the flags into [`LmStudyParams`], draws the
 //! progress and prints the verdict and where the page is.
 
+use std::io::IsTerminal;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
@@ -50,7 +51,8 @@ pub struct StudyArgs {
     pub device: Device,
 }
 
-/// One progress bar per stage (plain periodic lines when stderr is not a terminal).
+/// One progress bar per stage; when stderr is not a terminal (the bars are hidden), one line per
+/// stage as it starts.
 #[derive(Default)]
 struct Bars {
     current: Option<(String, ProgressBar)>,
@@ -60,6 +62,9 @@ impl Bars {
     fn on(&mut self, p: StudyProgress<'_>) -> ControlFlow<()> {
         if self.current.as_ref().is_none_or(|(l, _)| l != p.stage) {
             self.clear();
+            if !std::io::stderr().is_terminal() {
+                eprintln!("study: {} ({} {})", p.stage, p.total, p.unit);
+            }
             let bar = progress_bar(p.total as u64, p.stage, p.unit);
             self.current = Some((p.stage.to_string(), bar));
         }
@@ -104,12 +109,10 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
         "wrote {} ({:.0} s{})",
         outcome.index_html.display(),
         outcome.elapsed_s,
-        outcome
-            .peak_rss_bytes
-            .map_or_else(String::new, |b| format!(
-                ", peak memory {:.0} MiB",
-                b as f64 / (1024.0 * 1024.0)
-            ))
+        outcome.peak_rss_bytes.map_or_else(String::new, |b| format!(
+            ", peak memory {:.0} MiB",
+            b as f64 / (1024.0 * 1024.0)
+        ))
     )?;
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use hyperlens_analysis::lm::{LmAnalysis, LmBehaviour};
 use hyperlens_viz::{
-    BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapOptions, LayerAccuracy,
-    Reference, Series, ValueFormat,
+    BarSeries, ColorMap, GroupedBars, Heatmap, HeatmapOptions, LayerAccuracy, Reference, Series,
+    ValueFormat,
 };
 use ndarray::Array2;
 
@@ -133,8 +133,16 @@ fn behaviour_figure(b: &LmBehaviour, out: &Path, text: String) -> Result<Option<
     ) else {
         return Ok(None);
     };
-    let mut ops: Vec<String> = b.combinations.iter().map(|c| c.values[fo].clone()).collect();
-    let mut doms: Vec<String> = b.combinations.iter().map(|c| c.values[fd].clone()).collect();
+    let mut ops: Vec<String> = b
+        .combinations
+        .iter()
+        .map(|c| c.values[fo].clone())
+        .collect();
+    let mut doms: Vec<String> = b
+        .combinations
+        .iter()
+        .map(|c| c.values[fd].clone())
+        .collect();
     ops.sort();
     ops.dedup();
     doms.sort();
@@ -228,6 +236,7 @@ fn icl_decoding_figure(m: &Measured, v: &Verdicts, out: &Path) -> Result<Option<
             })
             .collect()
     });
+    let unfiltered: Vec<f64> = iv.unfiltered.iter().map(|l| l.mean_held_out).collect();
     let control: Vec<f64> = iv.layers.iter().map(|l| l.mean_control).collect();
     let resid: Vec<f64> = iv
         .layers
@@ -245,6 +254,12 @@ fn icl_decoding_figure(m: &Measured, v: &Verdicts, out: &Path) -> Result<Option<
         series.push(Series {
             name: format!("seen combinations (halves), split {}", decoded[0].0 + 1),
             values: s,
+        });
+    }
+    if unfiltered.len() == control.len() {
+        series.push(Series {
+            name: "all combinations, held out (mean over splits)".into(),
+            values: &unfiltered,
         });
     }
     let references = vec![
@@ -281,7 +296,13 @@ fn transplant_figure(m: &Measured, v: &Verdicts, out: &Path) -> Result<Option<Fi
     let frac = |f: fn(&super::files::TransplantTally) -> usize| -> Vec<f64> {
         t.tallies
             .iter()
-            .map(|x| if x.n == 0 { 0.0 } else { f(x) as f64 / x.n as f64 })
+            .map(|x| {
+                if x.n == 0 {
+                    0.0
+                } else {
+                    f(x) as f64 / x.n as f64
+                }
+            })
             .collect()
     };
     let (to, elsewhere, unchanged) = (
@@ -290,7 +311,10 @@ fn transplant_figure(m: &Measured, v: &Verdicts, out: &Path) -> Result<Option<Fi
         frac(|x| x.unchanged),
     );
     let mut fig = GroupedBars::accuracy(
-        &format!("Transplanting latent codes at L{} (answer position)", t.layer),
+        &format!(
+            "Transplanting latent codes at L{} (answer position)",
+            t.layer
+        ),
         &kinds,
         vec![
             BarSeries {

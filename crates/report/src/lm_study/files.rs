@@ -107,10 +107,7 @@ impl TransplantResult {
         t.push("excluded", col(|x| x.excluded))?;
         t.push(
             "to_donor_rate",
-            Column::float(
-                self.tallies.iter().map(|x| self.rate(&x.kind)).collect(),
-                4,
-            ),
+            Column::float(self.tallies.iter().map(|x| self.rate(&x.kind)).collect(), 4),
         )?;
         Ok(t)
     }
@@ -189,6 +186,10 @@ pub struct StudySummary {
     pub icl_splits: Vec<SplitSummary>,
     /// Experiment 2's sentence.
     pub icl_sentence: Option<String>,
+    /// The secondary analysis without the behaviour filter, per layer over the splits.
+    pub icl_unfiltered_layers: Vec<LayerOverSplits>,
+    /// Its sentence.
+    pub icl_unfiltered_sentence: Option<String>,
     /// The transplant.
     pub transplant: Option<TransplantResult>,
     /// Whether it moved the answer.
@@ -291,12 +292,21 @@ pub fn summary(
         seed: params.seed,
         n_bootstrap: params.n_bootstrap,
         thresholds: vec![
-            ("relations_all_layers_min".into(), verdict::RELATIONS_ALL_LAYERS_MIN),
+            (
+                "relations_all_layers_min".into(),
+                verdict::RELATIONS_ALL_LAYERS_MIN,
+            ),
             ("relations_layer_min".into(), verdict::RELATIONS_LAYER_MIN),
-            ("min_combination_accuracy".into(), verdict::MIN_COMBINATION_ACCURACY),
+            (
+                "min_combination_accuracy".into(),
+                verdict::MIN_COMBINATION_ACCURACY,
+            ),
             ("transfer_margin".into(), verdict::TRANSFER_MARGIN),
             ("transplant_min_rate".into(), verdict::TRANSPLANT_MIN_RATE),
-            ("transplant_control_factor".into(), verdict::TRANSPLANT_CONTROL_FACTOR),
+            (
+                "transplant_control_factor".into(),
+                verdict::TRANSPLANT_CONTROL_FACTOR,
+            ),
         ],
         relations_passed: v.relations.passed,
         relations_all_layers: v.relations.all_layers,
@@ -320,7 +330,11 @@ pub fn summary(
                     .map(|(j, s)| SplitSummary {
                         seed: s.seed,
                         held_out: s.held_out.iter().map(|(o, d)| format!("{o}/{d}")).collect(),
-                        tables: s.ood.as_ref().ok().map(|_| tables_dir(&split_name(j, false))),
+                        tables: s
+                            .ood
+                            .as_ref()
+                            .ok()
+                            .map(|_| tables_dir(&split_name(j, false))),
                         not_decoded: s.ood.as_ref().err().cloned(),
                         seen_not_decoded: s.seen.as_ref().err().cloned(),
                     })
@@ -328,6 +342,8 @@ pub fn summary(
             })
             .unwrap_or_default(),
         icl_sentence: fv.map(|f| f.sentence.clone()),
+        icl_unfiltered_layers: fv.map(|f| f.unfiltered.clone()).unwrap_or_default(),
+        icl_unfiltered_sentence: fv.map(|f| f.unfiltered_sentence.clone()),
         transplant: m.transplant.clone(),
         transplant_moved: v.transplant.as_ref().map(|(moved, _)| *moved),
         verdict: v.sentence.clone(),
@@ -362,6 +378,9 @@ pub fn write(
             }
             if let Ok(a) = &s.seen {
                 write_analysis(dir, &split_name(j, true), a)?;
+            }
+            if let Ok(a) = &s.unfiltered {
+                write_analysis(dir, &format!("{}_all", split_name(j, false)), a)?;
             }
         }
     }

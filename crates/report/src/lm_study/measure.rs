@@ -63,6 +63,9 @@ pub struct IclSplit {
     /// The analysis trained and tested on two halves of the seen combinations' prompts (the seen
     /// accuracy), or why it could not run.
     pub seen: std::result::Result<LmAnalysis, String>,
+    /// The seen -> held-out analysis of every combination, those the model fails included (no
+    /// behaviour filter): a secondary analysis that the verdict reports but does not rest on.
+    pub unfiltered: std::result::Result<LmAnalysis, String>,
 }
 
 /// Experiment 2's result.
@@ -174,13 +177,20 @@ fn codes_of(
 }
 
 /// The analysis settings of the study for `factor`.
-fn analysis_params(params: &LmStudyParams, factor: &str, min_accuracy: Option<f64>) -> LmAnalysisParams {
+/// The analysis settings of the study for `factor` of the code file `codes` (a name: the file
+/// lives in the run's working directory, removed when the report is complete).
+fn analysis_params(
+    params: &LmStudyParams,
+    codes: &str,
+    factor: &str,
+    min_accuracy: Option<f64>,
+) -> LmAnalysisParams {
     LmAnalysisParams {
         factor: Some(factor.to_string()),
         min_accuracy,
         seed: params.seed,
         n_bootstrap: params.n_bootstrap,
-        ..LmAnalysisParams::new("codes.npz")
+        ..LmAnalysisParams::new(codes)
     }
 }
 
@@ -244,12 +254,20 @@ pub fn relations_experiment(
     set.save(&out.join("prompts/relations.jsonl"))?;
     let sites = SiteSpec::parse(RELATIONS_SITES)?;
     let (codes, shuffled) = codes_of(
-        model, tok, &set, &sites, "relation", params, work, "relations", progress,
+        model,
+        tok,
+        &set,
+        &sites,
+        "relation",
+        params,
+        work,
+        "relations",
+        progress,
     )?;
     let analysis = analyse(
         &codes,
         &shuffled,
-        &analysis_params(params, "relation", None),
+        &analysis_params(params, "relations.npz", "relation", None),
         "relations",
         progress,
     )?;
@@ -263,7 +281,7 @@ pub fn relations_experiment(
 
 /// The split array of `set` under the hold-out seed `seed` (1 for the held-out combinations),
 /// with those combinations.
-fn hold_out(set: &PromptSet, seed: u64) -> Result<(Array1<i64>, Vec<(String, String)>)> {
+pub(crate) fn hold_out(set: &PromptSet, seed: u64) -> Result<(Array1<i64>, Vec<(String, String)>)> {
     let held = hold_out_combinations(set, "operation", "domain", DEFAULT_HOLD_OUT, seed)?;
     // `apply_hold_out` keeps a split a prompt already has (the generator's): clear them first.
     let mut split_set = set.clone();
@@ -282,7 +300,9 @@ fn hold_out(set: &PromptSet, seed: u64) -> Result<(Array1<i64>, Vec<(String, Str
 /// The seen prompts of `set` (split 0), every other prompt of each combination moved to the
 /// test split: the rows of the seen accuracy.
 fn seen_halves(set: &LmCodeSet) -> Result<(Vec<usize>, Array1<i64>)> {
-    let rows: Vec<usize> = (0..set.n_prompts()).filter(|&i| set.split()[i] == 0).collect();
+    let rows: Vec<usize> = (0..set.n_prompts())
+        .filter(|&i| set.split()[i] == 0)
+        .collect();
     let mut count: BTreeMap<Vec<i64>, usize> = BTreeMap::new();
     let split = rows
         .iter()
@@ -316,9 +336,23 @@ pub fn icl_experiment(
     set.save(&out.join("prompts/icl.jsonl"))?;
     let sites = SiteSpec::parse(ICL_SITES)?;
     let (codes, shuffled) = codes_of(
-        model, tok, &set, &sites, "operation", params, work, "icl", progress,
+        model,
+        tok,
+        &set,
+        &sites,
+        "operation",
+        params,
+        work,
+        "icl",
+        progress,
     )?;
-    let aparams = analysis_params(params, "operation", Some(MIN_COMBINATION_ACCURACY));
+    let aparams = analysis_params(
+        params,
+        "icl.npz",
+        "operation",
+        Some(MIN_COMBINATION_ACCURACY),
+    );
+    let unfiltered_params = analysis_params(params, "icl.npz", "operation", None);
     let mut splits = Vec::with_capacity(params.split_seeds.len());
     let mut behaviour = None;
     let mut explorer = None;
@@ -338,6 +372,13 @@ pub fn icl_experiment(
                     analyse(&cs, &ss, &aparams, &format!("{name} (seen)"), progress)
                 }),
         )?;
+        let unfiltered = finding(analyse(
+            &c,
+            &s,
+            &unfiltered_params,
+            &format!("{name} (all combinations)"),
+            progress,
+        ))?;
         if j == 0 {
             if let Ok(a) = &ood {
                 behaviour = Some(a.behaviour.clone());
@@ -349,13 +390,16 @@ pub fn icl_experiment(
             held_out,
             ood,
             seen,
+            unfiltered,
         });
     }
     let behaviour = match behaviour {
         Some(b) => b,
         None => hyperlens_analysis::lm::behaviour(&codes, Some(MIN_COMBINATION_ACCURACY))?,
     };
-    let correct = codes.correct().map_or(0, |c| c.iter().filter(|&&x| x).count());
+    let correct = codes
+        .correct()
+        .map_or(0, |c| c.iter().filter(|&&x| x).count());
     Ok((
         IclResult {
             behaviour,
@@ -393,10 +437,10 @@ pub fn measure(
     let tok = lm::require_tokenizer(&params.model)?;
     let model = lm::load(&params.model, &params.device.to_candle()?)?;
     let info = ModelInfo {
-        name: params
-            .model
-            .file_name()
-            .map_or_else(|| params.model.display().to_string(), |n| n.to_string_lossy().into_owned()),
+        name: params.model.file_name().map_or_else(
+            || params.model.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
         kind: kind.to_string(),
         n_layers: model.n_layers(),
         n_heads: model.n_heads(),
@@ -414,7 +458,8 @@ pub fn measure(
     }
     let (icl, set, codes) = icl_experiment(&model, &tok, params, out, work, progress)?;
     lap("experiment 2 (icl)", times);
-    let transplant = super::transplant::transplant(&model, &tok, &set, &codes, &icl, params, progress)?;
+    let transplant =
+        super::transplant::transplant(&model, &tok, &set, &codes, &icl, params, progress)?;
     lap("transplant", times);
     Ok(Measured {
         model: info,

@@ -237,3 +237,6 @@ fn peak_rss_bytes() -> Option<u64> {
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
+
+#[cfg(test)]
+mod tests;

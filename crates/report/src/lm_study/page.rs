@@ -12,7 +12,12 @@ use crate::words::{md_escape, pct};
 
 /// `acc [lo, hi]` of a score.
 fn with_ci(s: &hyperlens_analysis::lm::ProbeScore) -> String {
-    format!("{} [{}, {}]", pct(s.accuracy), pct(s.ci_low), pct(s.ci_high))
+    format!(
+        "{} [{}, {}]",
+        pct(s.accuracy),
+        pct(s.ci_low),
+        pct(s.ci_high)
+    )
 }
 
 fn opt_pct(v: Option<f64>) -> String {
@@ -56,7 +61,12 @@ fn decoding_table(doc: &mut Document, d: &LmDecoding, seen: Option<&LmAnalysis>)
                 pct(d.distance.accuracy),
                 opt_pct(r.shuffled_weights.map(|s| s.accuracy)),
                 opt_pct(r.resid.map(|s| s.accuracy)),
-                if verdict::transfers(d, r) { "yes" } else { "no" }.into(),
+                if verdict::transfers(d, r) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .into(),
             ]);
             row
         })
@@ -74,7 +84,10 @@ pub fn document(
     let mut doc = Document::new();
     doc.heading(
         1,
-        &format!("Is there a reusable latent code in {}'s attention?", m.model.name),
+        &format!(
+            "Is there a reusable latent code in {}'s attention?",
+            m.model.name
+        ),
     );
     doc.paragraph(format!(
         "\"Attention as a Hypernetwork\" (Schug et al., ICLR 2025) shows on synthetic tasks that the \
@@ -111,7 +124,10 @@ pub fn document(
     doc.contents();
 
     let r = &m.relations.analysis;
-    doc.heading(2, "Experiment 1: structural relations (the positive control)");
+    doc.heading(
+        2,
+        "Experiment 1: structural relations (the positive control)",
+    );
     doc.paragraph(format!(
         "{} `relations` prompts (`prompts/relations.jsonl`) of the model's own single-token words \
          ({} words, split into two disjoint halves; the test prompts use the other half): each \
@@ -122,17 +138,13 @@ pub fn document(
          {} bootstrap resamples of the test prompts for each interval. Controls: the same probe \
          on shuffled training labels, on the query-key distances only, on the codes of the model \
          with its weights shuffled within each tensor, and the residual stream at the query.",
-        r.n_prompts,
-        m.relations.n_words,
-        params.n_bootstrap
+        r.n_prompts, m.relations.n_words, params.n_bootstrap
     ));
     for f in &figs.relations {
         doc.figure(f.clone());
     }
     decoding_table(&mut doc, &r.decoding, None);
-    doc.paragraph(
-        "Tables: `tables/relations/` (`decoding.csv`, `structure.csv`, `summary.json`).",
-    );
+    doc.paragraph("Tables: `tables/relations/` (`decoding.csv`, `structure.csv`, `summary.json`).");
     let Some(icl) = &m.icl else {
         doc.heading(2, "Experiment 2: not run");
         doc.paragraph(
@@ -142,7 +154,10 @@ pub fn document(
         return doc;
     };
     let iv = v.icl.as_ref();
-    doc.heading(2, "Experiment 2: in-context operations on held-out combinations");
+    doc.heading(
+        2,
+        "Experiment 2: in-context operations on held-out combinations",
+    );
     doc.paragraph(format!(
         "{} `icl` prompts (`prompts/icl.jsonl`), {} demonstrations each (`Q: x` / `A: y`), cycling \
          through 5 operations (copy, next, previous, skip one forward, skip one back) on 6 ordered \
@@ -225,6 +240,34 @@ pub fn document(
             ));
         }
     }
+    if let Some(iv) = iv.filter(|iv| !iv.unfiltered.is_empty()) {
+        doc.heading(3, "Without the behaviour filter (secondary)");
+        doc.paragraph(iv.unfiltered_sentence.clone());
+        let header = [
+            "layer",
+            "held-out accuracy (mean over splits)",
+            "strongest control (mean)",
+            "residual stream (mean)",
+            "splits above controls",
+        ]
+        .map(String::from)
+        .to_vec();
+        let rows = iv
+            .unfiltered
+            .iter()
+            .map(|l| {
+                vec![
+                    layer_name(l.layer),
+                    pct(l.mean_held_out),
+                    pct(l.mean_control),
+                    opt_pct(l.mean_resid),
+                    format!("{} of {}", l.splits_transferring, iv.n_splits),
+                ]
+            })
+            .collect();
+        doc.table(header, rows);
+        doc.paragraph("Tables: `tables/icl_split*_all/`.");
+    }
     doc.heading(2, "Is the code causal?");
     match (&m.transplant, &v.transplant) {
         (Some(t), Some((_, sentence))) => {
@@ -243,9 +286,16 @@ pub fn document(
                 doc.figure(f.clone());
             }
             doc.paragraph(sentence.clone());
-            let header = ["code written", "pairs", "to donor", "elsewhere", "unchanged", "excluded"]
-                .map(String::from)
-                .to_vec();
+            let header = [
+                "code written",
+                "pairs",
+                "to donor",
+                "elsewhere",
+                "unchanged",
+                "excluded",
+            ]
+            .map(String::from)
+            .to_vec();
             let rows = t
                 .tallies
                 .iter()

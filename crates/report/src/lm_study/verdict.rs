@@ -178,6 +178,10 @@ pub struct IclVerdict {
     pub best_layer: Option<usize>,
     /// What the numbers say, in sentences.
     pub sentence: String,
+    /// The secondary analysis without the behaviour filter, per layer over its decoded splits.
+    pub unfiltered: Vec<LayerOverSplits>,
+    /// Its sentence (empty when it decoded no split).
+    pub unfiltered_sentence: String,
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -189,35 +193,12 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-/// Experiment 2's verdict (module docs) from its split analyses.
-pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
-    let decoded: Vec<&LmAnalysis> = icl.splits.iter().filter_map(|s| s.ood.as_ref().ok()).collect();
-    let n_splits = icl.splits.len();
+/// Every layer (then all layers together) of the first analysis, averaged over `decoded`.
+fn over_splits(decoded: &[&LmAnalysis]) -> Vec<LayerOverSplits> {
     let Some(first) = decoded.first() else {
-        let why = icl
-            .splits
-            .iter()
-            .filter_map(|s| s.ood.as_ref().err())
-            .next()
-            .cloned()
-            .unwrap_or_default();
-        return IclVerdict {
-            finding: Finding::NotTestable,
-            n_decoded: 0,
-            n_splits,
-            layers: Vec::new(),
-            best_layer: None,
-            sentence: format!(
-                "The question cannot be tested on this model: no split could be decoded ({why}). \
-                 The model solves {} of the icl prompts, and only {} of the 30 operation x domain \
-                 combinations reach the threshold of {}.",
-                pct(icl.accuracy),
-                icl.behaviour.combinations.iter().filter(|c| c.kept).count(),
-                pct(MIN_COMBINATION_ACCURACY)
-            ),
-        };
+        return Vec::new();
     };
-    let layers: Vec<LayerOverSplits> = first
+    first
         .decoding
         .rows
         .iter()
@@ -244,7 +225,80 @@ pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
                 splits_transferring: rows.iter().filter(|(d, r)| transfers(d, r)).count(),
             }
         })
+        .collect()
+}
+
+/// The secondary analysis without the behaviour filter, in one sentence (empty when no split
+/// decoded).
+fn unfiltered_sentence(icl: &super::measure::IclResult) -> (Vec<LayerOverSplits>, String) {
+    let decoded: Vec<&LmAnalysis> = icl
+        .splits
+        .iter()
+        .filter_map(|s| s.unfiltered.as_ref().ok())
         .collect();
+    let layers = over_splits(&decoded);
+    let best = layers
+        .iter()
+        .filter(|l| l.layer.is_some())
+        .max_by(|a, b| a.mean_held_out.total_cmp(&b.mean_held_out));
+    let Some(b) = best else {
+        return (layers, String::new());
+    };
+    let n_every = layers
+        .iter()
+        .filter(|l| l.layer.is_some() && l.splits_transferring == icl.splits.len())
+        .count();
+    let s = format!(
+        "Without the behaviour filter (all {} combinations, those the model fails included; a \
+         secondary analysis the verdict does not rest on), the best layer, {}, decodes the \
+         operation on held-out combinations at {} against {} for the strongest control, and {} \
+         layer{} pass the same rule on every split.",
+        icl.behaviour.combinations.len(),
+        layer_name(b.layer),
+        pct(b.mean_held_out),
+        pct(b.mean_control),
+        n_every,
+        if n_every == 1 { "" } else { "s" }
+    );
+    (layers, s)
+}
+
+/// Experiment 2's verdict (module docs) from its split analyses.
+pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
+    let decoded: Vec<&LmAnalysis> = icl
+        .splits
+        .iter()
+        .filter_map(|s| s.ood.as_ref().ok())
+        .collect();
+    let n_splits = icl.splits.len();
+    let (unfiltered, unfiltered_sentence) = unfiltered_sentence(icl);
+    if decoded.is_empty() {
+        let why = icl
+            .splits
+            .iter()
+            .filter_map(|s| s.ood.as_ref().err())
+            .next()
+            .cloned()
+            .unwrap_or_default();
+        return IclVerdict {
+            finding: Finding::NotTestable,
+            n_decoded: 0,
+            n_splits,
+            layers: Vec::new(),
+            best_layer: None,
+            unfiltered,
+            unfiltered_sentence,
+            sentence: format!(
+                "The question cannot be tested on this model: no split could be decoded ({why}). \
+                 The model solves {} of the icl prompts, and only {} of the 30 operation x domain \
+                 combinations reach the threshold of {}.",
+                pct(icl.accuracy),
+                icl.behaviour.combinations.iter().filter(|c| c.kept).count(),
+                pct(MIN_COMBINATION_ACCURACY)
+            ),
+        };
+    }
+    let layers = over_splits(&decoded);
     let best = layers
         .iter()
         .filter(|l| l.layer.is_some())
@@ -277,7 +331,10 @@ pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
     };
     let best_words = best.map_or_else(String::new, |b| {
         let resid = b.mean_resid.map_or_else(String::new, |r| {
-            format!(", and the residual stream at the answer position {}", pct(r))
+            format!(
+                ", and the residual stream at the answer position {}",
+                pct(r)
+            )
         });
         format!(
             "the best layer, {}, decodes the operation on held-out combinations at {} (mean over \
@@ -318,6 +375,8 @@ pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
         best_layer: best.and_then(|b| b.layer),
         layers,
         sentence,
+        unfiltered,
+        unfiltered_sentence,
     }
 }
 
@@ -326,9 +385,9 @@ pub fn transplant_sentence(t: &TransplantResult) -> (bool, String) {
     let donor = t.rate("mean_donor");
     let random = t.rate("random");
     let moved = donor >= TRANSPLANT_MIN_RATE && donor >= TRANSPLANT_CONTROL_FACTOR * random;
-    let identity = t
-        .identity_max_logit_change
-        .map_or_else(String::new, |c| format!(" (the identity transplant changes the logits by at most {c:.1e})"));
+    let identity = t.identity_max_logit_change.map_or_else(String::new, |c| {
+        format!(" (the identity transplant changes the logits by at most {c:.1e})")
+    });
     let s = format!(
         "At L{}, transplanting another operation's mean code at the answer position turns {} of \
          the (prompt, donor) pairs into the donor operation's answer, against {} for a random \
@@ -369,6 +428,10 @@ impl Verdicts {
             None => sentence.push_str(&relations.sentence),
             Some(v) => {
                 sentence.push_str(&v.sentence);
+                if !v.unfiltered_sentence.is_empty() {
+                    sentence.push(' ');
+                    sentence.push_str(&v.unfiltered_sentence);
+                }
                 if let Some((_, t)) = &transplant {
                     sentence.push(' ');
                     sentence.push_str(t);
