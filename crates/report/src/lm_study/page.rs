@@ -102,7 +102,23 @@ pub fn document(
         m.model.n_heads
     ));
     doc.heading(2, "Verdict");
-    doc.paragraph(format!("**{}**", v.sentence.trim()));
+    let mut parts = vec![format!("**Experiment 1.** {}", v.relations.sentence)];
+    if let Some(iv) = &v.icl {
+        parts.push(format!("**Experiment 2.** {}", iv.sentence));
+        if !iv.unfiltered_sentence.is_empty() {
+            parts.push(iv.unfiltered_sentence.clone());
+        }
+    }
+    if let Some((_, t)) = &v.transplant {
+        parts.push(format!("**Transplant.** {t}"));
+    }
+    doc.paragraph(
+        parts
+            .iter()
+            .map(|p| format!("- {p}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
     doc.paragraph(format!(
         "Thresholds, fixed in `crates/report/src/lm_study/verdict.rs` before the run: Experiment 1 \
          passes when the relation decodes on held-out vocabulary at {} or better from all layers \

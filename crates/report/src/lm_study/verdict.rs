@@ -263,6 +263,32 @@ fn unfiltered_sentence(icl: &super::measure::IclResult) -> (Vec<LayerOverSplits>
     (layers, s)
 }
 
+/// What the behaviour filter kept, in a sentence: the model's accuracy, the kept combinations and
+/// the operations among them.
+fn kept_operations(icl: &super::measure::IclResult) -> String {
+    let b = &icl.behaviour;
+    let kept: Vec<_> = b.combinations.iter().filter(|c| c.kept).collect();
+    let mut ops: Vec<String> = b
+        .factors
+        .iter()
+        .position(|f| f == "operation")
+        .map(|f| kept.iter().map(|c| c.values[f].clone()).collect())
+        .unwrap_or_default();
+    ops.sort();
+    ops.dedup();
+    format!(
+        "The model answers {} of the prompts; {} of the {} combinations reach {} and are kept, \
+         holding {} operation{} ({}).",
+        pct(icl.accuracy),
+        kept.len(),
+        b.combinations.len(),
+        pct(MIN_COMBINATION_ACCURACY),
+        ops.len(),
+        if ops.len() == 1 { "" } else { "s" },
+        ops.join(", ")
+    )
+}
+
 /// Experiment 2's verdict (module docs) from its split analyses.
 pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
     let decoded: Vec<&LmAnalysis> = icl
@@ -351,20 +377,22 @@ pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
          strongest by {} points or more, on every split; thresholds fixed before the run)",
         (TRANSFER_MARGIN * 100.0).round()
     );
+    let kept = kept_operations(icl);
     let sentence = match finding {
         Finding::Positive => format!(
             "Positive: the latent code carries the operation in a form that transfers to held-out \
-             operation x domain combinations at {} on all {n_splits} splits; {best_words} {rule}.",
+             operation x domain combinations at {} on all {n_splits} splits; {best_words} {rule}. \
+             {kept}",
             list(&everywhere)
         ),
         Finding::Partial => format!(
             "Partial: some layers ({}) carry the operation above the controls on some splits, but \
-             none on all {n_splits}; {best_words} {rule}.",
+             none on all {n_splits}; {best_words} {rule}. {kept}",
             list(&somewhere)
         ),
         Finding::Negative => format!(
             "Negative: no layer's latent code carries the operation in a form that transfers to \
-             held-out operation x domain combinations; {best_words} {rule}."
+             held-out operation x domain combinations; {best_words} {rule}. {kept}"
         ),
         Finding::NotTestable => unreachable!("handled above"),
     };
