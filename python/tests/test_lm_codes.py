@@ -138,3 +138,32 @@ def test_probe_refuses_bad_sites_and_models_without_a_tokenizer(tmp_path):
     with pytest.raises(hl.InputError, match="tokenizer"):
         hl.load(ROOT / "data/induction/attn-only-2l").probe(ps, tmp_path / "c.npz", "query: last; keys: x")
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_lm_study_refuses_bad_settings_and_non_models(tmp_path):
+    with pytest.raises(hl.InputError, match="n_icl"):
+        hl.lm_study(tmp_path / "m.gguf", tmp_path / "out", n_icl=10)
+    (tmp_path / "m.txt").write_text("hello")
+    with pytest.raises(hl.HyperlensError, match="m.txt"):
+        hl.lm_study(tmp_path / "m.txt", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_lm_study_stops_on_an_exception_of_its_callback(tmp_path):
+    import os
+
+    gguf = os.environ.get("HYPERLENS_SMOLLM2_GGUF")
+    if not gguf or not os.path.exists(gguf):
+        pytest.skip("set HYPERLENS_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf")
+    seen = []
+
+    def stop(e):
+        seen.append(e)
+        if e["done"] > 0:
+            raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        hl.lm_study(gguf, tmp_path / "out", n_relations=50, n_icl=60, progress=stop)
+    assert seen[0]["stage"].startswith("relations") and seen[0]["unit"] == "prompts"
+    assert not (tmp_path / "out").exists()
+    assert not any(p.name.startswith(".out.") for p in tmp_path.iterdir())
