@@ -23,6 +23,9 @@ use super::{LmStudyParams, OnProgress, StudyProgress};
 use crate::error::{ReportError, Result};
 use crate::lm_explorer::{self, LmExplorer};
 
+/// (operation, domain) pairs.
+pub type Combinations = Vec<(String, String)>;
+
 /// Shortest single-token words of the model's vocabulary that Experiment 1 uses (letters).
 pub const MIN_WORD_LEN: usize = 4;
 
@@ -281,7 +284,7 @@ pub fn relations_experiment(
 
 /// The split array of `set` under the hold-out seed `seed` (1 for the held-out combinations),
 /// with those combinations.
-pub(crate) fn hold_out(set: &PromptSet, seed: u64) -> Result<(Array1<i64>, Vec<(String, String)>)> {
+pub(crate) fn hold_out(set: &PromptSet, seed: u64) -> Result<(Array1<i64>, Combinations)> {
     let held = hold_out_combinations(set, "operation", "domain", DEFAULT_HOLD_OUT, seed)?;
     // `apply_hold_out` keeps a split a prompt already has (the generator's): clear them first.
     let mut split_set = set.clone();
@@ -309,7 +312,7 @@ fn seen_halves(set: &LmCodeSet) -> Result<(Vec<usize>, Array1<i64>)> {
         .map(|&i| {
             let c = count.entry(set.factors().row(i).to_vec()).or_default();
             *c += 1;
-            i64::from(*c % 2 == 0)
+            i64::from(c.is_multiple_of(2))
         })
         .collect();
     Ok((rows, split))
