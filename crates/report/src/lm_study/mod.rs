@@ -4,13 +4,13 @@
 //! report: `hyperlens study MODEL --out reports/lm/<model>` (or `hl.lm_study` in Python).
 //!
 //! # What it runs
-//! 1. **Experiment 1, the positive control** ([`measure::relations`]): the `relations` prompts
+//! 1. **Experiment 1, the positive control** ([`measure::relations_experiment`]): the `relations` prompts
 //!    (previous token, induction target, duplicate token, matching bracket, none) on the model's
 //!    own single-token words, the test prompts on a disjoint half of that vocabulary. The relation
 //!    of key to query is decoded from the codes of each layer and of all layers together, with the
 //!    lens's controls. If it does not pass the thresholds of [`verdict`], the report says that the
 //!    pipeline failed its control and stops there (no operation result is claimed).
-//! 2. **Experiment 2, the paper's question** ([`measure::icl`]): the `icl` prompts (operations on
+//! 2. **Experiment 2, the paper's question** ([`measure::icl_experiment`]): the `icl` prompts (operations on
 //!    ordered domains, few-shot). The model's accuracy per operation x domain; the combinations it
 //!    solves at [`verdict::MIN_COMBINATION_ACCURACY`] or better are kept. The operation is decoded
 //!    from the codes of the answer position (query) to the demonstrations' outputs and the test
@@ -20,8 +20,8 @@
 //!    shuffled-label, distance, shuffled-weight and residual-stream controls and bootstrap
 //!    intervals over prompts; and, for the seen accuracy, trained and tested on two halves of the
 //!    seen combinations' prompts.
-//! 3. **Is the code causal?** ([`measure::transplant`]): at the layer with the best mean held-out
-//!    decoding, the latent-code transplant of [`hyperlens_probe::lm_transplant`].
+//! 3. **Is the code causal?** ([`transplant::transplant`]): at the layer with the best mean held-out
+//!    decoding, the latent-code transplant of [`hyperlens_probe::lm_transplant::lm_transplant`].
 //! 4. **The verdict** ([`verdict`]), written from the numbers against thresholds fixed in the
 //!    code before the run.
 //!
@@ -31,7 +31,7 @@
 //! `prompts/relations.jsonl` and `prompts/icl.jsonl` (the prompts of the run, for
 //! `hyperlens probe --prompts`), and `timings.json` (seconds and peak memory: the only file that
 //! differs between two runs on the same model and CPU). The report is built in a staging
-//! directory and swapped in whole ([`crate::staging`]): a run stopped at any moment leaves the
+//! directory and swapped in whole (as the main report): a run stopped at any moment leaves the
 //! previous report as it was.
 
 pub mod figures;

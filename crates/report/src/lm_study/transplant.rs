@@ -1,5 +1,5 @@
 //! The study's causal test: the latent-code transplant of
-//! [`hyperlens_probe::lm_transplant`] at the layer where the operation decodes best on held-out
+//! [`hyperlens_probe::lm_transplant::lm_transplant`] at the layer where the operation decodes best on held-out
 //! combinations (mean over the splits), on the first split: the donors' mean codes per operation
 //! come from the seen combinations' prompts the model answers correctly, the targets are the
 //! held-out combinations' prompts it answers correctly (at most `transplant_n`, in file order),
