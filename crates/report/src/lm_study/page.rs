@@ -191,16 +191,14 @@ pub fn document(
     for f in figs.icl.iter().filter(|f| f.src.contains("behaviour")) {
         doc.figure(f.clone());
     }
-    let header = ["operation", "domain", "prompts", "accuracy", "kept"]
-        .map(String::from)
-        .to_vec();
-    let rows = icl
-        .behaviour
+    let b = &icl.behaviour;
+    let mut header = b.factors.clone();
+    header.extend(["prompts", "accuracy", "kept"].map(String::from));
+    let rows = b
         .combinations
         .iter()
         .map(|c| {
             let mut row = c.values.clone();
-            row.truncate(2);
             row.extend([
                 c.n_prompts.to_string(),
                 opt_pct(c.accuracy),
@@ -212,9 +210,6 @@ pub fn document(
     doc.table(header, rows);
     for f in figs.icl.iter().filter(|f| !f.src.contains("behaviour")) {
         doc.figure(f.clone());
-    }
-    if let Some(iv) = iv {
-        doc.paragraph(iv.sentence.clone());
     }
     for (j, s) in icl.splits.iter().enumerate() {
         doc.heading(3, &format!("Split {} (hold-out seed {})", j + 1, s.seed));
