@@ -487,8 +487,8 @@ fn smollm2(path: &Path) -> (LanguageModel, LmTokenizer) {
 }
 
 /// The measurement of issue 48's transplant on SmolLM2-135M: 300 `icl` prompts, layers 12..=20,
-/// donors the correctly answered prompts of the seen combinations the model answers at least 80 %
-/// of, targets the same of the held-out combinations. Run with `--ignored --nocapture` and
+/// donors the correctly answered prompts of the seen combinations, targets those of the held-out
+/// ones; and seen to seen (the comments inside say why no accuracy threshold). Run with `--ignored --nocapture` and
 /// `HYPERLENS_SMOLLM2_GGUF`.
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
@@ -553,50 +553,65 @@ fn smollm2_icl_transplant_measurement() {
     for ((op, dom), (c, n)) in &combos {
         println!("behaviour {op:>12} {dom:>12}: {c}/{n}");
     }
-    let solved = |i: usize| {
-        let (c, n) = acc[&combo(i)];
-        correct[i] && c as f64 >= 0.8 * n as f64
-    };
+    // SmolLM2-135M answers `copy` on every domain and the other operations on few prompts
+    // (printed above): a threshold on the combination's accuracy (0.8) keeps only `copy`, and no
+    // other operation's donor. So the donors are the correctly answered prompts of the seen
+    // combinations and the targets those of the held-out ones (A), and, as the in-distribution
+    // check, the even and the odd correctly answered seen prompts (B).
+    let at_08 = combos
+        .iter()
+        .filter(|(_, (c, n))| *c as f64 >= 0.8 * *n as f64)
+        .count();
+    println!(
+        "combinations answered at >= 80 %: {at_08} of {}",
+        combos.len()
+    );
     let splits = set.splits();
-    let donors: Vec<usize> = (0..set.len())
-        .filter(|&i| splits[i] != Some(PromptSplit::Test) && solved(i))
+    let seen: Vec<usize> = (0..set.len())
+        .filter(|&i| splits[i] != Some(PromptSplit::Test) && correct[i])
         .collect();
-    let targets: Vec<usize> = (0..set.len())
-        .filter(|&i| splits[i] == Some(PromptSplit::Test) && solved(i))
+    let held: Vec<usize> = (0..set.len())
+        .filter(|&i| splits[i] == Some(PromptSplit::Test) && correct[i])
         .collect();
-    println!("donors {} targets {}", donors.len(), targets.len());
-    let p = LmTransplantParams {
-        sites: hyperlens_tasks::prompts::ICL_SITES.parse().unwrap(),
-        layers: (12..=20).collect(),
-        label_factor: "operation".into(),
-        donors,
-        targets,
-        seed: 0,
-        batch: 64,
-        prepend_bos: None,
-    };
-    let r = lm_transplant(
-        &lm,
-        &tok,
-        &set,
-        &p,
-        hyperlens_tasks::prompts::icl_answer_under,
-        go,
-    )
-    .expect("transplant");
-    check_invariants(&r, &p.layers);
-    println!("labels {:?} donors per label {:?}", r.labels, r.n_donors);
-    print!(
-        "{}",
-        hyperlens_probe::lm_transplant_table(&r.rows)
-            .unwrap()
-            .to_csv()
-    );
-    print!(
-        "{}",
-        hyperlens_probe::lm_transplant_table(&r.by_donor)
-            .unwrap()
-            .to_csv()
-    );
+    let halves = |odd: usize| -> Vec<usize> { seen.iter().copied().skip(odd).step_by(2).collect() };
+    for (name, donors, targets) in [
+        ("A: seen -> held-out", seen.clone(), held.clone()),
+        ("B: seen even -> seen odd", halves(0), halves(1)),
+    ] {
+        println!("{name}: donors {} targets {}", donors.len(), targets.len());
+        let p = LmTransplantParams {
+            sites: hyperlens_tasks::prompts::ICL_SITES.parse().unwrap(),
+            layers: (12..=20).collect(),
+            label_factor: "operation".into(),
+            donors,
+            targets,
+            seed: 0,
+            batch: 64,
+            prepend_bos: None,
+        };
+        let r = lm_transplant(
+            &lm,
+            &tok,
+            &set,
+            &p,
+            hyperlens_tasks::prompts::icl_answer_under,
+            go,
+        )
+        .expect("transplant");
+        check_invariants(&r, &p.layers);
+        println!("labels {:?} donors per label {:?}", r.labels, r.n_donors);
+        print!(
+            "{}",
+            hyperlens_probe::lm_transplant_table(&r.rows)
+                .unwrap()
+                .to_csv()
+        );
+        print!(
+            "{}",
+            hyperlens_probe::lm_transplant_table(&r.by_donor)
+                .unwrap()
+                .to_csv()
+        );
+    }
     println!("wall {:.1} s", t0.elapsed().as_secs_f64());
 }
