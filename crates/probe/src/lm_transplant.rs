@@ -219,7 +219,8 @@ struct Prepared {
 /// # Errors
 /// [`ProbeError::InvalidInput`] for a zero batch, no layer or a bad one, no donor or no target,
 /// an index out of range, sites with another number of queries than one, an unknown label
-/// factor, a donor without the label, or a target without an answer (naming the prompt); the
+/// factor, a donor or target without the label or longer than the model's context, or a target
+/// without an answer (naming the prompt); the
 /// errors of [`PromptRows::new`] and of the model; [`ProbeError::Interrupted`] when `progress`
 /// breaks.
 pub fn lm_transplant<A, P>(
@@ -320,11 +321,20 @@ fn prepare(
         ProbeError::InvalidInput(format!("transplant: no factor `{}`", params.label_factor))
     })?;
     let label: Vec<i64> = rows.factor_matrix.column(col).to_vec();
-    if let Some(&i) = params.donors.iter().find(|&&i| label[i] < 0) {
-        return bad(format!(
-            "transplant: donor prompt {i} has no `{}` label",
-            params.label_factor
-        ));
+    for (what, idx) in [("donor", &params.donors), ("target", &params.targets)] {
+        if let Some(&i) = idx.iter().find(|&&i| label[i] < 0) {
+            return bad(format!(
+                "transplant: {what} prompt {i} has no `{}` label",
+                params.label_factor
+            ));
+        }
+        let ctx = model.max_seq_len();
+        if let Some(&i) = idx.iter().find(|&&i| rows.inputs.tokens[i].len() > ctx) {
+            return bad(format!(
+                "transplant: {what} prompt {i} has {} tokens, more than the model's context of {ctx}",
+                rows.inputs.tokens[i].len()
+            ));
+        }
     }
     if let Some(&i) = params.targets.iter().find(|&&i| rows.inputs.target[i] < 0) {
         return bad(format!("transplant: target prompt {i} has no answer"));

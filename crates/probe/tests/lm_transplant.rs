@@ -414,6 +414,15 @@ fn bad_transplants_are_clear_errors_and_progress_stops_it() {
         ..base.clone()
     });
     assert!(e.contains("rule"), "{e}");
+    let mut unlabelled = set.clone();
+    unlabelled.prompts[1].labels.remove("operation");
+    let e = lm_transplant(&lm, &tok, &unlabelled, &base, numbers_answer, go)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("target prompt 1 has no `operation` label"),
+        "{e}"
+    );
     let mut calls = 0;
     let r = lm_transplant(&lm, &tok, &set, &base, numbers_answer, |_, _| {
         calls += 1;
