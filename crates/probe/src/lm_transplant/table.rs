@@ -66,7 +66,7 @@ pub fn lm_transplant_table(rows: &[LmTransplantRow]) -> Result<Table> {
 /// atomically.
 ///
 /// # Errors
-/// [`ProbeError::File`] or an analysis error naming a file that could not be written.
+/// [`crate::ProbeError::File`] or an analysis error naming a file that could not be written.
 pub fn write_lm_transplant(dir: &Path, result: &LmTransplant) -> Result<()> {
     write_tables(
         dir,
