@@ -29,13 +29,11 @@
 
 use std::fmt;
 use std::ops::ControlFlow;
-use std::path::Path;
 use std::str::FromStr;
 
-use hyperlens_analysis::table::{write_tables, Column, Table};
 use hyperlens_model::lm::{CodeForm, CodeRequest, CodeSites, LanguageModel, LmTokenizer};
 use hyperlens_tasks::prompts::{Prompt, PromptSet, SiteSpec};
-use ndarray::{s, Array3};
+use ndarray::{s, Array4, Axis};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -43,6 +41,10 @@ use serde::Serialize;
 use crate::error::{step, ProbeError, Result};
 use crate::extract::{argmax_rows, checked_layers};
 use crate::prompts::{answer_target, PromptProbeParams, PromptRows};
+
+mod table;
+
+pub use table::{lm_transplant_table, write_lm_transplant};
 
 /// What a transplant writes at the site, named in files by [`LmTransplantKind::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -108,8 +110,9 @@ impl FromStr for LmTransplantKind {
 /// One row of the result: a layer, a kind and (in [`LmTransplant::by_donor`]) a donor label value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LmTransplantRow {
-    /// The layer whose code was replaced.
-    pub layer: usize,
+    /// The layer whose code was replaced; `None` for all of the run's layers at once
+    /// ([`LmTransplantParams::together`]).
+    pub layer: Option<usize>,
     /// What was written at the site.
     pub kind: LmTransplantKind,
     /// The label value r' the pairs are scored against; `None` in the rows over all of them.
@@ -134,7 +137,7 @@ pub struct LmTransplantRow {
 }
 
 impl LmTransplantRow {
-    fn empty(layer: usize, kind: LmTransplantKind, donor_label: Option<String>) -> Self {
+    fn empty(layer: Option<usize>, kind: LmTransplantKind, donor_label: Option<String>) -> Self {
         LmTransplantRow {
             layer,
             kind,
@@ -170,7 +173,8 @@ pub struct LmTransplant {
     pub n_donors: Vec<usize>,
     /// Target prompts.
     pub n_targets: usize,
-    /// Per layer (in the order given) and kind ([`LmTransplantKind::ALL`]): the counts over all
+    /// Per layer (in the order given, then all of them at once with
+    /// [`LmTransplantParams::together`]) and kind ([`LmTransplantKind::ALL`]): the counts over all
     /// donor label values.
     pub rows: Vec<LmTransplantRow>,
     /// Per layer, kind and donor label value (in `labels`' order).
@@ -184,6 +188,9 @@ pub struct LmTransplantParams {
     pub sites: SiteSpec,
     /// The layers whose code is replaced, one at a time.
     pub layers: Vec<usize>,
+    /// Whether to also replace the code at all of `layers` in one pass (rows with `layer: None`),
+    /// each layer's own, random or mean donor code at once.
+    pub together: bool,
     /// The factor whose values are transplanted (`operation`).
     pub label_factor: String,
     /// The donor prompts (indices into the set): their mean code per label value.
@@ -209,9 +216,10 @@ struct Prepared {
 
 /// Runs the transplant test (module docs) of `model` on `prompts`: the donors' mean codes per
 /// label value at each of `params.layers`, then per batch of targets one plain pass and, per
-/// layer, one pass per kind and donor label value. `answer_under(prompt, r')` gives the answer a
+/// layer (and with `params.together` for all of them at once), one pass per control and per
+/// donor label value. `answer_under(prompt, r')` gives the answer a
 /// prompt would have under label value r' (`None`: not defined). `progress(done, total)` counts
-/// donor batches and (target batch, layer) steps; its `ControlFlow::Break` stops the work.
+/// donor batches and (target batch, layer or all layers) steps; its `ControlFlow::Break` stops the work.
 ///
 /// # Shapes
 /// Codes `[H, K]` per prompt and layer (the site's one query).
@@ -219,7 +227,8 @@ struct Prepared {
 /// # Errors
 /// [`ProbeError::InvalidInput`] for a zero batch, no layer or a bad one, no donor or no target,
 /// an index out of range, sites with another number of queries than one, an unknown label
-/// factor, a donor without the label, or a target without an answer (naming the prompt); the
+/// factor, a donor or target without the label or longer than the model's context, or a target
+/// without an answer (naming the prompt); the
 /// errors of [`PromptRows::new`] and of the model; [`ProbeError::Interrupted`] when `progress`
 /// breaks.
 pub fn lm_transplant<A, P>(
@@ -236,7 +245,8 @@ where
 {
     let prep = prepare(model, tok, prompts, params)?;
     let n_donor_batches = params.donors.len().div_ceil(params.batch);
-    let total = n_donor_batches + params.targets.len().div_ceil(params.batch) * params.layers.len();
+    let groups = groups(params);
+    let total = n_donor_batches + params.targets.len().div_ceil(params.batch) * groups.len();
     let mut done = 0;
     let mut tick = || {
         done += 1;
@@ -247,13 +257,14 @@ where
     let labels: Vec<usize> = (0..prep.values.len())
         .filter(|&v| means.counts[v] > 0)
         .collect();
-    let mut acc = Tally::new(&params.layers, &labels, &prep.values);
+    let mut acc = Tally::new(&groups, &labels, &prep.values);
     for (bi, chunk) in params.targets.chunks(params.batch).enumerate() {
         let on = Receivers::new(model, &prep, params, chunk, bi * params.batch, &expected)?;
-        for (slot, &layer) in params.layers.iter().enumerate() {
-            let ctx = Layer {
-                slot,
-                layer,
+        for (group, (_, slots)) in groups.iter().enumerate() {
+            let ctx = Written {
+                group,
+                slots,
+                layers: slots.iter().map(|&s| params.layers[s]).collect(),
                 means: &means,
                 labels: &labels,
                 seed: params.seed,
@@ -263,6 +274,21 @@ where
         }
     }
     Ok(acc.finish(params, &prep, &means, &labels))
+}
+
+/// The passes' groups of written layers: each layer alone (its slot in `params.layers`), then with
+/// `params.together` all of them (`None`).
+fn groups(params: &LmTransplantParams) -> Vec<(Option<usize>, Vec<usize>)> {
+    let mut g: Vec<(Option<usize>, Vec<usize>)> = params
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(s, &l)| (Some(l), vec![s]))
+        .collect();
+    if params.together {
+        g.push((None, (0..params.layers.len()).collect()));
+    }
+    g
 }
 
 /// Checks `params` and makes the prompts ready.
@@ -320,11 +346,20 @@ fn prepare(
         ProbeError::InvalidInput(format!("transplant: no factor `{}`", params.label_factor))
     })?;
     let label: Vec<i64> = rows.factor_matrix.column(col).to_vec();
-    if let Some(&i) = params.donors.iter().find(|&&i| label[i] < 0) {
-        return bad(format!(
-            "transplant: donor prompt {i} has no `{}` label",
-            params.label_factor
-        ));
+    for (what, idx) in [("donor", &params.donors), ("target", &params.targets)] {
+        if let Some(&i) = idx.iter().find(|&&i| label[i] < 0) {
+            return bad(format!(
+                "transplant: {what} prompt {i} has no `{}` label",
+                params.label_factor
+            ));
+        }
+        let ctx = model.max_seq_len();
+        if let Some(&i) = idx.iter().find(|&&i| rows.inputs.tokens[i].len() > ctx) {
+            return bad(format!(
+                "transplant: {what} prompt {i} has {} tokens, more than the model's context of {ctx}",
+                rows.inputs.tokens[i].len()
+            ));
+        }
     }
     if let Some(&i) = params.targets.iter().find(|&&i| rows.inputs.target[i] < 0) {
         return bad(format!("transplant: target prompt {i} has no answer"));
@@ -533,18 +568,20 @@ impl<'a> Receivers<'a> {
     }
 }
 
-/// The counts being gathered: per layer slot, kind and donor label value (position in the
-/// labels with a mean code).
+/// The counts being gathered: per group of written layers ([`groups`]), kind and donor label
+/// value (position in the labels with a mean code).
 struct Tally {
     rows: Vec<[Vec<LmTransplantRow>; 4]>,
+    layers: Vec<Option<usize>>,
 }
 
 impl Tally {
-    fn new(layers: &[usize], labels: &[usize], values: &[String]) -> Self {
+    fn new(groups: &[(Option<usize>, Vec<usize>)], labels: &[usize], values: &[String]) -> Self {
         Tally {
-            rows: layers
+            layers: groups.iter().map(|g| g.0).collect(),
+            rows: groups
                 .iter()
-                .map(|&l| {
+                .map(|&(l, _)| {
                     LmTransplantKind::ALL.map(|k| {
                         labels
                             .iter()
@@ -565,9 +602,9 @@ impl Tally {
         labels: &[usize],
     ) -> LmTransplant {
         let (mut rows, mut by_donor) = (Vec::new(), Vec::new());
-        for (slot, kinds) in self.rows.into_iter().enumerate() {
+        for (layer, kinds) in self.layers.into_iter().zip(self.rows) {
             for (kind, per) in LmTransplantKind::ALL.into_iter().zip(kinds) {
-                let mut all = LmTransplantRow::empty(params.layers[slot], kind, None);
+                let mut all = LmTransplantRow::empty(layer, kind, None);
                 for mut r in per {
                     all.n += r.n;
                     all.to_donor += r.to_donor;
@@ -593,45 +630,41 @@ impl Tally {
     }
 }
 
-/// One layer of one batch of targets: the passes of every kind and their scores.
-struct Layer<'a> {
-    slot: usize,
-    layer: usize,
+/// One group of written layers ([`groups`]) of one batch of targets: the passes of every kind and
+/// their scores.
+struct Written<'a> {
+    /// The group's position in the tally.
+    group: usize,
+    /// The written layers' slots in the run's layers, and the layers.
+    slots: &'a [usize],
+    layers: Vec<usize>,
     means: &'a Means,
     /// The label values with a mean code.
     labels: &'a [usize],
     seed: u64,
 }
 
-impl Layer<'_> {
+impl Written<'_> {
     /// Runs the four kinds' passes and adds their scores to `acc`.
     ///
     /// # Errors
     /// Model errors.
     fn run(&self, model: &LanguageModel, on: &Receivers<'_>, acc: &mut Tally) -> Result<()> {
-        let own = on.own.slice(s![.., self.slot, .., ..]).to_owned();
-        let rows = &mut acc.rows[self.slot];
-        let means = &self.means.codes[self.slot];
+        let own = on.own.select(Axis(1), self.slots);
+        let rows = &mut acc.rows[self.group];
         let has_mean = |v: usize| self.means.counts[v] > 0;
         // identity, random, same_label: one pass each, scored against every r'.
         let same: Vec<bool> = on.label.iter().map(|&v| has_mean(v)).collect();
         let mut same_codes = own.clone();
         for (b, &v) in on.label.iter().enumerate() {
             if same[b] {
-                same_codes.slice_mut(s![b, .., ..]).assign(&means[v]);
+                self.assign_mean(&mut same_codes, b, v);
             }
         }
+        let all = vec![true; on.idx.len()];
         let controls = [
-            (
-                LmTransplantKind::Identity,
-                own.clone(),
-                vec![true; on.idx.len()],
-            ),
-            (
-                LmTransplantKind::Random,
-                self.random(on, &own),
-                vec![true; on.idx.len()],
-            ),
+            (LmTransplantKind::Identity, own.clone(), all.clone()),
+            (LmTransplantKind::Random, self.random(on, &own), all),
             (LmTransplantKind::SameLabel, same_codes, same),
         ];
         for (kind, codes, valid) in controls {
@@ -650,7 +683,7 @@ impl Layer<'_> {
             let mut valid = vec![false; on.idx.len()];
             for (b, &lab) in on.label.iter().enumerate() {
                 if lab != v {
-                    codes.slice_mut(s![b, .., ..]).assign(&means[v]);
+                    self.assign_mean(&mut codes, b, v);
                     valid[b] = true;
                 }
             }
@@ -663,29 +696,45 @@ impl Layer<'_> {
         Ok(())
     }
 
-    /// The logits of the targets' pass with `codes [B, H, K]` written at the layer.
+    /// Writes label value `v`'s mean donor code of each written layer into target `b`'s codes
+    /// `[B, S, H, K]`.
+    fn assign_mean(&self, codes: &mut Array4<f32>, b: usize, v: usize) {
+        for (si, &slot) in self.slots.iter().enumerate() {
+            codes
+                .slice_mut(s![b, si, .., ..])
+                .assign(&self.means.codes[slot][v]);
+        }
+    }
+
+    /// The logits of the targets' pass with `codes [B, S, H, K]` written at the layers.
     fn pass(
         &self,
         model: &LanguageModel,
         on: &Receivers<'_>,
-        codes: &Array3<f32>,
+        codes: &Array4<f32>,
     ) -> Result<ndarray::Array2<f32>> {
-        Ok(model.last_logits_with_codes(&on.inputs.sites(on.start), self.layer, codes.view())?)
+        Ok(model.last_logits_with_layer_codes(
+            &on.inputs.sites(on.start),
+            &self.layers,
+            codes.view(),
+        )?)
     }
 
-    /// Random codes: per target, uniform `[0, 1)` entries (a ChaCha8 stream seeded with the seed,
-    /// numbered by the layer and the target's prompt index, so independent of the batching)
-    /// scaled to the norm of its own code.
-    fn random(&self, on: &Receivers<'_>, own: &Array3<f32>) -> Array3<f32> {
+    /// Random codes: per target and written layer, uniform `[0, 1)` entries (a ChaCha8 stream
+    /// seeded with the seed, numbered by the layer and the target's prompt index, so independent
+    /// of the batching and of the other layers written) scaled to the norm of its own code there.
+    fn random(&self, on: &Receivers<'_>, own: &Array4<f32>) -> Array4<f32> {
         let mut out = own.clone();
         for (b, &i) in on.idx.iter().enumerate() {
-            let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-            rng.set_stream(((self.layer as u64) << 32) | i as u64);
-            let mut row = out.slice_mut(s![b, .., ..]);
-            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
-            row.mapv_inplace(|_| rng.gen::<f32>());
-            let rn = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            row.mapv_inplace(|x| x / rn * norm);
+            for (si, &layer) in self.layers.iter().enumerate() {
+                let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+                rng.set_stream(((layer as u64) << 32) | i as u64);
+                let mut row = out.slice_mut(s![b, si, .., ..]);
+                let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+                row.mapv_inplace(|_| rng.gen::<f32>());
+                let rn = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                row.mapv_inplace(|x| x / rn * norm);
+            }
         }
         out
     }
@@ -729,72 +778,4 @@ fn score(
             row.elsewhere += 1;
         }
     }
-}
-
-/// `transplant.csv` (one row per layer and kind) or `transplant_by_donor.csv` (with the donor
-/// label value): `layer,kind[,donor_label],n,to_donor,elsewhere,unchanged,excluded,frac_to_donor,frac_changed,max_logit_change`
-/// (fractions with 6 decimals, NaN where no pair was scored; the largest logit change in exponent
-/// notation).
-///
-/// # Errors
-/// None in practice (every column has one value per row).
-pub fn lm_transplant_table(rows: &[LmTransplantRow]) -> Result<Table> {
-    let ints = |f: &dyn Fn(&LmTransplantRow) -> usize| {
-        Column::Int(rows.iter().map(|r| f(r) as i64).collect())
-    };
-    let mut t = Table::new();
-    t.push("layer", ints(&|r| r.layer))?;
-    t.push(
-        "kind",
-        Column::Text(rows.iter().map(|r| r.kind.to_string()).collect()),
-    )?;
-    if rows.iter().any(|r| r.donor_label.is_some()) {
-        t.push(
-            "donor_label",
-            Column::Text(
-                rows.iter()
-                    .map(|r| r.donor_label.clone().unwrap_or_default())
-                    .collect(),
-            ),
-        )?;
-    }
-    t.push("n", ints(&|r| r.n))?;
-    t.push("to_donor", ints(&|r| r.to_donor))?;
-    t.push("elsewhere", ints(&|r| r.elsewhere))?;
-    t.push("unchanged", ints(&|r| r.unchanged))?;
-    t.push("excluded", ints(&|r| r.excluded))?;
-    t.push(
-        "frac_to_donor",
-        Column::float(rows.iter().map(|r| r.frac_to_donor).collect(), 6),
-    )?;
-    t.push(
-        "frac_changed",
-        Column::float(rows.iter().map(|r| r.frac_changed).collect(), 6),
-    )?;
-    t.push(
-        "max_logit_change",
-        Column::Exp(rows.iter().map(|r| r.max_logit_change).collect()),
-    )?;
-    Ok(t)
-}
-
-/// Writes `transplant.csv` and `transplant_by_donor.csv` ([`lm_transplant_table`]) and
-/// `transplant.json` (the whole [`LmTransplant`]) into `dir` (created if missing), each
-/// atomically.
-///
-/// # Errors
-/// [`ProbeError::File`] or an analysis error naming a file that could not be written.
-pub fn write_lm_transplant(dir: &Path, result: &LmTransplant) -> Result<()> {
-    write_tables(
-        dir,
-        vec![
-            ("transplant.csv", lm_transplant_table(&result.rows)?),
-            (
-                "transplant_by_donor.csv",
-                lm_transplant_table(&result.by_donor)?,
-            ),
-        ],
-    )?;
-    hyperlens_io::write_json(&dir.join("transplant.json"), result)?;
-    Ok(())
 }

@@ -105,6 +105,7 @@ fn params(set: &PromptSet, layers: Vec<usize>, batch: usize) -> LmTransplantPara
         label_factor: "operation".into(),
         donors,
         targets,
+        together: false,
         seed: 3,
         batch,
         prepend_bos: None,
@@ -151,15 +152,19 @@ impl Alone {
         )
     }
 
-    fn with_code(&self, lm: &LanguageModel, layer: usize, code: &Array2<f32>) -> Vec<f32> {
+    /// Its next-token logits with `codes[i]` `[H, K]` written at `layers[i]`.
+    fn with_codes(&self, lm: &LanguageModel, layers: &[usize], codes: &[&Array2<f32>]) -> Vec<f32> {
         let sites = CodeSites {
             tokens: &self.tokens,
             query: &self.query,
             keys: &self.keys,
             first_index: 0,
         };
-        let codes = code.clone().insert_axis(ndarray::Axis(0));
-        lm.last_logits_with_codes(&sites, layer, codes.view())
+        let views: Vec<_> = codes.iter().map(|c| c.view()).collect();
+        let codes = ndarray::stack(ndarray::Axis(0), &views)
+            .expect("stack")
+            .insert_axis(ndarray::Axis(0));
+        lm.last_logits_with_layer_codes(&sites, layers, codes.view())
             .expect("transplant")
             .row(0)
             .to_vec()
@@ -195,29 +200,40 @@ fn means(
         .collect()
 }
 
-/// Per (layer, operation r'): (to_donor, elsewhere, unchanged, excluded) of the mean-donor
-/// transplant, recounted prompt by prompt, with `answer` the answer under r'.
+/// Per (layer, or `None` for all layers at once with `p.together`; operation r'): (to_donor,
+/// elsewhere, unchanged, excluded) of the mean-donor transplant, recounted prompt by prompt, with
+/// `answer` the answer under r'.
 fn recount(
     lm: &LanguageModel,
     tok: &LmTokenizer,
     set: &PromptSet,
     p: &LmTransplantParams,
     answer: &dyn Fn(&Prompt, &str) -> Option<String>,
-) -> HashMap<(usize, String), [usize; 4]> {
+) -> HashMap<(Option<usize>, String), [usize; 4]> {
     let rows = PromptRows::new(tok, set, &probe_params()).expect("rows");
+    let per_layer: HashMap<usize, HashMap<String, Array2<f32>>> = p
+        .layers
+        .iter()
+        .map(|&l| (l, means(lm, &rows, set, p, l)))
+        .collect();
+    let mut groups: Vec<(Option<usize>, Vec<usize>)> =
+        p.layers.iter().map(|&l| (Some(l), vec![l])).collect();
+    if p.together {
+        groups.push((None, p.layers.clone()));
+    }
+    let ops: Vec<String> = per_layer[&p.layers[0]].keys().cloned().collect();
     let mut out = HashMap::new();
-    for &layer in &p.layers {
-        let means = means(lm, &rows, set, p, layer);
+    for (group, layers) in &groups {
         for &i in &p.targets {
             let one = alone(&rows, i);
-            let (_, base) = one.read(lm, layer);
+            let (_, base) = one.read(lm, p.layers[0]);
             let pred = argmax(&base);
             let own = &set.prompts[i].labels["operation"];
-            for (op, code) in &means {
+            for op in &ops {
                 if op == own {
                     continue;
                 }
-                let c: &mut [usize; 4] = out.entry((layer, op.clone())).or_insert([0; 4]);
+                let c: &mut [usize; 4] = out.entry((*group, op.clone())).or_insert([0; 4]);
                 let expected = answer(&set.prompts[i], op)
                     .map(|a| tok.encode(&a, Some(false)).expect("encode")[0])
                     .filter(|&t| t != pred && i64::from(t) != one.target);
@@ -225,7 +241,8 @@ fn recount(
                     c[3] += 1;
                     continue;
                 };
-                let got = argmax(&one.with_code(lm, layer, code));
+                let codes: Vec<&Array2<f32>> = layers.iter().map(|l| &per_layer[l][op]).collect();
+                let got = argmax(&one.with_codes(lm, layers, &codes));
                 let k = if got == expected {
                     0
                 } else if got == pred {
@@ -256,7 +273,11 @@ fn probe_params() -> PromptProbeParams {
 /// The invariants every result holds: per-donor rows sum to the rows; outcomes sum to `n`; the
 /// same pairs for the donor transplant and the controls scored on every pair; the identity leaves
 /// every logit as it was.
-fn check_invariants(r: &LmTransplant, layers: &[usize]) {
+fn check_invariants(r: &LmTransplant, p: &LmTransplantParams) {
+    let mut layers: Vec<Option<usize>> = p.layers.iter().map(|&l| Some(l)).collect();
+    if p.together {
+        layers.push(None);
+    }
     assert_eq!(r.rows.len(), layers.len() * 4);
     assert_eq!(r.by_donor.len(), layers.len() * 4 * r.labels.len());
     for row in r.rows.iter().chain(&r.by_donor) {
@@ -283,20 +304,20 @@ fn check_invariants(r: &LmTransplant, layers: &[usize]) {
             assert!((row.frac_to_donor - row.to_donor as f64 / row.n as f64).abs() < 1e-12);
         }
     }
-    for &l in layers {
+    for &l in &layers {
         let get = |k| r.rows.iter().find(|x| x.layer == l && x.kind == k).unwrap();
         let (m, id, rnd) = (
             get(LmTransplantKind::MeanDonor),
             get(LmTransplantKind::Identity),
             get(LmTransplantKind::Random),
         );
-        assert_eq!((m.n, m.excluded), (id.n, id.excluded), "layer {l}");
-        assert_eq!((m.n, m.excluded), (rnd.n, rnd.excluded), "layer {l}");
+        assert_eq!((m.n, m.excluded), (id.n, id.excluded), "layer {l:?}");
+        assert_eq!((m.n, m.excluded), (rnd.n, rnd.excluded), "layer {l:?}");
         assert_eq!(
             id.max_logit_change, 0.0,
-            "layer {l}: the identity moved a logit"
+            "layer {l:?}: the identity moved a logit"
         );
-        assert_eq!((id.unchanged, id.to_donor), (id.n, 0), "layer {l}");
+        assert_eq!((id.unchanged, id.to_donor), (id.n, 0), "layer {l:?}");
     }
 }
 
@@ -304,12 +325,15 @@ fn check_invariants(r: &LmTransplant, layers: &[usize]) {
 fn the_transplant_counts_equal_a_recount_prompt_by_prompt() {
     let (lm, tok) = tiny_llama();
     let set = numbers_prompts();
-    let p = params(&set, vec![0, 1], 5);
+    let p = LmTransplantParams {
+        together: true,
+        ..params(&set, vec![0, 1], 5)
+    };
     let r = lm_transplant(&lm, &tok, &set, &p, numbers_answer, go).expect("transplant");
     assert_eq!(r.labels, ["copy", "next", "previous"]);
     assert_eq!(r.n_donors, [4, 4, 4]);
     assert_eq!(r.n_targets, 12);
-    check_invariants(&r, &p.layers);
+    check_invariants(&r, &p);
     print!(
         "{}",
         hyperlens_probe::lm_transplant_table(&r.by_donor)
@@ -318,6 +342,10 @@ fn the_transplant_counts_equal_a_recount_prompt_by_prompt() {
     );
     let want = recount(&lm, &tok, &set, &p, &numbers_answer);
     let mut scored = 0;
+    assert_eq!(
+        r.by_donor.iter().filter(|d| d.layer.is_none()).count(),
+        4 * 3
+    );
     for row in r
         .by_donor
         .iter()
@@ -353,7 +381,7 @@ fn an_answer_defined_as_the_transplanted_prediction_is_always_reached() {
     for &i in &p.targets {
         let one = alone(&rows, i);
         for (op, code) in &means {
-            let t = argmax(&one.with_code(&lm, 1, code));
+            let t = argmax(&one.with_codes(&lm, &[1], &[code]));
             let word = tok.decode(&[t]).expect("decode");
             table.insert((set.prompts[i].text(), op.clone()), word);
         }
@@ -364,7 +392,7 @@ fn an_answer_defined_as_the_transplanted_prediction_is_always_reached() {
         (tok.encode(w, Some(false)).ok()?.len() == 1 && !w.starts_with('<')).then(|| w.clone())
     };
     let r = lm_transplant(&lm, &tok, &set, &p, answer, go).expect("transplant");
-    check_invariants(&r, &p.layers);
+    check_invariants(&r, &p);
     println!("{:?}", r.rows);
     let mean = &r.rows[0];
     assert_eq!(mean.kind, LmTransplantKind::MeanDonor);
@@ -414,6 +442,15 @@ fn bad_transplants_are_clear_errors_and_progress_stops_it() {
         ..base.clone()
     });
     assert!(e.contains("rule"), "{e}");
+    let mut unlabelled = set.clone();
+    unlabelled.prompts[1].labels.remove("operation");
+    let e = lm_transplant(&lm, &tok, &unlabelled, &base, numbers_answer, go)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("target prompt 1 has no `operation` label"),
+        "{e}"
+    );
     let mut calls = 0;
     let r = lm_transplant(&lm, &tok, &set, &base, numbers_answer, |_, _| {
         calls += 1;
@@ -476,7 +513,7 @@ fn smollm2_identity_transplant_changes_nothing() {
         go,
     )
     .expect("transplant");
-    check_invariants(&r, &p.layers);
+    check_invariants(&r, &p);
     println!("{:#?}", r.rows);
 }
 
@@ -487,8 +524,8 @@ fn smollm2(path: &Path) -> (LanguageModel, LmTokenizer) {
 }
 
 /// The measurement of issue 48's transplant on SmolLM2-135M: 300 `icl` prompts, layers 12..=20,
-/// donors the correctly answered prompts of the seen combinations the model answers at least 80 %
-/// of, targets the same of the held-out combinations. Run with `--ignored --nocapture` and
+/// donors the correctly answered prompts of the seen combinations, targets those of the held-out
+/// ones; and seen to seen (the comments inside say why no accuracy threshold). Run with `--ignored --nocapture` and
 /// `HYPERLENS_SMOLLM2_GGUF`.
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
@@ -553,50 +590,66 @@ fn smollm2_icl_transplant_measurement() {
     for ((op, dom), (c, n)) in &combos {
         println!("behaviour {op:>12} {dom:>12}: {c}/{n}");
     }
-    let solved = |i: usize| {
-        let (c, n) = acc[&combo(i)];
-        correct[i] && c as f64 >= 0.8 * n as f64
-    };
+    // SmolLM2-135M answers `copy` on every domain and the other operations on few prompts
+    // (printed above): a threshold on the combination's accuracy (0.8) keeps only `copy`, and no
+    // other operation's donor. So the donors are the correctly answered prompts of the seen
+    // combinations and the targets those of the held-out ones (A), and, as the in-distribution
+    // check, the even and the odd correctly answered seen prompts (B).
+    let at_08 = combos
+        .iter()
+        .filter(|(_, (c, n))| *c as f64 >= 0.8 * *n as f64)
+        .count();
+    println!(
+        "combinations answered at >= 80 %: {at_08} of {}",
+        combos.len()
+    );
     let splits = set.splits();
-    let donors: Vec<usize> = (0..set.len())
-        .filter(|&i| splits[i] != Some(PromptSplit::Test) && solved(i))
+    let seen: Vec<usize> = (0..set.len())
+        .filter(|&i| splits[i] != Some(PromptSplit::Test) && correct[i])
         .collect();
-    let targets: Vec<usize> = (0..set.len())
-        .filter(|&i| splits[i] == Some(PromptSplit::Test) && solved(i))
+    let held: Vec<usize> = (0..set.len())
+        .filter(|&i| splits[i] == Some(PromptSplit::Test) && correct[i])
         .collect();
-    println!("donors {} targets {}", donors.len(), targets.len());
-    let p = LmTransplantParams {
-        sites: hyperlens_tasks::prompts::ICL_SITES.parse().unwrap(),
-        layers: (12..=20).collect(),
-        label_factor: "operation".into(),
-        donors,
-        targets,
-        seed: 0,
-        batch: 64,
-        prepend_bos: None,
-    };
-    let r = lm_transplant(
-        &lm,
-        &tok,
-        &set,
-        &p,
-        hyperlens_tasks::prompts::icl_answer_under,
-        go,
-    )
-    .expect("transplant");
-    check_invariants(&r, &p.layers);
-    println!("labels {:?} donors per label {:?}", r.labels, r.n_donors);
-    print!(
-        "{}",
-        hyperlens_probe::lm_transplant_table(&r.rows)
-            .unwrap()
-            .to_csv()
-    );
-    print!(
-        "{}",
-        hyperlens_probe::lm_transplant_table(&r.by_donor)
-            .unwrap()
-            .to_csv()
-    );
+    let halves = |odd: usize| -> Vec<usize> { seen.iter().copied().skip(odd).step_by(2).collect() };
+    for (name, donors, targets) in [
+        ("A: seen -> held-out", seen.clone(), held.clone()),
+        ("B: seen even -> seen odd", halves(0), halves(1)),
+    ] {
+        println!("{name}: donors {} targets {}", donors.len(), targets.len());
+        let p = LmTransplantParams {
+            sites: hyperlens_tasks::prompts::ICL_SITES.parse().unwrap(),
+            layers: (12..=20).collect(),
+            together: true,
+            label_factor: "operation".into(),
+            donors,
+            targets,
+            seed: 0,
+            batch: 64,
+            prepend_bos: None,
+        };
+        let r = lm_transplant(
+            &lm,
+            &tok,
+            &set,
+            &p,
+            hyperlens_tasks::prompts::icl_answer_under,
+            go,
+        )
+        .expect("transplant");
+        check_invariants(&r, &p);
+        println!("labels {:?} donors per label {:?}", r.labels, r.n_donors);
+        print!(
+            "{}",
+            hyperlens_probe::lm_transplant_table(&r.rows)
+                .unwrap()
+                .to_csv()
+        );
+        print!(
+            "{}",
+            hyperlens_probe::lm_transplant_table(&r.by_donor)
+                .unwrap()
+                .to_csv()
+        );
+    }
     println!("wall {:.1} s", t0.elapsed().as_secs_f64());
 }

@@ -16,7 +16,7 @@
 //! do not depend on the batching.
 
 use candle_core::{DType, Device, Tensor};
-use ndarray::{Array2, ArrayView3};
+use ndarray::{Array2, ArrayView3, ArrayView4, Axis};
 
 use super::{CodeForm, CodeRequest, Plan};
 use crate::error::{ModelError, Result};
@@ -45,37 +45,38 @@ pub struct CodeSites<'a> {
     pub first_index: usize,
 }
 
-/// The writer of one pass's hook points: at `layer`'s `attn.hook_pattern` it sets the sites to the
-/// codes, everywhere else it leaves the activations as they are.
+/// The writer of one pass's hook points: at each written layer's `attn.hook_pattern` it sets the
+/// sites to that layer's codes, everywhere else it leaves the activations as they are.
 struct WriteSites {
-    layer: usize,
-    /// `blocks.{layer}.attn.hook_pattern`, for the hooked pass of a token model.
-    name: String,
+    /// Per model layer, its slot among the written layers.
+    slots: Vec<Option<usize>>,
+    /// Per slot, `blocks.{l}.attn.hook_pattern` (for the hooked pass of a token model).
+    names: Vec<String>,
     /// Whether the pass runs hooked (a token model: its fused mixer ignores the pattern's point).
     hooked: bool,
     /// `[N·H, K]` u32: per (sequence, head) row of the pattern viewed as `[N·H, T·T]`, the flat
     /// indices `query·T + key` of the sites.
     index: Tensor,
-    /// `[N·H, K]` float32: the codes to write there.
-    codes: Tensor,
+    /// Per slot, `[N·H, K]` float32: the codes to write there.
+    codes: Vec<Tensor>,
     /// The flat rows of `[N·T, D]` at each sequence's last token.
     logit_rows: Tensor,
 }
 
 impl WriteSites {
-    /// The pattern `[N, H, T, T]` with the sites set to the codes.
-    fn write(&self, pattern: &Tensor) -> Result<Tensor> {
+    /// The pattern `[N, H, T, T]` of the layer in `slot` with the sites set to its codes.
+    fn write(&self, slot: usize, pattern: &Tensor) -> Result<Tensor> {
         let (n, h, t, t2) = pattern.dims4()?;
         let rows = self.index.dims2()?.0;
         if rows != n * h || t != t2 {
             return Err(ModelError::Input(format!(
-                "code transplant: the pattern of layer {} is {:?}, expected {rows} (sequence, \
-                 head) rows of a square pattern",
-                self.layer,
+                "code transplant: the pattern at {} is {:?}, expected {rows} (sequence, head) \
+                 rows of a square pattern",
+                self.names[slot],
                 pattern.dims()
             )));
         }
-        let codes = self.codes.to_dtype(pattern.dtype())?;
+        let codes = self.codes[slot].to_dtype(pattern.dtype())?;
         let written = pattern
             .reshape((n * h, t * t))?
             .scatter(&self.index, &codes, 1)?;
@@ -85,11 +86,14 @@ impl WriteSites {
 
 impl HookFn for WriteSites {
     fn wants(&self, name: &str) -> bool {
-        name == self.name
+        self.names.iter().any(|n| n == name)
     }
 
-    fn call(&mut self, _: &str, value: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(self.write(value)?))
+    fn call(&mut self, name: &str, value: &Tensor) -> Result<Option<Tensor>> {
+        match self.names.iter().position(|n| n == name) {
+            Some(slot) => Ok(Some(self.write(slot, value)?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -103,10 +107,9 @@ impl HookPoints for WriteSites {
     }
 
     fn at_block(&mut self, l: usize, point: &str, value: Tensor) -> Result<Tensor> {
-        if l == self.layer && point == "attn.hook_pattern" {
-            self.write(&value)
-        } else {
-            Ok(value)
+        match self.slots.get(l).copied().flatten() {
+            Some(slot) if point == "attn.hook_pattern" => self.write(slot, &value),
+            _ => Ok(value),
         }
     }
 
@@ -121,23 +124,42 @@ impl LanguageModel {
     /// by `codes`, the rest of the row unchanged (not renormalised), in the fast forward pass
     /// (module docs: Llama and GPT-2 give [`LanguageModel::latent_codes`]'s logits bit for bit when
     /// the codes are the pass's own). The logits do not depend on how the sequences are batched.
+    /// [`LanguageModel::last_logits_with_layer_codes`] with one layer.
     ///
     /// # Shapes
     /// `sites.tokens` N sequences, `sites.query` `[N]`, `sites.keys` `[N][K]`, `codes`
     /// `[N, H, K]` (`H` the query heads) -> logits `[N, V]` float32.
     ///
     /// # Errors
-    /// [`ModelError::Input`] naming the sequence (`first_index + i`) for what
-    /// [`LanguageModel::latent_codes`] rejects (an empty or too long sequence, a token id out of
-    /// range, no key, a position past the end, a key after the query, another number of keys than
-    /// sequence 0's), for a key given twice, and for a code that is not finite; for `layer` out of
-    /// range; for `codes` of another shape than `[N, H, K]`. [`ModelError::Budget`] as
-    /// [`LanguageModel::latent_codes`].
+    /// As [`LanguageModel::last_logits_with_layer_codes`].
     pub fn last_logits_with_codes(
         &self,
         sites: &CodeSites<'_>,
         layer: usize,
         codes: ArrayView3<'_, f32>,
+    ) -> Result<Array2<f32>> {
+        self.last_logits_with_layer_codes(sites, &[layer], codes.insert_axis(Axis(1)))
+    }
+
+    /// [`LanguageModel::last_logits_with_codes`] writing several layers in one pass: layer
+    /// `layers[i]`'s pattern takes `codes[:, i]` at the sites.
+    ///
+    /// # Shapes
+    /// `sites` as [`LanguageModel::last_logits_with_codes`], `codes` `[N, L, H, K]` (`L` the
+    /// layers, in `layers`' order) -> logits `[N, V]` float32.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] naming the sequence (`first_index + i`) for what
+    /// [`LanguageModel::latent_codes`] rejects (an empty or too long sequence, a token id out of
+    /// range, no key, a position past the end, a key after the query, another number of keys than
+    /// sequence 0's), for a key given twice, and for a code that is not finite; naming the layer
+    /// for one out of range or given twice, or no layer; for `codes` of another shape than
+    /// `[N, L, H, K]`. [`ModelError::Budget`] as [`LanguageModel::latent_codes`].
+    pub fn last_logits_with_layer_codes(
+        &self,
+        sites: &CodeSites<'_>,
+        layers: &[usize],
+        codes: ArrayView4<'_, f32>,
     ) -> Result<Array2<f32>> {
         let n = sites.tokens.len();
         if sites.query.len() != n {
@@ -147,12 +169,11 @@ impl LanguageModel {
             )));
         }
         let query: Vec<Vec<usize>> = sites.query.iter().map(|&q| vec![q]).collect();
-        let layers = [layer];
         let req = CodeRequest {
             tokens: sites.tokens,
             query: &query,
             keys: sites.keys,
-            layers: Some(&layers),
+            layers: Some(layers),
             form: CodeForm::Pattern,
             last_logits: true,
             resid: false,
@@ -170,12 +191,26 @@ impl LanguageModel {
             per_layer.saturating_mul(3),
         )?;
         let dev = self.device();
+        let mut slots = vec![None; self.n_layers()];
+        for (s, &l) in plan.layers.iter().enumerate() {
+            slots[l] = Some(s);
+        }
+        let layer_codes = (0..plan.layers.len())
+            .map(|s| {
+                let c = codes.index_axis(Axis(1), s);
+                Ok(Tensor::from_iter(c.iter().copied(), dev)?.reshape((n * h, plan.k))?)
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
         let mut writer = WriteSites {
-            layer,
-            name: format!("blocks.{layer}.attn.hook_pattern"),
+            slots,
+            names: plan
+                .layers
+                .iter()
+                .map(|l| format!("blocks.{l}.attn.hook_pattern"))
+                .collect(),
             hooked: matches!(self, Self::Token(_)),
             index: site_rows(&plan, sites, h, dev)?,
-            codes: Tensor::from_iter(codes.iter().copied(), dev)?.reshape((n * h, plan.k))?,
+            codes: layer_codes,
             logit_rows: Tensor::from_vec(
                 (0..n)
                     .map(|b| (b * plan.t + plan.lengths[b] - 1) as u32)
@@ -200,8 +235,8 @@ impl LanguageModel {
     }
 }
 
-/// Checks the codes against the checked request `plan`: their shape `[N, H, K]`, finite values,
-/// and distinct keys per sequence (two codes for one entry would be ambiguous).
+/// Checks the codes against the checked request `plan`: their shape `[N, L, H, K]`, finite
+/// values, and distinct keys per sequence (two codes for one entry would be ambiguous).
 ///
 /// # Errors
 /// [`ModelError::Input`] naming the sequence or the shape.
@@ -209,12 +244,12 @@ fn check_codes(
     plan: &Plan,
     sites: &CodeSites<'_>,
     h: usize,
-    codes: ArrayView3<'_, f32>,
+    codes: ArrayView4<'_, f32>,
 ) -> Result<()> {
-    let want = (plan.n, h, plan.k);
+    let want = (plan.n, plan.layers.len(), h, plan.k);
     if codes.dim() != want {
         return Err(ModelError::Input(format!(
-            "code transplant: the codes are {:?}, expected [sequences, heads, keys] = {:?}",
+            "code transplant: the codes are {:?}, expected [sequences, layers, heads, keys] = {:?}",
             codes.dim(),
             want
         )));
@@ -227,10 +262,12 @@ fn check_codes(
                  pattern takes one code"
             )));
         }
-        let row = codes.index_axis(ndarray::Axis(0), b);
-        if let Some(((hh, j), v)) = row.indexed_iter().find(|(_, v)| !v.is_finite()) {
+        let row = codes.index_axis(Axis(0), b);
+        if let Some(((s, hh, j), v)) = row.indexed_iter().find(|(_, v)| !v.is_finite()) {
             return Err(ModelError::Input(format!(
-                "sequence {name}: the code of head {hh} at key {j} is {v}, not a finite number"
+                "sequence {name}: the code of layer {} head {hh} at key {j} is {v}, not a finite \
+                 number",
+                plan.layers[s]
             )));
         }
     }

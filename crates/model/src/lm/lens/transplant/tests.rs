@@ -150,29 +150,64 @@ fn writing_the_own_codes_back_gives_the_lens_logits() {
     }
 }
 
-/// The hooked pass's hook: sets `pattern[0, h, query, keys[j]]` to `codes[h, j]` on the host.
+/// The hooked pass's hook: at each of its layers' patterns, sets `pattern[0, h, query, keys[j]]`
+/// to that layer's `codes[h, j]`, on the host.
 struct HostWrite {
-    name: String,
     query: usize,
     keys: Vec<usize>,
-    codes: Array3<f32>,
+    /// Per written layer, its hook name and its codes `[H, K]`.
+    layers: Vec<(String, ndarray::Array2<f32>)>,
 }
 
 impl HookFn for HostWrite {
     fn wants(&self, name: &str) -> bool {
-        name == self.name
+        self.layers.iter().any(|(n, _)| n == name)
     }
 
-    fn call(&mut self, _: &str, p: &Tensor) -> Result<Option<Tensor>> {
+    fn call(&mut self, name: &str, p: &Tensor) -> Result<Option<Tensor>> {
         let (_, h, t, _) = p.dims4()?;
+        let codes = &self.layers.iter().find(|(n, _)| n == name).unwrap().1;
         let mut v: Vec<f32> = p.flatten_all()?.to_vec1()?;
         for hh in 0..h {
             for (j, &k) in self.keys.iter().enumerate() {
-                v[(hh * t + self.query) * t + k] = self.codes[[0, hh, j]];
+                v[(hh * t + self.query) * t + k] = codes[[hh, j]];
             }
         }
         Ok(Some(Tensor::from_vec(v, p.dims(), p.device())?))
     }
+}
+
+/// The hooked pass of sequence `b` alone with `HostWrite` at `layers` (codes `[N, H, K]` each):
+/// its next-token logits after its last token.
+fn hooked(
+    lm: &LanguageModel,
+    batch: &Batch,
+    b: usize,
+    layers: &[(usize, &Array3<f32>)],
+) -> Vec<f32> {
+    let toks = &batch.tokens[b];
+    let mut hook = HostWrite {
+        query: batch.query[b],
+        keys: batch.keys[b].clone(),
+        layers: layers
+            .iter()
+            .map(|(l, c)| {
+                (
+                    format!("blocks.{l}.attn.hook_pattern"),
+                    c.index_axis(ndarray::Axis(0), b).to_owned(),
+                )
+            })
+            .collect(),
+    };
+    let x = Tensor::from_slice(toks, (1, toks.len()), &Device::Cpu).unwrap();
+    let logits = lm.run_with_hooks(&x, &mut hook).unwrap();
+    logits
+        .get(0)
+        .unwrap()
+        .get(toks.len() - 1)
+        .unwrap()
+        .to_vec1()
+        .unwrap()
 }
 
 #[test]
@@ -187,22 +222,8 @@ fn the_transplant_equals_the_hooked_pass_writing_the_same_pattern_entries() {
                 .unwrap();
             let (_, base) = own(&lm, &batch, layer);
             let mut moved = 0f32;
-            for (b, toks) in batch.tokens.iter().enumerate() {
-                let mut hook = HostWrite {
-                    name: format!("blocks.{layer}.attn.hook_pattern"),
-                    query: batch.query[b],
-                    keys: batch.keys[b].clone(),
-                    codes: codes.slice(s![b..=b, .., ..]).to_owned(),
-                };
-                let x = Tensor::from_slice(toks, (1, toks.len()), &Device::Cpu).unwrap();
-                let logits = lm.run_with_hooks(&x, &mut hook).unwrap();
-                let want: Vec<f32> = logits
-                    .get(0)
-                    .unwrap()
-                    .get(toks.len() - 1)
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
+            for b in 0..batch.tokens.len() {
+                let want = hooked(&lm, &batch, b, &[(layer, &codes)]);
                 for (v, w) in want.iter().enumerate() {
                     let g = got[[b, v]];
                     assert!(
@@ -217,6 +238,39 @@ fn the_transplant_equals_the_hooked_pass_writing_the_same_pattern_entries() {
                 "{name} layer {layer}: the codes hardly moved the logits"
             );
         }
+    }
+}
+
+#[test]
+fn writing_two_layers_at_once_equals_the_hooked_pass_writing_both() {
+    for (name, lm) in models() {
+        let batch = Batch::new(&lm, &[9, 14, 6]);
+        let h = lm.n_heads();
+        let (first, last) = (0, lm.n_layers() - 1);
+        let a = odd_codes(3, h, 3);
+        let b = a.mapv(|x| 0.9 - x);
+        let both = ndarray::stack![ndarray::Axis(1), b, a];
+        let got = lm
+            .last_logits_with_layer_codes(&batch.sites(), &[last, first], both.view())
+            .unwrap();
+        let only_last = lm
+            .last_logits_with_codes(&batch.sites(), last, b.view())
+            .unwrap();
+        let mut apart = 0f32;
+        for s in 0..3 {
+            let want = hooked(&lm, &batch, s, &[(first, &a), (last, &b)]);
+            for (v, w) in want.iter().enumerate() {
+                let g = got[[s, v]];
+                assert!(close(g, *w), "{name} seq {s} logit {v}: {g} vs {w}");
+                apart = apart.max((g - only_last[[s, v]]).abs());
+            }
+        }
+        assert!(apart > 1e-2, "{name}: the first layer's write did nothing");
+        let e = lm
+            .last_logits_with_layer_codes(&batch.sites(), &[last, last], both.view())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("selected twice"), "{e}");
     }
 }
 
@@ -255,7 +309,10 @@ fn bad_writes_are_clear_errors() {
     let e = err(batch.sites(), lm.n_layers(), &codes);
     assert!(e.contains("out of range"), "{e}");
     let e = err(batch.sites(), 0, &odd_codes(2, h, 2));
-    assert!(e.contains("expected [sequences, heads, keys]"), "{e}");
+    assert!(
+        e.contains("expected [sequences, layers, heads, keys]"),
+        "{e}"
+    );
     let mut nan = codes.clone();
     nan[[1, 0, 2]] = f32::NAN;
     let e = err(batch.sites(), 0, &nan);
