@@ -50,6 +50,7 @@ pub fn transplant(
     let tp = LmTransplantParams {
         sites: SiteSpec::parse(ICL_SITES)?,
         layers: vec![layer],
+        together: false,
         label_factor: "operation".into(),
         donors: donors.clone(),
         targets: targets.clone(),
