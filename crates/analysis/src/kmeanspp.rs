@@ -5,56 +5,45 @@
 //!
 //! The first centre is a uniformly drawn point. Each further centre draws `2 + floor(ln k)`
 //! candidates with probability proportional to their squared distance to the closest centre so
-//! far, and keeps the candidate that leaves the smallest total squared distance (the potential).
+//! far (a uniform draw times the potential, located in the cumulative sums as numpy's
+//! `searchsorted`), and keeps the candidate that leaves the smallest total squared distance (the
+//! potential; ties: the first candidate).
+//!
+//! Distances are `‖x‖² + ‖c‖² - 2 x·c` on the centred float32 codes (`crate::cluster::lloyd`),
+//! one GEMM per block of points against all candidates, clipped at 0; the potentials are summed
+//! in float64, per block in point order and the blocks in order, so the seeds do not depend on
+//! the number of threads.
 
-use ndarray::Array2;
+use ndarray::{Array2, ArrayViewMut2, Axis};
 use rand::Rng;
+use rayon::prelude::*;
 
-use hyperlens_kernels::{Isa, DISTANCE_ROWS as ROWS};
+use crate::cluster::{Codes32, CHUNK};
 
-/// The data in the two layouts the distance kernel reads.
-pub(crate) struct Points<'a> {
-    /// `[N, D]` row-major.
-    pub rows: &'a [f64],
-    /// `[D, N]` row-major (the transpose).
-    pub columns: &'a [f64],
-    pub n: usize,
-    pub d: usize,
-}
-
-/// `k` initial centres drawn by greedy k-means++ (module docs).
+/// `k` initial centres drawn by greedy k-means++ (module docs), as float64 rows of the data.
 ///
 /// # Shapes
 /// Returns `[k, D]`; `1 <= k <= N`.
 pub(crate) fn greedy_kmeans_plusplus<R: Rng>(
-    points: &Points<'_>,
+    codes: &Codes32<'_>,
     k: usize,
-    kernels: Isa,
     rng: &mut R,
 ) -> Array2<f64> {
-    let (n, d) = (points.n, points.d);
-    let row = |i: usize| &points.rows[i * d..(i + 1) * d];
+    let n = codes.n();
     let trials = 2 + (k as f64).ln().floor() as usize;
-    let mut centres = Array2::<f64>::zeros((k, d));
-    let mut candidates = vec![0.0; ROWS * d];
-    let mut dist = vec![0.0; ROWS * n];
+    let mut chosen = Vec::with_capacity(k);
+    chosen.push(rng.gen_range(0..n));
+    let mut closest = vec![0.0f32; n];
+    squared_distances(codes, &chosen[..1], &mut closest);
+    let mut potential: f64 = closest.iter().map(|&v| f64::from(v)).sum();
 
-    let first = rng.gen_range(0..n);
-    centres.row_mut(0).assign(&ndarray::aview1(row(first)));
-    for r in 0..ROWS {
-        candidates[r * d..(r + 1) * d].copy_from_slice(row(first));
-    }
-    kernels.squared_distances(&candidates, points.columns, &mut dist);
-    let mut closest: Vec<f64> = dist[..n].to_vec();
-    let mut potential: f64 = closest.iter().sum();
-
-    let mut cumulative = vec![0.0; n];
+    let mut cumulative = vec![0.0f64; n];
     let mut ids = vec![0usize; trials];
-    let mut pots = vec![0.0; trials];
-    for c in 1..k {
+    let mut dist = vec![0.0f32; n * trials];
+    for _ in 1..k {
         let mut acc = 0.0;
         for (s, &v) in cumulative.iter_mut().zip(&closest) {
-            acc += v;
+            acc += f64::from(v);
             *s = acc;
         }
         for id in ids.iter_mut() {
@@ -62,19 +51,25 @@ pub(crate) fn greedy_kmeans_plusplus<R: Rng>(
             // the first point whose cumulative potential reaches the target (numpy's searchsorted)
             *id = cumulative.partition_point(|&s| s < target).min(n - 1);
         }
-        // potentials after adding each candidate, ROWS candidates per pass over the data
-        for (group, group_ids) in ids.chunks(ROWS).enumerate() {
-            for r in 0..ROWS {
-                let i = group_ids[r.min(group_ids.len() - 1)];
-                candidates[r * d..(r + 1) * d].copy_from_slice(row(i));
-            }
-            kernels.squared_distances(&candidates, points.columns, &mut dist);
-            for r in 0..group_ids.len() {
-                pots[group * ROWS + r] = dist[r * n..(r + 1) * n]
-                    .iter()
-                    .zip(&closest)
-                    .map(|(&a, &b)| a.min(b))
-                    .sum();
+        squared_distances(codes, &ids, &mut dist);
+        // potential after adding each candidate: block sums in point order, blocks in order
+        let partials: Vec<Vec<f64>> = dist
+            .par_chunks(CHUNK * trials)
+            .zip(closest.par_chunks(CHUNK))
+            .map(|(d, c)| {
+                let mut pots = vec![0.0f64; trials];
+                for (row, &m) in d.chunks_exact(trials).zip(c) {
+                    for (p, &v) in pots.iter_mut().zip(row) {
+                        *p += f64::from(v.min(m));
+                    }
+                }
+                pots
+            })
+            .collect();
+        let mut pots = vec![0.0f64; trials];
+        for part in &partials {
+            for (p, v) in pots.iter_mut().zip(part) {
+                *p += v;
             }
         }
         // the first candidate of least potential (numpy's argmin)
@@ -84,19 +79,41 @@ pub(crate) fn greedy_kmeans_plusplus<R: Rng>(
                 best = t;
             }
         }
-        let chosen = ids[best];
-        centres.row_mut(c).assign(&ndarray::aview1(row(chosen)));
-        // distances to the chosen candidate: recompute its row (it may not be in the last group)
-        for r in 0..ROWS {
-            candidates[r * d..(r + 1) * d].copy_from_slice(row(chosen));
-        }
-        kernels.squared_distances(&candidates, points.columns, &mut dist);
-        for (m, &v) in closest.iter_mut().zip(&dist[..n]) {
-            *m = m.min(v);
+        chosen.push(ids[best]);
+        for (m, row) in closest.iter_mut().zip(dist.chunks_exact(trials)) {
+            *m = m.min(row[best]);
         }
         potential = pots[best];
     }
-    centres
+    codes.x.select(Axis(0), &chosen)
+}
+
+/// `out[i * m + j]` = squared distance of point `i` to point `ids[j]`, clipped at 0.
+///
+/// # Shapes
+/// `out`: `[N * m]` with `m = ids.len()`.
+fn squared_distances(codes: &Codes32<'_>, ids: &[usize], out: &mut [f32]) {
+    let m = ids.len();
+    let c32 = codes.x32.select(Axis(0), ids);
+    let cnorms: Vec<f32> = ids.iter().map(|&i| codes.norms[i]).collect();
+    out.par_chunks_mut(CHUNK * m)
+        .enumerate()
+        .for_each(|(chunk, out)| {
+            let i0 = chunk * CHUNK;
+            let b = out.len() / m;
+            let mut view = ArrayViewMut2::from_shape((b, m), out).expect("b rows of m");
+            codes.dots(i0, c32.view(), &mut view);
+            for (r, mut row) in view.rows_mut().into_iter().enumerate() {
+                let xn = codes.norms[i0 + r];
+                for (v, &cn) in row.iter_mut().zip(&cnorms) {
+                    *v = (xn + cn - 2.0 * *v).max(0.0);
+                }
+            }
+        });
+    // a point's distance to itself is 0 exactly
+    for (j, &i) in ids.iter().enumerate() {
+        out[i * m + j] = 0.0;
+    }
 }
 
 #[cfg(test)]
@@ -126,21 +143,11 @@ mod tests {
             }
         }
         let n = k * per;
-        let mut columns = vec![0.0; d * n];
-        for i in 0..n {
-            for j in 0..d {
-                columns[j * n + i] = rows[i * d + j];
-            }
-        }
-        let points = Points {
-            rows: &rows,
-            columns: &columns,
-            n,
-            d,
-        };
+        let x = Array2::from_shape_vec((n, d), rows.clone()).unwrap();
+        let codes = Codes32::new(x.view());
         for seed in 0..20 {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let centres = greedy_kmeans_plusplus(&points, k, Isa::detected(), &mut rng);
+            let centres = greedy_kmeans_plusplus(&codes, k, &mut rng);
             let mut blobs: Vec<usize> = centres
                 .rows()
                 .into_iter()
