@@ -1,25 +1,26 @@
 //! `hyperlens.viz`: the interactive figures of `hyperlens-viz` (issue 36) for notebooks: the
 //! latent-space explorer of code sets, the attention patterns with a head selector, and heatmaps
-//! with hover values (composition scores, head ablation, any matrix). The same
-//! SVG element as the report's `figures/<name>_explorer.svg`, `_attention.svg`; its HTML fragment
-//! is what `_repr_html_` shows. The projections are the analysis crate's PCA (fit on the last set,
-//! every set projected on its axes, as the report does) or t-SNE (per set); the PNG is the viz
-//! crate's static figure of the same data.
+//! with hover values (composition scores, head ablation, any matrix). The explorer and the
+//! attention figure are built by `hyperlens_report::code_explorer`, the builders of the report's
+//! `figures/<name>_explorer.svg` and `_attention.svg` (site, token labels, title, colourings,
+//! projections: every decision is the library's); this module converts the Python sets to
+//! borrowed views and the figure to `{"svg", "html", "png"}`.
 
-use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
 use hyperlens_analysis::lm::LmProjection;
-use hyperlens_analysis::pca::PcaParams;
+use hyperlens_probe::Site;
+use hyperlens_report::code_explorer::{
+    attention_explorer, attention_png, attention_title, Explorer, LogicCodes, LogicExplorerSpec,
+    ProblemOrigin, Projection, SravenCodes, SravenExplorerSpec, SravenProblemRows, DEFAULT_SET,
+};
 use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
 use hyperlens_viz::{
-    render_png, CodeExplorer, ColorMap, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
-    HeatmapExplorer, HeatmapOptions, InteractiveFigure, PatternExplorer, PcaScatter, ScatterPanel,
-    SravenProblems, VizError,
+    render_png, ColorMap, Heatmap, HeatmapExplorer, HeatmapOptions, InteractiveFigure, VizError,
 };
-use ndarray::{s, Array1, Array2, Array3, Array4, Ix1, Ix2, Ix3, Ix4, Ix5};
+use ndarray::{Array2, Ix1, Ix2, Ix3, Ix4, Ix5};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::arrays::{shape_error, InDyn};
+use crate::arrays::{shape_error, In, InDyn};
 use crate::errors::{detached, raise, to_py, Classify, Kind};
 
 impl Classify for VizError {
@@ -73,356 +74,277 @@ where
     })
 }
 
-/// One field of the hover box, owned.
-enum FieldData {
-    Int(Vec<i64>),
-    Cat(Vec<usize>, Vec<String>),
-    Bool(Vec<bool>),
-    Float(Vec<f64>),
-    Text(Vec<String>),
-}
-
-/// Problems to draw on click, owned.
-struct Problems {
-    values: Array3<i64>,
-    slot: Vec<i64>,
-    prediction: Vec<i64>,
-    marked: Vec<usize>,
-    query: usize,
-}
-
-/// One set of the explorer as given from Python, owned.
-struct SetIn {
-    name: String,
-    reproduce: String,
-    /// `[N, L, H, Q, K]`.
-    codes: ndarray::Array5<f32>,
-    index: Vec<i64>,
-    colors: Vec<Vec<usize>>,
-    fields: Vec<(String, FieldData)>,
-    problems: Option<Problems>,
-}
-
-fn classes(arg: &str, v: Array1<i64>) -> PyResult<Vec<usize>> {
-    v.iter()
-        .map(|&x| {
-            usize::try_from(x)
-                .map_err(|_| raise(Kind::Input, format!("`{arg}`: negative class {x}")))
-        })
-        .collect()
-}
-
-fn set_in(d: &Bound<'_, PyDict>) -> PyResult<SetIn> {
-    let name: String = need(d, "name")?.extract()?;
-    let codes = array::<f32, Ix5>("codes", &need(d, "codes")?)?;
-    let n = codes.dim().0;
-    let index = match item(d, "index")? {
-        Some(v) => array::<i64, Ix1>("index", &v)?.to_vec(),
-        None => (0..n as i64).collect(),
-    };
-    let mut colors = Vec::new();
-    for (k, v) in need(d, "colors")?.try_iter()?.enumerate() {
-        colors.push(classes(
-            &format!("colors[{k}]"),
-            array::<i64, Ix1>("colors", &v?)?,
-        )?);
+/// A numpy attribute `name` of the Python object `obj` (a `CodeSet`, a `ProblemSet`), borrowed
+/// where its layout allows; `None` when the attribute is None.
+fn attr<'py, T: numpy::Element, D: ndarray::Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Option<In<'py, T, D>>> {
+    let v = obj.getattr(name)?;
+    if v.is_none() {
+        return Ok(None);
     }
-    let mut fields = Vec::new();
-    for f in need(d, "fields")?.try_iter()? {
-        let f = f?;
-        let f = f.cast::<PyDict>()?;
-        let fname: String = need(f, "name")?.extract()?;
-        let kind: String = need(f, "kind")?.extract()?;
-        let v = need(f, "values")?;
-        let data = match kind.as_str() {
-            "int" => FieldData::Int(array::<i64, Ix1>(&fname, &v)?.to_vec()),
-            "cat" => FieldData::Cat(
-                classes(&fname, array::<i64, Ix1>(&fname, &v)?)?,
-                need(f, "names")?.extract()?,
+    v.extract().map(Some).map_err(|_| {
+        raise(
+            Kind::Input,
+            format!(
+                "`{name}` must be a numpy array of {} with {} axes",
+                std::any::type_name::<T>(),
+                D::NDIM.unwrap_or(0)
             ),
-            "bool" => FieldData::Bool(array::<bool, Ix1>(&fname, &v)?.to_vec()),
-            "float" => FieldData::Float(array::<f64, Ix1>(&fname, &v)?.to_vec()),
-            "text" => FieldData::Text(v.extract()?),
-            other => {
-                return Err(raise(
-                    Kind::Input,
-                    format!(
-                        "field `{fname}`: unknown kind `{other}` (int, cat, bool, float, text)"
-                    ),
-                ))
-            }
-        };
-        fields.push((fname, data));
-    }
-    let problems = match item(d, "problems")? {
-        None => None,
-        Some(p) => {
-            let p = p.cast::<PyDict>()?;
-            Some(Problems {
-                values: array::<i64, Ix3>("problems.values", &need(p, "values")?)?,
-                slot: array::<i64, Ix1>("problems.slot", &need(p, "slot")?)?.to_vec(),
-                prediction: array::<i64, Ix1>("problems.prediction", &need(p, "prediction")?)?
-                    .to_vec(),
-                marked: need(p, "marked")?.extract()?,
-                query: need(p, "query")?.extract()?,
-            })
-        }
-    };
-    Ok(SetIn {
-        name,
-        reproduce: item(d, "reproduce")?
-            .map(|v| v.extract())
-            .transpose()?
-            .unwrap_or_default(),
-        codes,
-        index,
-        colors,
-        fields,
-        problems,
+        )
     })
 }
 
-/// The projections of every set (`[P = 1, L, N, 2]` each) and the PCA's explained variance ratio of
-/// PC1 and PC2 per layer (zeros for t-SNE).
-type Projections = (Vec<Array4<f64>>, Vec<[f64; 2]>);
-
-/// The 2-D projections of every set: PCA fit on the last set's codes per layer (every set
-/// projected on its axes), or the exact t-SNE of each set per layer (`hl.analysis.tsne` with
-/// `theta=0`).
-fn project(sets: &[SetIn], tsne: bool, seed: u64) -> PyResult<Projections> {
-    let last = sets
-        .last()
-        .ok_or_else(|| raise(Kind::Input, "no code set given"))?;
-    let (_, l, h, q, k) = last.codes.dim();
-    let features = |s: &SetIn, layer: usize| -> PyResult<Array2<f64>> {
-        let (n, sl, sh, sq, sk) = s.codes.dim();
-        if (sl, sh, sq, sk) != (l, h, q, k) {
-            return Err(shape_error(
-                &format!("{}: codes", s.name),
-                &format!("[N, {l}, {h}, {q}, {k}] as the other set's"),
-                s.codes.shape(),
-            ));
-        }
-        let x = s.codes.slice(s![.., layer, .., .., ..]).mapv(f64::from);
-        x.into_shape_with_order((n, h * q * k))
-            .map_err(|e| raise(Kind::Shape, e.to_string()))
-    };
-    let mut out: Vec<Array4<f64>> = sets
-        .iter()
-        .map(|s| Array4::zeros((1, l, s.codes.dim().0, 2)))
-        .collect();
-    let mut explained = vec![[0.0, 0.0]; l];
-    for (layer, ratio) in explained.iter_mut().enumerate() {
-        if tsne {
-            for (s, o) in sets.iter().zip(out.iter_mut()) {
-                let x = features(s, layer)?;
-                // The report's deterministic setting (exact gradients, seeded).
-                let params = TsneParams::deterministic(seed, x.nrows());
-                let emb = tsne_fit(x.view(), &params).map_err(to_py)?;
-                o.slice_mut(s![0, layer, .., ..]).assign(&emb);
-            }
-        } else {
-            let fit = PcaParams::new(2)
-                .fit(features(last, layer)?.view())
-                .map_err(to_py)?;
-            let r = fit.explained_variance_ratio();
-            *ratio = [
-                r.get(0).copied().unwrap_or(0.0),
-                r.get(1).copied().unwrap_or(0.0),
-            ];
-            for (s, o) in sets.iter().zip(out.iter_mut()) {
-                let p = fit.transform(features(s, layer)?.view()).map_err(to_py)?;
-                o.slice_mut(s![0, layer, .., ..])
-                    .assign(&p.slice(s![.., 0..2]));
-            }
-        }
-    }
-    Ok((out, explained))
+/// [`attr`] of an attribute that must be there.
+fn attr_req<'py, T: numpy::Element, D: ndarray::Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<In<'py, T, D>> {
+    attr(obj, name)?.ok_or_else(|| raise(Kind::Input, format!("missing `{name}`")))
 }
 
-/// The latent-space explorer of code sets: `{"svg": document, "html": fragment, "png": bytes}`.
+/// A set's name, or the default set's when none is given (one set alone).
+fn set_name(name: Option<String>) -> String {
+    name.unwrap_or_else(|| DEFAULT_SET.to_string())
+}
+
+/// The Python `CodeSet`'s arrays (borrowed), by attribute.
+struct SravenIn<'py> {
+    name: String,
+    codes: In<'py, f32, Ix5>,
+    label: In<'py, i64, Ix1>,
+    target: Option<In<'py, i64, Ix1>>,
+    prediction: Option<In<'py, i64, Ix1>>,
+    correct: Option<In<'py, bool, Ix1>>,
+    slot: Option<In<'py, i64, Ix1>>,
+    problem: Option<In<'py, i64, Ix1>>,
+}
+
+impl<'py> SravenIn<'py> {
+    fn new(name: Option<String>, c: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            name: set_name(name),
+            codes: attr_req(c, "codes")?,
+            label: attr_req(c, "label")?,
+            target: attr(c, "target")?,
+            prediction: attr(c, "prediction")?,
+            correct: attr(c, "correct")?,
+            slot: attr(c, "slot")?,
+            problem: attr(c, "problem")?,
+        })
+    }
+
+    fn view(&self) -> SravenCodes<'_> {
+        SravenCodes {
+            name: self.name.clone(),
+            codes: self.codes.as_array(),
+            label: self.label.as_array(),
+            target: self.target.as_ref().map(|v| v.as_array()),
+            prediction: self.prediction.as_ref().map(|v| v.as_array()),
+            correct: self.correct.as_ref().map(|v| v.as_array()),
+            slot: self.slot.as_ref().map(|v| v.as_array()),
+            problem: self.problem.as_ref().map(|v| v.as_array()),
+        }
+    }
+}
+
+/// The Python `ProblemSet`'s arrays (borrowed) and its `meta` as a [`ProblemOrigin`].
+struct ProblemsIn<'py> {
+    name: String,
+    x: In<'py, f32, Ix3>,
+    y: In<'py, i64, Ix2>,
+    origin: ProblemOrigin,
+}
+
+impl<'py> ProblemsIn<'py> {
+    fn new(name: Option<String>, p: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let mut origin = ProblemOrigin::default();
+        if let Ok(meta) = p.getattr("meta") {
+            if let Ok(m) = meta.cast::<PyDict>() {
+                origin.split = item(m, "split")?.map(|v| v.extract()).transpose()?;
+                origin.set = item(m, "set")?.map(|v| v.extract()).transpose()?;
+                origin.seed = item(m, "seed")?.map(|v| v.extract()).transpose()?;
+                origin.unpermuted = item(m, "unpermuted")?.map_or(Ok(false), |v| v.is_truthy())?;
+                origin.subset = item(m, "subset")?.map_or(Ok(false), |v| v.is_truthy())?;
+            }
+        }
+        Ok(Self {
+            name: set_name(name),
+            x: attr_req(p, "x")?,
+            y: attr_req(p, "y")?,
+            origin,
+        })
+    }
+}
+
+/// The Python `LogicCodeSet`'s arrays (borrowed).
+struct LogicIn<'py> {
+    name: String,
+    codes: In<'py, f32, Ix5>,
+    term_ids: In<'py, i64, Ix2>,
+    target: Option<In<'py, f32, Ix1>>,
+    prediction: Option<In<'py, f32, Ix1>>,
+    problem: Option<In<'py, i64, Ix1>>,
+}
+
+/// A built explorer as the Python side receives it.
+fn explorer_out(e: &Explorer) -> PyResult<(String, String, Vec<u8>)> {
+    let fig = e.figure();
+    Ok((
+        fig.svg_document().map_err(to_py)?,
+        fig.html().map_err(to_py)?,
+        e.png().map_err(to_py)?,
+    ))
+}
+
+/// The latent-space explorer of SRAVEN code sets
+/// (`hyperlens_report::code_explorer::sraven_explorer`, the builder of the report's
+/// `figures/<name>_explorer.svg`): `{"svg", "html", "png"}`.
 ///
-/// `sets`: dicts with `name`, `codes` float32 `[N, L, H, Q, K]`, `colors` (one int64 `[N]` per
-/// colouring), `fields` (hover lines: dicts `name`, `kind` in int / cat / bool / float / text,
-/// `values`, `names` for cat), and optional `index` int64 `[N]`, `reproduce`, `problems` (dict:
-/// `values` int64 `[N, 9, F]`, `slot`, `prediction` int64 `[N]`, `marked` token list, `query`).
-/// `colorings`: (name, class names) pairs. The PNG is the static scatter of the last set at
-/// `layer`, coloured by the first colouring.
+/// `sets`: (name or None, `CodeSet`) pairs, the last shown first; `problems`: (name or None,
+/// `ProblemSet`) pairs; a None name is the default set's (`OOD`). `site` (CLI form) and `layers`
+/// are the codes'; `color`, `projection`, `title`, `layer`, `seed` as `hl.viz.scatter`.
 #[pyfunction]
-#[pyo3(signature = (title, sets, colorings, layer_names, key_names, projection="pca", layer=None, seed=0))]
+#[pyo3(signature = (sets, problems, site=None, layers=None, color="rule", projection="pca", title=None, layer=None, seed=0))]
 #[allow(clippy::too_many_arguments)]
-fn explorer<'py>(
+fn sraven_explorer<'py>(
     py: Python<'py>,
-    title: String,
-    sets: Vec<Bound<'py, PyDict>>,
-    colorings: Vec<(String, Vec<String>)>,
-    layer_names: Vec<String>,
-    key_names: Vec<String>,
+    sets: Vec<(Option<String>, Bound<'py, PyAny>)>,
+    problems: Vec<(Option<String>, Bound<'py, PyAny>)>,
+    site: Option<&str>,
+    layers: Option<Vec<usize>>,
+    color: &str,
     projection: &str,
+    title: Option<String>,
     layer: Option<usize>,
     seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let tsne = match projection {
-        "pca" => false,
-        "tsne" | "t-sne" => true,
-        other => {
-            return Err(raise(
-                Kind::Input,
-                format!("projection must be \"pca\" or \"tsne\", got {other:?}"),
-            ))
-        }
+    let spec = SravenExplorerSpec {
+        color: color.parse().map_err(to_py)?,
+        projection: Projection::parse(projection, seed).map_err(to_py)?,
+        site: site.map(str::parse::<Site>).transpose().map_err(to_py)?,
+        layers,
+        title,
+        start_layer: layer,
     };
-    let sets: Vec<SetIn> = sets.iter().map(set_in).collect::<PyResult<_>>()?;
+    let sets: Vec<SravenIn<'py>> = sets
+        .iter()
+        .map(|(n, c)| SravenIn::new(n.clone(), c))
+        .collect::<PyResult<_>>()?;
+    let problems: Vec<ProblemsIn<'py>> = problems
+        .iter()
+        .map(|(n, p)| ProblemsIn::new(n.clone(), p))
+        .collect::<PyResult<_>>()?;
+    let views: Vec<SravenCodes<'_>> = sets.iter().map(SravenIn::view).collect();
+    let rows: Vec<(String, SravenProblemRows<'_>)> = problems
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                SravenProblemRows {
+                    x: p.x.as_array(),
+                    y: p.y.as_array(),
+                    origin: p.origin.clone(),
+                },
+            )
+        })
+        .collect();
     let (svg, html, png) = detached(py, || {
-        let (points, explained) = project(&sets, tsne, seed)?;
-        let heads = sets.last().map_or(0, |s| s.codes.dim().2);
-        let codes: Vec<Array3<f32>> = sets
-            .iter()
-            .map(|s| {
-                let (n, l, h, q, k) = s.codes.dim();
-                s.codes
-                    .to_shape((n, l, h * q * k))
-                    .map(|v| v.to_owned())
-                    .map_err(|e| raise(Kind::Shape, e.to_string()))
-            })
-            .collect::<PyResult<_>>()?;
-        let axes: [String; 2] = if tsne {
-            ["t-SNE 1".into(), "t-SNE 2".into()]
-        } else {
-            ["PC1".into(), "PC2".into()]
-        };
-        let fig = CodeExplorer {
-            title: title.clone(),
-            layers: layer_names.clone(),
-            projections: vec![(if tsne { "t-SNE" } else { "PCA" }.into(), axes.clone())],
-            colorings: colorings
-                .iter()
-                .map(|(name, classes)| Coloring {
-                    name: name.clone(),
-                    classes: classes.clone(),
-                })
-                .collect(),
-            heads: (0..heads).map(|h| format!("H{h}")).collect(),
-            keys: key_names.clone(),
-            sets: sets
-                .iter()
-                .zip(&points)
-                .zip(&codes)
-                .map(|((s, p), c)| ExplorerSet {
-                    name: s.name.clone(),
-                    reproduce: s.reproduce.clone(),
-                    points: p.view(),
-                    index: &s.index,
-                    colors: s.colors.iter().map(Vec::as_slice).collect(),
-                    fields: s
-                        .fields
-                        .iter()
-                        .map(|(name, f)| Field {
-                            name: name.clone(),
-                            values: match f {
-                                FieldData::Int(v) => FieldValues::Int(v),
-                                FieldData::Cat(v, names) => FieldValues::Category {
-                                    labels: v,
-                                    names: names.clone(),
-                                },
-                                FieldData::Bool(v) => FieldValues::Bool(v),
-                                FieldData::Float(v) => FieldValues::Float(v),
-                                FieldData::Text(v) => FieldValues::Text(v.clone()),
-                            },
-                        })
-                        .collect(),
-                    codes: Some(c.view()),
-                    problems: s.problems.as_ref().map(|p| SravenProblems {
-                        values: p.values.view(),
-                        slot: &p.slot,
-                        prediction: &p.prediction,
-                        marked: p.marked.clone(),
-                        query: p.query,
-                    }),
-                })
-                .collect(),
-            start_layer: layer,
-        };
-        let svg = fig.svg_document().map_err(to_py)?;
-        let html = fig.html().map_err(to_py)?;
-        // The PNG: the last set at the shown layer, by the first colouring.
-        let (last, lp) = (sets.len() - 1, points.len() - 1);
-        let shown = layer.unwrap_or(layer_names.len().saturating_sub(1));
-        let panel_points = points[lp].slice(s![
-            0,
-            shown.min(layer_names.len().saturating_sub(1)),
-            ..,
-            ..
-        ]);
-        let names: Vec<String> = colorings.first().map(|c| c.1.clone()).unwrap_or_default();
-        let first = sets[last].colors.first().cloned().unwrap_or_default();
-        let png = render_png(
-            &PcaScatter::by_category(
-                &title,
-                vec![ScatterPanel {
-                    title: format!(
-                        "layer {}",
-                        layer_names.get(shown).map_or("?", String::as_str)
-                    ),
-                    points: panel_points,
-                    explained: explained.get(shown).copied().unwrap_or([0.0, 0.0]),
-                    axes: if tsne { Some(axes) } else { None },
-                }],
-                &first,
-                &names,
-                colorings.first().map_or("", |c| c.0.as_str()),
-            ),
-            (900, 560),
-        )
-        .map_err(to_py)?;
-        Ok((svg, html, png))
+        let e = hyperlens_report::code_explorer::sraven_explorer(&views, &rows, &spec)
+            .map_err(to_py)?;
+        explorer_out(&e)
     })?;
     figure_dict(py, svg, html, &png)
 }
 
-/// Attention patterns (or any stack of matrices) with a layer and head selector and hover values:
-/// `{"svg", "html", "png"}`. `values`: float64 `[L, H, T, T]`; `tokens`: T labels. The PNG is the
-/// viz crate's attention grid of the shown layer.
+/// The latent-space explorer of fuzzy-logic code sets
+/// (`hyperlens_report::code_explorer::logic_explorer`): `{"svg", "html", "png"}`. `sets`:
+/// (name or None, `LogicCodeSet`) pairs; the rest as [`sraven_explorer`].
 #[pyfunction]
-#[pyo3(signature = (title, values, tokens, layer_names, head_names=None, layer=None))]
-fn patterns<'py>(
+#[pyo3(signature = (sets, layers=None, color="term", projection="pca", title=None, layer=None, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn logic_explorer<'py>(
     py: Python<'py>,
-    title: String,
-    values: Bound<'py, PyAny>,
-    tokens: Vec<String>,
-    layer_names: Vec<String>,
-    head_names: Option<Vec<String>>,
+    sets: Vec<(Option<String>, Bound<'py, PyAny>)>,
+    layers: Option<Vec<usize>>,
+    color: &str,
+    projection: &str,
+    title: Option<String>,
     layer: Option<usize>,
+    seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let v = array::<f64, Ix4>("values", &values)?;
+    let spec = LogicExplorerSpec {
+        color: color.to_string(),
+        projection: Projection::parse(projection, seed).map_err(to_py)?,
+        layers,
+        title,
+        start_layer: layer,
+    };
+    let sets: Vec<LogicIn<'py>> = sets
+        .iter()
+        .map(|(n, c)| {
+            Ok(LogicIn {
+                name: set_name(n.clone()),
+                codes: attr_req(c, "codes")?,
+                term_ids: attr_req(c, "term_ids")?,
+                target: attr(c, "target")?,
+                prediction: attr(c, "prediction")?,
+                problem: attr(c, "problem")?,
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let views: Vec<LogicCodes<'_>> = sets
+        .iter()
+        .map(|s| LogicCodes {
+            name: s.name.clone(),
+            codes: s.codes.as_array(),
+            term_ids: s.term_ids.as_array(),
+            target: s.target.as_ref().map(|v| v.as_array()),
+            prediction: s.prediction.as_ref().map(|v| v.as_array()),
+            problem: s.problem.as_ref().map(|v| v.as_array()),
+        })
+        .collect();
     let (svg, html, png) = detached(py, || {
-        let mut fig = PatternExplorer::attention(&title, v.view(), &tokens);
-        fig.layers = layer_names.clone();
-        if let Some(h) = &head_names {
-            fig.heads = h.clone();
-        }
-        fig.start_layer = layer;
-        let svg = fig.svg_document().map_err(to_py)?;
-        let html = fig.html().map_err(to_py)?;
-        let shown = layer
-            .unwrap_or(v.dim().0.saturating_sub(1))
-            .min(v.dim().0.saturating_sub(1));
-        let mut grid = hyperlens_viz::AttentionGrid::new(
-            &title,
-            v.slice(s![shown, .., .., ..]),
-            &tokens,
-            &tokens,
-        );
-        grid.panel_titles = fig.heads.clone();
-        if let Some(r) = fig.range {
-            grid.range = Some(r);
-        }
-        grid.color_map = fig.color_map;
-        let size = hyperlens_viz::Figure::size(&grid);
-        let png = render_png(&grid, size).map_err(to_py)?;
-        Ok((svg, html, png))
+        let e = hyperlens_report::code_explorer::logic_explorer(&views, &spec).map_err(to_py)?;
+        explorer_out(&e)
     })?;
     figure_dict(py, svg, html, &png)
+}
+
+/// The attention of every head of every layer on problem `index` of a SRAVEN model with
+/// `features` answer slots (`hyperlens_report::code_explorer::attention_explorer`, the builder of
+/// the report's `figures/<name>_attention.svg`): `{"svg", "html", "png"}`. `pattern`: float64
+/// `[L, H, T, T]`; the title by default `attention_title(index, mixer)`.
+#[pyfunction]
+#[pyo3(signature = (pattern, features, index, mixer=None, title=None, layer=None))]
+fn attention<'py>(
+    py: Python<'py>,
+    pattern: In<'py, f64, Ix4>,
+    features: usize,
+    index: usize,
+    mixer: Option<String>,
+    title: Option<String>,
+    layer: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let v = pattern.as_array();
+    let title = title.unwrap_or_else(|| attention_title(index, mixer.as_deref()));
+    let (svg, html, png) = detached(py, || {
+        let fig = attention_explorer(&title, v, features, layer).map_err(to_py)?;
+        Ok((
+            fig.svg_document().map_err(to_py)?,
+            fig.html().map_err(to_py)?,
+            attention_png(&fig).map_err(to_py)?,
+        ))
+    })?;
+    figure_dict(py, svg, html, &png)
+}
+
+/// The SRAVEN token labels (`hyperlens_tasks::sraven::token_labels`): `P{panel}s{slot}` for the
+/// context tokens, `Q{slot}` for the queries.
+#[pyfunction]
+fn token_labels(n_tokens: usize, features: usize) -> Vec<String> {
+    hyperlens_tasks::sraven::token_labels(n_tokens, features)
 }
 
 /// One panel of [`heatmap`]: the static [`Heatmap`] built by the constructor the CLI and the
@@ -628,9 +550,11 @@ fn lm_explorer<'py>(
 
 /// Registers `hyperlens._core.viz`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(explorer, m)?)?;
+    m.add_function(wrap_pyfunction!(sraven_explorer, m)?)?;
+    m.add_function(wrap_pyfunction!(logic_explorer, m)?)?;
     m.add_function(wrap_pyfunction!(lm_explorer, m)?)?;
-    m.add_function(wrap_pyfunction!(patterns, m)?)?;
+    m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(token_labels, m)?)?;
     m.add_function(wrap_pyfunction!(heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;
     Ok(())
