@@ -16,7 +16,7 @@ use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
 use hyperlens_viz::{
     render_png, ColorMap, Heatmap, HeatmapExplorer, HeatmapOptions, InteractiveFigure, VizError,
 };
-use ndarray::{Array2, Ix1, Ix2, Ix3, Ix4, Ix5};
+use ndarray::{Ix1, Ix2, Ix3, Ix4, Ix5};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -48,7 +48,26 @@ fn need<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Bound<'py, PyAny>> 
     item(d, name)?.ok_or_else(|| raise(Kind::Input, format!("missing `{name}`")))
 }
 
-/// A numpy array argument of `D` dimensions, copied (the figures' data are small).
+/// A numpy array argument of `D` dimensions, read in place where its layout allows.
+fn view<'py, T, D>(arg: &str, v: &Bound<'py, PyAny>) -> PyResult<In<'py, T, D>>
+where
+    T: numpy::Element,
+    D: ndarray::Dimension,
+{
+    v.extract().map_err(|_| {
+        raise(
+            Kind::Input,
+            format!(
+                "`{arg}` must be a numpy array of {} with {} axes",
+                std::any::type_name::<T>(),
+                D::NDIM.unwrap_or(0)
+            ),
+        )
+    })
+}
+
+/// A numpy array argument of `D` dimensions, copied (for the figures that own their data: a
+/// matrix heatmap, the language model's projections).
 fn array<T, D>(arg: &str, v: &Bound<'_, PyAny>) -> PyResult<ndarray::Array<T, D>>
 where
     T: numpy::Element + Clone,
@@ -372,7 +391,7 @@ fn heatmap_panel(
     let value_name = text("value_name")?;
     let range: Option<(f64, f64)> = item(d, "range")?.map(|v| v.extract()).transpose()?;
     let values = need(d, "values")?;
-    let cmap = |values: &Array2<f64>| -> PyResult<ColorMap> {
+    let cmap = |mut values: ndarray::iter::Iter<'_, f64, Ix2>| -> PyResult<ColorMap> {
         match item(d, "cmap")?
             .map(|v| v.extract::<String>())
             .transpose()?
@@ -385,26 +404,26 @@ fn heatmap_panel(
                 format!("cmap must be \"viridis\" or \"blue-white-red\", got {other:?}"),
             )),
             // Diverging when a value is negative (as the patterns' default).
-            None if values.iter().any(|&v| v < 0.0) => Ok(ColorMap::BlueWhiteRed),
+            None if values.any(|&v| v < 0.0) => Ok(ColorMap::BlueWhiteRed),
             None => Ok(ColorMap::Viridis),
         }
     };
     let fig = match kind.as_str() {
         "composition" => {
-            let v = array::<f64, Ix4>("values", &values)?;
-            Heatmap::composition(&title, v.view()).map_err(to_py)?
+            let v = view::<f64, Ix4>("values", &values)?;
+            Heatmap::composition(&title, v.as_array()).map_err(to_py)?
         }
         "head_scores" => {
-            let v = array::<f64, Ix2>("values", &values)?;
-            let map = cmap(&v)?;
-            Heatmap::head_scores(&title, v.view(), &value_name, map, range).map_err(to_py)?
+            let v = view::<f64, Ix2>("values", &values)?;
+            let map = cmap(v.as_array().iter())?;
+            Heatmap::head_scores(&title, v.as_array(), &value_name, map, range).map_err(to_py)?
         }
         "matrix" => {
             let v = array::<f64, Ix2>("values", &values)?;
             let mask = item(d, "mask")?
                 .map(|m| array::<bool, Ix2>("mask", &m))
                 .transpose()?;
-            let color_map = cmap(&v)?;
+            let color_map = cmap(v.iter())?;
             Heatmap::new(
                 v,
                 HeatmapOptions {
