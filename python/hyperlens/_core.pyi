@@ -263,6 +263,13 @@ class _Viz(ModuleType):
         col_labels: list[str] | None = None, row_name: str = "", col_name: str = "",
         masked: str | None = None, start: int = 0,
     ) -> dict[str, Any]: ...
+    def composition_heatmap(
+        self, scores: list[tuple[str, F64, float | None]], title: str | None = None, panel: str | None = None,
+    ) -> dict[str, Any]: ...
+    def head_ablation_heatmap(
+        self, ablation: str, delta_accuracy: F64, loss: F64, base_loss: float, title: str | None = None,
+        panel: str | None = None,
+    ) -> dict[str, Any]: ...
     def write(self, path: str, data: bytes) -> None: ...
 
 class _LmAnalysis(ModuleType):

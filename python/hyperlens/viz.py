@@ -225,41 +225,28 @@ def heatmap(
     from .circuits import CircuitReport
     from .patching import HeadAblation
 
-    masked = None
     if isinstance(values, CircuitReport):
         p99 = values.summary.get("composition", {}).get("baseline_p99", {})
-        panels = []
-        for k in ("q", "k", "v"):
-            t = f"{k.upper()}-composition scores"
-            if k in p99:
-                t += f" (random baseline p99 = {p99[k]:.3f})"
-            panels.append({"name": k, "kind": "composition", "values": np.ascontiguousarray(values.composition[k], np.float64), "title": title or t})
-        rows = cols = None
-        masked = "not computed (the reading head is not in a later layer)"
-    elif isinstance(values, HeadAblation):
-        panels = []
-        for name, delta, unit in [
-            ("accuracy change", values.delta_accuracy, "accuracy"),
-            ("loss change", values.loss - values.base["loss"], "loss (nats)"),
-        ]:
-            span = max(0.01 if unit == "accuracy" else 1e-3, float(np.abs(delta).max()))
-            panels.append({
-                "name": name, "kind": "head_scores", "values": np.ascontiguousarray(delta, np.float64),
-                "title": title or f"change in {unit} with each head {values.ablation}-ablated",
-                "value_name": name, "cmap": "blue-white-red", "range": (-span, span),
-            })
-        rows = cols = None
-    else:
-        panels, rows, cols = _matrix_panels(values, row_labels, col_labels)
-        m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
-        for p in panels:
-            p.update({"title": title or "", "value_name": value_name, "x_label": x_label, "y_label": y_label})
-            if cmap is not None:
-                p["cmap"] = cmap
-            if range is not None:
-                p["range"] = (float(range[0]), float(range[1]))
-            if m is not None:
-                p["mask"] = m
+        scores = [(k, np.ascontiguousarray(values.composition[k], np.float64), p99.get(k)) for k in ("q", "k", "v")]
+        d = _core.viz.composition_heatmap(scores, title=title, panel=panel)
+        return Figure("heatmap", d["svg"], d["html"], d["png"])
+    if isinstance(values, HeadAblation):
+        d = _core.viz.head_ablation_heatmap(
+            str(values.ablation), np.ascontiguousarray(values.delta_accuracy, np.float64),
+            np.ascontiguousarray(values.loss, np.float64), float(values.base["loss"]), title=title, panel=panel,
+        )
+        return Figure("heatmap", d["svg"], d["html"], d["png"])
+    masked = None
+    panels, rows, cols = _matrix_panels(values, row_labels, col_labels)
+    m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
+    for p in panels:
+        p.update({"title": title or "", "value_name": value_name, "x_label": x_label, "y_label": y_label})
+        if cmap is not None:
+            p["cmap"] = cmap
+        if range is not None:
+            p["range"] = (float(range[0]), float(range[1]))
+        if m is not None:
+            p["mask"] = m
     names = [p["name"] for p in panels]
     if panel is not None and panel not in names:
         raise InputError(f"panel {panel!r}: the panels are {names}")

@@ -9,8 +9,9 @@
 use hyperlens_analysis::lm::LmProjection;
 use hyperlens_probe::Site;
 use hyperlens_report::code_explorer::{
-    attention_explorer, attention_png, attention_title, Explorer, LogicCodes, LogicExplorerSpec,
-    ProblemOrigin, Projection, SravenCodes, SravenExplorerSpec, SravenProblemRows, DEFAULT_SET,
+    attention_explorer, attention_png, attention_title, composition_panels, head_ablation_panels,
+    heatmap_explorer, Explorer, LogicCodes, LogicExplorerSpec, ProblemOrigin, Projection,
+    SravenCodes, SravenExplorerSpec, SravenProblemRows, DEFAULT_SET, NOT_COMPUTED,
 };
 use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
 use hyperlens_viz::{
@@ -496,6 +497,76 @@ fn heatmap<'py>(
     figure_dict(py, svg, html, &png)
 }
 
+/// A heatmap explorer of `panels` as `{"svg", "html", "png"}` (the PNG: the static heatmap of
+/// the panel shown first).
+fn heatmap_out<'py>(
+    py: Python<'py>,
+    panels: &[(String, Heatmap)],
+    start: Option<&str>,
+    masked: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (svg, html, png) = detached(py, || {
+        let fig = heatmap_explorer(panels, start, masked).map_err(to_py)?;
+        let svg = fig.svg_document().map_err(to_py)?;
+        let html = fig.html().map_err(to_py)?;
+        let shown = &panels[fig.start].1;
+        let size = hyperlens_viz::Figure::size(shown);
+        let png = render_png(shown, size).map_err(to_py)?;
+        Ok((svg, html, png))
+    })?;
+    figure_dict(py, svg, html, &png)
+}
+
+/// The Q, K and V composition scores of a circuits analysis as heatmaps
+/// (`hyperlens_report::code_explorer::composition_panels`, titled as `hyperlens circuits` titles
+/// them): `{"svg", "html", "png"}`. `scores`: (kind, float64 `[L, H, L, H]`, the random
+/// baseline's 99th percentile or None); `panel`: the kind shown first.
+#[pyfunction]
+#[pyo3(signature = (scores, title=None, panel=None))]
+fn composition_heatmap<'py>(
+    py: Python<'py>,
+    scores: Vec<(String, Bound<'py, PyAny>, Option<f64>)>,
+    title: Option<String>,
+    panel: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arrays: Vec<(String, In<'py, f64, Ix4>, Option<f64>)> = scores
+        .iter()
+        .map(|(k, v, p)| Ok((k.clone(), view::<f64, Ix4>(k, v)?, *p)))
+        .collect::<PyResult<_>>()?;
+    let views: Vec<(String, ndarray::ArrayView4<'_, f64>, Option<f64>)> = arrays
+        .iter()
+        .map(|(k, v, p)| (k.clone(), v.as_array(), *p))
+        .collect();
+    let panels = composition_panels(&views, title.as_deref()).map_err(to_py)?;
+    heatmap_out(py, &panels, panel.as_deref(), Some(NOT_COMPUTED))
+}
+
+/// The change in accuracy and in loss with each head ablated, as heatmaps
+/// (`hyperlens_report::code_explorer::head_ablation_panels`): `{"svg", "html", "png"}`.
+/// `delta_accuracy` and `loss`: float64 `[L, H]`; `base_loss`: the loss without ablation.
+#[pyfunction]
+#[pyo3(signature = (ablation, delta_accuracy, loss, base_loss, title=None, panel=None))]
+#[allow(clippy::too_many_arguments)]
+fn head_ablation_heatmap<'py>(
+    py: Python<'py>,
+    ablation: &str,
+    delta_accuracy: In<'py, f64, Ix2>,
+    loss: In<'py, f64, Ix2>,
+    base_loss: f64,
+    title: Option<String>,
+    panel: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let panels = head_ablation_panels(
+        ablation,
+        delta_accuracy.as_array(),
+        loss.as_array(),
+        base_loss,
+        title.as_deref(),
+    )
+    .map_err(to_py)?;
+    heatmap_out(py, &panels, panel.as_deref(), None)
+}
+
 /// A figure as the Python side receives it: `{"svg": str, "html": str, "png": bytes}`.
 fn figure_dict<'py>(
     py: Python<'py>,
@@ -575,6 +646,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(token_labels, m)?)?;
     m.add_function(wrap_pyfunction!(heatmap, m)?)?;
+    m.add_function(wrap_pyfunction!(composition_heatmap, m)?)?;
+    m.add_function(wrap_pyfunction!(head_ablation_heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;
     Ok(())
 }

@@ -8,12 +8,18 @@
 //! title, the colourings and hover fields, the problems drawn on click and the command that samples
 //! them again, and the projections ([`project_codes`]: the analysis crate's PCA and exact t-SNE).
 //! The result owns its data ([`Explorer`]); [`Explorer::figure`] is the interactive figure,
-//! [`Explorer::png`] its static scatter.
+//! [`Explorer::png`] its static scatter. The heatmap panels of a head ablation and of composition
+//! scores (titles, colour spans) are built here too ([`head_ablation_panels`],
+//! [`composition_panels`]).
 
+mod heatmaps;
 mod logic;
 mod project;
 mod sraven;
 
+pub use heatmaps::{
+    composition_panels, composition_title, head_ablation_panels, heatmap_explorer, NOT_COMPUTED,
+};
 pub use logic::{
     logic_explorer, logic_key_names, logic_term_text, term_names, LogicCodes, LogicExplorerSpec,
 };

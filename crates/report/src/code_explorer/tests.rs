@@ -175,3 +175,36 @@ fn bad_input_is_a_clear_error() {
     ));
     assert!(Projection::parse("umap", 0).is_err());
 }
+
+#[test]
+fn heatmap_panels_are_titled_and_spanned_by_the_library() {
+    use ndarray::{array, Array4};
+    assert_eq!(
+        composition_title("k", Some(0.12345)),
+        "K-composition scores (random baseline p99 = 0.123)"
+    );
+    assert_eq!(composition_title("q", None), "Q-composition scores");
+    let acc = array![[0.002, -0.004], [0.0, 0.001]];
+    let loss = array![[1.5, 1.0], [1.0, 1.2]];
+    let panels = head_ablation_panels("mean", acc.view(), loss.view(), 1.0, None).unwrap();
+    assert_eq!(panels[0].0, "accuracy change");
+    assert_eq!(
+        panels[0].1.options.title,
+        "change in accuracy with each head mean-ablated"
+    );
+    // The accuracy span is at least 0.01; the loss span the largest change, 0.5.
+    assert_eq!(panels[0].1.options.range, Some((-0.01, 0.01)));
+    assert_eq!(panels[1].1.options.range, Some((-0.5, 0.5)));
+    let fig = heatmap_explorer(&panels, Some("loss change"), None).unwrap();
+    assert_eq!(fig.start, 1);
+    assert!(matches!(
+        heatmap_explorer(&panels, Some("nope"), None),
+        Err(ReportError::InvalidInput(_))
+    ));
+    let s = Array4::<f64>::zeros((2, 2, 2, 2));
+    let c = composition_panels(&[("v".into(), s.view(), Some(0.5))], None).unwrap();
+    assert_eq!(
+        c[0].1.options.title,
+        "V-composition scores (random baseline p99 = 0.500)"
+    );
+}
