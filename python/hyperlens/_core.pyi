@@ -244,19 +244,31 @@ class _Prompts(ModuleType):
     ) -> PromptSet: ...
 
 class _Viz(ModuleType):
-    def explorer(
-        self, title: str, sets: list[dict[str, Any]], colorings: list[tuple[str, list[str]]],
-        layer_names: list[str], key_names: list[str], projection: str = "pca",
-        layer: int | None = None, seed: int = 0,
+    def sraven_explorer(
+        self, sets: list[tuple[str | None, Any]], problems: list[tuple[str | None, Any]],
+        site: str | None = None, layers: list[int] | None = None, color: str = "rule",
+        projection: str = "pca", title: str | None = None, layer: int | None = None, seed: int = 0,
     ) -> dict[str, Any]: ...
-    def patterns(
-        self, title: str, values: F64, tokens: list[str], layer_names: list[str],
-        head_names: list[str] | None = None, layer: int | None = None,
+    def logic_explorer(
+        self, sets: list[tuple[str | None, Any]], layers: list[int] | None = None, color: str = "term",
+        projection: str = "pca", title: str | None = None, layer: int | None = None, seed: int = 0,
     ) -> dict[str, Any]: ...
+    def attention(
+        self, pattern: F64, features: int, index: int, mixer: str | None = None,
+        title: str | None = None, layer: int | None = None,
+    ) -> dict[str, Any]: ...
+    def token_labels(self, n_tokens: int, features: int) -> list[str]: ...
     def heatmap(
         self, panels: list[dict[str, Any]], row_labels: list[str] | None = None,
         col_labels: list[str] | None = None, row_name: str = "", col_name: str = "",
         masked: str | None = None, start: int = 0,
+    ) -> dict[str, Any]: ...
+    def composition_heatmap(
+        self, scores: list[tuple[str, F64, float | None]], title: str | None = None, panel: str | None = None,
+    ) -> dict[str, Any]: ...
+    def head_ablation_heatmap(
+        self, ablation: str, delta_accuracy: F64, loss: F64, base_loss: float, title: str | None = None,
+        panel: str | None = None,
     ) -> dict[str, Any]: ...
     def write(self, path: str, data: bytes) -> None: ...
 

@@ -18,7 +18,6 @@ Everything is inside the figure: no CDN, no network, and it opens from ``file://
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Mapping
 
 import numpy as np
@@ -27,7 +26,7 @@ from . import _core
 from ._arrays import as_f32, as_int, as_opt_int, as_seed
 from ._codes import CodeSet, LogicCodeSet
 from ._errors import InputError
-from .tasks import RULES, ProblemSet
+from .tasks import ProblemSet
 
 __all__ = ["Figure", "scatter", "attention", "heatmap", "token_labels"]
 
@@ -69,86 +68,16 @@ class Figure:
 
 def token_labels(n_tokens: int, features: int) -> list[str]:
     """SRAVEN token labels: ``P{panel}s{slot}`` for context tokens, ``Q{slot}`` for the queries
-    (the report's labels)."""
-    n_ctx = n_tokens - features
-    return [f"P{t // features}s{t % features}" if t < n_ctx else f"Q{t - n_ctx}" for t in range(n_tokens)]
+    (the report's labels; ``hyperlens_tasks::sraven::token_labels``)."""
+    return _core.viz.token_labels(as_int(n_tokens, "n_tokens"), as_int(features, "features"))
 
 
-def _site(site: str | None, n_tokens: int = 36, features: int = 4) -> tuple[int, list[int]]:
-    """The query and keys of a code set's site: ``paper`` (the last token, keys of the same slot in
-    panels 6 and 7) or ``query:I;keys:J,K``."""
-    if site is None or site == "paper":
-        q = n_tokens - 1
-        return q, [q - 2 * features, q - features]
-    m = re.fullmatch(r"query:(\d+);keys:([\d,]+)", site.replace(" ", ""))
-    if not m:
-        raise InputError(f"site {site!r}: the explorer draws sites `paper` or `query:I;keys:J,K`")
-    return int(m.group(1)), [int(k) for k in m.group(2).split(",")]
-
-
-def _as_sets(x: Any) -> dict[str, Any]:
-    """A mapping of named sets; one set alone is named "OOD" (the report's main set)."""
+def _named(x: Any) -> list[tuple[str | None, Any]]:
+    """A mapping of named sets as (name, set) pairs; one set alone as ``(None, set)`` (the
+    library names it)."""
     if isinstance(x, Mapping):
-        return dict(x)
-    return {"OOD": x}
-
-
-def _reproduce(p: ProblemSet | None, n: int) -> str:
-    m = getattr(p, "meta", None) or {}
-    if {"split", "set", "seed"} <= set(m) and not m.get("subset"):
-        unp = " --unpermuted" if m.get("unpermuted") else ""
-        return f"hyperlens tasks sample --split {m['split']} --set {m['set']} --n {n} --seed {m['seed']}{unp} --out problems.npz"
-    return ""
-
-
-def _sraven_set(name: str, c: CodeSet, p: ProblemSet | None, query: int, keys: list[int]) -> dict:
-    n = len(c)
-    index = c.problem if c.problem is not None else np.arange(n, dtype=np.int64)
-    target = c.target if c.target is not None else np.zeros(n, np.int64)
-    fields: list[dict] = [{"name": "rule", "kind": "cat", "values": c.label, "names": list(RULES)}]
-    if c.target is not None:
-        fields.append({"name": "target", "kind": "int", "values": c.target})
-    if c.prediction is not None:
-        fields.append({"name": "prediction", "kind": "int", "values": c.prediction})
-    if c.correct is not None:
-        fields.append({"name": "correct", "kind": "bool", "values": c.correct})
-    problems = None
-    if p is not None:
-        if c.prediction is None:
-            raise InputError(f"{name}: drawing the problems needs the codes' `prediction`")
-        f = p.y.shape[1]
-        rows = p.x[index]  # [N, T, M] one-hot; the panels' values are the tokens' indices
-        ctx = rows[:, : 8 * f, :].argmax(axis=2).reshape(n, 8, f)
-        vals = np.concatenate([ctx, p.y[index][:, None, :]], axis=1).astype(np.int64)
-        slot = c.slot if c.slot is not None else np.full(n, query % f, np.int64)
-        problems = {"values": vals, "slot": slot, "prediction": c.prediction, "marked": keys, "query": query}
-    return {
-        "name": name,
-        "reproduce": _reproduce(p, len(p) if p is not None else n),
-        "codes": c.codes,
-        "index": np.asarray(index, np.int64),
-        "colors": [c.label, target],
-        "fields": fields,
-        "problems": problems,
-    }
-
-
-def _logic_set(name: str, c: LogicCodeSet) -> dict:
-    first = c.term_ids[:, 0].astype(np.int64)
-    terms = [", ".join(f"t{int(t)}" for t in row) for row in c.term_ids]
-    return {
-        "name": name,
-        "reproduce": "",
-        "codes": c.codes,
-        "index": c.problem if c.problem is not None else np.arange(len(c.codes), dtype=np.int64),
-        "colors": [first],
-        "fields": [
-            {"name": "terms", "kind": "text", "values": terms},
-            {"name": "target", "kind": "float", "values": c.target.astype(np.float64)},
-            {"name": "prediction", "kind": "float", "values": c.prediction.astype(np.float64)},
-        ],
-        "problems": None,
-    }
+        return [(str(k), v) for k, v in x.items()]
+    return [(None, x)]
 
 
 def scatter(
@@ -163,7 +92,7 @@ def scatter(
     seed: int = 0,
 ) -> Figure:
     """The latent-space explorer of one or more code sets (e.g. ``{"ID": id_codes, "OOD": ood}``;
-    the last is shown first and, for PCA, fixes the axes).
+    the last is shown first and, for PCA, fixes the axes). A set given alone is named ``OOD``.
 
     Args:
         codes: a :class:`CodeSet` (SRAVEN) or :class:`LogicCodeSet`, or a mapping name -> set.
@@ -175,52 +104,35 @@ def scatter(
             t-SNE, ``hl.analysis.tsne(codes.features(layer), perplexity=min(30, (N - 1) // 3),
             theta=0, seed=seed)``, run per set and layer on the float64 ``[N, H * Q * K]``
             features (deterministic; about N^2 work per iteration, so seconds for 2,048 codes).
+        title: the title (by default ``latent codes (query Q3, keys P6s3 and P7s3)`` for the
+            codes' site, ``latent codes`` for logic codes).
         seed: the t-SNE seed.
+
+    The figure is built by ``hyperlens_report::code_explorer`` (``sraven_explorer``,
+    ``logic_explorer``), the builder of the report's ``figures/<name>_explorer.svg``: the site's
+    query and keys, the token labels, the colourings, the hover fields, the problems and the
+    projection are the library's. Logic codes are coloured by their first (and second) term,
+    named in binary as in the report. Raises ``InputError`` (a bad colour, projection or layer,
+    problems for unknown sets, a site of several queries) and ``ShapeError`` (sets whose code axes
+    differ).
     """
     if method is not None:
         projection = method
-    sets = _as_sets(codes)
+    sets = _named(codes)
     if not sets:
         raise InputError("no code set given")
-    probs = {} if problems is None else _as_sets(problems)
-    unknown = set(probs) - set(sets)
-    if unknown:
-        raise InputError(f"problems for unknown sets {sorted(unknown)} (code sets: {list(sets)})")
-    first = next(iter(sets.values()))
-    L = first.codes.shape[1]
+    first = sets[0][1]
     layer = as_opt_int(layer, "layer")
-    if layer is not None and layer >= L:
-        raise InputError(f"`layer` {layer} is not below the codes' {L} layers")
-    layers = first.layers if getattr(first, "layers", None) and len(first.layers) == L else list(range(L))
+    layers = getattr(first, "layers", None) or None
     if isinstance(first, LogicCodeSet):
-        if color not in ("term",):
-            raise InputError(f"color {color!r}: logic codes are coloured by \"term\"")
-        n_terms = int(max(int(s.term_ids.max()) for s in sets.values())) + 1
-        colorings = [("first term", [f"t{k}" for k in range(n_terms)])]
-        payload = [_logic_set(k, v) for k, v in sets.items()]
-        q, keys = _site(first.site, 1, 1) if first.site not in (None, "paper") else (0, [0])
-        key_names = [f"k{k}" for k in keys] if first.codes.shape[4] == len(keys) else [f"k{k}" for k in range(first.codes.shape[4])]
-        title = title or "latent codes"
+        d = _core.viz.logic_explorer(
+            sets, layers=layers, color=color, projection=projection, title=title, layer=layer, seed=as_seed(seed)
+        )
     else:
-        if color not in ("rule", "target", "answer value"):
-            raise InputError(f"color {color!r}: SRAVEN codes are coloured by \"rule\" or \"target\"")
-        p0 = next(iter(probs.values()), None)
-        n_tokens = p0.x.shape[1] if p0 is not None else 36
-        values = p0.x.shape[2] if p0 is not None else 8
-        features = p0.y.shape[1] if p0 is not None else 4
-        q, keys = _site(first.site, n_tokens, features)
-        tok = token_labels(n_tokens, features)
-        key_names = [tok[k] for k in keys]
-        payload = [_sraven_set(k, v, probs.get(k), q, keys) for k, v in sets.items()]
-        colorings = [("rule", list(RULES)), ("answer value", [str(v) for v in range(values)])]
-        if color != "rule":
-            colorings.reverse()
-            for s in payload:
-                s["colors"].reverse()
-        title = title or f"latent codes (query {tok[q]}, keys {' and '.join(key_names)})"
-    d = _core.viz.explorer(
-        title, payload, colorings, [str(l) for l in layers], key_names, projection=projection, layer=layer, seed=as_seed(seed)
-    )
+        d = _core.viz.sraven_explorer(
+            sets, [] if problems is None else _named(problems), site=first.site, layers=layers, color=color,
+            projection=projection, title=title, layer=layer, seed=as_seed(seed),
+        )
     return Figure("explorer", d["svg"], d["html"], d["png"])
 
 
@@ -228,21 +140,18 @@ def attention(model: Any, problems: ProblemSet | Any, layer: int | None = None, 
     """The attention of every head of every layer on problem ``index`` of ``problems`` (a
     :class:`ProblemSet`, or one-hot tokens ``[N, T, M]``), with a layer and a head selector and
     the value under the pointer (as CircuitsVis's ``attention_patterns``). ``layer`` is the layer
-    shown first (the last by default)."""
+    shown first (the last by default). Built by ``hyperlens_report::code_explorer::attention_explorer``,
+    as the report's ``figures/<name>_attention.svg``."""
     x = problems.x if hasattr(problems, "x") else as_f32(problems, "problems", 3)
     index = as_int(index, "index")
     if x.ndim != 3 or not index < x.shape[0]:
         raise InputError(f"problem {index} of tokens of shape {x.shape}: need [N, T, M] with N > {index}")
-    _, cache = model.run_with_cache(x[index : index + 1], names_filter="blocks.*.attn.hook_pattern")
-    n_layers = model.cfg.n_layers
     layer = as_opt_int(layer, "layer")
-    if layer is not None and layer >= n_layers:
-        raise InputError(f"`layer` {layer} is not below the model's {n_layers} layers")
-    pattern = np.stack([np.asarray(cache["pattern", l])[0] for l in range(n_layers)]).astype(np.float64)
-    tok = token_labels(x.shape[1], model.cfg.n_outputs)
-    mixer = getattr(model.cfg, "mixer", None)
-    title = title or f"attention on problem {index}" + (f" ({mixer} mixer)" if mixer else "")
-    d = _core.viz.patterns(title, pattern, tok, [f"layer {l}" for l in range(n_layers)], None, layer)
+    _, cache = model.run_with_cache(x[index : index + 1], names_filter="blocks.*.attn.hook_pattern")
+    pattern = np.stack([np.asarray(cache["pattern", l])[0] for l in range(model.cfg.n_layers)]).astype(np.float64)
+    d = _core.viz.attention(
+        pattern, model.cfg.n_outputs, index, mixer=getattr(model.cfg, "mixer", None), title=title, layer=layer
+    )
     return Figure("attention", d["svg"], d["html"], d["png"])
 
 
@@ -316,41 +225,28 @@ def heatmap(
     from .circuits import CircuitReport
     from .patching import HeadAblation
 
-    masked = None
     if isinstance(values, CircuitReport):
         p99 = values.summary.get("composition", {}).get("baseline_p99", {})
-        panels = []
-        for k in ("q", "k", "v"):
-            t = f"{k.upper()}-composition scores"
-            if k in p99:
-                t += f" (random baseline p99 = {p99[k]:.3f})"
-            panels.append({"name": k, "kind": "composition", "values": np.ascontiguousarray(values.composition[k], np.float64), "title": title or t})
-        rows = cols = None
-        masked = "not computed (the reading head is not in a later layer)"
-    elif isinstance(values, HeadAblation):
-        panels = []
-        for name, delta, unit in [
-            ("accuracy change", values.delta_accuracy, "accuracy"),
-            ("loss change", values.loss - values.base["loss"], "loss (nats)"),
-        ]:
-            span = max(0.01 if unit == "accuracy" else 1e-3, float(np.abs(delta).max()))
-            panels.append({
-                "name": name, "kind": "head_scores", "values": np.ascontiguousarray(delta, np.float64),
-                "title": title or f"change in {unit} with each head {values.ablation}-ablated",
-                "value_name": name, "cmap": "blue-white-red", "range": (-span, span),
-            })
-        rows = cols = None
-    else:
-        panels, rows, cols = _matrix_panels(values, row_labels, col_labels)
-        m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
-        for p in panels:
-            p.update({"title": title or "", "value_name": value_name, "x_label": x_label, "y_label": y_label})
-            if cmap is not None:
-                p["cmap"] = cmap
-            if range is not None:
-                p["range"] = (float(range[0]), float(range[1]))
-            if m is not None:
-                p["mask"] = m
+        scores = [(k, np.ascontiguousarray(values.composition[k], np.float64), p99.get(k)) for k in ("q", "k", "v")]
+        d = _core.viz.composition_heatmap(scores, title=title, panel=panel)
+        return Figure("heatmap", d["svg"], d["html"], d["png"])
+    if isinstance(values, HeadAblation):
+        d = _core.viz.head_ablation_heatmap(
+            str(values.ablation), np.ascontiguousarray(values.delta_accuracy, np.float64),
+            np.ascontiguousarray(values.loss, np.float64), float(values.base["loss"]), title=title, panel=panel,
+        )
+        return Figure("heatmap", d["svg"], d["html"], d["png"])
+    masked = None
+    panels, rows, cols = _matrix_panels(values, row_labels, col_labels)
+    m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
+    for p in panels:
+        p.update({"title": title or "", "value_name": value_name, "x_label": x_label, "y_label": y_label})
+        if cmap is not None:
+            p["cmap"] = cmap
+        if range is not None:
+            p["range"] = (float(range[0]), float(range[1]))
+        if m is not None:
+            p["mask"] = m
     names = [p["name"] for p in panels]
     if panel is not None and panel not in names:
         raise InputError(f"panel {panel!r}: the panels are {names}")

@@ -122,6 +122,65 @@ def test_attention_is_the_models_pattern(model, tmp_path):
         hl.viz.attention(model, ood, layer=9)
 
 
+def test_attention_of_the_reports_pattern_is_the_reports_figure():
+    """The attention builder is the report's: the report's own sample pattern drawn from Python
+    with the report's title is ``figures/<name>_attention.svg``, byte for byte."""
+    from hyperlens import _core
+
+    pattern = np.load(REPORT / "codes" / f"{NAME}_attention.npz")["pattern"].astype(np.float64)
+    mixer = hl.load(ROOT / "data" / "checkpoints" / NAME).cfg.mixer
+    d = _core.viz.attention(pattern, 4, 0, title=f"{NAME}: attention on the first OOD problem ({mixer} mixer)")
+    assert d["svg"] == (REPORT / "figures" / f"{NAME}_attention.svg").read_text()
+    # The default title names the problem and the mixer.
+    assert _data(_core.viz.attention(pattern, 4, 2, mixer="hyla")["svg"])["title"] == "attention on problem 2 (hyla mixer)"
+
+
+def test_token_labels_and_default_title_come_from_the_library(sets):
+    assert hl.viz.token_labels(36, 4)[27] == "P6s3" and hl.viz.token_labels(36, 4)[35] == "Q3"
+    assert hl.viz.token_labels(10, 2) == ["P0s0", "P0s1", "P1s0", "P1s1", "P2s0", "P2s1", "P3s0", "P3s1", "Q0", "Q1"]
+    codes, problems = sets
+    d = _data(hl.viz.scatter(codes["OOD"], problems=problems["OOD"]).svg)
+    assert d["title"] == "latent codes (query Q3, keys P6s3 and P7s3)"
+    assert d["keys"] == ["P6s3", "P7s3"]
+    # A site of one query given explicitly: its tokens, and the problems' reproduction command.
+    c = codes["OOD"]
+    other = hl.CodeSet(c.codes, c.label, target=c.target, prediction=c.prediction, site="query:34;keys:26,30")
+    d = _data(hl.viz.scatter(other, problems=problems["OOD"]).svg)
+    assert d["title"] == "latent codes (query Q2, keys P6s2 and P7s2)"
+    assert d["sets"][0]["reproduce"] == (
+        "hyperlens tasks sample --split paper-seed0 --set ood --n 2048 --seed 0 --unpermuted --out problems.npz"
+    )
+    with pytest.raises(hl.InputError, match="one query"):
+        hl.viz.scatter(hl.CodeSet(c.codes, c.label, site="all-slots"))
+
+
+def test_logic_scatter_names_terms_as_the_report(tmp_path):
+    """Logic codes: per-layer PCA of the analysis crate, coloured by the first and second term with
+    the report's binary term names, hover text of the terms, keys as the report's explorer."""
+    rng = np.random.default_rng(0)
+    n, L, H = 40, 2, 3
+    ids = rng.integers(0, 4, size=(n, 2))
+    c = hl.LogicCodeSet(
+        rng.random((n, L, H, 1, 1), dtype=np.float32), np.zeros((n, 2, 2), np.int64), ids,
+        target=rng.random(n, dtype=np.float32), prediction=rng.random(n, dtype=np.float32),
+    )
+    fig = hl.viz.scatter(c, color="term", layer=0)
+    d = _data(fig.svg)
+    assert [x["name"] for x in d["colorings"]] == ["first term", "second term"]
+    assert d["colorings"][0]["classes"] == ["00", "01", "10", "11"]
+    assert d["keys"] == ["self"] and d["title"] == "latent codes" and d["start"] == 0
+    s = d["sets"][0]
+    assert s["name"] == "OOD"
+    assert np.array_equal(_decode(s["colors"][0]), ids[:, 0]) and np.array_equal(_decode(s["colors"][1]), ids[:, 1])
+    for layer in range(L):
+        want = hl.analysis.pca(c.features(layer), 2).projection
+        a = s["xy"][0][layer]
+        lo, hi = a["rx"]
+        np.testing.assert_allclose(lo + _decode(a["x"]) * (hi - lo) / 65535, want[:, 0], atol=(hi - lo) / 65535)
+    with pytest.raises(hl.InputError, match="color"):
+        hl.viz.scatter(c, color="rule")
+
+
 def test_notebook_fragment_works_in_a_browser(sets, tmp_path):
     """The fragment of ``_repr_html_`` in an HTML page, in Debian's chromium: hover and click."""
     from test_report_browser import ARGS, CHROMIUM, _playwright, _topmost_point

@@ -1,6 +1,6 @@
-//! The JSON sidecars of the command outputs that no library crate of their own writes (`hyperlens
-//! cache` and `hyperlens attention`), and the `source` object that every sidecar of an output
-//! computed over problems holds. One struct per file, shared by the writer and any reader.
+//! The JSON sidecars of the command outputs (`hyperlens cache`, `hyperlens attention`, the four
+//! `hyperlens patch` summaries, a language model's `codes.json`), and the `source` object that
+//! every sidecar of an output computed over problems holds. One struct per file, shared by the writer and any reader.
 //!
 //! The fields are declared in alphabetical order: the order in which hyperlens has always written
 //! them, so that the files stay byte for byte what they were.
@@ -214,4 +214,117 @@ pub struct LmCodesSidecar {
     pub sites: String,
     /// Where the tokenizer came from (a `tokenizer.json` path or the GGUF's metadata).
     pub tokenizer: String,
+}
+
+/// `head_ablation.json` (`hyperlens patch heads`): the run, the hook ablated, the problems and
+/// the whole report. `M` is the mixer's type and `R` the report's (the probe crate's `Mixer` and
+/// `AblationReport`; this crate sits below them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadAblationSidecar<M, R> {
+    /// The checkpoint directory, as given.
+    pub checkpoint: String,
+    /// The hook ablated (`blocks.{l}.attn.hook_z`).
+    pub hook: String,
+    /// The model's sequence mixer.
+    pub mixer: M,
+    /// `hyperlens <version> patch heads`.
+    pub producer: String,
+    /// The ablation's report.
+    pub report: R,
+    /// Where the problems came from.
+    pub source: ProblemsSource,
+}
+
+/// `activation_patching.json` (`hyperlens patch acts`): the run, the problems, the method and the
+/// mean logit differences; the scores are in `activation_patching.npz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActivationPatchingSidecar<M> {
+    /// What each array of `activation_patching.npz` holds, by its name.
+    pub arrays: BTreeMap<String, String>,
+    /// The checkpoint directory, as given.
+    pub checkpoint: String,
+    /// The mean logit difference on the clean problems.
+    pub clean_logit_diff: f64,
+    /// The mean logit difference on the corrupted problems.
+    pub corrupted_logit_diff: f64,
+    /// How the corrupted problems are made.
+    pub corruption: String,
+    /// The score restored by a patch.
+    pub metric: String,
+    /// The model's sequence mixer.
+    pub mixer: M,
+    /// Clean / corrupted pairs.
+    pub n_pairs: usize,
+    /// `hyperlens <version> patch acts`.
+    pub producer: String,
+    /// The answer slot.
+    pub slot: usize,
+    /// Where the problems came from.
+    pub source: ProblemsSource,
+}
+
+/// `dla.json` (`hyperlens patch dla`): the run, the problems, the method and every attribution
+/// (nats; means over problems and slots).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DlaSidecar<M> {
+    /// Each layer's attention biases' attribution.
+    pub attn_bias: Vec<f64>,
+    /// The same, centred.
+    pub attn_bias_centred: Vec<f64>,
+    /// The checkpoint directory, as given.
+    pub checkpoint: String,
+    /// The constant parts' attribution, then centred.
+    pub constant: [f64; 2],
+    /// The embedding's attribution, then centred.
+    pub embed: [f64; 2],
+    /// Each head's attribution. # Shapes: `[L][H]`.
+    pub heads: Vec<Vec<f64>>,
+    /// The same, centred. # Shapes: `[L][H]`.
+    pub heads_centred: Vec<Vec<f64>>,
+    /// The answer's logit.
+    pub logit: f64,
+    /// The answer's logit, centred.
+    pub logit_centred: f64,
+    /// The largest difference between the logit and the sum of the parts.
+    pub max_error: f64,
+    /// How the parts are attributed.
+    pub method: String,
+    /// The model's sequence mixer.
+    pub mixer: M,
+    /// Each layer's MLP's attribution.
+    pub mlp: Vec<f64>,
+    /// The same, centred.
+    pub mlp_centred: Vec<f64>,
+    /// Problems.
+    pub n: usize,
+    /// `hyperlens <version> patch dla`.
+    pub producer: String,
+    /// The answer slots attributed.
+    pub slots: Vec<usize>,
+    /// Where the problems came from.
+    pub source: ProblemsSource,
+    /// The unit of the attributions.
+    pub units: String,
+}
+
+/// `transplant.json` (`hyperlens patch transplant`): the run, the problems and the rows (`R`: the
+/// probe crate's `TransplantRow`s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransplantSidecar<M, R> {
+    /// The checkpoint directory, as given.
+    pub checkpoint: String,
+    /// The model's sequence mixer.
+    pub mixer: M,
+    /// Unpermuted problems per set.
+    pub n: usize,
+    /// `hyperlens <version> patch transplant`.
+    pub producer: String,
+    /// One row per layer and kind.
+    pub rows: R,
+    /// The seed of the problems and of the random codes.
+    pub seed: u64,
+    /// The answer slot whose site is transplanted.
+    pub slot: usize,
+    /// The split's name.
+    pub split: String,
 }

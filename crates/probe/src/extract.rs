@@ -11,8 +11,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::{CodeSite, Evaluator, Reads};
-use hyperlens_tasks::sraven::ProblemSet;
+use hyperlens_model::{CodeSite, Evaluator, Mixer, Reads};
+use hyperlens_tasks::sraven::{ProblemSet, SplitName};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ProbeError, Result};
@@ -75,14 +75,14 @@ pub fn checked_layers(layers: Option<&[usize]>, n_layers: usize) -> Result<Vec<u
 pub struct ProbeMeta {
     /// Checkpoint directory the model came from.
     pub checkpoint: String,
-    /// The model's mixer (CLI name).
-    pub mixer: String,
+    /// The model's mixer (written as its CLI name; `None` only before [`extract`] sets it).
+    pub mixer: Option<Mixer>,
     /// The normalisation that produced the codes (softmax, none, rms_head).
     pub normalisation: String,
     /// Where the problems came from: a file path or `generated`.
     pub problems: String,
-    /// Split name, if generated.
-    pub split: Option<String>,
+    /// The split, if generated (written as its name).
+    pub split: Option<SplitName>,
     /// `id` or `ood`, if generated.
     pub set: Option<String>,
     /// Problem seed, if generated.
@@ -412,7 +412,7 @@ fn complete_meta(
     meta.heads = h;
     meta.n_problems = n_problems;
     meta.n_rows = n_rows;
-    meta.mixer = cfg.mixer.to_string();
+    meta.mixer = Some(cfg.mixer);
     meta.normalisation = cfg.mixer.normalisation().name().to_string();
     meta.shapes = [
         (keys::CODES, vec![n_rows, layers.len(), h, 1, n_keys]),

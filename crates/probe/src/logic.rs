@@ -84,7 +84,7 @@ pub fn extract_logic_set<P: FnMut(usize) -> ControlFlow<()>>(
         )));
     }
     meta.problems = describe_inputs("generated", inputs, seed);
-    meta.split = Some(split.name().to_string());
+    meta.split = Some(split.name());
     meta.set = Some(name.into());
     meta.seed = Some(seed);
     let chunks = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).map(|c| {
@@ -354,7 +354,7 @@ fn complete_meta(
     meta.heads = cfg.n_heads;
     meta.n_problems = n;
     meta.n_rows = n;
-    meta.mixer = cfg.mixer.to_string();
+    meta.mixer = Some(cfg.mixer);
     meta.normalisation = cfg.mixer.normalisation().name().to_string();
     meta.shapes = shapes.into_iter().collect();
     meta.version = env!("CARGO_PKG_VERSION").to_string();

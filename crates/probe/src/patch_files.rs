@@ -8,9 +8,11 @@
 use std::path::Path;
 
 use hyperlens_io::keys::activation_patching as keys;
+use hyperlens_io::sidecars::{
+    ActivationPatchingSidecar, DlaSidecar, HeadAblationSidecar, ProblemsSource, TransplantSidecar,
+};
 use hyperlens_model::Mixer;
 use ndarray::{Array1, Array2};
-use serde_json::{json, Value};
 
 use crate::ablation::{ablation_table, AblationReport};
 use crate::error::{ProbeError, Result};
@@ -42,6 +44,23 @@ pub struct TransplantProblems<'a> {
     pub slot: usize,
 }
 
+/// Writes the sidecar `value` as JSON with every object's keys in alphabetical order, nested
+/// ones included (the layout these files have always had; the structs of
+/// `hyperlens_io::sidecars` define their fields and read them back).
+///
+/// # Errors
+/// [`ProbeError::File`] naming a file that could not be written or a value that is not JSON.
+fn write_sorted<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    let sorted = serde_json::to_value(value).map_err(|source| {
+        ProbeError::File(hyperlens_io::IoError::Json {
+            path: path.to_path_buf(),
+            source,
+        })
+    })?;
+    hyperlens_io::write_json(path, &sorted)?;
+    Ok(())
+}
+
 /// Writes `head_ablation.csv` ([`ablation_table`]) and `head_ablation.json` (the run, the hook,
 /// `source` and the whole report) into the directory `out`.
 ///
@@ -50,22 +69,22 @@ pub struct TransplantProblems<'a> {
 pub fn write_head_ablation(
     out: &Path,
     run: &PatchRun<'_>,
-    source: &Value,
+    source: &ProblemsSource,
     report: &AblationReport,
 ) -> Result<()> {
     hyperlens_io::write_atomic(
         &out.join("head_ablation.csv"),
         ablation_table(report)?.to_csv().as_bytes(),
     )?;
-    let summary = json!({
-        "producer": run.producer,
-        "checkpoint": run.checkpoint.display().to_string(),
-        "mixer": run.mixer.to_string(),
-        "hook": "blocks.{l}.attn.hook_z",
-        "source": source,
-        "report": report,
-    });
-    hyperlens_io::write_json(&out.join("head_ablation.json"), &summary)?;
+    let summary = HeadAblationSidecar {
+        checkpoint: run.checkpoint.display().to_string(),
+        hook: "blocks.{l}.attn.hook_z".into(),
+        mixer: run.mixer,
+        producer: run.producer.into(),
+        report,
+        source: source.clone(),
+    };
+    write_sorted(&out.join("head_ablation.json"), &summary)?;
     Ok(())
 }
 
@@ -83,7 +102,7 @@ pub fn write_head_ablation(
 pub fn write_activation_patching(
     out: &Path,
     run: &PatchRun<'_>,
-    source: &Value,
+    source: &ProblemsSource,
     pairs: &PatchPairs,
     report: &PatchingReport,
 ) -> Result<()> {
@@ -92,29 +111,32 @@ pub fn write_activation_patching(
         patching_table(report)?.to_csv().as_bytes(),
     )?;
     write_patching_arrays(&out.join("activation_patching.npz"), pairs, report)?;
-    hyperlens_io::write_json(
+    write_sorted(
         &out.join("activation_patching.json"),
-        &json!({
-            "producer": run.producer,
-            "checkpoint": run.checkpoint.display().to_string(),
-            "mixer": run.mixer.to_string(),
-            "source": source,
-            "corruption": "feature swap: the slot's tokens in the eight context panels from another problem whose answer at the slot differs",
-            "metric": "(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted), LD = logit[clean answer] - logit[corrupted answer] at the slot, means over the pairs",
-            "slot": report.slot,
-            "n_pairs": report.n,
-            "clean_logit_diff": report.clean_logit_diff,
-            "corrupted_logit_diff": report.corrupted_logit_diff,
-            "arrays": {
-                keys::RESID_PRE: "[L, T] blocks.{l}.hook_resid_pre patched at one position",
-                keys::ATTN_OUT: "[L, T] blocks.{l}.hook_attn_out patched at one position",
-                keys::MLP_OUT: "[L, T] blocks.{l}.hook_mlp_out patched at one position (models with MLPs)",
-                keys::HEAD_OUT: "[L, H] blocks.{l}.attn.hook_z of one head patched at every position",
-                keys::SOURCE: "[N, 2] (clean, donor) problem indices",
-                keys::CLEAN_ANSWER: "[N] the clean answer value at the slot",
-                keys::CORRUPTED_ANSWER: "[N] the corrupted answer value at the slot",
-            },
-        }),
+        &ActivationPatchingSidecar {
+            arrays: [
+                (keys::RESID_PRE, "[L, T] blocks.{l}.hook_resid_pre patched at one position"),
+                (keys::ATTN_OUT, "[L, T] blocks.{l}.hook_attn_out patched at one position"),
+                (keys::MLP_OUT, "[L, T] blocks.{l}.hook_mlp_out patched at one position (models with MLPs)"),
+                (keys::HEAD_OUT, "[L, H] blocks.{l}.attn.hook_z of one head patched at every position"),
+                (keys::SOURCE, "[N, 2] (clean, donor) problem indices"),
+                (keys::CLEAN_ANSWER, "[N] the clean answer value at the slot"),
+                (keys::CORRUPTED_ANSWER, "[N] the corrupted answer value at the slot"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            checkpoint: run.checkpoint.display().to_string(),
+            clean_logit_diff: report.clean_logit_diff,
+            corrupted_logit_diff: report.corrupted_logit_diff,
+            corruption: "feature swap: the slot's tokens in the eight context panels from another problem whose answer at the slot differs".into(),
+            metric: "(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted), LD = logit[clean answer] - logit[corrupted answer] at the slot, means over the pairs".into(),
+            mixer: run.mixer,
+            n_pairs: report.n,
+            producer: run.producer.into(),
+            slot: report.slot,
+            source: source.clone(),
+        },
     )?;
     Ok(())
 }
@@ -155,33 +177,38 @@ fn write_patching_arrays(path: &Path, pairs: &PatchPairs, report: &PatchingRepor
 ///
 /// # Errors
 /// [`ProbeError::File`] naming a file that could not be written.
-pub fn write_dla(out: &Path, run: &PatchRun<'_>, source: &Value, report: &DlaReport) -> Result<()> {
+pub fn write_dla(
+    out: &Path,
+    run: &PatchRun<'_>,
+    source: &ProblemsSource,
+    report: &DlaReport,
+) -> Result<()> {
     let r = report;
     hyperlens_io::write_atomic(&out.join("dla.csv"), dla_table(r)?.to_csv().as_bytes())?;
     let grid = |m: &Array2<f64>| -> Vec<Vec<f64>> { m.outer_iter().map(|r| r.to_vec()).collect() };
-    hyperlens_io::write_json(
+    write_sorted(
         &out.join("dla.json"),
-        &json!({
-            "producer": run.producer,
-            "checkpoint": run.checkpoint.display().to_string(),
-            "mixer": run.mixer.to_string(),
-            "source": source,
-            "slots": r.slots,
-            "n": r.n,
-            "units": "nats (logits), means over problems and slots",
-            "method": "each part of the final residual stream centred, divided by the final LayerNorm's scale of the whole stream (frozen), times its weight, projected on W_U[:, answer] (TransformerLens apply_ln_to_stack)",
-            "logit": r.logit,
-            "logit_centred": r.logit_centred,
-            "embed": [r.embed, r.embed_centred],
-            "constant": [r.constant, r.constant_centred],
-            "heads": grid(&r.heads),
-            "heads_centred": grid(&r.heads_centred),
-            "mlp": r.mlp,
-            "mlp_centred": r.mlp_centred,
-            "attn_bias": r.attn_bias,
-            "attn_bias_centred": r.attn_bias_centred,
-            "max_error": r.max_error,
-        }),
+        &DlaSidecar {
+            attn_bias: r.attn_bias.clone(),
+            attn_bias_centred: r.attn_bias_centred.clone(),
+            checkpoint: run.checkpoint.display().to_string(),
+            constant: [r.constant, r.constant_centred],
+            embed: [r.embed, r.embed_centred],
+            heads: grid(&r.heads),
+            heads_centred: grid(&r.heads_centred),
+            logit: r.logit,
+            logit_centred: r.logit_centred,
+            max_error: r.max_error,
+            method: "each part of the final residual stream centred, divided by the final LayerNorm's scale of the whole stream (frozen), times its weight, projected on W_U[:, answer] (TransformerLens apply_ln_to_stack)".into(),
+            mixer: run.mixer,
+            mlp: r.mlp.clone(),
+            mlp_centred: r.mlp_centred.clone(),
+            n: r.n,
+            producer: run.producer.into(),
+            slots: r.slots.clone(),
+            source: source.clone(),
+            units: "nats (logits), means over problems and slots".into(),
+        },
     )?;
     Ok(())
 }
@@ -201,18 +228,18 @@ pub fn write_transplant(
         &out.join("transplant.csv"),
         transplant_table(rows)?.to_csv().as_bytes(),
     )?;
-    hyperlens_io::write_json(
+    write_sorted(
         &out.join("transplant.json"),
-        &json!({
-            "producer": run.producer,
-            "checkpoint": run.checkpoint.display().to_string(),
-            "mixer": run.mixer.to_string(),
-            "split": problems.split,
-            "n": problems.n,
-            "seed": problems.seed,
-            "slot": problems.slot,
-            "rows": rows,
-        }),
+        &TransplantSidecar {
+            checkpoint: run.checkpoint.display().to_string(),
+            mixer: run.mixer,
+            n: problems.n,
+            producer: run.producer.into(),
+            rows,
+            seed: problems.seed,
+            slot: problems.slot,
+            split: problems.split.into(),
+        },
     )?;
     Ok(())
 }

@@ -123,7 +123,7 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
     let meta: ProbeMeta =
         serde_json::from_slice(&std::fs::read(out.with_extension("json")).expect("sidecar"))
             .expect("json");
-    assert_eq!(meta.mixer, "hyla");
+    assert_eq!(meta.mixer, Some(Mixer::Hyla));
     assert_eq!(meta.normalisation, "rms_head");
     assert_eq!(meta.selections[0].query, 35);
     assert_eq!(meta.shapes["codes"], vec![n, 4, 16, 1, 2]);
@@ -546,8 +546,9 @@ fn activation_patching_files_use_the_shared_array_names() {
         checkpoint: tmp.path(),
         mixer: cfg.mixer,
     };
-    let source = serde_json::json!({"problems": "generated"});
-    write_activation_patching(tmp.path(), &run, &source, &pairs, &r).unwrap();
+    let problems =
+        hyperlens_io::sidecars::ProblemsSource::sampled("paper-seed0", "ood", 6, 1, Some(true));
+    write_activation_patching(tmp.path(), &run, &problems, &pairs, &r).unwrap();
     let mut z =
         NpzReader::new(File::open(tmp.path().join("activation_patching.npz")).unwrap()).unwrap();
     let names: Vec<String> = z
@@ -573,13 +574,22 @@ fn activation_patching_files_use_the_shared_array_names() {
     let source: Array2<i64> = z.by_name(keys::SOURCE).unwrap();
     assert_eq!(source.dim(), (pairs.len(), 2));
     assert_eq!(source[[0, 1]], pairs.source[0].1 as i64);
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(tmp.path().join("activation_patching.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(meta["n_pairs"], pairs.len());
-    assert_eq!(meta["producer"], "test");
-    assert!(meta["arrays"][keys::CORRUPTED_ANSWER].is_string());
+    let text = std::fs::read_to_string(tmp.path().join("activation_patching.json")).unwrap();
+    let meta: hyperlens_io::sidecars::ActivationPatchingSidecar<Mixer> =
+        serde_json::from_str(&text).unwrap();
+    assert_eq!(meta.n_pairs, pairs.len());
+    assert_eq!(meta.producer, "test");
+    assert_eq!(meta.mixer, cfg.mixer);
+    assert_eq!(meta.source, problems);
+    assert_eq!(meta.clean_logit_diff, r.clean_logit_diff);
+    assert!(meta.arrays[keys::CORRUPTED_ANSWER].starts_with("[N]"));
+    // The typed file is the layout hyperlens has always written: keys in alphabetical order.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let names: Vec<&String> = v.as_object().unwrap().keys().collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert_eq!(text, serde_json::to_string_pretty(&v).unwrap() + "\n");
     let csv = std::fs::read_to_string(tmp.path().join("activation_patching.csv")).unwrap();
     assert_eq!(csv, hyperlens_probe::patching_table(&r).unwrap().to_csv());
 }

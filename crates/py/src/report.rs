@@ -22,6 +22,9 @@ impl Classify for ReportError {
             ReportError::Model(e) => e.kind(),
             ReportError::Tasks(e) => e.kind(),
             ReportError::Checkpoint { source, .. } => source.kind(),
+            ReportError::Probe(e) => e.kind(),
+            ReportError::Analysis(e) => e.kind(),
+            ReportError::Viz(e) => e.kind(),
             _ => Kind::Other,
         }
     }

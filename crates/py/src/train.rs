@@ -248,18 +248,28 @@ fn train_runs(
         .zip(texts)
         .map(|(r, text)| match r {
             Ok(outcome) => {
-                let json = serde_json::json!({
-                    "step": outcome.step,
-                    "completed": outcome.completed,
-                    "last_eval": outcome.last_eval,
-                    "record": outcome.record,
+                let json = serde_json::to_string(&OutcomeJson {
+                    completed: outcome.completed,
+                    last_eval: &outcome.last_eval,
+                    record: &outcome.record,
+                    step: outcome.step,
                 })
-                .to_string();
+                .map_err(|e| raise(Kind::Other, format!("the run's outcome: {e}")))?;
                 Ok((Some(json), None, text.summary(&outcome)))
             }
             Err(e) => Ok((None, Some(crate::errors::one_line(&e)), Vec::new())),
         })
         .collect()
+}
+
+/// A run's outcome as `train_runs` hands it to Python (the fields of `TrainResult`): the
+/// train crate's `TrainOutcome` with its evaluation and record as their serde forms.
+#[derive(serde::Serialize)]
+struct OutcomeJson<'a> {
+    completed: bool,
+    last_eval: &'a Option<hyperlens_train::Evaluation>,
+    record: &'a Option<hyperlens_train::TrainRecord>,
+    step: u64,
 }
 
 /// Registers the submodule's functions.

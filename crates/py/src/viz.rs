@@ -1,25 +1,27 @@
 //! `hyperlens.viz`: the interactive figures of `hyperlens-viz` (issue 36) for notebooks: the
 //! latent-space explorer of code sets, the attention patterns with a head selector, and heatmaps
-//! with hover values (composition scores, head ablation, any matrix). The same
-//! SVG element as the report's `figures/<name>_explorer.svg`, `_attention.svg`; its HTML fragment
-//! is what `_repr_html_` shows. The projections are the analysis crate's PCA (fit on the last set,
-//! every set projected on its axes, as the report does) or t-SNE (per set); the PNG is the viz
-//! crate's static figure of the same data.
+//! with hover values (composition scores, head ablation, any matrix). The explorer and the
+//! attention figure are built by `hyperlens_report::code_explorer`, the builders of the report's
+//! `figures/<name>_explorer.svg` and `_attention.svg` (site, token labels, title, colourings,
+//! projections: every decision is the library's); this module converts the Python sets to
+//! borrowed views and the figure to `{"svg", "html", "png"}`.
 
-use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
 use hyperlens_analysis::lm::LmProjection;
-use hyperlens_analysis::pca::PcaParams;
+use hyperlens_probe::Site;
+use hyperlens_report::code_explorer::{
+    attention_explorer, attention_png, attention_title, composition_panels, head_ablation_panels,
+    heatmap_explorer, Explorer, LogicCodes, LogicExplorerSpec, ProblemOrigin, Projection,
+    SravenCodes, SravenExplorerSpec, SravenProblemRows, DEFAULT_SET, NOT_COMPUTED,
+};
 use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
 use hyperlens_viz::{
-    render_png, CodeExplorer, ColorMap, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
-    HeatmapExplorer, HeatmapOptions, InteractiveFigure, PatternExplorer, PcaScatter, ScatterPanel,
-    SravenProblems, VizError,
+    render_png, ColorMap, Heatmap, HeatmapExplorer, HeatmapOptions, InteractiveFigure, VizError,
 };
-use ndarray::{s, Array1, Array2, Array3, Array4, Ix1, Ix2, Ix3, Ix4, Ix5};
+use ndarray::{Ix1, Ix2, Ix3, Ix4, Ix5};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::arrays::{shape_error, InDyn};
+use crate::arrays::{shape_error, In, InDyn};
 use crate::errors::{detached, raise, to_py, Classify, Kind};
 
 impl Classify for VizError {
@@ -47,7 +49,26 @@ fn need<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Bound<'py, PyAny>> 
     item(d, name)?.ok_or_else(|| raise(Kind::Input, format!("missing `{name}`")))
 }
 
-/// A numpy array argument of `D` dimensions, copied (the figures' data are small).
+/// A numpy array argument of `D` dimensions, read in place where its layout allows.
+fn view<'py, T, D>(arg: &str, v: &Bound<'py, PyAny>) -> PyResult<In<'py, T, D>>
+where
+    T: numpy::Element,
+    D: ndarray::Dimension,
+{
+    v.extract().map_err(|_| {
+        raise(
+            Kind::Input,
+            format!(
+                "`{arg}` must be a numpy array of {} with {} axes",
+                std::any::type_name::<T>(),
+                D::NDIM.unwrap_or(0)
+            ),
+        )
+    })
+}
+
+/// A numpy array argument of `D` dimensions, copied (for the figures that own their data: a
+/// matrix heatmap, the language model's projections).
 fn array<T, D>(arg: &str, v: &Bound<'_, PyAny>) -> PyResult<ndarray::Array<T, D>>
 where
     T: numpy::Element + Clone,
@@ -73,356 +94,277 @@ where
     })
 }
 
-/// One field of the hover box, owned.
-enum FieldData {
-    Int(Vec<i64>),
-    Cat(Vec<usize>, Vec<String>),
-    Bool(Vec<bool>),
-    Float(Vec<f64>),
-    Text(Vec<String>),
-}
-
-/// Problems to draw on click, owned.
-struct Problems {
-    values: Array3<i64>,
-    slot: Vec<i64>,
-    prediction: Vec<i64>,
-    marked: Vec<usize>,
-    query: usize,
-}
-
-/// One set of the explorer as given from Python, owned.
-struct SetIn {
-    name: String,
-    reproduce: String,
-    /// `[N, L, H, Q, K]`.
-    codes: ndarray::Array5<f32>,
-    index: Vec<i64>,
-    colors: Vec<Vec<usize>>,
-    fields: Vec<(String, FieldData)>,
-    problems: Option<Problems>,
-}
-
-fn classes(arg: &str, v: Array1<i64>) -> PyResult<Vec<usize>> {
-    v.iter()
-        .map(|&x| {
-            usize::try_from(x)
-                .map_err(|_| raise(Kind::Input, format!("`{arg}`: negative class {x}")))
-        })
-        .collect()
-}
-
-fn set_in(d: &Bound<'_, PyDict>) -> PyResult<SetIn> {
-    let name: String = need(d, "name")?.extract()?;
-    let codes = array::<f32, Ix5>("codes", &need(d, "codes")?)?;
-    let n = codes.dim().0;
-    let index = match item(d, "index")? {
-        Some(v) => array::<i64, Ix1>("index", &v)?.to_vec(),
-        None => (0..n as i64).collect(),
-    };
-    let mut colors = Vec::new();
-    for (k, v) in need(d, "colors")?.try_iter()?.enumerate() {
-        colors.push(classes(
-            &format!("colors[{k}]"),
-            array::<i64, Ix1>("colors", &v?)?,
-        )?);
+/// A numpy attribute `name` of the Python object `obj` (a `CodeSet`, a `ProblemSet`), borrowed
+/// where its layout allows; `None` when the attribute is None.
+fn attr<'py, T: numpy::Element, D: ndarray::Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Option<In<'py, T, D>>> {
+    let v = obj.getattr(name)?;
+    if v.is_none() {
+        return Ok(None);
     }
-    let mut fields = Vec::new();
-    for f in need(d, "fields")?.try_iter()? {
-        let f = f?;
-        let f = f.cast::<PyDict>()?;
-        let fname: String = need(f, "name")?.extract()?;
-        let kind: String = need(f, "kind")?.extract()?;
-        let v = need(f, "values")?;
-        let data = match kind.as_str() {
-            "int" => FieldData::Int(array::<i64, Ix1>(&fname, &v)?.to_vec()),
-            "cat" => FieldData::Cat(
-                classes(&fname, array::<i64, Ix1>(&fname, &v)?)?,
-                need(f, "names")?.extract()?,
+    v.extract().map(Some).map_err(|_| {
+        raise(
+            Kind::Input,
+            format!(
+                "`{name}` must be a numpy array of {} with {} axes",
+                std::any::type_name::<T>(),
+                D::NDIM.unwrap_or(0)
             ),
-            "bool" => FieldData::Bool(array::<bool, Ix1>(&fname, &v)?.to_vec()),
-            "float" => FieldData::Float(array::<f64, Ix1>(&fname, &v)?.to_vec()),
-            "text" => FieldData::Text(v.extract()?),
-            other => {
-                return Err(raise(
-                    Kind::Input,
-                    format!(
-                        "field `{fname}`: unknown kind `{other}` (int, cat, bool, float, text)"
-                    ),
-                ))
-            }
-        };
-        fields.push((fname, data));
-    }
-    let problems = match item(d, "problems")? {
-        None => None,
-        Some(p) => {
-            let p = p.cast::<PyDict>()?;
-            Some(Problems {
-                values: array::<i64, Ix3>("problems.values", &need(p, "values")?)?,
-                slot: array::<i64, Ix1>("problems.slot", &need(p, "slot")?)?.to_vec(),
-                prediction: array::<i64, Ix1>("problems.prediction", &need(p, "prediction")?)?
-                    .to_vec(),
-                marked: need(p, "marked")?.extract()?,
-                query: need(p, "query")?.extract()?,
-            })
-        }
-    };
-    Ok(SetIn {
-        name,
-        reproduce: item(d, "reproduce")?
-            .map(|v| v.extract())
-            .transpose()?
-            .unwrap_or_default(),
-        codes,
-        index,
-        colors,
-        fields,
-        problems,
+        )
     })
 }
 
-/// The projections of every set (`[P = 1, L, N, 2]` each) and the PCA's explained variance ratio of
-/// PC1 and PC2 per layer (zeros for t-SNE).
-type Projections = (Vec<Array4<f64>>, Vec<[f64; 2]>);
-
-/// The 2-D projections of every set: PCA fit on the last set's codes per layer (every set
-/// projected on its axes), or the exact t-SNE of each set per layer (`hl.analysis.tsne` with
-/// `theta=0`).
-fn project(sets: &[SetIn], tsne: bool, seed: u64) -> PyResult<Projections> {
-    let last = sets
-        .last()
-        .ok_or_else(|| raise(Kind::Input, "no code set given"))?;
-    let (_, l, h, q, k) = last.codes.dim();
-    let features = |s: &SetIn, layer: usize| -> PyResult<Array2<f64>> {
-        let (n, sl, sh, sq, sk) = s.codes.dim();
-        if (sl, sh, sq, sk) != (l, h, q, k) {
-            return Err(shape_error(
-                &format!("{}: codes", s.name),
-                &format!("[N, {l}, {h}, {q}, {k}] as the other set's"),
-                s.codes.shape(),
-            ));
-        }
-        let x = s.codes.slice(s![.., layer, .., .., ..]).mapv(f64::from);
-        x.into_shape_with_order((n, h * q * k))
-            .map_err(|e| raise(Kind::Shape, e.to_string()))
-    };
-    let mut out: Vec<Array4<f64>> = sets
-        .iter()
-        .map(|s| Array4::zeros((1, l, s.codes.dim().0, 2)))
-        .collect();
-    let mut explained = vec![[0.0, 0.0]; l];
-    for (layer, ratio) in explained.iter_mut().enumerate() {
-        if tsne {
-            for (s, o) in sets.iter().zip(out.iter_mut()) {
-                let x = features(s, layer)?;
-                // The report's deterministic setting (exact gradients, seeded).
-                let params = TsneParams::deterministic(seed, x.nrows());
-                let emb = tsne_fit(x.view(), &params).map_err(to_py)?;
-                o.slice_mut(s![0, layer, .., ..]).assign(&emb);
-            }
-        } else {
-            let fit = PcaParams::new(2)
-                .fit(features(last, layer)?.view())
-                .map_err(to_py)?;
-            let r = fit.explained_variance_ratio();
-            *ratio = [
-                r.get(0).copied().unwrap_or(0.0),
-                r.get(1).copied().unwrap_or(0.0),
-            ];
-            for (s, o) in sets.iter().zip(out.iter_mut()) {
-                let p = fit.transform(features(s, layer)?.view()).map_err(to_py)?;
-                o.slice_mut(s![0, layer, .., ..])
-                    .assign(&p.slice(s![.., 0..2]));
-            }
-        }
-    }
-    Ok((out, explained))
+/// [`attr`] of an attribute that must be there.
+fn attr_req<'py, T: numpy::Element, D: ndarray::Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<In<'py, T, D>> {
+    attr(obj, name)?.ok_or_else(|| raise(Kind::Input, format!("missing `{name}`")))
 }
 
-/// The latent-space explorer of code sets: `{"svg": document, "html": fragment, "png": bytes}`.
+/// A set's name, or the default set's when none is given (one set alone).
+fn set_name(name: Option<String>) -> String {
+    name.unwrap_or_else(|| DEFAULT_SET.to_string())
+}
+
+/// The Python `CodeSet`'s arrays (borrowed), by attribute.
+struct SravenIn<'py> {
+    name: String,
+    codes: In<'py, f32, Ix5>,
+    label: In<'py, i64, Ix1>,
+    target: Option<In<'py, i64, Ix1>>,
+    prediction: Option<In<'py, i64, Ix1>>,
+    correct: Option<In<'py, bool, Ix1>>,
+    slot: Option<In<'py, i64, Ix1>>,
+    problem: Option<In<'py, i64, Ix1>>,
+}
+
+impl<'py> SravenIn<'py> {
+    fn new(name: Option<String>, c: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            name: set_name(name),
+            codes: attr_req(c, "codes")?,
+            label: attr_req(c, "label")?,
+            target: attr(c, "target")?,
+            prediction: attr(c, "prediction")?,
+            correct: attr(c, "correct")?,
+            slot: attr(c, "slot")?,
+            problem: attr(c, "problem")?,
+        })
+    }
+
+    fn view(&self) -> SravenCodes<'_> {
+        SravenCodes {
+            name: self.name.clone(),
+            codes: self.codes.as_array(),
+            label: self.label.as_array(),
+            target: self.target.as_ref().map(|v| v.as_array()),
+            prediction: self.prediction.as_ref().map(|v| v.as_array()),
+            correct: self.correct.as_ref().map(|v| v.as_array()),
+            slot: self.slot.as_ref().map(|v| v.as_array()),
+            problem: self.problem.as_ref().map(|v| v.as_array()),
+        }
+    }
+}
+
+/// The Python `ProblemSet`'s arrays (borrowed) and its `meta` as a [`ProblemOrigin`].
+struct ProblemsIn<'py> {
+    name: String,
+    x: In<'py, f32, Ix3>,
+    y: In<'py, i64, Ix2>,
+    origin: ProblemOrigin,
+}
+
+impl<'py> ProblemsIn<'py> {
+    fn new(name: Option<String>, p: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let mut origin = ProblemOrigin::default();
+        if let Ok(meta) = p.getattr("meta") {
+            if let Ok(m) = meta.cast::<PyDict>() {
+                origin.split = item(m, "split")?.map(|v| v.extract()).transpose()?;
+                origin.set = item(m, "set")?.map(|v| v.extract()).transpose()?;
+                origin.seed = item(m, "seed")?.map(|v| v.extract()).transpose()?;
+                origin.unpermuted = item(m, "unpermuted")?.map_or(Ok(false), |v| v.is_truthy())?;
+                origin.subset = item(m, "subset")?.map_or(Ok(false), |v| v.is_truthy())?;
+            }
+        }
+        Ok(Self {
+            name: set_name(name),
+            x: attr_req(p, "x")?,
+            y: attr_req(p, "y")?,
+            origin,
+        })
+    }
+}
+
+/// The Python `LogicCodeSet`'s arrays (borrowed).
+struct LogicIn<'py> {
+    name: String,
+    codes: In<'py, f32, Ix5>,
+    term_ids: In<'py, i64, Ix2>,
+    target: Option<In<'py, f32, Ix1>>,
+    prediction: Option<In<'py, f32, Ix1>>,
+    problem: Option<In<'py, i64, Ix1>>,
+}
+
+/// A built explorer as the Python side receives it.
+fn explorer_out(e: &Explorer) -> PyResult<(String, String, Vec<u8>)> {
+    let fig = e.figure();
+    Ok((
+        fig.svg_document().map_err(to_py)?,
+        fig.html().map_err(to_py)?,
+        e.png().map_err(to_py)?,
+    ))
+}
+
+/// The latent-space explorer of SRAVEN code sets
+/// (`hyperlens_report::code_explorer::sraven_explorer`, the builder of the report's
+/// `figures/<name>_explorer.svg`): `{"svg", "html", "png"}`.
 ///
-/// `sets`: dicts with `name`, `codes` float32 `[N, L, H, Q, K]`, `colors` (one int64 `[N]` per
-/// colouring), `fields` (hover lines: dicts `name`, `kind` in int / cat / bool / float / text,
-/// `values`, `names` for cat), and optional `index` int64 `[N]`, `reproduce`, `problems` (dict:
-/// `values` int64 `[N, 9, F]`, `slot`, `prediction` int64 `[N]`, `marked` token list, `query`).
-/// `colorings`: (name, class names) pairs. The PNG is the static scatter of the last set at
-/// `layer`, coloured by the first colouring.
+/// `sets`: (name or None, `CodeSet`) pairs, the last shown first; `problems`: (name or None,
+/// `ProblemSet`) pairs; a None name is the default set's (`OOD`). `site` (CLI form) and `layers`
+/// are the codes'; `color`, `projection`, `title`, `layer`, `seed` as `hl.viz.scatter`.
 #[pyfunction]
-#[pyo3(signature = (title, sets, colorings, layer_names, key_names, projection="pca", layer=None, seed=0))]
+#[pyo3(signature = (sets, problems, site=None, layers=None, color="rule", projection="pca", title=None, layer=None, seed=0))]
 #[allow(clippy::too_many_arguments)]
-fn explorer<'py>(
+fn sraven_explorer<'py>(
     py: Python<'py>,
-    title: String,
-    sets: Vec<Bound<'py, PyDict>>,
-    colorings: Vec<(String, Vec<String>)>,
-    layer_names: Vec<String>,
-    key_names: Vec<String>,
+    sets: Vec<(Option<String>, Bound<'py, PyAny>)>,
+    problems: Vec<(Option<String>, Bound<'py, PyAny>)>,
+    site: Option<&str>,
+    layers: Option<Vec<usize>>,
+    color: &str,
     projection: &str,
+    title: Option<String>,
     layer: Option<usize>,
     seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let tsne = match projection {
-        "pca" => false,
-        "tsne" | "t-sne" => true,
-        other => {
-            return Err(raise(
-                Kind::Input,
-                format!("projection must be \"pca\" or \"tsne\", got {other:?}"),
-            ))
-        }
+    let spec = SravenExplorerSpec {
+        color: color.parse().map_err(to_py)?,
+        projection: Projection::parse(projection, seed).map_err(to_py)?,
+        site: site.map(str::parse::<Site>).transpose().map_err(to_py)?,
+        layers,
+        title,
+        start_layer: layer,
     };
-    let sets: Vec<SetIn> = sets.iter().map(set_in).collect::<PyResult<_>>()?;
+    let sets: Vec<SravenIn<'py>> = sets
+        .iter()
+        .map(|(n, c)| SravenIn::new(n.clone(), c))
+        .collect::<PyResult<_>>()?;
+    let problems: Vec<ProblemsIn<'py>> = problems
+        .iter()
+        .map(|(n, p)| ProblemsIn::new(n.clone(), p))
+        .collect::<PyResult<_>>()?;
+    let views: Vec<SravenCodes<'_>> = sets.iter().map(SravenIn::view).collect();
+    let rows: Vec<(String, SravenProblemRows<'_>)> = problems
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                SravenProblemRows {
+                    x: p.x.as_array(),
+                    y: p.y.as_array(),
+                    origin: p.origin.clone(),
+                },
+            )
+        })
+        .collect();
     let (svg, html, png) = detached(py, || {
-        let (points, explained) = project(&sets, tsne, seed)?;
-        let heads = sets.last().map_or(0, |s| s.codes.dim().2);
-        let codes: Vec<Array3<f32>> = sets
-            .iter()
-            .map(|s| {
-                let (n, l, h, q, k) = s.codes.dim();
-                s.codes
-                    .to_shape((n, l, h * q * k))
-                    .map(|v| v.to_owned())
-                    .map_err(|e| raise(Kind::Shape, e.to_string()))
-            })
-            .collect::<PyResult<_>>()?;
-        let axes: [String; 2] = if tsne {
-            ["t-SNE 1".into(), "t-SNE 2".into()]
-        } else {
-            ["PC1".into(), "PC2".into()]
-        };
-        let fig = CodeExplorer {
-            title: title.clone(),
-            layers: layer_names.clone(),
-            projections: vec![(if tsne { "t-SNE" } else { "PCA" }.into(), axes.clone())],
-            colorings: colorings
-                .iter()
-                .map(|(name, classes)| Coloring {
-                    name: name.clone(),
-                    classes: classes.clone(),
-                })
-                .collect(),
-            heads: (0..heads).map(|h| format!("H{h}")).collect(),
-            keys: key_names.clone(),
-            sets: sets
-                .iter()
-                .zip(&points)
-                .zip(&codes)
-                .map(|((s, p), c)| ExplorerSet {
-                    name: s.name.clone(),
-                    reproduce: s.reproduce.clone(),
-                    points: p.view(),
-                    index: &s.index,
-                    colors: s.colors.iter().map(Vec::as_slice).collect(),
-                    fields: s
-                        .fields
-                        .iter()
-                        .map(|(name, f)| Field {
-                            name: name.clone(),
-                            values: match f {
-                                FieldData::Int(v) => FieldValues::Int(v),
-                                FieldData::Cat(v, names) => FieldValues::Category {
-                                    labels: v,
-                                    names: names.clone(),
-                                },
-                                FieldData::Bool(v) => FieldValues::Bool(v),
-                                FieldData::Float(v) => FieldValues::Float(v),
-                                FieldData::Text(v) => FieldValues::Text(v.clone()),
-                            },
-                        })
-                        .collect(),
-                    codes: Some(c.view()),
-                    problems: s.problems.as_ref().map(|p| SravenProblems {
-                        values: p.values.view(),
-                        slot: &p.slot,
-                        prediction: &p.prediction,
-                        marked: p.marked.clone(),
-                        query: p.query,
-                    }),
-                })
-                .collect(),
-            start_layer: layer,
-        };
-        let svg = fig.svg_document().map_err(to_py)?;
-        let html = fig.html().map_err(to_py)?;
-        // The PNG: the last set at the shown layer, by the first colouring.
-        let (last, lp) = (sets.len() - 1, points.len() - 1);
-        let shown = layer.unwrap_or(layer_names.len().saturating_sub(1));
-        let panel_points = points[lp].slice(s![
-            0,
-            shown.min(layer_names.len().saturating_sub(1)),
-            ..,
-            ..
-        ]);
-        let names: Vec<String> = colorings.first().map(|c| c.1.clone()).unwrap_or_default();
-        let first = sets[last].colors.first().cloned().unwrap_or_default();
-        let png = render_png(
-            &PcaScatter::by_category(
-                &title,
-                vec![ScatterPanel {
-                    title: format!(
-                        "layer {}",
-                        layer_names.get(shown).map_or("?", String::as_str)
-                    ),
-                    points: panel_points,
-                    explained: explained.get(shown).copied().unwrap_or([0.0, 0.0]),
-                    axes: if tsne { Some(axes) } else { None },
-                }],
-                &first,
-                &names,
-                colorings.first().map_or("", |c| c.0.as_str()),
-            ),
-            (900, 560),
-        )
-        .map_err(to_py)?;
-        Ok((svg, html, png))
+        let e = hyperlens_report::code_explorer::sraven_explorer(&views, &rows, &spec)
+            .map_err(to_py)?;
+        explorer_out(&e)
     })?;
     figure_dict(py, svg, html, &png)
 }
 
-/// Attention patterns (or any stack of matrices) with a layer and head selector and hover values:
-/// `{"svg", "html", "png"}`. `values`: float64 `[L, H, T, T]`; `tokens`: T labels. The PNG is the
-/// viz crate's attention grid of the shown layer.
+/// The latent-space explorer of fuzzy-logic code sets
+/// (`hyperlens_report::code_explorer::logic_explorer`): `{"svg", "html", "png"}`. `sets`:
+/// (name or None, `LogicCodeSet`) pairs; the rest as [`sraven_explorer`].
 #[pyfunction]
-#[pyo3(signature = (title, values, tokens, layer_names, head_names=None, layer=None))]
-fn patterns<'py>(
+#[pyo3(signature = (sets, layers=None, color="term", projection="pca", title=None, layer=None, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn logic_explorer<'py>(
     py: Python<'py>,
-    title: String,
-    values: Bound<'py, PyAny>,
-    tokens: Vec<String>,
-    layer_names: Vec<String>,
-    head_names: Option<Vec<String>>,
+    sets: Vec<(Option<String>, Bound<'py, PyAny>)>,
+    layers: Option<Vec<usize>>,
+    color: &str,
+    projection: &str,
+    title: Option<String>,
     layer: Option<usize>,
+    seed: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let v = array::<f64, Ix4>("values", &values)?;
+    let spec = LogicExplorerSpec {
+        color: color.to_string(),
+        projection: Projection::parse(projection, seed).map_err(to_py)?,
+        layers,
+        title,
+        start_layer: layer,
+    };
+    let sets: Vec<LogicIn<'py>> = sets
+        .iter()
+        .map(|(n, c)| {
+            Ok(LogicIn {
+                name: set_name(n.clone()),
+                codes: attr_req(c, "codes")?,
+                term_ids: attr_req(c, "term_ids")?,
+                target: attr(c, "target")?,
+                prediction: attr(c, "prediction")?,
+                problem: attr(c, "problem")?,
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let views: Vec<LogicCodes<'_>> = sets
+        .iter()
+        .map(|s| LogicCodes {
+            name: s.name.clone(),
+            codes: s.codes.as_array(),
+            term_ids: s.term_ids.as_array(),
+            target: s.target.as_ref().map(|v| v.as_array()),
+            prediction: s.prediction.as_ref().map(|v| v.as_array()),
+            problem: s.problem.as_ref().map(|v| v.as_array()),
+        })
+        .collect();
     let (svg, html, png) = detached(py, || {
-        let mut fig = PatternExplorer::attention(&title, v.view(), &tokens);
-        fig.layers = layer_names.clone();
-        if let Some(h) = &head_names {
-            fig.heads = h.clone();
-        }
-        fig.start_layer = layer;
-        let svg = fig.svg_document().map_err(to_py)?;
-        let html = fig.html().map_err(to_py)?;
-        let shown = layer
-            .unwrap_or(v.dim().0.saturating_sub(1))
-            .min(v.dim().0.saturating_sub(1));
-        let mut grid = hyperlens_viz::AttentionGrid::new(
-            &title,
-            v.slice(s![shown, .., .., ..]),
-            &tokens,
-            &tokens,
-        );
-        grid.panel_titles = fig.heads.clone();
-        if let Some(r) = fig.range {
-            grid.range = Some(r);
-        }
-        grid.color_map = fig.color_map;
-        let size = hyperlens_viz::Figure::size(&grid);
-        let png = render_png(&grid, size).map_err(to_py)?;
-        Ok((svg, html, png))
+        let e = hyperlens_report::code_explorer::logic_explorer(&views, &spec).map_err(to_py)?;
+        explorer_out(&e)
     })?;
     figure_dict(py, svg, html, &png)
+}
+
+/// The attention of every head of every layer on problem `index` of a SRAVEN model with
+/// `features` answer slots (`hyperlens_report::code_explorer::attention_explorer`, the builder of
+/// the report's `figures/<name>_attention.svg`): `{"svg", "html", "png"}`. `pattern`: float64
+/// `[L, H, T, T]`; the title by default `attention_title(index, mixer)`.
+#[pyfunction]
+#[pyo3(signature = (pattern, features, index, mixer=None, title=None, layer=None))]
+fn attention<'py>(
+    py: Python<'py>,
+    pattern: In<'py, f64, Ix4>,
+    features: usize,
+    index: usize,
+    mixer: Option<String>,
+    title: Option<String>,
+    layer: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let v = pattern.as_array();
+    let title = title.unwrap_or_else(|| attention_title(index, mixer.as_deref()));
+    let (svg, html, png) = detached(py, || {
+        let fig = attention_explorer(&title, v, features, layer).map_err(to_py)?;
+        Ok((
+            fig.svg_document().map_err(to_py)?,
+            fig.html().map_err(to_py)?,
+            attention_png(&fig).map_err(to_py)?,
+        ))
+    })?;
+    figure_dict(py, svg, html, &png)
+}
+
+/// The SRAVEN token labels (`hyperlens_tasks::sraven::token_labels`): `P{panel}s{slot}` for the
+/// context tokens, `Q{slot}` for the queries.
+#[pyfunction]
+fn token_labels(n_tokens: usize, features: usize) -> Vec<String> {
+    hyperlens_tasks::sraven::token_labels(n_tokens, features)
 }
 
 /// One panel of [`heatmap`]: the static [`Heatmap`] built by the constructor the CLI and the
@@ -450,7 +392,7 @@ fn heatmap_panel(
     let value_name = text("value_name")?;
     let range: Option<(f64, f64)> = item(d, "range")?.map(|v| v.extract()).transpose()?;
     let values = need(d, "values")?;
-    let cmap = |values: &Array2<f64>| -> PyResult<ColorMap> {
+    let cmap = |mut values: ndarray::iter::Iter<'_, f64, Ix2>| -> PyResult<ColorMap> {
         match item(d, "cmap")?
             .map(|v| v.extract::<String>())
             .transpose()?
@@ -463,26 +405,26 @@ fn heatmap_panel(
                 format!("cmap must be \"viridis\" or \"blue-white-red\", got {other:?}"),
             )),
             // Diverging when a value is negative (as the patterns' default).
-            None if values.iter().any(|&v| v < 0.0) => Ok(ColorMap::BlueWhiteRed),
+            None if values.any(|&v| v < 0.0) => Ok(ColorMap::BlueWhiteRed),
             None => Ok(ColorMap::Viridis),
         }
     };
     let fig = match kind.as_str() {
         "composition" => {
-            let v = array::<f64, Ix4>("values", &values)?;
-            Heatmap::composition(&title, v.view()).map_err(to_py)?
+            let v = view::<f64, Ix4>("values", &values)?;
+            Heatmap::composition(&title, v.as_array()).map_err(to_py)?
         }
         "head_scores" => {
-            let v = array::<f64, Ix2>("values", &values)?;
-            let map = cmap(&v)?;
-            Heatmap::head_scores(&title, v.view(), &value_name, map, range).map_err(to_py)?
+            let v = view::<f64, Ix2>("values", &values)?;
+            let map = cmap(v.as_array().iter())?;
+            Heatmap::head_scores(&title, v.as_array(), &value_name, map, range).map_err(to_py)?
         }
         "matrix" => {
             let v = array::<f64, Ix2>("values", &values)?;
             let mask = item(d, "mask")?
                 .map(|m| array::<bool, Ix2>("mask", &m))
                 .transpose()?;
-            let color_map = cmap(&v)?;
+            let color_map = cmap(v.iter())?;
             Heatmap::new(
                 v,
                 HeatmapOptions {
@@ -553,6 +495,76 @@ fn heatmap<'py>(
         Ok((svg, html, png))
     })?;
     figure_dict(py, svg, html, &png)
+}
+
+/// A heatmap explorer of `panels` as `{"svg", "html", "png"}` (the PNG: the static heatmap of
+/// the panel shown first).
+fn heatmap_out<'py>(
+    py: Python<'py>,
+    panels: &[(String, Heatmap)],
+    start: Option<&str>,
+    masked: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (svg, html, png) = detached(py, || {
+        let fig = heatmap_explorer(panels, start, masked).map_err(to_py)?;
+        let svg = fig.svg_document().map_err(to_py)?;
+        let html = fig.html().map_err(to_py)?;
+        let shown = &panels[fig.start].1;
+        let size = hyperlens_viz::Figure::size(shown);
+        let png = render_png(shown, size).map_err(to_py)?;
+        Ok((svg, html, png))
+    })?;
+    figure_dict(py, svg, html, &png)
+}
+
+/// The Q, K and V composition scores of a circuits analysis as heatmaps
+/// (`hyperlens_report::code_explorer::composition_panels`, titled as `hyperlens circuits` titles
+/// them): `{"svg", "html", "png"}`. `scores`: (kind, float64 `[L, H, L, H]`, the random
+/// baseline's 99th percentile or None); `panel`: the kind shown first.
+#[pyfunction]
+#[pyo3(signature = (scores, title=None, panel=None))]
+fn composition_heatmap<'py>(
+    py: Python<'py>,
+    scores: Vec<(String, Bound<'py, PyAny>, Option<f64>)>,
+    title: Option<String>,
+    panel: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arrays: Vec<(String, In<'py, f64, Ix4>, Option<f64>)> = scores
+        .iter()
+        .map(|(k, v, p)| Ok((k.clone(), view::<f64, Ix4>(k, v)?, *p)))
+        .collect::<PyResult<_>>()?;
+    let views: Vec<(String, ndarray::ArrayView4<'_, f64>, Option<f64>)> = arrays
+        .iter()
+        .map(|(k, v, p)| (k.clone(), v.as_array(), *p))
+        .collect();
+    let panels = composition_panels(&views, title.as_deref()).map_err(to_py)?;
+    heatmap_out(py, &panels, panel.as_deref(), Some(NOT_COMPUTED))
+}
+
+/// The change in accuracy and in loss with each head ablated, as heatmaps
+/// (`hyperlens_report::code_explorer::head_ablation_panels`): `{"svg", "html", "png"}`.
+/// `delta_accuracy` and `loss`: float64 `[L, H]`; `base_loss`: the loss without ablation.
+#[pyfunction]
+#[pyo3(signature = (ablation, delta_accuracy, loss, base_loss, title=None, panel=None))]
+#[allow(clippy::too_many_arguments)]
+fn head_ablation_heatmap<'py>(
+    py: Python<'py>,
+    ablation: &str,
+    delta_accuracy: In<'py, f64, Ix2>,
+    loss: In<'py, f64, Ix2>,
+    base_loss: f64,
+    title: Option<String>,
+    panel: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let panels = head_ablation_panels(
+        ablation,
+        delta_accuracy.as_array(),
+        loss.as_array(),
+        base_loss,
+        title.as_deref(),
+    )
+    .map_err(to_py)?;
+    heatmap_out(py, &panels, panel.as_deref(), None)
 }
 
 /// A figure as the Python side receives it: `{"svg": str, "html": str, "png": bytes}`.
@@ -628,10 +640,14 @@ fn lm_explorer<'py>(
 
 /// Registers `hyperlens._core.viz`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(explorer, m)?)?;
+    m.add_function(wrap_pyfunction!(sraven_explorer, m)?)?;
+    m.add_function(wrap_pyfunction!(logic_explorer, m)?)?;
     m.add_function(wrap_pyfunction!(lm_explorer, m)?)?;
-    m.add_function(wrap_pyfunction!(patterns, m)?)?;
+    m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(token_labels, m)?)?;
     m.add_function(wrap_pyfunction!(heatmap, m)?)?;
+    m.add_function(wrap_pyfunction!(composition_heatmap, m)?)?;
+    m.add_function(wrap_pyfunction!(head_ablation_heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;
     Ok(())
 }

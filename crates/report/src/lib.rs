@@ -26,6 +26,7 @@
 
 pub mod aggregate;
 pub mod causal;
+pub mod code_explorer;
 pub mod data;
 pub mod discover;
 pub mod doc;

@@ -109,12 +109,6 @@ impl ProblemSource {
             ),
         }
     }
-
-    /// [`ProblemSource::source`] as a JSON value (for the summaries that hold it beside fields of
-    /// their own).
-    pub fn describe(&self) -> serde_json::Value {
-        serde_json::to_value(self.source()).unwrap_or_default()
-    }
 }
 
 /// The SRAVEN task a checkpoint's config describes: F = `n_outputs` features, M = `d_in` values,

@@ -243,11 +243,11 @@ fn acts_problems(
     a: &ActsArgs,
     params: SravenParams,
     cfg: &Config,
-) -> anyhow::Result<(ProblemSet, serde_json::Value)> {
+) -> anyhow::Result<(ProblemSet, ProblemsSource)> {
     if let Some(path) = &a.problems {
         return Ok((
             load_problems(path, &params)?,
-            serde_json::to_value(ProblemsSource::file(path.display()))?,
+            ProblemsSource::file(path.display()),
         ));
     }
     let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
@@ -267,13 +267,13 @@ fn acts_problems(
     )?;
     Ok((
         sample(&split, which, a.n, a.seed, true)?,
-        serde_json::to_value(ProblemsSource::sampled(
+        ProblemsSource::sampled(
             split_name.to_string(),
             which.to_string(),
             a.n,
             a.seed,
             Some(true),
-        ))?,
+        ),
     ))
 }
 
@@ -361,7 +361,7 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         None => (0..cfg.n_outputs).collect(),
     };
     let source = a.problems.resolve(&a.checkpoint, params)?;
-    let describe = source.describe();
+    let describe = source.source();
     let set = load_set(source, &params, &cfg)?;
     let bar = progress_bar(0, "patch dla", "batches");
     let r = direct_logit_attribution(&ev, &set, &slots, a.run.batch, |d, t| {
@@ -511,7 +511,7 @@ fn heads_stream(
     source: ProblemSource,
     params: &SravenParams,
     batch: usize,
-    describe: &mut serde_json::Value,
+    describe: &mut ProblemsSource,
 ) -> anyhow::Result<Box<hyperlens_probe::ablation::Problems<'static>>> {
     Ok(match source {
         ProblemSource::File(path) => {
@@ -520,7 +520,7 @@ fn heads_stream(
             if n == 0 {
                 bail!("--problems {}: no problem", path.display());
             }
-            describe["n"] = n.into();
+            describe.n = Some(n);
             Box::new(move || {
                 let set = std::rc::Rc::clone(&set);
                 Box::new(
@@ -553,7 +553,7 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
     let cfg = ev.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let source = a.problems.resolve(&a.checkpoint, params)?;
-    let mut describe = source.describe();
+    let mut describe = source.source();
     let mut stream = heads_stream(source, &params, a.run.batch, &mut describe)?;
     let bar = progress_bar(0, "patch heads", "passes");
     let report = head_ablation(&ev, &mut stream, a.ablation, |d, t| {

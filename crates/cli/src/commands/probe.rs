@@ -152,7 +152,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             unpermuted,
         } => {
             meta.problems = "generated".into();
-            meta.split = Some(split.name.to_string());
+            meta.split = Some(split.name);
             meta.set = Some(set.to_string());
             meta.seed = Some(seed);
             meta.unpermuted = Some(unpermuted);

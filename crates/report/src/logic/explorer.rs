@@ -13,6 +13,7 @@ use hyperlens_viz::{CodeExplorer, Coloring, ExplorerSet, Field, FieldValues};
 use ndarray::{s, Array1, Array2, Array3, Array4, Array5, ArrayD, Ix1, Ix2};
 use ndarray_npy::NpzReader;
 
+use crate::code_explorer::{logic_key_names, logic_term_text, term_names};
 use crate::data::LogicEntry;
 use crate::doc::Interactive;
 use crate::error::{ReportError, Result};
@@ -62,12 +63,6 @@ impl Npz {
             ))
         })
     }
-}
-
-/// Binary names of term indices `0..n` with the bits the largest needs (the PNG's legend).
-fn term_names(n: usize) -> Vec<String> {
-    let bits = ((n.max(2) as f64).log2().ceil() as usize).max(1);
-    (0..n).map(|t| format!("{t:0bits$b}")).collect()
 }
 
 /// Writes `figures/<name>_explorer.svg`, the explorer of the logic checkpoint's OOD codes, and
@@ -151,15 +146,7 @@ pub fn explorer_figure(e: &LogicEntry, out: &Path) -> Result<Option<Interactive>
     let labels: Vec<Vec<usize>> = (0..kt)
         .map(|j| (0..n).map(|i| ids[[i, j]].max(0) as usize).collect())
         .collect();
-    let terms: Vec<String> = (0..n)
-        .map(|i| {
-            ids.row(i)
-                .iter()
-                .map(|&t| names.get(t.max(0) as usize).cloned().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .collect();
+    let terms = logic_term_text(ids.slice(s![..n, ..]), &names);
     let index: Vec<i64> = match &problem {
         Some(pr) => pr.iter().take(n).copied().collect(),
         None => (0..n as i64).collect(),
@@ -176,11 +163,7 @@ pub fn explorer_figure(e: &LogicEntry, out: &Path) -> Result<Option<Interactive>
         .flat_map(|li| (0..h).map(move |hi| format!("L{li}H{hi}")))
         .collect();
     // The paper's logic site: the last token's attention to itself, one key.
-    let keys: Vec<String> = if q * k == 1 {
-        vec!["self".into()]
-    } else {
-        (0..q * k).map(|j| format!("k{j}")).collect()
-    };
+    let keys = logic_key_names(q, k);
     let mut fields = vec![Field {
         name: "terms".into(),
         values: FieldValues::Text(terms),
@@ -233,16 +216,4 @@ pub fn explorer_figure(e: &LogicEntry, out: &Path) -> Result<Option<Interactive>
         "hover, click, zoom, PCA or t-SNE",
     )
     .map(Some)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::term_names;
-
-    #[test]
-    fn term_names_are_the_pngs_binary_labels() {
-        assert_eq!(term_names(4), ["00", "01", "10", "11"]);
-        assert_eq!(term_names(5)[4], "100");
-        assert_eq!(term_names(1), ["0"]);
-    }
 }

@@ -13,129 +13,47 @@ use std::path::Path;
 
 use hyperlens_analysis::codes::report::LayerSel;
 use hyperlens_analysis::CodeSet;
-use hyperlens_tasks::sraven::{sample, token_labels, Set, Split};
-use hyperlens_viz::{
-    save_interactive_svg, CodeExplorer, Coloring, ExplorerSet, Field, FieldValues, Heatmap,
-    HeatmapExplorer, InteractiveFigure, PatternExplorer, SravenProblems,
-};
-use ndarray::{s, Array3, Array4, Axis};
+use hyperlens_probe::{ProbeMeta, Site};
+use hyperlens_tasks::sraven::{sample, token_labels, ProblemSet, Set, Split};
+use hyperlens_viz::{save_interactive_svg, Heatmap, HeatmapExplorer, InteractiveFigure};
 
+use crate::code_explorer::{
+    attention_explorer, site_title, sraven_explorer, ProblemOrigin, Projection, SravenCodes,
+    SravenColor, SravenExplorerSpec, SravenProblemRows,
+};
 use crate::data::Entry;
 use crate::doc::Interactive;
 use crate::error::{ReportError, Result};
-use crate::sraven::text::{per_layer, rule_names};
+use crate::sraven::text::per_layer;
 
-/// What one set of the explorer holds, owned (the figure borrows it).
-struct SetData {
-    set: Set,
-    points: Array4<f64>,
-    index: Vec<i64>,
-    rule: Vec<usize>,
-    target_class: Vec<usize>,
-    target: Vec<i64>,
-    prediction: Vec<i64>,
-    correct: Vec<bool>,
-    codes: Array3<f32>,
-    values: Array3<i64>,
-    slot: Vec<i64>,
-    reproduce: String,
-}
-
-/// The seed of the problems of a codes file, from its JSON sidecar.
+/// The seed of the problems of a codes file, from its sidecar ([`ProbeMeta`]).
 fn sidecar_seed(path: &Path) -> Result<u64> {
     let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    serde_json::from_str::<serde_json::Value>(&text)
+    serde_json::from_str::<ProbeMeta>(&text)
         .ok()
-        .and_then(|v| v["seed"].as_u64())
+        .and_then(|m| m.seed)
         .ok_or_else(|| ReportError::InvalidInput(format!("{}: no integer `seed`", path.display())))
 }
 
-/// The feature values of every panel of every problem, `[N, 9, F]`: the 8 context panels from the
-/// one-hot tokens, then the true answer.
-fn panel_values(x: ndarray::ArrayView3<'_, f32>, y: ndarray::ArrayView2<'_, i64>) -> Array3<i64> {
-    let (n, _, _) = x.dim();
-    let f = y.ncols();
-    Array3::from_shape_fn((n, 9, f), |(i, p, k)| {
-        if p < 8 {
-            x.slice(s![i, p * f + k, ..])
-                .iter()
-                .position(|&v| v > 0.5)
-                .map_or(-1, |v| v as i64)
-        } else {
-            y[[i, k]]
-        }
-    })
-}
-
-fn set_data(e: &Entry, out: &Path, set: Set) -> Result<SetData> {
+/// The codes of one set of a checkpoint and the problems they were read from (sampled again
+/// from the sidecar's seed: [`sample`] equals the probe's stream).
+fn set_files(e: &Entry, out: &Path, set: Set) -> Result<(CodeSet, ProblemSet, ProblemOrigin)> {
     let path = out.join("codes").join(format!("{}_{set}.npz", e.name));
     let codes = CodeSet::read_npz(&path)?;
     let seed = sidecar_seed(&path.with_extension("json"))?;
-    let n = codes.n_samples();
-    let (l, h, q, k) = codes.code_dims();
-    let layers = per_layer(e);
-    let mut points = Array4::zeros((1, layers.len(), n, 2));
-    for (li, a) in layers.iter().enumerate() {
-        let LayerSel::Layer(layer) = a.layer else {
-            continue;
-        };
-        let proj = if set == Set::Ood {
-            a.projection.clone()
-        } else {
-            a.pca.transform(codes.features(Some(layer))?.view())?
-        };
-        if proj.ncols() < 2 || proj.nrows() != n {
-            return Err(ReportError::InvalidInput(format!(
-                "{}: the PCA projection of layer {layer} is {:?}, not [{n}, 2]",
-                path.display(),
-                proj.dim()
-            )));
-        }
-        points
-            .slice_mut(s![0, li, .., ..])
-            .assign(&proj.slice(s![.., 0..2]));
-    }
-    let missing =
-        |what: &str| ReportError::InvalidInput(format!("{}: no `{what}` array", path.display()));
-    let label = codes.label().to_vec();
-    let target = codes.target().ok_or_else(|| missing("target"))?.to_vec();
-    let prediction = codes
-        .prediction()
-        .ok_or_else(|| missing("prediction"))?
-        .to_vec();
-    let correct = codes.correct().ok_or_else(|| missing("correct"))?.to_vec();
-    let class =
-        |v: &[i64]| -> Vec<usize> { v.iter().map(|&x| usize::try_from(x).unwrap_or(0)).collect() };
     let split = Split::of(e.split, e.task)?;
-    let problems = sample(&split, set, n, seed, true)?;
-    let values = panel_values(problems.x.view(), problems.y.view());
-    let features = problems.y.ncols().max(1);
-    // [N, L, H, Q, K] -> [N, L, H*Q*K], head-major (Q = 1 at the paper's site).
-    let flat = codes
-        .codes()
-        .to_shape((n, l, h * q * k))
-        .map_err(|err| ReportError::InvalidInput(format!("{}: codes: {err}", path.display())))?
-        .to_owned();
-    Ok(SetData {
-        set,
-        points,
-        index: (0..n as i64).collect(),
-        rule: class(&label),
-        target_class: class(&target),
-        target,
-        prediction,
-        correct,
-        codes: flat,
-        values,
-        slot: vec![(e.attention.site.query % features) as i64; n],
-        reproduce: format!(
-            "hyperlens tasks sample --split {} --set {set} --n {n} --seed {seed} --unpermuted --out problems.npz",
-            e.split
-        ),
-    })
+    let problems = sample(&split, set, codes.n_samples(), seed, true)?;
+    let origin = ProblemOrigin {
+        split: Some(e.split.to_string()),
+        set: Some(set.to_string()),
+        seed: Some(seed),
+        unpermuted: true,
+        subset: false,
+    };
+    Ok((codes, problems, origin))
 }
 
 /// Writes `fig` as `out/rel` and returns it as the page's [`Interactive`] figure.
@@ -173,100 +91,65 @@ pub fn heatmap_figure(
 }
 
 /// Writes `figures/<name>_explorer.svg`, the latent-space explorer of the checkpoint's ID and OOD
-/// codes (PCA per layer, coloured by rule or answer value), and returns it.
+/// codes (PCA per layer fit on the OOD codes, coloured by rule or answer value; the builder
+/// [`sraven_explorer`] that `hl.viz.scatter` calls), and returns it.
 ///
 /// # Errors
 /// A codes file or sidecar that cannot be read, or a figure that cannot be written.
 pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
-    let sets = [set_data(e, out, Set::Id)?, set_data(e, out, Set::Ood)?];
+    let files = [
+        (Set::Id, set_files(e, out, Set::Id)?),
+        (Set::Ood, set_files(e, out, Set::Ood)?),
+    ];
+    let sets: Vec<SravenCodes<'_>> = files
+        .iter()
+        .map(|(set, (c, _, _))| SravenCodes {
+            name: set.to_string().to_uppercase(),
+            codes: c.codes().view(),
+            label: c.label().view(),
+            target: c.target().map(|v| v.view()),
+            prediction: c.prediction().map(|v| v.view()),
+            correct: c.correct().map(|v| v.view()),
+            slot: None,
+            problem: None,
+        })
+        .collect();
+    let problems: Vec<(String, SravenProblemRows<'_>)> = files
+        .iter()
+        .map(|(set, (_, p, origin))| {
+            (
+                set.to_string().to_uppercase(),
+                SravenProblemRows {
+                    x: p.x.view(),
+                    y: p.y.view(),
+                    origin: origin.clone(),
+                },
+            )
+        })
+        .collect();
     let a = &e.attention;
-    let features = e.task.features.max(1);
-    let tokens = token_labels(a.pattern.dim().2, features);
-    let values = e.task.values.max(1);
-    let h = a.pattern.dim().1;
-    let title = format!(
-        "{}: latent codes (query {}, keys {})",
-        e.name,
-        tokens.get(a.site.query).map_or("?", String::as_str),
-        a.site
-            .keys
-            .iter()
-            .map(|&t| tokens.get(t).map_or("?", String::as_str))
-            .collect::<Vec<_>>()
-            .join(" and ")
-    );
-    let fig = CodeExplorer {
-        title,
-        layers: per_layer(e)
-            .iter()
-            .map(|a| match a.layer {
-                LayerSel::Layer(l) => l.to_string(),
-                LayerSel::All => "all".into(),
-            })
-            .collect(),
-        projections: vec![("PCA".into(), ["PC1".into(), "PC2".into()])],
-        colorings: vec![
-            Coloring {
-                name: "rule".into(),
-                classes: rule_names(),
-            },
-            Coloring {
-                name: "answer value".into(),
-                classes: (0..values).map(|v| v.to_string()).collect(),
-            },
-        ],
-        heads: (0..h).map(|i| format!("H{i}")).collect(),
-        keys: a
-            .site
-            .keys
-            .iter()
-            .map(|&t| tokens.get(t).cloned().unwrap_or_else(|| t.to_string()))
-            .collect(),
-        sets: sets
-            .iter()
-            .map(|d| ExplorerSet {
-                name: d.set.to_string().to_uppercase(),
-                reproduce: d.reproduce.clone(),
-                points: d.points.view(),
-                index: &d.index,
-                colors: vec![&d.rule, &d.target_class],
-                fields: vec![
-                    Field {
-                        name: "rule".into(),
-                        values: FieldValues::Category {
-                            labels: &d.rule,
-                            names: rule_names(),
-                        },
-                    },
-                    Field {
-                        name: "target".into(),
-                        values: FieldValues::Int(&d.target),
-                    },
-                    Field {
-                        name: "prediction".into(),
-                        values: FieldValues::Int(&d.prediction),
-                    },
-                    Field {
-                        name: "correct".into(),
-                        values: FieldValues::Bool(&d.correct),
-                    },
-                ],
-                codes: Some(d.codes.view()),
-                problems: Some(SravenProblems {
-                    values: d.values.view(),
-                    slot: &d.slot,
-                    prediction: &d.prediction,
-                    marked: a.site.keys.clone(),
-                    query: a.site.query,
-                }),
-            })
-            .collect(),
+    let tokens = token_labels(a.pattern.dim().2, e.task.features.max(1));
+    let spec = SravenExplorerSpec {
+        site: Some(Site::Paper),
+        layers: Some(
+            per_layer(e)
+                .iter()
+                .filter_map(|a| match a.layer {
+                    LayerSel::Layer(l) => Some(l),
+                    LayerSel::All => None,
+                })
+                .collect(),
+        ),
+        color: SravenColor::Rule,
+        projection: Projection::Pca,
+        title: Some(format!("{}: {}", e.name, site_title(&a.site, &tokens))),
         start_layer: None,
     };
+    let explorer = sraven_explorer(&sets, &problems, &spec)?;
     write_svg(
         out,
         format!("figures/{}_explorer.svg", e.name),
-        &fig,
+        &explorer.figure(),
         "hover, click, zoom",
     )
 }
@@ -277,21 +160,16 @@ pub fn explorer_figure(e: &Entry, out: &Path) -> Result<Interactive> {
 /// # Errors
 /// A figure that cannot be written.
 pub fn attention_figure(e: &Entry, out: &Path) -> Result<Interactive> {
-    let a = &e.attention;
-    let t = a.pattern.dim().2;
-    let tokens = token_labels(t, e.task.features.max(1));
-    let pattern = a.pattern.mapv(f64::from);
-    let mut fig = PatternExplorer::attention(
+    let pattern = e.attention.pattern.mapv(f64::from);
+    let fig = attention_explorer(
         &format!(
             "{}: attention on the first OOD problem ({} mixer)",
             e.name, e.mixer
         ),
         pattern.view(),
-        &tokens,
-    );
-    fig.heads = (0..pattern.len_of(Axis(1)))
-        .map(|h| format!("H{h}"))
-        .collect();
+        e.task.features,
+        None,
+    )?;
     write_svg(
         out,
         format!("figures/{}_attention.svg", e.name),

@@ -129,7 +129,7 @@ pub(crate) fn analyse_checkpoint(
         let meta = ProbeMeta {
             checkpoint: dir.display().to_string(),
             problems: "generated".into(),
-            split: Some(split_name.to_string()),
+            split: Some(split_name),
             set: Some(set.to_string()),
             seed: Some(params.seed),
             unpermuted: Some(true),

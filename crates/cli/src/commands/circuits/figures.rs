@@ -99,10 +99,9 @@ pub fn draw(report: &CircuitReport, dir: &Path) -> anyhow::Result<()> {
     let mut composition: Vec<(String, Heatmap)> = Vec::new();
     for k in CompositionKind::ALL {
         if let Some(sc) = report.composition.get(k) {
-            let title = format!(
-                "{}-composition scores (random baseline p99 = {:.3})",
-                k.name().to_uppercase(),
-                report.baseline.percentile(k, 99.0)?
+            let title = hyperlens_report::code_explorer::composition_title(
+                k.name(),
+                Some(report.baseline.percentile(k, 99.0)?),
             );
             let mut hm = Heatmap::composition(&title, sc.view())?;
             let path = dir.join(format!("composition_{k}.png"));
