@@ -599,6 +599,11 @@ impl Llama {
             // Query head `h` reads key/value head `h / (H / H_kv)`: products per key/value head,
             // no repeated copies (`super::layers::grouped_product`).
             let a = causal_softmax(&q, &k, scale, &mask, l, hooks)?;
+            if !hooks.needs_block_output(l) {
+                // The reader has what it needs of the pass (its docs): no value mixing, MLP
+                // or logits.
+                break;
+            }
             let z = hooks.at_block_heads(l, "attn.hook_z", grouped_product(&a, &v)?)?;
             if capture {
                 patterns.push(a);
