@@ -165,6 +165,22 @@ pub(crate) fn rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `x W^T` for a PyTorch-layout matrix `W [out, in]`: on the CPU in float32 with its rows split
+/// over the threads (`crate::ops::fast::gemm::matmul_t`, for 64 rows a thread or more), else
+/// `super::matmul_t`.
+///
+/// # Shapes
+/// `x [..., in]`, `w [out, in]` -> `[..., out]`.
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    match fast::gemm::matmul_t(x, w)? {
+        Some(y) => Ok(y),
+        None => super::matmul_t(x, w),
+    }
+}
+
 /// The SwiGLU of a Llama MLP, `silu(pre) * lin`: one pass on the CPU in float32
 /// (`crate::ops::fast::lm::swiglu`), candle-nn's SiLU and a product elsewhere.
 ///

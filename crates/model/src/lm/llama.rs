@@ -13,13 +13,13 @@ use ndarray::Array1;
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
 use super::layers::{
-    causal_softmax, grouped_product, no_logits, norm, readout_input, rotary, swiglu, Norm,
+    causal_softmax, grouped_product, linear, no_logits, norm, readout_input, rotary, swiglu, Norm,
 };
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, matmul_t, LmOutput};
+use super::{check_tokens, LmOutput};
 use crate::error::{ModelError, Result};
 use crate::hooks::{lm_hook_names, BlockHooks, HookFn};
 use crate::nn::position::causal_mask;
@@ -588,7 +588,7 @@ impl Llama {
             // Views [B, H, T, d] of the projections (no copy: the rotary embedding reads them
             // through their strides, `super::layers::rotary`).
             let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(matmul_t(&x, w)?.reshape((b, t, n, d))?.transpose(1, 2)?)
+                Ok(linear(&x, w)?.reshape((b, t, n, d))?.transpose(1, 2)?)
             };
             let q = hooks.at_block_heads(l, "attn.hook_q", heads(&layer.w_q, h_)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_k", heads(&layer.w_k, hkv)?)?;
@@ -609,15 +609,15 @@ impl Llama {
                 patterns.push(a);
             }
             let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
-            let attn_out = hooks.at_block(l, "hook_attn_out", matmul_t(&o, &layer.w_o)?)?;
+            let attn_out = hooks.at_block(l, "hook_attn_out", linear(&o, &layer.w_o)?)?;
             h = hooks.at_block(l, "hook_resid_mid", (h + attn_out)?)?;
             let ln2 = Norm::Rms(&layer.mlp_norm);
             let x = norm(&h, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
-            let pre = hooks.at_block(l, "mlp.hook_pre", matmul_t(&x, &layer.w_gate)?)?;
-            let lin = hooks.at_block(l, "mlp.hook_pre_linear", matmul_t(&x, &layer.w_up)?)?;
+            let pre = hooks.at_block(l, "mlp.hook_pre", linear(&x, &layer.w_gate)?)?;
+            let lin = hooks.at_block(l, "mlp.hook_pre_linear", linear(&x, &layer.w_up)?)?;
             let post = swiglu(&pre, &lin)?;
             let post = hooks.at_block(l, "mlp.hook_post", post)?;
-            let out = hooks.at_block(l, "hook_mlp_out", matmul_t(&post, &layer.w_down)?)?;
+            let out = hooks.at_block(l, "hook_mlp_out", linear(&post, &layer.w_down)?)?;
             h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
         let logits = match readout_input(h, ran, c.n_layers, hooks)? {
@@ -625,7 +625,7 @@ impl Llama {
             Some(h) => {
                 let h = norm(&h, Norm::Rms(&self.norm), eps, || "ln_final".into(), hooks)?;
                 let h = hooks.at("unembed.hook_in", h)?;
-                hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?
+                hooks.at("unembed.hook_out", linear(&h, &self.lm_head)?)?
             }
         };
         Ok(LmOutput {
