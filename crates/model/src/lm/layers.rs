@@ -107,7 +107,8 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
 /// Per key/value head, the product of its group of query heads' rows with it: `out[b, h] =
 /// a[b, h] x[b, h / (H / H_kv)]`, computed as one product per key head on the query heads' rows
 /// stacked (`a` reshaped to `[B, H_kv, (H / H_kv) Q, K]`), so the key or value heads are never
-/// repeated.
+/// repeated; on the CPU in float32 the batch of products split over the threads
+/// (`crate::ops::fast::gemm::batched_matmul`).
 ///
 /// # Shapes
 /// `a [B, H, Q, K]`, `x [B, H_kv, K, N]` (any strides) -> `[B, H, Q, N]`.
@@ -117,18 +118,17 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
 pub(crate) fn grouped_product(a: &Tensor, x: &Tensor) -> Result<Tensor> {
     let (b, h, q, k) = a.dims4()?;
     let (_, hkv, _, n) = x.dims4()?;
-    if hkv == h {
-        return Ok(a.matmul(x)?);
-    }
     if hkv == 0 || h % hkv != 0 {
         return Err(ModelError::Input(format!(
             "attention: {hkv} key/value heads do not divide {h} query heads"
         )));
     }
-    Ok(a.contiguous()?
-        .reshape((b, hkv, (h / hkv) * q, k))?
-        .matmul(x)?
-        .reshape((b, h, q, n))?)
+    let a = a.contiguous()?.reshape((b, hkv, (h / hkv) * q, k))?;
+    let y = match fast::gemm::batched_matmul(&a, x)? {
+        Some(y) => y,
+        None => a.matmul(x)?,
+    };
+    Ok(y.reshape((b, h, q, n))?)
 }
 
 /// Expands key/value heads for grouped-query attention: head `h` of the result is head

@@ -1,6 +1,7 @@
 //! `x W^T` for a PyTorch-layout matrix on the CPU in float32, its rows split evenly over the
-//! threads (rayon), each part one single-threaded call of the `gemm` crate (candle's own products
-//! hand gemm its threads instead). Inference only (no gradient).
+//! threads (rayon), and batched products, the batch split over the threads; each part one
+//! single-threaded call of the `gemm` crate (candle's own products hand gemm its threads instead).
+//! Inference only (no gradient).
 
 // The workspace denies `unsafe`; `gemm::gemm` takes raw pointers and strides.
 #![allow(unsafe_code)]
@@ -82,11 +83,115 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(Tensor::from_vec(y, out, x.device())?))
 }
 
+/// Batched products `y[i] = a[i] x[i]`, the batch split over the threads (rayon), each product one
+/// single-threaded gemm call (candle's batched product hands gemm both threads for every one of
+/// the small products of an attention).
+///
+/// # Shapes
+/// `a [..., M, K]` (made contiguous), `x [..., K, N]` with the same leading axes, read through its
+/// strides (one stride per leading axis that steps the flattened batch evenly, as a contiguous
+/// tensor or its transpose has) -> `[..., M, N]` (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU, the shapes do not match,
+/// or `x`'s batch is not evenly strided.
+pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
+    let (ad, xd) = (a.dims(), x.dims());
+    let r = ad.len();
+    if !cpu_f32(a) || !cpu_f32(x) || r < 3 || xd.len() != r || ad[..r - 2] != xd[..r - 2] {
+        return Ok(None);
+    }
+    let (m, k, n) = (ad[r - 2], ad[r - 1], xd[r - 1]);
+    if xd[r - 2] != k || m == 0 || k == 0 || n == 0 {
+        return Ok(None);
+    }
+    let batch: usize = ad[..r - 2].iter().product();
+    let (storage, layout) = x.storage_and_layout();
+    let candle_core::Storage::Cpu(storage) = &*storage else {
+        return Ok(None);
+    };
+    let st = layout.stride();
+    // The flattened batch must step evenly: each leading axis's stride is the next one's times
+    // its size.
+    let b_stride = st[r - 3];
+    if (0..r - 3).any(|i| st[i] != st[i + 1] * xd[i + 1]) {
+        return Ok(None);
+    }
+    let (x_rs, x_cs) = (st[r - 2], st[r - 1]);
+    let all = storage.as_slice::<f32>()?;
+    let start = layout.start_offset();
+    // The last element any product reads must lie inside the storage.
+    let last = start + (batch - 1) * b_stride + (k - 1) * x_rs + (n - 1) * x_cs;
+    if last >= all.len() {
+        return Ok(None);
+    }
+    let y = with_tensor(a, |a| {
+        let mut y = vec![0f32; batch * m * n];
+        y.par_chunks_mut(m * n)
+            .zip(a.par_chunks(m * k))
+            .enumerate()
+            .for_each(|(i, (y, a))| {
+                let xp = &all[start + i * b_stride..];
+                // SAFETY: `a` holds `m` rows of `k`, `y` `m` rows of `n`; `x[i]` is read at
+                // `xp[p * x_rs + q * x_cs]` for `p < k`, `q < n`, all at or below `last`, inside
+                // the storage (checked above); `y` is written only here.
+                unsafe {
+                    gemm(
+                        m,
+                        n,
+                        k,
+                        y.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        k as isize,
+                        xp.as_ptr(),
+                        x_cs as isize,
+                        x_rs as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        Parallelism::None,
+                    )
+                }
+            });
+        y
+    })?;
+    let mut out = xd.to_vec();
+    out[r - 2] = m;
+    Ok(Some(Tensor::from_vec(y, out, x.device())?))
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
+
+    #[test]
+    fn batched_products_equal_candles_for_a_transposed_and_a_contiguous_right_side() {
+        let dev = Device::Cpu;
+        let a = Tensor::randn(0f32, 1.0, (2, 3, 12, 5), &dev).unwrap();
+        let k = Tensor::randn(0f32, 1.0, (2, 3, 7, 5), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (2, 3, 5, 4), &dev).unwrap();
+        for x in [k.t().unwrap(), v] {
+            let got = batched_matmul(&a, &x).unwrap().unwrap();
+            let want = a.matmul(&x).unwrap();
+            assert_eq!(got.dims(), want.dims());
+            let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
+        }
+        // a batch that does not step evenly (a transposed batch) is left to candle
+        let x = Tensor::randn(0f32, 1.0, (3, 2, 5, 4), &dev)
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        assert!(batched_matmul(&a, &x).unwrap().is_none());
+    }
 
     #[test]
     fn the_split_product_equals_candles() {
