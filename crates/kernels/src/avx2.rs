@@ -20,6 +20,33 @@ pub fn layer_norm(x: &[f32], wb: (&[f32], &[f32]), eps: f32, y: &mut [f32]) {
     portable::layer_norm(x, wb, eps, y);
 }
 
+/// [`portable::silu_mul`] compiled with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn silu_mul(g: &[f32], u: &[f32], out: &mut [f32]) {
+    portable::silu_mul(g, u, out);
+}
+
+/// [`portable::softmax_prefix`] compiled with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn softmax_prefix(s: &[f32], n: usize, a: &mut [f32]) {
+    portable::softmax_prefix(s, n, a);
+}
+
+/// [`portable::rope_half`] compiled with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn rope_half(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    portable::rope_half(x, cos, sin, out);
+}
+
 /// [`portable::add_rows`] compiled with AVX2 and FMA.
 ///
 /// # Safety

@@ -112,6 +112,42 @@ impl Isa {
         portable::layer_norm(x, wb, eps, y)
     }
 
+    /// [`portable::silu_mul`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn silu_mul(self, g: &[f32], u: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::silu_mul(g, u, out) };
+        }
+        portable::silu_mul(g, u, out)
+    }
+
+    /// [`portable::softmax_prefix`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn softmax_prefix(self, s: &[f32], n: usize, a: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::softmax_prefix(s, n, a) };
+        }
+        portable::softmax_prefix(s, n, a)
+    }
+
+    /// [`portable::rope_half`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn rope_half(self, x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::rope_half(x, cos, sin, out) };
+        }
+        portable::rope_half(x, cos, sin, out)
+    }
+
     /// [`portable::add_rows`] with this instruction set.
     #[inline]
     #[allow(unsafe_code)]

@@ -157,6 +157,108 @@ fn gelu_block(v: &mut [f32; GELU_BLOCK]) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The language models' MLP and causal softmax
+
+/// The SwiGLU of a Llama MLP, `out = silu(g) u = g / (1 + exp(-g)) u` elementwise, with
+/// [`exp_reduced`]; blocks of [`GELU_BLOCK`] floats step by step (so that the chains overlap), then
+/// the tail one by one, each float with the same operations in the same order.
+///
+/// # Panics
+/// If `u` or `out` is shorter than `g`.
+#[inline(always)]
+pub fn silu_mul(g: &[f32], u: &[f32], out: &mut [f32]) {
+    let n = g.len();
+    let (u, out) = (&u[..n], &mut out[..n]);
+    let whole = n - n % GELU_BLOCK;
+    for ((g, u), out) in g[..whole]
+        .chunks_exact(GELU_BLOCK)
+        .zip(u[..whole].chunks_exact(GELU_BLOCK))
+        .zip(out[..whole].chunks_exact_mut(GELU_BLOCK))
+    {
+        let mut e = [0f32; GELU_BLOCK];
+        for (e, &g) in e.iter_mut().zip(g) {
+            *e = -g;
+        }
+        exp_reduced_block(&mut e);
+        for (((o, &e), &g), &u) in out.iter_mut().zip(&e).zip(g).zip(u) {
+            *o = g / (1.0 + e) * u;
+        }
+    }
+    for ((o, &g), &u) in out[whole..].iter_mut().zip(&g[whole..]).zip(&u[whole..]) {
+        *o = g / (1.0 + exp_reduced(-g)) * u;
+    }
+}
+
+/// The softmax of the first `n` scores of a row (a causal row: the keys up to the query), 0 at the
+/// others: `a[j] = exp(s[j] - max) / sum exp(s[. ] - max)` for `j < n` by [`exp_reduced`], the
+/// maximum and the sum over [`LANES`] lanes plus the tail (a fixed order). A row with a NaN gives
+/// NaN.
+///
+/// # Panics
+/// If `n` is 0 or more than `s.len()`, or `a` is shorter than `s`.
+#[inline(always)]
+pub fn softmax_prefix(s: &[f32], n: usize, a: &mut [f32]) {
+    let (row, rest) = a[..s.len()].split_at_mut(n);
+    let s = &s[..n];
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = s.chunks_exact(LANES);
+    let mut mx = f32::NEG_INFINITY;
+    for &x in chunks.remainder() {
+        mx = if x > mx { x } else { mx };
+    }
+    for c in chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = if x > *l { x } else { *l };
+        }
+    }
+    for &x in &lanes {
+        mx = if x > mx { x } else { mx };
+    }
+    for (e, &x) in row.iter_mut().zip(s) {
+        *e = exp_reduced(x - mx);
+    }
+    let mut acc = [0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let mut tail = 0f32;
+    for &x in chunks.remainder() {
+        tail += x;
+    }
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    let mut sum = 0f32;
+    for &x in &acc {
+        sum += x;
+    }
+    let inv = 1.0 / (sum + tail);
+    for a in row.iter_mut() {
+        *a *= inv;
+    }
+    rest.fill(0.0);
+}
+
+/// The rotary embedding of one head's row of `d = x.len()` entries in the half-split convention
+/// (Hugging Face `rotate_half`, candle-nn's `rope`, whose operations and order these are): for
+/// `i < d / 2`, `out[i] = x[i] cos[i] - x[i + d/2] sin[i]` and
+/// `out[i + d/2] = x[i] sin[i] + x[i + d/2] cos[i]`.
+///
+/// # Panics
+/// If `cos`, `sin` are shorter than `d / 2` or `out` than `d`.
+#[inline(always)]
+pub fn rope_half(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    let h = x.len() / 2;
+    let (x1, x2) = x.split_at(h);
+    let (o1, o2) = out[..2 * h].split_at_mut(h);
+    let (cos, sin) = (&cos[..h], &sin[..h]);
+    for i in 0..h {
+        o1[i] = x1[i] * cos[i] - x2[i] * sin[i];
+        o2[i] = x1[i] * sin[i] + x2[i] * cos[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // LayerNorm and the bias additions
 
 /// LayerNorm over rows of `D = w.len()` entries, as candle's (`E[x^2] - mean^2` variance):

@@ -190,3 +190,90 @@ fn tsne_gradient_rows_agree_on_every_instruction_set_and_with_the_plain_sums() {
         );
     }
 }
+
+#[test]
+fn silu_mul_is_within_float32_rounding_of_the_f64_formula_on_every_instruction_set() {
+    // 3 blocks and a tail of 7, from the clamps to large values, with NaN and zeros
+    let n = 3 * GELU_BLOCK + 7;
+    let mut g: Vec<f32> = (0..n).map(|i| (i as f32 - 50.0) * 0.37).collect();
+    g[5] = 0.0;
+    g[6] = -200.0;
+    g[n - 1] = f32::NAN;
+    let u: Vec<f32> = (0..n).map(|i| ((i * 13) % 7) as f32 * 0.5 - 1.5).collect();
+    let mut want = vec![0f32; n];
+    portable::silu_mul(&g, &u, &mut want);
+    for i in 0..n - 1 {
+        let (x, y) = (f64::from(g[i]), f64::from(u[i]));
+        let exact = x / (1.0 + (-x).exp()) * y;
+        let err = (f64::from(want[i]) - exact).abs();
+        // (below the clamp of `exp`, -88, the SiLU is within 1e-35 of 0 rather than relatively)
+        assert!(
+            err <= 1e-6 * exact.abs() + 1e-30,
+            "{i}: {} vs {exact}",
+            want[i]
+        );
+    }
+    assert!(want[n - 1].is_nan());
+    for isa in Isa::supported() {
+        let mut got = vec![f32::NAN; n];
+        isa.silu_mul(&g, &u, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+    }
+}
+
+#[test]
+fn softmax_prefix_is_the_softmax_of_the_visible_keys_with_zeros_after_on_every_instruction_set() {
+    let t = 21; // two lanes of 8 and a tail
+    let s: Vec<f32> = (0..t).map(|j| ((j * 7) % 11) as f32 * 0.9 - 3.0).collect();
+    for n in [1, 5, 8, 16, 17, t] {
+        let mut want = vec![f32::NAN; t];
+        portable::softmax_prefix(&s, n, &mut want);
+        let mx = s[..n]
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+        let z: f64 = s[..n].iter().map(|&x| (f64::from(x) - mx).exp()).sum();
+        for j in 0..t {
+            if j < n {
+                let exact = (f64::from(s[j]) - mx).exp() / z;
+                assert!(
+                    (f64::from(want[j]) - exact).abs() < 1e-6 * exact.max(1e-3),
+                    "{n} {j}"
+                );
+            } else {
+                assert_eq!(want[j], 0.0);
+            }
+        }
+        let total: f32 = want.iter().sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        for isa in Isa::supported() {
+            let mut got = vec![f32::NAN; t];
+            isa.softmax_prefix(&s, n, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{isa} {n}");
+        }
+    }
+}
+
+#[test]
+fn rope_half_rotates_each_pair_by_its_angle_on_every_instruction_set() {
+    let d = 20; // pairs (i, i + 10)
+    let x: Vec<f32> = (0..d).map(|i| (i as f32 - 7.0) * 0.3).collect();
+    let ang: Vec<f32> = (0..d / 2).map(|i| 0.7 * i as f32 + 0.1).collect();
+    let (cos, sin): (Vec<f32>, Vec<f32>) = ang.iter().map(|a| (a.cos(), a.sin())).unzip();
+    let mut want = vec![0f32; d];
+    portable::rope_half(&x, &cos, &sin, &mut want);
+    for i in 0..d / 2 {
+        let (a, b) = (f64::from(x[i]), f64::from(x[i + d / 2]));
+        let (c, s) = (f64::from(ang[i]).cos(), f64::from(ang[i]).sin());
+        assert!((f64::from(want[i]) - (a * c - b * s)).abs() < 1e-6);
+        assert!((f64::from(want[i + d / 2]) - (a * s + b * c)).abs() < 1e-6);
+        // a rotation keeps the pair's length
+        let n0 = a * a + b * b;
+        let n1 = f64::from(want[i]).powi(2) + f64::from(want[i + d / 2]).powi(2);
+        assert!((n0 - n1).abs() < 1e-5 * n0.max(1.0));
+    }
+    for isa in Isa::supported() {
+        let mut got = vec![f32::NAN; d];
+        isa.rope_half(&x, &cos, &sin, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+    }
+}

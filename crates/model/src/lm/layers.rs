@@ -15,7 +15,7 @@ use crate::hooks::{at, norm_hooked};
 use crate::mixer::Normalisation;
 use crate::nn::HookPoints;
 use crate::ops::reference::normalise;
-use crate::ops::Ops;
+use crate::ops::{fast, Ops};
 
 /// A norm of a GPT-2 or Llama block.
 #[derive(Debug, Clone, Copy)]
@@ -52,12 +52,17 @@ pub(crate) fn norm<P: HookPoints + ?Sized>(
 
 /// The causal softmax attention of block `l`, `softmax(q k^T * scale + mask)`, with the hook
 /// points `blocks.{l}.attn.hook_attn_scores` (with a hook attached: the scores with `-inf` above
-/// the diagonal, [`masked_scores`], then candle-nn's softmax) and `attn.hook_pattern`; without
-/// hooks the masked softmax of `ops::reference::normalise` (its scores, unmasked, still pass
-/// through [`HookPoints::at_block`], which a reader without a hook function may override).
+/// the diagonal, [`masked_scores`] on the key heads repeated for each query head
+/// ([`repeat_kv`]), then candle-nn's softmax) and `attn.hook_pattern`; without hooks the products
+/// of each key head with its group of query heads ([`grouped_product`], no copy of the keys), then
+/// the masked softmax: one pass over the rows on the CPU in float32
+/// (`crate::ops::fast::lm::causal_softmax`), `ops::reference::normalise` elsewhere (its scores,
+/// unmasked, still pass through [`HookPoints::at_block`], which a reader without a hook function
+/// may override).
 ///
 /// # Shapes
-/// `q [B, H, Q, d]`, `k [B, H, K, d]`, `mask` `u8 [Q, K]` -> pattern `[B, H, Q, K]`.
+/// `q [B, H, Q, d]`, `k [B, H_kv, K, d]` (`H_kv` divides `H`; query head `h` reads key head
+/// `h / (H / H_kv)`), `mask` `u8 [Q, K]` -> pattern `[B, H, Q, K]`.
 ///
 /// # Errors
 /// Candle errors; a hook's error or a replacement of another shape.
@@ -73,17 +78,122 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
         None => {
             // Unmasked here (the mask enters the fused softmax); a reader of the point sees the
             // same values as the hooked pass's at every allowed (query, key) pair.
-            let scores = (q.matmul(&k.t()?)? * scale)?;
+            let scores = (grouped_product(q, &k.t()?)? * scale)?;
             let scores = hooks.at_block(l, "attn.hook_attn_scores", scores)?;
-            normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(mask))?
+            // The kernel's mask is the causal one, which `mask` is (checked on its size only).
+            let d = scores.dims();
+            let causal = d.len() >= 2 && mask.dims() == &d[d.len() - 2..];
+            let fast = if causal {
+                fast::lm::causal_softmax(&scores)?
+            } else {
+                None
+            };
+            match fast {
+                Some(p) => p,
+                _ => normalise(Ops::Fused, &scores, Normalisation::Softmax, Some(mask))?,
+            }
         }
         Some(h) => {
+            let (hq, hk) = (q.dim(1)?, k.dim(1)?);
+            let k = repeat_kv(k, hq / hk.max(1))?;
             let name = format!("blocks.{l}.attn.hook_attn_scores");
-            let scores = at(h, &name, masked_scores(q, k, scale, mask)?)?;
+            let scores = at(h, &name, masked_scores(q, &k, scale, mask)?)?;
             candle_nn::ops::softmax_last_dim(&scores)?
         }
     };
     hooks.at_block(l, "attn.hook_pattern", pattern)
+}
+
+/// Per key/value head, the product of its group of query heads' rows with it: `out[b, h] =
+/// a[b, h] x[b, h / (H / H_kv)]`, computed as one product per key head on the query heads' rows
+/// stacked (`a` reshaped to `[B, H_kv, (H / H_kv) Q, K]`), so the key or value heads are never
+/// repeated; on the CPU in float32 the batch of products split over the threads
+/// (`crate::ops::fast::gemm::batched_matmul`).
+///
+/// # Shapes
+/// `a [B, H, Q, K]`, `x [B, H_kv, K, N]` (any strides) -> `[B, H, Q, N]`.
+///
+/// # Errors
+/// Candle errors (`H_kv` not dividing `H`, mismatched sizes).
+pub(crate) fn grouped_product(a: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let (b, h, q, k) = a.dims4()?;
+    let (_, hkv, _, n) = x.dims4()?;
+    if hkv == 0 || h % hkv != 0 {
+        return Err(ModelError::Input(format!(
+            "attention: {hkv} key/value heads do not divide {h} query heads"
+        )));
+    }
+    let a = a.contiguous()?.reshape((b, hkv, (h / hkv) * q, k))?;
+    let y = match fast::gemm::batched_matmul(&a, x)? {
+        Some(y) => y,
+        None => a.matmul(x)?,
+    };
+    Ok(y.reshape((b, h, q, n))?)
+}
+
+/// Expands key/value heads for grouped-query attention: head `h` of the result is head
+/// `h / n_rep` of the input (Hugging Face `repeat_kv`).
+///
+/// # Shapes
+/// `x` [B, H_kv, T, d] -> [B, H_kv * n_rep, T, d].
+///
+/// # Errors
+/// Candle errors.
+pub(crate) fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep <= 1 {
+        return Ok(x.clone());
+    }
+    let (b, hkv, t, d) = x.dims4()?;
+    Ok(x.unsqueeze(2)?
+        .expand((b, hkv, n_rep, t, d))?
+        .reshape((b, hkv * n_rep, t, d))?)
+}
+
+/// The rotary embedding in the half-split convention (candle-nn's `rope`): on the CPU in float32
+/// one pass reading `x` through its strides (`crate::ops::fast::lm::rope`), else candle-nn's on a
+/// contiguous copy.
+///
+/// # Shapes
+/// `x [B, H, T, d]`, `cos`, `sin` `[T, d/2]` -> `[B, H, T, d]` (contiguous).
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    match fast::lm::rope(x, cos, sin)? {
+        Some(y) => Ok(y),
+        None => Ok(candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)?),
+    }
+}
+
+/// `x W^T` for a PyTorch-layout matrix `W [out, in]`: on the CPU in float32 with its rows split
+/// over the threads (`crate::ops::fast::gemm::matmul_t`, for 64 rows a thread or more), else
+/// `super::matmul_t`.
+///
+/// # Shapes
+/// `x [..., in]`, `w [out, in]` -> `[..., out]`.
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    match fast::gemm::matmul_t(x, w)? {
+        Some(y) => Ok(y),
+        None => super::matmul_t(x, w),
+    }
+}
+
+/// The SwiGLU of a Llama MLP, `silu(pre) * lin`: one pass on the CPU in float32
+/// (`crate::ops::fast::lm::swiglu`), candle-nn's SiLU and a product elsewhere.
+///
+/// # Shapes
+/// `pre`, `lin` of one shape -> that shape.
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn swiglu(pre: &Tensor, lin: &Tensor) -> Result<Tensor> {
+    match fast::lm::swiglu(pre, lin)? {
+        Some(y) => Ok(y),
+        None => Ok((candle_nn::ops::silu(pre)? * lin)?),
+    }
 }
 
 /// The input of the final norm and the unembedding: the residual stream `h` at every position, or

@@ -12,12 +12,14 @@ use ndarray::Array1;
 
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
-use super::layers::{causal_softmax, no_logits, norm, readout_input, Norm};
+use super::layers::{
+    causal_softmax, grouped_product, linear, no_logits, norm, readout_input, rotary, swiglu, Norm,
+};
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
 };
-use super::{check_tokens, matmul_t, LmOutput};
+use super::{check_tokens, LmOutput};
 use crate::error::{ModelError, Result};
 use crate::hooks::{lm_hook_names, BlockHooks, HookFn};
 use crate::nn::position::causal_mask;
@@ -583,38 +585,39 @@ impl Llama {
             h = hooks.at_block(l, "hook_resid_pre", h)?;
             let ln1 = Norm::Rms(&layer.attn_norm);
             let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
+            // Views [B, H, T, d] of the projections (no copy: the rotary embedding reads them
+            // through their strides, `super::layers::rotary`).
             let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(matmul_t(&x, w)?
-                    .reshape((b, t, n, d))?
-                    .transpose(1, 2)?
-                    .contiguous()?)
+                Ok(linear(&x, w)?.reshape((b, t, n, d))?.transpose(1, 2)?)
             };
             let q = hooks.at_block_heads(l, "attn.hook_q", heads(&layer.w_q, h_)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_k", heads(&layer.w_k, hkv)?)?;
             let v = hooks.at_block_heads(l, "attn.hook_v", heads(&layer.w_v, hkv)?)?;
-            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
-            let q = hooks.at_block_heads(l, "attn.hook_rot_q", q)?;
-            let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
-            let k = hooks.at_block_heads(l, "attn.hook_rot_k", k)?;
-            // Both are contiguous (the rotary embedding's output, the heads' copy, or
-            // `repeat_kv`'s), so `contiguous` copies nothing.
-            let k = repeat_kv(&k, h_ / hkv)?.contiguous()?;
-            let v = repeat_kv(&v, h_ / hkv)?.contiguous()?;
+            let v = v.contiguous()?;
+            let q = hooks.at_block_heads(l, "attn.hook_rot_q", rotary(&q, &cos, &sin)?)?;
+            let k = hooks.at_block_heads(l, "attn.hook_rot_k", rotary(&k, &cos, &sin)?)?;
+            // Query head `h` reads key/value head `h / (H / H_kv)`: products per key/value head,
+            // no repeated copies (`super::layers::grouped_product`).
             let a = causal_softmax(&q, &k, scale, &mask, l, hooks)?;
-            let z = hooks.at_block_heads(l, "attn.hook_z", a.matmul(&v)?)?;
+            if !hooks.needs_block_output(l) {
+                // The reader has what it needs of the pass (its docs): no value mixing, MLP
+                // or logits.
+                break;
+            }
+            let z = hooks.at_block_heads(l, "attn.hook_z", grouped_product(&a, &v)?)?;
             if capture {
                 patterns.push(a);
             }
             let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
-            let attn_out = hooks.at_block(l, "hook_attn_out", matmul_t(&o, &layer.w_o)?)?;
+            let attn_out = hooks.at_block(l, "hook_attn_out", linear(&o, &layer.w_o)?)?;
             h = hooks.at_block(l, "hook_resid_mid", (h + attn_out)?)?;
             let ln2 = Norm::Rms(&layer.mlp_norm);
             let x = norm(&h, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
-            let pre = hooks.at_block(l, "mlp.hook_pre", matmul_t(&x, &layer.w_gate)?)?;
-            let lin = hooks.at_block(l, "mlp.hook_pre_linear", matmul_t(&x, &layer.w_up)?)?;
-            let post = (candle_nn::ops::silu(&pre)? * lin)?;
+            let pre = hooks.at_block(l, "mlp.hook_pre", linear(&x, &layer.w_gate)?)?;
+            let lin = hooks.at_block(l, "mlp.hook_pre_linear", linear(&x, &layer.w_up)?)?;
+            let post = swiglu(&pre, &lin)?;
             let post = hooks.at_block(l, "mlp.hook_post", post)?;
-            let out = hooks.at_block(l, "hook_mlp_out", matmul_t(&post, &layer.w_down)?)?;
+            let out = hooks.at_block(l, "hook_mlp_out", linear(&post, &layer.w_down)?)?;
             h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
         let logits = match readout_input(h, ran, c.n_layers, hooks)? {
@@ -622,7 +625,7 @@ impl Llama {
             Some(h) => {
                 let h = norm(&h, Norm::Rms(&self.norm), eps, || "ln_final".into(), hooks)?;
                 let h = hooks.at("unembed.hook_in", h)?;
-                hooks.at("unembed.hook_out", matmul_t(&h, &self.lm_head)?)?
+                hooks.at("unembed.hook_out", linear(&h, &self.lm_head)?)?
             }
         };
         Ok(LmOutput {
@@ -704,23 +707,9 @@ struct Names {
     layer: Box<dyn Fn(usize, W) -> String>,
 }
 
-/// Expands key/value heads for grouped-query attention: head `h` of the result is head
-/// `h / n_rep` of the input (Hugging Face `repeat_kv`).
-///
-/// # Shapes
-/// `x` [B, H_kv, T, d] -> [B, H_kv * n_rep, T, d].
-fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
-    if n_rep == 1 {
-        return Ok(x.clone());
-    }
-    let (b, hkv, t, d) = x.dims4()?;
-    Ok(x.unsqueeze(2)?
-        .expand((b, hkv, n_rep, t, d))?
-        .reshape((b, hkv * n_rep, t, d))?)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::layers::repeat_kv;
     use super::*;
 
     #[test]

@@ -59,6 +59,18 @@ pub trait HookPoints {
         n_layers
     }
 
+    /// Whether the pass needs anything of block `l` after its attention pattern (the value mixing,
+    /// the output projection, the MLP and the residual stream after them). Default: yes. A reader
+    /// that reads only the pattern or scores of the last block it runs, with no logits and no
+    /// residual stream after it (the lens of `crate::lm::LanguageModel::latent_codes`), answers
+    /// no for that block, and a pass that supports it (the Llama pass) stops there; the pass then
+    /// computes no logits.
+    #[inline]
+    fn needs_block_output(&self, l: usize) -> bool {
+        let _ = l;
+        true
+    }
+
     /// The rows of the final residual stream, flattened to `[B·T, D]`, at which the pass
     /// computes logits: `None` (default) at every position, `Some(rows)` only at those (the
     /// final norm and the unembedding then read `R` rows, not `B·T`; no rows computes nothing).

@@ -14,8 +14,10 @@
 //! - gathers the query rows and key columns of each selected layer's attention as the layer
 //!   computes it (the `[B, H, T, T]` tensor is never handed out nor kept beyond its layer);
 //! - gathers `hook_resid_post` at the queries when asked;
-//! - stops after the last selected layer when no logits are wanted, and otherwise computes the final
-//!   norm and the unembedding only at each sequence's last token.
+//! - stops after the last selected layer when no logits are wanted (in that layer after its
+//!   attention pattern, unless the residual stream is asked for:
+//!   [`HookPoints::needs_block_output`]), and otherwise computes the final norm and the
+//!   unembedding only at each sequence's last token.
 //!
 //! The sequences are padded on the right, with token 0, to the longest *needed* length of the batch
 //! (the largest query, key or, with logits, last position, plus one): in a causal model the
@@ -269,6 +271,11 @@ impl HookPoints for Sites<'_> {
 
     fn logit_rows(&self) -> Option<&Tensor> {
         Some(&self.logit_rows)
+    }
+
+    fn needs_block_output(&self, l: usize) -> bool {
+        // After the last block run, only the logits or the residual stream would need more.
+        l + 1 < self.plan.ran || self.resid_rows.is_some() || self.logit_rows.elem_count() > 0
     }
 }
 

@@ -43,7 +43,7 @@ const BLOCK_ELEMS: usize = 8192;
 /// each operation to a single worker thread made a one-thread training step 4-8 % slower);
 /// returns what `f` returns per block, in block order. `f` reads its inputs at
 /// `[index * block_len ..][.. block.len()]`.
-fn for_blocks<P: Send>(
+pub(crate) fn for_blocks<P: Send>(
     out: &mut [f32],
     block_len: usize,
     f: impl Fn(usize, &mut [f32]) -> P + Sync + Send,

@@ -14,6 +14,8 @@ use crate::error::Result;
 pub(crate) mod broadcast;
 pub(crate) mod cpu;
 pub(crate) mod fused;
+pub(crate) mod gemm;
+pub(crate) mod lm;
 pub(crate) mod mix;
 
 /// Whether `x` is on the CPU.

@@ -1,0 +1,216 @@
+//! `x W^T` for a PyTorch-layout matrix on the CPU in float32, its rows split evenly over the
+//! threads (rayon), and batched products, the batch split over the threads; each part one
+//! single-threaded call of the `gemm` crate (candle's own products hand gemm its threads instead).
+//! Inference only (no gradient).
+
+// The workspace denies `unsafe`; `gemm::gemm` takes raw pointers and strides.
+#![allow(unsafe_code)]
+
+use candle_core::Tensor;
+use gemm::{gemm, Parallelism};
+use rayon::prelude::*;
+
+use super::cpu::with_tensor;
+use super::cpu_f32;
+use crate::error::Result;
+
+/// Fewest rows per thread for the split (below it candle's product runs).
+const MIN_ROWS: usize = 64;
+
+/// `x W^T` over the last axis of `x`.
+///
+/// # Shapes
+/// `x [..., K]`, `w [N, K]` -> `[..., N]` (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU, the sizes do not match,
+/// or there are fewer than 64 rows per thread.
+pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
+    let threads = rayon::current_num_threads().max(1);
+    let Ok((n, k)) = w.dims2() else {
+        return Ok(None);
+    };
+    let dims = x.dims();
+    if !cpu_f32(x) || !cpu_f32(w) || dims.last() != Some(&k) || k == 0 || n == 0 {
+        return Ok(None);
+    }
+    let m = x.elem_count() / k;
+    if m < MIN_ROWS * threads {
+        return Ok(None);
+    }
+    let per = m.div_ceil(threads);
+    let y = with_tensor(x, |x| {
+        with_tensor(w, |w| {
+            let mut y = vec![0f32; m * n];
+            y.par_chunks_mut(per * n)
+                .zip(x.par_chunks(per * k))
+                .for_each(|(y, x)| {
+                    let rows = y.len() / n;
+                    // SAFETY: `x` holds `rows` rows of `k`, `w` `n` rows of `k` (read as the
+                    // `k x n` matrix `W^T`: column stride `k`, row stride 1), `y` `rows` rows of
+                    // `n`; every pointer stays inside its slice and `y` is written only here.
+                    unsafe {
+                        gemm(
+                            rows,
+                            n,
+                            k,
+                            y.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            x.as_ptr(),
+                            1,
+                            k as isize,
+                            w.as_ptr(),
+                            k as isize,
+                            1,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            Parallelism::None,
+                        )
+                    }
+                });
+            y
+        })
+    })??;
+    let mut out = dims.to_vec();
+    if let Some(last) = out.last_mut() {
+        *last = n;
+    }
+    Ok(Some(Tensor::from_vec(y, out, x.device())?))
+}
+
+/// Batched products `y[i] = a[i] x[i]`, the batch split over the threads (rayon), each product one
+/// single-threaded gemm call (candle's batched product hands gemm both threads for every one of
+/// the small products of an attention).
+///
+/// # Shapes
+/// `a [..., M, K]` (made contiguous), `x [..., K, N]` with the same leading axes, read through its
+/// strides (one stride per leading axis that steps the flattened batch evenly, as a contiguous
+/// tensor or its transpose has) -> `[..., M, N]` (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU, the shapes do not match,
+/// or `x`'s batch is not evenly strided.
+pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
+    let (ad, xd) = (a.dims(), x.dims());
+    let r = ad.len();
+    if !cpu_f32(a) || !cpu_f32(x) || r < 3 || xd.len() != r || ad[..r - 2] != xd[..r - 2] {
+        return Ok(None);
+    }
+    let (m, k, n) = (ad[r - 2], ad[r - 1], xd[r - 1]);
+    if xd[r - 2] != k || m == 0 || k == 0 || n == 0 {
+        return Ok(None);
+    }
+    let batch: usize = ad[..r - 2].iter().product();
+    let (storage, layout) = x.storage_and_layout();
+    let candle_core::Storage::Cpu(storage) = &*storage else {
+        return Ok(None);
+    };
+    let st = layout.stride();
+    // The flattened batch must step evenly: each leading axis's stride is the next one's times
+    // its size.
+    let b_stride = st[r - 3];
+    if (0..r - 3).any(|i| st[i] != st[i + 1] * xd[i + 1]) {
+        return Ok(None);
+    }
+    let (x_rs, x_cs) = (st[r - 2], st[r - 1]);
+    let all = storage.as_slice::<f32>()?;
+    let start = layout.start_offset();
+    // The last element any product reads must lie inside the storage.
+    let last = start + (batch - 1) * b_stride + (k - 1) * x_rs + (n - 1) * x_cs;
+    if last >= all.len() {
+        return Ok(None);
+    }
+    let y = with_tensor(a, |a| {
+        let mut y = vec![0f32; batch * m * n];
+        y.par_chunks_mut(m * n)
+            .zip(a.par_chunks(m * k))
+            .enumerate()
+            .for_each(|(i, (y, a))| {
+                let xp = &all[start + i * b_stride..];
+                // SAFETY: `a` holds `m` rows of `k`, `y` `m` rows of `n`; `x[i]` is read at
+                // `xp[p * x_rs + q * x_cs]` for `p < k`, `q < n`, all at or below `last`, inside
+                // the storage (checked above); `y` is written only here.
+                unsafe {
+                    gemm(
+                        m,
+                        n,
+                        k,
+                        y.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        k as isize,
+                        xp.as_ptr(),
+                        x_cs as isize,
+                        x_rs as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        Parallelism::None,
+                    )
+                }
+            });
+        y
+    })?;
+    let mut out = xd.to_vec();
+    out[r - 2] = m;
+    Ok(Some(Tensor::from_vec(y, out, x.device())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    #[test]
+    fn batched_products_equal_candles_for_a_transposed_and_a_contiguous_right_side() {
+        let dev = Device::Cpu;
+        let a = Tensor::randn(0f32, 1.0, (2, 3, 12, 5), &dev).unwrap();
+        let k = Tensor::randn(0f32, 1.0, (2, 3, 7, 5), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (2, 3, 5, 4), &dev).unwrap();
+        for x in [k.t().unwrap(), v] {
+            let got = batched_matmul(&a, &x).unwrap().unwrap();
+            let want = a.matmul(&x).unwrap();
+            assert_eq!(got.dims(), want.dims());
+            let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
+        }
+        // a batch that does not step evenly (a transposed batch) is left to candle
+        let x = Tensor::randn(0f32, 1.0, (3, 2, 5, 4), &dev)
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        assert!(batched_matmul(&a, &x).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_split_product_equals_candles() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (3, 101, 40), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (24, 40), &dev).unwrap();
+        let want = x
+            .reshape((303, 40))
+            .unwrap()
+            .matmul(&w.t().unwrap())
+            .unwrap();
+        let got = matmul_t(&x, &w).unwrap();
+        let threads = rayon::current_num_threads();
+        if 303 < MIN_ROWS * threads {
+            assert!(got.is_none());
+            return;
+        }
+        let got = got.unwrap().reshape((303, 24)).unwrap();
+        let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 1e-4);
+    }
+}

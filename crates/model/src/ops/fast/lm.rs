@@ -1,0 +1,186 @@
+//! CPU kernels of the imported language models' blocks (`crate::lm::layers`), float32, inference
+//! only (no gradient): the causal softmax of a block of attention scores, the SwiGLU of a Llama
+//! MLP and the rotary embedding of a strided view, each one pass over its rows in parallel (rayon,
+//! [`super::cpu::for_blocks`]) with the kernels of `hyperlens_kernels` ([`Isa::softmax_prefix`],
+//! [`Isa::silu_mul`], [`Isa::rope_half`]). In candle each is several passes: the mask's
+//! `where_cond` and the softmax; the SiLU and the product; the copy of the heads and the rotation.
+//!
+//! Each returns `None` for a tensor that is not float32 on the CPU (the caller then takes candle's
+//! form).
+
+use candle_core::Tensor;
+use hyperlens_kernels::Isa;
+
+use super::cpu::{for_blocks, with_tensor};
+use super::cpu_f32;
+use crate::error::Result;
+
+/// Rows of scores per parallel task of [`causal_softmax`].
+const SOFTMAX_ROWS: usize = 64;
+/// Elements per parallel task of [`swiglu`].
+const SWIGLU_ELEMS: usize = 16_384;
+
+/// The softmax of each query row of `scores` over its keys up to the query (key `j <= i` for
+/// query `i`), 0 above the diagonal: the causal softmax attention's pattern.
+///
+/// # Shapes
+/// `scores [..., T, T]` -> `[..., T, T]` (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when `scores` is not float32 on the CPU or not square in its last two
+/// axes.
+pub(crate) fn causal_softmax(scores: &Tensor) -> Result<Option<Tensor>> {
+    let dims = scores.dims();
+    let r = dims.len();
+    if !cpu_f32(scores) || r < 2 || dims[r - 1] != dims[r - 2] || dims[r - 1] == 0 {
+        return Ok(None);
+    }
+    let t = dims[r - 1];
+    let isa = Isa::detected();
+    let out = with_tensor(scores, |s| {
+        let mut a = vec![0f32; s.len()];
+        let len = SOFTMAX_ROWS * t;
+        for_blocks(&mut a, len, |b, a| {
+            let s = &s[b * len..][..a.len()];
+            for (row, (s, a)) in s.chunks_exact(t).zip(a.chunks_exact_mut(t)).enumerate() {
+                let i = (b * SOFTMAX_ROWS + row) % t;
+                isa.softmax_prefix(s, i + 1, a);
+            }
+        });
+        a
+    })?;
+    Ok(Some(Tensor::from_vec(
+        out,
+        scores.shape(),
+        scores.device(),
+    )?))
+}
+
+/// The SwiGLU of a Llama MLP, `silu(pre) * lin` elementwise.
+///
+/// # Shapes
+/// `pre`, `lin` of one shape -> that shape (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU or differ in shape.
+pub(crate) fn swiglu(pre: &Tensor, lin: &Tensor) -> Result<Option<Tensor>> {
+    if !cpu_f32(pre) || !cpu_f32(lin) || pre.shape() != lin.shape() {
+        return Ok(None);
+    }
+    let isa = Isa::detected();
+    let out = with_tensor(pre, |g| {
+        with_tensor(lin, |u| {
+            let mut y = vec![0f32; g.len()];
+            for_blocks(&mut y, SWIGLU_ELEMS, |b, y| {
+                let lo = b * SWIGLU_ELEMS;
+                isa.silu_mul(&g[lo..][..y.len()], &u[lo..][..y.len()], y);
+            });
+            y
+        })
+    })??;
+    Ok(Some(Tensor::from_vec(out, pre.shape(), pre.device())?))
+}
+
+/// The rotary embedding of every head row of `x` in the half-split convention
+/// ([`Isa::rope_half`], candle-nn's `rope`), reading `x` through its strides (a view of the
+/// projection's output, `[B, T, H, d]` transposed, needs no copy first).
+///
+/// # Shapes
+/// `x [B, H, T, d]` (any strides, the last 1), `cos`, `sin` `[T, d/2]` -> `[B, H, T, d]`
+/// (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU, `x`'s last stride is not
+/// 1, or the tables are not `[T, d/2]`.
+pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
+    let Ok((b, h, t, d)) = x.dims4() else {
+        return Ok(None);
+    };
+    let half = [t, d / 2];
+    if !cpu_f32(x) || !cpu_f32(cos) || !cpu_f32(sin) || cos.dims() != half || sin.dims() != half {
+        return Ok(None);
+    }
+    let (storage, layout) = x.storage_and_layout();
+    let candle_core::Storage::Cpu(storage) = &*storage else {
+        return Ok(None);
+    };
+    let st = layout.stride();
+    if st[3] != 1 && d > 1 {
+        return Ok(None);
+    }
+    let all = storage.as_slice::<f32>()?;
+    let start = layout.start_offset();
+    let isa = Isa::detected();
+    let out = with_tensor(cos, |cos| {
+        with_tensor(sin, |sin| {
+            let mut y = vec![0f32; b * h * t * d];
+            for_blocks(&mut y, t * d, |bh, y| {
+                let base = start + (bh / h) * st[0] + (bh % h) * st[1];
+                for (p, y) in y.chunks_exact_mut(d).enumerate() {
+                    let row = &all[base + p * st[2]..][..d];
+                    let cs = p * (d / 2)..(p + 1) * (d / 2);
+                    isa.rope_half(row, &cos[cs.clone()], &sin[cs], y);
+                }
+            });
+            y
+        })
+    })??;
+    Ok(Some(Tensor::from_vec(out, (b, h, t, d), x.device())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    #[test]
+    fn causal_softmax_matches_the_masked_candle_softmax() {
+        let dev = Device::Cpu;
+        let (b, t) = (3, 70); // rows over two parallel blocks, a tail past the lanes
+        let s = Tensor::randn(0f32, 2.0, (b, t, t), &dev).unwrap();
+        let got = causal_softmax(&s).unwrap().unwrap();
+        let mask = crate::nn::position::causal_mask(t, &dev).unwrap();
+        let ninf = Tensor::full(f32::NEG_INFINITY, (b, t, t), &dev).unwrap();
+        let masked = mask
+            .broadcast_as((b, t, t))
+            .unwrap()
+            .where_cond(&s, &ninf)
+            .unwrap();
+        let want = candle_nn::ops::softmax_last_dim(&masked).unwrap();
+        let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+        assert!(
+            causal_softmax(&s.to_dtype(candle_core::DType::F64).unwrap())
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn rope_of_a_strided_view_matches_candle_nn_rope_of_its_copy() {
+        let dev = Device::Cpu;
+        let (b, t, h, d) = (2, 5, 3, 8);
+        let x = Tensor::randn(0f32, 1.0, (b, t, h, d), &dev)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        let cos = Tensor::randn(0f32, 1.0, (t, d / 2), &dev).unwrap();
+        let sin = Tensor::randn(0f32, 1.0, (t, d / 2), &dev).unwrap();
+        let got = rope(&x, &cos, &sin).unwrap().unwrap();
+        let want = candle_nn::rotary_emb::rope(&x.contiguous().unwrap(), &cos, &sin).unwrap();
+        let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+        assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
+    }
+
+    #[test]
+    fn swiglu_matches_candle_silu_times_the_linear_part() {
+        let dev = Device::Cpu;
+        let g = Tensor::randn(0f32, 3.0, (5, 9001), &dev).unwrap();
+        let u = Tensor::randn(0f32, 1.0, (5, 9001), &dev).unwrap();
+        let got = swiglu(&g, &u).unwrap().unwrap();
+        let want = (candle_nn::ops::silu(&g).unwrap() * &u).unwrap();
+        let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
+    }
+}
