@@ -2,8 +2,8 @@
 
 use crate::util::hyperlens;
 
-/// The thirteen subcommands, in the order of `--help`.
-const SUBCOMMANDS: [&str; 13] = [
+/// The fourteen subcommands, in the order of `--help`.
+const SUBCOMMANDS: [&str; 14] = [
     "tasks",
     "import",
     "info",
@@ -11,6 +11,7 @@ const SUBCOMMANDS: [&str; 13] = [
     "train",
     "probe",
     "report",
+    "study",
     "analyze",
     "attention",
     "circuits",
