@@ -298,3 +298,54 @@ impl Interrupt {
         }
     }
 }
+
+/// A long library call's progress step with a Python callback, run with the GIL released: each
+/// [`Callback::step`] checks Ctrl-C ([`Interrupt`]) and then calls the callback (taking the GIL
+/// for it); an exception of either breaks the call there, and [`Callback::finish`] raises it
+/// instead of the library's `Interrupted` error.
+pub struct Callback<'a> {
+    stop: Interrupt,
+    callback: Option<&'a Py<PyAny>>,
+    failed: Option<PyErr>,
+}
+
+impl<'a> Callback<'a> {
+    /// The step of a call with `callback` (or none: then Ctrl-C only).
+    pub fn new(callback: Option<&'a Py<PyAny>>) -> Self {
+        Self {
+            stop: Interrupt::default(),
+            callback,
+            failed: None,
+        }
+    }
+
+    /// One progress step: `Break` after a signal or a callback's exception (then and at every
+    /// later step), else `call(py, callback)` and `Continue`.
+    pub fn step(
+        &mut self,
+        call: impl FnOnce(Python<'_>, &Py<PyAny>) -> PyResult<()>,
+    ) -> ControlFlow<()> {
+        if self.failed.is_some() || self.stop.check().is_break() {
+            return ControlFlow::Break(());
+        }
+        if let Some(f) = self.callback {
+            if let Err(e) = Python::attach(|py| call(py, f)) {
+                self.failed = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The call's result as Python sees it: the callback's exception, else as
+    /// [`Interrupt::finish`].
+    ///
+    /// # Errors
+    /// The callback's or the signal's exception; the call's error.
+    pub fn finish<T, E: Classify>(self, r: std::result::Result<T, E>) -> PyResult<T> {
+        match self.failed {
+            Some(e) => Err(e),
+            None => self.stop.finish(r),
+        }
+    }
+}

@@ -402,8 +402,7 @@ impl PyLanguageModel {
             prompts: prompts.set().origin.clone(),
         };
         let s = detached(py, || {
-            let stop = crate::errors::Interrupt::default();
-            let mut failed: Option<PyErr> = None;
+            let mut on = crate::errors::Callback::new(on_progress.as_ref());
             let r = hyperlens_probe::extract_prompts(
                 &self.lm,
                 tok,
@@ -411,23 +410,9 @@ impl PyLanguageModel {
                 &params,
                 &sources,
                 &out,
-                |done, total| {
-                    if failed.is_some() || stop.check().is_break() {
-                        return std::ops::ControlFlow::Break(());
-                    }
-                    if let Some(f) = &on_progress {
-                        if let Err(e) = Python::attach(|py| f.call1(py, (done, total))) {
-                            failed = Some(e);
-                            return std::ops::ControlFlow::Break(());
-                        }
-                    }
-                    std::ops::ControlFlow::Continue(())
-                },
+                |done, total| on.step(|py, f| f.call1(py, (done, total)).map(drop)),
             );
-            match failed {
-                Some(e) => Err(e),
-                None => stop.finish(r),
-            }
+            on.finish(r)
         })?;
         Ok((s.n_prompts, s.n_answered, s.accuracy))
     }

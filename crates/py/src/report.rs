@@ -3,7 +3,6 @@
 //! the latent-code study of a language model (`hyperlens study`) through
 //! `hyperlens_report::lm_study::run`.
 
-use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -11,7 +10,7 @@ use hyperlens_report::{run as run_report, Progress, ReportError, ReportParams};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{detached, to_py, Classify, Interrupt, Kind};
+use crate::errors::{detached, to_py, Callback, Classify, Kind};
 
 impl Classify for ReportError {
     fn kind(&self) -> Kind {
@@ -132,28 +131,11 @@ fn report(
         ..ReportParams::default()
     };
     let s = detached(py, || {
-        let stop = Interrupt::default();
-        let mut failed: Option<PyErr> = None;
+        let mut on = Callback::new(on_progress.as_ref());
         let summary = run_report(&params, &mut |p| {
-            if failed.is_some() || stop.check().is_break() {
-                return ControlFlow::Break(());
-            }
-            if let Some(f) = &on_progress {
-                let called = Python::attach(|py| -> PyResult<()> {
-                    f.call1(py, (progress_dict(py, &p)?,))?;
-                    Ok(())
-                });
-                if let Err(e) = called {
-                    failed = Some(e);
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
+            on.step(|py, f| f.call1(py, (progress_dict(py, &p)?,)).map(drop))
         });
-        match failed {
-            Some(e) => Err(e),
-            None => stop.finish(summary),
-        }
+        on.finish(summary)
     })?;
     Ok((s.index_html, s.checkpoints, s.elapsed_s))
 }
@@ -195,33 +177,18 @@ fn lm_study(
         ..LmStudyParams::new(model, out)
     };
     let s = detached(py, || {
-        let stop = Interrupt::default();
-        let mut failed: Option<PyErr> = None;
+        let mut on = Callback::new(on_progress.as_ref());
         let outcome = run_study(&params, &mut |p| {
-            if failed.is_some() || stop.check().is_break() {
-                return ControlFlow::Break(());
-            }
-            if let Some(f) = &on_progress {
-                let called = Python::attach(|py| -> PyResult<()> {
-                    let d = PyDict::new(py);
-                    d.set_item("stage", p.stage)?;
-                    d.set_item("done", p.done)?;
-                    d.set_item("total", p.total)?;
-                    d.set_item("unit", p.unit)?;
-                    f.call1(py, (d,))?;
-                    Ok(())
-                });
-                if let Err(e) = called {
-                    failed = Some(e);
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
+            on.step(|py, f| {
+                let d = PyDict::new(py);
+                d.set_item("stage", p.stage)?;
+                d.set_item("done", p.done)?;
+                d.set_item("total", p.total)?;
+                d.set_item("unit", p.unit)?;
+                f.call1(py, (d,)).map(drop)
+            })
         });
-        match failed {
-            Some(e) => Err(e),
-            None => stop.finish(outcome),
-        }
+        on.finish(outcome)
     })?;
     Ok((s.index_html, s.verdict, s.elapsed_s, s.peak_rss_bytes))
 }
