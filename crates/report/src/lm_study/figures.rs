@@ -11,6 +11,8 @@ use hyperlens_viz::{
 };
 use ndarray::Array2;
 
+use hyperlens_probe::lm_transplant::LmTransplantRow;
+
 use super::measure::Measured;
 use super::verdict::{layer_name, strongest_control, Verdicts};
 use crate::doc::FigureRef;
@@ -292,10 +294,10 @@ fn transplant_figure(m: &Measured, v: &Verdicts, out: &Path) -> Result<Option<Fi
     let (Some(t), Some((_, sentence))) = (&m.transplant, &v.transplant) else {
         return Ok(None);
     };
-    let kinds: Vec<String> = t.tallies.iter().map(|x| x.kind.clone()).collect();
-    let frac = |f: fn(&super::files::TransplantTally) -> usize| -> Vec<f64> {
-        t.tallies
-            .iter()
+    let rows = &t.transplant.rows;
+    let kinds: Vec<String> = rows.iter().map(|x| x.kind.as_str().to_string()).collect();
+    let frac = |f: fn(&LmTransplantRow) -> usize| -> Vec<f64> {
+        rows.iter()
             .map(|x| {
                 if x.n == 0 {
                     0.0

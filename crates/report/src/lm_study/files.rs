@@ -2,12 +2,13 @@
 //! ([`Timings`]), the analyses' tables under `tables/<name>/` (each analysis's `decoding.csv`,
 //! `behaviour.csv`, `structure.csv` and `summary.json`, as `hyperlens analyze --lm-codes` writes
 //! them), `tables/icl_layers.csv` (Experiment 2 per layer over the splits) and
-//! `tables/transplant.csv`.
+//! `tables/transplant/` (`transplant.csv`, `transplant_by_donor.csv`, `transplant.json`).
 
 use std::path::Path;
 
 use hyperlens_analysis::lm::LmAnalysis;
 use hyperlens_analysis::table::{Column, Table};
+use hyperlens_probe::lm_transplant::{write_lm_transplant, LmTransplant, LmTransplantKind};
 use serde::{Deserialize, Serialize};
 
 use super::figures::StudyFigures;
@@ -40,25 +41,10 @@ pub struct Timings {
     pub stages: Vec<StageTime>,
 }
 
-/// One row of the transplant's tally: a kind of code written at the answer position.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TransplantTally {
-    /// `mean_donor`, `same_label`, `random` or `identity` (`hyperlens_probe::lm_transplant`).
-    pub kind: String,
-    /// (prompt, donor operation) pairs counted.
-    pub n: usize,
-    /// Pairs whose answer became the donor operation's.
-    pub to_donor: usize,
-    /// Pairs whose answer changed to something else.
-    pub elsewhere: usize,
-    /// Pairs whose answer stayed.
-    pub unchanged: usize,
-    /// Pairs left out (the donor's answer equals the prompt's own, or is not defined).
-    pub excluded: usize,
-}
-
-/// The transplant as the study reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The transplant as the study reports it: the layer, the prompts, and
+/// [`hyperlens_probe::lm_transplant::lm_transplant`]'s result (rows per kind, and per kind and
+/// donor operation), written as `tables/transplant/` by `write_lm_transplant`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TransplantResult {
     /// The layer whose code is replaced.
     pub layer: usize,
@@ -66,50 +52,29 @@ pub struct TransplantResult {
     pub n_targets: usize,
     /// Donor prompts (seen combinations of the first split, solved by the model).
     pub n_donors: usize,
-    /// One row per kind.
-    pub tallies: Vec<TransplantTally>,
-    /// The identity transplant's largest change of a logit (must be 0).
-    pub identity_max_logit_change: Option<f64>,
+    /// The result.
+    pub transplant: LmTransplant,
 }
 
 impl TransplantResult {
     /// The fraction of the counted pairs of `kind` whose answer became the donor's (0 without
-    /// pairs or for an unknown kind).
-    pub fn rate(&self, kind: &str) -> f64 {
-        self.tallies
+    /// pairs).
+    pub fn rate(&self, kind: LmTransplantKind) -> f64 {
+        self.transplant
+            .rows
             .iter()
             .find(|t| t.kind == kind)
             .filter(|t| t.n > 0)
             .map_or(0.0, |t| t.to_donor as f64 / t.n as f64)
     }
 
-    /// `tables/transplant.csv`.
-    ///
-    /// # Errors
-    /// A column of another length (never, by construction).
-    pub fn table(&self) -> Result<Table> {
-        let mut t = Table::new();
-        let col = |f: fn(&TransplantTally) -> usize| -> Column {
-            Column::Int(self.tallies.iter().map(|x| f(x) as i64).collect())
-        };
-        t.push(
-            "layer",
-            Column::Int(vec![self.layer as i64; self.tallies.len()]),
-        )?;
-        t.push(
-            "kind",
-            Column::Text(self.tallies.iter().map(|x| x.kind.clone()).collect()),
-        )?;
-        t.push("n", col(|x| x.n))?;
-        t.push("to_donor", col(|x| x.to_donor))?;
-        t.push("elsewhere", col(|x| x.elsewhere))?;
-        t.push("unchanged", col(|x| x.unchanged))?;
-        t.push("excluded", col(|x| x.excluded))?;
-        t.push(
-            "to_donor_rate",
-            Column::float(self.tallies.iter().map(|x| self.rate(&x.kind)).collect(), 4),
-        )?;
-        Ok(t)
+    /// The identity transplant's largest change of a logit (must be 0).
+    pub fn identity_max_logit_change(&self) -> Option<f64> {
+        self.transplant
+            .rows
+            .iter()
+            .find(|r| r.kind == LmTransplantKind::Identity)
+            .map(|r| r.max_logit_change)
     }
 }
 
@@ -388,7 +353,7 @@ pub fn write(
         crate::files::write_text(&dir.join("tables/icl_layers.csv"), &t.to_csv())?;
     }
     if let Some(t) = &m.transplant {
-        crate::files::write_text(&dir.join("tables/transplant.csv"), &t.table()?.to_csv())?;
+        write_lm_transplant(&dir.join("tables/transplant"), &t.transplant)?;
     }
     hyperlens_io::write_json(&dir.join("summary.json"), &summary(m, v, figs, params))?;
     crate::files::write_text(&dir.join("index.md"), &doc.to_markdown())?;

@@ -308,7 +308,8 @@ pub fn document(
             .map(String::from)
             .to_vec();
             let rows = t
-                .tallies
+                .transplant
+                .rows
                 .iter()
                 .map(|x| {
                     let f = |c: usize| {
@@ -319,7 +320,7 @@ pub fn document(
                         }
                     };
                     vec![
-                        x.kind.clone(),
+                        x.kind.as_str().to_string(),
                         x.n.to_string(),
                         f(x.to_donor),
                         f(x.elsewhere),
@@ -329,7 +330,10 @@ pub fn document(
                 })
                 .collect();
             doc.table(header, rows);
-            doc.paragraph("Table: `tables/transplant.csv`.");
+            doc.paragraph(
+                "Tables: `tables/transplant/` (`transplant.csv`, per donor operation \
+                 `transplant_by_donor.csv`, `transplant.json`).",
+            );
         }
         _ => doc.paragraph(
             "Not run: no split of Experiment 2 could be decoded, so there is no best layer and \

@@ -8,7 +8,9 @@ use hyperlens_analysis::lm::{
     LmAnalysis, LmAnalysisParams, LmBehaviour, LmDecoding, LmDecodingRow, ProbeScore,
 };
 
-use super::files::{TransplantResult, TransplantTally};
+use hyperlens_probe::lm_transplant::{LmTransplant, LmTransplantKind, LmTransplantRow};
+
+use super::files::TransplantResult;
 use super::measure::{IclResult, IclSplit};
 use super::verdict::*;
 use super::*;
@@ -161,29 +163,34 @@ fn the_finding_follows_the_splits() {
 
 #[test]
 fn the_transplant_moves_the_answer_only_well_above_the_random_code() {
+    let row = |kind: LmTransplantKind, to_donor: usize, elsewhere: usize| LmTransplantRow {
+        layer: Some(3),
+        kind,
+        donor_label: None,
+        n: 100,
+        to_donor,
+        elsewhere,
+        unchanged: 100 - to_donor - elsewhere,
+        excluded: 5,
+        frac_to_donor: to_donor as f64 / 100.0,
+        frac_changed: (to_donor + elsewhere) as f64 / 100.0,
+        max_logit_change: 0.0,
+    };
     let t = |donor: usize, random: usize| TransplantResult {
         layer: 3,
         n_targets: 10,
         n_donors: 20,
-        tallies: vec![
-            TransplantTally {
-                kind: "mean_donor".into(),
-                n: 100,
-                to_donor: donor,
-                elsewhere: 10,
-                unchanged: 90 - donor,
-                excluded: 5,
-            },
-            TransplantTally {
-                kind: "random".into(),
-                n: 100,
-                to_donor: random,
-                elsewhere: 0,
-                unchanged: 100 - random,
-                excluded: 5,
-            },
-        ],
-        identity_max_logit_change: Some(0.0),
+        transplant: LmTransplant {
+            label_factor: "operation".into(),
+            labels: vec!["copy".into(), "next".into()],
+            n_donors: vec![10, 10],
+            n_targets: 10,
+            rows: vec![
+                row(LmTransplantKind::MeanDonor, donor, 10),
+                row(LmTransplantKind::Random, random, 0),
+            ],
+            by_donor: Vec::new(),
+        },
     };
     assert!(transplant_sentence(&t(30, 5)).0);
     assert!(
@@ -191,8 +198,8 @@ fn the_transplant_moves_the_answer_only_well_above_the_random_code() {
         "under 3x the random code"
     );
     assert!(!transplant_sentence(&t(15, 0)).0, "under 20 % of pairs");
-    assert_eq!(t(30, 5).rate("mean_donor"), 0.3);
-    assert_eq!(t(30, 5).rate("same_label"), 0.0);
+    assert_eq!(t(30, 5).rate(LmTransplantKind::MeanDonor), 0.3);
+    assert_eq!(t(30, 5).rate(LmTransplantKind::SameLabel), 0.0);
 }
 
 #[test]
@@ -272,7 +279,7 @@ fn the_study_runs_on_smollm2_and_is_reproducible() {
     assert!(summary["relations_all_layers"].as_f64().unwrap() > 0.5);
     assert_eq!(summary["verdict"].as_str().unwrap(), outcome.verdict);
     if let Some(t) = summary["transplant"].as_object() {
-        for row in t["tallies"].as_array().unwrap() {
+        for row in t["transplant"]["rows"].as_array().unwrap() {
             let n = row["n"].as_u64().unwrap();
             let sum: u64 = ["to_donor", "elsewhere", "unchanged"]
                 .iter()
@@ -280,7 +287,13 @@ fn the_study_runs_on_smollm2_and_is_reproducible() {
                 .sum();
             assert_eq!(sum, n, "{row}");
         }
-        assert_eq!(t["identity_max_logit_change"].as_f64(), Some(0.0));
+        let identity = t["transplant"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == "identity")
+            .unwrap();
+        assert_eq!(identity["max_logit_change"].as_f64(), Some(0.0));
     }
     let first: Vec<(String, Vec<u8>)> = files(&out);
     run(&p, &mut |_| ControlFlow::Continue(())).unwrap();

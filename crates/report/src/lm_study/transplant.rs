@@ -10,7 +10,7 @@ use hyperlens_model::lm::{LanguageModel, LmTokenizer};
 use hyperlens_probe::lm_transplant::{lm_transplant, LmTransplantParams};
 use hyperlens_tasks::prompts::{icl_answer_under, PromptSet, SiteSpec, ICL_SITES};
 
-use super::files::{TransplantResult, TransplantTally};
+use super::files::TransplantResult;
 use super::measure::{hold_out, IclResult};
 use super::{LmStudyParams, OnProgress, StudyProgress};
 use crate::error::Result;
@@ -66,27 +66,10 @@ pub fn transplant(
             unit: "steps",
         })
     })?;
-    let identity = result
-        .rows
-        .iter()
-        .find(|r| r.kind.as_str() == "identity")
-        .map(|r| r.max_logit_change);
     Ok(Some(TransplantResult {
         layer,
         n_targets: targets.len(),
         n_donors: donors.len(),
-        tallies: result
-            .rows
-            .iter()
-            .map(|r| TransplantTally {
-                kind: r.kind.as_str().to_string(),
-                n: r.n,
-                to_donor: r.to_donor,
-                elsewhere: r.elsewhere,
-                unchanged: r.unchanged,
-                excluded: r.excluded,
-            })
-            .collect(),
-        identity_max_logit_change: identity,
+        transplant: result,
     }))
 }

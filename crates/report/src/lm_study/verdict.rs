@@ -19,6 +19,8 @@
 
 use hyperlens_analysis::lm::{LmAnalysis, LmDecoding, LmDecodingRow};
 
+use hyperlens_probe::lm_transplant::LmTransplantKind;
+
 use super::files::TransplantResult;
 use super::measure::Measured;
 use crate::words::pct;
@@ -410,10 +412,10 @@ pub fn icl_verdict(icl: &super::measure::IclResult) -> IclVerdict {
 
 /// The transplant's verdict: whether it moves the answer (module docs), in a sentence.
 pub fn transplant_sentence(t: &TransplantResult) -> (bool, String) {
-    let donor = t.rate("mean_donor");
-    let random = t.rate("random");
+    let donor = t.rate(LmTransplantKind::MeanDonor);
+    let random = t.rate(LmTransplantKind::Random);
     let moved = donor >= TRANSPLANT_MIN_RATE && donor >= TRANSPLANT_CONTROL_FACTOR * random;
-    let identity = t.identity_max_logit_change.map_or_else(String::new, |c| {
+    let identity = t.identity_max_logit_change().map_or_else(String::new, |c| {
         format!(" (the identity transplant changes the logits by at most {c:.1e})")
     });
     let s = format!(
@@ -424,7 +426,7 @@ pub fn transplant_sentence(t: &TransplantResult) -> (bool, String) {
         t.layer,
         pct(donor),
         pct(random),
-        pct(t.rate("same_label")),
+        pct(t.rate(LmTransplantKind::SameLabel)),
         if moved { "moves" } else { "does not move" },
         pct(TRANSPLANT_MIN_RATE),
         TRANSPLANT_CONTROL_FACTOR
