@@ -30,6 +30,7 @@ use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array1, Array2, ArrayView1, ArrayView2, ArrayViewMut2, Axis};
+use rayon::prelude::*;
 
 use crate::decode::LogisticParams;
 use crate::error::{AnalysisError, Result};
@@ -174,10 +175,10 @@ impl Objective<'_> {
                 let xb = self.x.slice(s![start..end, ..]);
                 let mut zb = z.slice_mut(s![..end - start, ..]);
                 zb.assign(&b);
-                general_mat_mul(1.0, &xb, &w, 1.0, &mut zb);
+                split_mat_mul(xb, w, zb.view_mut());
                 loss += softmax_residuals(&mut zb, self.y.slice(s![start..end]));
                 gb += &zb.sum_axis(Axis(0));
-                general_mat_mul(1.0, &xb.t(), &zb, 1.0, &mut gw);
+                split_mat_mul(xb.t(), zb.view(), gw.view_mut());
                 start = end;
             }
         }
@@ -190,6 +191,40 @@ impl Objective<'_> {
         }
         (loss * inv_n + 0.5 * self.lambda * penalty, grad)
     }
+}
+
+/// Rows of `c` per piece of [`split_mat_mul`] at the least: below this a piece's product is too
+/// small to pay for handing it to another thread.
+const MIN_SPLIT_ROWS: usize = 64;
+
+/// `c += a b`, with the rows of `c` (and of `a`) split into one piece per rayon thread and the
+/// pieces multiplied in parallel.
+///
+/// Every element of `c` comes out with the same bits as one `general_mat_mul(1.0, a, b, 1.0, c)`:
+/// matrixmultiply accumulates each element over the inner dimension in the same order whatever
+/// block of rows it sits in, so splitting the rows changes which thread computes an element, never
+/// how (test `split_products_equal_one_product_bit_for_bit`). The fit therefore gives the same
+/// weights on any number of threads.
+///
+/// # Shapes
+/// `a`: `[M, P]`; `b`: `[P, K]`; `c`: `[M, K]`.
+fn split_mat_mul(a: ArrayView2<'_, f64>, b: ArrayView2<'_, f64>, c: ArrayViewMut2<'_, f64>) {
+    let rows = c.nrows();
+    let pieces = rayon::current_num_threads()
+        .min(rows / MIN_SPLIT_ROWS)
+        .max(1);
+    let per = rows.div_ceil(pieces);
+    let mut work = Vec::with_capacity(pieces);
+    let (mut a, mut c) = (a, c);
+    while c.nrows() > per {
+        let (a_head, a_tail) = a.split_at(Axis(0), per);
+        let (c_head, c_tail) = c.split_at(Axis(0), per);
+        work.push((a_head, c_head));
+        (a, c) = (a_tail, c_tail);
+    }
+    work.push((a, c));
+    work.into_par_iter()
+        .for_each(|(a, mut c)| general_mat_mul(1.0, &a, &b, 1.0, &mut c));
 }
 
 /// Replaces each row of logits `z_i` by `softmax(z_i) - onehot(y_i)` and returns
@@ -301,6 +336,44 @@ mod tests {
             })
             .collect();
         (x, y)
+    }
+
+    #[test]
+    fn split_products_equal_one_product_bit_for_bit() {
+        // odd sizes: partial microkernel tiles and inner blocks of matrixmultiply
+        let (m, p, k) = (301, 517, 7);
+        let a = Array2::from_shape_fn((m, p), |(i, j)| {
+            ((i * 7919 + j * 104_729) % 1_009) as f64 / 97.0 - 5.1
+        });
+        let b = Array2::from_shape_fn((p, k), |(i, j)| {
+            ((i * 31 + j * 1_013) % 211) as f64 / 13.0 - 8.3
+        });
+        let c0 = Array2::from_shape_fn((m, k), |(i, j)| (i + j) as f64 * 0.37);
+        let mut one = c0.clone();
+        general_mat_mul(1.0, &a, &b, 1.0, &mut one);
+        for threads in [1, 2, 3, 5] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut split = c0.clone();
+            pool.install(|| split_mat_mul(a.view(), b.view(), split.view_mut()));
+            let same = one
+                .iter()
+                .zip(split.iter())
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{threads} threads");
+            // and transposed operands, as the gradient product uses them
+            let mut one_t = Array2::<f64>::zeros((p, k));
+            let bt = Array2::from_shape_fn((m, k), |(i, j)| b[[i % p, j]]);
+            general_mat_mul(1.0, &a.t(), &bt, 1.0, &mut one_t);
+            let mut split_t = Array2::<f64>::zeros((p, k));
+            pool.install(|| split_mat_mul(a.t(), bt.view(), split_t.view_mut()));
+            assert!(one_t
+                .iter()
+                .zip(split_t.iter())
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
     }
 
     #[test]
