@@ -3,7 +3,7 @@
 //! "Tokens, targets, metrics"). Memory is bounded by the batch size (plus the logits if kept).
 
 use candle_core::{Device, Tensor};
-use hyperlens_tasks::sraven::ProblemSet;
+use hyperlens_tasks::sraven::{AsProblemSet, ProblemSet, ProblemSetView};
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3};
 use serde::{Deserialize, Serialize};
 
@@ -139,7 +139,7 @@ pub struct EvalOutput {
     pub y: Option<Array2<i64>>,
 }
 
-fn check_problems(ev: &Evaluator, problems: &ProblemSet) -> Result<()> {
+fn check_problems(ev: &Evaluator, problems: &ProblemSetView<'_>) -> Result<()> {
     let cfg = ev.config();
     let (_, t, m) = problems.x.dim();
     let (n_y, f) = problems.y.dim();
@@ -186,7 +186,8 @@ pub fn evaluate_with<P: FnMut(usize)>(
     if batch == 0 {
         return Err(ModelError::Input("batch size must be positive".into()));
     }
-    check_problems(ev, problems)?;
+    let problems = problems.view();
+    check_problems(ev, &problems)?;
     let n = problems.len();
     let batches = (0..n)
         .step_by(batch)
@@ -196,7 +197,9 @@ pub fn evaluate_with<P: FnMut(usize)>(
 
 /// Evaluates the model of `ev` on a stream of problem batches (e.g. `SampleStream::batches`), so that memory
 /// is bounded by the batch (plus the logits, predictions and targets if `keep_logits`). Calls
-/// `on_batch(done)` with the number of problems done after each batch.
+/// `on_batch(done)` with the number of problems done after each batch. A batch is a set held
+/// ([`ProblemSet`]) or borrowed ([`ProblemSetView`], e.g. views of numpy arrays): it is read
+/// without a copy.
 ///
 /// # Shapes
 /// Each batch: `x [B, T, M]`, `y [B, F]`, matching the model's config. Returns logits `[N, F, C]`,
@@ -205,14 +208,15 @@ pub fn evaluate_with<P: FnMut(usize)>(
 /// # Errors
 /// The first error of the stream; [`ModelError::Input`] for a batch that does not fit the model or
 /// an empty stream (no problems: the metrics would be meaningless); candle errors.
-pub fn evaluate_stream<I, E, P>(
+pub fn evaluate_stream<I, B, E, P>(
     ev: &Evaluator,
     batches: I,
     keep_logits: bool,
     mut on_batch: P,
 ) -> Result<EvalOutput>
 where
-    I: IntoIterator<Item = std::result::Result<ProblemSet, E>>,
+    I: IntoIterator<Item = std::result::Result<B, E>>,
+    B: AsProblemSet,
     ModelError: From<E>,
     P: FnMut(usize),
 {
@@ -222,6 +226,7 @@ where
     let mut done = 0;
     for b in batches {
         let b = b?;
+        let b = b.problems();
         if b.is_empty() {
             continue;
         }
@@ -231,7 +236,7 @@ where
             .map_err(|e| ModelError::Input(format!("logits shape: {e}")))?;
         let pred = acc.add(logits.view(), b.y.view())?;
         if keep_logits {
-            kept.push((logits, pred, b.y.clone()));
+            kept.push((logits, pred, b.y.to_owned()));
         }
         done += b.len();
         on_batch(done);
@@ -265,6 +270,37 @@ where
 mod tests {
     use super::*;
     use ndarray::array;
+
+    /// Batches borrowed as views of one set (as the Python binding passes numpy's arrays) evaluate
+    /// exactly as copies of the same rows made by hand.
+    #[test]
+    fn borrowed_batches_evaluate_as_owned_copies() {
+        use crate::{Config, Mixer, Transformer};
+        use hyperlens_tasks::sraven::{sample, Set, Split};
+        let split = Split::named("paper-seed0").unwrap();
+        let set = sample(&split, Set::Id, 10, 2, false).unwrap();
+        let cfg = Config::sraven_base(Mixer::Hyla);
+        let (model, _) = Transformer::init(&cfg, 3, &Device::Cpu).unwrap();
+        let ev = Evaluator::new(model).unwrap();
+        let starts = || (0..10).step_by(4).map(|a| (a, (a + 4).min(10)));
+        let view = set.view();
+        let views = starts().map(|(a, b)| Ok::<_, ModelError>(view.slice(a, b)));
+        let copies = starts().map(|(a, b)| {
+            Ok::<_, ModelError>(ProblemSet {
+                x: set.x.slice(s![a..b, .., ..]).to_owned(),
+                y: set.y.slice(s![a..b, ..]).to_owned(),
+                rules: set.rules.slice(s![a..b, ..]).to_owned(),
+                perms: None,
+                params: set.params,
+            })
+        });
+        let got = evaluate_stream(&ev, views, true, |_| {}).unwrap();
+        let want = evaluate_stream(&ev, copies, true, |_| {}).unwrap();
+        assert_eq!(got.metrics.n, 10);
+        assert_eq!(got.metrics, want.metrics);
+        assert_eq!(got.logits, want.logits);
+        assert_eq!(got.y.unwrap(), set.y);
+    }
 
     #[test]
     fn accumulator_counts_and_loss() {

@@ -2,6 +2,11 @@
 //! affine maps run as batched matrix products over it, and the operations without weights (scores,
 //! the normalisations, the value network, dropout) fold the model axis into the batch.
 //!
+//! The pass is the single model's own: [`Transformer`]'s layers ([`crate::nn::Block::forward`],
+//! `Transformer::blocks_from`) built over the stacked weights, which run each model on its own
+//! slice of `[M, B, T, D]` (`crate::nn`). This file holds only the stacking: the parameters with
+//! their model axis, the members in and out, and the checks of the stacked input.
+//!
 //! This is how `hyperlens train --seeds 0,1,2` trains several runs at once: on a GPU one launch
 //! then does the work of M, and a step of M small models costs little more than a step of one.
 //! The function of model `m` is exactly [`Transformer`]'s with model `m`'s weights; with one model
@@ -19,10 +24,9 @@ use candle_nn::{VarBuilder, VarMap};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::nn::params::{check_var_count, varmap_from};
-use crate::nn::position::{bucket_matrix, causal_mask};
-use crate::nn::Params;
+use crate::nn::{NoHooks, Params};
 use crate::ops::Ops;
-use crate::transformer::{paper_init, Transformer, LN_EPS};
+use crate::transformer::{paper_init, Transformer};
 
 /// M models of one [`Config`] with stacked weights (module docs).
 #[derive(Debug, Clone)]
@@ -31,15 +35,10 @@ pub struct StackedTransformer {
     models: usize,
     /// Every parameter by TransformerLens name with the model axis first, `[M, ...]`.
     params: Vec<(String, Tensor)>,
-    map: HashMap<String, Tensor>,
-    buckets: Tensor,
-    mask: Option<Tensor>,
-    device: Device,
-    ops: Ops,
-    /// With one model: the single model over views of the stacked weights with the model axis
-    /// squeezed away (they share the variables' storage and pass gradients to them), so that the
-    /// graph is the single model's own.
-    single: Option<Transformer>,
+    /// The single model's layers over the stacked weights. With one model, over views of them with
+    /// the model axis squeezed away (they share the variables' storage and pass gradients to
+    /// them), so that the graph is the single model's own.
+    layers: Transformer,
 }
 
 /// The parameter shapes of `config` with a leading model axis of `models`.
@@ -73,32 +72,20 @@ impl StackedTransformer {
             crate::nn::InitRule::Const(0.0)
         })?;
         let params = p.ordered().to_vec();
-        let map = params.iter().cloned().collect();
-        let buckets = bucket_matrix(config.n_tokens, config.n_tokens, config.n_buckets, &device)?;
-        let mask = if config.causal {
-            Some(causal_mask(config.n_tokens, &device)?)
-        } else {
-            None
-        };
-        let single = if models == 1 {
+        let layers = if models == 1 {
             let views = params
                 .iter()
                 .map(|(n, t)| Ok((n.clone(), t.squeeze(0)?)))
                 .collect::<Result<HashMap<_, _>>>()?;
-            Some(Transformer::from_tensors(config, views, &device)?)
+            Transformer::from_tensors(config, views, &device)?
         } else {
-            None
+            Transformer::from_params(config, &p, &device)?
         };
         Ok(StackedTransformer {
             config: config.clone(),
             models,
             params,
-            map,
-            buckets,
-            mask,
-            device,
-            ops: Ops::default(),
-            single,
+            layers,
         })
     }
 
@@ -176,8 +163,7 @@ impl StackedTransformer {
 
     /// The same models computing with the given forms of the operations ([`Ops`]).
     pub fn with_ops(mut self, ops: Ops) -> StackedTransformer {
-        self.ops = ops;
-        self.single = self.single.map(|s| s.with_ops(ops));
+        self.layers = self.layers.with_ops(ops);
         self
     }
 
@@ -193,7 +179,7 @@ impl StackedTransformer {
 
     /// The device holding the parameters.
     pub fn device(&self) -> &Device {
-        &self.device
+        self.layers.device()
     }
 
     /// Every stacked parameter by TransformerLens name, `[M, ...]`, in canonical order.
@@ -232,13 +218,10 @@ impl StackedTransformer {
     /// As [`StackedTransformer::member_tensors`].
     pub fn member(&self, m: usize) -> Result<Transformer> {
         let tensors = self.member_tensors(m)?.into_iter().collect();
-        Ok(Transformer::from_tensors(&self.config, tensors, &self.device)?.with_ops(self.ops))
-    }
-
-    fn p(&self, name: &str) -> Result<&Tensor> {
-        self.map
-            .get(name)
-            .ok_or_else(|| ModelError::Input(format!("missing tensor `{name}`")))
+        Ok(
+            Transformer::from_tensors(&self.config, tensors, self.device())?
+                .with_ops(self.layers.ops()),
+        )
     }
 
     /// The forward pass of every model on its own batch, with per-model attention dropout.
@@ -274,68 +257,15 @@ impl StackedTransformer {
                 )));
             }
         }
-        if let Some(single) = &self.single {
-            let out = single.forward_with(&x.squeeze(0)?, false, dropout)?;
+        if self.models == 1 {
+            let out = self.layers.forward_with(&x.squeeze(0)?, false, dropout)?;
             return Ok(out.logits.unsqueeze(0)?);
         }
-        let ops = self.ops;
-        let mut h = ops.linear_stacked(x, self.p("embed.W_E")?, self.p("embed.b_E")?)?;
-        for l in 0..cfg.n_layers {
-            let p = |s: &str| self.p(&format!("blocks.{l}.{s}"));
-            let x = ops.layer_norm_stacked(&h, p("ln1.w")?, p("ln1.b")?, LN_EPS as f64)?;
-            let attn = self.attention(l, &x, dropout.map(|d| &d[l]))?;
-            h = (h + attn)?;
-            let x = ops.layer_norm_stacked(&h, p("ln2.w")?, p("ln2.b")?, LN_EPS as f64)?;
-            let hid = ops.gelu_tanh(&ops.linear_stacked(&x, p("mlp.W_in")?, p("mlp.b_in")?)?)?;
-            h = (&h + ops.linear_stacked(&hid, p("mlp.W_out")?, p("mlp.b_out")?)?)?;
-        }
-        let h = h.narrow(2, t - cfg.n_outputs, cfg.n_outputs)?;
-        let h = ops.layer_norm_stacked(
-            &h,
-            self.p("ln_final.w")?,
-            self.p("ln_final.b")?,
-            LN_EPS as f64,
-        )?;
-        ops.linear_stacked(&h, self.p("unembed.W_U")?, self.p("unembed.b_U")?)
-    }
-
-    /// The attention sub-layer of layer `l` ([`crate::nn::Attention::forward`] per model; the
-    /// relative-position bias is `rel_pos[m, h, bucket(q, k)]`, `crate::nn::position`).
-    ///
-    /// # Shapes
-    /// `x [M, B, T, D]` (normalised), `dropout [M, 1, T, T]` -> `[M, B, T, D]`.
-    fn attention(&self, l: usize, x: &Tensor, dropout: Option<&Tensor>) -> Result<Tensor> {
-        let ops = self.ops;
-        let p = |s: &str| self.p(&format!("blocks.{l}.attn.{s}"));
-        let (m, bsz, t, dm) = x.dims4()?;
-        let (_, h, d, _) = p("W_O")?.dims4()?;
-        let q = ops.project_heads_stacked(x, p("W_Q")?, p("b_Q")?)?;
-        let k = ops.project_heads_stacked(x, p("W_K")?, p("b_K")?)?;
-        let v = ops.project_heads_stacked(x, p("W_V")?, p("b_V")?)?;
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?;
-        let flat = self.buckets.flatten_all()?;
-        // As `[M * H, n_buckets]`: the single model's gather along the last axis of a rank-2 table.
-        let nb = self.config.n_buckets;
-        let s = h * t * t;
-        let bias = p("rel_pos")?
-            .reshape((m * h, nb))?
-            .index_select(&flat, 1)?
-            .reshape((m, 1, s))?;
-        // Each model's bias over its batch. On the CPU as a product with a column of ones, as the
-        // single model's `Ops::add_leading` does (exactly `1 * v`; its gradient is a batched gemm,
-        // where candle's sum over the batch axis of a broadcast is slow).
-        let bias = if ops == Ops::Fast && self.device.is_cpu() {
-            Tensor::ones((m, bsz, 1), DType::F32, &self.device)?.matmul(&bias)?
-        } else {
-            bias.broadcast_as((m, bsz, s))?
-        };
-        let scores = (scores.reshape((m, bsz, s))? + bias)?.reshape((m * bsz, h, t, t))?;
-        let (o, _) = ops.mix(&scores, &v, self.config.mixer, self.mask.as_ref(), dropout)?;
-        ops.linear_stacked(
-            &o.reshape((m, bsz, t, h * d))?,
-            &p("W_O")?.reshape((m, h * d, dm))?,
-            p("b_O")?,
-        )
+        let h = self.layers.embed.forward(self.layers.ops(), x)?;
+        let out = self
+            .layers
+            .blocks_from(h, 0, dropout, false, &mut NoHooks)?;
+        Ok(out.logits)
     }
 }
 

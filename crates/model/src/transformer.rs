@@ -91,8 +91,17 @@ impl Transformer {
     /// mismatch.
     pub fn new(config: &Config, vb: VarBuilder) -> Result<Transformer> {
         config.check()?;
-        let device = vb.device().clone();
         let p = Params::fetch(&vb, config.tensor_shapes(), |n| init_rule(config, n))?;
+        Transformer::from_params(config, &p, vb.device())
+    }
+
+    /// The layers over fetched parameters: the model's own (`Params` at [`Config::tensor_shapes`])
+    /// or a stack's, every weight with a leading model axis (`crate::StackedTransformer`, whose
+    /// layers then run each model on its own slice, `crate::nn`).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] naming a missing tensor; candle errors.
+    pub(crate) fn from_params(config: &Config, p: &Params, device: &Device) -> Result<Transformer> {
         let spec = BlockSpec {
             ln_eps: Some(LN_EPS as f64),
             mlp: true,
@@ -100,11 +109,11 @@ impl Transformer {
             mixer: config.mixer,
         };
         let blocks = (0..config.n_layers)
-            .map(|l| Block::from_params(&p, l, spec))
+            .map(|l| Block::from_params(p, l, spec))
             .collect::<Result<Vec<_>>>()?;
-        let buckets = bucket_matrix(config.n_tokens, config.n_tokens, config.n_buckets, &device)?;
+        let buckets = bucket_matrix(config.n_tokens, config.n_tokens, config.n_buckets, device)?;
         let mask = if config.causal {
-            Some(causal_mask(config.n_tokens, &device)?)
+            Some(causal_mask(config.n_tokens, device)?)
         } else {
             None
         };
@@ -121,7 +130,7 @@ impl Transformer {
             params: p.ordered().to_vec(),
             buckets,
             mask,
-            device,
+            device: device.clone(),
             ops: Ops::default(),
         })
     }
@@ -282,7 +291,8 @@ impl Transformer {
     ///
     /// # Shapes
     /// `h [B, T, D]`; `dropout` one mask per layer (indexed by layer, from 0). Returns as
-    /// [`Transformer::forward`].
+    /// [`Transformer::forward`]. For the layers of a stack (`crate::StackedTransformer`)
+    /// `h [M, B, T, D]`, the masks `[M, 1, T, T]` and the logits `[M, B, F, d_out]`.
     ///
     /// # Errors
     /// Candle errors; a hook's error or a replacement of another shape.
@@ -295,7 +305,9 @@ impl Transformer {
         hooks: &mut P,
     ) -> Result<ForwardOutput> {
         let (cfg, ops) = (&self.config, self.ops);
-        let t = h.dim(1)?;
+        // The token axis: 1, or 2 under a stack's leading model axis.
+        let axis = h.rank().saturating_sub(2);
+        let t = h.dim(axis)?;
         let mut captured = capture_attention.then(|| Vec::with_capacity(cfg.n_layers));
         for (l, block) in self.blocks.iter().enumerate().skip(start) {
             let inputs = AttentionInputs {
@@ -309,7 +321,7 @@ impl Transformer {
                 c.push(out.pattern);
             }
         }
-        let last = |h: &Tensor| h.narrow(1, t - cfg.n_outputs, cfg.n_outputs);
+        let last = |h: &Tensor| h.narrow(axis, t - cfg.n_outputs, cfg.n_outputs);
         let normed = match hooks.hooks() {
             None => self.ln_final.forward(ops, &last(&h)?)?,
             Some(_) => last(&self.ln_final.forward_hooked(

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::{CodeSite, Evaluator, Mixer, Reads};
-use hyperlens_tasks::sraven::{ProblemSet, SplitName};
+use hyperlens_tasks::sraven::{AsProblemSet, ProblemSet, ProblemSetView, SplitName};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ProbeError, Result};
@@ -179,7 +179,7 @@ pub fn selections_of(cfg: &hyperlens_model::Config, site: &Site) -> Result<Vec<S
 }
 
 /// [`ProbeError::InvalidInput`] unless `batch` holds SRAVEN problems of the model's shape.
-fn check_batch(cfg: &hyperlens_model::Config, batch: &ProblemSet) -> Result<()> {
+fn check_batch(cfg: &hyperlens_model::Config, batch: &ProblemSetView<'_>) -> Result<()> {
     let (b, t, m) = batch.x.dim();
     let f = cfg.n_outputs;
     if t != cfg.n_tokens || m != cfg.d_in || batch.y.dim() != (b, f) || batch.rules.dim() != (b, f)
@@ -198,7 +198,8 @@ fn check_batch(cfg: &hyperlens_model::Config, batch: &ProblemSet) -> Result<()> 
 }
 
 /// The codes of one batch at `selections` and `layers` ([`Evaluator::read`]) with their labels:
-/// the rows of a codes file, the first problem numbered `first_problem`.
+/// the rows of a codes file, the first problem numbered `first_problem`. The batch is a set held
+/// or borrowed ([`AsProblemSet`]; e.g. views of numpy arrays), read without a copy.
 ///
 /// # Shapes
 /// `batch.x [B, T, M]`, `y [B, F]`, `rules [B, F]`, optional `perms [B, 3, F]`; see [`CodeRows`].
@@ -206,15 +207,16 @@ fn check_batch(cfg: &hyperlens_model::Config, batch: &ProblemSet) -> Result<()> 
 /// # Errors
 /// [`ProbeError::InvalidInput`] for a batch that does not fit the model or a `perms` entry that is
 /// not a slot; the evaluator's errors.
-pub fn code_rows(
+pub fn code_rows<B: AsProblemSet + ?Sized>(
     ev: &Evaluator,
-    batch: &ProblemSet,
+    batch: &B,
     selections: &[Selection],
     layers: &[usize],
     first_problem: usize,
 ) -> Result<CodeRows> {
     let cfg = ev.config();
-    check_batch(cfg, batch)?;
+    let batch = batch.problems();
+    check_batch(cfg, &batch)?;
     let b = batch.len();
     let f = cfg.n_outputs;
     let sites: Vec<CodeSite> = selections.iter().map(|sel| sel.site.clone()).collect();

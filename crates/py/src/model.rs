@@ -14,6 +14,7 @@ use hyperlens_model::hooks::{hook_names, select_hooks, HookFn};
 use hyperlens_model::{Evaluator, ModelError};
 use hyperlens_probe::extract::{code_rows, selections_of, CodeRows};
 use hyperlens_probe::{ProbeParams, Site};
+use hyperlens_tasks::sraven::ProblemSetView;
 use ndarray::{s, Array1, Array2, ArrayD, ArrayView3, IxDyn};
 use numpy::PyArrayDyn;
 use pyo3::prelude::*;
@@ -341,6 +342,8 @@ impl PyEvaluator {
             values: c.d_in,
             ..Default::default()
         };
+        // `evaluate_stream` reads no rules: one batch of zeros, viewed by every batch.
+        let no_rules = Array2::<i64>::zeros((batch.min(n), c.n_outputs));
         let m = detached(py, || {
             let mut interrupted: Option<PyErr> = None;
             let batches = Self::starts(n, batch).map_while(|(a, b)| {
@@ -353,10 +356,10 @@ impl PyEvaluator {
                         return Some(Err(ModelError::Input("interrupted".into())));
                     }
                 }
-                Some(Ok(hyperlens_tasks::sraven::ProblemSet {
-                    x: xv.slice(s![a..b, .., ..]).to_owned(),
-                    y: yv.slice(s![a..b, ..]).to_owned(),
-                    rules: Array2::zeros((b - a, c.n_outputs)),
+                Some(Ok(ProblemSetView {
+                    x: xv.slice(s![a..b, .., ..]),
+                    y: yv.slice(s![a..b, ..]),
+                    rules: no_rules.slice(s![..b - a, ..]),
                     perms: None,
                     params,
                 }))
@@ -443,11 +446,11 @@ impl PyEvaluator {
         let all = detached(py, || {
             let mut all = CodeRows::default();
             for (a, b) in Self::starts(n, batch) {
-                let set = hyperlens_tasks::sraven::ProblemSet {
-                    x: xv.slice(s![a..b, .., ..]).to_owned(),
-                    y: yv.slice(s![a..b, ..]).to_owned(),
-                    rules: rv.slice(s![a..b, ..]).to_owned(),
-                    perms: pv.as_ref().map(|p| p.slice(s![a..b, .., ..]).to_owned()),
+                let set = ProblemSetView {
+                    x: xv.slice(s![a..b, .., ..]),
+                    y: yv.slice(s![a..b, ..]),
+                    rules: rv.slice(s![a..b, ..]),
+                    perms: pv.as_ref().map(|p| p.slice(s![a..b, .., ..])),
                     params: params_t,
                 };
                 set.validate().map_err(to_py)?;

@@ -2,7 +2,9 @@
 //! models: `h += Attn(LN1(h))`, then with an MLP `h += MLP(LN2(h))` (`docs/spec/models.md`, "The
 //! block"; TransformerLens `TransformerBlock` with `normalization_type = "LN"` or none). Written
 //! once, generic over its hook points ([`super::hook_point`]): the plain pass, training's pass and
-//! the hooked pass (`crate::hooks`) are this body.
+//! the hooked pass (`crate::hooks`) are this body, and so is the pass of a stack of M models
+//! (`crate::StackedTransformer`, `hyperlens train --seeds`), whose weights carry a leading model
+//! axis (the layers then run each model on its own slice of `[M, B, T, D]`).
 
 use candle_core::Tensor;
 
@@ -26,7 +28,7 @@ pub struct BlockSpec {
     pub mixer: Mixer,
 }
 
-/// One transformer block.
+/// One transformer block (or a stack of M, every weight with a leading model axis).
 #[derive(Debug, Clone)]
 pub struct Block {
     /// LayerNorm before attention (`blocks.{l}.ln1`), if the model has LayerNorms.
@@ -42,14 +44,17 @@ pub struct Block {
 /// What [`Block::forward`] returns.
 #[derive(Debug, Clone)]
 pub struct BlockOutput {
-    /// The residual stream after the block `[B, T, D]` (`blocks.{l}.hook_resid_post`).
+    /// The residual stream after the block `[B, T, D]` (`blocks.{l}.hook_resid_post`;
+    /// `[M, B, T, D]` for a stack).
     pub resid: Tensor,
-    /// The attention pattern `[B, H, T, T]`: the latent codes (`blocks.{l}.attn.hook_pattern`).
+    /// The attention pattern `[B, H, T, T]`: the latent codes (`blocks.{l}.attn.hook_pattern`;
+    /// `[M * B, H, T, T]` for a stack).
     pub pattern: Tensor,
 }
 
 impl Block {
-    /// Block `l` from named parameters (TransformerLens names `blocks.{l}.ln1.w`, `.attn.W_Q`, ...).
+    /// Block `l` from named parameters (TransformerLens names `blocks.{l}.ln1.w`, `.attn.W_Q`, ...),
+    /// at their shapes or all with a leading model axis (a stack).
     ///
     /// # Errors
     /// [`crate::ModelError::Input`] naming a missing tensor.
@@ -97,13 +102,16 @@ impl Block {
     /// Runs block `l` on the residual stream `h`, with its hook points (`crate::hooks`'s module
     /// docs: `blocks.{l}.hook_resid_pre`, `ln1.*`, the attention's, `hook_attn_out`,
     /// `hook_resid_mid`, `ln2.*`, the MLP's, `hook_mlp_out`, `hook_resid_post`); with
-    /// [`super::NoHooks`] every point is the identity and this is the plain forward pass.
+    /// [`super::NoHooks`] every point is the identity and this is the plain forward pass. For a
+    /// stack, model `m` runs on `h[m]` with its own weights.
     ///
     /// # Shapes
-    /// `h [B, T, D]`; `inputs` as [`AttentionInputs`]. Returns [`BlockOutput`].
+    /// `h [B, T, D]` (`[M, B, T, D]` for a stack); `inputs` as [`AttentionInputs`]. Returns
+    /// [`BlockOutput`].
     ///
     /// # Errors
-    /// Candle errors on shape mismatches; a hook's error or a replacement of another shape.
+    /// Candle errors on shape mismatches; a hook's error or a replacement of another shape;
+    /// [`crate::ModelError::Input`] for a hook attached to a stack.
     pub fn forward<P: HookPoints + ?Sized>(
         &self,
         ops: Ops,

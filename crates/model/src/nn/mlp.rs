@@ -22,7 +22,7 @@ impl Mlp {
     /// (the identity with [`super::NoHooks`]).
     ///
     /// # Shapes
-    /// `x [..., D]` -> `[..., D]`.
+    /// `x [..., D]` -> `[..., D]`; for a stack (weights with a leading model axis) `x [M, ..., D]`.
     ///
     /// # Errors
     /// Candle errors on shape mismatches; a hook's error or a replacement of another shape.

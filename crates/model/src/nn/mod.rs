@@ -4,7 +4,11 @@
 //! [`crate::Transformer`] and hyperlens's token models ([`crate::lm::TokenModel`]) share, with one
 //! construction and one initialisation path ([`params`]). The block is written once, generic over
 //! its hook points ([`hook_point`]: [`NoHooks`] for the plain pass, a [`crate::HookFn`] for the
-//! hooked one).
+//! hooked one). The same layers run a stack of M models ([`crate::StackedTransformer`], the batched
+//! model of `hyperlens train --seeds`): with a leading model axis on their weights (`[M, ...]`)
+//! they run model `m` on its own slice of the activations (`[M, B, T, D]`), the affine maps as
+//! batched products over the model axis and the operations without weights with it folded into
+//! the batch.
 
 pub mod attention;
 pub mod block;

@@ -9,6 +9,6 @@ mod split;
 
 pub use labels::{panel_labels, token_labels};
 pub use params::SravenParams;
-pub use problems::{sample, ProblemSet, SampleStream, TrainStream};
+pub use problems::{sample, AsProblemSet, ProblemSet, ProblemSetView, SampleStream, TrainStream};
 pub use rule::Rule;
 pub use split::{all_tasks, Set, Split, SplitName, Task};

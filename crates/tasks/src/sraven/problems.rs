@@ -1,7 +1,7 @@
 //! SRAVEN problem sets: generation, evaluation sets and the training stream (docs/spec/sraven.md,
 //! "Feature permutation" and "Tokens, targets, metrics").
 
-use ndarray::{Array2, Array3, Axis, Slice};
+use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis, Slice};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -45,122 +45,28 @@ impl ProblemSet {
         self.len() == 0
     }
 
-    /// Problems `start..end` as a new set. Bounds are clamped to `0..=len` (an empty range gives an
-    /// empty set), so this never panics.
+    /// Problems `start..end` as a new set ([`ProblemSetView::slice`], copied).
     pub fn slice(&self, start: usize, end: usize) -> ProblemSet {
-        let end = end.min(self.len());
-        let start = start.min(end);
-        ProblemSet {
-            x: self
-                .x
-                .slice_axis(Axis(0), Slice::from(start..end))
-                .to_owned(),
-            y: self
-                .y
-                .slice_axis(Axis(0), Slice::from(start..end))
-                .to_owned(),
-            rules: self
-                .rules
-                .slice_axis(Axis(0), Slice::from(start..end))
-                .to_owned(),
-            perms: self
-                .perms
-                .as_ref()
-                .map(|p| p.slice_axis(Axis(0), Slice::from(start..end)).to_owned()),
+        self.view().slice(start, end).to_owned()
+    }
+
+    /// The set as borrowed views ([`ProblemSetView`]).
+    pub fn view(&self) -> ProblemSetView<'_> {
+        ProblemSetView {
+            x: self.x.view(),
+            y: self.y.view(),
+            rules: self.rules.view(),
+            perms: self.perms.as_ref().map(|p| p.view()),
             params: self.params,
         }
     }
 
-    /// Checks shapes and contents: `x` [N, T, M] with one-hot context tokens (exactly one 1, the rest
-    /// 0) and all-zero query tokens; `y` [N, F] in 0..M; `rules` [N, F] in 0..8; `perms` [N, 3, F]
-    /// with each row a permutation of 0..F.
+    /// Checks shapes and contents ([`ProblemSetView::validate`]).
     ///
     /// # Errors
     /// [`TasksError::InvalidInput`] naming the array and the first bad problem.
     pub fn validate(&self) -> Result<()> {
-        let p = &self.params;
-        p.check()?;
-        let (f, m, t) = (p.features, p.values, p.n_tokens());
-        let n = self.len();
-        let shape_err = |name: &str, want: String, got: &[usize]| {
-            TasksError::input(name, format!("shape {got:?}, expected {want}"))
-        };
-        if self.x.shape() != [n, t, m] {
-            return Err(shape_err("x", format!("[N, {t}, {m}]"), self.x.shape()));
-        }
-        if self.y.shape() != [n, f] {
-            return Err(shape_err("y", format!("[{n}, {f}]"), self.y.shape()));
-        }
-        if self.rules.shape() != [n, f] {
-            return Err(shape_err(
-                "rules",
-                format!("[{n}, {f}]"),
-                self.rules.shape(),
-            ));
-        }
-        if let Some(pm) = &self.perms {
-            if pm.shape() != [n, 3, f] {
-                return Err(shape_err("perms", format!("[{n}, 3, {f}]"), pm.shape()));
-            }
-        }
-        let ctx = p.n_context_tokens();
-        for (i, prob) in self.x.outer_iter().enumerate() {
-            for (tok, row) in prob.outer_iter().enumerate() {
-                let (mut ones, mut others) = (0usize, 0usize);
-                for &v in row.iter() {
-                    if v == 1.0 {
-                        ones += 1;
-                    } else if v != 0.0 {
-                        others += 1;
-                    }
-                }
-                if tok < ctx && (ones != 1 || others != 0) {
-                    return Err(TasksError::input(
-                        "x",
-                        format!("problem {i}, context token {tok} is not a one-hot vector of length {m}"),
-                    ));
-                }
-                if tok >= ctx && (ones != 0 || others != 0) {
-                    return Err(TasksError::input(
-                        "x",
-                        format!("problem {i}, query token {tok} is not all zero"),
-                    ));
-                }
-            }
-        }
-        let range_check = |name: &str, a: &Array2<i64>, hi: usize| -> Result<()> {
-            if let Some(((i, k), v)) = a.indexed_iter().find(|(_, &v)| v < 0 || v as usize >= hi) {
-                return Err(TasksError::input(
-                    name,
-                    format!("problem {i}, slot {k}: value {v} is not in 0..{hi}"),
-                ));
-            }
-            Ok(())
-        };
-        range_check("y", &self.y, m)?;
-        range_check("rules", &self.rules, Rule::COUNT)?;
-        if let Some(pm) = &self.perms {
-            for ((i, c), row) in pm.outer_iter().enumerate().flat_map(|(i, pr)| {
-                pr.outer_iter()
-                    .enumerate()
-                    .map(move |(c, r)| ((i, c), r.to_owned()))
-                    .collect::<Vec<_>>()
-            }) {
-                let mut seen = vec![false; f];
-                for &v in row.iter() {
-                    if v < 0 || v as usize >= f || seen[v as usize] {
-                        return Err(TasksError::input(
-                            "perms",
-                            format!(
-                                "problem {i}, column {c}: {row} is not a permutation of 0..{f}"
-                            ),
-                        ));
-                    }
-                    seen[v as usize] = true;
-                }
-            }
-        }
-        Ok(())
+        self.view().validate()
     }
 
     /// Decodes the context tokens back to values.
@@ -283,6 +189,182 @@ pub(crate) fn generate(
         rules,
         perms: Some(perms),
         params: *params,
+    }
+}
+
+/// A [`ProblemSet`] borrowed: the same arrays as views (of a set, of a slice of one, or of arrays
+/// held elsewhere, e.g. numpy's), for the readers that only read a set
+/// (`hyperlens_model::eval::evaluate_stream`, `hyperlens_probe::extract::code_rows`).
+///
+/// # Shapes
+/// As [`ProblemSet`].
+#[derive(Debug, Clone, Copy)]
+pub struct ProblemSetView<'a> {
+    /// [N, T, M] one-hot inputs.
+    pub x: ArrayView3<'a, f32>,
+    /// [N, F] answer values.
+    pub y: ArrayView2<'a, i64>,
+    /// [N, F] the task's rule per unpermuted slot.
+    pub rules: ArrayView2<'a, i64>,
+    /// [N, 3, F] per-column permutations.
+    pub perms: Option<ArrayView3<'a, i64>>,
+    /// The sizes the problems were made with.
+    pub params: SravenParams,
+}
+
+/// A problem set held ([`ProblemSet`]) or borrowed ([`ProblemSetView`]): what a reader of a set
+/// takes, so that either is read without a copy.
+pub trait AsProblemSet {
+    /// The set as borrowed views.
+    fn problems(&self) -> ProblemSetView<'_>;
+}
+
+impl AsProblemSet for ProblemSet {
+    fn problems(&self) -> ProblemSetView<'_> {
+        self.view()
+    }
+}
+
+impl AsProblemSet for ProblemSetView<'_> {
+    fn problems(&self) -> ProblemSetView<'_> {
+        // Reborrowed views (a view's lifetime is invariant, so a clone would not shorten it).
+        ProblemSetView {
+            x: self.x.view(),
+            y: self.y.view(),
+            rules: self.rules.view(),
+            perms: self.perms.as_ref().map(|p| p.view()),
+            params: self.params,
+        }
+    }
+}
+
+impl<'a> ProblemSetView<'a> {
+    /// Problems `start..end` as views of the same arrays. Bounds are clamped to `0..=len` (an
+    /// empty range gives an empty set), so this never panics.
+    pub fn slice(&self, start: usize, end: usize) -> ProblemSetView<'a> {
+        let end = end.min(self.len());
+        let start = start.min(end);
+        let rows = Slice::from(start..end);
+        ProblemSetView {
+            x: self.x.slice_axis_move(Axis(0), rows),
+            y: self.y.slice_axis_move(Axis(0), rows),
+            rules: self.rules.slice_axis_move(Axis(0), rows),
+            perms: self.perms.map(|p| p.slice_axis_move(Axis(0), rows)),
+            params: self.params,
+        }
+    }
+
+    /// The problems as a set of their own (a copy).
+    pub fn to_owned(&self) -> ProblemSet {
+        ProblemSet {
+            x: self.x.to_owned(),
+            y: self.y.to_owned(),
+            rules: self.rules.to_owned(),
+            perms: self.perms.as_ref().map(|p| p.to_owned()),
+            params: self.params,
+        }
+    }
+
+    /// Number of problems N.
+    pub fn len(&self) -> usize {
+        self.x.shape()[0]
+    }
+
+    /// Whether the set holds no problem.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks shapes and contents: `x` [N, T, M] with one-hot context tokens (exactly one 1, the rest
+    /// 0) and all-zero query tokens; `y` [N, F] in 0..M; `rules` [N, F] in 0..8; `perms` [N, 3, F]
+    /// with each row a permutation of 0..F.
+    ///
+    /// # Errors
+    /// [`TasksError::InvalidInput`] naming the array and the first bad problem.
+    pub fn validate(&self) -> Result<()> {
+        let p = &self.params;
+        p.check()?;
+        let (f, m, t) = (p.features, p.values, p.n_tokens());
+        let n = self.len();
+        let shape_err = |name: &str, want: String, got: &[usize]| {
+            TasksError::input(name, format!("shape {got:?}, expected {want}"))
+        };
+        if self.x.shape() != [n, t, m] {
+            return Err(shape_err("x", format!("[N, {t}, {m}]"), self.x.shape()));
+        }
+        if self.y.shape() != [n, f] {
+            return Err(shape_err("y", format!("[{n}, {f}]"), self.y.shape()));
+        }
+        if self.rules.shape() != [n, f] {
+            return Err(shape_err(
+                "rules",
+                format!("[{n}, {f}]"),
+                self.rules.shape(),
+            ));
+        }
+        if let Some(pm) = &self.perms {
+            if pm.shape() != [n, 3, f] {
+                return Err(shape_err("perms", format!("[{n}, 3, {f}]"), pm.shape()));
+            }
+        }
+        let ctx = p.n_context_tokens();
+        for (i, prob) in self.x.outer_iter().enumerate() {
+            for (tok, row) in prob.outer_iter().enumerate() {
+                let (mut ones, mut others) = (0usize, 0usize);
+                for &v in row.iter() {
+                    if v == 1.0 {
+                        ones += 1;
+                    } else if v != 0.0 {
+                        others += 1;
+                    }
+                }
+                if tok < ctx && (ones != 1 || others != 0) {
+                    return Err(TasksError::input(
+                        "x",
+                        format!("problem {i}, context token {tok} is not a one-hot vector of length {m}"),
+                    ));
+                }
+                if tok >= ctx && (ones != 0 || others != 0) {
+                    return Err(TasksError::input(
+                        "x",
+                        format!("problem {i}, query token {tok} is not all zero"),
+                    ));
+                }
+            }
+        }
+        let range_check = |name: &str, a: &ArrayView2<'_, i64>, hi: usize| -> Result<()> {
+            if let Some(((i, k), v)) = a.indexed_iter().find(|(_, &v)| v < 0 || v as usize >= hi) {
+                return Err(TasksError::input(
+                    name,
+                    format!("problem {i}, slot {k}: value {v} is not in 0..{hi}"),
+                ));
+            }
+            Ok(())
+        };
+        range_check("y", &self.y, m)?;
+        range_check("rules", &self.rules, Rule::COUNT)?;
+        if let Some(pm) = &self.perms {
+            for ((i, c), row) in pm.outer_iter().enumerate().flat_map(|(i, pr)| {
+                pr.outer_iter()
+                    .enumerate()
+                    .map(move |(c, r)| ((i, c), r.to_owned()))
+                    .collect::<Vec<_>>()
+            }) {
+                let mut seen = vec![false; f];
+                for &v in row.iter() {
+                    if v < 0 || v as usize >= f || seen[v as usize] {
+                        return Err(TasksError::input(
+                            "perms",
+                            format!(
+                                "problem {i}, column {c}: {row} is not a permutation of 0..{f}"
+                            ),
+                        ));
+                    }
+                    seen[v as usize] = true;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
