@@ -184,16 +184,9 @@ class LogicCodeSet:
 
 
 def _sidecar(path: str | os.PathLike) -> dict:
-    """The JSON sidecar beside a codes file, if any (``codes.npz`` -> ``codes.json``)."""
-    import json
-
-    side = os.path.splitext(os.fspath(path))[0] + ".json"
-    try:
-        with open(side, encoding="utf-8") as f:
-            d = json.load(f)
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    """The sidecar beside a codes file (``codes.npz`` -> ``codes.json``) as the probe crate reads
+    it (``hyperlens_probe::ProbeMeta``), or ``{}`` when there is none."""
+    return _core.codes.read_codes_sidecar(os.fspath(path)) or {}
 
 
 #: The number of axes of each optional array of a :class:`CodeSet`.
