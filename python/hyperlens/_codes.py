@@ -95,7 +95,9 @@ class CodeSet:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CodeSet":
         """Reads a ``codes.npz`` written by ``hyperlens probe`` or :meth:`save`, validated (shapes,
-        finite codes, rule indices, the memory budget)."""
+        finite codes, rule indices, the memory budget); ``site`` and ``layers`` come from its
+        ``codes.json`` when it has one (read as ``hyperlens_probe::ProbeMeta``: a sidecar that is
+        not a code file's raises :class:`hyperlens.FileFormatError` naming it)."""
         d = dict(_core.codes.load_codes(os.fspath(path)))
         codes, label = d.pop("codes"), d.pop("label")
         meta = _sidecar(path)
@@ -174,7 +176,8 @@ class LogicCodeSet:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LogicCodeSet":
         """Reads a logic ``codes.npz`` written by ``hyperlens probe`` or :meth:`save`, validated by
-        the analysis crate's reader (shapes, finite codes, term bits and indices)."""
+        the analysis crate's reader (shapes, finite codes, term bits and indices); ``site`` and
+        ``layers`` from its ``codes.json`` as :meth:`CodeSet.load` reads them."""
         d = dict(_core.codes.load_logic_codes(os.fspath(path)))
         meta = _sidecar(path)
         return cls(
@@ -184,16 +187,9 @@ class LogicCodeSet:
 
 
 def _sidecar(path: str | os.PathLike) -> dict:
-    """The JSON sidecar beside a codes file, if any (``codes.npz`` -> ``codes.json``)."""
-    import json
-
-    side = os.path.splitext(os.fspath(path))[0] + ".json"
-    try:
-        with open(side, encoding="utf-8") as f:
-            d = json.load(f)
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    """The sidecar beside a codes file (``codes.npz`` -> ``codes.json``) as the probe crate reads
+    it (``hyperlens_probe::ProbeMeta``), or ``{}`` when there is none."""
+    return _core.codes.read_codes_sidecar(os.fspath(path)) or {}
 
 
 #: The number of axes of each optional array of a :class:`CodeSet`.

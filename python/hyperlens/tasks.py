@@ -79,7 +79,7 @@ class ProblemSet:
             self.y[idx],
             self.rules[idx],
             None if self.perms is None else self.perms[idx],
-            meta=_subset_meta(self.meta, idx),
+            meta=_subset_meta(self.meta, idx, len(self)),
             validate=False,
         )
 
@@ -102,12 +102,11 @@ class ProblemSet:
         return cls(d["x"], d["y"], d["rules"], d["perms"], meta={"path": os.fspath(path)}, validate=False)
 
 
-def _subset_meta(meta: dict, idx: Any) -> dict:
-    """The ``meta`` of a set's rows ``idx``: a prefix (``[:k]``) is the set sampled with ``n = k``,
-    so it keeps how it was made; any other subset is marked ``subset`` (no command reproduces it)."""
-    if isinstance(idx, slice) and idx.start in (None, 0) and idx.step in (None, 1):
-        return dict(meta)
-    return {**meta, "subset": True}
+def _subset_meta(meta: dict, idx: Any, n: int) -> dict:
+    """The ``meta`` of the rows ``idx`` (a numpy index from :func:`rows`) of a set of ``n``, as
+    ``hyperlens_report::code_explorer::ProblemOrigin::keeps_origin`` decides: a prefix keeps how
+    the set was made, any other subset is marked ``subset``."""
+    return _core.tasks.rows_meta(meta, np.arange(n, dtype=np.int64)[idx])
 
 
 def splits() -> list[dict[str, Any]]:
@@ -234,7 +233,7 @@ class LogicProblemSet:
         idx = rows(idx, len(self), "sequences")
         return LogicProblemSet(
             self.x[idx], self.y[idx], self.targets[idx], self.terms[idx], self.term_ids[idx],
-            meta=_subset_meta(self.meta, idx), validate=False,
+            meta=_subset_meta(self.meta, idx, len(self)), validate=False,
         )
 
     def __repr__(self) -> str:

@@ -155,25 +155,6 @@ def attention(model: Any, problems: ProblemSet | Any, layer: int | None = None, 
     return Figure("attention", d["svg"], d["html"], d["png"])
 
 
-def _matrix_panels(values: Any, row_labels: Any, col_labels: Any) -> tuple[list[dict], list[str], list[str]]:
-    named = dict(values) if isinstance(values, Mapping) else {"": values}
-    if not named:
-        raise InputError("no matrix given")
-    panels = []
-    shape = None
-    for name, v in named.items():
-        a = np.asarray(v, dtype=np.float64)
-        if a.ndim != 2:
-            raise InputError(f"heatmap {name or 'values'}: need a 2-D array [rows, cols], got shape {a.shape}")
-        if shape is not None and a.shape != shape:
-            raise InputError(f"heatmap {name}: shape {a.shape} differs from the first panel's {shape}")
-        shape = a.shape
-        panels.append({"name": str(name), "kind": "matrix", "values": np.ascontiguousarray(a)})
-    rows = [str(r) for r in row_labels] if row_labels is not None else [str(i) for i in range(shape[0])]
-    cols = [str(c) for c in col_labels] if col_labels is not None else [str(j) for j in range(shape[1])]
-    return panels, rows, cols
-
-
 def heatmap(
     values: Any,
     row_labels: Any = None,
@@ -226,9 +207,10 @@ def heatmap(
     from .patching import HeadAblation
 
     if isinstance(values, CircuitReport):
-        p99 = values.summary.get("composition", {}).get("baseline_p99", {})
-        scores = [(k, np.ascontiguousarray(values.composition[k], np.float64), p99.get(k)) for k in ("q", "k", "v")]
-        d = _core.viz.composition_heatmap(scores, title=title, panel=panel)
+        d = _core.viz.composition_heatmap(
+            {k: np.ascontiguousarray(v, np.float64) for k, v in values.composition.items()},
+            values.summary.get("composition", {}).get("baseline_p99", {}), title=title, panel=panel,
+        )
         return Figure("heatmap", d["svg"], d["html"], d["png"])
     if isinstance(values, HeadAblation):
         d = _core.viz.head_ablation_heatmap(
@@ -236,22 +218,16 @@ def heatmap(
             np.ascontiguousarray(values.loss, np.float64), float(values.base["loss"]), title=title, panel=panel,
         )
         return Figure("heatmap", d["svg"], d["html"], d["png"])
-    masked = None
-    panels, rows, cols = _matrix_panels(values, row_labels, col_labels)
-    m = None if mask is None else np.ascontiguousarray(mask, dtype=bool)
-    for p in panels:
-        p.update({"title": title or "", "value_name": value_name, "x_label": x_label, "y_label": y_label})
-        if cmap is not None:
-            p["cmap"] = cmap
-        if range is not None:
-            p["range"] = (float(range[0]), float(range[1]))
-        if m is not None:
-            p["mask"] = m
-    names = [p["name"] for p in panels]
-    if panel is not None and panel not in names:
-        raise InputError(f"panel {panel!r}: the panels are {names}")
-    start = names.index(panel) if panel is not None else 0
-    d = _core.viz.heatmap(panels, rows, cols, row_name, col_name, masked, start)
+    named = list(values.items()) if isinstance(values, Mapping) else [("", values)]
+    d = _core.viz.matrix_heatmap(
+        [(str(name), np.ascontiguousarray(v, dtype=np.float64)) for name, v in named],
+        None if row_labels is None else [str(r) for r in row_labels],
+        None if col_labels is None else [str(c) for c in col_labels],
+        title=title or "", value_name=value_name, row_name=row_name, col_name=col_name,
+        x_label=x_label, y_label=y_label, cmap=cmap,
+        range=None if range is None else (float(range[0]), float(range[1])),
+        mask=None if mask is None else np.ascontiguousarray(mask, dtype=bool), panel=panel,
+    )
     return Figure("heatmap", d["svg"], d["html"], d["png"])
 
 
@@ -290,10 +266,7 @@ def lm_explorer(analysis: Any, factor: str | None = None, **analyze_kwargs: Any)
         analysis = analyze_lm(analysis, factor, **analyze_kwargs)
     elif factor is not None or analyze_kwargs:
         raise InputError("factor and analyze_lm's arguments go with a path, not with an LmAnalysis")
-    projections = [
-        (None if name == "all" else int(name[len("layer"):]), np.ascontiguousarray(p, dtype=np.float64))
-        for name, p in analysis.projections.items()
-    ]
+    projections = [(str(name), np.ascontiguousarray(p, dtype=np.float64)) for name, p in analysis.projections.items()]
     d = _core.viz.lm_explorer(
         str(analysis.summary["codes"]),
         str(analysis.summary["factor"]),

@@ -58,3 +58,15 @@ def test_codes_are_owned_writable_arrays(model, ood_small):
     assert c.codes.flags.writeable and c.codes.flags.c_contiguous
     assert c.features(2).shape == (96, 32) and c.features().shape == (96, 128)
     np.testing.assert_array_equal(c.features(1)[5], c.codes[5, 1].ravel())
+
+
+def test_the_sidecar_is_read_as_the_probes_type(tmp_path):
+    """CodeSet.load takes site and layers from codes.json as hyperlens_probe::ProbeMeta reads it:
+    none without a sidecar, a FileFormatError naming a sidecar that is not a code file's."""
+    p = tmp_path / "c.npz"
+    hl.CodeSet(np.zeros((2, 1, 1, 1, 2), np.float32), np.array([0, 7])).save(p)
+    back = hl.CodeSet.load(p)
+    assert back.site is None and back.layers is None
+    (tmp_path / "c.json").write_text('{"site": "paper"}')
+    with pytest.raises(hl.FileFormatError, match=r"c\.json"):
+        hl.CodeSet.load(p)

@@ -71,3 +71,18 @@ def test_problem_set_refuses_bad_arrays():
         hl.ProblemSet(ps.x[0], ps.y, ps.rules)
     with pytest.raises(hl.InputError, match="`x`"):
         hl.ProblemSet(ps.x * 0.5, ps.y, ps.rules)
+
+
+@pytest.mark.parametrize("task", ["sraven", "logic"])
+def test_a_prefix_in_any_index_form_keeps_how_the_set_was_made(task):
+    """hyperlens_report::code_explorer::ProblemOrigin::keeps_origin decides: rows 0..k in order
+    (a slice, an index array, a mask) are the set sampled with n = k, which the sample confirms;
+    anything else is marked as a subset."""
+    ps = hl.tasks.sample(task=task, n=6, seed=2)
+    small = hl.tasks.sample(task=task, n=3, seed=2)
+    np.testing.assert_array_equal(ps[:3].x, small.x)
+    for prefix in (slice(0, 3), np.array([0, 1, 2]), np.arange(6) < 3, slice(-6, 3)):
+        assert ps[prefix].meta == ps.meta, prefix
+    for other in (np.array([1, 0]), np.array([0, 2]), slice(None, None, -1), np.arange(6) > 2):
+        assert ps[other].meta == {**ps.meta, "subset": True}, other
+    assert ps[1:][:1].meta["subset"] is True

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::atomic::write_atomic;
@@ -35,6 +36,29 @@ pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
     write_atomic(path, &json_bytes(path, value)?)
 }
 
+/// `value` as [`json_bytes`] writes it, but with every object's keys in alphabetical order at
+/// every depth, whatever the order in which its types declare their fields: the form of the files
+/// that hyperlens first wrote as `serde_json` values (a report's and `analyze`'s `summary.json`),
+/// kept byte for byte now that a typed struct describes them.
+///
+/// # Errors
+/// [`IoError::Json`] naming `path` if `value` cannot be serialised.
+pub fn json_bytes_sorted<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<Vec<u8>> {
+    let value = serde_json::to_value(value).map_err(|source| IoError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    json_bytes(path, &value)
+}
+
+/// Writes `value` to `path` as [`json_bytes_sorted`] gives it, atomically.
+///
+/// # Errors
+/// As [`json_bytes_sorted`] and [`write_atomic`].
+pub fn write_json_sorted<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    write_atomic(path, &json_bytes_sorted(path, value)?)
+}
+
 /// The sidecar of a data file: its extension replaced by `.json` (`codes.npz` -> `codes.json`; a
 /// name without extension gets `.json` appended).
 pub fn sidecar_path(data: &Path) -> PathBuf {
@@ -59,12 +83,13 @@ pub fn write_sidecar<T: Serialize + ?Sized>(data: &Path, value: &T) -> Result<Pa
     Ok(path)
 }
 
-/// Reads the sidecar of `data`: [`sidecar_path`], else [`legacy_sidecar_path`]; `None` if neither
-/// exists.
+/// Reads the sidecar of `data` as `T` (its writer's type): [`sidecar_path`], else
+/// [`legacy_sidecar_path`]; `None` if neither exists.
 ///
 /// # Errors
-/// [`IoError::Io`] if a sidecar exists but cannot be read, [`IoError::Json`] if it is not JSON.
-pub fn read_sidecar(data: &Path) -> Result<Option<serde_json::Value>> {
+/// [`IoError::Io`] if a sidecar exists but cannot be read, [`IoError::Json`] naming it if it is
+/// not JSON or not a `T`.
+pub fn read_sidecar<T: DeserializeOwned>(data: &Path) -> Result<Option<T>> {
     for path in [sidecar_path(data), legacy_sidecar_path(data)] {
         if path.is_file() {
             let bytes = std::fs::read(&path).map_err(IoError::io(&path))?;
@@ -94,15 +119,56 @@ mod tests {
     }
 
     #[test]
+    fn sorted_json_orders_every_objects_keys() {
+        #[derive(Serialize)]
+        struct Inner {
+            z: f64,
+            a: Option<u8>,
+        }
+        #[derive(Serialize)]
+        struct Outer {
+            y: Vec<Inner>,
+            b: &'static str,
+        }
+        let v = Outer {
+            y: vec![Inner {
+                z: f64::NAN,
+                a: Some(1),
+            }],
+            b: "x",
+        };
+        let path = Path::new("s.json");
+        let sorted = json_bytes_sorted(path, &v).unwrap();
+        assert_eq!(
+            String::from_utf8(sorted).unwrap(),
+            "{\n  \"b\": \"x\",\n  \"y\": [\n    {\n      \"a\": 1,\n      \"z\": null\n    }\n  ]\n}\n"
+        );
+        let plain = String::from_utf8(json_bytes(path, &v).unwrap()).unwrap();
+        assert!(plain.starts_with("{\n  \"y\""), "{plain}");
+    }
+
+    #[test]
     fn sidecars_are_read_under_both_names() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("p.npz");
-        assert!(read_sidecar(&data).unwrap().is_none());
+        assert!(read_sidecar::<serde_json::Value>(&data).unwrap().is_none());
         std::fs::write(legacy_sidecar_path(&data), r#"{"old": 1}"#).unwrap();
-        assert_eq!(read_sidecar(&data).unwrap().unwrap()["old"], 1);
+        let old: serde_json::Value = read_sidecar(&data).unwrap().unwrap();
+        assert_eq!(old["old"], 1);
         let written = write_sidecar(&data, &serde_json::json!({"new": 2})).unwrap();
         assert_eq!(written, dir.path().join("p.json"));
-        assert_eq!(read_sidecar(&data).unwrap().unwrap()["new"], 2);
+        let new: serde_json::Value = read_sidecar(&data).unwrap().unwrap();
+        assert_eq!(new["new"], 2);
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Other {
+            other: u8,
+        }
+        let e = read_sidecar::<Other>(&data).unwrap_err();
+        assert!(
+            matches!(&e, IoError::Json { path, .. } if *path == dir.path().join("p.json")),
+            "{e}"
+        );
         let text = std::fs::read_to_string(written).unwrap();
         assert!(text.ends_with("}\n"), "{text}");
     }

@@ -122,6 +122,18 @@ pub mod pca {
         layer.map_or_else(|| ALL_LAYERS.to_string(), |l| format!("layer{l}"))
     }
 
+    /// The selection of a selection part, the inverse of [`selection`]: `Some(Some(l))` for
+    /// `layer{l}`, `Some(None)` for [`ALL_LAYERS`], `None` for any other name.
+    pub fn parse_selection(name: &str) -> Option<Option<usize>> {
+        if name == ALL_LAYERS {
+            return Some(None);
+        }
+        let l = name.strip_prefix("layer")?;
+        let n: usize = l.parse().ok()?;
+        // `layer+1` or `layer01` are not names `selection` writes.
+        (n.to_string() == l).then_some(Some(n))
+    }
+
     /// The full name of a per-selection array: `prefix` followed by [`selection`].
     pub fn name(prefix: &str, layer: Option<usize>) -> String {
         format!("{prefix}{}", selection(layer))
@@ -240,6 +252,12 @@ mod tests {
     fn pca_names() {
         assert_eq!(pca::name(pca::PROJECTION_PREFIX, Some(2)), "layer2");
         assert_eq!(pca::name(pca::PROJECTION_PREFIX, None), "all");
+        for layer in [None, Some(0), Some(12)] {
+            assert_eq!(pca::parse_selection(&pca::selection(layer)), Some(layer));
+        }
+        for bad in ["layer", "layer01", "layer+1", "layer-1", "Layer1", "all_"] {
+            assert_eq!(pca::parse_selection(bad), None, "{bad}");
+        }
         assert_eq!(
             pca::name(pca::COMPONENTS_PREFIX, Some(0)),
             "components_layer0"

@@ -6,8 +6,9 @@
 //!   temporary names carry the writer's pid, so the leftovers of killed writers can be told from a
 //!   live one's and removed.
 //! - [`write_npz`]: `.npz` archives (numpy's uncompressed layout), atomically.
-//! - [`write_json`] and the provenance sidecars ([`write_sidecar`], [`sidecar_path`]: `codes.npz`
-//!   -> `codes.json`), with [`read_sidecar`] also finding the older `<file>.npz.json` name.
+//! - [`write_json`] ([`write_json_sorted`]: every object's keys in alphabetical order) and the
+//!   provenance sidecars ([`write_sidecar`], [`sidecar_path`]: `codes.npz` -> `codes.json`),
+//!   with [`read_sidecar`] also finding the older `<file>.npz.json` name.
 //! - [`inspect_npz`]: checks an `.npz` archive's headers against the bytes present and the memory
 //!   [`budget`] before anything is read ([`inspect_npz_arrays`]: only the arrays a reader reads).
 //! - [`keys`]: the names of the arrays that writers and readers share.
@@ -34,7 +35,8 @@ pub use atomic::{pid_alive, sweep_stale, sync_dir, write_atomic, write_atomic_wi
 pub use error::{IoError, Result};
 pub use inspect::{inspect_npz, inspect_npz_arrays, NpyMember};
 pub use json::{
-    json_bytes, legacy_sidecar_path, read_sidecar, sidecar_path, write_json, write_sidecar,
+    json_bytes, json_bytes_sorted, legacy_sidecar_path, read_sidecar, sidecar_path, write_json,
+    write_json_sorted, write_sidecar,
 };
 pub use npz::{write_npz, NpzArchive};
 pub use read::{

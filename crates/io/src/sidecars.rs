@@ -82,9 +82,10 @@ pub enum CacheSource {
     Problems(ProblemsSource),
 }
 
-/// The sidecar of a cache file (`hyperlens cache --out X.npz` writes `X.json`).
+/// The sidecar of a cache file (`hyperlens cache --out X.npz` writes `X.json`). `M` is the
+/// model crate's `Mixer` (this crate depends on no other hyperlens crate), written as its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheSidecar {
+pub struct CacheSidecar<M> {
     /// Each array's shape, by its name (the hook's).
     pub arrays: BTreeMap<String, Vec<usize>>,
     /// The checkpoint's path.
@@ -96,7 +97,7 @@ pub struct CacheSidecar {
     pub hooks: Vec<String>,
     /// The mixer of a SRAVEN or fuzzy-logic checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mixer: Option<String>,
+    pub mixer: Option<M>,
     /// The positions kept (`null`: all).
     pub positions: Option<Vec<usize>>,
     /// `hyperlens <version> cache`.

@@ -9,8 +9,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::error::ModelError;
 
 /// How the scaled scores `s[h, i, j]` are normalised into the latent code `a[:, i, j]`
-/// (`docs/spec/models.md`, "Scores and the three normalisations").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// (`docs/spec/models.md`, "Scores and the three normalisations"). Its serde form is its
+/// [`name`](Normalisation::name), as a codes file's sidecar records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Normalisation {
     /// `a[h, i, :] = softmax_j s[h, i, :]` (over keys).
     Softmax,
@@ -238,6 +240,11 @@ mod tests {
         for (m, n, v) in expect {
             assert_eq!(m.normalisation(), n, "{m}");
             assert_eq!(m.value_network(), v, "{m}");
+        }
+        for n in [N::Softmax, N::None, N::RmsHead] {
+            let json = serde_json::to_string(&n).unwrap();
+            assert_eq!(json, format!("\"{}\"", n.name()));
+            assert_eq!(serde_json::from_str::<N>(&json).unwrap(), n);
         }
     }
 }

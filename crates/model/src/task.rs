@@ -13,6 +13,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
+use hyperlens_tasks::sraven::SplitName;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
@@ -141,8 +142,9 @@ impl Steps {
 pub struct RunRecord {
     /// The task (`task` of `train.json`, else of the settings in `train_state.json`).
     pub task: Option<Task>,
-    /// The split (`split` of `train.json`, else of the settings in `train_state.json`).
-    pub split: Option<String>,
+    /// The split (`split` of `train.json`, else of the settings in `train_state.json`), read
+    /// by its one parser ([`SplitName`]'s).
+    pub split: Option<SplitName>,
     /// Who trained an imported checkpoint (`trained_by` of `train.json`).
     pub trained_by: Option<String>,
     /// Updates done (`step` of `train_state.json`, else `steps` of `train.json`) and planned.
@@ -153,7 +155,7 @@ pub struct RunRecord {
 #[derive(Deserialize)]
 struct RecordFields {
     task: Option<Task>,
-    split: Option<String>,
+    split: Option<SplitName>,
     trained_by: Option<String>,
     steps: Option<u64>,
     planned_steps: Option<u64>,
@@ -170,7 +172,7 @@ struct StateFields {
 #[derive(Deserialize)]
 struct SettingsFields {
     task: Option<Task>,
-    split: Option<String>,
+    split: Option<SplitName>,
     steps: Option<u64>,
 }
 
@@ -270,7 +272,7 @@ mod tests {
             })
         );
         assert!(info.steps.unwrap().stopped_early());
-        assert_eq!(info.split.as_deref(), Some("paper-seed1"));
+        assert_eq!(info.split, Some(SplitName::Paper(1)));
         assert_eq!(info.task, Some(Task::Sraven));
         // A finished record: the schedule is the steps done.
         std::fs::write(dir.path().join(RECORD_FILE), r#"{"steps": 156250}"#).unwrap();
@@ -292,7 +294,7 @@ mod tests {
             info,
             RunRecord {
                 task: Some(Task::Logic),
-                split: Some("seed3".into()),
+                split: Some(SplitName::Seed(3)),
                 trained_by: None,
                 steps: Some(Steps {
                     done: 500,
@@ -313,7 +315,10 @@ mod tests {
         .unwrap();
         let info = RunRecord::read(dir.path()).unwrap();
         assert_eq!(info.trained_by.as_deref(), Some("the paper's JAX code"));
-        assert_eq!(info.split.as_deref(), Some("paper-seed2"));
+        assert_eq!(
+            info.split.map(|s| s.to_string()).as_deref(),
+            Some("paper-seed2")
+        );
         assert_eq!(info.task, None);
     }
 
@@ -329,6 +334,12 @@ mod tests {
         );
         let cause = std::error::Error::source(&e).unwrap().to_string();
         assert!(cause.contains("unknown task `raven`"), "{cause}");
+        std::fs::write(&record, r#"{"split": "paper-seed7", "steps": 3}"#).unwrap();
+        let e = RunRecord::read(dir.path()).unwrap_err();
+        assert!(
+            matches!(&e, ModelError::Json { path, .. } if *path == record),
+            "{e}"
+        );
         std::fs::write(&record, "{not json").unwrap();
         assert!(matches!(
             RunRecord::read(dir.path()),

@@ -11,7 +11,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use hyperlens_io::keys::codes as keys;
-use hyperlens_model::{CodeSite, Evaluator, Mixer, Reads};
+use hyperlens_model::{CodeSite, Evaluator, Mixer, Normalisation, Reads};
+use hyperlens_tasks::logic::LogicSet;
 use hyperlens_tasks::sraven::{AsProblemSet, ProblemSet, ProblemSetView, SplitName};
 use serde::{Deserialize, Serialize};
 
@@ -77,14 +78,16 @@ pub struct ProbeMeta {
     pub checkpoint: String,
     /// The model's mixer (written as its CLI name; `None` only before [`extract`] sets it).
     pub mixer: Option<Mixer>,
-    /// The normalisation that produced the codes (softmax, none, rms_head).
-    pub normalisation: String,
+    /// The normalisation that produced the codes (written as its name: `softmax`, `none`,
+    /// `rms_head`; `None` only before [`extract`] sets it).
+    pub normalisation: Option<Normalisation>,
     /// Where the problems came from: a file path or `generated`.
     pub problems: String,
     /// The split, if generated (written as its name).
     pub split: Option<SplitName>,
-    /// `id` or `ood`, if generated.
-    pub set: Option<String>,
+    /// The set, if generated (written as its name: `id` or `ood`, and `unknown` for a logic
+    /// model's; a SRAVEN [`Set`](hyperlens_tasks::sraven::Set) converts with `into`).
+    pub set: Option<LogicSet>,
     /// Problem seed, if generated.
     pub seed: Option<u64>,
     /// Whether the problems are unpermuted, if known.
@@ -105,6 +108,18 @@ pub struct ProbeMeta {
     pub shapes: std::collections::BTreeMap<String, Vec<usize>>,
     /// hyperlens version that wrote the file.
     pub version: String,
+}
+
+impl ProbeMeta {
+    /// The sidecar of the code file `codes`, read as this type (`codes.json`, or the older
+    /// `codes.npz.json`: [`hyperlens_io::read_sidecar`]); `None` when the file has none.
+    ///
+    /// # Errors
+    /// [`ProbeError::File`] naming the sidecar when it cannot be read, is not JSON or is not a
+    /// code file's sidecar.
+    pub fn read_beside(codes: &Path) -> Result<Option<ProbeMeta>> {
+        Ok(hyperlens_io::read_sidecar(codes)?)
+    }
 }
 
 /// A [`Selection`] in the sidecar.
@@ -415,7 +430,7 @@ fn complete_meta(
     meta.n_problems = n_problems;
     meta.n_rows = n_rows;
     meta.mixer = Some(cfg.mixer);
-    meta.normalisation = cfg.mixer.normalisation().name().to_string();
+    meta.normalisation = Some(cfg.mixer.normalisation());
     meta.shapes = [
         (keys::CODES, vec![n_rows, layers.len(), h, 1, n_keys]),
         (keys::LABEL, vec![n_rows]),

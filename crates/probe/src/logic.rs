@@ -85,7 +85,7 @@ pub fn extract_logic_set<P: FnMut(usize) -> ControlFlow<()>>(
     }
     meta.problems = describe_inputs("generated", inputs, seed);
     meta.split = Some(split.name());
-    meta.set = Some(name.into());
+    meta.set = Some(set);
     meta.seed = Some(seed);
     let chunks = logic_chunks(split, set, n, LOGIC_SET_CHUNK, seed).map(|c| {
         let mut c = c.map_err(|e| ProbeError::InvalidInput(format!("--set {name}: {e}")))?;
@@ -355,7 +355,7 @@ fn complete_meta(
     meta.n_problems = n;
     meta.n_rows = n;
     meta.mixer = Some(cfg.mixer);
-    meta.normalisation = cfg.mixer.normalisation().name().to_string();
+    meta.normalisation = Some(cfg.mixer.normalisation());
     meta.shapes = shapes.into_iter().collect();
     meta.version = env!("CARGO_PKG_VERSION").to_string();
 }

@@ -124,7 +124,12 @@ fn paper_site_codes_equal_the_attention_of_the_forward_pass() {
         serde_json::from_slice(&std::fs::read(out.with_extension("json")).expect("sidecar"))
             .expect("json");
     assert_eq!(meta.mixer, Some(Mixer::Hyla));
-    assert_eq!(meta.normalisation, "rms_head");
+    assert_eq!(
+        meta.normalisation,
+        Some(hyperlens_model::Normalisation::RmsHead)
+    );
+    let text = std::fs::read_to_string(out.with_extension("json")).expect("sidecar");
+    assert!(text.contains("\"normalisation\": \"rms_head\""), "{text}");
     assert_eq!(meta.selections[0].query, 35);
     assert_eq!(meta.shapes["codes"], vec![n, 4, 16, 1, 2]);
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use hyperlens_analysis::CodeSet;
 use hyperlens_io::keys::codes as keys;
+use hyperlens_probe::ProbeMeta;
 use ndarray::{Array1, Array2, ArrayD, Ix1};
 use ndarray_npy::NpzReader;
 use pyo3::prelude::*;
@@ -301,11 +302,26 @@ fn load_logic_codes<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
+/// The sidecar of a SRAVEN or fuzzy-logic code file (`codes.npz` -> `codes.json`, written by
+/// `hyperlens probe`), read as the probe crate's [`ProbeMeta`]
+/// ([`ProbeMeta::read_beside`]): a dict of its fields (`site` in the CLI's form, `layers`
+/// along the codes' layer axis, `mixer`, `split`, `set`, `seed`, ...), or `None` when the file
+/// has no sidecar.
+///
+/// # Errors
+/// `FileFormatError` naming the sidecar when it cannot be read or is not a code file's.
+#[pyfunction]
+fn read_codes_sidecar(py: Python<'_>, path: PathBuf) -> PyResult<Option<Bound<'_, PyAny>>> {
+    let meta = detached(py, || ProbeMeta::read_beside(&path).map_err(to_py))?;
+    meta.map(|m| crate::records::record(py, &m)).transpose()
+}
+
 /// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save_codes, m)?)?;
     m.add_function(wrap_pyfunction!(load_codes, m)?)?;
     m.add_function(wrap_pyfunction!(save_logic_codes, m)?)?;
     m.add_function(wrap_pyfunction!(load_logic_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(read_codes_sidecar, m)?)?;
     Ok(())
 }

@@ -71,9 +71,7 @@ fn analyze_lm<'py>(
     d.set_item("summary", records::record(py, &a.summary())?)?;
     let proj = PyDict::new(py);
     for p in &a.projections {
-        let name = p
-            .layer
-            .map_or_else(|| "all".to_string(), |l| format!("layer{l}"));
+        let name = hyperlens_io::keys::pca::selection(p.layer);
         proj.set_item(name, out(py, p.projection.clone()))?;
     }
     d.set_item("projections", proj)?;

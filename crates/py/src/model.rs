@@ -685,7 +685,7 @@ fn run_record(py: Python<'_>, dir: PathBuf) -> PyResult<Bound<'_, PyDict>> {
     let r = hyperlens_model::RunRecord::read(&dir).unwrap_or_default();
     let d = PyDict::new(py);
     d.set_item("task", r.task_or_sraven().name())?;
-    d.set_item("split", r.split)?;
+    d.set_item("split", r.split.map(|s| s.to_string()))?;
     d.set_item("trained_by", r.trained_by)?;
     d.set_item("steps", r.steps.map(|s| s.done))?;
     d.set_item("planned_steps", r.steps.and_then(|s| s.planned))?;

@@ -7,7 +7,9 @@ use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrays::{out, In2, In3};
+use hyperlens_report::code_explorer::ProblemOrigin;
+
+use crate::arrays::{out, In1, In2, In3};
 use crate::errors::{detached, raise, to_py, Kind};
 
 /// `id` or `ood`.
@@ -145,6 +147,27 @@ fn load_sraven<'py>(
     problems_dict(py, set)
 }
 
+/// The `meta` of the rows `rows` of a set whose `meta` is `meta` (a copy; `meta` is left as it
+/// is): the same for a prefix `0..k`, else marked `subset`, as
+/// [`ProblemOrigin::keeps_origin`](hyperlens_report::code_explorer::ProblemOrigin::keeps_origin)
+/// decides.
+///
+/// # Shapes
+/// `rows`: int64 `[k]`, the indices taken, in order.
+#[pyfunction]
+fn rows_meta<'py>(meta: &Bound<'py, PyDict>, rows: In1<'py, i64>) -> PyResult<Bound<'py, PyDict>> {
+    let d = meta.copy()?;
+    let rows = rows.as_array();
+    let keeps = match rows.as_slice() {
+        Some(r) => ProblemOrigin::keeps_origin(r),
+        None => ProblemOrigin::keeps_origin(&rows.to_vec()),
+    };
+    if !keeps {
+        d.set_item("subset", true)?;
+    }
+    Ok(d)
+}
+
 /// Registers the submodule's functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(splits, m)?)?;
@@ -152,5 +175,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate_problems, m)?)?;
     m.add_function(wrap_pyfunction!(save_sraven, m)?)?;
     m.add_function(wrap_pyfunction!(load_sraven, m)?)?;
+    m.add_function(wrap_pyfunction!(rows_meta, m)?)?;
     crate::logic::register(m)
 }

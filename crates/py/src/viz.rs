@@ -6,17 +6,17 @@
 //! projections: every decision is the library's); this module converts the Python sets to
 //! borrowed views and the figure to `{"svg", "html", "png"}`.
 
+use hyperlens_analysis::circuits::CompositionKind;
 use hyperlens_analysis::lm::LmProjection;
 use hyperlens_probe::Site;
 use hyperlens_report::code_explorer::{
     attention_explorer, attention_png, attention_title, composition_panels, head_ablation_panels,
-    heatmap_explorer, Explorer, LogicCodes, LogicExplorerSpec, ProblemOrigin, Projection,
-    SravenCodes, SravenExplorerSpec, SravenProblemRows, DEFAULT_SET, NOT_COMPUTED,
+    heatmap_explorer, matrix_panels, Explorer, LogicCodes, LogicExplorerSpec, MatrixSpec,
+    ProblemOrigin, Projection, SravenCodes, SravenExplorerSpec, SravenProblemRows, DEFAULT_SET,
+    NOT_COMPUTED,
 };
 use hyperlens_report::lm_explorer::{lm_explorer_of, LmProjected};
-use hyperlens_viz::{
-    render_png, ColorMap, Heatmap, HeatmapExplorer, HeatmapOptions, InteractiveFigure, VizError,
-};
+use hyperlens_viz::{render_png, ColorMap, Heatmap, InteractiveFigure, VizError};
 use ndarray::{Ix1, Ix2, Ix3, Ix4, Ix5};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -43,10 +43,6 @@ fn item<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Option<Bound<'py, P
         Some(v) if !v.is_none() => Ok(Some(v)),
         _ => Ok(None),
     }
-}
-
-fn need<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    item(d, name)?.ok_or_else(|| raise(Kind::Input, format!("missing `{name}`")))
 }
 
 /// A numpy array argument of `D` dimensions, read in place where its layout allows.
@@ -367,146 +363,73 @@ fn token_labels(n_tokens: usize, features: usize) -> Vec<String> {
     hyperlens_tasks::sraven::token_labels(n_tokens, features)
 }
 
-/// One panel of [`heatmap`]: the static [`Heatmap`] built by the constructor the CLI and the
-/// report use for its kind.
-fn heatmap_panel(
-    d: &Bound<'_, PyDict>,
-    rows: &Option<Vec<String>>,
-    cols: &Option<Vec<String>>,
-) -> PyResult<(String, Heatmap)> {
-    let name: String = item(d, "name")?
-        .map(|v| v.extract())
-        .transpose()?
-        .unwrap_or_default();
-    let kind: String = item(d, "kind")?
-        .map(|v| v.extract())
-        .transpose()?
-        .unwrap_or_else(|| "matrix".into());
-    let text = |key: &str| -> PyResult<String> {
-        Ok(item(d, key)?
-            .map(|v| v.extract())
-            .transpose()?
-            .unwrap_or_default())
-    };
-    let title = text("title")?;
-    let value_name = text("value_name")?;
-    let range: Option<(f64, f64)> = item(d, "range")?.map(|v| v.extract()).transpose()?;
-    let values = need(d, "values")?;
-    let cmap = |mut values: ndarray::iter::Iter<'_, f64, Ix2>| -> PyResult<ColorMap> {
-        match item(d, "cmap")?
-            .map(|v| v.extract::<String>())
-            .transpose()?
-            .as_deref()
-        {
-            Some("viridis") => Ok(ColorMap::Viridis),
-            Some("blue-white-red" | "bwr") => Ok(ColorMap::BlueWhiteRed),
-            Some(other) => Err(raise(
-                Kind::Input,
-                format!("cmap must be \"viridis\" or \"blue-white-red\", got {other:?}"),
-            )),
-            // Diverging when a value is negative (as the patterns' default).
-            None if values.any(|&v| v < 0.0) => Ok(ColorMap::BlueWhiteRed),
-            None => Ok(ColorMap::Viridis),
-        }
-    };
-    let fig = match kind.as_str() {
-        "composition" => {
-            let v = view::<f64, Ix4>("values", &values)?;
-            Heatmap::composition(&title, v.as_array()).map_err(to_py)?
-        }
-        "head_scores" => {
-            let v = view::<f64, Ix2>("values", &values)?;
-            let map = cmap(v.as_array().iter())?;
-            Heatmap::head_scores(&title, v.as_array(), &value_name, map, range).map_err(to_py)?
-        }
-        "matrix" => {
-            let v = array::<f64, Ix2>("values", &values)?;
-            let mask = item(d, "mask")?
-                .map(|m| array::<bool, Ix2>("mask", &m))
-                .transpose()?;
-            let color_map = cmap(v.iter())?;
-            Heatmap::new(
-                v,
-                HeatmapOptions {
-                    title,
-                    x_label: text("x_label")?,
-                    y_label: text("y_label")?,
-                    x_ticks: cols.clone().unwrap_or_default(),
-                    y_ticks: rows.clone().unwrap_or_default(),
-                    color_map,
-                    range,
-                    color_bar_label: value_name,
-                    separators: item(d, "separators")?.map(|v| v.extract()).transpose()?,
-                    mask,
-                    ..HeatmapOptions::default()
-                },
-            )
-        }
-        other => {
+/// Matrix heatmaps with hover values and a panel switch
+/// (`hyperlens_report::code_explorer::matrix_panels`: the default labels and colour map, the
+/// shape checks): `{"svg", "html", "png"}` (the PNG: the static heatmap of the panel shown
+/// first). `values`: (name, float64 `[R, C]`) per panel; `cmap`: `viridis` or `blue-white-red`;
+/// `mask`: bool `[R, C]`; `panel`: the name of the panel shown first.
+#[pyfunction]
+#[pyo3(signature = (values, row_labels=None, col_labels=None, title=String::new(), value_name=String::new(), row_name=String::new(), col_name=String::new(), x_label=String::new(), y_label=String::new(), cmap=None, range=None, mask=None, panel=None))]
+#[allow(clippy::too_many_arguments)]
+fn matrix_heatmap<'py>(
+    py: Python<'py>,
+    values: Vec<(String, InDyn<'py, f64>)>,
+    row_labels: Option<Vec<String>>,
+    col_labels: Option<Vec<String>>,
+    title: String,
+    value_name: String,
+    row_name: String,
+    col_name: String,
+    x_label: String,
+    y_label: String,
+    cmap: Option<String>,
+    range: Option<(f64, f64)>,
+    mask: Option<Bound<'py, PyAny>>,
+    panel: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let color_map = match cmap.as_deref() {
+        None => None,
+        Some("viridis") => Some(ColorMap::Viridis),
+        Some("blue-white-red" | "bwr") => Some(ColorMap::BlueWhiteRed),
+        Some(other) => {
             return Err(raise(
                 Kind::Input,
-                format!(
-                    "panel `{name}`: unknown kind `{other}` (matrix, head_scores, composition)"
-                ),
+                format!("cmap must be \"viridis\" or \"blue-white-red\", got {other:?}"),
             ))
         }
     };
-    Ok((name, fig))
-}
-
-/// Heatmaps with hover values and a panel switch: `{"svg", "html", "png"}` (the PNG: the viz
-/// crate's static heatmap of the panel shown first).
-///
-/// `panels`: dicts with `values` and optional `name` (in the switch), `kind` (`matrix`: float64
-/// `[R, C]` with `row_labels` R and `col_labels` C, `x_label`, `y_label`, `mask` bool `[R, C]`,
-/// `separators`; `head_scores`: float64 `[L, H]`, labelled `L{l}` x `H{h}`; `composition`:
-/// float64 `[L, H, L, H]`, as `hyperlens circuits` draws it), `title`, `value_name`, `cmap`
-/// (`viridis`, `blue-white-red`; by default diverging when a value is negative), `range`.
-#[pyfunction]
-#[pyo3(signature = (panels, row_labels=None, col_labels=None, row_name=String::new(), col_name=String::new(), masked=None, start=0))]
-#[allow(clippy::too_many_arguments)]
-fn heatmap<'py>(
-    py: Python<'py>,
-    panels: Vec<Bound<'py, PyDict>>,
-    row_labels: Option<Vec<String>>,
-    col_labels: Option<Vec<String>>,
-    row_name: String,
-    col_name: String,
-    masked: Option<String>,
-    start: usize,
-) -> PyResult<Bound<'py, PyDict>> {
-    let figs: Vec<(String, Heatmap)> = panels
+    let spec = MatrixSpec {
+        row_labels,
+        col_labels,
+        title,
+        value_name,
+        x_label,
+        y_label,
+        color_map,
+        range,
+        mask: mask.map(|m| array::<bool, Ix2>("mask", &m)).transpose()?,
+    };
+    let views: Vec<(String, ndarray::ArrayViewD<'_, f64>)> = values
         .iter()
-        .map(|d| heatmap_panel(d, &row_labels, &col_labels))
-        .collect::<PyResult<_>>()?;
-    let (svg, html, png) = detached(py, || {
-        let mut fig = HeatmapExplorer::new(figs.iter().map(|(n, h)| (n.clone(), h)).collect());
-        fig.row_name = row_name.clone();
-        fig.col_name = col_name.clone();
-        if let Some(m) = &masked {
-            fig.masked = m.clone();
-        }
-        fig.start = start;
-        let svg = fig.svg_document().map_err(to_py)?;
-        let html = fig.html().map_err(to_py)?;
-        let shown = &figs[start.min(figs.len().saturating_sub(1))].1;
-        let size = hyperlens_viz::Figure::size(shown);
-        let png = render_png(shown, size).map_err(to_py)?;
-        Ok((svg, html, png))
-    })?;
-    figure_dict(py, svg, html, &png)
+        .map(|(n, v)| (n.clone(), v.as_array()))
+        .collect();
+    let panels = matrix_panels(&views, &spec).map_err(to_py)?;
+    heatmap_out(py, &panels, panel.as_deref(), None, (&row_name, &col_name))
 }
 
 /// A heatmap explorer of `panels` as `{"svg", "html", "png"}` (the PNG: the static heatmap of
-/// the panel shown first).
+/// the panel shown first); `axes`: the names of the rows and the columns in the hover box.
 fn heatmap_out<'py>(
     py: Python<'py>,
     panels: &[(String, Heatmap)],
     start: Option<&str>,
     masked: Option<&str>,
+    axes: (&str, &str),
 ) -> PyResult<Bound<'py, PyDict>> {
     let (svg, html, png) = detached(py, || {
-        let fig = heatmap_explorer(panels, start, masked).map_err(to_py)?;
+        let mut fig = heatmap_explorer(panels, start, masked).map_err(to_py)?;
+        fig.row_name = axes.0.to_string();
+        fig.col_name = axes.1.to_string();
         let svg = fig.svg_document().map_err(to_py)?;
         let html = fig.html().map_err(to_py)?;
         let shown = &panels[fig.start].1;
@@ -519,26 +442,42 @@ fn heatmap_out<'py>(
 
 /// The Q, K and V composition scores of a circuits analysis as heatmaps
 /// (`hyperlens_report::code_explorer::composition_panels`, titled as `hyperlens circuits` titles
-/// them): `{"svg", "html", "png"}`. `scores`: (kind, float64 `[L, H, L, H]`, the random
-/// baseline's 99th percentile or None); `panel`: the kind shown first.
+/// them): `{"svg", "html", "png"}`, one panel per kind in the order Q, K, V
+/// (`CompositionKind::ALL`). `composition`: float64 `[L, H, L, H]` by kind name (`q`, `k`,
+/// `v`); `baseline_p99`: the random baseline's 99th percentile by kind name (a kind without one
+/// is titled without it); `panel`: the kind shown first.
+///
+/// # Errors
+/// `InputError` for a kind missing from `composition`.
 #[pyfunction]
-#[pyo3(signature = (scores, title=None, panel=None))]
+#[pyo3(signature = (composition, baseline_p99, title=None, panel=None))]
 fn composition_heatmap<'py>(
     py: Python<'py>,
-    scores: Vec<(String, Bound<'py, PyAny>, Option<f64>)>,
+    composition: std::collections::HashMap<String, Bound<'py, PyAny>>,
+    baseline_p99: std::collections::HashMap<String, f64>,
     title: Option<String>,
     panel: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let arrays: Vec<(String, In<'py, f64, Ix4>, Option<f64>)> = scores
+    let arrays: Vec<(String, In<'py, f64, Ix4>, Option<f64>)> = CompositionKind::ALL
         .iter()
-        .map(|(k, v, p)| Ok((k.clone(), view::<f64, Ix4>(k, v)?, *p)))
+        .map(|kind| {
+            let k = kind.name();
+            let v = composition
+                .get(k)
+                .ok_or_else(|| raise(Kind::Input, format!("no `{k}` composition scores")))?;
+            Ok((
+                k.to_string(),
+                view::<f64, Ix4>(k, v)?,
+                baseline_p99.get(k).copied(),
+            ))
+        })
         .collect::<PyResult<_>>()?;
     let views: Vec<(String, ndarray::ArrayView4<'_, f64>, Option<f64>)> = arrays
         .iter()
         .map(|(k, v, p)| (k.clone(), v.as_array(), *p))
         .collect();
     let panels = composition_panels(&views, title.as_deref()).map_err(to_py)?;
-    heatmap_out(py, &panels, panel.as_deref(), Some(NOT_COMPUTED))
+    heatmap_out(py, &panels, panel.as_deref(), Some(NOT_COMPUTED), ("", ""))
 }
 
 /// The change in accuracy and in loss with each head ablated, as heatmaps
@@ -564,7 +503,7 @@ fn head_ablation_heatmap<'py>(
         title.as_deref(),
     )
     .map_err(to_py)?;
-    heatmap_out(py, &panels, panel.as_deref(), None)
+    heatmap_out(py, &panels, panel.as_deref(), None, ("", ""))
 }
 
 /// A figure as the Python side receives it: `{"svg": str, "html": str, "png": bytes}`.
@@ -596,23 +535,30 @@ fn write(py: Python<'_>, path: std::path::PathBuf, data: Vec<u8>) -> PyResult<()
 
 /// The latent-space explorer of a language model's code file `codes`
 /// (`hyperlens_report::lm_explorer::lm_explorer_of`, as `hyperlens analyze --lm-codes` writes
-/// `explorer.html`): `{"svg", "html", "png"}`. `projections`: `(layer or None, float64
-/// [N_u, C])` in the analysis's order (the analysed layers, then all); `prompts`: int64 `[N_u]`,
-/// the projected rows' prompt indices; `factor`: the decoded factor.
+/// `explorer.html`): `{"svg", "html", "png"}`. `projections`: `(name, float64 [N_u, C])` in the
+/// analysis's order (`layer{l}` for the analysed layers, then `all`: the names of
+/// `hyperlens_io::keys::pca::selection`); `prompts`: int64 `[N_u]`, the projected rows' prompt
+/// indices; `factor`: the decoded factor.
 #[pyfunction]
 #[pyo3(signature = (codes, factor, projections, prompts))]
 fn lm_explorer<'py>(
     py: Python<'py>,
     codes: std::path::PathBuf,
     factor: String,
-    projections: Vec<(Option<usize>, Bound<'py, PyAny>)>,
+    projections: Vec<(String, Bound<'py, PyAny>)>,
     prompts: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let projections: Vec<LmProjection> = projections
         .iter()
-        .map(|(layer, v)| {
+        .map(|(name, v)| {
+            let layer = hyperlens_io::keys::pca::parse_selection(name).ok_or_else(|| {
+                raise(
+                    Kind::Input,
+                    format!("projection `{name}`: expected `layer{{l}}` or `all`"),
+                )
+            })?;
             Ok(LmProjection {
-                layer: *layer,
+                layer,
                 projection: array::<f64, Ix2>("projections", v)?,
             })
         })
@@ -645,7 +591,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lm_explorer, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(token_labels, m)?)?;
-    m.add_function(wrap_pyfunction!(heatmap, m)?)?;
+    m.add_function(wrap_pyfunction!(matrix_heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(composition_heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(head_ablation_heatmap, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;

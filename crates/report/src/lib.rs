@@ -148,7 +148,7 @@ fn build(
     let figures_s = t_fig.elapsed().as_secs_f64();
     write(&entries, &logic_entries, &figures, params)?;
     let elapsed_s = start.elapsed().as_secs_f64();
-    hyperlens_io::write_json(
+    hyperlens_io::write_json_sorted(
         &out.join(files::TIMINGS_FILE),
         &files::timings(&entries, &logic_entries, figures_s, elapsed_s),
     )?;
@@ -346,6 +346,6 @@ fn write(
             &logic::logic_csv(logic_entries),
         )?;
     }
-    hyperlens_io::write_json(&out.join("summary.json"), &summary)?;
+    hyperlens_io::write_json_sorted(&out.join("summary.json"), &summary)?;
     Ok(())
 }

@@ -402,7 +402,7 @@ fn logic_and_induction_runs_write_their_checkpoints() {
         hyperlens_model::RunRecord::read(&out).unwrap(),
         hyperlens_model::RunRecord {
             task: Some(Task::Logic),
-            split: Some("seed0".into()),
+            split: Some(hyperlens_tasks::sraven::SplitName::Seed(0)),
             trained_by: None,
             steps: Some(hyperlens_model::Steps {
                 done: 40,
@@ -434,8 +434,11 @@ fn logic_and_induction_runs_write_their_checkpoints() {
     assert!(ev.extra.contains_key("induction_positions"));
     let read = hyperlens_model::RunRecord::read(&out).unwrap();
     assert_eq!(
-        (read.task, read.split.as_deref()),
-        (Some(Task::Induction), Some("seed0"))
+        (read.task, read.split),
+        (
+            Some(Task::Induction),
+            Some(hyperlens_tasks::sraven::SplitName::Seed(0))
+        )
     );
     assert!(ev.id.loss > 0.0 && ev.id.loss < 10.0);
     let m = hyperlens_model::lm::load(&out, &Device::Cpu).unwrap();

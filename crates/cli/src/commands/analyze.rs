@@ -17,11 +17,10 @@ use anyhow::Context;
 use clap::Args;
 use hyperlens_analysis::codes::report::{CodeSplit, Progress};
 use hyperlens_analysis::decode::LogisticParams;
-use hyperlens_analysis::embed::{CodeEmbedding, TsneParams};
+use hyperlens_analysis::embed::CodeEmbedding;
 use hyperlens_analysis::lm::{self, LmAnalysisParams, LmProgress};
-use hyperlens_analysis::terms::{term_decoding, term_decoding_csv, TermCodes, TermDecodingParams};
+use hyperlens_analysis::terms::{TermCodes, TermDecodingParams};
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
-use hyperlens_io::keys;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `hyperlens analyze`.
@@ -225,9 +224,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hyperlens analyze` on logic code files (they hold the task's `terms`): term decoding per
-/// layer and on all layers (`hyperlens_analysis::terms`), written as `term_decoding.csv` and
-/// `summary.json`.
+/// `hyperlens analyze` on logic code files (they hold the task's `terms`):
+/// [`hyperlens_report::logic::analyze_terms_to_dir`] (term decoding per layer and on all layers,
+/// the projections and `summary.json`), then the decoding table printed.
 ///
 /// # Errors
 /// Unreadable or inconsistent code files (naming the file and array), no scorable term, failing
@@ -251,55 +250,21 @@ fn run_terms(
         ..TermDecodingParams::default()
     };
     let start = std::time::Instant::now();
-    let rows = term_decoding(&train, &test, &params)?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
-    hyperlens_io::write_atomic(
-        &args.out.join("term_decoding.csv"),
-        term_decoding_csv(&rows)?.as_bytes(),
-    )?;
-    let summary = serde_json::json!({
-        "task": "logic",
-        "train": train_path.display().to_string(),
-        "test": test_path.display().to_string(),
-        "n_train": train.n_samples(),
-        "n_test": test.n_samples(),
-        "params": params,
-        "term_decoding": rows,
-    });
-    let n_tsne = args.tsne_points.min(test.n_samples());
-    let (projections, trust) =
-        test.projections(n_tsne, &TsneParams::deterministic(args.seed, n_tsne))?;
-    let with_target = hyperlens_report::logic::write_projection_figures(
+    let analysis = hyperlens_report::logic::analyze_terms_to_dir(
+        &train,
+        train_path,
         &test,
-        &projections,
-        n_tsne,
-        "--test codes",
-        &args.out.join("projections_term.png"),
-        &args.out.join("projections_target.png"),
+        test_path,
+        &params,
+        args.tsne_points,
+        &args.out,
     )?;
-    let figures = if with_target {
-        "projections_term.png, projections_target.png"
-    } else {
-        "projections_term.png"
-    };
-    let npz_path = args.out.join("projections.npz");
-    hyperlens_io::write_npz::<hyperlens_io::IoError, _>(&npz_path, |z| {
-        for (name, a) in &projections {
-            z.add(name, a)?;
-        }
-        z.add(keys::projections::TERM_IDS, test.term_ids())
-    })?;
-    let mut summary = summary;
-    summary["projections"] = serde_json::json!({
-        "pca": "2 components per layer and for all layers, over every --test code",
-        "tsne_points": n_tsne,
-        "tsne_trustworthiness_k5": trust,
-    });
-    let mut text = serde_json::to_vec_pretty(&summary)?;
-    text.push(b'\n');
-    hyperlens_io::write_atomic(&args.out.join("summary.json"), &text)?;
+    let (rows, projections) = (
+        &analysis.summary.term_decoding,
+        &analysis.summary.projections,
+    );
     outln!("layer  ridge_r2  f1_mean  f1_base_rate  f1_shuffled  terms")?;
-    for r in &rows {
+    for r in rows {
         outln!(
             "{:<6} {:>8.3}  {:>7.3}  {:>12.3}  {:>11.3}  {:>5}",
             r.layer.map_or_else(|| "all".to_string(), |l| l.to_string()),
@@ -310,7 +275,12 @@ fn run_terms(
             r.n_terms
         )?;
     }
-    outln!("t-SNE of {n_tsne} codes: trustworthiness (k = 5) {trust:.3}; figures {figures}")?;
+    outln!(
+        "t-SNE of {} codes: trustworthiness (k = 5) {:.3}; figures {}",
+        projections.tsne_points,
+        projections.tsne_trustworthiness_k5,
+        analysis.figures.join(", ")
+    )?;
     outln!(
         "wrote term_decoding.csv, projections.npz and summary.json to {} in {:.1} s",
         args.out.display(),

@@ -97,7 +97,7 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         checkpoint: args.checkpoint.display().to_string(),
         checkpoint_kind: None,
         hooks: args.hooks.clone(),
-        mixer: Some(cfg.mixer.to_string()),
+        mixer: Some(cfg.mixer),
         positions: args.positions.clone(),
         producer: format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
         source: CacheSource::Problems(source),
@@ -237,7 +237,7 @@ fn run_lm(args: &CacheArgs, device: &candle_core::Device) -> anyhow::Result<()> 
     };
     let summary = hyperlens_probe::cache_lm_activations(&model, &ids, &params, &out)
         .with_context(|| format!("caching {}", args.checkpoint.display()))?;
-    let sidecar = CacheSidecar {
+    let sidecar = CacheSidecar::<hyperlens_model::Mixer> {
         arrays: summary.arrays.iter().cloned().collect(),
         checkpoint: args.checkpoint.display().to_string(),
         checkpoint_kind: Some(hyperlens_model::lm::detect(&args.checkpoint)?.to_string()),

@@ -165,7 +165,7 @@ impl ProblemArgs {
         if let Some(path) = &self.problems {
             return Ok(ProblemSource::File(path.clone()));
         }
-        let recorded = RunRecord::read(checkpoint)?.split;
+        let recorded = RunRecord::read(checkpoint)?.split.map(|s| s.to_string());
         let name = match (&self.split, &recorded) {
             (Some(given), Some(rec)) if given != rec && !self.other_split => bail!(
                 "--split {given} differs from the split {rec} that {} was trained on (its run \

@@ -185,12 +185,15 @@ fn resolve_split(
 ) -> anyhow::Result<(String, Split)> {
     let name = match given {
         Some(g) => g.to_string(),
-        None => RunRecord::read(checkpoint)?.split.with_context(|| {
-            format!(
-                "give --split: {} records no training split",
-                checkpoint.display()
-            )
-        })?,
+        None => RunRecord::read(checkpoint)?
+            .split
+            .with_context(|| {
+                format!(
+                    "give --split: {} records no training split",
+                    checkpoint.display()
+                )
+            })?
+            .to_string(),
     };
     let split = Split::named_with(&name, params).context("--split")?;
     Ok((name, split))

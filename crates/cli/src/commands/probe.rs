@@ -153,7 +153,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         } => {
             meta.problems = "generated".into();
             meta.split = Some(split.name);
-            meta.set = Some(set.to_string());
+            meta.set = Some(set.into());
             meta.seed = Some(seed);
             meta.unpermuted = Some(unpermuted);
             let stream = SampleStream::new(&split, set, seed, unpermuted)?;

@@ -11,12 +11,13 @@ use clap::{Args, Subcommand};
 pub use super::common::SetArg;
 use super::dispatch::{logic_set, split_seed};
 use hyperlens_model::Task;
-use hyperlens_tasks::ambiguity::{ambiguity_rate, Criterion};
 use hyperlens_tasks::logic::{
     sample_problem_set, InputsVariant, LogicSetSidecar, ProblemSetParams,
 };
 use hyperlens_tasks::npz::{save_logic, save_problems};
-use hyperlens_tasks::sraven::{sample, ProblemSet, Rule, Set, Split, SravenParams};
+use hyperlens_tasks::sraven::{
+    sample, ProblemSet, Rule, Set, Split, SravenParams, SravenSetSidecar,
+};
 
 /// Task generators: list splits, sample problem sets.
 #[derive(Debug, Subcommand)]
@@ -155,23 +156,18 @@ fn sample_to_file(args: &SampleArgs) -> Result<String> {
     };
     let problems = sample(&split, set, args.n, args.seed, args.unpermuted).map_err(n_flag)?;
     super::common::create_parent("--out", &args.out)?;
-    let answer = ambiguity_rate(&problems, Criterion::AnswerDiffers)?;
-    let every = ambiguity_rate(&problems, Criterion::EveryFeatureDiffers)?;
+    let producer = format!("hyperlens {} tasks sample", env!("CARGO_PKG_VERSION"));
+    let sidecar = SravenSetSidecar::new(
+        &problems,
+        split.name,
+        set,
+        args.seed,
+        args.unpermuted,
+        producer,
+    )?;
     save_problems(&args.out, &problems)?;
-    let sidecar = serde_json::json!({
-        "producer": format!("hyperlens {} tasks sample", env!("CARGO_PKG_VERSION")),
-        "task": Task::Sraven,
-        "split": split.name,
-        "set": set.name(),
-        "n": args.n,
-        "seed": args.seed,
-        "unpermuted": args.unpermuted,
-        "params": problems.params,
-        "arrays": {"x": "uint8 [N, T, M]", "y": "int64 [N, F]", "rules": "int64 [N, F]", "perms": "int64 [N, 3, F]"},
-        "ambiguity": {"answer_differs": answer, "every_feature_differs": every},
-    });
     let side = hyperlens_io::write_sidecar(&args.out, &sidecar)?;
-    Ok(summary(&problems, &split, set, args, answer, every, &side))
+    Ok(summary(&problems, &split, &sidecar, &args.out, &side))
 }
 
 /// Samples a fuzzy-logic problem set to `--out` with its sidecar; returns the printed summary.
@@ -240,52 +236,52 @@ fn rule_counts(problems: &ProblemSet) -> Vec<[usize; 8]> {
     counts
 }
 
+/// The summary `tasks sample` prints for the SRAVEN problems written to `out` with the sidecar
+/// `side` (`sidecar` its content).
 fn summary(
     problems: &ProblemSet,
     split: &Split,
-    set: Set,
-    args: &SampleArgs,
-    answer: f64,
-    every: f64,
+    sidecar: &SravenSetSidecar,
+    out: &Path,
     side: &Path,
 ) -> String {
     let tasks: BTreeSet<Vec<i64>> = problems.rules.outer_iter().map(|r| r.to_vec()).collect();
-    let mut out = format!(
+    let mut text = format!(
         "wrote {} sraven problems ({}, {}, seed {}, {}) to {} (+ {})\n",
         problems.len(),
         split.name,
-        set,
-        args.seed,
-        if args.unpermuted {
+        sidecar.set,
+        sidecar.seed,
+        if sidecar.unpermuted {
             "unpermuted"
         } else {
             "permuted"
         },
-        args.out.display(),
+        out.display(),
         side.display()
     );
-    out += &format!(
+    text += &format!(
         "tasks covered: {} of {}\n",
         tasks.len(),
-        split.tasks(set).len()
+        split.tasks(sidecar.set).len()
     );
-    out += "rule counts per unpermuted slot (rules 0..7):\n";
+    text += "rule counts per unpermuted slot (rules 0..7):\n";
     for (slot, c) in rule_counts(problems).iter().enumerate() {
         let cells: Vec<String> = c.iter().map(|v| format!("{v:>6}")).collect();
-        out += &format!("  slot {slot}: {}\n", cells.join(""));
+        text += &format!("  slot {slot}: {}\n", cells.join(""));
     }
     let names: Vec<String> = Rule::ALL
         .iter()
         .map(|r| format!("{}={}", r.index(), r.name()))
         .collect();
-    out += &format!("  ({})\n", names.join(", "));
-    out += &format!(
+    text += &format!("  ({})\n", names.join(", "));
+    text += &format!(
         "ambiguity: {:.2} % answer-differs (another consistent rule assignment changes the answer), \
          {:.2} % every-feature-differs (the reference code's count)\n",
-        100.0 * answer,
-        100.0 * every
+        100.0 * sidecar.ambiguity.answer_differs,
+        100.0 * sidecar.ambiguity.every_feature_differs
     );
-    out
+    text
 }
 
 /// A sampling error, with a refusal of the memory budget attributed to `--n`.

@@ -2,8 +2,8 @@
 //! ablation's accuracy and loss changes, and the Q, K and V composition scores titled with their
 //! random baseline (the titles and colour spans are decided here, not by the fronts).
 
-use hyperlens_viz::{ColorMap, Heatmap, HeatmapExplorer};
-use ndarray::{ArrayView2, ArrayView4};
+use hyperlens_viz::{ColorMap, Heatmap, HeatmapExplorer, HeatmapOptions};
+use ndarray::{Array2, ArrayView2, ArrayView4, ArrayViewD, Ix2};
 
 use crate::error::{ReportError, Result};
 
@@ -92,6 +92,92 @@ pub fn head_ablation_panels(
         Ok((name.to_string(), fig))
     })
     .collect()
+}
+
+/// The options of the matrix heatmaps of [`matrix_panels`]; every panel gets the same.
+#[derive(Debug, Clone, Default)]
+pub struct MatrixSpec {
+    /// The rows' labels (`None`: their indices `0..R`).
+    pub row_labels: Option<Vec<String>>,
+    /// The columns' labels (`None`: their indices `0..C`).
+    pub col_labels: Option<Vec<String>>,
+    /// The title.
+    pub title: String,
+    /// The value's name, under the colour bar and in the hover box.
+    pub value_name: String,
+    /// The x axis' title.
+    pub x_label: String,
+    /// The y axis' title.
+    pub y_label: String,
+    /// The colour map (`None`: blue-white-red when a value of the panel is negative, else
+    /// viridis).
+    pub color_map: Option<ColorMap>,
+    /// The colour range (`None`: the data's).
+    pub range: Option<(f64, f64)>,
+    /// Cells drawn grey and left out of the range. # Shapes: `[R, C]`.
+    pub mask: Option<Array2<bool>>,
+}
+
+/// Matrix heatmaps over the same rows and columns, one panel per named matrix, with the
+/// options of `spec` ([`Heatmap::new`]).
+///
+/// # Shapes
+/// Each matrix `[R, C]`, all of the same shape.
+///
+/// # Errors
+/// [`ReportError::InvalidInput`] for no matrix, a matrix that is not 2-D, or one whose shape
+/// differs from the first's (naming it).
+pub fn matrix_panels(
+    values: &[(String, ArrayViewD<'_, f64>)],
+    spec: &MatrixSpec,
+) -> Result<Vec<(String, Heatmap)>> {
+    let Some((_, first)) = values.first() else {
+        return Err(ReportError::InvalidInput("no matrix given".into()));
+    };
+    let shape = first.shape().to_vec();
+    let indices = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>();
+    values
+        .iter()
+        .map(|(name, v)| {
+            let shown = if name.is_empty() { "values" } else { name };
+            let v = v.view().into_dimensionality::<Ix2>().map_err(|_| {
+                ReportError::InvalidInput(format!(
+                    "heatmap {shown}: need a 2-D array [rows, cols], got shape {:?}",
+                    v.shape()
+                ))
+            })?;
+            if v.shape() != shape.as_slice() {
+                return Err(ReportError::InvalidInput(format!(
+                    "heatmap {shown}: shape {:?} differs from the first panel's {shape:?}",
+                    v.shape()
+                )));
+            }
+            let color_map = spec.color_map.unwrap_or(if v.iter().any(|&x| x < 0.0) {
+                ColorMap::BlueWhiteRed
+            } else {
+                ColorMap::Viridis
+            });
+            let options = HeatmapOptions {
+                title: spec.title.clone(),
+                x_label: spec.x_label.clone(),
+                y_label: spec.y_label.clone(),
+                x_ticks: spec
+                    .col_labels
+                    .clone()
+                    .unwrap_or_else(|| indices(v.ncols())),
+                y_ticks: spec
+                    .row_labels
+                    .clone()
+                    .unwrap_or_else(|| indices(v.nrows())),
+                color_map,
+                range: spec.range,
+                color_bar_label: spec.value_name.clone(),
+                mask: spec.mask.clone(),
+                ..HeatmapOptions::default()
+            };
+            Ok((name.clone(), Heatmap::new(v.to_owned(), options)))
+        })
+        .collect()
 }
 
 /// The interactive heatmap of `panels` with the panel named `start` shown first (the first when

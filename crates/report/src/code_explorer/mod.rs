@@ -18,7 +18,8 @@ mod project;
 mod sraven;
 
 pub use heatmaps::{
-    composition_panels, composition_title, head_ablation_panels, heatmap_explorer, NOT_COMPUTED,
+    composition_panels, composition_title, head_ablation_panels, heatmap_explorer, matrix_panels,
+    MatrixSpec, NOT_COMPUTED,
 };
 pub use logic::{
     logic_explorer, logic_key_names, logic_term_text, term_names, LogicCodes, LogicExplorerSpec,

@@ -34,6 +34,23 @@ pub struct ProblemOrigin {
 }
 
 impl ProblemOrigin {
+    /// Whether the rows `rows` of a sampled set, indices in the order taken, still have the
+    /// set's origin: a prefix `0..k` is the set sampled with `n = k` (a sample's first `k`
+    /// problems do not depend on `n`: SRAVEN's and the fuzzy-logic task's sets are drawn from one
+    /// stream per seed), any other selection is a subset that no command reproduces.
+    pub fn keeps_origin(rows: &[i64]) -> bool {
+        rows.iter().zip(0i64..).all(|(&r, i)| r == i)
+    }
+
+    /// This origin for the rows `rows` of its set ([`ProblemOrigin::keeps_origin`]): itself for a
+    /// prefix, else marked `subset`.
+    pub fn of_rows(&self, rows: &[i64]) -> ProblemOrigin {
+        ProblemOrigin {
+            subset: self.subset || !Self::keeps_origin(rows),
+            ..self.clone()
+        }
+    }
+
     /// The `hyperlens tasks sample` command that samples the `n` problems again, or an empty
     /// string when the split, set or seed is unknown or the set is a subset.
     pub fn command(&self, n: usize) -> String {

@@ -123,6 +123,33 @@ fn the_paper_site_names_its_tokens_and_draws_the_sampled_problems() {
 }
 
 #[test]
+fn a_prefix_keeps_its_origin_and_other_rows_are_a_subset() {
+    // The premise: the first k problems of a sample are the sample of k.
+    let split = Split::of(SplitName::Paper(0), SravenParams::default()).unwrap();
+    let (all, few) = (
+        sample(&split, Set::Ood, 12, 3, true).unwrap(),
+        sample(&split, Set::Ood, 5, 3, true).unwrap(),
+    );
+    assert_eq!(all.x.slice(s![..5, .., ..]), few.x);
+    let origin = ProblemOrigin {
+        split: Some("paper-seed0".into()),
+        set: Some("ood".into()),
+        seed: Some(3),
+        unpermuted: true,
+        subset: false,
+    };
+    for prefix in [&[][..], &[0], &[0, 1, 2, 3, 4]] {
+        assert_eq!(origin.of_rows(prefix), origin, "{prefix:?}");
+    }
+    for other in [&[1][..], &[0, 2], &[1, 0], &[0, 0]] {
+        let o = origin.of_rows(other);
+        assert!(o.subset && o.command(other.len()).is_empty(), "{other:?}");
+    }
+    let sub = origin.of_rows(&[3]);
+    assert!(sub.of_rows(&[0]).subset);
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     let (c, l) = codes(12, 4);
     let (c2, l2) = codes(12, 5);

@@ -3,12 +3,16 @@
 
 use std::fmt::Write as _;
 
+use hyperlens_analysis::terms::TermDecodingRow;
+use hyperlens_model::Mixer;
+use hyperlens_tasks::sraven::SplitName;
 use hyperlens_train::SetMetrics;
-use serde_json::json;
+use serde::Serialize;
 
 use crate::data::LogicEntry;
 use crate::discover::Training;
 use crate::doc::FigureRef;
+use crate::files::{summary_figures, SummaryFigure};
 
 /// `tables/logic.csv`: one row per logic checkpoint, columns
 /// `checkpoint,mixer,split,id_r2,ood_r2,unknown_r2,id_mse,ood_mse,unknown_mse,n,steps,planned_steps`
@@ -46,25 +50,84 @@ pub fn logic_csv(entries: &[LogicEntry]) -> String {
     s
 }
 
+/// One set's R² and MSE of a logic checkpoint in `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogicSetSummary<'a> {
+    /// Mean squared error.
+    pub mse: f64,
+    /// Sequences evaluated.
+    pub n: usize,
+    /// The paper's R².
+    pub r2: f64,
+    /// The set's name.
+    pub set: &'a str,
+}
+
+/// A logic checkpoint in `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogicSummary<'a> {
+    /// Its directory.
+    pub dir: String,
+    /// Its figures.
+    pub figures: Vec<SummaryFigure<'a>>,
+    /// The fixed query of its code sets.
+    pub fixed_query: &'a [f32],
+    /// Its mixer.
+    pub mixer: Mixer,
+    /// Its directory's name.
+    pub name: &'a str,
+    /// Updates planned, if recorded.
+    pub planned_steps: Option<u64>,
+    /// R² and MSE per set.
+    pub sets: Vec<LogicSetSummary<'a>>,
+    /// Its split.
+    pub split: SplitName,
+    /// Updates done, if recorded.
+    pub steps: Option<u64>,
+    /// The term decoding per layer.
+    pub term_decoding: &'a [TermDecodingRow],
+    /// Whether a training log was found.
+    pub training_log: bool,
+    /// The t-SNE's perplexity.
+    pub tsne_perplexity: f64,
+    /// Codes embedded with t-SNE.
+    pub tsne_points: usize,
+    /// The t-SNE's trustworthiness (k = 5).
+    pub tsne_trustworthiness_k5: f64,
+}
+
 /// The logic checkpoints' part of `summary.json`.
-pub fn summary(
-    entries: &[LogicEntry],
-    figs: &[(Vec<FigureRef>, Option<String>)],
-) -> serde_json::Value {
-    json!(entries.iter().zip(figs).map(|(e, (f, _))| json!({
-        "name": e.name,
-        "dir": e.dir.display().to_string(),
-        "mixer": e.mixer,
-        "split": e.split,
-        "steps": e.steps.map(|s| s.done),
-        "planned_steps": e.steps.and_then(|s| s.planned),
-        "sets": e.sets.iter().map(|(n, m)| json!({"set": n, "r2": m.metric, "mse": m.loss, "n": m.n})).collect::<Vec<_>>(),
-        "fixed_query": e.fixed_query,
-        "term_decoding": e.decoding,
-        "tsne_points": e.tsne_points,
-        "tsne_perplexity": e.tsne_perplexity,
-        "tsne_trustworthiness_k5": e.tsne_trustworthiness,
-        "training_log": matches!(e.training, Training::Log(_)),
-        "figures": f.iter().map(|f| json!({"file": f.src, "caption": f.caption, "text": f.text})).collect::<Vec<_>>(),
-    })).collect::<Vec<_>>())
+pub fn summary<'a>(
+    entries: &'a [LogicEntry],
+    figs: &'a [(Vec<FigureRef>, Option<String>)],
+) -> Vec<LogicSummary<'a>> {
+    entries
+        .iter()
+        .zip(figs)
+        .map(|(e, (f, _))| LogicSummary {
+            dir: e.dir.display().to_string(),
+            figures: summary_figures(f),
+            fixed_query: &e.fixed_query,
+            mixer: e.mixer,
+            name: &e.name,
+            planned_steps: e.steps.and_then(|s| s.planned),
+            sets: e
+                .sets
+                .iter()
+                .map(|(n, m)| LogicSetSummary {
+                    mse: m.loss,
+                    n: m.n,
+                    r2: m.metric,
+                    set: n,
+                })
+                .collect(),
+            split: e.split,
+            steps: e.steps.map(|s| s.done),
+            term_decoding: &e.decoding,
+            training_log: matches!(e.training, Training::Log(_)),
+            tsne_perplexity: e.tsne_perplexity,
+            tsne_points: e.tsne_points,
+            tsne_trustworthiness_k5: e.tsne_trustworthiness,
+        })
+        .collect()
 }

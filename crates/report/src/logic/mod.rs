@@ -14,6 +14,8 @@
 //! `summary.json`). This module holds the paper's numbers; the entry's data types are in
 //! [`crate::data`].
 
+mod analyze;
+
 mod explorer;
 
 mod figures;
@@ -26,8 +28,9 @@ mod page;
 
 mod text;
 
+pub use analyze::{analyze_terms_to_dir, TermAnalysis, TermProjections, TermSummary};
 pub use figures::{logic_figures, write_projection_figures};
-pub use files::{logic_csv, summary};
+pub use files::{logic_csv, summary, LogicSetSummary, LogicSummary};
 pub(crate) use measure::analyse_logic_checkpoint;
 pub use page::section;
 pub use text::{decoding_text, paper_paragraphs};

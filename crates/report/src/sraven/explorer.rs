@@ -26,16 +26,16 @@ use crate::doc::Interactive;
 use crate::error::{ReportError, Result};
 use crate::sraven::text::per_layer;
 
-/// The seed of the problems of a codes file, from its sidecar ([`ProbeMeta`]).
-fn sidecar_seed(path: &Path) -> Result<u64> {
-    let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str::<ProbeMeta>(&text)
-        .ok()
+/// The seed of the problems of the codes file `codes`, from its sidecar ([`ProbeMeta`]).
+fn sidecar_seed(codes: &Path) -> Result<u64> {
+    ProbeMeta::read_beside(codes)?
         .and_then(|m| m.seed)
-        .ok_or_else(|| ReportError::InvalidInput(format!("{}: no integer `seed`", path.display())))
+        .ok_or_else(|| {
+            ReportError::InvalidInput(format!(
+                "{}: no sidecar with an integer `seed`",
+                hyperlens_io::sidecar_path(codes).display()
+            ))
+        })
 }
 
 /// The codes of one set of a checkpoint and the problems they were read from (sampled again
@@ -43,7 +43,7 @@ fn sidecar_seed(path: &Path) -> Result<u64> {
 fn set_files(e: &Entry, out: &Path, set: Set) -> Result<(CodeSet, ProblemSet, ProblemOrigin)> {
     let path = out.join("codes").join(format!("{}_{set}.npz", e.name));
     let codes = CodeSet::read_npz(&path)?;
-    let seed = sidecar_seed(&path.with_extension("json"))?;
+    let seed = sidecar_seed(&path)?;
     let split = Split::of(e.split, e.task)?;
     let problems = sample(&split, set, codes.n_samples(), seed, true)?;
     let origin = ProblemOrigin {

@@ -107,8 +107,7 @@ pub(crate) fn analyse_checkpoint(
         ..SravenParams::default()
     };
     let info = hyperlens_model::RunRecord::read(dir)?;
-    let own = info.split.as_deref().map(str::parse).transpose()?;
-    let split_name = params.split_for(dir, own)?;
+    let split_name = params.split_for(dir, info.split)?;
     let split = Split::of(split_name, task)?;
     let training = training_of(dir, &info)?;
     let mut metrics = Vec::new();
@@ -130,7 +129,7 @@ pub(crate) fn analyse_checkpoint(
             checkpoint: dir.display().to_string(),
             problems: "generated".into(),
             split: Some(split_name),
-            set: Some(set.to_string()),
+            set: Some(set.into()),
             seed: Some(params.seed),
             unpermuted: Some(true),
             ..ProbeMeta::default()

@@ -191,6 +191,52 @@ impl std::fmt::Display for LogicSet {
     }
 }
 
+impl std::str::FromStr for LogicSet {
+    type Err = crate::error::TasksError;
+
+    /// Parses a set's [`name`](LogicSet::name): `id`, `ood` or `unknown`.
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        LogicSet::ALL
+            .into_iter()
+            .find(|set| set.name() == s)
+            .ok_or_else(|| crate::error::TasksError::UnknownVariant {
+                what: "set",
+                value: s.to_string(),
+                valid: "id, ood, unknown".to_string(),
+            })
+    }
+}
+
+/// A SRAVEN set as the set of the same name (`id`, `ood`): the vocabulary of the files that
+/// name a set of either task (a codes file's sidecar).
+impl From<crate::sraven::Set> for LogicSet {
+    fn from(s: crate::sraven::Set) -> Self {
+        match s {
+            crate::sraven::Set::Id => LogicSet::Id,
+            crate::sraven::Set::Ood => LogicSet::Ood,
+        }
+    }
+}
+
+/// The serde form of a set: its [`name`](LogicSet::name).
+impl serde::Serialize for LogicSet {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LogicSet {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Whether a batch belongs to the training stream or to an evaluation stream. The two are keyed
 /// differently, so evaluating on training tasks (`LogicSet::Id`, `Purpose::Eval`) never reuses
 /// training sequences of the same seed.

@@ -5,10 +5,12 @@ mod labels;
 mod params;
 mod problems;
 mod rule;
+mod sidecar;
 mod split;
 
 pub use labels::{panel_labels, token_labels};
 pub use params::SravenParams;
 pub use problems::{sample, AsProblemSet, ProblemSet, ProblemSetView, SampleStream, TrainStream};
 pub use rule::Rule;
+pub use sidecar::{SidecarAmbiguity, SravenSetSidecar, SravenSidecarArrays, SravenSidecarParams};
 pub use split::{all_tasks, Set, Split, SplitName, Task};

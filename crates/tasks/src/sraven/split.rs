@@ -84,6 +84,25 @@ impl FromStr for Set {
     }
 }
 
+/// The serde form of a set: its name ([`Set::name`]), read by [`FromStr`].
+impl serde::Serialize for Set {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Set {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The seeds of the paper's splits, `paper-seed{N}` ([`Split::paper_names`]).
 const PAPER_SEEDS: [u64; 4] = [0, 1, 2, 2024];
 
