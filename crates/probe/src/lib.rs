@@ -9,6 +9,9 @@ pub mod cache;
 pub mod circuits;
 pub mod error;
 pub mod extract;
+pub mod findings;
+pub mod info;
+pub mod inputs;
 pub mod lm_transplant;
 pub mod logic;
 pub mod logic_rows;
@@ -23,6 +26,9 @@ pub use ablation::{ablation_table, head_ablation, Ablation, AblationReport, Head
 pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
+pub use findings::{HeadValue, TransplantLine, TransplantSummary};
+pub use info::{checkpoint_info, CheckpointInfo, TensorStats};
+pub use inputs::{cache_problems, extract_problems, LogicSequences, SravenProblems, TaskProblems};
 pub use lm_transplant::{
     lm_transplant, lm_transplant_table, write_lm_transplant, LmTransplant, LmTransplantKind,
     LmTransplantParams, LmTransplantRow,

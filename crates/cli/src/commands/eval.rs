@@ -4,17 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::Args;
 use hyperlens_io::budget::check_alloc;
 use hyperlens_io::keys::logits as keys;
 use hyperlens_model::eval::{evaluate_stream, evaluate_with};
 use hyperlens_model::{Config, Device, Evaluator, Task};
-use hyperlens_tasks::logic::{logic_chunks, LogicSet, LOGIC_SET_CHUNK};
-use hyperlens_tasks::npz::{load_logic, load_problems};
+use hyperlens_tasks::npz::load_problems;
 use hyperlens_tasks::sraven::SampleStream;
-use hyperlens_train::logic::evaluate_chunks;
-use hyperlens_train::{SetMetrics, TrainSettings};
+use hyperlens_train::logic_eval::{evaluate_logic, LogicEvalSource, LogicSetEval};
+use hyperlens_train::TrainSettings;
 use ndarray::{Array2, Array3};
 use std::io::Write as _;
 
@@ -191,54 +190,33 @@ fn check_logits_budget(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()>
 }
 
 /// `hyperlens eval` on a fuzzy-logic checkpoint trained with `settings`: MSE and mean R² of the last
-/// token's prediction, on a problem file or on sampled sets (all three, or the one `--set` names),
-/// streamed in batches.
+/// token's prediction, on a problem file or on sampled sets (all three, or the one `--set` names)
+/// ([`evaluate_logic`]).
 ///
 /// # Errors
 /// A split other than the recorded one without `--other-split`, a bad problem file, model errors.
 fn eval_logic(args: &EvalArgs, model: &Evaluator, settings: &TrainSettings) -> anyhow::Result<()> {
-    let params = settings.logic.params();
     let p = &args.problems;
-    // (set, metrics, sequences whose R² is defined: those whose targets vary).
-    let mut rows: Vec<(String, SetMetrics, usize)> = Vec::new();
-    if let Some(path) = &p.problems {
-        let set = load_logic(path, &params)?;
-        let defined = r2_defined(&set)?;
-        rows.push((
-            path.display().to_string(),
-            evaluate_chunks(model, std::iter::once(Ok(set)), args.batch)?,
-            defined,
-        ));
-    } else {
-        if p.n == 0 {
-            bail!("--n must be positive");
+    let split;
+    let source = match &p.problems {
+        Some(path) => LogicEvalSource::File(path),
+        None => {
+            if p.n == 0 {
+                bail!("--n must be positive");
+            }
+            split = resolve_split(p, settings, &args.checkpoint)?;
+            LogicEvalSource::Sampled {
+                split: &split,
+                set: p.set.map(logic_set),
+                n: p.n,
+                seed: p.seed,
+            }
         }
-        let split = resolve_split(p, settings, &args.checkpoint)?;
-        let sets: Vec<LogicSet> = match p.set {
-            Some(s) => vec![logic_set(s)],
-            None => LogicSet::ALL
-                .into_iter()
-                .filter(|s| !split.tasks(*s).is_empty())
-                .collect(),
-        };
-        for set in sets {
-            // Chunks of LOGIC_SET_CHUNK: the sequences `tasks sample --task logic` writes.
-            let mut defined = 0usize;
-            let chunks = logic_chunks(&split, set, p.n, LOGIC_SET_CHUNK, p.seed).map(
-                |c| -> hyperlens_train::Result<_> {
-                    let c = c?;
-                    defined += r2_defined(&c)?;
-                    Ok(c)
-                },
-            );
-            let m = evaluate_chunks(model, chunks, args.batch)
-                .with_context(|| format!("--set {set}"))?;
-            rows.push((set.to_string(), m, defined));
-        }
-    }
+    };
+    let rows = evaluate_logic(model, settings, source, args.batch)?;
     let mut stdout = std::io::stdout().lock();
-    for (set, m, n_r2) in rows {
-        let (r2, mse, n) = (m.metric, m.loss, m.n);
+    for LogicSetEval { set, metrics, n_r2 } in rows {
+        let (r2, mse, n) = (metrics.metric, metrics.loss, metrics.n);
         if args.json {
             let line = LogicLine {
                 mse,
@@ -260,14 +238,4 @@ fn eval_logic(args: &EvalArgs, model: &Evaluator, settings: &TrainSettings) -> a
         }
     }
     Ok(())
-}
-
-/// The sequences of `set` that have an R² (`hyperlens_tasks::logic::r2` is finite for a perfect
-/// prediction: the targets vary).
-///
-/// # Errors
-/// As `hyperlens_tasks::logic::r2` (inconsistent array lengths).
-fn r2_defined(set: &hyperlens_tasks::logic::LogicBatch) -> hyperlens_tasks::Result<usize> {
-    let r = hyperlens_tasks::logic::r2(set.y.view(), set)?;
-    Ok(r.iter().filter(|v| v.is_finite()).count())
 }
