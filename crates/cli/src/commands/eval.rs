@@ -2,19 +2,17 @@
 //! a SRAVEN problem set, either read from a `.npz` file or sampled from a split; on a fuzzy-logic
 //! checkpoint, MSE and the paper's R² (per sequence `1 - err² / var(targets)`, averaged) per set.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Args;
-use hyperlens_io::budget::check_alloc;
-use hyperlens_io::keys::logits as keys;
-use hyperlens_model::eval::{evaluate_stream, evaluate_with};
 use hyperlens_model::{Config, Device, Evaluator, Task};
+use hyperlens_probe::evaluation::check_logits_budget;
+use hyperlens_probe::{evaluate_problems, write_logits, SravenProblems};
 use hyperlens_tasks::npz::load_problems;
 use hyperlens_tasks::sraven::SampleStream;
 use hyperlens_train::logic_eval::{evaluate_logic, LogicEvalSource, LogicSetEval};
 use hyperlens_train::TrainSettings;
-use ndarray::{Array2, Array3};
 use std::io::Write as _;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
@@ -44,20 +42,6 @@ pub struct EvalArgs {
     pub save_logits: Option<PathBuf>,
 }
 
-fn write_logits(
-    path: &Path,
-    logits: &Array3<f32>,
-    pred: &Array2<i64>,
-    y: &Array2<i64>,
-) -> anyhow::Result<()> {
-    hyperlens_io::write_npz(path, |npz| -> anyhow::Result<()> {
-        npz.add(keys::LOGITS, logits)?;
-        npz.add(keys::PRED, pred)?;
-        npz.add(keys::Y, y)?;
-        Ok(())
-    })
-}
-
 /// Runs `hyperlens eval`. Sampled problems are streamed in batches, so memory is bounded by
 /// `--batch` (plus the logits when `--save-logits` keeps them, which the memory budget checks).
 ///
@@ -80,18 +64,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.save_logits {
         super::common::create_parent("--save-logits", path)?;
     }
-    let (out, what, n) = match source {
-        ProblemSource::File(path) => {
-            let problems = load_problems(&path, &params)?;
-            let n = problems.len();
-            check_logits_budget(keep, n, &cfg)?;
-            let bar = progress_bar(n as u64, "eval", "problems");
-            let out = evaluate_with(&model, &problems, args.batch, keep, |done| {
-                bar.set_position(done as u64)
-            })?;
-            bar.finish_and_clear();
-            (out, path.display().to_string(), n)
-        }
+    let (problems, what) = match source {
+        ProblemSource::File(path) => (
+            SravenProblems::Set(load_problems(&path, &params)?),
+            path.display().to_string(),
+        ),
         ProblemSource::Sampled {
             split,
             set,
@@ -99,22 +76,21 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             seed,
             unpermuted,
         } => {
-            check_logits_budget(keep, n, &cfg)?;
+            check_logits_budget_if(keep, n, &cfg)?;
             let kind = if unpermuted { "unpermuted" } else { "permuted" };
             let what = format!("{} {set}, seed {seed}, {kind}", split.name);
             let stream = SampleStream::new(&split, set, seed, unpermuted)?;
-            let bar = progress_bar(n as u64, "eval", "problems");
-            let out = evaluate_stream(&model, stream.batches(n, args.batch), keep, |done| {
-                bar.set_position(done as u64)
-            })?;
-            bar.finish_and_clear();
-            (out, what, n)
+            (SravenProblems::Sampled { stream, n }, what)
         }
     };
-    if let (Some(path), Some(logits), Some(pred), Some(y)) =
-        (&args.save_logits, &out.logits, &out.pred, &out.y)
-    {
-        write_logits(path, logits, pred, y)?;
+    let n = problems.len();
+    let bar = progress_bar(n as u64, "eval", "problems");
+    let out = evaluate_problems(&model, problems, args.batch, keep, |done| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.save_logits {
+        write_logits(path, &out)?;
     }
     let m = &out.metrics;
     let mut stdout = std::io::stdout().lock();
@@ -178,13 +154,11 @@ struct LogicLine<'a> {
     task: Task,
 }
 
-/// Checks that `--save-logits` for `n` problems fits the memory budget: logits `[N, F, C]` f32
-/// plus predictions and targets `[N, F]` i64, twice over while the batches are joined.
-fn check_logits_budget(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()> {
+/// Checks `--save-logits` for `n` sampled problems against the memory budget before the stream
+/// is made ([`check_logits_budget`]).
+fn check_logits_budget_if(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()> {
     if keep {
-        let per = 4 * cfg.d_out as u128 + 16;
-        let bytes = 2 * (n as u128) * (cfg.n_outputs as u128) * per;
-        check_alloc(format!("--save-logits for --n {n}"), bytes)?;
+        check_logits_budget(n, cfg)?;
     }
     Ok(())
 }
