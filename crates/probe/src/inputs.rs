@@ -5,12 +5,14 @@
 
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::rc::Rc;
 
 use hyperlens_model::Evaluator;
 use hyperlens_tasks::logic::{logic_chunks, LogicBatch, LogicSet, LogicSplit, LOGIC_SET_CHUNK};
-use hyperlens_tasks::sraven::{ProblemSet, SampleStream};
+use hyperlens_tasks::sraven::{ProblemSet, SampleStream, Set, Split};
 use ndarray::{s, Array3};
 
+use crate::ablation::Problems;
 use crate::cache::{cache_activations, CacheParams, CacheSummary};
 use crate::error::Result;
 use crate::extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
@@ -140,6 +142,62 @@ fn rows_of(x: Array3<f32>, batch: usize) -> impl Iterator<Item = Array3<f32>> {
         .map(move |s| x.slice(s![s..(s + batch).min(n), .., ..]).to_owned())
 }
 
+/// SRAVEN problems passed over several times (`hyperlens patch heads`: once per head).
+pub enum RepeatedProblems {
+    /// A set held whole (read from a problem file).
+    Set(Box<ProblemSet>),
+    /// `n` problems sampled from `split`'s `set` with `seed`, drawn afresh at every pass.
+    Sampled {
+        /// The split.
+        split: Split,
+        /// ID or OOD.
+        set: Set,
+        /// How many problems.
+        n: usize,
+        /// The sample's seed.
+        seed: u64,
+        /// Identity permutations.
+        unpermuted: bool,
+    },
+}
+
+impl RepeatedProblems {
+    /// The passes over the problems: each call starts them again, in batches of `batch`, in
+    /// order. A sample's stream is made at each pass, so that its errors come out of the pass.
+    ///
+    /// # Shapes
+    /// Each batch: `x [B, T, M]` with `B <= batch`.
+    pub fn passes(self, batch: usize) -> Box<Problems<'static>> {
+        let batch = batch.max(1);
+        match self {
+            RepeatedProblems::Set(set) => {
+                let set: Rc<ProblemSet> = Rc::from(set);
+                let n = set.len();
+                Box::new(move || {
+                    let set = Rc::clone(&set);
+                    Box::new(
+                        (0..n)
+                            .step_by(batch)
+                            .map(move |s| Ok(set.slice(s, (s + batch).min(n)))),
+                    )
+                })
+            }
+            RepeatedProblems::Sampled {
+                split,
+                set,
+                n,
+                seed,
+                unpermuted,
+            } => Box::new(
+                move || match SampleStream::new(&split, set, seed, unpermuted) {
+                    Ok(s) => Box::new(s.batches(n, batch).map(|b| b.map_err(Into::into))),
+                    Err(e) => Box::new(std::iter::once(Err(e.into()))),
+                },
+            ),
+        }
+    }
+}
+
 /// The problems of a checkpoint's task that `hyperlens cache` runs over.
 pub enum TaskProblems<'a> {
     /// SRAVEN problems.
@@ -210,7 +268,6 @@ pub fn extract_problems(
 mod tests {
     use super::*;
     use hyperlens_tasks::logic::LogicParams;
-    use hyperlens_tasks::sraven::{Set, Split};
 
     #[test]
     fn sraven_batches_cover_the_problems_in_order() {
@@ -235,6 +292,39 @@ mod tests {
             let views: Vec<_> = parts.iter().map(|b| b.x.view()).collect();
             let joined = ndarray::concatenate(ndarray::Axis(0), &views).unwrap();
             assert_eq!(joined, all.x);
+        }
+    }
+
+    #[test]
+    fn every_pass_gives_the_same_batches() {
+        let split = Split::named("paper-seed0").unwrap();
+        let held = SampleStream::new(&split, Set::Id, 5, true)
+            .unwrap()
+            .batches(9, 9)
+            .next()
+            .unwrap()
+            .unwrap();
+        for problems in [
+            RepeatedProblems::Set(Box::new(held.clone())),
+            RepeatedProblems::Sampled {
+                split: split.clone(),
+                set: Set::Id,
+                n: 9,
+                seed: 5,
+                unpermuted: true,
+            },
+        ] {
+            let mut passes = problems.passes(4);
+            for _ in 0..2 {
+                let parts: Vec<ProblemSet> = passes().map(|b| b.unwrap()).collect();
+                assert_eq!(
+                    parts.iter().map(ProblemSet::len).collect::<Vec<_>>(),
+                    [4, 4, 1]
+                );
+                let views: Vec<_> = parts.iter().map(|b| b.x.view()).collect();
+                let joined = ndarray::concatenate(ndarray::Axis(0), &views).unwrap();
+                assert_eq!(joined, held.x);
+            }
         }
     }
 

@@ -30,7 +30,10 @@ pub use evaluation::{evaluate_problems, write_logits};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use findings::{HeadValue, TransplantLine, TransplantSummary};
 pub use info::{checkpoint_info, CheckpointInfo, TensorStats};
-pub use inputs::{cache_problems, extract_problems, LogicSequences, SravenProblems, TaskProblems};
+pub use inputs::{
+    cache_problems, extract_problems, LogicSequences, RepeatedProblems, SravenProblems,
+    TaskProblems,
+};
 pub use lm_transplant::{
     lm_transplant, lm_transplant_table, write_lm_transplant, LmTransplant, LmTransplantKind,
     LmTransplantParams, LmTransplantRow,

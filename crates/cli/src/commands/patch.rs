@@ -17,14 +17,14 @@ use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
 use hyperlens_probe::{
     activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
     latent_transplant, write_activation_patching, write_dla, write_head_ablation, write_transplant,
-    Ablation, HeadValue, PatchRun, TransplantKind, TransplantLine, TransplantProblems,
-    TransplantRow, TransplantSummary,
+    Ablation, HeadValue, PatchRun, RepeatedProblems, TransplantKind, TransplantLine,
+    TransplantProblems, TransplantRow, TransplantSummary,
 };
 use hyperlens_report::intervention_figures::{
     checkpoint_name, draw_dla, draw_head_ablation, draw_patching, draw_transplant,
 };
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, SampleStream, Set, Split, SravenParams};
+use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
 
@@ -438,30 +438,24 @@ fn print_transplant(rows: &[TransplantRow], cfg: &Config, out: &Path) -> anyhow:
     Ok(())
 }
 
-/// The problems of `patch heads` as a stream that can be started again (one pass per head), in
-/// batches of `batch`; `describe` gets the number of problems of a file.
+/// The problems of `patch heads` as passes that start again (one per head,
+/// [`RepeatedProblems::passes`]), in batches of `batch`; `describe` gets the number of problems of
+/// a file.
 fn heads_stream(
     source: ProblemSource,
     params: &SravenParams,
     batch: usize,
     describe: &mut ProblemsSource,
 ) -> anyhow::Result<Box<hyperlens_probe::ablation::Problems<'static>>> {
-    Ok(match source {
+    let problems = match source {
         ProblemSource::File(path) => {
-            let set = std::rc::Rc::new(load_problems(&path, params)?);
+            let set = load_problems(&path, params)?;
             let n = set.len();
             if n == 0 {
                 bail!("--problems {}: no problem", path.display());
             }
             describe.n = Some(n);
-            Box::new(move || {
-                let set = std::rc::Rc::clone(&set);
-                Box::new(
-                    (0..n)
-                        .step_by(batch)
-                        .map(move |s| Ok(set.slice(s, (s + batch).min(n)))),
-                )
-            })
+            RepeatedProblems::Set(Box::new(set))
         }
         ProblemSource::Sampled {
             split,
@@ -469,13 +463,15 @@ fn heads_stream(
             n,
             seed,
             unpermuted,
-        } => Box::new(
-            move || match SampleStream::new(&split, set, seed, unpermuted) {
-                Ok(s) => Box::new(s.batches(n, batch).map(|b| b.map_err(Into::into))),
-                Err(e) => Box::new(std::iter::once(Err(e.into()))),
-            },
-        ),
-    })
+        } => RepeatedProblems::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        },
+    };
+    Ok(problems.passes(batch))
 }
 
 fn heads(a: HeadsArgs) -> anyhow::Result<()> {
