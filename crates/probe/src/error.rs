@@ -34,6 +34,9 @@ pub enum ProbeError {
     /// The task generators reported an error.
     #[error(transparent)]
     Tasks(#[from] hyperlens_tasks::error::TasksError),
+    /// A size over the memory budget (hyperlens-io), naming what asked for it.
+    #[error(transparent)]
+    Budget(#[from] hyperlens_io::budget::BudgetError),
     /// The caller's progress callback asked to stop (returned `ControlFlow::Break`, e.g. on
     /// Ctrl-C in Python); nothing was written.
     #[error("interrupted")]

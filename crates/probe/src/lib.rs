@@ -8,7 +8,11 @@ pub mod ablation;
 pub mod cache;
 pub mod circuits;
 pub mod error;
+pub mod evaluation;
 pub mod extract;
+pub mod findings;
+pub mod info;
+pub mod inputs;
 pub mod lm_transplant;
 pub mod logic;
 pub mod logic_rows;
@@ -22,7 +26,14 @@ pub mod transplant;
 pub use ablation::{ablation_table, head_ablation, Ablation, AblationReport, HeadAblation};
 pub use cache::{cache_activations, cache_lm_activations, CacheParams, CacheSummary};
 pub use error::{ProbeError, Result};
+pub use evaluation::{evaluate_problems, write_logits};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
+pub use findings::{HeadValue, TransplantLine, TransplantSummary};
+pub use info::{checkpoint_info, CheckpointInfo, TensorStats};
+pub use inputs::{
+    cache_problems, extract_problems, LogicSequences, RepeatedProblems, SravenProblems,
+    TaskProblems,
+};
 pub use lm_transplant::{
     lm_transplant, lm_transplant_table, write_lm_transplant, LmTransplant, LmTransplantKind,
     LmTransplantParams, LmTransplantRow,

@@ -324,7 +324,7 @@ fn starts(n: usize, batch: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 /// `hyperlens eval --json` on a logic problem set: mean R² over the sequences whose targets vary,
-/// MSE of the last token's prediction, `n` and `n_r2` (`hyperlens_train::logic::evaluate_chunks`
+/// MSE of the last token's prediction, `n` and `n_r2` (`hyperlens_train::logic_eval::evaluate_counted`
 /// on chunks of `batch`, checking Ctrl-C between them).
 pub fn evaluate<'py>(
     py: Python<'py>,
@@ -336,7 +336,6 @@ pub fn evaluate<'py>(
     let n = a.check_for(ev.config())?;
     let (m, n_r2) = detached(py, || {
         let mut interrupted: Option<PyErr> = None;
-        let mut n_r2 = 0usize;
         let chunks = starts(n, batch).map_while(|(s0, s1)| {
             if interrupted.is_some() {
                 return None;
@@ -347,17 +346,12 @@ pub fn evaluate<'py>(
                     return None;
                 }
             }
-            let c = a.batch(s0, s1);
-            match hyperlens_tasks::logic::r2(c.y.view(), &c) {
-                Ok(r) => n_r2 += r.iter().filter(|v| v.is_finite()).count(),
-                Err(e) => return Some(Err(e.into())),
-            }
-            Some(Ok(c))
+            Some(Ok(a.batch(s0, s1)))
         });
-        let res = hyperlens_train::logic::evaluate_chunks(ev, chunks, batch);
+        let res = hyperlens_train::logic_eval::evaluate_counted(ev, chunks, batch);
         match (res, interrupted) {
             (_, Some(e)) => Err(e),
-            (r, None) => r.map(|m| (m, n_r2)).map_err(to_py),
+            (r, None) => r.map_err(to_py),
         }
     })?;
     let d = PyDict::new(py);

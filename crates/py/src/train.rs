@@ -11,8 +11,8 @@ use std::str::FromStr;
 
 use hyperlens_model::Task;
 use hyperlens_train::{
-    read_settings, train_group, Combine, Event, GroupFile, GroupRun, ProgressText, RunOptions,
-    TrainSettings, Variation, FAILED_FILE,
+    new_group, read_settings, resume_group, train_group, Combine, Event, GroupRun, OutProblem,
+    ProgressText, RunOptions, TrainError, TrainSettings, Variation,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -67,36 +67,27 @@ fn plan_group(
 ) -> PyResult<Vec<(PathBuf, String)>> {
     let base = parse_settings(base)?;
     let combine = if grid { Combine::Grid } else { Combine::Zip };
-    let members = Variation {
+    let variation = Variation {
         seeds,
         splits,
         lrs,
         weight_decays,
-    }
-    .expand(&base, combine)
-    .map_err(to_py)?;
-    if out.is_file() {
-        return Err(raise(
-            Kind::Input,
-            format!("out {} is a file, not a directory", out.display()),
-        ));
-    }
-    let not_empty = out.exists()
-        && std::fs::read_dir(&out)
-            .map_err(|e| raise(Kind::Input, format!("out {}: {e}", out.display())))?
-            .next()
-            .is_some();
-    if not_empty {
-        return Err(raise(
-            Kind::Input,
-            format!(
-                "out {} is not empty: pass resume=True to continue the group there, or choose \
-                 another directory",
-                out.display()
-            ),
-        ));
-    }
-    let runs = GroupFile::create(&out, combine, members).map_err(to_py)?;
+    };
+    let runs = match new_group(&out, &base, &variation, combine) {
+        Err(TrainError::GroupOut { path, problem }) => {
+            let path = path.display();
+            let why = match problem {
+                OutProblem::File => format!("out {path} is a file, not a directory"),
+                OutProblem::NotEmpty => format!(
+                    "out {path} is not empty: pass resume=True to continue the group there, or \
+                     choose another directory"
+                ),
+                OutProblem::Unreadable(e) => format!("out {path}: {e}"),
+            };
+            return Err(raise(Kind::Input, why));
+        }
+        runs => runs.map_err(to_py)?,
+    };
     runs.iter()
         .map(|r| Ok((r.out.clone(), settings_json(&r.settings)?)))
         .collect()
@@ -107,20 +98,34 @@ fn plan_group(
 /// is not a group.
 #[pyfunction]
 fn group_runs(out: PathBuf) -> PyResult<Option<Vec<(PathBuf, String)>>> {
-    let Some(file) = GroupFile::read(&out).map_err(to_py)? else {
-        return Ok(None);
-    };
-    let mut runs = Vec::new();
-    for name in &file.runs {
-        let dir = out.join(name);
-        if dir.join(hyperlens_train::state::RECORD_FILE).exists() || dir.join(FAILED_FILE).exists()
-        {
-            continue;
-        }
-        let s = read_settings(&dir).map_err(to_py)?;
-        runs.push((dir, settings_json(&s)?));
+    let runs = resume_group(
+        &out,
+        |dir| read_settings(dir).map_err(ResumeError::from),
+        |_ended| {},
+    )
+    .map_err(|e| e.0)?;
+    runs.map(|runs| {
+        runs.iter()
+            .map(|r| Ok((r.out.clone(), settings_json(&r.settings)?)))
+            .collect()
+    })
+    .transpose()
+}
+
+/// An error of [`resume_group`] as the Python exception it raises.
+struct ResumeError(PyErr);
+
+impl From<TrainError> for ResumeError {
+    fn from(e: TrainError) -> Self {
+        ResumeError(to_py(e))
     }
-    Ok(Some(runs))
+}
+
+impl From<std::io::Error> for ResumeError {
+    /// A run directory of the group refused (a link, not a directory): bad input.
+    fn from(e: std::io::Error) -> Self {
+        ResumeError(raise(Kind::Input, e.to_string()))
+    }
 }
 
 /// An event as a Python dict: `event` (`start`, `step`, `row`, `evaluated`, `checkpoint`; the

@@ -26,6 +26,7 @@
 
 pub mod aggregate;
 pub mod causal;
+pub mod circuit_figures;
 pub mod code_explorer;
 pub mod data;
 pub mod discover;
@@ -33,6 +34,7 @@ pub mod doc;
 pub mod error;
 pub mod files;
 pub mod html;
+pub mod intervention_figures;
 pub mod lm_explorer;
 pub mod lm_study;
 pub mod logic;

@@ -20,6 +20,7 @@ pub mod error;
 pub mod job;
 pub mod local;
 pub mod plan;
+pub mod planning;
 pub mod slurm;
 pub mod spec;
 pub mod state;
@@ -28,6 +29,7 @@ pub use error::{Result, SweepError};
 pub use job::{pending_runs, resumable, run_one, sessions, JobEvent, PendingRun, Session};
 pub use local::{run_local, threads_per_job, LocalEvent, LocalOutcome, LocalParams};
 pub use plan::{Job, Plan, PlannedRun, PLAN_FILE, RUNS_DIR, SPEC_FILE};
+pub use planning::{available_threads, plan_sweep};
 pub use slurm::{SlurmOptions, Submission};
 pub use spec::{Axis, Scalar, SweepSpec, BATCHABLE_KEYS, RESERVED_KEYS};
 pub use state::{

@@ -54,6 +54,29 @@ pub enum TrainError {
         /// The underlying error.
         source: serde_json::Error,
     },
+    /// The directory given for a new group cannot hold it ([`crate::launch::new_group`]); the
+    /// fronts name it by their own flag or argument.
+    #[error("{} {}", path.display(), match problem {
+        crate::launch::OutProblem::File => "is a file, not a directory".to_string(),
+        crate::launch::OutProblem::NotEmpty => "is not empty".to_string(),
+        crate::launch::OutProblem::Unreadable(e) => format!("cannot be listed: {e}"),
+    })]
+    GroupOut {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: crate::launch::OutProblem,
+    },
+    /// Evaluating one sampled logic set failed ([`crate::logic_eval::evaluate_logic`]); names
+    /// the set as `hyperlens eval --set` does, the cause being the error's `source()`.
+    #[error("--set {set}")]
+    InSet {
+        /// The set's name.
+        set: String,
+        /// What failed.
+        #[source]
+        source: Box<TrainError>,
+    },
     /// Writing an output file failed (hyperlens-io); names the path.
     #[error(transparent)]
     File(#[from] hyperlens_io::IoError),

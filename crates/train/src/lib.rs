@@ -27,7 +27,9 @@ pub mod error;
 pub mod group;
 pub mod induction;
 mod job;
+pub mod launch;
 pub mod logic;
+pub mod logic_eval;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
@@ -45,6 +47,7 @@ pub use group::{
 };
 pub use hyperlens_model::Task;
 pub use job::BatchLoss;
+pub use launch::{new_group, resume_group, EndedRun, OutProblem};
 pub use metrics::{Evaluation, MetricsRow, SetMetrics};
 pub use optim::{AdamW, AdamWParams, Rates};
 pub use progress::ProgressText;

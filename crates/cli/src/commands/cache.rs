@@ -8,12 +8,12 @@ use anyhow::{bail, Context};
 use clap::Args;
 use hyperlens_io::sidecars::{CacheSidecar, CacheSource, ProblemsSource};
 use hyperlens_model::{Device, Evaluator};
-use hyperlens_probe::{cache_activations, CacheParams, CacheSummary};
-use hyperlens_tasks::logic::{logic_chunks, LOGIC_SET_CHUNK};
+use hyperlens_probe::{
+    cache_problems, CacheParams, CacheSummary, LogicSequences, SravenProblems, TaskProblems,
+};
 use hyperlens_tasks::npz::{load_logic, load_problems};
 use hyperlens_tasks::sraven::SampleStream;
 use hyperlens_train::TrainSettings;
-use ndarray::{s, Array3};
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
 use super::dispatch::{logic_set, resolve_split, Checkpoint};
@@ -117,12 +117,21 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
 /// than raised so that the caller names the checkpoint; errors of reading the problems are raised.
 type Cached = (hyperlens_probe::Result<CacheSummary>, ProblemsSource);
 
-/// The rows `s..s + batch` (at most `n`) of `x`.
-///
-/// # Shapes
-/// `x [N, T, M]` -> `[B, T, M]`.
-fn rows(x: &Array3<f32>, s: usize, batch: usize, n: usize) -> Array3<f32> {
-    x.slice(s![s..(s + batch).min(n), .., ..]).to_owned()
+/// Caches over `problems` ([`cache_problems`]) with a progress bar counting `unit`.
+fn cache_over(
+    args: &CacheArgs,
+    ev: &Evaluator,
+    problems: TaskProblems<'_>,
+    params: &CacheParams,
+    out: &Path,
+    unit: &str,
+) -> hyperlens_probe::Result<CacheSummary> {
+    let bar = progress_bar(problems.len() as u64, "cache", unit);
+    let s = cache_problems(ev, problems, args.batch, params, out, |d| {
+        bar.set_position(d as u64)
+    });
+    bar.finish_and_clear();
+    s
 }
 
 /// Caches a fuzzy-logic checkpoint's activations over the sequences of `--problems` or of a
@@ -135,38 +144,24 @@ fn cache_logic(
     out: &Path,
 ) -> anyhow::Result<Cached> {
     let p = &args.problems;
-    let batch = args.batch;
     if let Some(path) = &p.problems {
         let set = load_logic(path, &settings.logic.params())?;
-        let n = set.y.len();
-        let bar = progress_bar(n as u64, "cache", "sequences");
-        let batches = (0..n).step_by(batch).map(|s| Ok(rows(&set.x, s, batch, n)));
-        let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
-        bar.finish_and_clear();
+        let problems = TaskProblems::Logic(LogicSequences::Set(Box::new(set)));
+        let s = cache_over(args, ev, problems, params, out, "sequences");
         return Ok((s, ProblemsSource::file(path.display())));
     }
     let split = resolve_split(p, settings, &args.checkpoint)?;
     let set = logic_set(p.set.unwrap_or(SetArg::Ood));
-    let n = p.n;
-    let bar = progress_bar(n as u64, "cache", "sequences");
-    let batches = logic_chunks(&split, set, n, LOGIC_SET_CHUNK, p.seed).flat_map(|c| {
-        let parts: Vec<hyperlens_probe::Result<_>> = match c {
-            Err(e) => vec![Err(e.into())],
-            Ok(chunk) => {
-                let len = chunk.y.len();
-                (0..len)
-                    .step_by(batch)
-                    .map(|s| Ok(rows(&chunk.x, s, batch, len)))
-                    .collect()
-            }
-        };
-        parts
+    let problems = TaskProblems::Logic(LogicSequences::Sampled {
+        split: &split,
+        set,
+        n: p.n,
+        seed: p.seed,
     });
-    let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
-    bar.finish_and_clear();
+    let s = cache_over(args, ev, problems, params, out, "sequences");
     Ok((
         s,
-        ProblemsSource::sampled(split.name().to_string(), set.name(), n, p.seed, None),
+        ProblemsSource::sampled(split.name().to_string(), set.name(), p.n, p.seed, None),
     ))
 }
 
@@ -178,38 +173,30 @@ fn cache_sraven(
     params: &CacheParams,
     out: &Path,
 ) -> anyhow::Result<Cached> {
-    let p: &ProblemArgs = &args.problems;
-    let batch = args.batch;
     let sraven = sraven_params(&args.checkpoint, ev.config())?;
-    let source = p.resolve(&args.checkpoint, sraven)?;
+    let source = args.problems.resolve(&args.checkpoint, sraven)?;
     let describe = source.source();
-    let s = match source {
-        ProblemSource::File(path) => {
-            let set = load_problems(&path, &sraven)?;
-            let n = set.len();
-            let bar = progress_bar(n as u64, "cache", "problems");
-            let batches = (0..n)
-                .step_by(batch)
-                .map(|s| Ok(set.slice(s, (s + batch).min(n)).x));
-            let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
-            bar.finish_and_clear();
-            s
-        }
+    let problems = match source {
+        ProblemSource::File(path) => SravenProblems::Set(load_problems(&path, &sraven)?),
         ProblemSource::Sampled {
             split,
             set,
             n,
             seed,
             unpermuted,
-        } => {
-            let stream = SampleStream::new(&split, set, seed, unpermuted)?;
-            let bar = progress_bar(n as u64, "cache", "problems");
-            let batches = stream.batches(n, batch).map(|b| Ok(b?.x));
-            let s = cache_activations(ev, batches, n, params, out, |d| bar.set_position(d as u64));
-            bar.finish_and_clear();
-            s
-        }
+        } => SravenProblems::Sampled {
+            stream: SampleStream::new(&split, set, seed, unpermuted)?,
+            n,
+        },
     };
+    let s = cache_over(
+        args,
+        ev,
+        TaskProblems::Sraven(Box::new(problems)),
+        params,
+        out,
+        "problems",
+    );
     Ok((s, describe))
 }
 

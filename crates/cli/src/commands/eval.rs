@@ -2,20 +2,17 @@
 //! a SRAVEN problem set, either read from a `.npz` file or sampled from a split; on a fuzzy-logic
 //! checkpoint, MSE and the paper's R² (per sequence `1 - err² / var(targets)`, averaged) per set.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::Args;
-use hyperlens_io::budget::check_alloc;
-use hyperlens_io::keys::logits as keys;
-use hyperlens_model::eval::{evaluate_stream, evaluate_with};
 use hyperlens_model::{Config, Device, Evaluator, Task};
-use hyperlens_tasks::logic::{logic_chunks, LogicSet, LOGIC_SET_CHUNK};
-use hyperlens_tasks::npz::{load_logic, load_problems};
+use hyperlens_probe::evaluation::check_logits_budget;
+use hyperlens_probe::{evaluate_problems, write_logits, SravenProblems};
+use hyperlens_tasks::npz::load_problems;
 use hyperlens_tasks::sraven::SampleStream;
-use hyperlens_train::logic::evaluate_chunks;
-use hyperlens_train::{SetMetrics, TrainSettings};
-use ndarray::{Array2, Array3};
+use hyperlens_train::logic_eval::{evaluate_logic, LogicEvalSource, LogicSetEval};
+use hyperlens_train::TrainSettings;
 use std::io::Write as _;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource};
@@ -45,20 +42,6 @@ pub struct EvalArgs {
     pub save_logits: Option<PathBuf>,
 }
 
-fn write_logits(
-    path: &Path,
-    logits: &Array3<f32>,
-    pred: &Array2<i64>,
-    y: &Array2<i64>,
-) -> anyhow::Result<()> {
-    hyperlens_io::write_npz(path, |npz| -> anyhow::Result<()> {
-        npz.add(keys::LOGITS, logits)?;
-        npz.add(keys::PRED, pred)?;
-        npz.add(keys::Y, y)?;
-        Ok(())
-    })
-}
-
 /// Runs `hyperlens eval`. Sampled problems are streamed in batches, so memory is bounded by
 /// `--batch` (plus the logits when `--save-logits` keeps them, which the memory budget checks).
 ///
@@ -81,18 +64,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.save_logits {
         super::common::create_parent("--save-logits", path)?;
     }
-    let (out, what, n) = match source {
-        ProblemSource::File(path) => {
-            let problems = load_problems(&path, &params)?;
-            let n = problems.len();
-            check_logits_budget(keep, n, &cfg)?;
-            let bar = progress_bar(n as u64, "eval", "problems");
-            let out = evaluate_with(&model, &problems, args.batch, keep, |done| {
-                bar.set_position(done as u64)
-            })?;
-            bar.finish_and_clear();
-            (out, path.display().to_string(), n)
-        }
+    let (problems, what) = match source {
+        ProblemSource::File(path) => (
+            SravenProblems::Set(load_problems(&path, &params)?),
+            path.display().to_string(),
+        ),
         ProblemSource::Sampled {
             split,
             set,
@@ -100,22 +76,21 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             seed,
             unpermuted,
         } => {
-            check_logits_budget(keep, n, &cfg)?;
+            check_logits_budget_if(keep, n, &cfg)?;
             let kind = if unpermuted { "unpermuted" } else { "permuted" };
             let what = format!("{} {set}, seed {seed}, {kind}", split.name);
             let stream = SampleStream::new(&split, set, seed, unpermuted)?;
-            let bar = progress_bar(n as u64, "eval", "problems");
-            let out = evaluate_stream(&model, stream.batches(n, args.batch), keep, |done| {
-                bar.set_position(done as u64)
-            })?;
-            bar.finish_and_clear();
-            (out, what, n)
+            (SravenProblems::Sampled { stream, n }, what)
         }
     };
-    if let (Some(path), Some(logits), Some(pred), Some(y)) =
-        (&args.save_logits, &out.logits, &out.pred, &out.y)
-    {
-        write_logits(path, logits, pred, y)?;
+    let n = problems.len();
+    let bar = progress_bar(n as u64, "eval", "problems");
+    let out = evaluate_problems(&model, problems, args.batch, keep, |done| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.save_logits {
+        write_logits(path, &out)?;
     }
     let m = &out.metrics;
     let mut stdout = std::io::stdout().lock();
@@ -179,66 +154,43 @@ struct LogicLine<'a> {
     task: Task,
 }
 
-/// Checks that `--save-logits` for `n` problems fits the memory budget: logits `[N, F, C]` f32
-/// plus predictions and targets `[N, F]` i64, twice over while the batches are joined.
-fn check_logits_budget(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()> {
+/// Checks `--save-logits` for `n` sampled problems against the memory budget before the stream
+/// is made ([`check_logits_budget`]).
+fn check_logits_budget_if(keep: bool, n: usize, cfg: &Config) -> anyhow::Result<()> {
     if keep {
-        let per = 4 * cfg.d_out as u128 + 16;
-        let bytes = 2 * (n as u128) * (cfg.n_outputs as u128) * per;
-        check_alloc(format!("--save-logits for --n {n}"), bytes)?;
+        check_logits_budget(n, cfg)?;
     }
     Ok(())
 }
 
 /// `hyperlens eval` on a fuzzy-logic checkpoint trained with `settings`: MSE and mean R² of the last
-/// token's prediction, on a problem file or on sampled sets (all three, or the one `--set` names),
-/// streamed in batches.
+/// token's prediction, on a problem file or on sampled sets (all three, or the one `--set` names)
+/// ([`evaluate_logic`]).
 ///
 /// # Errors
 /// A split other than the recorded one without `--other-split`, a bad problem file, model errors.
 fn eval_logic(args: &EvalArgs, model: &Evaluator, settings: &TrainSettings) -> anyhow::Result<()> {
-    let params = settings.logic.params();
     let p = &args.problems;
-    // (set, metrics, sequences whose R² is defined: those whose targets vary).
-    let mut rows: Vec<(String, SetMetrics, usize)> = Vec::new();
-    if let Some(path) = &p.problems {
-        let set = load_logic(path, &params)?;
-        let defined = r2_defined(&set)?;
-        rows.push((
-            path.display().to_string(),
-            evaluate_chunks(model, std::iter::once(Ok(set)), args.batch)?,
-            defined,
-        ));
-    } else {
-        if p.n == 0 {
-            bail!("--n must be positive");
+    let split;
+    let source = match &p.problems {
+        Some(path) => LogicEvalSource::File(path),
+        None => {
+            if p.n == 0 {
+                bail!("--n must be positive");
+            }
+            split = resolve_split(p, settings, &args.checkpoint)?;
+            LogicEvalSource::Sampled {
+                split: &split,
+                set: p.set.map(logic_set),
+                n: p.n,
+                seed: p.seed,
+            }
         }
-        let split = resolve_split(p, settings, &args.checkpoint)?;
-        let sets: Vec<LogicSet> = match p.set {
-            Some(s) => vec![logic_set(s)],
-            None => LogicSet::ALL
-                .into_iter()
-                .filter(|s| !split.tasks(*s).is_empty())
-                .collect(),
-        };
-        for set in sets {
-            // Chunks of LOGIC_SET_CHUNK: the sequences `tasks sample --task logic` writes.
-            let mut defined = 0usize;
-            let chunks = logic_chunks(&split, set, p.n, LOGIC_SET_CHUNK, p.seed).map(
-                |c| -> hyperlens_train::Result<_> {
-                    let c = c?;
-                    defined += r2_defined(&c)?;
-                    Ok(c)
-                },
-            );
-            let m = evaluate_chunks(model, chunks, args.batch)
-                .with_context(|| format!("--set {set}"))?;
-            rows.push((set.to_string(), m, defined));
-        }
-    }
+    };
+    let rows = evaluate_logic(model, settings, source, args.batch)?;
     let mut stdout = std::io::stdout().lock();
-    for (set, m, n_r2) in rows {
-        let (r2, mse, n) = (m.metric, m.loss, m.n);
+    for LogicSetEval { set, metrics, n_r2 } in rows {
+        let (r2, mse, n) = (metrics.metric, metrics.loss, metrics.n);
         if args.json {
             let line = LogicLine {
                 mse,
@@ -260,14 +212,4 @@ fn eval_logic(args: &EvalArgs, model: &Evaluator, settings: &TrainSettings) -> a
         }
     }
     Ok(())
-}
-
-/// The sequences of `set` that have an R² (`hyperlens_tasks::logic::r2` is finite for a perfect
-/// prediction: the targets vary).
-///
-/// # Errors
-/// As `hyperlens_tasks::logic::r2` (inconsistent array lengths).
-fn r2_defined(set: &hyperlens_tasks::logic::LogicBatch) -> hyperlens_tasks::Result<usize> {
-    let r = hyperlens_tasks::logic::r2(set.y.view(), set)?;
-    Ok(r.iter().filter(|v| v.is_finite()).count())
 }

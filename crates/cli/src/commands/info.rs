@@ -3,8 +3,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use hyperlens_model::candle_core::Device;
-use hyperlens_model::checkpoint;
 
 /// Arguments of `hyperlens info`.
 #[derive(Debug, Args)]
@@ -17,52 +15,19 @@ pub struct InfoArgs {
     pub json: bool,
 }
 
-/// One row of the tensor table.
-#[derive(Debug, serde::Serialize)]
-struct TensorRow {
-    name: String,
-    shape: Vec<usize>,
-    numel: usize,
-    mean: f64,
-    std: f64,
-    max_abs: f64,
-}
-
-/// Runs `hyperlens info`.
+/// Runs `hyperlens info` ([`hyperlens_probe::checkpoint_info`]).
 ///
 /// # Errors
 /// A missing or invalid checkpoint (the error names the file and tensor).
 pub fn run(args: InfoArgs) -> anyhow::Result<()> {
-    let (config, tensors) = checkpoint::load(&args.checkpoint, &Device::Cpu)?;
-    let mut rows = Vec::new();
-    for (name, shape) in config.tensor_shapes() {
-        let t = &tensors[&name];
-        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
-        let n = v.len() as f64;
-        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
-        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
-        let max_abs = v.iter().fold(0.0f64, |m, &x| m.max((x as f64).abs()));
-        rows.push(TensorRow {
-            numel: v.len(),
-            name,
-            shape,
-            mean,
-            std: var.sqrt(),
-            max_abs,
-        });
-    }
+    let info = hyperlens_probe::checkpoint_info(&args.checkpoint)?;
     if args.json {
-        let obj = serde_json::json!({
-            "checkpoint": args.checkpoint,
-            "config": config,
-            "normalisation": config.mixer.normalisation().name(),
-            "value_network": config.mixer.value_network().name(),
-            "n_params": config.n_params(),
-            "tensors": rows,
-        });
-        outln!("{}", serde_json::to_string_pretty(&obj)?)?;
+        // Through a `Value`: its keys sorted, as this output has always been.
+        let value = serde_json::to_value(&info)?;
+        outln!("{}", serde_json::to_string_pretty(&value)?)?;
         return Ok(());
     }
+    let config = &info.config;
     outln!("checkpoint   {}", args.checkpoint.display())?;
     outln!(
         "mixer        {} (paper: {}; normalisation {}, value network {})",
@@ -96,7 +61,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
         "std",
         "max|x|"
     )?;
-    for r in rows {
+    for r in &info.tensors {
         outln!(
             "{:<26} {:<16} {:>8} {:>10.4} {:>10.4} {:>10.4}",
             r.name,

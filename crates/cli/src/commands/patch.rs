@@ -17,15 +17,14 @@ use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
 use hyperlens_probe::{
     activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
     latent_transplant, write_activation_patching, write_dla, write_head_ablation, write_transplant,
-    Ablation, AblationReport, DlaReport, PatchRun, PatchingReport, TransplantFractions,
-    TransplantKind, TransplantProblems, TransplantRow,
+    Ablation, HeadValue, PatchRun, RepeatedProblems, TransplantKind, TransplantLine,
+    TransplantProblems, TransplantRow, TransplantSummary,
+};
+use hyperlens_report::intervention_figures::{
+    checkpoint_name, draw_dla, draw_head_ablation, draw_patching, draw_transplant,
 };
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{
-    sample, token_labels, ProblemSet, SampleStream, Set, Split, SravenParams,
-};
-use hyperlens_viz::{interventions, save_interactive_svg, save_png, HeatmapExplorer};
-use ndarray::Array2;
+use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
 
@@ -199,13 +198,6 @@ fn resolve_split(
     Ok((name, split))
 }
 
-/// The checkpoint directory's name, for figure titles.
-fn short_name(checkpoint: &Path) -> String {
-    checkpoint
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-}
-
 /// The `producer` of a subcommand's JSON files: `hyperlens <version> <command>`.
 fn producer(command: &str) -> String {
     format!("hyperlens {} {command}", env!("CARGO_PKG_VERSION"))
@@ -306,12 +298,10 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
         mixer: cfg.mixer,
     };
     write_activation_patching(&a.run.out, &run, &describe, &pairs, &r)?;
-    patching_figures(&a.run.out, &short_name(&a.checkpoint), &cfg, &r)?;
-    let best = r
-        .head_out
-        .indexed_iter()
-        .max_by(|x, y| x.1.total_cmp(y.1))
-        .map(|((l, h), v)| format!("L{l}H{h} restores {:.0} %", 100.0 * v));
+    draw_patching(&a.run.out, &checkpoint_name(&a.checkpoint), &cfg, &r)?;
+    let best = r.best_head().map(|HeadValue { layer, head, value }| {
+        format!("L{layer}H{head} restores {:.0} %", 100.0 * value)
+    });
     outln!(
         "{} pairs at slot {}: logit difference {:.3} clean, {:.3} corrupted; the head that restores most: {}",
         r.n,
@@ -324,28 +314,6 @@ fn acts(a: ActsArgs) -> anyhow::Result<()> {
         "wrote activation_patching.csv, .npz, .json and patching_*.png to {}",
         a.run.out.display()
     )?;
-    Ok(())
-}
-
-/// `patching_{resid_pre,attn_out,mlp_out}.png` ([layer, position]) and `patching_heads.png`
-/// ([layer, head]) of the checkpoint `name`.
-fn patching_figures(
-    out: &Path,
-    name: &str,
-    cfg: &Config,
-    r: &PatchingReport,
-) -> anyhow::Result<()> {
-    let positions = token_labels(cfg.n_tokens, cfg.n_outputs);
-    let mut grids = vec![("resid_pre", &r.resid_pre), ("attn_out", &r.attn_out)];
-    if let Some(m) = &r.mlp_out {
-        grids.push(("mlp_out", m));
-    }
-    for (activation, grid) in grids {
-        let fig = interventions::patching_positions(name, activation, r.slot, grid, &positions);
-        save_png(out.join(format!("patching_{activation}.png")), &fig)?;
-    }
-    let fig = interventions::patching_heads(name, r.head_out.view())?;
-    save_png(out.join("patching_heads.png"), &fig)?;
     Ok(())
 }
 
@@ -382,12 +350,10 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         mixer: cfg.mixer,
     };
     write_dla(&a.run.out, &run, &describe, &r)?;
-    dla_figure(&a.run.out, &short_name(&a.checkpoint), &r)?;
+    draw_dla(&a.run.out, &checkpoint_name(&a.checkpoint), &r)?;
     let top = r
-        .heads_centred
-        .indexed_iter()
-        .max_by(|x, y| x.1.total_cmp(y.1))
-        .map(|((l, h), v)| format!("L{l}H{h} ({v:+.2})"));
+        .top_head()
+        .map(|HeadValue { layer, head, value }| format!("L{layer}H{head} ({value:+.2})"));
     outln!(
         "{} (problem, slot) pairs: answer logit {:.2} above the mean logit; the head writing most of it: {}; largest decomposition error {:.1e}",
         r.n,
@@ -399,13 +365,6 @@ fn dla(a: DlaArgs) -> anyhow::Result<()> {
         "wrote dla.csv, dla.json and dla.png to {}",
         a.run.out.display()
     )?;
-    Ok(())
-}
-
-/// `dla.png`: the centred attributions per [layer, head], the last column the layer's MLP.
-fn dla_figure(out: &Path, name: &str, r: &DlaReport) -> anyhow::Result<()> {
-    let fig = interventions::dla_heads(name, r.heads_centred.view(), &r.mlp_centred)?;
-    save_png(out.join("dla.png"), &fig)?;
     Ok(())
 }
 
@@ -445,51 +404,28 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
         slot: a.slot,
     };
     write_transplant(&a.run.out, &run, &problems, &rows)?;
-    transplant_figure(&a.run.out, &short_name(&a.checkpoint), cfg.n_layers, &rows)?;
+    draw_transplant(
+        &a.run.out,
+        &checkpoint_name(&a.checkpoint),
+        cfg.n_layers,
+        &rows,
+    )?;
     print_transplant(&rows, &cfg, &a.run.out)
 }
 
-/// `transplant.png`: per layer, the fraction of problems whose answer becomes the donor rule's or
-/// changes, for the transplant and its controls.
-fn transplant_figure(
-    out: &Path,
-    name: &str,
-    n_layers: usize,
-    rows: &[TransplantRow],
-) -> anyhow::Result<()> {
-    let f = TransplantFractions::new(rows, n_layers);
-    let series = interventions::TransplantSeries {
-        to_donor: &f.to_donor,
-        changed: &f.changed,
-        donor_problem: &f.donor_problem,
-        off_row: &f.off_row,
-        random: &f.random,
-        zero: &f.zero,
-    };
-    let bars = interventions::TransplantBars::new(&series);
-    save_png(out.join("transplant.png"), &bars.figure(name))?;
-    Ok(())
-}
-
-/// Prints the transplant's summary: per layer, the answers that became the donor's, and the
-/// identity transplant's largest logit change.
+/// Prints the transplant's summary ([`TransplantSummary`]): per layer, the answers that became
+/// the donor's, and the identity transplant's largest logit change.
 fn print_transplant(rows: &[TransplantRow], cfg: &Config, out: &Path) -> anyhow::Result<()> {
-    let chance = 100.0 / (cfg.d_in as f64 - 1.0);
-    for r in rows.iter().filter(|r| {
-        matches!(
-            r.kind,
-            TransplantKind::MeanId | TransplantKind::DonorProblem
-        )
-    }) {
-        let changed = r.to_donor + r.elsewhere;
-        let share = if changed > 0 {
-            format!(
-                "; {:.0} % of the changed answers are the donor's ({chance:.0} % by chance)",
-                100.0 * r.to_donor as f64 / changed as f64
-            )
-        } else {
-            String::new()
-        };
+    let summary = TransplantSummary::new(rows, cfg.d_in);
+    let chance = summary.chance;
+    for TransplantLine {
+        row: r,
+        donor_share,
+    } in &summary.lines
+    {
+        let share = donor_share.map_or_else(String::new, |d| {
+            format!("; {d:.0} % of the changed answers are the donor's ({chance:.0} % by chance)")
+        });
         outln!(
             "layer {} ({}): {} of {} answers become the donor rule's, {} change elsewhere, {} unchanged ({} pairs left out){share}",
             r.layer,
@@ -497,41 +433,32 @@ fn print_transplant(rows: &[TransplantRow], cfg: &Config, out: &Path) -> anyhow:
             r.to_donor, r.n, r.elsewhere, r.unchanged, r.excluded
         )?;
     }
-    let ident = rows
-        .iter()
-        .filter(|r| r.kind == TransplantKind::Identity)
-        .fold(0.0f64, |m, r| m.max(r.max_logit_change));
     outln!(
-        "identity transplant: largest logit change {ident:.1e}; wrote transplant.csv, transplant.json and transplant.png to {}",
+        "identity transplant: largest logit change {:.1e}; wrote transplant.csv, transplant.json and transplant.png to {}",
+        summary.identity_max_change,
         out.display()
     )?;
     Ok(())
 }
 
-/// The problems of `patch heads` as a stream that can be started again (one pass per head), in
-/// batches of `batch`; `describe` gets the number of problems of a file.
+/// The problems of `patch heads` as passes that start again (one per head,
+/// [`RepeatedProblems::passes`]), in batches of `batch`; `describe` gets the number of problems of
+/// a file.
 fn heads_stream(
     source: ProblemSource,
     params: &SravenParams,
     batch: usize,
     describe: &mut ProblemsSource,
 ) -> anyhow::Result<Box<hyperlens_probe::ablation::Problems<'static>>> {
-    Ok(match source {
+    let problems = match source {
         ProblemSource::File(path) => {
-            let set = std::rc::Rc::new(load_problems(&path, params)?);
+            let set = load_problems(&path, params)?;
             let n = set.len();
             if n == 0 {
                 bail!("--problems {}: no problem", path.display());
             }
             describe.n = Some(n);
-            Box::new(move || {
-                let set = std::rc::Rc::clone(&set);
-                Box::new(
-                    (0..n)
-                        .step_by(batch)
-                        .map(move |s| Ok(set.slice(s, (s + batch).min(n)))),
-                )
-            })
+            RepeatedProblems::Set(Box::new(set))
         }
         ProblemSource::Sampled {
             split,
@@ -539,13 +466,15 @@ fn heads_stream(
             n,
             seed,
             unpermuted,
-        } => Box::new(
-            move || match SampleStream::new(&split, set, seed, unpermuted) {
-                Ok(s) => Box::new(s.batches(n, batch).map(|b| b.map_err(Into::into))),
-                Err(e) => Box::new(std::iter::once(Err(e.into()))),
-            },
-        ),
-    })
+        } => RepeatedProblems::Sampled {
+            split,
+            set,
+            n,
+            seed,
+            unpermuted,
+        },
+    };
+    Ok(problems.passes(batch))
 }
 
 fn heads(a: HeadsArgs) -> anyhow::Result<()> {
@@ -574,11 +503,8 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
         mixer: cfg.mixer,
     };
     write_head_ablation(&a.run.out, &run, &describe, &report)?;
-    heads_figure(&a.run.out, &short_name(&a.checkpoint), &cfg, &report)?;
-    let worst = report
-        .heads
-        .iter()
-        .min_by(|x, y| x.accuracy.total_cmp(&y.accuracy));
+    draw_head_ablation(&a.run.out, &checkpoint_name(&a.checkpoint), &cfg, &report)?;
+    let worst = report.largest_drop();
     outln!(
         "accuracy {:.2} % without ablation; {} ablation of one head at a time: {}",
         100.0 * report.base.accuracy,
@@ -594,24 +520,5 @@ fn heads(a: HeadsArgs) -> anyhow::Result<()> {
         "wrote head_ablation.csv, head_ablation.json, head_ablation.png and head_ablation.svg to {}",
         a.run.out.display()
     )?;
-    Ok(())
-}
-
-/// `head_ablation.png`: the change in accuracy per [layer, head]; `head_ablation.svg`: the same
-/// heatmap with the head and its change under the pointer.
-fn heads_figure(
-    out: &Path,
-    name: &str,
-    cfg: &Config,
-    report: &AblationReport,
-) -> anyhow::Result<()> {
-    let deltas = Array2::from_shape_fn((cfg.n_layers, cfg.n_heads), |(l, h)| {
-        report.heads[l * cfg.n_heads + h].accuracy - report.base.accuracy
-    });
-    let fig = interventions::head_ablation(name, &report.ablation.to_string(), deltas.view())?;
-    save_png(out.join("head_ablation.png"), &fig)?;
-    let mut hover = HeatmapExplorer::single(&fig);
-    (hover.row_name, hover.col_name) = ("layer".into(), "head".into());
-    save_interactive_svg(out.join("head_ablation.svg"), &hover)?;
     Ok(())
 }

@@ -10,8 +10,9 @@ use clap::Args;
 use hyperlens_model::lm::CodeForm;
 use hyperlens_model::{Device, Evaluator};
 use hyperlens_probe::{
-    describe_inputs, extract, extract_logic, extract_logic_set, run_prompt_file, GeneratedLogicSet,
-    LogicProbeSummary, ProbeMeta, ProbeParams, PromptFileRun, PromptProbeParams, Site,
+    describe_inputs, extract_logic, extract_logic_set, extract_problems, run_prompt_file,
+    GeneratedLogicSet, LogicProbeSummary, ProbeMeta, ProbeParams, PromptFileRun, PromptProbeParams,
+    Site, SravenProblems,
 };
 use hyperlens_tasks::npz::{load_logic, load_problems};
 use hyperlens_tasks::prompts::SiteSpec;
@@ -128,21 +129,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     };
     let source = args.problems.resolve(&args.checkpoint, params)?;
     super::common::create_parent("--out", &args.out)?;
-    let summary = match source {
+    let problems = match source {
         ProblemSource::File(path) => {
             let set = load_problems(&path, &params)?;
             meta.problems = path.display().to_string();
-            let n = set.len();
-            let bar = progress_bar(n as u64, "probe", "problems");
-            let batches = (0..n)
-                .step_by(args.batch)
-                .map(|s| Ok(set.slice(s, (s + args.batch).min(n))));
-            let s = extract(&model, batches, n, &probe, &args.out, meta, |d| {
-                bar.set_position(d as u64);
-                ControlFlow::Continue(())
-            });
-            bar.finish_and_clear();
-            s
+            SravenProblems::Set(set)
         }
         ProblemSource::Sampled {
             split,
@@ -156,18 +147,19 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             meta.set = Some(set.into());
             meta.seed = Some(seed);
             meta.unpermuted = Some(unpermuted);
-            let stream = SampleStream::new(&split, set, seed, unpermuted)?;
-            let batches = stream.batches(n, args.batch).map(|b| b.map_err(Into::into));
-            let bar = progress_bar(n as u64, "probe", "problems");
-            let s = extract(&model, batches, n, &probe, &args.out, meta, |d| {
-                bar.set_position(d as u64);
-                ControlFlow::Continue(())
-            });
-            bar.finish_and_clear();
-            s
+            SravenProblems::Sampled {
+                stream: SampleStream::new(&split, set, seed, unpermuted)?,
+                n,
+            }
         }
-    }
-    .with_context(|| format!("probing {}", args.checkpoint.display()))?;
+    };
+    let bar = progress_bar(problems.len() as u64, "probe", "problems");
+    let summary = extract_problems(&model, problems, args.batch, &probe, &args.out, meta, |d| {
+        bar.set_position(d as u64);
+        ControlFlow::Continue(())
+    });
+    bar.finish_and_clear();
+    let summary = summary.with_context(|| format!("probing {}", args.checkpoint.display()))?;
     outln!(
         "wrote {} ({} rows, site {}, {} mixer); answer-slot accuracy {:.2} %",
         args.out.display(),

@@ -10,8 +10,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use hyperlens_sweep::slurm::{self, SlurmOptions};
 use hyperlens_sweep::{
-    sweep_status, threads_per_job, JobEvent, LocalEvent, LocalParams, Plan, PlannedRun, RunState,
-    SweepSpec,
+    available_threads, plan_sweep, sweep_status, threads_per_job, JobEvent, LocalEvent,
+    LocalParams, Plan, PlannedRun, RunState,
 };
 use hyperlens_train::TrainSettings;
 
@@ -139,11 +139,11 @@ fn plan(a: PlanArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading the spec {}", a.spec.display()))?;
     let text = String::from_utf8(text)
         .with_context(|| format!("the spec {} is not UTF-8 text", a.spec.display()))?;
-    let spec = SweepSpec::parse(&text, &a.spec.display().to_string())?;
-    let plan = Plan::expand(&Plan::name_for(&a.out), &spec)?;
     let spec_name = a.spec.display();
-    plan.check_runs(
+    let plan = plan_sweep(
         &a.out,
+        &text,
+        &spec_name.to_string(),
         |run, dir| {
             run_settings(run, dir, false)
                 .map(|(s, _)| s)
@@ -155,7 +155,6 @@ fn plan(a: PlanArgs) -> anyhow::Result<()> {
             ))
         },
     )?;
-    plan.write(&a.out, &text)?;
     outln!(
         "planned {} runs in {} jobs -> {}",
         plan.runs.len(),
@@ -221,17 +220,11 @@ fn run_local(a: RunArgs) -> anyhow::Result<()> {
         bail!("--jobs must be at least 1");
     }
     let dir = &a.dir;
-    // `main` sets RAYON_NUM_THREADS when the user did not.
-    let total = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let params = LocalParams {
         jobs: a.jobs,
         retry_failed: a.retry_failed,
         exe: std::env::current_exe().context("finding this binary")?,
-        threads: threads_per_job(total, a.jobs),
+        threads: threads_per_job(available_threads(), a.jobs),
     };
     let mut bar = indicatif::ProgressBar::hidden();
     let mut done = 0u64;

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, Parser as _};
 use hyperlens_model::{Device, Mixer, Task};
-use hyperlens_train::state::RECORD_FILE;
 use hyperlens_train::{
-    read_settings, train, train_group, Combine, Event, GroupFile, GroupRun, ModelSize,
-    ProgressText, RunOptions, TrainSettings, Variation, FAILED_FILE,
+    new_group, read_settings, resume_group, train, train_group, Combine, EndedRun, Event,
+    GroupFile, GroupRun, ModelSize, OutProblem, ProgressText, RunOptions, TrainError,
+    TrainSettings, Variation, FAILED_FILE,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -299,13 +299,9 @@ fn progress_bar(quiet: bool, steps: u64) -> anyhow::Result<ProgressBar> {
 /// Bad flags, an `--out` that is not empty without `--resume` (or not a run with it), an unavailable
 /// device, a diverged run, I/O errors.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    let group = if args.resume {
-        GroupFile::read(&args.out)?
-    } else {
-        None
-    };
-    if group.is_some() || variation(&args).is_group() {
-        return run_group(args, group);
+    let is_group = args.resume && GroupFile::read(&args.out)?.is_some();
+    if is_group || variation(&args).is_group() {
+        return run_group(args, is_group);
     }
     let settings = settings(&args, &args.out)?;
     let options = RunOptions {
@@ -367,83 +363,55 @@ fn on_event(
 /// # Errors
 /// As [`run`]; lists given with `--resume` on a group; an error when any run of the group
 /// diverged (after the others finished).
-fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
+fn run_group(args: TrainArgs, is_group: bool) -> anyhow::Result<()> {
     let out = args.out.clone();
-    let runs: Vec<GroupRun> = match group {
-        Some(file) => {
-            if variation(&args).is_group() {
-                bail!(
-                    "--resume: {} is a group (its runs are listed in {}); resume it without \
-                     --seeds, --splits or lists of --lr / --weight-decay",
-                    out.display(),
-                    hyperlens_train::GROUP_FILE
-                );
-            }
-            let mut runs = Vec::new();
-            for name in &file.runs {
-                // The names were checked when group.json was read; a link could still lead out.
-                let dir = out.join(name);
-                hyperlens_io::real_dir_or_absent(&dir)?;
-                if dir.join(RECORD_FILE).exists() {
-                    let _ = outln!("{name}: complete ({})", dir.join(RECORD_FILE).display());
-                    continue;
-                }
-                if dir.join(FAILED_FILE).exists() {
-                    let _ = outln!(
-                        "{name}: diverged earlier ({}); not resumed (resume it alone with \
-                         --out {} --resume to retry)",
-                        dir.join(FAILED_FILE).display(),
-                        dir.display()
-                    );
-                    continue;
-                }
-                runs.push(GroupRun {
-                    settings: settings(&args, &dir)?,
-                    out: dir,
-                });
-            }
-            if runs.is_empty() {
-                let _ = outln!(
-                    "nothing to resume in {}: every run of the group ended",
-                    out.display()
-                );
-                return Ok(());
-            }
-            runs
+    let runs: Vec<GroupRun> = if is_group {
+        if variation(&args).is_group() {
+            bail!(
+                "--resume: {} is a group (its runs are listed in {}); resume it without \
+                 --seeds, --splits or lists of --lr / --weight-decay",
+                out.display(),
+                hyperlens_train::GROUP_FILE
+            );
         }
-        None => {
-            if args.resume {
-                bail!(
-                    "--resume with lists: {} has no {}; to continue one run, give its directory \
-                     without the lists",
-                    out.display(),
-                    hyperlens_train::GROUP_FILE
-                );
+        let runs = resume_group(&out, |dir| settings(&args, dir), print_ended)?.unwrap_or_default();
+        if runs.is_empty() {
+            let _ = outln!(
+                "nothing to resume in {}: every run of the group ended",
+                out.display()
+            );
+            return Ok(());
+        }
+        runs
+    } else {
+        if args.resume {
+            bail!(
+                "--resume with lists: {} has no {}; to continue one run, give its directory \
+                 without the lists",
+                out.display(),
+                hyperlens_train::GROUP_FILE
+            );
+        }
+        let combine = if args.grid {
+            Combine::Grid
+        } else {
+            Combine::Zip
+        };
+        match new_group(&out, &settings(&args, &out)?, &variation(&args), combine) {
+            Err(TrainError::GroupOut { path, problem }) => {
+                let path = path.display();
+                match problem {
+                    OutProblem::File => bail!("--out {path} is a file, not a directory"),
+                    OutProblem::NotEmpty => bail!(
+                        "--out {path} is not empty: pass --resume to continue the group there, or \
+                         choose another directory"
+                    ),
+                    OutProblem::Unreadable(e) => {
+                        return Err(anyhow::Error::new(e).context(format!("--out {path}")))
+                    }
+                }
             }
-            let base = settings(&args, &out)?;
-            let combine = if args.grid {
-                Combine::Grid
-            } else {
-                Combine::Zip
-            };
-            let members = variation(&args).expand(&base, combine)?;
-            if out.is_file() {
-                bail!("--out {} is a file, not a directory", out.display());
-            }
-            if out.exists()
-                && std::fs::read_dir(&out)
-                    .with_context(|| format!("--out {}", out.display()))?
-                    .next()
-                    .is_some()
-            {
-                bail!(
-                    "--out {} is not empty: pass --resume to continue the group there, or \
-                     choose another directory",
-                    out.display()
-                );
-            }
-            // Everything is checked before the group's directory and group.json are made.
-            GroupFile::create(&out, combine, members)?
+            runs => runs?,
         }
     };
     let options = RunOptions {
@@ -451,6 +419,24 @@ fn run_group(args: TrainArgs, group: Option<GroupFile>) -> anyhow::Result<()> {
         resume: args.resume,
     };
     train_together(&runs, &options, args.quiet, args.stop_after, &out)
+}
+
+/// Prints the line of a run of a resumed group that had already ended.
+fn print_ended(run: &EndedRun) {
+    match run {
+        EndedRun::Complete { name, record } => {
+            let _ = outln!("{name}: complete ({})", record.display());
+        }
+        EndedRun::Diverged { name, failed } => {
+            let dir = failed.parent().unwrap_or(failed);
+            let _ = outln!(
+                "{name}: diverged earlier ({}); not resumed (resume it alone with --out {} \
+                 --resume to retry)",
+                failed.display(),
+                dir.display()
+            );
+        }
+    }
 }
 
 /// Trains `runs` together in one batched model (one run: the ordinary loop), printing each run's

@@ -15,12 +15,11 @@
 //!
 //! The work is `hyperlens_probe::circuits::run` (the inputs' rules, the forward passes on the
 //! sequences, then `hyperlens_analysis::circuits::analyze_circuits`); this module parses the flags,
-//! reports progress, writes the report's tables, draws (`figures.rs`) and writes the
+//! reports progress, writes the report's tables, draws (`hyperlens_report::circuit_figures`) and writes the
 //! `CircuitSummary`. Memory stays bounded on real models: circuits are factored (rank `d_head`),
 //! no `[vocab, vocab]` product is formed, attention patterns are held for one sequence at a time,
 //! and the model is dropped once its head weights are read.
 
-mod figures;
 mod summary;
 
 use std::ops::ControlFlow;
@@ -192,7 +191,7 @@ pub fn run(args: CircuitsArgs) -> anyhow::Result<()> {
     run.report.write_tables(&args.out)?;
     stage.done(&mut progress.timings);
     let stage = Stage::start("figures");
-    figures::draw(&run.report, &figures)?;
+    hyperlens_report::circuit_figures::draw_circuit_figures(&run.report, &figures)?;
     stage.done(&mut progress.timings);
 
     let summary = CircuitSummary::new(

@@ -1,4 +1,4 @@
-//! Figures of `hyperlens circuits`, drawn from a [`CircuitReport`]: OV and full-OV eigenvalues per
+//! Figures of `hyperlens circuits` (and `hl.circuits`' report), drawn from a [`CircuitReport`]: OV and full-OV eigenvalues per
 //! head, Q/K/V composition heatmaps (PNGs, and `composition.svg` with hover values), head scores
 //! on repeated random tokens, and the attention of the top induction head and its previous-token
 //! head on the first sequence.
@@ -11,6 +11,8 @@ use hyperlens_viz::{
     FigureRow, Heatmap, HeatmapExplorer, ValueFormat,
 };
 use ndarray::{s, Array2, Array3};
+
+use crate::error::Result;
 
 /// Above this many heads, figures switch to compact layouts (small eigenvalue panels, composition
 /// heatmaps without values at a fixed size).
@@ -34,12 +36,14 @@ fn eig_pairs(e: &HeadEigenvalues) -> Vec<Vec<(f64, f64)>> {
     out
 }
 
+/// One eigenvalue figure: a panel per head with its copying score in the label (compact panels
+/// above [`MANY_HEADS`] heads).
 fn eigen_figure(
     path: &Path,
     title: &str,
     e: &HeadEigenvalues,
     copying: &Array2<f64>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let (l, h, _) = e.re.dim();
     let pairs = eig_pairs(e);
     let mut grid = EigenvalueGrid::layers_by_heads(title, &pairs, l, h)?;
@@ -68,7 +72,7 @@ fn eigen_figure(
 ///
 /// # Errors
 /// A failed write, naming the file.
-fn composition_explorer(panels: &[(String, Heatmap)], path: &Path) -> anyhow::Result<()> {
+fn composition_explorer(panels: &[(String, Heatmap)], path: &Path) -> Result<()> {
     if panels.is_empty() {
         return Ok(());
     }
@@ -78,11 +82,13 @@ fn composition_explorer(panels: &[(String, Heatmap)], path: &Path) -> anyhow::Re
     Ok(())
 }
 
-/// Draws every figure into `dir` (which must exist).
+/// Draws every figure of `report` into `dir` (which must exist): `eigenvalues.png`,
+/// `eigenvalues_full_ov.png`, `composition_{q,k,v}.png`, `composition.svg`, `head_scores.png` and
+/// `induction_attention.png` (the list of [`hyperlens_analysis::circuits`]' tables).
 ///
 /// # Errors
-/// A failed drawing or write, naming the file.
-pub fn draw(report: &CircuitReport, dir: &Path) -> anyhow::Result<()> {
+/// A failed drawing or write, naming the file; a composition baseline without the percentile.
+pub fn draw_circuit_figures(report: &CircuitReport, dir: &Path) -> Result<()> {
     let (nl, nh) = (report.dims.n_layers, report.dims.n_heads);
     eigen_figure(
         &dir.join("eigenvalues.png"),
@@ -99,7 +105,7 @@ pub fn draw(report: &CircuitReport, dir: &Path) -> anyhow::Result<()> {
     let mut composition: Vec<(String, Heatmap)> = Vec::new();
     for k in CompositionKind::ALL {
         if let Some(sc) = report.composition.get(k) {
-            let title = hyperlens_report::code_explorer::composition_title(
+            let title = crate::code_explorer::composition_title(
                 k.name(),
                 Some(report.baseline.percentile(k, 99.0)?),
             );
