@@ -107,3 +107,22 @@ fn bad_input_is_an_error() {
     nan[[3, 1]] = f64::NAN;
     assert!(tsne_interpolated(nan.view(), &TsneParams::deterministic(0, 50)).is_err());
 }
+
+#[test]
+fn duplicate_codes_embed_to_finite_points() {
+    // every code twice, and a block of 40 equal codes: zero distances, one-box grids
+    let mut x = planted(200, 4, 2);
+    for i in 100..200 {
+        let row = x.row(i - 100).to_owned();
+        x.row_mut(i).assign(&row);
+    }
+    for i in 0..40 {
+        x.row_mut(i).fill(1.0);
+    }
+    let params = TsneParams {
+        max_iter: 300,
+        ..TsneParams::deterministic(0, 200)
+    };
+    let emb = tsne_interpolated(x.view(), &params).unwrap();
+    assert!(emb.iter().all(|v| v.is_finite()));
+}
