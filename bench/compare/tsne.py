@@ -15,7 +15,9 @@ Tools, on the same float64 array in one process, all perplexity 30 and --iter it
   --sklearn-once it runs in the first repeat only.
 
 Data: `wide`, random codes [--n, 270] (SmolLM2's 30 layers x 9 heads) around 12 planted
-centres with overlapping noise, or with --codes FILE.npy any float array [N, D].
+centres with overlapping noise; or with --codes FILE.npy any float array [N, D]; or with
+--codes FILE.npz the `codes` [N, L, H, Q, K] of a `hyperlens probe` file (SRAVEN codes, the files
+`compare.py --parts analyze` writes), flattened to [N, L*H*Q*K]; of a file, the first --n rows.
 
 Trustworthiness (k = 5; scikit-learn's `trustworthiness`, which holds an N x N distance matrix)
 is measured on a fixed seeded subsample of --trust-points points of the data and of each
@@ -102,7 +104,13 @@ def main():
     import openTSNE
     import sklearn
 
-    x = np.load(args.codes).astype(np.float64) if args.codes else wide(args.n, args.d, args.seed)
+    if args.codes is None:
+        x = wide(args.n, args.d, args.seed)
+    elif args.codes.suffix == ".npz":
+        codes = np.load(args.codes)["codes"]
+        x = codes.reshape(codes.shape[0], -1)[:args.n].astype(np.float64)
+    else:
+        x = np.load(args.codes)[:args.n].astype(np.float64)
     x = np.ascontiguousarray(x)
     sub = np.sort(np.random.default_rng(args.seed + 1).choice(len(x), size=min(args.trust_points, len(x)),
                                                               replace=False))
@@ -122,7 +130,8 @@ def main():
             print(f"repeat {r} {tool:9s} {dt:8.2f} s  trustworthiness {trust[tool]:.4f}", flush=True)
 
     med = {t: float(np.median(v)) for t, v in times.items() if v}
-    print(f"\nt-SNE of {x.shape[0]} x {x.shape[1]} codes, perplexity 30, {args.iter} iterations "
+    name = args.codes.name if args.codes else "wide"
+    print(f"\nt-SNE of {x.shape[0]} x {x.shape[1]} codes ({name}), perplexity 30, {args.iter} iterations "
           f"(openTSNE {openTSNE.__version__}, scikit-learn {sklearn.__version__}, n_jobs {args.jobs})")
     print(f"{'tool':10s} {'seconds':>9s} {'tool/hyperlens':>15s} {'trust(k=5)':>11s}")
     for t in tools:
@@ -130,7 +139,7 @@ def main():
             ratio = med[t] / med["hyperlens"] if "hyperlens" in med else float("nan")
             print(f"{t:10s} {med[t]:9.2f} {ratio:15.2f} {trust[t]:11.4f}")
     if args.out:
-        args.out.write_text(json.dumps({"n": int(x.shape[0]), "d": int(x.shape[1]), "iter": args.iter,
+        args.out.write_text(json.dumps({"codes": name, "n": int(x.shape[0]), "d": int(x.shape[1]), "iter": args.iter,
                                         "jobs": args.jobs, "seconds": times, "median": med,
                                         "trustworthiness_k5": trust, "trust_points": int(len(sub)),
                                         "machine": machine()}, indent=2))
