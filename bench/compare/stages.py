@@ -13,7 +13,9 @@ package `hyperlens.analysis`, which calls the same library functions as `hyperle
 - silhouettes: the silhouette of the rules and of the k-means clusters on one seeded subsample of
   --silhouette-points codes (the same indices and labels for both tools);
 - tsne: a 2-D t-SNE of --tsne-points codes, perplexity 30, --tsne-iter iterations:
-  hyperlens's exact t-SNE (theta 0) vs scikit-learn's Barnes-Hut (its default method).
+  hyperlens's deterministic t-SNE (theta 0: exact up to 2,000 codes, FFT-interpolated above) vs
+  scikit-learn's Barnes-Hut (its default method). t-SNE of many codes against openTSNE too:
+  bench/compare/tsne.py.
 
 Data sets (each with N ID codes for training the probe and N OOD codes for the rest):
 - `wide`: random codes [N, 270] (SmolLM2's 30 layers x 9 heads) with 8 planted rules;

@@ -100,10 +100,11 @@ def scatter(
         color: ``"rule"`` or ``"target"`` (the answer value) for SRAVEN codes; ``"term"`` for logic.
         problems: the problem set(s) the codes were read from (same names), drawn on click.
         projection: ``"pca"`` or ``"tsne"``.
-        method: the same as ``projection``; given, it wins. t-SNE is the analysis crate's exact
-            t-SNE, ``hl.analysis.tsne(codes.features(layer), perplexity=min(30, (N - 1) // 3),
+        method: the same as ``projection``; given, it wins. t-SNE is the analysis crate's
+            deterministic t-SNE, ``hl.analysis.tsne(codes.features(layer), perplexity=min(30, (N - 1) // 3),
             theta=0, seed=seed)``, run per set and layer on the float64 ``[N, H * Q * K]``
-            features (deterministic; about N^2 work per iteration, so seconds for 2,048 codes).
+            features (the same embedding on every run: exact up to 2,000 codes, about N^2 work per
+            iteration, FFT-interpolated above, about 23 s for 50,000 codes).
         title: the title (by default ``latent codes (query Q3, keys P6s3 and P7s3)`` for the
             codes' site, ``latent codes`` for logic codes).
         seed: the t-SNE seed.
