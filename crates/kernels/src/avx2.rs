@@ -3,11 +3,13 @@
 //! in its order (each product and sum rounded on its own: no FMA), so every one gives the portable
 //! bits. The portable loops compiled for AVX2 kept their slice bounds and loop state in memory, or
 //! left LLVM shuffling lanes (`CHANGELOG.md`, performance history): where that cost, the kernel
-//! is written with the intrinsics.
+//! is written with the intrinsics. The product with a packed matrix ([`matmul_packed`]) asks for
+//! the fused multiply-add, as its portable code does ([`crate::packed`]).
 //!
 //! Every function here needs a CPU with AVX2 and FMA: call it through [`crate::Isa`], or from code
 //! compiled with those features after such an `Isa` chose it.
 
+use crate::packed::{PackedMatrix, DEPTH, PANEL};
 use crate::portable::{self, PaddedTail, TSNE_LANES};
 use crate::{AttentionScratch, AttentionShape, CodesNorm, HylaShape, LANES};
 
@@ -495,4 +497,109 @@ pub fn attention_codes(
     w: &mut AttentionScratch,
 ) {
     crate::attention::codes::<true>(shape, norm, visible, q0, qkv, bias, w);
+}
+
+/// Rows of `x` per tile of the AVX2 [`matmul_packed`] (4 rows of 3 registers, half a panel: 12
+/// accumulators of the 16 registers).
+const AVX2_TILE_ROWS: usize = 4;
+
+/// [`crate::packed::matmul_packed`] with AVX2 and FMA, written with the intrinsics: tiles of up
+/// to 4 rows by half a panel (24 columns, three registers) by one block of [`DEPTH`] inner
+/// indices, each output the portable code's chains of fused multiply-adds and sums of blocks in
+/// the same order, so its bits.
+///
+/// # Panics
+/// As [`crate::packed::matmul_packed`].
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn matmul_packed(x: &[f32], w: &PackedMatrix, outs: &mut [&mut [f32]]) {
+    let m = w.check(x, outs);
+    let k = w.k();
+    for (out, &(n, first)) in outs.iter_mut().zip(w.layout()) {
+        for p in 0..n.div_ceil(PANEL) {
+            let panel = w.panel(first + p);
+            for half in 0..2 {
+                let c0 = p * PANEL + half * (PANEL / 2);
+                if c0 >= n {
+                    break;
+                }
+                let cols = (PANEL / 2).min(n - c0);
+                let mut r0 = 0;
+                while r0 < m {
+                    let rows = AVX2_TILE_ROWS.min(m - r0);
+                    let xs = &x[r0 * k..(r0 + rows) * k];
+                    for q0 in (0..k).step_by(DEPTH) {
+                        let q = q0..k.min(q0 + DEPTH);
+                        let tile = match rows {
+                            4 => packed_tile::<4>(xs, k, q, panel, half),
+                            3 => packed_tile::<3>(xs, k, q, panel, half),
+                            2 => packed_tile::<2>(xs, k, q, panel, half),
+                            _ => packed_tile::<1>(xs, k, q, panel, half),
+                        };
+                        for (r, t) in tile.chunks_exact(PANEL / 2).take(rows).enumerate() {
+                            let o = &mut out[(r0 + r) * n + c0..][..cols];
+                            if q0 == 0 {
+                                o.copy_from_slice(&t[..cols]);
+                            } else {
+                                for (o, t) in o.iter_mut().zip(t) {
+                                    *o += *t;
+                                }
+                            }
+                        }
+                    }
+                    r0 += rows;
+                }
+            }
+        }
+    }
+}
+
+/// One tile of the AVX2 [`matmul_packed`]: `R` rows of `x` (`x [R, k]`) by half `half` of one
+/// panel (`panel [k, PANEL]`) over the inner indices `q`, returned as
+/// `[AVX2_TILE_ROWS, PANEL / 2]` (rows past `R` zero).
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)]
+fn packed_tile<const R: usize>(
+    x: &[f32],
+    k: usize,
+    q: std::ops::Range<usize>,
+    panel: &[f32],
+    half: usize,
+) -> [f32; AVX2_TILE_ROWS * PANEL / 2] {
+    use std::arch::x86_64::{
+        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps,
+    };
+    assert!(x.len() == R * k && panel.len() == k * PANEL && half < 2 && R <= AVX2_TILE_ROWS);
+    assert!(q.end <= k);
+    let (xp, wp) = (x.as_ptr(), panel.as_ptr());
+    let mut acc: [[__m256; 3]; R] = [[_mm256_setzero_ps(); 3]; R];
+    for q in q {
+        // SAFETY: `q < k`, `half < 2` (asserted): the three loads read `panel[q * PANEL + half * 24..][..24]`
+        // and the broadcasts `x[r * k + q]`, `r < R`, inside the slices (asserted above).
+        unsafe {
+            let w = wp.add(q * PANEL + half * (PANEL / 2));
+            let (w0, w1, w2) = (
+                _mm256_loadu_ps(w),
+                _mm256_loadu_ps(w.add(8)),
+                _mm256_loadu_ps(w.add(16)),
+            );
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let a = _mm256_set1_ps(*xp.add(r * k + q));
+                acc[0] = _mm256_fmadd_ps(a, w0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(a, w1, acc[1]);
+                acc[2] = _mm256_fmadd_ps(a, w2, acc[2]);
+            }
+        }
+    }
+    let mut tile = [0f32; AVX2_TILE_ROWS * PANEL / 2];
+    for (row, acc) in tile.chunks_exact_mut(PANEL / 2).zip(&acc) {
+        for (v, acc) in acc.iter().enumerate() {
+            // SAFETY: `row` holds 24 floats: lanes `v * 8 .. v * 8 + 8`, `v < 3`.
+            unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(v * 8), *acc) };
+        }
+    }
+    tile
 }

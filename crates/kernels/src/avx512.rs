@@ -1,8 +1,10 @@
 //! The kernels with AVX-512F (x86-64): the analyses' distances and t-SNE gradient, in the
-//! [`portable`] code's operation order (no FMA), so with its bits.
+//! [`portable`] code's operation order (no FMA), so with its bits; the product with a packed
+//! matrix ([`matmul_packed`]), the fused multiply-adds of [`crate::packed`] in its order.
 //!
 //! Every function here needs a CPU with AVX-512F: call it through [`crate::Isa`].
 
+use crate::packed::{PackedMatrix, DEPTH, PANEL, TILE_ROWS};
 use crate::portable::{self, PaddedTail, TSNE_LANES};
 
 /// [`portable::squared_distances`] compiled with AVX-512F.
@@ -66,4 +68,117 @@ pub fn tsne_gradient_row(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64])
         unsafe { _mm512_storeu_pd(out.as_mut_ptr(), *v) };
     }
     portable::row_sums(&lanes, n)
+}
+
+/// [`crate::packed::matmul_packed`] with AVX-512F, written with its intrinsics: tiles of up to
+/// [`TILE_ROWS`] rows by one panel ([`PANEL`] = three registers of 16 columns) by one block of
+/// [`DEPTH`] inner indices, each output the portable code's chains of fused multiply-adds and sums
+/// of blocks in the same order, so its bits.
+///
+/// # Panics
+/// As [`crate::packed::matmul_packed`].
+///
+/// # Safety
+/// The CPU must have AVX-512F ([`crate::Isa::avx512`]).
+#[target_feature(enable = "avx512f")]
+pub fn matmul_packed(x: &[f32], w: &PackedMatrix, outs: &mut [&mut [f32]]) {
+    let m = w.check(x, outs);
+    let k = w.k();
+    for (out, &(n, first)) in outs.iter_mut().zip(w.layout()) {
+        for p in 0..n.div_ceil(PANEL) {
+            let panel = w.panel(first + p);
+            let (c0, cols) = (p * PANEL, PANEL.min(n - p * PANEL));
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = TILE_ROWS.min(m - r0);
+                let xs = &x[r0 * k..(r0 + rows) * k];
+                let o = &mut out[r0 * n + c0..(r0 + rows - 1) * n + c0 + cols];
+                for q0 in (0..k).step_by(DEPTH) {
+                    let t = Tile {
+                        k,
+                        q: q0..k.min(q0 + DEPTH),
+                        n,
+                        cols,
+                    };
+                    match rows {
+                        8 => packed_tile::<8>(xs, panel, o, t),
+                        7 => packed_tile::<7>(xs, panel, o, t),
+                        6 => packed_tile::<6>(xs, panel, o, t),
+                        5 => packed_tile::<5>(xs, panel, o, t),
+                        4 => packed_tile::<4>(xs, panel, o, t),
+                        3 => packed_tile::<3>(xs, panel, o, t),
+                        2 => packed_tile::<2>(xs, panel, o, t),
+                        _ => packed_tile::<1>(xs, panel, o, t),
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+}
+
+/// The sizes of one tile of [`matmul_packed`]: the inner width `k`, the block `q` of inner indices,
+/// the output's row stride `n` and the panel's columns `cols` written.
+#[derive(Debug, Clone)]
+struct Tile {
+    k: usize,
+    q: std::ops::Range<usize>,
+    n: usize,
+    cols: usize,
+}
+
+/// One tile of [`matmul_packed`]: `R` rows of `x` (`x [R, k]`) by one panel (`panel [k, PANEL]`)
+/// over the block `t.q`, the first `t.cols` columns stored to `out` (row `r` at `r * t.n`) for
+/// the first block and added to it for the others.
+#[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)]
+fn packed_tile<const R: usize>(x: &[f32], panel: &[f32], out: &mut [f32], t: Tile) {
+    use std::arch::x86_64::{
+        __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+        _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    };
+    let Tile { k, q, n, cols } = t;
+    assert!(x.len() == R * k && panel.len() == k * PANEL && cols <= PANEL && cols > 0);
+    assert!(out.len() == (R - 1) * n + cols && q.end <= k);
+    let first = q.start == 0;
+    let (xp, wp) = (x.as_ptr(), panel.as_ptr());
+    let mut acc: [[__m512; 3]; R] = [[_mm512_setzero_ps(); 3]; R];
+    for q in q {
+        // SAFETY: `q < k` (asserted): the three loads read `panel[q * PANEL..(q + 1) * PANEL]` and the
+        // broadcasts `x[r * k + q]`, `r < R`, inside the slices (asserted above).
+        unsafe {
+            let w = wp.add(q * PANEL);
+            let (w0, w1, w2) = (
+                _mm512_loadu_ps(w),
+                _mm512_loadu_ps(w.add(16)),
+                _mm512_loadu_ps(w.add(32)),
+            );
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let a = _mm512_set1_ps(*xp.add(r * k + q));
+                acc[0] = _mm512_fmadd_ps(a, w0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(a, w1, acc[1]);
+                acc[2] = _mm512_fmadd_ps(a, w2, acc[2]);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        let row = &mut out[r * n..][..cols];
+        for (v, acc) in acc.iter().enumerate() {
+            let lanes = cols.saturating_sub(v * 16).min(16);
+            if lanes > 0 {
+                let mask = (((1u32 << lanes) - 1) & 0xffff) as u16;
+                let p = row.as_mut_ptr().wrapping_add(v * 16);
+                // SAFETY: lanes `v * 16 .. v * 16 + lanes` of `row` (length `cols`) are read and
+                // written, the masked-off ones neither.
+                unsafe {
+                    let sum = if first {
+                        *acc
+                    } else {
+                        _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), *acc)
+                    };
+                    _mm512_mask_storeu_ps(p, mask, sum)
+                };
+            }
+        }
+    }
 }

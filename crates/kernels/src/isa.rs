@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 use crate::{avx2, avx512};
-use crate::{portable, AttentionScratch, AttentionShape, CodesNorm, HylaShape};
+use crate::{packed, portable, AttentionScratch, AttentionShape, CodesNorm, HylaShape};
 
 /// The widest instruction set the kernels may use on this CPU.
 ///
@@ -110,6 +110,30 @@ impl Isa {
             return unsafe { avx2::layer_norm(x, wb, eps, y) };
         }
         portable::layer_norm(x, wb, eps, y)
+    }
+
+    /// [`packed::matmul_packed`] (`outs[i] = x W_i^T` with a [`packed::PackedMatrix`]) with this
+    /// instruction set.
+    ///
+    /// # Shapes
+    /// `x [m, k]`; `outs[i] [m, n_i]`.
+    ///
+    /// # Panics
+    /// When the sizes do not match.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn matmul_packed(self, x: &[f32], w: &packed::PackedMatrix, outs: &mut [&mut [f32]]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512() {
+            // SAFETY: `avx512()` holds only for a level detected on a CPU with AVX-512F.
+            return unsafe { avx512::matmul_packed(x, w, outs) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::matmul_packed(x, w, outs) };
+        }
+        packed::matmul_packed(x, w, outs)
     }
 
     /// [`portable::silu_mul`] with this instruction set.

@@ -16,10 +16,14 @@
 //!   again with those features or written with the intrinsics, in the portable code's operation
 //!   order.
 //! - [`avx512`] (x86-64): the distances and the t-SNE gradient with AVX-512F.
+//! - [`packed`]: products `x W^T` with a constant matrix packed once into column panels
+//!   ([`PackedMatrix`], the language models' projections), one chain of fused multiply-adds per
+//!   output, with an AVX2 and an AVX-512 copy ([`Isa::matmul_packed`]).
 //!
 //! **Every copy gives the portable code's bits.** The copies do the same float operations in the
 //! same order; FMA is only enabled, never asked for (Rust does not fuse a product and a sum on its
-//! own), so the choice of instruction set never changes a result. Tests hold each copy to the
+//! own), except in [`packed`], whose portable code asks for it (`f32::mul_add`) as its copies do,
+//! so the choice of instruction set never changes a result. Tests hold each copy to the
 //! portable one bit for bit (here, and the whole evaluation pass in `hyperlens-model`).
 //!
 //! Who calls what: `hyperlens-model`'s training operations (`ops/fast/`: the GELU, the LayerNorm and
@@ -34,6 +38,7 @@
 
 mod attention;
 mod isa;
+pub mod packed;
 pub mod portable;
 
 #[cfg(target_arch = "x86_64")]
@@ -46,6 +51,7 @@ mod tests;
 
 pub use attention::{AttentionScratch, CodesNorm};
 pub use isa::Isa;
+pub use packed::PackedMatrix;
 
 /// Lanes of the float32 kernels: one AVX2 register of eight floats. The attention's keys are
 /// padded to a multiple of this ([`padded`]), so that every loop over keys runs in whole vectors.

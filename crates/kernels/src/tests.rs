@@ -277,3 +277,84 @@ fn rope_half_rotates_each_pair_by_its_angle_on_every_instruction_set() {
         assert_eq!(bits(&got), bits(&want), "{isa}");
     }
 }
+
+/// A deterministic pseudo-random float in [-1, 1) from an index (no dependency).
+fn noise(i: usize, seed: u32) -> f32 {
+    let h = (i as u32 ^ seed)
+        .wrapping_mul(0x9E37_79B9)
+        .rotate_left(13)
+        .wrapping_mul(0x85EB_CA6B);
+    (h >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+}
+
+#[test]
+fn the_packed_product_is_the_ordered_fused_sum_on_every_instruction_set() {
+    use crate::packed::{self as pk, PackedMatrix, DEPTH, PANEL, TILE_ROWS};
+    // rows past a tile, parts past a panel (one shorter than a half panel), an inner width of
+    // two blocks and an odd tail
+    let (m, k) = (2 * TILE_ROWS + 5, 2 * DEPTH + 37);
+    let ns = [PANEL + 7, 13, 2 * PANEL];
+    let x: Vec<f32> = (0..m * k).map(|i| noise(i, 1)).collect();
+    let ws: Vec<Vec<f32>> = ns
+        .iter()
+        .enumerate()
+        .map(|(p, &n)| (0..n * k).map(|i| noise(i, 7 + p as u32)).collect())
+        .collect();
+    let parts: Vec<&[f32]> = ws.iter().map(|w| w.as_slice()).collect();
+    let packed = PackedMatrix::new(k, &parts).unwrap();
+    assert_eq!(packed.parts(), 3);
+    for (i, w) in ws.iter().enumerate() {
+        assert_eq!(packed.rows(i), ns[i]);
+        assert_eq!(&packed.unpack(i), w, "unpack inverts pack");
+    }
+    // the plain formula: per block of DEPTH, s_b = fma(x[i, q1-1], w[j, q1-1], ... fma(x[i, q0],
+    // w[j, q0], 0)); y[i, j] = s_0 + s_1 + ... in order
+    let want: Vec<Vec<f32>> = ws
+        .iter()
+        .zip(ns)
+        .map(|(w, n)| {
+            let mut y = vec![0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let mut y_ij = 0f32;
+                    for q0 in (0..k).step_by(DEPTH) {
+                        let mut s = 0f32;
+                        for q in q0..k.min(q0 + DEPTH) {
+                            s = x[i * k + q].mul_add(w[j * k + q], s);
+                        }
+                        y_ij = if q0 == 0 { s } else { y_ij + s };
+                    }
+                    y[i * n + j] = y_ij;
+                }
+            }
+            y
+        })
+        .collect();
+    // and within float32 rounding of the sum in float64
+    for (w, (y, n)) in ws.iter().zip(want.iter().zip(ns)) {
+        for i in 0..m {
+            for j in 0..n {
+                let terms = (0..k).map(|q| f64::from(x[i * k + q]) * f64::from(w[j * k + q]));
+                let (s, abs): (f64, f64) = (terms.clone().sum(), terms.map(f64::abs).sum());
+                assert!((f64::from(y[i * n + j]) - s).abs() <= 1e-6 * abs);
+            }
+        }
+    }
+    let mut got: Vec<Vec<f32>> = ns.iter().map(|n| vec![f32::NAN; m * n]).collect();
+    let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|g| g.as_mut_slice()).collect();
+    pk::matmul_packed(&x, &packed, &mut outs);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(bits(g), bits(w), "portable");
+    }
+    for isa in Isa::supported() {
+        let mut got: Vec<Vec<f32>> = ns.iter().map(|n| vec![f32::NAN; m * n]).collect();
+        let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|g| g.as_mut_slice()).collect();
+        isa.matmul_packed(&x, &packed, &mut outs);
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(bits(g), bits(w), "{isa}");
+        }
+    }
+    assert!(PackedMatrix::new(0, &parts).is_err());
+    assert!(PackedMatrix::new(k, &[]).is_err());
+    assert!(PackedMatrix::new(k, &[&x[..k + 1]]).is_err());
+}

@@ -15,6 +15,7 @@ use super::hf::{read_weights, HfConfig};
 use super::layers::{
     causal_softmax, grouped_product, linear, no_logits, norm, readout_input, rotary, swiglu, Norm,
 };
+use super::projection::Projection;
 use super::store::TensorStore;
 use super::weights::{
     fold_final_norm, to_array1, to_array2, HeadCollector, HeadWeights, TorchAttn,
@@ -97,18 +98,20 @@ impl LlamaConfig {
     }
 }
 
-/// One decoder layer; matrices in PyTorch layout [out, in] (`y = x W^T`).
+/// One decoder layer; matrices in PyTorch layout [out, in] (`y = x W^T`), those that read the
+/// same input in one [`Projection`] (Q, K and V; the gate and the up projection).
 #[derive(Debug, Clone)]
 struct LlamaLayer {
     attn_norm: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    w_o: Tensor,
+    /// `W_Q [H d, D]`, `W_K`, `W_V` `[H_kv d, D]`.
+    qkv: Projection,
+    /// `W_O [D, H d]`.
+    o: Projection,
     mlp_norm: Tensor,
-    w_gate: Tensor,
-    w_up: Tensor,
-    w_down: Tensor,
+    /// `W_gate`, `W_up` `[d_mlp, D]`.
+    gate_up: Projection,
+    /// `W_down [D, d_mlp]`.
+    down: Projection,
 }
 
 /// A Llama-family language model on candle (float32, inference only).
@@ -373,16 +376,17 @@ impl Llama {
                 w_q = unpermute_qk_rows(&w_q, c.n_heads)?;
                 w_k = unpermute_qk_rows(&w_k, c.n_kv_heads)?;
             }
+            let w_v = store.take(&n(W::V), &[kvd, dm], device)?;
             layers.push(LlamaLayer {
                 attn_norm: store.take(&n(W::AttnNorm), &[dm], device)?,
-                w_q,
-                w_k,
-                w_v: store.take(&n(W::V), &[kvd, dm], device)?,
-                w_o: store.take(&n(W::O), &[dm, qd], device)?,
+                qkv: Projection::new(vec![w_q, w_k, w_v])?,
+                o: Projection::new(vec![store.take(&n(W::O), &[dm, qd], device)?])?,
                 mlp_norm: store.take(&n(W::MlpNorm), &[dm], device)?,
-                w_gate: store.take(&n(W::Gate), &[c.d_mlp, dm], device)?,
-                w_up: store.take(&n(W::Up), &[c.d_mlp, dm], device)?,
-                w_down: store.take(&n(W::Down), &[dm, c.d_mlp], device)?,
+                gate_up: Projection::new(vec![
+                    store.take(&n(W::Gate), &[c.d_mlp, dm], device)?,
+                    store.take(&n(W::Up), &[c.d_mlp, dm], device)?,
+                ])?,
+                down: Projection::new(vec![store.take(&n(W::Down), &[dm, c.d_mlp], device)?])?,
             });
         }
         let norm = store.take(&names.norm, &[dm], device)?;
@@ -523,14 +527,11 @@ impl Llama {
         for l in &self.layers {
             layers.push(LlamaLayer {
                 attn_norm: f(&l.attn_norm)?,
-                w_q: f(&l.w_q)?,
-                w_k: f(&l.w_k)?,
-                w_v: f(&l.w_v)?,
-                w_o: f(&l.w_o)?,
+                qkv: l.qkv.map(f)?,
+                o: l.o.map(f)?,
                 mlp_norm: f(&l.mlp_norm)?,
-                w_gate: f(&l.w_gate)?,
-                w_up: f(&l.w_up)?,
-                w_down: f(&l.w_down)?,
+                gate_up: l.gate_up.map(f)?,
+                down: l.down.map(f)?,
             });
         }
         let norm = f(&self.norm)?;
@@ -585,14 +586,17 @@ impl Llama {
             h = hooks.at_block(l, "hook_resid_pre", h)?;
             let ln1 = Norm::Rms(&layer.attn_norm);
             let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
-            // Views [B, H, T, d] of the projections (no copy: the rotary embedding reads them
-            // through their strides, `super::layers::rotary`).
-            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(linear(&x, w)?.reshape((b, t, n, d))?.transpose(1, 2)?)
+            // Views [B, H, T, d] of the projections, one product for the three (no copy: the
+            // rotary embedding reads them through their strides, `super::layers::rotary`).
+            let [q, k, v]: [Tensor; 3] = layer.qkv.forward(&x)?.try_into().map_err(|_| {
+                ModelError::Input("llama: the Q/K/V projection gave other than 3 outputs".into())
+            })?;
+            let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+                Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?)
             };
-            let q = hooks.at_block_heads(l, "attn.hook_q", heads(&layer.w_q, h_)?)?;
-            let k = hooks.at_block_heads(l, "attn.hook_k", heads(&layer.w_k, hkv)?)?;
-            let v = hooks.at_block_heads(l, "attn.hook_v", heads(&layer.w_v, hkv)?)?;
+            let q = hooks.at_block_heads(l, "attn.hook_q", heads(q, h_)?)?;
+            let k = hooks.at_block_heads(l, "attn.hook_k", heads(k, hkv)?)?;
+            let v = hooks.at_block_heads(l, "attn.hook_v", heads(v, hkv)?)?;
             let v = v.contiguous()?;
             let q = hooks.at_block_heads(l, "attn.hook_rot_q", rotary(&q, &cos, &sin)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_rot_k", rotary(&k, &cos, &sin)?)?;
@@ -609,15 +613,18 @@ impl Llama {
                 patterns.push(a);
             }
             let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
-            let attn_out = hooks.at_block(l, "hook_attn_out", linear(&o, &layer.w_o)?)?;
+            let attn_out = hooks.at_block(l, "hook_attn_out", layer.o.forward1(&o)?)?;
             h = hooks.at_block(l, "hook_resid_mid", (h + attn_out)?)?;
             let ln2 = Norm::Rms(&layer.mlp_norm);
             let x = norm(&h, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
-            let pre = hooks.at_block(l, "mlp.hook_pre", linear(&x, &layer.w_gate)?)?;
-            let lin = hooks.at_block(l, "mlp.hook_pre_linear", linear(&x, &layer.w_up)?)?;
+            let [pre, lin]: [Tensor; 2] = layer.gate_up.forward(&x)?.try_into().map_err(|_| {
+                ModelError::Input("llama: the gate/up projection gave other than 2 outputs".into())
+            })?;
+            let pre = hooks.at_block(l, "mlp.hook_pre", pre)?;
+            let lin = hooks.at_block(l, "mlp.hook_pre_linear", lin)?;
             let post = swiglu(&pre, &lin)?;
             let post = hooks.at_block(l, "mlp.hook_post", post)?;
-            let out = hooks.at_block(l, "hook_mlp_out", linear(&post, &layer.w_down)?)?;
+            let out = hooks.at_block(l, "hook_mlp_out", layer.down.forward1(&post)?)?;
             h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
         }
         let logits = match readout_input(h, ran, c.n_layers, hooks)? {
@@ -649,11 +656,20 @@ impl Llama {
         let c = &self.config;
         let mut col = HeadCollector::new(c.n_heads, c.d_head, c.d_model);
         for layer in &self.layers {
+            let qkv = layer.qkv.weights()?;
+            let w_o = layer.o.weights()?;
+            let (Some(w_q), Some(w_k), Some(w_v), Some(w_o)) =
+                (qkv.first(), qkv.get(1), qkv.get(2), w_o.first())
+            else {
+                return Err(ModelError::Input(
+                    "llama: a layer without its Q/K/V/O".into(),
+                ));
+            };
             let (q, k, v, o) = (
-                to_array2(&layer.w_q)?,
-                to_array2(&layer.w_k)?,
-                to_array2(&layer.w_v)?,
-                to_array2(&layer.w_o)?,
+                to_array2(w_q)?,
+                to_array2(w_k)?,
+                to_array2(w_v)?,
+                to_array2(w_o)?,
             );
             let gain = layer.attn_norm.to_vec1::<f32>()?;
             col.push(

@@ -26,6 +26,7 @@ mod hf;
 mod layers;
 mod lens;
 mod llama;
+mod projection;
 mod store;
 mod token;
 mod tokenizer;

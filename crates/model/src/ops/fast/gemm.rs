@@ -1,13 +1,17 @@
 //! `x W^T` for a PyTorch-layout matrix on the CPU in float32, its rows split evenly over the
 //! threads (rayon), and batched products, the batch split over the threads; each part one
-//! single-threaded call of the `gemm` crate (candle's own products hand gemm its threads instead).
-//! Inference only (no gradient).
+//! single-threaded call of the `gemm` crate (candle's own products hand gemm its threads instead);
+//! and products with a matrix packed once ([`hyperlens_kernels::PackedMatrix`], the language
+//! models' constant projections), their rows split over the threads, each part one call of
+//! [`Isa::matmul_packed`]. Inference only (no gradient).
 
 // The workspace denies `unsafe`; `gemm::gemm` takes raw pointers and strides.
 #![allow(unsafe_code)]
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use gemm::{gemm, Parallelism};
+use hyperlens_kernels::packed::TILE_ROWS;
+use hyperlens_kernels::{Isa, PackedMatrix};
 use rayon::prelude::*;
 
 use super::cpu::with_tensor;
@@ -81,6 +85,59 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
         *last = n;
     }
     Ok(Some(Tensor::from_vec(y, out, x.device())?))
+}
+
+/// `x W_i^T` for every matrix of the packed `w` over the last axis of `x`, the rows of `x` split
+/// evenly over the threads (rayon; whole tiles of [`TILE_ROWS`] rows), each part one call of
+/// [`Isa::matmul_packed`] (no packing per call, no copy of the weights per thread).
+///
+/// # Shapes
+/// `x [..., K]` float32 on the CPU, `w` of inner width `K` -> one `[..., n_i]` per matrix of `w`
+/// (contiguous, on `device`).
+///
+/// # Errors
+/// Candle errors; [`crate::ModelError::Input`] when `x` is not float32 on the CPU or its last
+/// axis is not `K`.
+pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Result<Vec<Tensor>> {
+    let k = w.k();
+    let dims = x.dims();
+    if !cpu_f32(x) || dims.last() != Some(&k) {
+        return Err(crate::ModelError::Input(format!(
+            "packed product: input {:?} {:?}, expected float32 on the CPU with last axis {k}",
+            dims,
+            x.dtype()
+        )));
+    }
+    let m = x.elem_count() / k;
+    let threads = rayon::current_num_threads().max(1);
+    let per = m.div_ceil(threads).div_ceil(TILE_ROWS).max(1) * TILE_ROWS;
+    let ns: Vec<usize> = (0..w.parts()).map(|i| w.rows(i)).collect();
+    let isa = Isa::detected();
+    let ys = with_tensor(x, |x| {
+        let mut ys: Vec<Vec<f32>> = ns.iter().map(|n| vec![0f32; m * n]).collect();
+        // Per task: its rows of `x` and of every output.
+        let mut tasks: Vec<(&[f32], Vec<&mut [f32]>)> =
+            x.chunks(per * k).map(|x| (x, Vec::new())).collect();
+        for (y, n) in ys.iter_mut().zip(&ns) {
+            for (task, y) in tasks.iter_mut().zip(y.chunks_mut(per * n)) {
+                task.1.push(y);
+            }
+        }
+        tasks
+            .into_par_iter()
+            .for_each(|(x, mut outs)| isa.matmul_packed(x, w, &mut outs));
+        ys
+    })?;
+    let mut shape = dims.to_vec();
+    ys.into_iter()
+        .zip(ns)
+        .map(|(y, n)| {
+            if let Some(last) = shape.last_mut() {
+                *last = n;
+            }
+            Ok(Tensor::from_vec(y, shape.as_slice(), device)?)
+        })
+        .collect()
 }
 
 /// Batched products `y[i] = a[i] x[i]`, the batch split over the threads (rayon), each product one
