@@ -237,18 +237,18 @@ def train(
     if group_runs is not None:
         if is_group:
             raise InputError(f"train: {out} is a group; resume it without seeds, splits or lists")
-        runs = [(d, edit(json.loads(s))) for d, s in group_runs]
+        runs = [(d, edit(s)) for d, s in group_runs]
         if not runs:
             return []
     elif is_group:
         if resume:
             raise InputError(f"train: resume with lists: {out} has no group.json")
-        base = edit(json.loads(_core.train.default_settings(task or "sraven")))
+        base = edit(_core.train.default_settings(task or "sraven"))
         runs = list(_core.train.plan_group(
             os.fspath(out), base, [as_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds or [])], [str(s) for s in splits or []], lrs, wds, bool(grid)
         ))
     else:
-        base = json.loads(_core.train.run_settings(os.fspath(out)) if resume else _core.train.default_settings(task or "sraven"))
+        base = _core.train.run_settings(os.fspath(out)) if resume else _core.train.default_settings(task or "sraven")
         runs = [(os.fspath(out), edit(base))]
     for _, s in runs[:1]:
         warnings = _core.train.check_settings(s)
@@ -264,7 +264,7 @@ def train(
             bar.close()
     out_list = []
     for (d, _), (outcome, error, summary) in zip(runs, results):
-        o = json.loads(outcome) if outcome is not None else {}
+        o = outcome if outcome is not None else {}
         out_list.append(
             TrainResult(
                 out=Path(d), step=int(o.get("step", 0)), completed=bool(o.get("completed", False)),

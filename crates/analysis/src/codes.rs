@@ -21,6 +21,11 @@
 pub mod report;
 mod tables;
 
+pub use tables::{
+    CodeDims, LatentSummary, LatentTimings, LayerSummary, LayerTimings, PcaSummary,
+    SimilaritySummary, SourceSummary,
+};
+
 use std::fs::File;
 use std::path::Path;
 

@@ -755,7 +755,7 @@ fn analyze_pair_end_to_end_and_tables() {
         summary.get("elapsed_s").is_none(),
         "timings stay out of the tables"
     );
-    assert_eq!(report.timings()["layers"].as_array().unwrap().len(), 4);
+    assert_eq!(report.timings().layers.len(), 4);
     let mut npz = NpzReader::new(File::open(out.join("pca.npz")).unwrap()).unwrap();
     let p2: Array2<f64> = npz.by_name("layer2").unwrap();
     assert_eq!(p2, report.layers[2].projection);

@@ -1,6 +1,8 @@
 //! `hyperlens.train`: training runs through `hyperlens_train` (one run, or a group trained together
-//! in one batched model), as `hyperlens train` runs them. Settings travel as the JSON of
-//! [`TrainSettings`] (the run files' form); the Python side applies the keyword arguments to it.
+//! in one batched model), as `hyperlens train` runs them. Settings come to Python as dicts of
+//! [`TrainSettings`]' fields (the run files' form, converted from the Rust record); the Python side
+//! applies the keyword arguments to them and hands them back as their JSON, which Rust parses and
+//! checks. Outcomes come back as dicts too.
 //! A Python callback receives every event (with the CLI's printed line, if any) and may stop the
 //! run; Ctrl-C stops it at the end of the current update with a checkpoint, so that
 //! `resume=True` continues it exactly.
@@ -18,30 +20,31 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{detached, raise, to_py, Kind};
+use crate::records;
 
 /// A [`TrainSettings`] from its JSON, checked ([`TrainSettings::from_json`]).
 fn parse_settings(json: &str) -> PyResult<TrainSettings> {
     TrainSettings::from_json(json).map_err(to_py)
 }
 
-/// The JSON of settings.
+/// The JSON of settings (the form [`parse_settings`] reads back).
 fn settings_json(s: &TrainSettings) -> PyResult<String> {
     serde_json::to_string(s).map_err(|e| raise(Kind::Other, format!("training settings: {e}")))
 }
 
-/// The default settings of `task` (`sraven`, `logic`, `induction`) as JSON: the paper's recipe,
-/// what `hyperlens train --task TASK` starts from.
+/// The default settings of `task` (`sraven`, `logic`, `induction`) as a dict (the fields of
+/// [`TrainSettings`]): the paper's recipe, what `hyperlens train --task TASK` starts from.
 #[pyfunction]
-fn default_settings(task: &str) -> PyResult<String> {
+fn default_settings<'py>(py: Python<'py>, task: &str) -> PyResult<Bound<'py, PyAny>> {
     let task = Task::from_str(task).map_err(to_py)?;
-    settings_json(&TrainSettings::for_task(task))
+    records::record(py, &TrainSettings::for_task(task))
 }
 
-/// The settings of the run in `dir` (its `train_state.json`) as JSON, for `resume`.
+/// The settings of the run in `dir` (its `train_state.json`) as a dict, for `resume`.
 #[pyfunction]
-fn run_settings(dir: PathBuf) -> PyResult<String> {
+fn run_settings(py: Python<'_>, dir: PathBuf) -> PyResult<Bound<'_, PyAny>> {
     let s = read_settings(&dir).map_err(to_py)?;
-    settings_json(&s)
+    records::record(py, &s)
 }
 
 /// Checks settings given as JSON; returns the warnings for valid but suspicious ones (a run
@@ -94,10 +97,11 @@ fn plan_group(
 }
 
 /// The unfinished runs of the group in `out` (its `group.json`), for `resume`: `(run directory,
-/// settings JSON)` per run that has neither `train.json` nor a divergence record; `None` if `out`
+/// settings dict)` per run that has neither `train.json` nor a divergence record; `None` if `out`
 /// is not a group.
 #[pyfunction]
-fn group_runs(out: PathBuf) -> PyResult<Option<Vec<(PathBuf, String)>>> {
+#[allow(clippy::type_complexity)]
+fn group_runs(py: Python<'_>, out: PathBuf) -> PyResult<Option<Vec<(PathBuf, Bound<'_, PyAny>)>>> {
     let runs = resume_group(
         &out,
         |dir| read_settings(dir).map_err(ResumeError::from),
@@ -106,7 +110,7 @@ fn group_runs(out: PathBuf) -> PyResult<Option<Vec<(PathBuf, String)>>> {
     .map_err(|e| e.0)?;
     runs.map(|runs| {
         runs.iter()
-            .map(|r| Ok((r.out.clone(), settings_json(&r.settings)?)))
+            .map(|r| Ok((r.out.clone(), records::record(py, &r.settings)?)))
             .collect()
     })
     .transpose()
@@ -182,18 +186,19 @@ fn event_dict<'py>(
 /// Trains `runs` (`(run directory, settings JSON)`; several: one batched model, as a group) on
 /// `device`, continuing them with `resume`. `on_event(dict)` is called for every event (with the
 /// GIL; updates run without it); it returning True, raising, or Ctrl-C stops the runs at the end
-/// of the current update with a checkpoint. Returns, per run, `(outcome JSON or None, error
-/// message or None, the CLI's closing lines)`.
+/// of the current update with a checkpoint. Returns, per run, `(outcome dict or None, error
+/// message or None, the CLI's closing lines)`; the outcome dict has `completed`, `step`,
+/// `last_eval` and `record` (`train.json`'s fields, or None).
 #[pyfunction]
 #[pyo3(signature = (runs, device = "cpu", resume = false, on_event = None))]
 #[allow(clippy::type_complexity)]
-fn train_runs(
-    py: Python<'_>,
+fn train_runs<'py>(
+    py: Python<'py>,
     runs: Vec<(PathBuf, String)>,
     device: &str,
     resume: bool,
     on_event: Option<Py<PyAny>>,
-) -> PyResult<Vec<(Option<String>, Option<String>, Vec<String>)>> {
+) -> PyResult<Vec<(Option<Bound<'py, PyAny>>, Option<String>, Vec<String>)>> {
     if runs.is_empty() {
         return Err(raise(Kind::Input, "no runs to train"));
     }
@@ -253,14 +258,16 @@ fn train_runs(
         .zip(texts)
         .map(|(r, text)| match r {
             Ok(outcome) => {
-                let json = serde_json::to_string(&OutcomeJson {
-                    completed: outcome.completed,
-                    last_eval: &outcome.last_eval,
-                    record: &outcome.record,
-                    step: outcome.step,
-                })
-                .map_err(|e| raise(Kind::Other, format!("the run's outcome: {e}")))?;
-                Ok((Some(json), None, text.summary(&outcome)))
+                let dict = records::record(
+                    py,
+                    &OutcomeRecord {
+                        completed: outcome.completed,
+                        last_eval: &outcome.last_eval,
+                        record: &outcome.record,
+                        step: outcome.step,
+                    },
+                )?;
+                Ok((Some(dict), None, text.summary(&outcome)))
             }
             Err(e) => Ok((None, Some(crate::errors::one_line(&e)), Vec::new())),
         })
@@ -270,7 +277,7 @@ fn train_runs(
 /// A run's outcome as `train_runs` hands it to Python (the fields of `TrainResult`): the
 /// train crate's `TrainOutcome` with its evaluation and record as their serde forms.
 #[derive(serde::Serialize)]
-struct OutcomeJson<'a> {
+struct OutcomeRecord<'a> {
     completed: bool,
     last_eval: &'a Option<hyperlens_train::Evaluation>,
     record: &'a Option<hyperlens_train::TrainRecord>,

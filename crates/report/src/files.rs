@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use hyperlens_analysis::codes::{LatentSummary, LatentTimings};
 use hyperlens_model::{Mixer, Task};
 use hyperlens_probe::TransplantRow;
 use hyperlens_tasks::sraven::SplitName;
@@ -132,7 +133,7 @@ pub struct SummaryCheckpoint<'a> {
     /// In-distribution accuracy.
     pub id: SummarySet<'a>,
     /// The latent-code analysis' summary (its own format, `LatentReport::summary`).
-    pub latent: serde_json::Value,
+    pub latent: LatentSummary<'a>,
     /// Its mixer.
     pub mixer: Mixer,
     /// Its directory's name.
@@ -272,7 +273,7 @@ pub fn summary<'a>(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckpointTimings<'a> {
     /// The latent-code analysis' own timings (`LatentReport::timings`).
-    pub analysis: serde_json::Value,
+    pub analysis: LatentTimings,
     /// Its directory's name.
     pub name: &'a str,
     /// Seconds per stage.

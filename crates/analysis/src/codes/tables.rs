@@ -9,13 +9,139 @@
 use std::path::{Path, PathBuf};
 
 use hyperlens_io::keys::pca as pca_keys;
-use serde_json::json;
+use serde::Serialize;
+
+use crate::cluster::ClusterReport;
+use crate::decode::DecodeResult;
 
 #[cfg(doc)]
 use super::report::ALL_LAYERS_INDEX;
 use super::report::{LatentReport, LayerSel};
 use crate::error::Result;
 use crate::table::{Column, Table};
+
+/// `summary.json` of a [`LatentReport`] ([`LatentReport::summary`]). Fields in alphabetical
+/// order, the order of the file's keys.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatentSummary<'a> {
+    /// What the analysis is ([`LatentSummary::ANALYSIS`]).
+    pub analysis: &'static str,
+    /// The code axes.
+    pub code_dims: CodeDims,
+    /// The files written ([`LatentReport::FILES`]).
+    pub files: [&'static str; 7],
+    /// The labels of the report, ascending.
+    pub labels: &'a [i64],
+    /// One entry per layer selection, as in the CSV files.
+    pub layers: Vec<LayerSummary<'a>>,
+    /// The analysis parameters.
+    pub params: &'a crate::LatentAnalysisParams,
+    /// The test set.
+    pub test: SourceSummary<'a>,
+    /// The writer ([`LatentSummary::TOOL`]).
+    pub tool: &'static str,
+    /// The training set.
+    pub train: SourceSummary<'a>,
+    /// The crate version that wrote the file.
+    pub version: &'static str,
+}
+
+impl LatentSummary<'_> {
+    /// The `tool` field.
+    pub const TOOL: &'static str = "hyperlens-analysis";
+    /// The `analysis` field.
+    pub const ANALYSIS: &'static str =
+        "latent codes: PCA, rule decoding train -> test, k-means, mean-code similarity";
+}
+
+/// The axes of the code arrays `[N, L, H, Q, K]` (the `code_dims` of [`LatentSummary`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CodeDims {
+    /// `H`.
+    pub heads: usize,
+    /// `K`.
+    pub keys: usize,
+    /// `L`.
+    pub layers: usize,
+    /// `Q`.
+    pub queries: usize,
+}
+
+/// A code file of [`LatentSummary`]: its path, problem count and the model's accuracy on it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SourceSummary<'a> {
+    /// The model's accuracy on the problems, when the file stores `correct`.
+    pub model_accuracy: Option<f64>,
+    /// Number of problems.
+    pub n: usize,
+    /// The file's path as given.
+    pub source: &'a str,
+}
+
+/// One layer selection of [`LatentSummary`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerSummary<'a> {
+    /// `true` for all layers concatenated.
+    pub all_layers: bool,
+    /// The k-means result, when clustering ran.
+    pub clusters: Option<&'a ClusterReport>,
+    /// The rule decoding result.
+    pub decoding: &'a DecodeResult,
+    /// The layer, or [`ALL_LAYERS_INDEX`].
+    pub layer: i64,
+    /// Features per problem of the selection.
+    pub n_features: usize,
+    /// The PCA.
+    pub pca: PcaSummary,
+    /// The mean-code similarity.
+    pub similarity: SimilaritySummary<'a>,
+}
+
+/// The PCA of a [`LayerSummary`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PcaSummary {
+    /// Explained variance ratio per component.
+    pub explained_variance_ratio: Vec<f64>,
+    /// Components kept in the projection.
+    pub n_components: usize,
+}
+
+/// The mean-code similarity of a [`LayerSummary`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimilaritySummary<'a> {
+    /// `[labels, labels]` cosine similarity of the label means, row by row (NaN as `null`).
+    pub cosine: Vec<Vec<f64>>,
+    /// Problems per label.
+    pub counts: &'a [usize],
+    /// The labels.
+    pub labels: &'a [i64],
+}
+
+/// Stage seconds of a [`LatentReport`] ([`LatentReport::timings`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatentTimings {
+    /// Wall-clock seconds of the whole analysis.
+    pub elapsed_s: f64,
+    /// One entry per layer selection.
+    pub layers: Vec<LayerTimings>,
+}
+
+/// Stage seconds of one layer selection ([`LatentTimings`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerTimings {
+    /// `true` for all layers concatenated.
+    pub all_layers: bool,
+    /// Seconds of k-means.
+    pub clustering: f64,
+    /// Seconds of the rule decoding.
+    pub decoding: f64,
+    /// The layer, or [`ALL_LAYERS_INDEX`].
+    pub layer: i64,
+    /// Seconds of the PCA.
+    pub pca: f64,
+    /// Seconds of the similarity.
+    pub similarity: f64,
+}
 
 /// The rows' `layer` and `all_layers` columns (see [`LatentReport::FILES`]).
 fn layer_columns(t: &mut Table, rows: &[LayerSel]) -> Result<()> {
@@ -214,64 +340,80 @@ impl LatentReport {
     /// `summary.json`: provenance (sources, sizes, code axes, parameters, version) and every
     /// result; `layer` is an integer and `all_layers` a boolean, as in the CSV files. NaN values
     /// appear as `null`. No timings (see [`LatentReport::timings`]), so that the same inputs give
-    /// the same file.
-    pub fn summary(&self) -> serde_json::Value {
-        let (l, h, q, k) = self.code_dims;
-        let layers: Vec<serde_json::Value> = self
-            .layers
-            .iter()
-            .map(|a| {
-                json!({
-                    "layer": a.layer.table_index(),
-                    "all_layers": a.layer == LayerSel::All,
-                    "n_features": a.pca.mean().len(),
-                    "decoding": &a.decoding,
-                    "pca": {
-                        "n_components": a.projection.ncols(),
-                        "explained_variance_ratio": a.pca.explained_variance_ratio().to_vec(),
+    /// the same file. Written with [`hyperlens_io::write_json_sorted`] (keys in alphabetical order).
+    pub fn summary(&self) -> LatentSummary<'_> {
+        let (layers, heads, queries, keys) = self.code_dims;
+        LatentSummary {
+            analysis: LatentSummary::ANALYSIS,
+            code_dims: CodeDims {
+                heads,
+                keys,
+                layers,
+                queries,
+            },
+            files: Self::FILES,
+            labels: &self.labels,
+            layers: self
+                .layers
+                .iter()
+                .map(|a| LayerSummary {
+                    all_layers: a.layer == LayerSel::All,
+                    clusters: a.clusters.as_ref(),
+                    decoding: &a.decoding,
+                    layer: a.layer.table_index(),
+                    n_features: a.pca.mean().len(),
+                    pca: PcaSummary {
+                        explained_variance_ratio: a.pca.explained_variance_ratio().to_vec(),
+                        n_components: a.projection.ncols(),
                     },
-                    "clusters": a.clusters,
-                    "similarity": {
-                        "labels": &a.similarity.labels,
-                        "counts": &a.similarity.counts,
-                        "cosine": a.similarity.cosine.rows().into_iter().map(|r| r.to_vec()).collect::<Vec<_>>(),
+                    similarity: SimilaritySummary {
+                        cosine: a
+                            .similarity
+                            .cosine
+                            .rows()
+                            .into_iter()
+                            .map(|r| r.to_vec())
+                            .collect(),
+                        counts: &a.similarity.counts,
+                        labels: &a.similarity.labels,
                     },
                 })
-            })
-            .collect();
-        json!({
-            "tool": "hyperlens-analysis",
-            "version": env!("CARGO_PKG_VERSION"),
-            "analysis": "latent codes: PCA, rule decoding train -> test, k-means, mean-code similarity",
-            "train": {"source": &self.train_source, "n": self.n_train, "model_accuracy": self.train_model_accuracy},
-            "test": {"source": &self.test_source, "n": self.n_test, "model_accuracy": self.test_model_accuracy},
-            "code_dims": {"layers": l, "heads": h, "queries": q, "keys": k},
-            "labels": &self.labels,
-            "params": &self.params,
-            "files": Self::FILES,
-            "layers": layers,
-        })
+                .collect(),
+            params: &self.params,
+            test: SourceSummary {
+                model_accuracy: self.test_model_accuracy,
+                n: self.n_test,
+                source: &self.test_source,
+            },
+            tool: LatentSummary::TOOL,
+            train: SourceSummary {
+                model_accuracy: self.train_model_accuracy,
+                n: self.n_train,
+                source: &self.train_source,
+            },
+            version: env!("CARGO_PKG_VERSION"),
+        }
     }
 
     /// Wall-clock seconds of the analysis: `elapsed_s`, and per selection (`layer`, `all_layers`)
     /// the seconds of the PCA, decoding, clustering and similarity stages. Kept out of the tables
     /// because they change from run to run.
-    pub fn timings(&self) -> serde_json::Value {
-        let layers: Vec<serde_json::Value> = self
-            .layers
-            .iter()
-            .map(|a| {
-                json!({
-                    "layer": a.layer.table_index(),
-                    "all_layers": a.layer == LayerSel::All,
-                    "pca": a.seconds[0],
-                    "decoding": a.seconds[1],
-                    "clustering": a.seconds[2],
-                    "similarity": a.seconds[3],
+    pub fn timings(&self) -> LatentTimings {
+        LatentTimings {
+            elapsed_s: self.elapsed_s,
+            layers: self
+                .layers
+                .iter()
+                .map(|a| LayerTimings {
+                    all_layers: a.layer == LayerSel::All,
+                    clustering: a.seconds[2],
+                    decoding: a.seconds[1],
+                    layer: a.layer.table_index(),
+                    pca: a.seconds[0],
+                    similarity: a.seconds[3],
                 })
-            })
-            .collect();
-        json!({"elapsed_s": self.elapsed_s, "layers": layers})
+                .collect(),
+        }
     }
 
     /// Writes the PCA projections as `.npz`: `layer{l}` and `all` `[N_u, k]` projections,
@@ -316,7 +458,7 @@ impl LatentReport {
         self.write_pca_npz(&path)?;
         written.push(path);
         let path = dir.join("summary.json");
-        hyperlens_io::write_json(&path, &self.summary())?;
+        hyperlens_io::write_json_sorted(&path, &self.summary())?;
         written.push(path);
         Ok(written)
     }
