@@ -15,6 +15,7 @@ pub mod info;
 pub mod inputs;
 pub mod lm_transplant;
 pub mod logic;
+pub mod logic_probe;
 pub mod logic_rows;
 pub mod npz_stream;
 pub mod patch_files;
@@ -41,6 +42,7 @@ pub use lm_transplant::{
 pub use logic::{
     describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet, LogicProbeSummary,
 };
+pub use logic_probe::{LogicProbe, LogicProbeParams};
 pub use logic_rows::{logic_code_rows, LogicRows};
 pub use patch_files::{
     transplant_fraction, transplant_table, write_activation_patching, write_dla,
