@@ -86,7 +86,7 @@ pub struct ProbeMeta {
     /// The split, if generated (written as its name).
     pub split: Option<SplitName>,
     /// The set, if generated (written as its name: `id` or `ood`, and `unknown` for a logic
-    /// model's; a SRAVEN [`Set`](hyperlens_tasks::sraven::Set) converts with `into`).
+    /// model's; a SRAVEN [`Set`] converts with `into`).
     pub set: Option<LogicSet>,
     /// Problem seed, if generated.
     pub seed: Option<u64>,
