@@ -11,6 +11,7 @@ pub mod error;
 pub mod evaluation;
 pub mod extract;
 pub mod findings;
+pub mod held_sets;
 pub mod info;
 pub mod inputs;
 pub mod lm_transplant;
@@ -30,6 +31,7 @@ pub use error::{ProbeError, Result};
 pub use evaluation::{evaluate_problems, write_logits};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use findings::{HeadValue, TransplantLine, TransplantSummary};
+pub use held_sets::{sample_held, sample_id_ood, sample_patched};
 pub use info::{checkpoint_info, CheckpointInfo, TensorStats};
 pub use inputs::{
     cache_problems, extract_problems, LogicSequences, RepeatedProblems, SravenProblems,
