@@ -7,8 +7,9 @@ use std::path::Path;
 
 use candle_core::Tensor;
 use hyperlens_io::keys::cache as keys;
+use hyperlens_io::sidecars::{CacheSidecar, CacheSource, ProblemsSource};
 use hyperlens_model::hooks::{select_hooks, Cache};
-use hyperlens_model::Evaluator;
+use hyperlens_model::{Evaluator, Mixer};
 use ndarray::Array3;
 
 use crate::error::{ProbeError, Result};
@@ -31,6 +32,67 @@ pub struct CacheSummary {
     pub n: usize,
     /// Each array written: the hook's name and its shape (`logits` last).
     pub arrays: Vec<(String, Vec<usize>)>,
+}
+
+impl CacheSummary {
+    /// The sidecar of a cache of a SRAVEN or fuzzy-logic checkpoint's activations over problems
+    /// (`hyperlens cache --out X.npz` writes `X.json`): the arrays written, the checkpoint's path
+    /// and mixer, the hooks and positions of `params`, and where the problems came from.
+    pub fn problems_sidecar(
+        &self,
+        checkpoint: &Path,
+        params: &CacheParams,
+        mixer: Mixer,
+        source: ProblemsSource,
+    ) -> CacheSidecar<Mixer> {
+        self.sidecar(
+            checkpoint,
+            params,
+            None,
+            Some(mixer),
+            CacheSource::Problems(source),
+        )
+    }
+
+    /// The sidecar of a cache of a language model's activations on the token ids `tokens`
+    /// (`hyperlens cache --tokens / --text`): as [`CacheSummary::problems_sidecar`], with the
+    /// checkpoint's kind ([`hyperlens_model::lm::detect`]) instead of a mixer.
+    ///
+    /// # Errors
+    /// [`ProbeError::Model`] when the checkpoint's kind cannot be detected.
+    pub fn tokens_sidecar(
+        &self,
+        checkpoint: &Path,
+        params: &CacheParams,
+        tokens: &[u32],
+    ) -> Result<CacheSidecar<Mixer>> {
+        let kind = hyperlens_model::lm::detect(checkpoint)?.to_string();
+        let source = CacheSource::Tokens {
+            tokens: tokens.to_vec(),
+        };
+        Ok(self.sidecar(checkpoint, params, Some(kind), None, source))
+    }
+
+    /// The sidecar's fields common to both sources.
+    fn sidecar(
+        &self,
+        checkpoint: &Path,
+        params: &CacheParams,
+        checkpoint_kind: Option<String>,
+        mixer: Option<Mixer>,
+        source: CacheSource,
+    ) -> CacheSidecar<Mixer> {
+        CacheSidecar {
+            arrays: self.arrays.iter().cloned().collect(),
+            checkpoint: checkpoint.display().to_string(),
+            checkpoint_kind,
+            hooks: params.hooks.clone(),
+            mixer,
+            positions: params.positions.clone(),
+            producer: format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
+            source,
+        }
+    }
 }
 
 /// The axis of a hook's positions: the query axis (2) of `[B, H, Q, K]` scores and patterns, else

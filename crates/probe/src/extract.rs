@@ -13,7 +13,7 @@ use std::path::Path;
 use hyperlens_io::keys::codes as keys;
 use hyperlens_model::{CodeSite, Evaluator, Mixer, Normalisation, Reads};
 use hyperlens_tasks::logic::LogicSet;
-use hyperlens_tasks::sraven::{AsProblemSet, ProblemSet, ProblemSetView, SplitName};
+use hyperlens_tasks::sraven::{AsProblemSet, ProblemSet, ProblemSetView, Set, SplitName};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ProbeError, Result};
@@ -86,7 +86,7 @@ pub struct ProbeMeta {
     /// The split, if generated (written as its name).
     pub split: Option<SplitName>,
     /// The set, if generated (written as its name: `id` or `ood`, and `unknown` for a logic
-    /// model's; a SRAVEN [`Set`](hyperlens_tasks::sraven::Set) converts with `into`).
+    /// model's; a SRAVEN [`Set`] converts with `into`).
     pub set: Option<LogicSet>,
     /// Problem seed, if generated.
     pub seed: Option<u64>,
@@ -111,6 +111,42 @@ pub struct ProbeMeta {
 }
 
 impl ProbeMeta {
+    /// The sidecar's start for codes of the checkpoint `checkpoint` (the rest is filled in by the
+    /// extraction, and for a logic model's sampled set by [`crate::extract_logic_set`]).
+    pub fn for_checkpoint(checkpoint: &Path) -> ProbeMeta {
+        ProbeMeta {
+            checkpoint: checkpoint.display().to_string(),
+            ..ProbeMeta::default()
+        }
+    }
+
+    /// The sidecar's start for codes of a SRAVEN checkpoint over the problem file `problems`.
+    pub fn for_sraven_file(checkpoint: &Path, problems: &Path) -> ProbeMeta {
+        ProbeMeta {
+            problems: problems.display().to_string(),
+            ..ProbeMeta::for_checkpoint(checkpoint)
+        }
+    }
+
+    /// The sidecar's start for codes of a SRAVEN checkpoint over problems generated from `split`'s
+    /// set `set` with the seed `seed` (`problems: generated`).
+    pub fn for_sraven_sampled(
+        checkpoint: &Path,
+        split: SplitName,
+        set: Set,
+        seed: u64,
+        unpermuted: bool,
+    ) -> ProbeMeta {
+        ProbeMeta {
+            problems: "generated".into(),
+            split: Some(split),
+            set: Some(set.into()),
+            seed: Some(seed),
+            unpermuted: Some(unpermuted),
+            ..ProbeMeta::for_checkpoint(checkpoint)
+        }
+    }
+
     /// The sidecar of the code file `codes`, read as this type (`codes.json`, or the older
     /// `codes.npz.json`: [`hyperlens_io::read_sidecar`]); `None` when the file has none.
     ///

@@ -11,10 +11,12 @@ pub mod error;
 pub mod evaluation;
 pub mod extract;
 pub mod findings;
+pub mod held_sets;
 pub mod info;
 pub mod inputs;
 pub mod lm_transplant;
 pub mod logic;
+pub mod logic_probe;
 pub mod logic_rows;
 pub mod npz_stream;
 pub mod patch_files;
@@ -29,6 +31,7 @@ pub use error::{ProbeError, Result};
 pub use evaluation::{evaluate_problems, write_logits};
 pub use extract::{extract, ProbeMeta, ProbeParams, ProbeSummary};
 pub use findings::{HeadValue, TransplantLine, TransplantSummary};
+pub use held_sets::{sample_held, sample_id_ood, sample_patched};
 pub use info::{checkpoint_info, CheckpointInfo, TensorStats};
 pub use inputs::{
     cache_problems, extract_problems, LogicSequences, RepeatedProblems, SravenProblems,
@@ -41,6 +44,7 @@ pub use lm_transplant::{
 pub use logic::{
     describe_inputs, extract_logic, extract_logic_set, GeneratedLogicSet, LogicProbeSummary,
 };
+pub use logic_probe::{LogicProbe, LogicProbeParams};
 pub use logic_rows::{logic_code_rows, LogicRows};
 pub use patch_files::{
     transplant_fraction, transplant_table, write_activation_patching, write_dla,

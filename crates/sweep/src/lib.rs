@@ -24,6 +24,7 @@ pub mod planning;
 pub mod slurm;
 pub mod spec;
 pub mod state;
+pub mod status_table;
 
 pub use error::{Result, SweepError};
 pub use job::{pending_runs, resumable, run_one, sessions, JobEvent, PendingRun, Session};
@@ -36,3 +37,4 @@ pub use state::{
     jobs_to_run, run_status, sweep_status, Executor, JobLock, JobRecord, JobStatus, RunState,
     RunStatus,
 };
+pub use status_table::{StateCounts, StatusRow};

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use hyperlens_io::sidecars::{CacheSidecar, CacheSource, ProblemsSource};
+use hyperlens_io::sidecars::ProblemsSource;
 use hyperlens_model::{Device, Evaluator};
 use hyperlens_probe::{
     cache_problems, CacheParams, CacheSummary, LogicSequences, SravenProblems, TaskProblems,
@@ -92,16 +92,7 @@ pub fn run(args: CacheArgs) -> anyhow::Result<()> {
         Checkpoint::Sraven => cache_sraven(&args, &ev, &params, &out)?,
     };
     let summary = summary.with_context(|| format!("caching {}", args.checkpoint.display()))?;
-    let sidecar = CacheSidecar {
-        arrays: summary.arrays.iter().cloned().collect(),
-        checkpoint: args.checkpoint.display().to_string(),
-        checkpoint_kind: None,
-        hooks: args.hooks.clone(),
-        mixer: Some(cfg.mixer),
-        positions: args.positions.clone(),
-        producer: format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
-        source: CacheSource::Problems(source),
-    };
+    let sidecar = summary.problems_sidecar(&args.checkpoint, &params, cfg.mixer, source);
     let side = hyperlens_io::write_sidecar(&out, &sidecar)?;
     outln!(
         "wrote {} ({} problems, {} arrays) and {}",
@@ -224,18 +215,7 @@ fn run_lm(args: &CacheArgs, device: &candle_core::Device) -> anyhow::Result<()> 
     };
     let summary = hyperlens_probe::cache_lm_activations(&model, &ids, &params, &out)
         .with_context(|| format!("caching {}", args.checkpoint.display()))?;
-    let sidecar = CacheSidecar::<hyperlens_model::Mixer> {
-        arrays: summary.arrays.iter().cloned().collect(),
-        checkpoint: args.checkpoint.display().to_string(),
-        checkpoint_kind: Some(hyperlens_model::lm::detect(&args.checkpoint)?.to_string()),
-        hooks: args.hooks.clone(),
-        mixer: None,
-        positions: args.positions.clone(),
-        producer: format!("hyperlens {} cache", env!("CARGO_PKG_VERSION")),
-        source: CacheSource::Tokens {
-            tokens: ids.clone(),
-        },
-    };
+    let sidecar = summary.tokens_sidecar(&args.checkpoint, &params, &ids)?;
     let side = hyperlens_io::write_sidecar(&out, &sidecar)?;
     outln!(
         "wrote {} ({} tokens, {} arrays) and {}",

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use hyperlens_model::{RunRecord, Task};
-use hyperlens_tasks::logic::{LogicInputs, LogicParams, LogicSet, LogicSplit};
+use hyperlens_tasks::logic::{LogicSet, LogicSplit};
 use hyperlens_train::TrainSettings;
 
 use super::common::{ProblemArgs, SetArg};
@@ -56,23 +56,6 @@ pub(crate) fn logic_set(set: SetArg) -> LogicSet {
         SetArg::Id => LogicSet::Id,
         SetArg::Ood => LogicSet::Ood,
         SetArg::Unknown => LogicSet::Unknown,
-    }
-}
-
-/// The inputs of a logic set: one query (`fixed_query`) or one context (`fixed_context`) of
-/// seed `seed` for every sequence, else uniform.
-pub(crate) fn logic_inputs(
-    fixed_query: bool,
-    fixed_context: bool,
-    params: &LogicParams,
-    seed: u64,
-) -> LogicInputs {
-    if fixed_query {
-        LogicInputs::FixedQuery(hyperlens_tasks::logic::fixed_query(params, seed))
-    } else if fixed_context {
-        LogicInputs::FixedContext(hyperlens_tasks::logic::fixed_context(params, seed))
-    } else {
-        LogicInputs::Uniform
     }
 }
 

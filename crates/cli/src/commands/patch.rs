@@ -16,15 +16,16 @@ use hyperlens_io::sidecars::ProblemsSource;
 use hyperlens_model::{Config, Device, Evaluator, RunRecord, Task};
 use hyperlens_probe::{
     activation_patching, direct_logit_attribution, feature_swap_pairs, head_ablation,
-    latent_transplant, write_activation_patching, write_dla, write_head_ablation, write_transplant,
-    Ablation, HeadValue, PatchRun, RepeatedProblems, TransplantKind, TransplantLine,
-    TransplantProblems, TransplantRow, TransplantSummary,
+    latent_transplant, sample_held, sample_id_ood, sample_patched, write_activation_patching,
+    write_dla, write_head_ablation, write_transplant, Ablation, HeadValue, PatchRun,
+    RepeatedProblems, TransplantKind, TransplantLine, TransplantProblems, TransplantRow,
+    TransplantSummary,
 };
 use hyperlens_report::intervention_figures::{
     checkpoint_name, draw_dla, draw_head_ablation, draw_patching, draw_transplant,
 };
 use hyperlens_tasks::npz::load_problems;
-use hyperlens_tasks::sraven::{sample, ProblemSet, Set, Split, SravenParams};
+use hyperlens_tasks::sraven::{ProblemSet, Set, Split, SravenParams};
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
 
@@ -223,13 +224,7 @@ fn load_set(
             n,
             seed,
             unpermuted,
-        } => {
-            hyperlens_io::budget::check_alloc(
-                format!("--n {n} (the problems are held in memory)"),
-                hyperlens_io::budget::bytes_of(4, &[n, cfg.n_tokens, cfg.d_in + 4]),
-            )?;
-            sample(&split, set, n, seed, unpermuted)?
-        }
+        } => sample_held(&split, set, n, seed, unpermuted, cfg)?,
     })
 }
 
@@ -253,15 +248,8 @@ fn acts_problems(
             bail!("--set unknown applies to fuzzy-logic checkpoints (sraven has id and ood)")
         }
     };
-    hyperlens_io::budget::check_alloc(
-        format!(
-            "--n {} (clean and corrupted problems are held in memory)",
-            a.n
-        ),
-        hyperlens_io::budget::bytes_of(4, &[3 * a.n, cfg.n_tokens, cfg.d_in + 8]),
-    )?;
     Ok((
-        sample(&split, which, a.n, a.seed, true)?,
+        sample_patched(&split, which, a.n, a.seed, cfg)?,
         ProblemsSource::sampled(
             split_name.to_string(),
             which.to_string(),
@@ -376,12 +364,7 @@ fn transplant(a: TransplantArgs) -> anyhow::Result<()> {
     let cfg = ev.config().clone();
     let params = sraven_params(&a.checkpoint, &cfg)?;
     let (split_name, split) = resolve_split(&a.checkpoint, a.split.as_deref(), params)?;
-    hyperlens_io::budget::check_alloc(
-        format!("--n {} (two problem sets are held in memory)", a.n),
-        hyperlens_io::budget::bytes_of(4, &[2 * a.n, cfg.n_tokens, cfg.d_in + 8]),
-    )?;
-    let id = sample(&split, Set::Id, a.n, a.seed, true)?;
-    let ood = sample(&split, Set::Ood, a.n, a.seed, true)?;
+    let (id, ood) = sample_id_ood(&split, a.n, a.seed, &cfg)?;
     let bar = progress_bar(0, "patch transplant", "steps");
     let rows = latent_transplant(&ev, &id, &ood, a.slot, a.run.batch, a.seed, |d, t| {
         bar.set_length(t as u64);

@@ -10,17 +10,17 @@ use clap::Args;
 use hyperlens_model::lm::CodeForm;
 use hyperlens_model::{Device, Evaluator};
 use hyperlens_probe::{
-    describe_inputs, extract_logic, extract_logic_set, extract_problems, run_prompt_file,
-    GeneratedLogicSet, LogicProbeSummary, ProbeMeta, ProbeParams, PromptFileRun, PromptProbeParams,
+    extract_logic, extract_logic_set, extract_problems, run_prompt_file, GeneratedLogicSet,
+    LogicProbeParams, LogicProbeSummary, ProbeMeta, ProbeParams, PromptFileRun, PromptProbeParams,
     Site, SravenProblems,
 };
-use hyperlens_tasks::npz::{load_logic, load_problems};
+use hyperlens_tasks::npz::load_problems;
 use hyperlens_tasks::prompts::SiteSpec;
 use hyperlens_tasks::sraven::SampleStream;
 use hyperlens_train::TrainSettings;
 
 use super::common::{progress_bar, sraven_params, ProblemArgs, ProblemSource, SetArg};
-use super::dispatch::{logic_inputs, logic_set, resolve_split, Checkpoint};
+use super::dispatch::{logic_set, resolve_split, Checkpoint};
 
 /// Arguments of `hyperlens probe`. On a fuzzy-logic checkpoint (its train.json says `task:
 /// logic`) the codes are labelled by the task's terms ([`probe_logic`]).
@@ -123,35 +123,26 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         site: args.site.clone(),
         layers: args.layers.clone(),
     };
-    let mut meta = ProbeMeta {
-        checkpoint: args.checkpoint.display().to_string(),
-        ..ProbeMeta::default()
-    };
     let source = args.problems.resolve(&args.checkpoint, params)?;
     super::common::create_parent("--out", &args.out)?;
-    let problems = match source {
-        ProblemSource::File(path) => {
-            let set = load_problems(&path, &params)?;
-            meta.problems = path.display().to_string();
-            SravenProblems::Set(set)
-        }
+    let (problems, meta) = match source {
+        ProblemSource::File(path) => (
+            SravenProblems::Set(load_problems(&path, &params)?),
+            ProbeMeta::for_sraven_file(&args.checkpoint, &path),
+        ),
         ProblemSource::Sampled {
             split,
             set,
             n,
             seed,
             unpermuted,
-        } => {
-            meta.problems = "generated".into();
-            meta.split = Some(split.name);
-            meta.set = Some(set.into());
-            meta.seed = Some(seed);
-            meta.unpermuted = Some(unpermuted);
+        } => (
             SravenProblems::Sampled {
                 stream: SampleStream::new(&split, set, seed, unpermuted)?,
                 n,
-            }
-        }
+            },
+            ProbeMeta::for_sraven_sampled(&args.checkpoint, split.name, set, seed, unpermuted),
+        ),
     };
     let bar = progress_bar(problems.len() as u64, "probe", "problems");
     let summary = extract_problems(&model, problems, args.batch, &probe, &args.out, meta, |d| {
@@ -240,33 +231,18 @@ fn probe_logic(
     settings: &TrainSettings,
 ) -> anyhow::Result<LogicProbeSummary> {
     let params = settings.logic.params();
-    let cfg = model.config();
-    let Some(site) = args.site.logic(cfg.n_tokens) else {
-        bail!(
-            "--site {} is a SRAVEN site; a logic checkpoint takes `paper` (the last token's \
-             attention to itself) or `query:I;keys:J,K,...`",
-            args.site
-        );
-    };
-    let layers: Vec<usize> = args
-        .layers
-        .clone()
-        .unwrap_or_else(|| (0..cfg.n_layers).collect());
-    let mut meta = ProbeMeta {
-        checkpoint: args.checkpoint.display().to_string(),
-        ..ProbeMeta::default()
-    };
     let p = &args.problems;
-    // With --fixed-query / --fixed-context: one query / context, drawn from --seed, given to
-    // every sequence of every set.
-    let inputs = logic_inputs(args.fixed_query, args.fixed_context, &params, p.seed);
+    let probe = LogicProbeParams {
+        site: args.site.clone(),
+        layers: args.layers.clone(),
+        fixed_query: args.fixed_query,
+        fixed_context: args.fixed_context,
+        seed: p.seed,
+    }
+    .resolve(model.config(), &params)?;
     let bar = progress_bar(p.n as u64, "probe", "sequences");
     let summary = if let Some(path) = &p.problems {
-        let mut set = load_logic(path, &params)?;
-        inputs
-            .apply(&mut set)
-            .with_context(|| format!("--{}", inputs.name().replace('_', "-")))?;
-        meta.problems = describe_inputs(&path.display().to_string(), &inputs, p.seed);
+        let (set, meta) = probe.load_file(&args.checkpoint, path, &params, p.seed)?;
         let n = set.y.len();
         bar.set_length(n as u64);
         extract_logic(
@@ -274,8 +250,8 @@ fn probe_logic(
             std::iter::once(Ok(set)),
             n,
             args.batch,
-            &layers,
-            &site,
+            &probe.layers,
+            &probe.site,
             &args.out,
             meta,
             |d| {
@@ -292,16 +268,16 @@ fn probe_logic(
             set: logic_set(p.set.unwrap_or(SetArg::Ood)),
             n: p.n,
             seed: p.seed,
-            inputs: &inputs,
+            inputs: &probe.inputs,
         };
         extract_logic_set(
             model,
             source,
             args.batch,
-            &layers,
-            &site,
+            &probe.layers,
+            &probe.site,
             &args.out,
-            meta,
+            ProbeMeta::for_checkpoint(&args.checkpoint),
             |d| {
                 bar.set_position(d as u64);
                 ControlFlow::Continue(())

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use hyperlens_sweep::slurm::{self, SlurmOptions};
 use hyperlens_sweep::{
     available_threads, plan_sweep, sweep_status, threads_per_job, JobEvent, LocalEvent,
-    LocalParams, Plan, PlannedRun, RunState,
+    LocalParams, Plan, PlannedRun, StateCounts, StatusRow,
 };
 use hyperlens_train::TrainSettings;
 
@@ -377,42 +377,26 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
         "step",
         "last evaluation (ID / OOD)"
     )?;
-    for s in &status {
-        let step = match (s.step, s.planned) {
-            (Some(d), Some(p)) => format!("{d}/{p}"),
-            (Some(d), None) => d.to_string(),
-            (None, Some(p)) => format!("0/{p}"),
-            (None, None) => "-".into(),
-        };
-        let eval = s.last_eval.map_or_else(
-            || "-".to_string(),
-            |e| {
-                let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.4}"));
-                format!("step {}: {} / {}", e.step, f(e.id), f(e.ood))
-            },
-        );
-        let mut place = s.ran.clone().unwrap_or_else(|| "-".into());
-        if let Some(err) = &s.error {
-            place = format!("{place}; error: {err}");
-        }
+    for s in status.iter().map(StatusRow::of) {
         outln!(
-            "{:<width$}  {:>3}  {:<11}  {:>15}  {:<28}  {place}",
+            "{:<width$}  {:>3}  {:<11}  {:>15}  {:<28}  {}",
             s.name,
             s.job,
-            s.state.to_string(),
-            step,
-            eval
+            s.state,
+            s.step,
+            s.eval,
+            s.place
         )?;
     }
-    let count = |st: RunState| status.iter().filter(|r| r.state == st).count();
+    let c = StateCounts::of(&status);
     outln!(
         "{} runs: {} finished, {} running, {} interrupted, {} pending, {} failed",
-        status.len(),
-        count(RunState::Finished),
-        count(RunState::Running),
-        count(RunState::Interrupted),
-        count(RunState::Pending),
-        count(RunState::Failed)
+        c.total,
+        c.finished,
+        c.running,
+        c.interrupted,
+        c.pending,
+        c.failed
     )?;
     Ok(())
 }
