@@ -106,6 +106,28 @@ pub(crate) fn joint_affinities_nn(nb: &Neighbours, perplexity: f64) -> SparseP {
 
 /// One point's conditional affinities `p_{j|i}` over its neighbours' squared distances `d2`
 /// (ascending), at entropy `target` nats (module docs), written to `out`.
+/// One step of the bisection on a row's Gaussian precision `beta` (bhtsne's and openTSNE's rule):
+/// the row's entropy is `diff` above its target, so `beta` must grow (doubling until an upper
+/// bound is known, then halving the bracket) or, below the target, shrink. Returns the new
+/// `(beta, lo, hi)`; the bracket starts as `(-inf, +inf)`.
+pub(super) fn bisect_precision(diff: f64, beta: f64, lo: f64, hi: f64) -> (f64, f64, f64) {
+    if diff > 0.0 {
+        let next = if hi.is_finite() {
+            (beta + hi) / 2.0
+        } else {
+            beta * 2.0
+        };
+        (next, beta, hi)
+    } else {
+        let next = if lo.is_finite() {
+            (beta + lo) / 2.0
+        } else {
+            beta / 2.0
+        };
+        (next, lo, beta)
+    }
+}
+
 fn conditional_row(d2: &[f64], target: f64, out: &mut [f64]) {
     let shift = d2.first().copied().unwrap_or(0.0);
     let (mut beta, mut lo, mut hi) = (1.0f64, f64::NEG_INFINITY, f64::INFINITY);
@@ -124,21 +146,7 @@ fn conditional_row(d2: &[f64], target: f64, out: &mut [f64]) {
         if diff.abs() < 1e-8 {
             break;
         }
-        if diff > 0.0 {
-            lo = beta;
-            beta = if hi.is_finite() {
-                (beta + hi) / 2.0
-            } else {
-                beta * 2.0
-            };
-        } else {
-            hi = beta;
-            beta = if lo.is_finite() {
-                (beta + lo) / 2.0
-            } else {
-                beta / 2.0
-            };
-        }
+        (beta, lo, hi) = bisect_precision(diff, beta, lo, hi);
     }
     let sum: f64 = out.iter().sum();
     out.iter_mut().for_each(|v| *v /= sum);

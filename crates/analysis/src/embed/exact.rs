@@ -6,6 +6,7 @@ use ndarray::{Array2, ArrayView2, Axis};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
+use super::affinity::bisect_precision;
 use super::trust::sq_distances;
 use super::TsneParams;
 use crate::error::{AnalysisError, Result};
@@ -115,21 +116,7 @@ pub(super) fn joint_affinities(x: ArrayView2<'_, f64>, perplexity: f64) -> Vec<f
             if diff.abs() < 1e-5 {
                 break;
             }
-            if diff > 0.0 {
-                lo = beta;
-                beta = if hi.is_finite() {
-                    (beta + hi) / 2.0
-                } else {
-                    beta * 2.0
-                };
-            } else {
-                hi = beta;
-                beta = if lo.is_finite() {
-                    (beta + lo) / 2.0
-                } else {
-                    beta / 2.0
-                };
-            }
+            (beta, lo, hi) = bisect_precision(diff, beta, lo, hi);
         }
         let sum: f64 = row.iter().sum::<f64>().max(f64::MIN_POSITIVE);
         row.iter_mut().for_each(|v| *v /= sum);
