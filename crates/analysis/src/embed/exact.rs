@@ -3,7 +3,6 @@
 
 use hyperlens_kernels::Isa;
 use ndarray::{Array2, ArrayView2, Axis};
-use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::affinity::bisect_precision;
@@ -43,11 +42,7 @@ pub(super) fn exact_tsne(x: ArrayView2<'_, f64>, params: &TsneParams) -> Result<
     }
     let p = joint_affinities(data.view(), params.perplexity);
 
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.seed);
-    let normal = rand_distr::Normal::new(0.0, 1e-4).expect("a valid normal distribution");
-    let mut ys: Vec<[f64; 2]> = (0..n)
-        .map(|_| [rng.sample(normal), rng.sample(normal)])
-        .collect();
+    let mut ys = super::initial_embedding(n, params.seed);
     let mut update = vec![[0.0f64; 2]; n];
     let mut gains = vec![[1.0f64; 2]; n];
     let stop_lying = (params.max_iter / 2).min(250);

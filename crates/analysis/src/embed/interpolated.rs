@@ -3,7 +3,6 @@
 //! (the large-N form of [`super::tsne`]).
 
 use ndarray::{Array2, ArrayView2};
-use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::affinity::{joint_affinities_nn, SparseP};
@@ -60,11 +59,7 @@ pub fn tsne_interpolated(x: ArrayView2<'_, f64>, params: &TsneParams) -> Result<
     let k = ((3.0 * params.perplexity) as usize).clamp(1, n - 1);
     let p = joint_affinities_nn(&nearest_neighbours(x, k), params.perplexity);
 
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.seed);
-    let normal = rand_distr::Normal::new(0.0, 1e-4).expect("a valid normal distribution");
-    let mut ys: Vec<[f64; 2]> = (0..n)
-        .map(|_| [rng.sample(normal), rng.sample(normal)])
-        .collect();
+    let mut ys = super::initial_embedding(n, params.seed);
     let mut update = vec![[0.0f64; 2]; n];
     let mut gains = vec![[1.0f64; 2]; n];
     let mut interp = Interpolation::new();
@@ -157,6 +152,7 @@ fn gradient(p: &SparseP, ys: &[[f64; 2]], e: f64, interp: &mut Interpolation) ->
 mod tests {
     use super::*;
     use hyperlens_kernels::Isa;
+    use rand::{Rng, SeedableRng};
 
     /// The interpolated gradient against the exact form's gradient (`exact_gradient`, which
     /// carries t-SNE's factor 4) on the same affinities, made dense.

@@ -201,6 +201,17 @@ pub fn tsne(x: ArrayView2<'_, f64>, params: &TsneParams) -> Result<Array2<f64>> 
 }
 
 /// The checks of [`tsne`]'s input and parameters (its `# Errors`).
+/// The seeded start of both t-SNE forms: `n` points drawn from `N(0, 1e-4^2)` per coordinate
+/// (bhtsne's start), in the order point 0's x, y, then point 1's, ... from ChaCha8 seeded with `seed`.
+fn initial_embedding(n: usize, seed: u64) -> Vec<[f64; 2]> {
+    use rand::Rng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let normal = rand_distr::Normal::new(0.0, 1e-4).expect("a valid normal distribution");
+    (0..n)
+        .map(|_| [rng.sample(normal), rng.sample(normal)])
+        .collect()
+}
+
 fn check(x: ArrayView2<'_, f64>, params: &TsneParams) -> Result<()> {
     let (n, d) = x.dim();
     if d < 2 {
