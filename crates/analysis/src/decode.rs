@@ -363,6 +363,8 @@ pub struct DecodeResult {
 /// Test labels that never occur in training can never be predicted: they count as errors and
 /// appear as extra rows of the confusion matrix, which spans the union of both label sets.
 ///
+/// The figures of [`decode_with_probe`], without the probe.
+///
 /// # Shapes
 /// `train_x`: `[N_train, D]`; `train_y`: `[N_train]`; `test_x`: `[N_test, D]`; `test_y`: `[N_test]`.
 ///
@@ -378,6 +380,35 @@ pub fn decode(
     test_y: ArrayView1<'_, i64>,
     params: &DecodeParams,
 ) -> Result<DecodeResult> {
+    decode_with_probe(train_x, train_y, test_x, test_y, params).map(|d| d.result)
+}
+
+/// A decoding run's figures with the probe they come from ([`decode_with_probe`]).
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    /// The figures, as [`decode`] returns them.
+    pub result: DecodeResult,
+    /// The probe trained on the true training labels.
+    pub probe: LogisticProbe,
+    /// The probe's predicted label of every test sample. # Shapes: `[N_test]`.
+    pub predictions: Array1<i64>,
+}
+
+/// [`decode`], also returning the fitted probe and its test predictions (one fit: the Python
+/// front's `hyperlens.analysis.decode` returns the weights and predictions beside the figures).
+///
+/// # Shapes
+/// As [`decode`]; `predictions`: `[N_test]`; the probe's `coef`: `[D, C_train]`.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_with_probe(
+    train_x: ArrayView2<'_, f64>,
+    train_y: ArrayView1<'_, i64>,
+    test_x: ArrayView2<'_, f64>,
+    test_y: ArrayView1<'_, i64>,
+    params: &DecodeParams,
+) -> Result<Decoded> {
     params.logistic.check()?;
     if test_x.nrows() == 0 {
         return Err(AnalysisError::InvalidInput(
@@ -444,7 +475,7 @@ pub fn decode(
     let majority_baseline =
         test_y.iter().filter(|&&l| l == majority_class).count() as f64 / test_y.len() as f64;
 
-    Ok(DecodeResult {
+    let result = DecodeResult {
         classes,
         accuracy: acc,
         balanced_accuracy: balanced,
@@ -457,6 +488,11 @@ pub fn decode(
         train_accuracy,
         iterations: probe.iterations(),
         converged: probe.converged(),
+    };
+    Ok(Decoded {
+        result,
+        probe,
+        predictions: predicted,
     })
 }
 

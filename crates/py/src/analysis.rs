@@ -3,9 +3,7 @@
 
 use hyperlens_analysis::cluster::{kmeans as kmeans_fit, silhouette_score, KMeansParams};
 use hyperlens_analysis::codes::report::CodeSplit;
-use hyperlens_analysis::decode::{
-    decode as decode_fit, DecodeParams, LogisticParams, LogisticProbe,
-};
+use hyperlens_analysis::decode::{decode_with_probe, DecodeParams, LogisticParams};
 use hyperlens_analysis::embed::{tsne as tsne_fit, TsneParams};
 use hyperlens_analysis::pca::PcaParams;
 use hyperlens_analysis::{analyze_pair, CodeSet, LatentAnalysisParams};
@@ -81,12 +79,10 @@ fn decode<'py>(
         shuffled_control,
         seed,
     };
-    let (r, pred, probe) = detached(py, || {
-        let r = decode_fit(xtr, ytr, xte, yte, &params).map_err(to_py)?;
-        let probe = LogisticProbe::fit(xtr, ytr, &params.logistic).map_err(to_py)?;
-        let pred = probe.predict(xte).map_err(to_py)?;
-        Ok((r, pred, probe))
+    let decoded = detached(py, || {
+        decode_with_probe(xtr, ytr, xte, yte, &params).map_err(to_py)
     })?;
+    let (r, pred, probe) = (decoded.result, decoded.predictions, decoded.probe);
     let d = PyDict::new(py);
     d.set_item("accuracy", r.accuracy)?;
     d.set_item("balanced_accuracy", r.balanced_accuracy)?;
