@@ -7,7 +7,7 @@
 //! - the deterministic t-SNE (`theta = 0`, [`TsneParams::deterministic`], the one the report,
 //!   `analyze` and Python's `viz` use), which picks by one rule, the number of points `N`:
 //!   - `N <= EXACT_MAX_POINTS` (2,000): hyperlens's exact t-SNE (`exact`: O(N²) per step,
-//!     bhtsne's exact mode and schedule);
+//!     bhtsne's exact mode and schedule with openTSNE's learning rate `N / exaggeration`);
 //!   - above: hyperlens's large-N t-SNE ([`tsne_interpolated`]: exact nearest-neighbour
 //!     affinities, FFT-interpolated repulsion as FIt-SNE / openTSNE, openTSNE 1.0's schedule);
 //!
@@ -153,7 +153,7 @@ impl CodeEmbedding {
 /// A two-dimensional t-SNE embedding of the rows of `x` (module docs).
 ///
 /// With `theta = 0` this is the deterministic t-SNE: for `N <= EXACT_MAX_POINTS` hyperlens's
-/// exact t-SNE (the same algorithm and schedule as bhtsne's exact mode, several times faster),
+/// exact t-SNE (bhtsne's exact mode and schedule with openTSNE's learning rate, several times faster),
 /// above it [`tsne_interpolated`]; either gives the same embedding for a seed on any number of
 /// threads.
 ///
