@@ -172,6 +172,38 @@ impl Isa {
         portable::rope_half(x, cos, sin, out)
     }
 
+    /// [`portable::rms_norm`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn rms_norm(self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::rms_norm(x, w, eps, out) };
+        }
+        portable::rms_norm(x, w, eps, out)
+    }
+
+    /// [`portable::add_rms_norm`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn add_rms_norm(
+        self,
+        h: &[f32],
+        y: &[f32],
+        w: &[f32],
+        eps: f32,
+        sum: &mut [f32],
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::add_rms_norm(h, y, w, eps, sum, out) };
+        }
+        portable::add_rms_norm(h, y, w, eps, sum, out)
+    }
+
     /// [`portable::add_rows`] with this instruction set.
     #[inline]
     #[allow(unsafe_code)]

@@ -117,6 +117,12 @@ impl PackedMatrix {
         &self.data[p * self.k * PANEL..][..self.k * PANEL]
     }
 
+    /// Panel `p` if there is one (the panels of all the matrices in order): the next panel of a
+    /// product, which a copy may prefetch while it computes the current one.
+    pub(crate) fn panel_opt(&self, p: usize) -> Option<&[f32]> {
+        self.data.get(p * self.k * PANEL..(p + 1) * self.k * PANEL)
+    }
+
     /// For each matrix: its rows `n_i` and first panel.
     pub(crate) fn layout(&self) -> &[(usize, usize)] {
         &self.parts

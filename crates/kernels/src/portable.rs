@@ -258,6 +258,64 @@ pub fn rope_half(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
     }
 }
 
+/// RMSNorm over rows of `D = w.len()` entries, as candle-nn's `rms_norm` (Hugging Face
+/// `LlamaRMSNorm` in float32): `out = x / sqrt(mean(x^2) + eps) w`, the sum of squares over
+/// [`LANES`] lanes plus the tail (a fixed order that vectorises; candle sums serially).
+///
+/// # Panics
+/// If `out` is shorter than `x`.
+#[inline(always)]
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let dm = w.len();
+    for (x, out) in x.chunks_exact(dm).zip(out.chunks_exact_mut(dm)) {
+        rms_norm_row(x, w, eps, out);
+    }
+}
+
+/// The residual addition of a pre-norm block and the next norm in one pass over the rows:
+/// `sum = h + y` and `out = rms_norm(sum)` ([`rms_norm`]), over rows of `D = w.len()` entries.
+///
+/// # Panics
+/// If `y`, `sum` or `out` is shorter than `h`.
+#[inline(always)]
+pub fn add_rms_norm(h: &[f32], y: &[f32], w: &[f32], eps: f32, sum: &mut [f32], out: &mut [f32]) {
+    let dm = w.len();
+    let rows = h
+        .chunks_exact(dm)
+        .zip(y.chunks_exact(dm))
+        .zip(sum.chunks_exact_mut(dm).zip(out.chunks_exact_mut(dm)));
+    for ((h, y), (sum, out)) in rows {
+        for ((s, &a), &b) in sum.iter_mut().zip(h).zip(y) {
+            *s = a + b;
+        }
+        rms_norm_row(sum, w, eps, out);
+    }
+}
+
+/// One row of [`rms_norm`].
+#[inline(always)]
+fn rms_norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let mut lanes = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let mut tail = 0f32;
+    for &v in chunks.remainder() {
+        tail += v * v;
+    }
+    for c in chunks {
+        for l in 0..LANES {
+            lanes[l] += c[l] * c[l];
+        }
+    }
+    let mut sum2 = 0f32;
+    for &s in &lanes {
+        sum2 += s;
+    }
+    let m = ((sum2 + tail) / w.len() as f32 + eps).sqrt();
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = v / m * g;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // LayerNorm and the bias additions
 

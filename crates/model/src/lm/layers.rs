@@ -7,7 +7,7 @@
 //! operation runs in that fused form; with a hook attached, in the decomposed form whose
 //! intermediate tensors TransformerLens names (`crate::hooks::norm_hooked`, [`masked_scores`]).
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Tensor, TensorId};
 
 use super::masked_scores;
 use crate::error::{ModelError, Result};
@@ -27,8 +27,10 @@ pub(crate) enum Norm<'a> {
 }
 
 /// `norm` of `x` with epsilon `eps`, with the hook points `{prefix}.hook_scale` and
-/// `{prefix}.hook_normalized` (`prefix()` is called only with a hook attached): candle-nn's fused
-/// norm without hooks, `crate::hooks::norm_hooked` with them.
+/// `{prefix}.hook_normalized` (`prefix()` is called only with a hook attached): without hooks
+/// candle-nn's fused LayerNorm, and the RMSNorm in one pass over the rows on the CPU in float32
+/// (`crate::ops::fast::lm::rms_norm`, candle-nn's elsewhere); `crate::hooks::norm_hooked` with
+/// them.
 ///
 /// # Shapes
 /// `x [B, T, D]` -> `[B, T, D]`.
@@ -44,9 +46,69 @@ pub(crate) fn norm<P: HookPoints + ?Sized>(
 ) -> Result<Tensor> {
     match (hooks.hooks(), norm) {
         (None, Norm::Layer(w, b)) => Ok(candle_nn::ops::layer_norm(x, w, b, eps as f32)?),
-        (None, Norm::Rms(w)) => Ok(candle_nn::ops::rms_norm(x, w, eps as f32)?),
+        (None, Norm::Rms(w)) => match fast::lm::rms_norm(x, None, w, eps as f32)? {
+            Some((_, y)) => Ok(y),
+            None => Ok(candle_nn::ops::rms_norm(x, w, eps as f32)?),
+        },
         (Some(h), Norm::Layer(w, b)) => norm_hooked(x, w, Some(b), eps, false, h, &prefix()),
         (Some(h), Norm::Rms(w)) => norm_hooked(x, w, None, eps, true, h, &prefix()),
+    }
+}
+
+/// An RMSNorm computed ahead, with the residual addition that made its input ([`residual`]): the
+/// norm `x` of the tensor whose id is `of`.
+#[derive(Debug)]
+pub(crate) struct Normed {
+    of: TensorId,
+    x: Tensor,
+}
+
+/// The residual addition `h + y` of a pre-norm block, with `next` (an RMSNorm's gain) on the CPU in
+/// float32 and without a hook function also the norm of the sum, in the same pass over the rows
+/// (`crate::ops::fast::lm::rms_norm`): the input of the next sublayer, read by [`norm_ahead`] if
+/// the sum reaches it unchanged by its hook points. With a hook function attached the sum's hooks
+/// come before the norm's, so no norm is computed here.
+///
+/// # Shapes
+/// `h`, `y` `[B, T, D]`, `next` `[D]` -> `[B, T, D]` (and the norm of the sum, `[B, T, D]`).
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn residual<P: HookPoints + ?Sized>(
+    h: &Tensor,
+    y: &Tensor,
+    next: Option<&Tensor>,
+    eps: f64,
+    hooks: &mut P,
+) -> Result<(Tensor, Option<Normed>)> {
+    if let (Some(w), None) = (next, hooks.hooks()) {
+        if let Some((sum, x)) = fast::lm::rms_norm(h, Some(y), w, eps as f32)? {
+            let of = sum.id();
+            return Ok((sum, Some(Normed { of, x })));
+        }
+    }
+    Ok(((h + y)?, None))
+}
+
+/// The RMSNorm `norm` of `h` ([`norm`]), or `ahead`'s when it was computed from this very tensor
+/// ([`residual`]: the sum passed its hook points unchanged).
+///
+/// # Shapes
+/// `h [B, T, D]` -> `[B, T, D]`.
+///
+/// # Errors
+/// As [`norm`].
+pub(crate) fn norm_ahead<P: HookPoints + ?Sized>(
+    h: &Tensor,
+    ahead: Option<Normed>,
+    norm_: Norm<'_>,
+    eps: f64,
+    prefix: impl FnOnce() -> String,
+    hooks: &mut P,
+) -> Result<Tensor> {
+    match ahead {
+        Some(n) if n.of == h.id() && hooks.hooks().is_none() => Ok(n.x),
+        _ => norm(h, norm_, eps, prefix, hooks),
     }
 }
 

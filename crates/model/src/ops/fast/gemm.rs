@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::cpu::with_tensor;
 use super::cpu_f32;
+use super::fresh::fresh_blocks;
 use crate::error::Result;
 
 /// Fewest rows per thread for the split (below it candle's product runs).
@@ -113,20 +114,14 @@ pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Re
     let per = m.div_ceil(threads).div_ceil(TILE_ROWS).max(1) * TILE_ROWS;
     let ns: Vec<usize> = (0..w.parts()).map(|i| w.rows(i)).collect();
     let isa = Isa::detected();
+    let lens: Vec<usize> = ns.iter().map(|n| m * n).collect();
+    let blocks: Vec<usize> = ns.iter().map(|n| per * n).collect();
+    // Per task: its rows of `x` and of every output (written in place, `super::fresh`).
     let ys = with_tensor(x, |x| {
-        let mut ys: Vec<Vec<f32>> = ns.iter().map(|n| vec![0f32; m * n]).collect();
-        // Per task: its rows of `x` and of every output.
-        let mut tasks: Vec<(&[f32], Vec<&mut [f32]>)> =
-            x.chunks(per * k).map(|x| (x, Vec::new())).collect();
-        for (y, n) in ys.iter_mut().zip(&ns) {
-            for (task, y) in tasks.iter_mut().zip(y.chunks_mut(per * n)) {
-                task.1.push(y);
-            }
-        }
-        tasks
-            .into_par_iter()
-            .for_each(|(x, mut outs)| isa.matmul_packed(x, w, &mut outs));
-        ys
+        fresh_blocks(&lens, &blocks, |i, outs| {
+            let x = &x[(i * per * k).min(x.len())..((i + 1) * per * k).min(x.len())];
+            isa.matmul_packed(x, w, outs);
+        })
     })?;
     let mut shape = dims.to_vec();
     ys.into_iter()
