@@ -279,9 +279,10 @@ fn rope_half_rotates_each_pair_by_its_angle_on_every_instruction_set() {
 }
 
 #[test]
-fn rms_norm_and_its_residual_form_are_the_f64_formula_on_every_instruction_set() {
-    // rows of 8 lanes and a tail of 3, one row of zeros (the epsilon alone)
-    let (rows, d, eps) = (4, 19, 1e-5f32);
+fn rms_norm_and_its_residual_form_are_the_serial_formula_on_every_instruction_set() {
+    // two groups of side-by-side rows and a tail of 3 rows, rows of 19 entries, one row of zeros
+    // (the epsilon alone)
+    let (rows, d, eps) = (2 * portable::NORM_ROWS + 3, 19, 1e-5f32);
     let h: Vec<f32> = (0..rows * d).map(|i| noise(i, 3) * 4.0).collect();
     let mut y: Vec<f32> = (0..rows * d).map(|i| noise(i, 4)).collect();
     let w: Vec<f32> = (0..d).map(|i| 0.5 + noise(i, 5)).collect();
@@ -291,24 +292,24 @@ fn rms_norm_and_its_residual_form_are_the_f64_formula_on_every_instruction_set()
     let (mut sum, mut want) = (vec![0f32; rows * d], vec![0f32; rows * d]);
     portable::add_rms_norm(&h, &y, &w, eps, &mut sum, &mut want);
     for r in 0..rows {
-        let s: Vec<f64> = (0..d)
-            .map(|j| f64::from(h[r * d + j]) + f64::from(y[r * d + j]))
-            .collect();
-        let ms = (s.iter().map(|v| v * v).sum::<f64>() / d as f64 + f64::from(eps)).sqrt();
+        let s: Vec<f32> = (0..d).map(|j| h[r * d + j] + y[r * d + j]).collect();
+        // candle-nn's `rms_norm`, written out: one serial sum, the root, a division
+        let m = (s.iter().map(|v| v * v).fold(0f32, |a, b| a + b) / d as f32 + eps).sqrt();
+        let ms = (s.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / d as f64 + f64::from(eps))
+            .sqrt();
         for j in 0..d {
-            assert_eq!(sum[r * d + j], h[r * d + j] + y[r * d + j]);
-            let exact = s[j] / ms * f64::from(w[j]);
-            let got = f64::from(want[r * d + j]);
-            assert!(
-                (got - exact).abs() <= 1e-6 * exact.abs() + 1e-12,
-                "{r} {j}: {got} vs {exact}"
+            assert_eq!(sum[r * d + j].to_bits(), s[j].to_bits());
+            assert_eq!(
+                want[r * d + j].to_bits(),
+                (s[j] / m * w[j]).to_bits(),
+                "{r} {j}"
             );
+            let exact = f64::from(s[j]) / ms * f64::from(w[j]);
+            let got = f64::from(want[r * d + j]);
+            assert!((got - exact).abs() <= 1e-6 * exact.abs() + 1e-12, "{r} {j}");
         }
     }
-    // the plain norm of the sums is the residual form's norm
-    let mut plain = vec![0f32; rows * d];
-    portable::rms_norm(&sum, &w, eps, &mut plain);
-    assert_eq!(bits(&plain), bits(&want));
+    assert!(want[..d].iter().all(|&v| v == 0.0));
     for isa in Isa::supported() {
         let (mut s2, mut got) = (vec![f32::NAN; rows * d], vec![f32::NAN; rows * d]);
         isa.add_rms_norm(&h, &y, &w, eps, &mut s2, &mut got);

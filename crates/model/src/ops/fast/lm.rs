@@ -23,12 +23,12 @@ const SOFTMAX_ROWS: usize = 64;
 /// Elements per parallel task of [`swiglu`].
 const SWIGLU_ELEMS: usize = 16_384;
 /// Rows per parallel task of [`rms_norm`].
-const NORM_ROWS: usize = 32;
+const NORM_TASK_ROWS: usize = 32;
 
-/// The RMSNorm of each row of `x` with the gain `w` ([`Isa::rms_norm`]), or with `residual`
-/// first the residual addition `x + residual` and the RMSNorm of that sum in the same pass
-/// ([`Isa::add_rms_norm`]): the two steps between a pre-norm block's sublayers in one pass over
-/// the rows.
+/// The RMSNorm of each row of `x` with the gain `w` ([`Isa::rms_norm`], candle-nn's `rms_norm`
+/// with its bits), or with `residual` first the residual addition `x + residual` and the RMSNorm
+/// of that sum in the same pass ([`Isa::add_rms_norm`]): the two steps between a pre-norm
+/// block's sublayers in one pass over the rows.
 ///
 /// # Shapes
 /// `x [..., D]`, `residual` of `x`'s shape, `w [D]` -> `(x + residual, its norm)` (or
@@ -52,7 +52,7 @@ pub(crate) fn rms_norm(
         return Ok(None);
     }
     let isa = Isa::detected();
-    let block = NORM_ROWS * d;
+    let block = NORM_TASK_ROWS * d;
     let (sum, normed) = with_tensor(x, |h| {
         with_tensor(w, |w| match residual {
             None => Ok::<_, candle_core::Error>((
@@ -227,6 +227,33 @@ mod tests {
         let want = candle_nn::rotary_emb::rope(&x.contiguous().unwrap(), &cos, &sin).unwrap();
         let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
         assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
+    }
+
+    #[test]
+    fn rms_norm_and_its_residual_form_have_candles_bits() {
+        let dev = Device::Cpu;
+        // 3 x 37 rows: two parallel blocks and a tail; rows of 576 (SmolLM2's width)
+        let h = Tensor::randn(0f32, 3.0, (3, 37, 576), &dev).unwrap();
+        let y = Tensor::randn(0f32, 1.0, (3, 37, 576), &dev).unwrap();
+        let w = Tensor::randn(1f32, 0.3, 576, &dev).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        let (same, x) = rms_norm(&h, None, &w, 1e-5).unwrap().unwrap();
+        assert_eq!(same.id(), h.id());
+        let want = candle_nn::ops::rms_norm(&h, &w, 1e-5).unwrap();
+        assert_eq!(bits(&x), bits(&want));
+        let (sum, x) = rms_norm(&h, Some(&y), &w, 1e-5).unwrap().unwrap();
+        let want_sum = (&h + &y).unwrap();
+        assert_eq!(bits(&sum), bits(&want_sum));
+        let want = candle_nn::ops::rms_norm(&want_sum, &w, 1e-5).unwrap();
+        assert_eq!(bits(&x), bits(&want));
+        // another device's or dtype's tensors, or a gain of another width, are left to candle
+        let h64 = h.to_dtype(candle_core::DType::F64).unwrap();
+        assert!(rms_norm(&h64, None, &w, 1e-5).unwrap().is_none());
+        let w2 = Tensor::ones(575, candle_core::DType::F32, &dev).unwrap();
+        assert!(rms_norm(&h, None, &w2, 1e-5).unwrap().is_none());
     }
 
     #[test]
