@@ -4,6 +4,8 @@
 //!
 //! Every function here needs a CPU with AVX-512F: call it through [`crate::Isa`].
 
+use std::mem::MaybeUninit;
+
 use crate::packed::{PackedMatrix, DEPTH, PANEL, TILE_ROWS};
 use crate::portable::{self, PaddedTail, TSNE_LANES};
 
@@ -81,13 +83,17 @@ pub fn tsne_gradient_row(xi: f64, zi: f64, xs: &[f64], zs: &[f64], prow: &[f64])
 /// products of SmolLM2-135M's layers with cold weights ran 15-20 % slower than with weights in
 /// the cache). Prefetches change no value.
 ///
+/// The outputs need not be initialised: the first block of each tile stores its sums without
+/// reading the output, and the later blocks read only what the first one stored, so every element
+/// is written (an output written by this copy needs no zero-fill first).
+///
 /// # Panics
 /// As [`crate::packed::matmul_packed`].
 ///
 /// # Safety
 /// The CPU must have AVX-512F ([`crate::Isa::avx512`]).
 #[target_feature(enable = "avx512f")]
-pub fn matmul_packed(x: &[f32], w: &PackedMatrix, outs: &mut [&mut [f32]]) {
+pub fn matmul_packed(x: &[f32], w: &PackedMatrix, outs: &mut [&mut [MaybeUninit<f32>]]) {
     let m = w.check(x, outs);
     let k = w.k();
     // Tiles (row tiles by depth blocks) per panel, and the next panel's cache lines each one
@@ -159,7 +165,12 @@ struct Prefetch<'a>(&'a [f32]);
 /// the first block and added to it for the others.
 #[target_feature(enable = "avx512f")]
 #[allow(unsafe_code)]
-fn packed_tile<const R: usize>(x: &[f32], panel: &[f32], out: &mut [f32], t: Tile<'_>) {
+fn packed_tile<const R: usize>(
+    x: &[f32],
+    panel: &[f32],
+    out: &mut [MaybeUninit<f32>],
+    t: Tile<'_>,
+) {
     use std::arch::x86_64::{
         __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
         _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm_prefetch, _MM_HINT_T1,
@@ -204,9 +215,10 @@ fn packed_tile<const R: usize>(x: &[f32], panel: &[f32], out: &mut [f32], t: Til
             let lanes = cols.saturating_sub(v * 16).min(16);
             if lanes > 0 {
                 let mask = (((1u32 << lanes) - 1) & 0xffff) as u16;
-                let p = row.as_mut_ptr().wrapping_add(v * 16);
+                let p = row.as_mut_ptr().cast::<f32>().wrapping_add(v * 16);
                 // SAFETY: lanes `v * 16 .. v * 16 + lanes` of `row` (length `cols`) are read and
-                // written, the masked-off ones neither.
+                // written, the masked-off ones neither; they are read only after the first block
+                // (`q.start == 0`, the first call for this tile) stored them.
                 unsafe {
                     let sum = if first {
                         *acc

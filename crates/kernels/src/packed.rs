@@ -133,7 +133,7 @@ impl PackedMatrix {
     ///
     /// # Panics
     /// When `x` is not whole rows of `k`, or `outs` is not one `[m, n_i]` slice per part.
-    pub(crate) fn check(&self, x: &[f32], outs: &[&mut [f32]]) -> usize {
+    pub(crate) fn check<T>(&self, x: &[f32], outs: &[&mut [T]]) -> usize {
         assert!(
             x.len().is_multiple_of(self.k),
             "packed product: {} inputs, not rows of {}",

@@ -1,6 +1,8 @@
 //! The kernels' unit tests: every instruction set's copy against the portable code bit for bit,
 //! and the portable code against plain sums and libm.
 
+use std::mem::MaybeUninit;
+
 use crate::portable::{
     exp_reduced, gelu_tanh, gelu_tanh_reduced, softmax_padded, softmax_padded_rows, GELU_BLOCK,
 };
@@ -395,6 +397,21 @@ fn the_packed_product_is_the_ordered_fused_sum_on_every_instruction_set() {
         isa.matmul_packed(&x, &packed, &mut outs);
         for (g, w) in got.iter().zip(&want) {
             assert_eq!(bits(g), bits(w), "{isa}");
+        }
+        // into outputs not yet written (NaN here, so that any element left unwritten shows)
+        let mut got: Vec<Vec<MaybeUninit<f32>>> = ns
+            .iter()
+            .map(|n| vec![MaybeUninit::new(f32::NAN); m * n])
+            .collect();
+        let mut outs: Vec<&mut [MaybeUninit<f32>]> =
+            got.iter_mut().map(|g| g.as_mut_slice()).collect();
+        isa.matmul_packed_uninit(&x, &packed, &mut outs);
+        for (g, w) in got.iter().zip(&want) {
+            // SAFETY: every element was initialised (to NaN) before the call, which writes only
+            // floats.
+            #[allow(unsafe_code)]
+            let g: Vec<f32> = g.iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert_eq!(bits(&g), bits(w), "{isa} uninit");
         }
     }
     assert!(PackedMatrix::new(0, &parts).is_err());

@@ -8,6 +8,8 @@
 // The workspace denies `unsafe`; `gemm::gemm` takes raw pointers and strides.
 #![allow(unsafe_code)]
 
+use std::mem::MaybeUninit;
+
 use candle_core::{Device, Tensor};
 use gemm::{gemm, Parallelism};
 use hyperlens_kernels::packed::TILE_ROWS;
@@ -16,8 +18,10 @@ use rayon::prelude::*;
 
 use super::cpu::with_tensor;
 use super::cpu_f32;
-use super::fresh::fresh_blocks;
 use crate::error::Result;
+
+/// One task of [`matmul_packed`]: its rows of `x` and its blocks of the (uninitialised) outputs.
+type Task<'a> = (&'a [f32], Vec<&'a mut [MaybeUninit<f32>]>);
 
 /// Fewest rows per thread for the split (below it candle's product runs).
 const MIN_ROWS: usize = 64;
@@ -114,15 +118,28 @@ pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Re
     let per = m.div_ceil(threads).div_ceil(TILE_ROWS).max(1) * TILE_ROWS;
     let ns: Vec<usize> = (0..w.parts()).map(|i| w.rows(i)).collect();
     let isa = Isa::detected();
-    let lens: Vec<usize> = ns.iter().map(|n| m * n).collect();
-    let blocks: Vec<usize> = ns.iter().map(|n| per * n).collect();
-    // Per task: its rows of `x` and of every output (written in place, `super::fresh`).
-    let ys = with_tensor(x, |x| {
-        fresh_blocks(&lens, &blocks, |i, outs| {
-            let x = &x[(i * per * k).min(x.len())..((i + 1) * per * k).min(x.len())];
-            isa.matmul_packed(x, w, outs);
-        })
+    // The outputs, uninitialised: `Isa::matmul_packed_uninit` writes every element (with
+    // AVX-512 without a zero-fill first; `super::fresh`).
+    let mut ys: Vec<Vec<f32>> = ns.iter().map(|n| Vec::with_capacity(m * n)).collect();
+    with_tensor(x, |x| {
+        // Per task: its rows of `x` and of every output.
+        let mut tasks: Vec<Task<'_>> = x.chunks(per * k).map(|x| (x, Vec::new())).collect();
+        for (y, n) in ys.iter_mut().zip(&ns) {
+            let spare = &mut y.spare_capacity_mut()[..m * n];
+            for (task, y) in tasks.iter_mut().zip(spare.chunks_mut(per * n)) {
+                task.1.push(y);
+            }
+        }
+        tasks
+            .into_par_iter()
+            .for_each(|(x, mut outs)| isa.matmul_packed_uninit(x, w, &mut outs));
     })?;
+    for (y, n) in ys.iter_mut().zip(&ns) {
+        // SAFETY: the capacity is `m * n`, and the tasks' blocks of the spare capacity cover it
+        // (`per * n` floats each, `x`'s rows in blocks of `per`); `matmul_packed_uninit` wrote
+        // every element of each (its contract), and all the tasks have returned.
+        unsafe { y.set_len(m * n) };
+    }
     let mut shape = dims.to_vec();
     ys.into_iter()
         .zip(ns)
