@@ -13,7 +13,7 @@ use ndarray::Array1;
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
 use super::layers::{
-    causal_softmax, grouped_product, linear, no_logits, norm, norm_ahead, readout_input, residual,
+    causal_softmax, linear, mix_values, no_logits, norm, norm_ahead, readout_input, residual,
     rotary, swiglu, Norm,
 };
 use super::projection::Projection;
@@ -601,7 +601,6 @@ impl Llama {
             let q = hooks.at_block_heads(l, "attn.hook_q", heads(q, h_)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_k", heads(k, hkv)?)?;
             let v = hooks.at_block_heads(l, "attn.hook_v", heads(v, hkv)?)?;
-            let v = v.contiguous()?;
             let q = hooks.at_block_heads(l, "attn.hook_rot_q", rotary(&q, &cos, &sin)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_rot_k", rotary(&k, &cos, &sin)?)?;
             // Query head `h` reads key/value head `h / (H / H_kv)`: products per key/value head,
@@ -612,7 +611,7 @@ impl Llama {
                 // or logits.
                 break;
             }
-            let z = hooks.at_block_heads(l, "attn.hook_z", grouped_product(&a, &v)?)?;
+            let z = hooks.at_block_heads(l, "attn.hook_z", mix_values(&a, &v)?)?;
             if capture {
                 patterns.push(a);
             }
