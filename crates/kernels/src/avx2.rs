@@ -49,6 +49,24 @@ pub fn rope_half(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
     portable::rope_half(x, cos, sin, out);
 }
 
+/// [`portable::rms_norm`] compiled with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    portable::rms_norm(x, w, eps, out);
+}
+
+/// [`portable::add_rms_norm`] compiled with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`crate::Isa::avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn add_rms_norm(h: &[f32], y: &[f32], w: &[f32], eps: f32, sum: &mut [f32], out: &mut [f32]) {
+    portable::add_rms_norm(h, y, w, eps, sum, out);
+}
+
 /// [`portable::add_rows`] compiled with AVX2 and FMA.
 ///
 /// # Safety

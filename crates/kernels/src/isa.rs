@@ -1,6 +1,7 @@
 //! The instruction set the kernels run with: [`Isa`], detected once per process, and the
 //! dispatch of the kernels that have a copy per instruction set.
 
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
@@ -125,8 +126,18 @@ impl Isa {
     pub fn matmul_packed(self, x: &[f32], w: &packed::PackedMatrix, outs: &mut [&mut [f32]]) {
         #[cfg(target_arch = "x86_64")]
         if self.avx512() {
+            let mut un: Vec<&mut [MaybeUninit<f32>]> = outs
+                .iter_mut()
+                .map(|o| {
+                    let (ptr, len) = (o.as_mut_ptr(), o.len());
+                    // SAFETY: `MaybeUninit<f32>` has the layout of `f32`; the slice reborrows
+                    // `o`, and the AVX-512 copy writes only floats into it (never uninitialised
+                    // values), so `o` stays initialised.
+                    unsafe { std::slice::from_raw_parts_mut(ptr.cast::<MaybeUninit<f32>>(), len) }
+                })
+                .collect();
             // SAFETY: `avx512()` holds only for a level detected on a CPU with AVX-512F.
-            return unsafe { avx512::matmul_packed(x, w, outs) };
+            return unsafe { avx512::matmul_packed(x, w, &mut un) };
         }
         #[cfg(target_arch = "x86_64")]
         if self.avx2() {
@@ -134,6 +145,41 @@ impl Isa {
             return unsafe { avx2::matmul_packed(x, w, outs) };
         }
         packed::matmul_packed(x, w, outs)
+    }
+
+    /// [`Isa::matmul_packed`] into outputs not yet initialised; on return every element of `outs`
+    /// is written. The AVX-512 copy writes them directly (no zero-fill first); the others after
+    /// zeroing them.
+    ///
+    /// # Shapes
+    /// `x [m, k]`; `outs[i] [m, n_i]`.
+    ///
+    /// # Panics
+    /// When the sizes do not match.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn matmul_packed_uninit(
+        self,
+        x: &[f32],
+        w: &packed::PackedMatrix,
+        outs: &mut [&mut [MaybeUninit<f32>]],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512() {
+            // SAFETY: `avx512()` holds only for a level detected on a CPU with AVX-512F.
+            return unsafe { avx512::matmul_packed(x, w, outs) };
+        }
+        let mut init: Vec<&mut [f32]> = outs
+            .iter_mut()
+            .map(|o| {
+                o.fill(MaybeUninit::new(0.0));
+                let (ptr, len) = (o.as_mut_ptr(), o.len());
+                // SAFETY: every element of `o` was just initialised, and `MaybeUninit<f32>` has
+                // the layout of `f32`; the slice reborrows `o`.
+                unsafe { std::slice::from_raw_parts_mut(ptr.cast::<f32>(), len) }
+            })
+            .collect();
+        self.matmul_packed(x, w, &mut init)
     }
 
     /// [`portable::silu_mul`] with this instruction set.
@@ -170,6 +216,38 @@ impl Isa {
             return unsafe { avx2::rope_half(x, cos, sin, out) };
         }
         portable::rope_half(x, cos, sin, out)
+    }
+
+    /// [`portable::rms_norm`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn rms_norm(self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::rms_norm(x, w, eps, out) };
+        }
+        portable::rms_norm(x, w, eps, out)
+    }
+
+    /// [`portable::add_rms_norm`] with this instruction set.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn add_rms_norm(
+        self,
+        h: &[f32],
+        y: &[f32],
+        w: &[f32],
+        eps: f32,
+        sum: &mut [f32],
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: as in `Isa::gelu_tanh_reduced_in_place`.
+            return unsafe { avx2::add_rms_norm(h, y, w, eps, sum, out) };
+        }
+        portable::add_rms_norm(h, y, w, eps, sum, out)
     }
 
     /// [`portable::add_rows`] with this instruction set.

@@ -9,8 +9,9 @@
 //!   attention (dot products, RMSHead's scales, the softmax of a row, masked or over padded keys,
 //!   and its gradient; the K/V transposes, the scores, the standard value network; one problem's
 //!   codes for each normalisation, [`portable::attention_codes`]), the language models' causal
-//!   softmax row ([`portable::softmax_prefix`]), rotary embedding ([`portable::rope_half`]) and
-//!   SwiGLU ([`portable::silu_mul`]), the blocked
+//!   softmax row ([`portable::softmax_prefix`]), rotary embedding ([`portable::rope_half`]),
+//!   SwiGLU ([`portable::silu_mul`]) and RMSNorm, alone or after the residual addition
+//!   ([`portable::rms_norm`], [`portable::add_rms_norm`]), the blocked
 //!   squared distances of the silhouette and k-means, and one row of the exact t-SNE gradient.
 //! - [`avx2`] (x86-64): the same operations with AVX2 and FMA, either the portable code compiled
 //!   again with those features or written with the intrinsics, in the portable code's operation

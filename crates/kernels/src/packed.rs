@@ -117,6 +117,12 @@ impl PackedMatrix {
         &self.data[p * self.k * PANEL..][..self.k * PANEL]
     }
 
+    /// Panel `p` if there is one (the panels of all the matrices in order): the next panel of a
+    /// product, which a copy may prefetch while it computes the current one.
+    pub(crate) fn panel_opt(&self, p: usize) -> Option<&[f32]> {
+        self.data.get(p * self.k * PANEL..(p + 1) * self.k * PANEL)
+    }
+
     /// For each matrix: its rows `n_i` and first panel.
     pub(crate) fn layout(&self) -> &[(usize, usize)] {
         &self.parts
@@ -127,7 +133,7 @@ impl PackedMatrix {
     ///
     /// # Panics
     /// When `x` is not whole rows of `k`, or `outs` is not one `[m, n_i]` slice per part.
-    pub(crate) fn check(&self, x: &[f32], outs: &[&mut [f32]]) -> usize {
+    pub(crate) fn check<T>(&self, x: &[f32], outs: &[&mut [T]]) -> usize {
         assert!(
             x.len().is_multiple_of(self.k),
             "packed product: {} inputs, not rows of {}",

@@ -258,6 +258,74 @@ pub fn rope_half(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Rows of [`rms_norm`] whose sums of squares run side by side (independent chains).
+pub const NORM_ROWS: usize = 8;
+
+/// RMSNorm over rows of `D = w.len()` entries, candle-nn's `rms_norm` (Hugging Face `LlamaRMSNorm`
+/// in float32) with its bits: per row `m = sqrt(sum(x^2) / D + eps)`, the sum one chain in order,
+/// and `out = x / m * w`. The chains of [`NORM_ROWS`] rows run side by side (one chain alone waits
+/// on each addition's latency), the tail rows one by one.
+///
+/// # Panics
+/// If `out` is shorter than `x`.
+#[inline(always)]
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let dm = w.len();
+    if dm == 0 {
+        return;
+    }
+    let n = x.len() / dm;
+    let whole = n - n % NORM_ROWS;
+    for (x, out) in x[..whole * dm]
+        .chunks_exact(NORM_ROWS * dm)
+        .zip(out.chunks_exact_mut(NORM_ROWS * dm))
+    {
+        let mut sums = [0f32; NORM_ROWS];
+        for j in 0..dm {
+            for (r, s) in sums.iter_mut().enumerate() {
+                let v = x[r * dm + j];
+                *s += v * v;
+            }
+        }
+        for ((x, out), &s) in x.chunks_exact(dm).zip(out.chunks_exact_mut(dm)).zip(&sums) {
+            scale_row(x, w, s, eps, out);
+        }
+    }
+    for (x, out) in x[whole * dm..n * dm]
+        .chunks_exact(dm)
+        .zip(out[whole * dm..].chunks_exact_mut(dm))
+    {
+        let mut s = 0f32;
+        for &v in x {
+            s += v * v;
+        }
+        scale_row(x, w, s, eps, out);
+    }
+}
+
+/// The residual addition of a pre-norm block and the next norm in one pass over the rows:
+/// `sum = h + y` and `out = rms_norm(sum)` ([`rms_norm`]), over rows of `D = w.len()` entries.
+///
+/// # Panics
+/// If `y`, `sum` or `out` is shorter than `h`.
+#[inline(always)]
+pub fn add_rms_norm(h: &[f32], y: &[f32], w: &[f32], eps: f32, sum: &mut [f32], out: &mut [f32]) {
+    let n = h.len();
+    for ((s, &a), &b) in sum[..n].iter_mut().zip(h).zip(&y[..n]) {
+        *s = a + b;
+    }
+    rms_norm(&sum[..n], w, eps, out);
+}
+
+/// One row of [`rms_norm`] from its sum of squares `s`.
+#[inline(always)]
+fn scale_row(x: &[f32], w: &[f32], s: f32, eps: f32, out: &mut [f32]) {
+    let m = (s / w.len() as f32 + eps).sqrt();
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = v / m * g;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // LayerNorm and the bias additions
 

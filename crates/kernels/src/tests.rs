@@ -1,6 +1,8 @@
 //! The kernels' unit tests: every instruction set's copy against the portable code bit for bit,
 //! and the portable code against plain sums and libm.
 
+use std::mem::MaybeUninit;
+
 use crate::portable::{
     exp_reduced, gelu_tanh, gelu_tanh_reduced, softmax_padded, softmax_padded_rows, GELU_BLOCK,
 };
@@ -278,6 +280,49 @@ fn rope_half_rotates_each_pair_by_its_angle_on_every_instruction_set() {
     }
 }
 
+#[test]
+fn rms_norm_and_its_residual_form_are_the_serial_formula_on_every_instruction_set() {
+    // two groups of side-by-side rows and a tail of 3 rows, rows of 19 entries, one row of zeros
+    // (the epsilon alone)
+    let (rows, d, eps) = (2 * portable::NORM_ROWS + 3, 19, 1e-5f32);
+    let h: Vec<f32> = (0..rows * d).map(|i| noise(i, 3) * 4.0).collect();
+    let mut y: Vec<f32> = (0..rows * d).map(|i| noise(i, 4)).collect();
+    let w: Vec<f32> = (0..d).map(|i| 0.5 + noise(i, 5)).collect();
+    for (yi, hi) in y[..d].iter_mut().zip(&h[..d]) {
+        *yi = -hi;
+    }
+    let (mut sum, mut want) = (vec![0f32; rows * d], vec![0f32; rows * d]);
+    portable::add_rms_norm(&h, &y, &w, eps, &mut sum, &mut want);
+    for r in 0..rows {
+        let s: Vec<f32> = (0..d).map(|j| h[r * d + j] + y[r * d + j]).collect();
+        // candle-nn's `rms_norm`, written out: one serial sum, the root, a division
+        let m = (s.iter().map(|v| v * v).fold(0f32, |a, b| a + b) / d as f32 + eps).sqrt();
+        let ms = (s.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / d as f64 + f64::from(eps))
+            .sqrt();
+        for j in 0..d {
+            assert_eq!(sum[r * d + j].to_bits(), s[j].to_bits());
+            assert_eq!(
+                want[r * d + j].to_bits(),
+                (s[j] / m * w[j]).to_bits(),
+                "{r} {j}"
+            );
+            let exact = f64::from(s[j]) / ms * f64::from(w[j]);
+            let got = f64::from(want[r * d + j]);
+            assert!((got - exact).abs() <= 1e-6 * exact.abs() + 1e-12, "{r} {j}");
+        }
+    }
+    assert!(want[..d].iter().all(|&v| v == 0.0));
+    for isa in Isa::supported() {
+        let (mut s2, mut got) = (vec![f32::NAN; rows * d], vec![f32::NAN; rows * d]);
+        isa.add_rms_norm(&h, &y, &w, eps, &mut s2, &mut got);
+        assert_eq!(bits(&s2), bits(&sum), "{isa}");
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+        let mut got = vec![f32::NAN; rows * d];
+        isa.rms_norm(&sum, &w, eps, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+    }
+}
+
 /// A deterministic pseudo-random float in [-1, 1) from an index (no dependency).
 fn noise(i: usize, seed: u32) -> f32 {
     let h = (i as u32 ^ seed)
@@ -352,6 +397,21 @@ fn the_packed_product_is_the_ordered_fused_sum_on_every_instruction_set() {
         isa.matmul_packed(&x, &packed, &mut outs);
         for (g, w) in got.iter().zip(&want) {
             assert_eq!(bits(g), bits(w), "{isa}");
+        }
+        // into outputs not yet written (NaN here, so that any element left unwritten shows)
+        let mut got: Vec<Vec<MaybeUninit<f32>>> = ns
+            .iter()
+            .map(|n| vec![MaybeUninit::new(f32::NAN); m * n])
+            .collect();
+        let mut outs: Vec<&mut [MaybeUninit<f32>]> =
+            got.iter_mut().map(|g| g.as_mut_slice()).collect();
+        isa.matmul_packed_uninit(&x, &packed, &mut outs);
+        for (g, w) in got.iter().zip(&want) {
+            // SAFETY: every element was initialised (to NaN) before the call, which writes only
+            // floats.
+            #[allow(unsafe_code)]
+            let g: Vec<f32> = g.iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert_eq!(bits(&g), bits(w), "{isa} uninit");
         }
     }
     assert!(PackedMatrix::new(0, &parts).is_err());

@@ -7,7 +7,7 @@
 //! operation runs in that fused form; with a hook attached, in the decomposed form whose
 //! intermediate tensors TransformerLens names (`crate::hooks::norm_hooked`, [`masked_scores`]).
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Tensor, TensorId};
 
 use super::masked_scores;
 use crate::error::{ModelError, Result};
@@ -27,8 +27,10 @@ pub(crate) enum Norm<'a> {
 }
 
 /// `norm` of `x` with epsilon `eps`, with the hook points `{prefix}.hook_scale` and
-/// `{prefix}.hook_normalized` (`prefix()` is called only with a hook attached): candle-nn's fused
-/// norm without hooks, `crate::hooks::norm_hooked` with them.
+/// `{prefix}.hook_normalized` (`prefix()` is called only with a hook attached): without hooks
+/// candle-nn's fused LayerNorm, and the RMSNorm in one pass over the rows on the CPU in float32
+/// (`crate::ops::fast::lm::rms_norm`, candle-nn's elsewhere); `crate::hooks::norm_hooked` with
+/// them.
 ///
 /// # Shapes
 /// `x [B, T, D]` -> `[B, T, D]`.
@@ -44,9 +46,69 @@ pub(crate) fn norm<P: HookPoints + ?Sized>(
 ) -> Result<Tensor> {
     match (hooks.hooks(), norm) {
         (None, Norm::Layer(w, b)) => Ok(candle_nn::ops::layer_norm(x, w, b, eps as f32)?),
-        (None, Norm::Rms(w)) => Ok(candle_nn::ops::rms_norm(x, w, eps as f32)?),
+        (None, Norm::Rms(w)) => match fast::lm::rms_norm(x, None, w, eps as f32)? {
+            Some((_, y)) => Ok(y),
+            None => Ok(candle_nn::ops::rms_norm(x, w, eps as f32)?),
+        },
         (Some(h), Norm::Layer(w, b)) => norm_hooked(x, w, Some(b), eps, false, h, &prefix()),
         (Some(h), Norm::Rms(w)) => norm_hooked(x, w, None, eps, true, h, &prefix()),
+    }
+}
+
+/// An RMSNorm computed ahead, with the residual addition that made its input ([`residual`]): the
+/// norm `x` of the tensor whose id is `of`.
+#[derive(Debug)]
+pub(crate) struct Normed {
+    of: TensorId,
+    x: Tensor,
+}
+
+/// The residual addition `h + y` of a pre-norm block, with `next` (an RMSNorm's gain) on the CPU in
+/// float32 and without a hook function also the norm of the sum, in the same pass over the rows
+/// (`crate::ops::fast::lm::rms_norm`): the input of the next sublayer, read by [`norm_ahead`] if
+/// the sum reaches it unchanged by its hook points. With a hook function attached the sum's hooks
+/// come before the norm's, so no norm is computed here.
+///
+/// # Shapes
+/// `h`, `y` `[B, T, D]`, `next` `[D]` -> `[B, T, D]` (and the norm of the sum, `[B, T, D]`).
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn residual<P: HookPoints + ?Sized>(
+    h: &Tensor,
+    y: &Tensor,
+    next: Option<&Tensor>,
+    eps: f64,
+    hooks: &mut P,
+) -> Result<(Tensor, Option<Normed>)> {
+    if let (Some(w), None) = (next, hooks.hooks()) {
+        if let Some((sum, x)) = fast::lm::rms_norm(h, Some(y), w, eps as f32)? {
+            let of = sum.id();
+            return Ok((sum, Some(Normed { of, x })));
+        }
+    }
+    Ok(((h + y)?, None))
+}
+
+/// The RMSNorm `norm` of `h` ([`norm`]), or `ahead`'s when it was computed from this very tensor
+/// ([`residual`]: the sum passed its hook points unchanged).
+///
+/// # Shapes
+/// `h [B, T, D]` -> `[B, T, D]`.
+///
+/// # Errors
+/// As [`norm`].
+pub(crate) fn norm_ahead<P: HookPoints + ?Sized>(
+    h: &Tensor,
+    ahead: Option<Normed>,
+    norm_: Norm<'_>,
+    eps: f64,
+    prefix: impl FnOnce() -> String,
+    hooks: &mut P,
+) -> Result<Tensor> {
+    match ahead {
+        Some(n) if n.of == h.id() && hooks.hooks().is_none() => Ok(n.x),
+        _ => norm(h, norm_, eps, prefix, hooks),
     }
 }
 
@@ -54,7 +116,8 @@ pub(crate) fn norm<P: HookPoints + ?Sized>(
 /// points `blocks.{l}.attn.hook_attn_scores` (with a hook attached: the scores with `-inf` above
 /// the diagonal, [`masked_scores`] on the key heads repeated for each query head
 /// ([`repeat_kv`]), then candle-nn's softmax) and `attn.hook_pattern`; without hooks the products
-/// of each key head with its group of query heads ([`grouped_product`], no copy of the keys), then
+/// of each key head with its group of query heads, scaled in the product ([`grouped_product`], no
+/// copy of the keys, no pass for the scale), then
 /// the masked softmax: one pass over the rows on the CPU in float32
 /// (`crate::ops::fast::lm::causal_softmax`), `ops::reference::normalise` elsewhere (its scores,
 /// unmasked, still pass through [`HookPoints::at_block`], which a reader without a hook function
@@ -78,7 +141,7 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
         None => {
             // Unmasked here (the mask enters the fused softmax); a reader of the point sees the
             // same values as the hooked pass's at every allowed (query, key) pair.
-            let scores = (grouped_product(q, &k.t()?)? * scale)?;
+            let scores = grouped_product(q, &k.t()?, scale)?;
             let scores = hooks.at_block(l, "attn.hook_attn_scores", scores)?;
             // The kernel's mask is the causal one, which `mask` is (checked on its size only).
             let d = scores.dims();
@@ -104,8 +167,8 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
     hooks.at_block(l, "attn.hook_pattern", pattern)
 }
 
-/// Per key/value head, the product of its group of query heads' rows with it: `out[b, h] =
-/// a[b, h] x[b, h / (H / H_kv)]`, computed as one product per key head on the query heads' rows
+/// Per key/value head, the product of its group of query heads' rows with it, times `scale`:
+/// `out[b, h] = (a[b, h] x[b, h / (H / H_kv)]) * scale`, computed as one product per key head on the query heads' rows
 /// stacked (`a` reshaped to `[B, H_kv, (H / H_kv) Q, K]`), so the key or value heads are never
 /// repeated; on the CPU in float32 the batch of products split over the threads
 /// (`crate::ops::fast::gemm::batched_matmul`).
@@ -115,7 +178,7 @@ pub(crate) fn causal_softmax<P: HookPoints + ?Sized>(
 ///
 /// # Errors
 /// Candle errors (`H_kv` not dividing `H`, mismatched sizes).
-pub(crate) fn grouped_product(a: &Tensor, x: &Tensor) -> Result<Tensor> {
+pub(crate) fn grouped_product(a: &Tensor, x: &Tensor, scale: f64) -> Result<Tensor> {
     let (b, h, q, k) = a.dims4()?;
     let (_, hkv, _, n) = x.dims4()?;
     if hkv == 0 || h % hkv != 0 {
@@ -124,11 +187,30 @@ pub(crate) fn grouped_product(a: &Tensor, x: &Tensor) -> Result<Tensor> {
         )));
     }
     let a = a.contiguous()?.reshape((b, hkv, (h / hkv) * q, k))?;
-    let y = match fast::gemm::batched_matmul(&a, x)? {
+    let y = match fast::gemm::batched_matmul(&a, x, scale)? {
         Some(y) => y,
-        None => a.matmul(x)?,
+        None if scale == 1.0 => a.matmul(x)?,
+        None => (a.matmul(x)? * scale)?,
     };
     Ok(y.reshape((b, h, q, n))?)
+}
+
+/// The value mixing of an attention, `z[b, h] = a[b, h] v[b, h / (H / H_kv)]`, as the view of
+/// a token-major tensor: on the CPU in float32 written as `[B, Q, H, N]` and read `v` through its
+/// strides (`crate::ops::fast::gemm::head_values`), so that neither `v` nor `z` is copied to
+/// another layout (`z.transpose(1, 2)` is the output projection's contiguous input); elsewhere
+/// [`grouped_product`] of a contiguous `v`.
+///
+/// # Shapes
+/// `a [B, H, Q, K]`, `v [B, H_kv, K, N]` (any strides) -> `[B, H, Q, N]`.
+///
+/// # Errors
+/// Candle errors (`H_kv` not dividing `H`, mismatched sizes).
+pub(crate) fn mix_values(a: &Tensor, v: &Tensor) -> Result<Tensor> {
+    match fast::gemm::head_values(a, v)? {
+        Some(y) => Ok(y.transpose(1, 2)?),
+        None => grouped_product(a, &v.contiguous()?, 1.0),
+    }
 }
 
 /// Expands key/value heads for grouped-query attention: head `h` of the result is head

@@ -13,7 +13,8 @@ use ndarray::Array1;
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
 use super::layers::{
-    causal_softmax, grouped_product, linear, no_logits, norm, readout_input, rotary, swiglu, Norm,
+    causal_softmax, linear, mix_values, no_logits, norm, norm_ahead, readout_input, residual,
+    rotary, swiglu, Norm,
 };
 use super::projection::Projection;
 use super::store::TensorStore;
@@ -582,10 +583,13 @@ impl Llama {
         let mut h = hooks.at("hook_embed", emb)?;
         let mut patterns = Vec::new();
         let ran = hooks.blocks_to_run(c.n_layers).min(c.n_layers);
+        // The next norm's output, computed with the residual addition before it (`residual`).
+        let mut ahead = None;
         for (l, layer) in self.layers.iter().enumerate().take(ran) {
             h = hooks.at_block(l, "hook_resid_pre", h)?;
             let ln1 = Norm::Rms(&layer.attn_norm);
-            let x = norm(&h, ln1, eps, || format!("blocks.{l}.ln1"), hooks)?;
+            let ln1_name = || format!("blocks.{l}.ln1");
+            let x = norm_ahead(&h, ahead.take(), ln1, eps, ln1_name, hooks)?;
             // Views [B, H, T, d] of the projections, one product for the three (no copy: the
             // rotary embedding reads them through their strides, `super::layers::rotary`).
             let [q, k, v]: [Tensor; 3] = layer.qkv.forward(&x)?.try_into().map_err(|_| {
@@ -597,7 +601,6 @@ impl Llama {
             let q = hooks.at_block_heads(l, "attn.hook_q", heads(q, h_)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_k", heads(k, hkv)?)?;
             let v = hooks.at_block_heads(l, "attn.hook_v", heads(v, hkv)?)?;
-            let v = v.contiguous()?;
             let q = hooks.at_block_heads(l, "attn.hook_rot_q", rotary(&q, &cos, &sin)?)?;
             let k = hooks.at_block_heads(l, "attn.hook_rot_k", rotary(&k, &cos, &sin)?)?;
             // Query head `h` reads key/value head `h / (H / H_kv)`: products per key/value head,
@@ -608,15 +611,16 @@ impl Llama {
                 // or logits.
                 break;
             }
-            let z = hooks.at_block_heads(l, "attn.hook_z", grouped_product(&a, &v)?)?;
+            let z = hooks.at_block_heads(l, "attn.hook_z", mix_values(&a, &v)?)?;
             if capture {
                 patterns.push(a);
             }
             let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
             let attn_out = hooks.at_block(l, "hook_attn_out", layer.o.forward1(&o)?)?;
-            h = hooks.at_block(l, "hook_resid_mid", (h + attn_out)?)?;
+            let (mid, mid_x) = residual(&h, &attn_out, Some(&layer.mlp_norm), eps, hooks)?;
+            h = hooks.at_block(l, "hook_resid_mid", mid)?;
             let ln2 = Norm::Rms(&layer.mlp_norm);
-            let x = norm(&h, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
+            let x = norm_ahead(&h, mid_x, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
             let [pre, lin]: [Tensor; 2] = layer.gate_up.forward(&x)?.try_into().map_err(|_| {
                 ModelError::Input("llama: the gate/up projection gave other than 2 outputs".into())
             })?;
@@ -625,7 +629,10 @@ impl Llama {
             let post = swiglu(&pre, &lin)?;
             let post = hooks.at_block(l, "mlp.hook_post", post)?;
             let out = hooks.at_block(l, "hook_mlp_out", layer.down.forward1(&post)?)?;
-            h = hooks.at_block(l, "hook_resid_post", (h + out)?)?;
+            let next = self.layers.get(l + 1).filter(|_| l + 1 < ran);
+            let (post, next_x) = residual(&h, &out, next.map(|n| &n.attn_norm), eps, hooks)?;
+            ahead = next_x;
+            h = hooks.at_block(l, "hook_resid_post", post)?;
         }
         let logits = match readout_input(h, ran, c.n_layers, hooks)? {
             None => no_logits(c.vocab_size, &self.device)?,

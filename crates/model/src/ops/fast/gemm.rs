@@ -8,6 +8,8 @@
 // The workspace denies `unsafe`; `gemm::gemm` takes raw pointers and strides.
 #![allow(unsafe_code)]
 
+use std::mem::MaybeUninit;
+
 use candle_core::{Device, Tensor};
 use gemm::{gemm, Parallelism};
 use hyperlens_kernels::packed::TILE_ROWS;
@@ -17,6 +19,9 @@ use rayon::prelude::*;
 use super::cpu::with_tensor;
 use super::cpu_f32;
 use crate::error::Result;
+
+/// One task of [`matmul_packed`]: its rows of `x` and its blocks of the (uninitialised) outputs.
+type Task<'a> = (&'a [f32], Vec<&'a mut [MaybeUninit<f32>]>);
 
 /// Fewest rows per thread for the split (below it candle's product runs).
 const MIN_ROWS: usize = 64;
@@ -113,21 +118,28 @@ pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Re
     let per = m.div_ceil(threads).div_ceil(TILE_ROWS).max(1) * TILE_ROWS;
     let ns: Vec<usize> = (0..w.parts()).map(|i| w.rows(i)).collect();
     let isa = Isa::detected();
-    let ys = with_tensor(x, |x| {
-        let mut ys: Vec<Vec<f32>> = ns.iter().map(|n| vec![0f32; m * n]).collect();
+    // The outputs, uninitialised: `Isa::matmul_packed_uninit` writes every element (with
+    // AVX-512 without a zero-fill first; `super::fresh`).
+    let mut ys: Vec<Vec<f32>> = ns.iter().map(|n| Vec::with_capacity(m * n)).collect();
+    with_tensor(x, |x| {
         // Per task: its rows of `x` and of every output.
-        let mut tasks: Vec<(&[f32], Vec<&mut [f32]>)> =
-            x.chunks(per * k).map(|x| (x, Vec::new())).collect();
+        let mut tasks: Vec<Task<'_>> = x.chunks(per * k).map(|x| (x, Vec::new())).collect();
         for (y, n) in ys.iter_mut().zip(&ns) {
-            for (task, y) in tasks.iter_mut().zip(y.chunks_mut(per * n)) {
+            let spare = &mut y.spare_capacity_mut()[..m * n];
+            for (task, y) in tasks.iter_mut().zip(spare.chunks_mut(per * n)) {
                 task.1.push(y);
             }
         }
         tasks
             .into_par_iter()
-            .for_each(|(x, mut outs)| isa.matmul_packed(x, w, &mut outs));
-        ys
+            .for_each(|(x, mut outs)| isa.matmul_packed_uninit(x, w, &mut outs));
     })?;
+    for (y, n) in ys.iter_mut().zip(&ns) {
+        // SAFETY: the capacity is `m * n`, and the tasks' blocks of the spare capacity cover it
+        // (`per * n` floats each, `x`'s rows in blocks of `per`); `matmul_packed_uninit` wrote
+        // every element of each (its contract), and all the tasks have returned.
+        unsafe { y.set_len(m * n) };
+    }
     let mut shape = dims.to_vec();
     ys.into_iter()
         .zip(ns)
@@ -140,9 +152,10 @@ pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Re
         .collect()
 }
 
-/// Batched products `y[i] = a[i] x[i]`, the batch split over the threads (rayon), each product one
-/// single-threaded gemm call (candle's batched product hands gemm both threads for every one of
-/// the small products of an attention).
+/// Batched products `y[i] = (a[i] x[i]) * scale`, the batch split over the threads (rayon), each
+/// product one single-threaded gemm call (candle's batched product hands gemm both threads for
+/// every one of the small products of an attention), the scale gemm's factor of the product (the
+/// bits of the product multiplied by `scale` after it, without a pass of its own).
 ///
 /// # Shapes
 /// `a [..., M, K]` (made contiguous), `x [..., K, N]` with the same leading axes, read through its
@@ -152,7 +165,7 @@ pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Re
 /// # Errors
 /// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU, the shapes do not match,
 /// or `x`'s batch is not evenly strided.
-pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
+pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor, scale: f64) -> Result<Option<Tensor>> {
     let (ad, xd) = (a.dims(), x.dims());
     let r = ad.len();
     if !cpu_f32(a) || !cpu_f32(x) || r < 3 || xd.len() != r || ad[..r - 2] != xd[..r - 2] {
@@ -182,6 +195,7 @@ pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
     if last >= all.len() {
         return Ok(None);
     }
+    let beta = scale as f32;
     let y = with_tensor(a, |a| {
         let mut y = vec![0f32; batch * m * n];
         y.par_chunks_mut(m * n)
@@ -208,7 +222,7 @@ pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
                         x_cs as isize,
                         x_rs as isize,
                         0.0,
-                        1.0,
+                        beta,
                         false,
                         false,
                         false,
@@ -221,6 +235,89 @@ pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
     let mut out = xd.to_vec();
     out[r - 2] = m;
     Ok(Some(Tensor::from_vec(y, out, x.device())?))
+}
+
+/// The attention's value mixing with its output in token-major layout: `y[b, q, h] = a[b, h, q]
+/// v[b, h / (H / H_kv)]` (query head `h` reads key/value head `h / (H / H_kv)`), one single-threaded
+/// gemm call per query head writing its columns of `y` through their strides, the batch split
+/// over the threads (rayon). `v` is read through its strides (the head view of a projection's
+/// output needs no copy), and `y` is already the `[B, T, H d]` input of the output projection
+/// (no transpose copy).
+///
+/// # Shapes
+/// `a [B, H, Q, K]` (made contiguous), `v [B, H_kv, K, N]` (any strides) -> `[B, Q, H, N]`
+/// (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the inputs are not float32 on the CPU, the shapes do not match
+/// or `H_kv` does not divide `H`.
+pub(crate) fn head_values(a: &Tensor, v: &Tensor) -> Result<Option<Tensor>> {
+    let (Ok((b, h, q, k)), Ok((vb, hkv, vk, n))) = (a.dims4(), v.dims4()) else {
+        return Ok(None);
+    };
+    if !cpu_f32(a) || !cpu_f32(v) || vb != b || vk != k || hkv == 0 || h % hkv != 0 {
+        return Ok(None);
+    }
+    if b * h * q * k * n == 0 {
+        return Ok(None);
+    }
+    let group = h / hkv;
+    let (storage, layout) = v.storage_and_layout();
+    let candle_core::Storage::Cpu(storage) = &*storage else {
+        return Ok(None);
+    };
+    let st = layout.stride();
+    let all = storage.as_slice::<f32>()?;
+    let start = layout.start_offset();
+    // The last element any product reads must lie inside the storage.
+    let last = start + (b - 1) * st[0] + (hkv - 1) * st[1] + (k - 1) * st[2] + (n - 1) * st[3];
+    if last >= all.len() {
+        return Ok(None);
+    }
+    let a = a.contiguous()?;
+    let y = with_tensor(&a, |a| {
+        let mut y = vec![0f32; b * q * h * n];
+        y.par_chunks_mut(q * h * n)
+            .zip(a.par_chunks(h * q * k))
+            .enumerate()
+            .for_each(|(bi, (y, a))| {
+                for hh in 0..h {
+                    let a = &a[hh * q * k..][..q * k];
+                    let vp = &all[start + bi * st[0] + (hh / group) * st[1]..];
+                    let yp = &mut y[hh * n..];
+                    // SAFETY: `a` holds `q` rows of `k`; `v[bi, hh / group]` is read at
+                    // `vp[p * st[2] + c * st[3]]` for `p < k`, `c < n`, at or below `last`,
+                    // inside the storage (checked above); `y` (this batch's `q` rows of `h n`)
+                    // is written at `yp[r * h n + c]`, `r < q`, `c < n`, the last at
+                    // `(q - 1) h n + hh n + n - 1 < q h n`, inside it; no other task writes it.
+                    unsafe {
+                        gemm(
+                            q,
+                            n,
+                            k,
+                            yp.as_mut_ptr(),
+                            1,
+                            (h * n) as isize,
+                            false,
+                            a.as_ptr(),
+                            1,
+                            k as isize,
+                            vp.as_ptr(),
+                            st[3] as isize,
+                            st[2] as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            Parallelism::None,
+                        )
+                    }
+                }
+            });
+        y
+    })?;
+    Ok(Some(Tensor::from_vec(y, (b, q, h, n), v.device())?))
 }
 
 #[cfg(test)]
@@ -236,8 +333,15 @@ mod tests {
         let k = Tensor::randn(0f32, 1.0, (2, 3, 7, 5), &dev).unwrap();
         let v = Tensor::randn(0f32, 1.0, (2, 3, 5, 4), &dev).unwrap();
         for x in [k.t().unwrap(), v] {
-            let got = batched_matmul(&a, &x).unwrap().unwrap();
+            let got = batched_matmul(&a, &x, 1.0).unwrap().unwrap();
             let want = a.matmul(&x).unwrap();
+            // the scale is the product's factor: the bits of the product, then the scaling
+            let scaled = batched_matmul(&a, &x, 0.125).unwrap().unwrap();
+            let bits = |t: &Tensor| -> Vec<u32> {
+                let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                v.iter().map(|x| x.to_bits()).collect()
+            };
+            assert_eq!(bits(&scaled), bits(&(&got * 0.125).unwrap()));
             assert_eq!(got.dims(), want.dims());
             let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
             assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
@@ -247,7 +351,50 @@ mod tests {
             .unwrap()
             .transpose(0, 1)
             .unwrap();
-        assert!(batched_matmul(&a, &x).unwrap().is_none());
+        assert!(batched_matmul(&a, &x, 1.0).unwrap().is_none());
+    }
+
+    #[test]
+    fn head_values_are_the_grouped_products_in_token_major_layout() {
+        let dev = Device::Cpu;
+        // 6 query heads on 2 key/value heads; `v` a transposed view, as the projection's heads
+        let a = Tensor::randn(0f32, 1.0, (2, 6, 5, 7), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (2, 7, 2, 4), &dev)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        let got = head_values(&a, &v).unwrap().unwrap();
+        assert_eq!(got.dims(), &[2, 5, 6, 4]);
+        for bi in 0..2 {
+            for hh in 0..6 {
+                let want = a
+                    .get(bi)
+                    .unwrap()
+                    .get(hh)
+                    .unwrap()
+                    .matmul(
+                        &v.get(bi)
+                            .unwrap()
+                            .get(hh / 3)
+                            .unwrap()
+                            .contiguous()
+                            .unwrap(),
+                    )
+                    .unwrap();
+                let g = got
+                    .get(bi)
+                    .unwrap()
+                    .narrow(1, hh, 1)
+                    .unwrap()
+                    .squeeze(1)
+                    .unwrap();
+                let diff = (g - want).unwrap().abs().unwrap().max_all().unwrap();
+                assert!(diff.to_scalar::<f32>().unwrap() < 1e-5, "{bi} {hh}");
+            }
+        }
+        // key/value heads that do not divide the query heads are left to the caller
+        let v3 = Tensor::randn(0f32, 1.0, (2, 4, 7, 4), &dev).unwrap();
+        assert!(head_values(&a, &v3).unwrap().is_none());
     }
 
     #[test]

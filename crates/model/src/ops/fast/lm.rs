@@ -1,9 +1,11 @@
 //! CPU kernels of the imported language models' blocks (`crate::lm::layers`), float32, inference
 //! only (no gradient): the causal softmax of a block of attention scores, the SwiGLU of a Llama
 //! MLP and the rotary embedding of a strided view, each one pass over its rows in parallel (rayon,
-//! [`super::cpu::for_blocks`]) with the kernels of `hyperlens_kernels` ([`Isa::softmax_prefix`],
-//! [`Isa::silu_mul`], [`Isa::rope_half`]). In candle each is several passes: the mask's
-//! `where_cond` and the softmax; the SiLU and the product; the copy of the heads and the rotation.
+//! `super::fresh`) with the kernels of `hyperlens_kernels` ([`Isa::softmax_prefix`],
+//! [`Isa::silu_mul`], [`Isa::rope_half`]); and the RMSNorm of a Llama block, with the residual
+//! addition before it in the same pass ([`Isa::add_rms_norm`]). In candle each is several
+//! passes: the mask's `where_cond` and the softmax; the SiLU and the product; the copy of the heads
+//! and the rotation; the addition and the norm (whose sum of squares is one serial chain per row).
 //!
 //! Each returns `None` for a tensor that is not float32 on the CPU (the caller then takes candle's
 //! form).
@@ -11,14 +13,74 @@
 use candle_core::Tensor;
 use hyperlens_kernels::Isa;
 
-use super::cpu::{for_blocks, with_tensor};
+use super::cpu::with_tensor;
 use super::cpu_f32;
+use super::fresh::{fresh, fresh_blocks};
 use crate::error::Result;
 
 /// Rows of scores per parallel task of [`causal_softmax`].
 const SOFTMAX_ROWS: usize = 64;
 /// Elements per parallel task of [`swiglu`].
 const SWIGLU_ELEMS: usize = 16_384;
+/// Rows per parallel task of [`rms_norm`].
+const NORM_TASK_ROWS: usize = 32;
+
+/// The RMSNorm of each row of `x` with the gain `w` ([`Isa::rms_norm`], candle-nn's `rms_norm`
+/// with its bits), or with `residual` first the residual addition `x + residual` and the RMSNorm
+/// of that sum in the same pass ([`Isa::add_rms_norm`]): the two steps between a pre-norm
+/// block's sublayers in one pass over the rows.
+///
+/// # Shapes
+/// `x [..., D]`, `residual` of `x`'s shape, `w [D]` -> `(x + residual, its norm)` (or
+/// `(x, its norm)` without `residual`), each of `x`'s shape (contiguous).
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when an input is not float32 on the CPU, the shapes differ, or `w`
+/// is not `[D]`.
+pub(crate) fn rms_norm(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    w: &Tensor,
+    eps: f32,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let d = w.elem_count();
+    let fits = |t: &Tensor| cpu_f32(t) && t.dims().last() == Some(&d);
+    if !fits(x) || !cpu_f32(w) || w.rank() != 1 || d == 0 {
+        return Ok(None);
+    }
+    if residual.is_some_and(|r| !cpu_f32(r) || r.shape() != x.shape()) {
+        return Ok(None);
+    }
+    let isa = Isa::detected();
+    let block = NORM_TASK_ROWS * d;
+    let (sum, normed) = with_tensor(x, |h| {
+        with_tensor(w, |w| match residual {
+            None => Ok::<_, candle_core::Error>((
+                None,
+                fresh(h.len(), block, |b, out| {
+                    isa.rms_norm(&h[b * block..][..out.len()], w, eps, out);
+                }),
+            )),
+            Some(r) => with_tensor(r, |y| {
+                let mut vs = fresh_blocks(&[h.len(), h.len()], &[block, block], |b, outs| {
+                    if let [sum, out] = outs {
+                        let lo = b * block;
+                        let n = sum.len();
+                        isa.add_rms_norm(&h[lo..][..n], &y[lo..][..n], w, eps, sum, out);
+                    }
+                });
+                let normed = vs.pop().unwrap_or_default();
+                (vs.pop(), normed)
+            }),
+        })
+    })???;
+    let normed = Tensor::from_vec(normed, x.shape(), x.device())?;
+    let sum = match sum {
+        Some(s) => Tensor::from_vec(s, x.shape(), x.device())?,
+        None => x.clone(),
+    };
+    Ok(Some((sum, normed)))
+}
 
 /// The softmax of each query row of `scores` over its keys up to the query (key `j <= i` for
 /// query `i`), 0 above the diagonal: the causal softmax attention's pattern.
@@ -38,16 +100,14 @@ pub(crate) fn causal_softmax(scores: &Tensor) -> Result<Option<Tensor>> {
     let t = dims[r - 1];
     let isa = Isa::detected();
     let out = with_tensor(scores, |s| {
-        let mut a = vec![0f32; s.len()];
         let len = SOFTMAX_ROWS * t;
-        for_blocks(&mut a, len, |b, a| {
+        fresh(s.len(), len, |b, a| {
             let s = &s[b * len..][..a.len()];
             for (row, (s, a)) in s.chunks_exact(t).zip(a.chunks_exact_mut(t)).enumerate() {
                 let i = (b * SOFTMAX_ROWS + row) % t;
                 isa.softmax_prefix(s, i + 1, a);
             }
-        });
-        a
+        })
     })?;
     Ok(Some(Tensor::from_vec(
         out,
@@ -70,12 +130,10 @@ pub(crate) fn swiglu(pre: &Tensor, lin: &Tensor) -> Result<Option<Tensor>> {
     let isa = Isa::detected();
     let out = with_tensor(pre, |g| {
         with_tensor(lin, |u| {
-            let mut y = vec![0f32; g.len()];
-            for_blocks(&mut y, SWIGLU_ELEMS, |b, y| {
+            fresh(g.len(), SWIGLU_ELEMS, |b, y| {
                 let lo = b * SWIGLU_ELEMS;
                 isa.silu_mul(&g[lo..][..y.len()], &u[lo..][..y.len()], y);
-            });
-            y
+            })
         })
     })??;
     Ok(Some(Tensor::from_vec(out, pre.shape(), pre.device())?))
@@ -113,16 +171,14 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tens
     let isa = Isa::detected();
     let out = with_tensor(cos, |cos| {
         with_tensor(sin, |sin| {
-            let mut y = vec![0f32; b * h * t * d];
-            for_blocks(&mut y, t * d, |bh, y| {
+            fresh(b * h * t * d, t * d, |bh, y| {
                 let base = start + (bh / h) * st[0] + (bh % h) * st[1];
                 for (p, y) in y.chunks_exact_mut(d).enumerate() {
                     let row = &all[base + p * st[2]..][..d];
                     let cs = p * (d / 2)..(p + 1) * (d / 2);
                     isa.rope_half(row, &cos[cs.clone()], &sin[cs], y);
                 }
-            });
-            y
+            })
         })
     })??;
     Ok(Some(Tensor::from_vec(out, (b, h, t, d), x.device())?))
@@ -171,6 +227,33 @@ mod tests {
         let want = candle_nn::rotary_emb::rope(&x.contiguous().unwrap(), &cos, &sin).unwrap();
         let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
         assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
+    }
+
+    #[test]
+    fn rms_norm_and_its_residual_form_have_candles_bits() {
+        let dev = Device::Cpu;
+        // 3 x 37 rows: two parallel blocks and a tail; rows of 576 (SmolLM2's width)
+        let h = Tensor::randn(0f32, 3.0, (3, 37, 576), &dev).unwrap();
+        let y = Tensor::randn(0f32, 1.0, (3, 37, 576), &dev).unwrap();
+        let w = Tensor::randn(1f32, 0.3, 576, &dev).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        let (same, x) = rms_norm(&h, None, &w, 1e-5).unwrap().unwrap();
+        assert_eq!(same.id(), h.id());
+        let want = candle_nn::ops::rms_norm(&h, &w, 1e-5).unwrap();
+        assert_eq!(bits(&x), bits(&want));
+        let (sum, x) = rms_norm(&h, Some(&y), &w, 1e-5).unwrap().unwrap();
+        let want_sum = (&h + &y).unwrap();
+        assert_eq!(bits(&sum), bits(&want_sum));
+        let want = candle_nn::ops::rms_norm(&want_sum, &w, 1e-5).unwrap();
+        assert_eq!(bits(&x), bits(&want));
+        // another device's or dtype's tensors, or a gain of another width, are left to candle
+        let h64 = h.to_dtype(candle_core::DType::F64).unwrap();
+        assert!(rms_norm(&h64, None, &w, 1e-5).unwrap().is_none());
+        let w2 = Tensor::ones(575, candle_core::DType::F32, &dev).unwrap();
+        assert!(rms_norm(&h, None, &w2, 1e-5).unwrap().is_none());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::error::Result;
 
 pub(crate) mod broadcast;
 pub(crate) mod cpu;
+pub(crate) mod fresh;
 pub(crate) mod fused;
 pub(crate) mod gemm;
 pub(crate) mod lm;
