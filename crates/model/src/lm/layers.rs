@@ -10,6 +10,7 @@
 use candle_core::{DType, Tensor, TensorId};
 
 use super::masked_scores;
+use super::projection::Projection;
 use crate::error::{ModelError, Result};
 use crate::hooks::{at, norm_hooked};
 use crate::mixer::Normalisation;
@@ -88,6 +89,121 @@ pub(crate) fn residual<P: HookPoints + ?Sized>(
         }
     }
     Ok(((h + y)?, None))
+}
+
+/// A residual addition and the next RMSNorm computed with the product before them
+/// ([`project_residual`]): used by [`residual_after`] only if the product reached the addition
+/// unchanged by its hook point (the tensor whose id is `of`).
+#[derive(Debug)]
+pub(crate) struct FusedResidual {
+    of: TensorId,
+    sum: Tensor,
+    normed: Normed,
+}
+
+/// The product of the one-matrix projection `proj` with `x`, and without a hook function and with
+/// a next norm `next` on the CPU in float32 also the residual addition `h + y` and the norm of
+/// the sum in the product's tasks (`crate::ops::fast::lm::packed_residual_norm`), for
+/// [`residual_after`].
+///
+/// # Shapes
+/// `x [B, T, in]`, `h [B, T, D]`, `next [D]` -> `y [B, T, D]` (and the sum and its norm).
+///
+/// # Errors
+/// Candle errors (mismatched shapes).
+pub(crate) fn project_residual<P: HookPoints + ?Sized>(
+    proj: &Projection,
+    x: &Tensor,
+    h: &Tensor,
+    next: Option<&Tensor>,
+    eps: f64,
+    hooks: &mut P,
+) -> Result<(Tensor, Option<FusedResidual>)> {
+    if let (Some(w), None) = (next, hooks.hooks()) {
+        if let Some((y, sum, x)) = proj.forward_residual_norm(x, h, w, eps as f32)? {
+            let normed = Normed { of: sum.id(), x };
+            let of = y.id();
+            return Ok((y, Some(FusedResidual { of, sum, normed })));
+        }
+    }
+    Ok((proj.forward1(x)?, None))
+}
+
+/// [`residual`] of `h` and `y`, or `fused`'s sum and norm when it was computed from this very
+/// `y` ([`project_residual`]: the product passed its hook point unchanged) and no hook function
+/// is attached.
+///
+/// # Shapes
+/// As [`residual`].
+///
+/// # Errors
+/// As [`residual`].
+pub(crate) fn residual_after<P: HookPoints + ?Sized>(
+    h: &Tensor,
+    y: &Tensor,
+    fused: Option<FusedResidual>,
+    next: Option<&Tensor>,
+    eps: f64,
+    hooks: &mut P,
+) -> Result<(Tensor, Option<Normed>)> {
+    match fused {
+        Some(f) if f.of == y.id() && hooks.hooks().is_none() => Ok((f.sum, Some(f.normed))),
+        _ => residual(h, y, next, eps, hooks),
+    }
+}
+
+/// The SwiGLU computed with the gate and up projections ([`gate_up`]), with the ids of the
+/// products it was computed from.
+#[derive(Debug)]
+pub(crate) struct FusedSwiglu {
+    of: (TensorId, TensorId),
+    post: Tensor,
+}
+
+/// The gate and up projections `(pre, lin)` of a Llama MLP (`proj`'s two matrices), and without
+/// a hook function on the CPU in float32 also their SwiGLU in the products' tasks
+/// (`crate::ops::fast::lm::packed_swiglu`), for [`swiglu_after`].
+///
+/// # Shapes
+/// `x [B, T, D]` -> `pre`, `lin` `[B, T, n]`.
+///
+/// # Errors
+/// Candle errors; [`ModelError::Input`] for a projection of other than two matrices.
+pub(crate) fn gate_up<P: HookPoints + ?Sized>(
+    proj: &Projection,
+    x: &Tensor,
+    hooks: &mut P,
+) -> Result<(Tensor, Tensor, Option<FusedSwiglu>)> {
+    if hooks.hooks().is_none() {
+        if let Some((pre, lin, post)) = proj.forward_swiglu(x)? {
+            let of = (pre.id(), lin.id());
+            return Ok((pre, lin, Some(FusedSwiglu { of, post })));
+        }
+    }
+    let [pre, lin]: [Tensor; 2] = proj.forward(x)?.try_into().map_err(|_| {
+        ModelError::Input("llama: the gate/up projection gave other than 2 outputs".into())
+    })?;
+    Ok((pre, lin, None))
+}
+
+/// [`swiglu`] of `pre` and `lin`, or `fused`'s when it was computed from these very tensors
+/// ([`gate_up`]: they passed their hook points unchanged) and no hook function is attached.
+///
+/// # Shapes
+/// As [`swiglu`].
+///
+/// # Errors
+/// As [`swiglu`].
+pub(crate) fn swiglu_after<P: HookPoints + ?Sized>(
+    pre: &Tensor,
+    lin: &Tensor,
+    fused: Option<FusedSwiglu>,
+    hooks: &mut P,
+) -> Result<Tensor> {
+    match fused {
+        Some(f) if f.of == (pre.id(), lin.id()) && hooks.hooks().is_none() => Ok(f.post),
+        _ => swiglu(pre, lin),
+    }
 }
 
 /// The RMSNorm `norm` of `h` ([`norm`]), or `ahead`'s when it was computed from this very tensor

@@ -13,8 +13,8 @@ use ndarray::Array1;
 use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
 use super::layers::{
-    causal_softmax, linear, mix_values, no_logits, norm, norm_ahead, readout_input, residual,
-    rotary, swiglu, Norm,
+    causal_softmax, gate_up, linear, mix_values, no_logits, norm, norm_ahead, project_residual,
+    readout_input, residual_after, rotary, swiglu_after, Norm,
 };
 use super::projection::Projection;
 use super::store::TensorStore;
@@ -616,21 +616,27 @@ impl Llama {
                 patterns.push(a);
             }
             let o = z.transpose(1, 2)?.reshape((b, t, h_ * d))?;
-            let attn_out = hooks.at_block(l, "hook_attn_out", layer.o.forward1(&o)?)?;
-            let (mid, mid_x) = residual(&h, &attn_out, Some(&layer.mlp_norm), eps, hooks)?;
+            // The output projection with the residual addition and the MLP's norm in its tasks,
+            // used if nothing changes the product at its hook point (`residual_after`).
+            let ln2_w = Some(&layer.mlp_norm);
+            let (attn_out, fused) = project_residual(&layer.o, &o, &h, ln2_w, eps, hooks)?;
+            let attn_out = hooks.at_block(l, "hook_attn_out", attn_out)?;
+            let (mid, mid_x) = residual_after(&h, &attn_out, fused, ln2_w, eps, hooks)?;
             h = hooks.at_block(l, "hook_resid_mid", mid)?;
             let ln2 = Norm::Rms(&layer.mlp_norm);
             let x = norm_ahead(&h, mid_x, ln2, eps, || format!("blocks.{l}.ln2"), hooks)?;
-            let [pre, lin]: [Tensor; 2] = layer.gate_up.forward(&x)?.try_into().map_err(|_| {
-                ModelError::Input("llama: the gate/up projection gave other than 2 outputs".into())
-            })?;
+            // The SwiGLU in the gate/up product's tasks, used if neither product changes at its
+            // hook point (`swiglu_after`).
+            let (pre, lin, fused) = gate_up(&layer.gate_up, &x, hooks)?;
             let pre = hooks.at_block(l, "mlp.hook_pre", pre)?;
             let lin = hooks.at_block(l, "mlp.hook_pre_linear", lin)?;
-            let post = swiglu(&pre, &lin)?;
+            let post = swiglu_after(&pre, &lin, fused, hooks)?;
             let post = hooks.at_block(l, "mlp.hook_post", post)?;
-            let out = hooks.at_block(l, "hook_mlp_out", layer.down.forward1(&post)?)?;
             let next = self.layers.get(l + 1).filter(|_| l + 1 < ran);
-            let (post, next_x) = residual(&h, &out, next.map(|n| &n.attn_norm), eps, hooks)?;
+            let ln1_w = next.map(|n| &n.attn_norm);
+            let (out, fused) = project_residual(&layer.down, &post, &h, ln1_w, eps, hooks)?;
+            let out = hooks.at_block(l, "hook_mlp_out", out)?;
+            let (post, next_x) = residual_after(&h, &out, fused, ln1_w, eps, hooks)?;
             ahead = next_x;
             h = hooks.at_block(l, "hook_resid_post", post)?;
         }
@@ -748,6 +754,47 @@ mod tests {
             for p in 0..3 {
                 assert_eq!(v[h * 3 + p], ((h / 3) * 3 + p) as f32);
             }
+        }
+    }
+
+    /// A reader without a hook function that hands on a copy (a new tensor, the same values) of
+    /// the products after which the pass fuses a step: the pass then takes the unfused steps.
+    struct Copies;
+
+    impl HookPoints for Copies {
+        fn hooks(&mut self) -> Option<&mut dyn HookFn> {
+            None
+        }
+
+        fn at_block(&mut self, _l: usize, point: &str, value: Tensor) -> Result<Tensor> {
+            match point {
+                "hook_attn_out" | "mlp.hook_pre_linear" | "hook_mlp_out" => Ok(value.copy()?),
+                _ => Ok(value),
+            }
+        }
+    }
+
+    #[test]
+    fn the_fused_steps_give_the_bits_of_the_unfused_ones() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm/tiny-llama-hf");
+        let m = Llama::from_hf_dir(&dir, &Device::Cpu).unwrap();
+        // 3 x 21 tokens: over two threads' tasks, the second shorter (rows offset in the
+        // residual stream), a tail past the tiles of 8 rows
+        let (b, t) = (3usize, 21usize);
+        let v = m.config().vocab_size as u32;
+        let ids: Vec<u32> = (0..b * t).map(|i| (i as u32 * 7919 + 13) % v).collect();
+        let tokens = Tensor::from_vec(ids, (b, t), &Device::Cpu).unwrap();
+        let fused = m.pass(&tokens, true, &mut NoHooks).unwrap();
+        let plain = m.pass(&tokens, true, &mut Copies).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        assert_eq!(bits(&fused.logits), bits(&plain.logits));
+        let (fp, pp) = (fused.patterns.unwrap(), plain.patterns.unwrap());
+        assert_eq!(fp.len(), m.config().n_layers);
+        for (f, p) in fp.iter().zip(&pp) {
+            assert_eq!(bits(f), bits(p));
         }
     }
 

@@ -91,6 +91,45 @@ impl Projection {
             .ok_or_else(|| ModelError::Input("projection: no matrix".into()))
     }
 
+    /// The gate and up projections (this projection's two matrices) and the SwiGLU of them in
+    /// the products' tasks (`crate::ops::fast::lm::packed_swiglu`): `Some((pre, lin, post))`
+    /// when packed, else `None` (the caller takes [`Projection::forward`] and its own SwiGLU).
+    ///
+    /// # Shapes
+    /// `x [..., in]` -> three `[..., n]`.
+    ///
+    /// # Errors
+    /// Candle errors.
+    pub(crate) fn forward_swiglu(&self, x: &Tensor) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+        match &self.0 {
+            Weights::Packed(w, device) => fast::lm::packed_swiglu(x, w, device),
+            Weights::Tensors(_) => Ok(None),
+        }
+    }
+
+    /// The product with this projection's one matrix, then the residual addition `h + y` and the
+    /// RMSNorm of the sum with the gain `g`, in the product's tasks
+    /// (`crate::ops::fast::lm::packed_residual_norm`): `Some((y, h + y, its norm))` when packed,
+    /// else `None`.
+    ///
+    /// # Shapes
+    /// `x [..., in]`, `h [..., D]`, `g [D]` -> three `[..., D]`.
+    ///
+    /// # Errors
+    /// Candle errors.
+    pub(crate) fn forward_residual_norm(
+        &self,
+        x: &Tensor,
+        h: &Tensor,
+        g: &Tensor,
+        eps: f32,
+    ) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+        match &self.0 {
+            Weights::Packed(w, device) => fast::lm::packed_residual_norm(x, w, device, h, g, eps),
+            Weights::Tensors(_) => Ok(None),
+        }
+    }
+
     /// The matrices as tensors `[n_i, in]` (unpacked copies on the CPU), in order.
     ///
     /// # Errors

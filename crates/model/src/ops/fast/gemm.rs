@@ -20,8 +20,14 @@ use super::cpu::with_tensor;
 use super::cpu_f32;
 use crate::error::Result;
 
-/// One task of [`matmul_packed`]: its rows of `x` and its blocks of the (uninitialised) outputs.
-type Task<'a> = (&'a [f32], Vec<&'a mut [MaybeUninit<f32>]>);
+/// One task of [`matmul_packed_then`]: its first row, its rows of `x`, and its blocks of the
+/// (uninitialised) products and of the epilogue's outputs.
+type Task<'a> = (
+    usize,
+    &'a [f32],
+    Vec<&'a mut [MaybeUninit<f32>]>,
+    Vec<&'a mut [MaybeUninit<f32>]>,
+);
 
 /// Fewest rows per thread for the split (below it candle's product runs).
 const MIN_ROWS: usize = 64;
@@ -94,7 +100,8 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
 
 /// `x W_i^T` for every matrix of the packed `w` over the last axis of `x`, the rows of `x` split
 /// evenly over the threads (rayon; whole tiles of [`TILE_ROWS`] rows), each part one call of
-/// [`Isa::matmul_packed`] (no packing per call, no copy of the weights per thread).
+/// [`Isa::matmul_packed`] (no packing per call, no copy of the weights per thread):
+/// [`matmul_packed_then`] without an epilogue.
 ///
 /// # Shapes
 /// `x [..., K]` float32 on the CPU, `w` of inner width `K` -> one `[..., n_i]` per matrix of `w`
@@ -104,6 +111,30 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
 /// Candle errors; [`crate::ModelError::Input`] when `x` is not float32 on the CPU or its last
 /// axis is not `K`.
 pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Result<Vec<Tensor>> {
+    Ok(matmul_packed_then(x, w, device, &[], |_, _, _| {})?.0)
+}
+
+/// [`matmul_packed`], then in each thread's task, on the rows it has just computed (while they
+/// are still in its cache, and without another fork-join over the whole activation), the
+/// epilogue `then(first row, products, outputs)`: `products[i]` the task's rows of product `i`
+/// (`[rows, n_i]`), `outputs[j]` its rows of the new output `j` (`[rows, widths[j]]`, zeroed
+/// first), `first row` the index of the task's first row in the flattened `x`. The elementwise
+/// step after a product (a SwiGLU, a residual addition and norm) then runs where its input was
+/// made.
+///
+/// # Shapes
+/// `x [..., K]` float32 on the CPU, `w` of inner width `K` -> (one `[..., n_i]` per matrix of
+/// `w`, one `[..., widths[j]]` per output), contiguous, on `device`.
+///
+/// # Errors
+/// As [`matmul_packed`].
+pub(crate) fn matmul_packed_then(
+    x: &Tensor,
+    w: &PackedMatrix,
+    device: &Device,
+    widths: &[usize],
+    then: impl Fn(usize, &[&[f32]], &mut [&mut [f32]]) + Sync,
+) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
     let k = w.k();
     let dims = x.dims();
     if !cpu_f32(x) || dims.last() != Some(&k) {
@@ -119,37 +150,67 @@ pub(crate) fn matmul_packed(x: &Tensor, w: &PackedMatrix, device: &Device) -> Re
     let ns: Vec<usize> = (0..w.parts()).map(|i| w.rows(i)).collect();
     let isa = Isa::detected();
     // The outputs, uninitialised: `Isa::matmul_packed_uninit` writes every element (with
-    // AVX-512 without a zero-fill first; `super::fresh`).
+    // AVX-512 without a zero-fill first; `super::fresh`), the epilogue's are zeroed in the task.
     let mut ys: Vec<Vec<f32>> = ns.iter().map(|n| Vec::with_capacity(m * n)).collect();
+    let mut es: Vec<Vec<f32>> = widths.iter().map(|n| Vec::with_capacity(m * n)).collect();
     with_tensor(x, |x| {
-        // Per task: its rows of `x` and of every output.
-        let mut tasks: Vec<Task<'_>> = x.chunks(per * k).map(|x| (x, Vec::new())).collect();
+        // Per task: its first row, its rows of `x`, of every product and of every output.
+        let mut tasks: Vec<Task<'_>> = x
+            .chunks(per * k)
+            .enumerate()
+            .map(|(i, x)| (i * per, x, Vec::new(), Vec::new()))
+            .collect();
         for (y, n) in ys.iter_mut().zip(&ns) {
             let spare = &mut y.spare_capacity_mut()[..m * n];
             for (task, y) in tasks.iter_mut().zip(spare.chunks_mut(per * n)) {
-                task.1.push(y);
+                task.2.push(y);
             }
         }
-        tasks
-            .into_par_iter()
-            .for_each(|(x, mut outs)| isa.matmul_packed_uninit(x, w, &mut outs));
+        for (e, n) in es.iter_mut().zip(widths) {
+            let spare = &mut e.spare_capacity_mut()[..m * n];
+            for (task, e) in tasks.iter_mut().zip(spare.chunks_mut((per * n).max(1))) {
+                task.3.push(e);
+            }
+        }
+        tasks.into_par_iter().for_each(|(row, x, mut outs, extra)| {
+            isa.matmul_packed_uninit(x, w, &mut outs);
+            // SAFETY: `matmul_packed_uninit` wrote every element of each block (its contract),
+            // `MaybeUninit<f32>` has the layout of `f32`, and the slices reborrow the blocks.
+            let ins: Vec<&[f32]> = outs
+                .iter()
+                .map(|o| unsafe { std::slice::from_raw_parts(o.as_ptr().cast::<f32>(), o.len()) })
+                .collect();
+            let mut news: Vec<&mut [f32]> = extra
+                .into_iter()
+                .map(|e| {
+                    e.fill(MaybeUninit::new(0.0));
+                    // SAFETY: every element of `e` was just initialised (to 0.0); as above.
+                    unsafe { std::slice::from_raw_parts_mut(e.as_mut_ptr().cast::<f32>(), e.len()) }
+                })
+                .collect();
+            then(row, &ins, &mut news);
+        });
     })?;
-    for (y, n) in ys.iter_mut().zip(&ns) {
+    for (y, n) in ys.iter_mut().zip(&ns).chain(es.iter_mut().zip(widths)) {
         // SAFETY: the capacity is `m * n`, and the tasks' blocks of the spare capacity cover it
         // (`per * n` floats each, `x`'s rows in blocks of `per`); `matmul_packed_uninit` wrote
-        // every element of each (its contract), and all the tasks have returned.
+        // every element of each product's block and each task zeroed its outputs' blocks, and
+        // all the tasks have returned.
         unsafe { y.set_len(m * n) };
     }
-    let mut shape = dims.to_vec();
-    ys.into_iter()
-        .zip(ns)
-        .map(|(y, n)| {
-            if let Some(last) = shape.last_mut() {
-                *last = n;
-            }
-            Ok(Tensor::from_vec(y, shape.as_slice(), device)?)
-        })
-        .collect()
+    let tensors = |vs: Vec<Vec<f32>>, ns: &[usize]| -> Result<Vec<Tensor>> {
+        let mut shape = dims.to_vec();
+        vs.into_iter()
+            .zip(ns)
+            .map(|(y, &n)| {
+                if let Some(last) = shape.last_mut() {
+                    *last = n;
+                }
+                Ok(Tensor::from_vec(y, shape.as_slice(), device)?)
+            })
+            .collect()
+    };
+    Ok((tensors(ys, &ns)?, tensors(es, widths)?))
 }
 
 /// Batched products `y[i] = (a[i] x[i]) * scale`, the batch split over the threads (rayon), each

@@ -10,12 +10,13 @@
 //! Each returns `None` for a tensor that is not float32 on the CPU (the caller then takes candle's
 //! form).
 
-use candle_core::Tensor;
-use hyperlens_kernels::Isa;
+use candle_core::{Device, Tensor};
+use hyperlens_kernels::{Isa, PackedMatrix};
 
 use super::cpu::with_tensor;
 use super::cpu_f32;
 use super::fresh::{fresh, fresh_blocks};
+use super::gemm::matmul_packed_then;
 use crate::error::Result;
 
 /// Rows of scores per parallel task of [`causal_softmax`].
@@ -184,6 +185,85 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tens
     Ok(Some(Tensor::from_vec(out, (b, h, t, d), x.device())?))
 }
 
+/// The gate and up projections of a Llama MLP (the packed `w`'s two matrices) and the SwiGLU
+/// of them, `silu(pre) * lin` ([`Isa::silu_mul`], [`swiglu`]'s bits), each thread's rows of the
+/// SwiGLU computed in the product's task ([`super::gemm::matmul_packed_then`]).
+///
+/// # Shapes
+/// `x [..., K]`, `w` two matrices `[n, K]` -> `(pre, lin, silu(pre) * lin)`, each `[..., n]`.
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when `w` is not two matrices of one height or `x` is not float32
+/// on the CPU with last axis `K`.
+pub(crate) fn packed_swiglu(
+    x: &Tensor,
+    w: &PackedMatrix,
+    device: &Device,
+) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+    if w.parts() != 2 || w.rows(0) != w.rows(1) || !cpu_f32(x) || x.dims().last() != Some(&w.k()) {
+        return Ok(None);
+    }
+    let isa = Isa::detected();
+    let (ys, mut post) = matmul_packed_then(x, w, device, &[w.rows(0)], |_, ins, outs| {
+        if let ([g, u], [y]) = (ins, outs) {
+            isa.silu_mul(g, u, y);
+        }
+    })?;
+    match (<[Tensor; 2]>::try_from(ys), post.pop()) {
+        (Ok([pre, lin]), Some(post)) => Ok(Some((pre, lin, post))),
+        _ => Ok(None),
+    }
+}
+
+/// The product `x W^T` of a one-matrix packed projection (a block's output projection), then the
+/// residual addition `h + y` and the RMSNorm of the sum with the gain `g` ([`rms_norm`]'s bits,
+/// [`Isa::add_rms_norm`]), each thread's rows computed in the product's task
+/// ([`super::gemm::matmul_packed_then`]).
+///
+/// # Shapes
+/// `x [..., K]`, `w` one matrix `[D, K]`, `h [..., D]` (`x`'s leading axes), `g [D]` -> `(y, h +
+/// y, its norm)`, each `[..., D]`.
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when an input is not float32 on the CPU or the shapes do not fit.
+pub(crate) fn packed_residual_norm(
+    x: &Tensor,
+    w: &PackedMatrix,
+    device: &Device,
+    h: &Tensor,
+    g: &Tensor,
+    eps: f32,
+) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+    let d = g.elem_count();
+    let (xd, hd) = (x.dims(), h.dims());
+    let fits = w.parts() == 1
+        && w.rows(0) == d
+        && d > 0
+        && g.rank() == 1
+        && [x, h, g].iter().all(|t| cpu_f32(t))
+        && xd.last() == Some(&w.k())
+        && hd.last() == Some(&d)
+        && xd[..xd.len() - 1] == hd[..hd.len() - 1];
+    if !fits {
+        return Ok(None);
+    }
+    let isa = Isa::detected();
+    let (mut ys, mut outs) = with_tensor(h, |h| {
+        with_tensor(g, |g| {
+            matmul_packed_then(x, w, device, &[d, d], |row, ins, outs| {
+                if let ([y], [sum, out]) = (ins, outs) {
+                    let h = &h[row * d..][..y.len()];
+                    isa.add_rms_norm(h, y, g, eps, sum, out);
+                }
+            })
+        })
+    })???;
+    match (ys.pop(), outs.pop(), outs.pop()) {
+        (Some(y), Some(normed), Some(sum)) => Ok(Some((y, sum, normed))),
+        _ => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Tensor};
@@ -254,6 +334,61 @@ mod tests {
         assert!(rms_norm(&h64, None, &w, 1e-5).unwrap().is_none());
         let w2 = Tensor::ones(575, candle_core::DType::F32, &dev).unwrap();
         assert!(rms_norm(&h, None, &w2, 1e-5).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_products_with_their_epilogues_have_the_bits_of_the_separate_steps() {
+        let dev = Device::Cpu;
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        let pack = |ws: &[&Tensor]| -> PackedMatrix {
+            let data: Vec<Vec<f32>> = ws
+                .iter()
+                .map(|w| w.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                .collect();
+            let parts: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+            PackedMatrix::new(ws[0].dim(1).unwrap(), &parts).unwrap()
+        };
+        // 3 x 37 rows (tasks of whole tiles and a tail); SmolLM2's widths
+        let x = Tensor::randn(0f32, 1.0, (3, 37, 576), &dev).unwrap();
+        let g = Tensor::randn(0f32, 0.1, (1536, 576), &dev).unwrap();
+        let u = Tensor::randn(0f32, 0.1, (1536, 576), &dev).unwrap();
+        let w = pack(&[&g, &u]);
+        let (pre, lin, post) = packed_swiglu(&x, &w, &dev).unwrap().unwrap();
+        let ys = super::super::gemm::matmul_packed(&x, &w, &dev).unwrap();
+        assert_eq!(bits(&pre), bits(&ys[0]));
+        assert_eq!(bits(&lin), bits(&ys[1]));
+        assert_eq!(bits(&post), bits(&swiglu(&ys[0], &ys[1]).unwrap().unwrap()));
+        let down = Tensor::randn(0f32, 0.1, (576, 1536), &dev).unwrap();
+        let wd = pack(&[&down]);
+        let h = Tensor::randn(0f32, 3.0, (3, 37, 576), &dev).unwrap();
+        let gain = Tensor::randn(1f32, 0.3, 576, &dev).unwrap();
+        let (y, sum, normed) = packed_residual_norm(&post, &wd, &dev, &h, &gain, 1e-5)
+            .unwrap()
+            .unwrap();
+        let want_y = super::super::gemm::matmul_packed(&post, &wd, &dev).unwrap();
+        assert_eq!(bits(&y), bits(&want_y[0]));
+        let (want_sum, want_x) = rms_norm(&h, Some(&y), &gain, 1e-5).unwrap().unwrap();
+        assert_eq!(bits(&sum), bits(&want_sum));
+        assert_eq!(bits(&normed), bits(&want_x));
+        // two matrices of other heights, a residual of another shape: left to the caller
+        let w2 = pack(&[
+            &g,
+            &down
+                .t()
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .narrow(0, 0, 8)
+                .unwrap(),
+        ]);
+        assert!(packed_swiglu(&x, &w2, &dev).unwrap().is_none());
+        let h2 = h.narrow(1, 0, 36).unwrap();
+        assert!(packed_residual_norm(&post, &wd, &dev, &h2, &gain, 1e-5)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
