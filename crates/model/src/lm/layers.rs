@@ -91,6 +91,60 @@ pub(crate) fn residual<P: HookPoints + ?Sized>(
     Ok(((h + y)?, None))
 }
 
+/// The Q, K and V projections and, when computed with them, the rotated Q and K ([`qkv_rotary`]).
+pub(crate) type QkvRotary = ([Tensor; 3], Option<(Tensor, Tensor)>);
+
+/// The Q, K and V projections `[q, k, v]` of a Llama block (`proj`'s three matrices), and
+/// without a hook function on the CPU in float32 also the rotary embeddings of Q and K (heads of
+/// `d`) in the products' tasks (`crate::ops::fast::lm::packed_qkv_rope`), for [`rotary_after`].
+///
+/// # Shapes
+/// `x [B, T, D]`, `cos`, `sin` `[T, d/2]` -> `[B, T, n_i]` each (and `[B, H, T, d]`,
+/// `[B, H_kv, T, d]`).
+///
+/// # Errors
+/// Candle errors; [`ModelError::Input`] for a projection of other than three matrices.
+pub(crate) fn qkv_rotary<P: HookPoints + ?Sized>(
+    proj: &Projection,
+    x: &Tensor,
+    (d, cos, sin): (usize, &Tensor, &Tensor),
+    hooks: &mut P,
+) -> Result<QkvRotary> {
+    let (ys, rot) = match hooks.hooks() {
+        None => match proj.forward_rotary(x, d, cos, sin)? {
+            Some((ys, q, k)) => (ys, Some((q, k))),
+            None => (proj.forward(x)?, None),
+        },
+        Some(_) => (proj.forward(x)?, None),
+    };
+    let qkv = ys.try_into().map_err(|_| {
+        ModelError::Input("llama: the Q/K/V projection gave other than 3 outputs".into())
+    })?;
+    Ok((qkv, rot))
+}
+
+/// [`rotary`] of `x`, or `fused` when it was computed from the tensor whose id is `of` and `x`
+/// is that very tensor ([`qkv_rotary`]: it passed its hook point unchanged) and no hook function
+/// is attached.
+///
+/// # Shapes
+/// As [`rotary`].
+///
+/// # Errors
+/// As [`rotary`].
+pub(crate) fn rotary_after<P: HookPoints + ?Sized>(
+    x: &Tensor,
+    (of, fused): (TensorId, Option<Tensor>),
+    cos: &Tensor,
+    sin: &Tensor,
+    hooks: &mut P,
+) -> Result<Tensor> {
+    match fused {
+        Some(y) if x.id() == of && hooks.hooks().is_none() => Ok(y),
+        _ => rotary(x, cos, sin),
+    }
+}
+
 /// A residual addition and the next RMSNorm computed with the product before them
 /// ([`project_residual`]): used by [`residual_after`] only if the product reached the addition
 /// unchanged by its hook point (the tensor whose id is `of`).

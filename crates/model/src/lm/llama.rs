@@ -14,7 +14,7 @@ use super::gguf::{read_gguf, unpermute_qk_rows};
 use super::hf::{read_weights, HfConfig};
 use super::layers::{
     causal_softmax, gate_up, linear, mix_values, no_logits, norm, norm_ahead, project_residual,
-    readout_input, residual_after, rotary, swiglu_after, Norm,
+    qkv_rotary, readout_input, residual_after, rotary_after, swiglu_after, Norm,
 };
 use super::projection::Projection;
 use super::store::TensorStore;
@@ -592,17 +592,22 @@ impl Llama {
             let x = norm_ahead(&h, ahead.take(), ln1, eps, ln1_name, hooks)?;
             // Views [B, H, T, d] of the projections, one product for the three (no copy: the
             // rotary embedding reads them through their strides, `super::layers::rotary`).
-            let [q, k, v]: [Tensor; 3] = layer.qkv.forward(&x)?.try_into().map_err(|_| {
-                ModelError::Input("llama: the Q/K/V projection gave other than 3 outputs".into())
-            })?;
+            // The rotary embeddings in the product's tasks, used if Q and K pass their hook
+            // points unchanged (`super::layers::rotary_after`).
+            let ([q, k, v], rot) = qkv_rotary(&layer.qkv, &x, (d, &cos, &sin), hooks)?;
+            let (q_rot, k_rot) = rot.unzip();
             let heads = |y: Tensor, n: usize| -> Result<Tensor> {
                 Ok(y.reshape((b, t, n, d))?.transpose(1, 2)?)
             };
-            let q = hooks.at_block_heads(l, "attn.hook_q", heads(q, h_)?)?;
-            let k = hooks.at_block_heads(l, "attn.hook_k", heads(k, hkv)?)?;
+            let (q, k) = (heads(q, h_)?, heads(k, hkv)?);
+            let (q_of, k_of) = (q.id(), k.id());
+            let q = hooks.at_block_heads(l, "attn.hook_q", q)?;
+            let k = hooks.at_block_heads(l, "attn.hook_k", k)?;
             let v = hooks.at_block_heads(l, "attn.hook_v", heads(v, hkv)?)?;
-            let q = hooks.at_block_heads(l, "attn.hook_rot_q", rotary(&q, &cos, &sin)?)?;
-            let k = hooks.at_block_heads(l, "attn.hook_rot_k", rotary(&k, &cos, &sin)?)?;
+            let q = rotary_after(&q, (q_of, q_rot), &cos, &sin, hooks)?;
+            let q = hooks.at_block_heads(l, "attn.hook_rot_q", q)?;
+            let k = rotary_after(&k, (k_of, k_rot), &cos, &sin, hooks)?;
+            let k = hooks.at_block_heads(l, "attn.hook_rot_k", k)?;
             // Query head `h` reads key/value head `h / (H / H_kv)`: products per key/value head,
             // no repeated copies (`super::layers::grouped_product`).
             let a = causal_softmax(&q, &k, scale, &mask, l, hooks)?;
@@ -768,7 +773,9 @@ mod tests {
 
         fn at_block(&mut self, _l: usize, point: &str, value: Tensor) -> Result<Tensor> {
             match point {
-                "hook_attn_out" | "mlp.hook_pre_linear" | "hook_mlp_out" => Ok(value.copy()?),
+                "attn.hook_k" | "hook_attn_out" | "mlp.hook_pre_linear" | "hook_mlp_out" => {
+                    Ok(value.copy()?)
+                }
                 _ => Ok(value),
             }
         }

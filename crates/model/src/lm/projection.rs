@@ -107,6 +107,30 @@ impl Projection {
         }
     }
 
+    /// The Q, K and V projections (this projection's three matrices) and the rotary embedding
+    /// of Q and K with heads of `d` in the products' tasks
+    /// (`crate::ops::fast::lm::packed_qkv_rope`): `Some(([q, k, v], q rotated, k rotated))`
+    /// when packed, else `None`.
+    ///
+    /// # Shapes
+    /// `x [B, T, in]`, `cos`, `sin` `[T, d/2]` -> `[B, T, n_i]` each, `[B, H, T, d]`,
+    /// `[B, H_kv, T, d]`.
+    ///
+    /// # Errors
+    /// Candle errors.
+    pub(crate) fn forward_rotary(
+        &self,
+        x: &Tensor,
+        d: usize,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<Option<(Vec<Tensor>, Tensor, Tensor)>> {
+        match &self.0 {
+            Weights::Packed(w, device) => fast::lm::packed_qkv_rope(x, w, device, d, cos, sin),
+            Weights::Tensors(_) => Ok(None),
+        }
+    }
+
     /// The product with this projection's one matrix, then the residual addition `h + y` and the
     /// RMSNorm of the sum with the gain `g`, in the product's tasks
     /// (`crate::ops::fast::lm::packed_residual_norm`): `Some((y, h + y, its norm))` when packed,

@@ -10,6 +10,11 @@
 //! Each returns `None` for a tensor that is not float32 on the CPU (the caller then takes candle's
 //! form).
 
+// The workspace denies `unsafe`: the rotated heads are written by the tasks through one pointer.
+#![allow(unsafe_code)]
+
+use std::mem::MaybeUninit;
+
 use candle_core::{Device, Tensor};
 use hyperlens_kernels::{Isa, PackedMatrix};
 
@@ -264,6 +269,104 @@ pub(crate) fn packed_residual_norm(
     }
 }
 
+/// The start of an output that several tasks write, each at elements of its own (the rotated
+/// heads of [`packed_qkv_rope`], token rows scattered over `[B, H, T, d]`).
+#[derive(Clone, Copy)]
+struct Shared(*mut f32);
+
+// SAFETY: the tasks that share it write disjoint elements, and the vector outlives them.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The pointer (a method, so that closures capture the `Shared`, not its field).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// The Q, K and V projections of a Llama block (the packed `w`'s three matrices) and the rotary
+/// embedding of Q and K ([`Isa::rope_half`], [`rope`]'s bits), each thread's token rows rotated
+/// in the product's task ([`super::gemm::matmul_packed_then`]) into the head-major layout the
+/// attention reads.
+///
+/// # Shapes
+/// `x [B, T, K]`, `w` three matrices `[H d, K]`, `[H_kv d, K]`, `[H_kv d, K]`, `cos`, `sin`
+/// `[T, d/2]` -> `([q, k, v] [B, T, n_i], q rotated [B, H, T, d], k rotated [B, H_kv, T, d])`.
+///
+/// # Errors
+/// Candle errors; `Ok(None)` when the shapes do not fit or an input is not float32 on the CPU.
+pub(crate) fn packed_qkv_rope(
+    x: &Tensor,
+    w: &PackedMatrix,
+    device: &Device,
+    d: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Result<Option<(Vec<Tensor>, Tensor, Tensor)>> {
+    let Ok((b, t, k)) = x.dims3() else {
+        return Ok(None);
+    };
+    let half = [t, d / 2];
+    let fits = w.parts() == 3
+        && d > 0
+        && d.is_multiple_of(2)
+        && k == w.k()
+        && w.rows(0).is_multiple_of(d)
+        && w.rows(1).is_multiple_of(d)
+        && [x, cos, sin].iter().all(|t| cpu_f32(t))
+        && cos.dims() == half
+        && sin.dims() == half;
+    if !fits {
+        return Ok(None);
+    }
+    let (hq, hk) = (w.rows(0) / d, w.rows(1) / d);
+    let isa = Isa::detected();
+    let mut qr: Vec<f32> = Vec::with_capacity(b * hq * t * d);
+    let mut kr: Vec<f32> = Vec::with_capacity(b * hk * t * d);
+    let (qp, kp) = (Shared(qr.as_mut_ptr()), Shared(kr.as_mut_ptr()));
+    let ys = with_tensor(cos, |cos| {
+        with_tensor(sin, |sin| {
+            // Token row `row0 + i` of `src` (`heads` heads of `d`) into `[B, heads, T, d]`.
+            let rotate = |row0: usize, src: &[f32], dst: Shared, heads: usize| {
+                for (i, row) in src.chunks_exact(heads * d).enumerate() {
+                    let (bb, p) = ((row0 + i) / t, (row0 + i) % t);
+                    let cs = p * (d / 2)..(p + 1) * (d / 2);
+                    for (hh, x) in row.chunks_exact(d).enumerate() {
+                        let at = ((bb * heads + hh) * t + p) * d;
+                        // SAFETY: `at + d <= B heads T d`, the vector's capacity; each (batch,
+                        // head, position) row belongs to one token row, so to one task.
+                        let y: &mut [MaybeUninit<f32>] =
+                            unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at).cast(), d) };
+                        y.fill(MaybeUninit::new(0.0));
+                        // SAFETY: every element of `y` was just initialised; `MaybeUninit<f32>`
+                        // has the layout of `f32`, and the slice reborrows `y`.
+                        let y = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr().cast(), d) };
+                        isa.rope_half(x, &cos[cs.clone()], &sin[cs.clone()], y);
+                    }
+                }
+            };
+            matmul_packed_then(x, w, device, &[], |row0, ins, _| {
+                if let [q, k, _] = ins {
+                    rotate(row0, q, qp, hq);
+                    rotate(row0, k, kp, hk);
+                }
+            })
+        })
+    })???;
+    // SAFETY: the capacities are `B H T d` and `B H_kv T d`; every token row of the product was
+    // rotated by one task, which initialised each of its `d` elements per head, and all the tasks
+    // have returned.
+    unsafe {
+        qr.set_len(b * hq * t * d);
+        kr.set_len(b * hk * t * d);
+    }
+    let q = Tensor::from_vec(qr, (b, hq, t, d), device)?;
+    let k = Tensor::from_vec(kr, (b, hk, t, d), device)?;
+    Ok(Some((ys.0, q, k)))
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Tensor};
@@ -387,6 +490,47 @@ mod tests {
         assert!(packed_swiglu(&x, &w2, &dev).unwrap().is_none());
         let h2 = h.narrow(1, 0, 36).unwrap();
         assert!(packed_residual_norm(&post, &wd, &dev, &h2, &gain, 1e-5)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn the_rotated_heads_of_the_qkv_product_have_ropes_bits() {
+        let dev = Device::Cpu;
+        let (b, t, hq, hk, d, k) = (3, 37, 9, 3, 64, 576);
+        let x = Tensor::randn(0f32, 1.0, (b, t, k), &dev).unwrap();
+        let ws: Vec<Vec<f32>> = [hq * d, hk * d, hk * d]
+            .iter()
+            .map(|&n| {
+                let w = Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
+                w.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            })
+            .collect();
+        let parts: Vec<&[f32]> = ws.iter().map(Vec::as_slice).collect();
+        let w = PackedMatrix::new(k, &parts).unwrap();
+        let cos = Tensor::randn(0f32, 1.0, (t, d / 2), &dev).unwrap();
+        let sin = Tensor::randn(0f32, 1.0, (t, d / 2), &dev).unwrap();
+        let (ys, q, kr) = packed_qkv_rope(&x, &w, &dev, d, &cos, &sin)
+            .unwrap()
+            .unwrap();
+        let want = super::super::gemm::matmul_packed(&x, &w, &dev).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        for (y, want) in ys.iter().zip(&want) {
+            assert_eq!(bits(y), bits(want));
+        }
+        let heads =
+            |y: &Tensor, n: usize| y.reshape((b, t, n, d)).unwrap().transpose(1, 2).unwrap();
+        let want_q = rope(&heads(&want[0], hq), &cos, &sin).unwrap().unwrap();
+        let want_k = rope(&heads(&want[1], hk), &cos, &sin).unwrap().unwrap();
+        assert_eq!(q.dims(), &[b, hq, t, d]);
+        assert_eq!(bits(&q), bits(&want_q));
+        assert_eq!(bits(&kr), bits(&want_k));
+        // tables of another length: left to the caller
+        let short = cos.narrow(0, 0, t - 1).unwrap();
+        assert!(packed_qkv_rope(&x, &w, &dev, d, &short, &short)
             .unwrap()
             .is_none());
     }
