@@ -61,32 +61,8 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
                 .zip(x.par_chunks(per * k))
                 .for_each(|(y, x)| {
                     let rows = y.len() / n;
-                    // SAFETY: `x` holds `rows` rows of `k`, `w` `n` rows of `k` (read as the
-                    // `k x n` matrix `W^T`: column stride `k`, row stride 1), `y` `rows` rows of
-                    // `n`; every pointer stays inside its slice and `y` is written only here.
-                    unsafe {
-                        gemm(
-                            rows,
-                            n,
-                            k,
-                            y.as_mut_ptr(),
-                            1,
-                            n as isize,
-                            false,
-                            x.as_ptr(),
-                            1,
-                            k as isize,
-                            w.as_ptr(),
-                            k as isize,
-                            1,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            Parallelism::None,
-                        )
-                    }
+                    // `w` is `n` rows of `k`, read as the `k x n` matrix `W^T`
+                    strided_product(rows, n, k, y, n, x, w, 1, k, 1.0);
                 });
             y
         })
@@ -264,32 +240,7 @@ pub(crate) fn batched_matmul(a: &Tensor, x: &Tensor, scale: f64) -> Result<Optio
             .enumerate()
             .for_each(|(i, (y, a))| {
                 let xp = &all[start + i * b_stride..];
-                // SAFETY: `a` holds `m` rows of `k`, `y` `m` rows of `n`; `x[i]` is read at
-                // `xp[p * x_rs + q * x_cs]` for `p < k`, `q < n`, all at or below `last`, inside
-                // the storage (checked above); `y` is written only here.
-                unsafe {
-                    gemm(
-                        m,
-                        n,
-                        k,
-                        y.as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        a.as_ptr(),
-                        1,
-                        k as isize,
-                        xp.as_ptr(),
-                        x_cs as isize,
-                        x_rs as isize,
-                        0.0,
-                        beta,
-                        false,
-                        false,
-                        false,
-                        Parallelism::None,
-                    )
-                }
+                strided_product(m, n, k, y, n, a, xp, x_rs, x_cs, beta);
             });
         y
     })?;
@@ -346,39 +297,76 @@ pub(crate) fn head_values(a: &Tensor, v: &Tensor) -> Result<Option<Tensor>> {
                     let a = &a[hh * q * k..][..q * k];
                     let vp = &all[start + bi * st[0] + (hh / group) * st[1]..];
                     let yp = &mut y[hh * n..];
-                    // SAFETY: `a` holds `q` rows of `k`; `v[bi, hh / group]` is read at
-                    // `vp[p * st[2] + c * st[3]]` for `p < k`, `c < n`, at or below `last`,
-                    // inside the storage (checked above); `y` (this batch's `q` rows of `h n`)
-                    // is written at `yp[r * h n + c]`, `r < q`, `c < n`, the last at
-                    // `(q - 1) h n + hh n + n - 1 < q h n`, inside it; no other task writes it.
-                    unsafe {
-                        gemm(
-                            q,
-                            n,
-                            k,
-                            yp.as_mut_ptr(),
-                            1,
-                            (h * n) as isize,
-                            false,
-                            a.as_ptr(),
-                            1,
-                            k as isize,
-                            vp.as_ptr(),
-                            st[3] as isize,
-                            st[2] as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            Parallelism::None,
-                        )
-                    }
+                    // this batch's `q` rows of `h n`, head `hh`'s `n` columns of each
+                    strided_product(q, n, k, yp, h * n, a, vp, st[2], st[3], 1.0);
                 }
             });
         y
     })?;
     Ok(Some(Tensor::from_vec(y, (b, q, h, n), v.device())?))
+}
+
+/// `dst = scale · lhs rhs` by one single-threaded call of the `gemm` crate: `lhs` is `m`
+/// contiguous rows of `k`, `rhs` the `k x n` matrix read at `rhs[p * rhs_rs + c * rhs_cs]`, and
+/// row `r` of the product is written to `dst[r * dst_rs..][..n]` (the rest of `dst` untouched).
+///
+/// # Shapes
+/// `lhs [m, k]`; `rhs` `k x n` through its strides; `dst` `m` rows of stride `dst_rs >= n`.
+///
+/// # Panics
+/// When a slice is too short for its reads or writes, or `dst_rs < n` (rows that would overlap):
+/// callers size them, so a panic is a bug here, never bad input.
+#[allow(clippy::too_many_arguments)]
+fn strided_product(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    lhs: &[f32],
+    rhs: &[f32],
+    rhs_rs: usize,
+    rhs_cs: usize,
+    scale: f32,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    assert!(
+        lhs.len() >= m * k
+            && rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs
+            && dst_rs >= n
+            && dst.len() >= (m - 1) * dst_rs + n,
+        "strided_product: slices too short for a {m} x {k} by {k} x {n} product"
+    );
+    // SAFETY: `lhs` holds `m` rows of `k` (row stride `k`, column stride 1); `rhs` is read at
+    // `p * rhs_rs + c * rhs_cs` for `p < k`, `c < n`, the last inside it; `dst` is written at
+    // `r * dst_rs + c` for `r < m`, `c < n`, the last at `(m - 1) dst_rs + n - 1`, inside it, and
+    // `dst_rs >= n` keeps the rows apart (all checked above); `dst` is borrowed mutably, so
+    // nothing else reads or writes it meanwhile.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            false,
+            lhs.as_ptr(),
+            1,
+            k as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            0.0,
+            scale,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
 }
 
 #[cfg(test)]
