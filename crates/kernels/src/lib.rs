@@ -19,7 +19,8 @@
 //! - [`avx512`] (x86-64): the distances and the t-SNE gradient with AVX-512F.
 //! - [`packed`]: products `x W^T` with a constant matrix packed once into column panels
 //!   ([`PackedMatrix`], the language models' projections), one chain of fused multiply-adds per
-//!   output, with an AVX2 and an AVX-512 copy ([`Isa::matmul_packed`]).
+//!   output, with an AVX2 and an AVX-512 copy ([`Isa::matmul_packed`]); the panels on transparent
+//!   huge pages when they fill one (`huge`).
 //!
 //! **Every copy gives the portable code's bits.** The copies do the same float operations in the
 //! same order; FMA is only enabled, never asked for (Rust does not fuse a product and a sum on its
@@ -34,10 +35,11 @@
 //! normalisation, [`Isa::attention_codes`]) and the AVX2 form of its HYLA value network
 //! ([`Isa::hyla_value`]) are here too, on plain slices and sizes; the model keeps only the portable
 //! HYLA mix of training (`ops/fast/mix/`, which needs its plan with dropout and masks) and the
-//! choice of which kernel to call. The crate depends on nothing but `std` (no candle, so that
-//! `hyperlens-analysis` stays free of it).
+//! choice of which kernel to call. The crate depends on nothing but `std`, and on Linux `libc`
+//! for the huge-page advice (no candle, so that `hyperlens-analysis` stays free of it).
 
 mod attention;
+mod huge;
 mod isa;
 pub mod packed;
 pub mod portable;

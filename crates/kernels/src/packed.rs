@@ -10,6 +10,8 @@
 //! instruction set ([`crate::Isa::matmul_packed`]) compute the same (here the fused multiply-add
 //! is asked for, `f32::mul_add`, so every copy still gives the portable code's bits).
 
+use crate::huge::HugePageBuffer;
+
 /// Columns of `W^T` (rows of `W`) per panel: three AVX-512 registers of 16 floats.
 pub const PANEL: usize = 48;
 
@@ -29,7 +31,8 @@ pub struct PackedMatrix {
     k: usize,
     /// `(n_i, first panel)` of each matrix.
     parts: Vec<(usize, usize)>,
-    data: Vec<f32>,
+    /// The panels, on huge pages when large ([`HugePageBuffer`]).
+    data: HugePageBuffer,
 }
 
 impl PackedMatrix {
@@ -61,7 +64,7 @@ impl PackedMatrix {
             meta.push((n, panels));
             panels += n.div_ceil(PANEL);
         }
-        let mut data = vec![0f32; panels * k * PANEL];
+        let mut data = HugePageBuffer::zeroed(panels * k * PANEL);
         for (w, &(n, first)) in parts.iter().zip(&meta) {
             for (j, row) in w.chunks_exact(k).enumerate().take(n) {
                 let panel = &mut data[(first + j / PANEL) * k * PANEL..][..k * PANEL];

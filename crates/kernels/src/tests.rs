@@ -418,3 +418,36 @@ fn the_packed_product_is_the_ordered_fused_sum_on_every_instruction_set() {
     assert!(PackedMatrix::new(k, &[]).is_err());
     assert!(PackedMatrix::new(k, &[&x[..k + 1]]).is_err());
 }
+
+#[test]
+fn a_packed_matrix_past_a_huge_page_starts_on_one_and_computes_the_same() {
+    use crate::huge::{HugePageBuffer, HUGE_PAGE};
+    use crate::packed::{self as pk, PackedMatrix, PANEL};
+    // a buffer of 1.5 huge pages: zeros, starting on a 2 MiB page on Linux; small and empty ones
+    let v = HugePageBuffer::zeroed(HUGE_PAGE * 3 / 8);
+    assert!(v.len() == HUGE_PAGE * 3 / 8 && v.iter().all(|&x| x == 0.0));
+    if cfg!(target_os = "linux") {
+        assert_eq!((v.as_ptr() as usize) % HUGE_PAGE, 0);
+    }
+    let mut small = HugePageBuffer::zeroed(100);
+    small[99] = 1.0;
+    assert_eq!((small.len(), small[98], small.clone()[99]), (100, 0.0, 1.0));
+    assert!(HugePageBuffer::zeroed(0).is_empty());
+    // a matrix of 2.4 MB: unpacked as given, equal to another packing and to its copy, and the
+    // product of every instruction set that of the portable code
+    let (m, k, n) = (3, 1024, 2 * PANEL * 6 + 5);
+    let w: Vec<f32> = (0..n * k).map(|i| noise(i, 3)).collect();
+    let x: Vec<f32> = (0..m * k).map(|i| noise(i, 4)).collect();
+    let packed = PackedMatrix::new(k, &[&w]).unwrap();
+    assert_eq!(packed.unpack(0), w);
+    assert_eq!(packed, PackedMatrix::new(k, &[&w]).unwrap());
+    assert_eq!(packed.clone(), packed);
+    assert_ne!(packed, PackedMatrix::new(k, &[&x, &w]).unwrap());
+    let mut want = vec![f32::NAN; m * n];
+    pk::matmul_packed(&x, &packed, &mut [&mut want]);
+    for isa in Isa::supported() {
+        let mut got = vec![f32::NAN; m * n];
+        isa.matmul_packed(&x, &packed, &mut [&mut got]);
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+    }
+}
